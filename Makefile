@@ -1,0 +1,25 @@
+# `make demo` and `make test` each create .venv when it is missing, install the project into it
+# (pinned by pyproject.toml and constraints.txt), and run.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/platformctl demo --stage dev
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/rotate_full_cluster.py
+
+clean:
+	rm -rf $(VENV) .platformctl .pytest_cache

@@ -1,0 +1,52 @@
+"""The one small interface to a Kubernetes cluster.
+
+``SimulatedCluster`` (in-process, virtual time) and ``LiveCluster`` (the official client, via
+kubeconfig) both implement it; nothing above it knows which one it talks to. Its methods are the
+API calls the toolkit needs, with the API's own semantics: label selectors in the API's string
+syntax, cordon as ``spec.unschedulable``, and ``evict`` answering exactly as the eviction
+subresource does (201, 429 with a budget cause, 500 for a pod under two budgets, 404).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from platformctl.clock import Clock
+from platformctl.cluster.model import EvictionResult, Node, Pod, PodDisruptionBudget
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    name: str
+
+    @property
+    def clock(self) -> Clock:
+        """The time the cluster lives in: waits against this cluster sleep on it."""
+        ...
+
+    def list_nodes(self, label_selector: str | None = None) -> list[Node]: ...
+
+    def get_node(self, name: str) -> Node:
+        """Raises ``NotFoundError`` for an unknown node."""
+        ...
+
+    def cordon(self, name: str, unschedulable: bool = True) -> Node: ...
+
+    def delete_node(self, name: str) -> None: ...
+
+    def list_pods(
+        self,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        node_name: str | None = None,
+    ) -> list[Pod]: ...
+
+    def get_pod(self, namespace: str, name: str) -> Pod: ...
+
+    def evict(self, namespace: str, name: str) -> EvictionResult: ...
+
+    def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]: ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """The cluster as ``kubectl get nodes,pods,pdb -A -o json`` prints it."""
+        ...

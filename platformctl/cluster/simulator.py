@@ -1,0 +1,1026 @@
+"""A simulated Kubernetes cluster on a virtual clock.
+
+It implements the ``Cluster`` interface and models what node rotation depends on:
+
+- nodes with EKS labels, allocatable CPU/memory/GPUs/pods, the Ready condition, cordon, a boot time
+  until Ready, and deletion (the pods bound to a deleted node are lost, as pod GC deletes them);
+- pods owned by ReplicaSets, StatefulSets, DaemonSets and Jobs (or by nothing), with requests,
+  priority, grace periods, phases and readiness after a start time; the controllers recreate what
+  they own (a ReplicaSet or Job at once when a pod starts terminating, a StatefulSet with the same
+  name once the old pod is gone, a DaemonSet on every eligible node) and a scheduler binds pending
+  pods, highest priority first, to Ready, schedulable nodes that fit them and whose taints they
+  tolerate, spreading a class of pods round-robin over its nodes;
+- PodDisruptionBudgets whose status is what the disruption controller computes (expected pods from
+  the owning controllers' scale, percentages rounded up, the fail-safe for pods whose controller has
+  no scale), and an eviction subresource that answers exactly as the API server's does;
+- node pools that behave like auto scaling groups (for pure simulations; the local region backs
+  pools with moto's auto scaling groups instead);
+- an event log of everything that happened, for invariant checks afterwards.
+
+Evictions here delete the pod in the same step as the budget check, so the window that the real
+``status.disruptedPods`` map covers never opens and is not modelled.
+
+Behaviour knobs of a pod live in annotations so that snapshots keep them:
+``sim.platformctl.io/start-seconds`` (scheduled to Ready, default 10) and
+``sim.platformctl.io/run-seconds`` (a Job pod's run time, default 900).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+from platformctl.clock import VirtualClock
+from platformctl.cluster.model import (
+    ANNOTATION_RUN_SECONDS,
+    ANNOTATION_START_SECONDS,
+    LABEL_HOSTNAME,
+    LABEL_INSTANCE_TYPE,
+    LABEL_NODE_TYPE,
+    LABEL_NODEGROUP,
+    LABEL_NODEGROUP_IMAGE,
+    LABEL_ZONE,
+    EvictionResult,
+    Node,
+    OwnerReference,
+    PDBStatus,
+    Pod,
+    PodDisruptionBudget,
+    Resources,
+    Snapshot,
+    Taint,
+    snapshot_document,
+)
+from platformctl.cluster.selectors import LabelSelector, parse_selector_string
+from platformctl.errors import NotFoundError, PlatformError
+from platformctl.instance_types import INSTANCE_TYPES
+
+DEFAULT_START_SECONDS = 10.0
+DEFAULT_RUN_SECONDS = 900.0
+# Kinds whose scale the disruption controller can read (Deployments are reached through their
+# ReplicaSets). A budget covering pods of any other controller fails safe with no disruptions.
+SCALABLE_KINDS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController"})
+CONTROLLER_API = {"ReplicaSet": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1"}
+
+MSG_TOO_MANY = "Cannot evict pod as it would violate the pod's disruption budget."
+MSG_TWO_PDBS = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+SUCCESS = EvictionResult(201)
+
+
+class Event(NamedTuple):
+    time: float
+    kind: str
+    namespace: str
+    name: str
+    detail: Any = None
+
+
+# Event kinds. Pod events carry the pod's uid in ``detail`` unless noted.
+NODE_ADDED = "NodeAdded"
+NODE_READY = "NodeReady"
+NODE_CORDONED = "NodeCordoned"
+NODE_UNCORDONED = "NodeUncordoned"
+NODE_DELETED = "NodeDeleted"
+POD_CREATED = "PodCreated"  # detail: (uid, budget keys covering the pod, healthy)
+PDB_CREATED = "PDBCreated"  # detail: (budget key, ((uid, healthy) of the pods it covers, ...))
+POD_SCHEDULED = "PodScheduled"  # detail: (uid, node)
+POD_READY = "PodReady"
+POD_SUCCEEDED = "PodSucceeded"
+POD_EVICTED = "PodEvicted"  # detail: (uid, was_ready, budget key or None, desired healthy)
+POD_TERMINATING = "PodTerminating"  # deleted without eviction
+POD_DELETED = "PodDeleted"
+POD_LOST = "PodLost"  # its node went away
+EVICTION_REFUSED = "EvictionRefused"  # detail: (code, message)
+
+
+@dataclass
+class NodePoolSpec:
+    """A node pool of a pure simulation, kept at ``desired`` nodes like an auto scaling group."""
+
+    name: str
+    zone: str
+    instance_type: str
+    image: str
+    desired: int
+    boot_seconds: float = 180.0
+    node_type: str = "general"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    region: str = "us-east-1"
+
+
+def build_node(
+    *,
+    name: str,
+    zone: str,
+    instance_type: str,
+    pool: str,
+    image: str,
+    instance_id: str,
+    node_type: str = "general",
+    labels: Mapping[str, str] | None = None,
+    taints: Iterable[Taint] = (),
+    created: float = 0.0,
+    ready: bool = True,
+) -> Node:
+    """A node as EKS registers an instance of a node group."""
+    itype = INSTANCE_TYPES.get(instance_type)
+    if itype is None:
+        raise PlatformError(f"unknown instance type {instance_type!r}", field="instanceType")
+    all_labels = {
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/os": "linux",
+        LABEL_HOSTNAME: name,
+        LABEL_INSTANCE_TYPE: instance_type,
+        LABEL_ZONE: zone,
+        "topology.kubernetes.io/region": zone[:-1],
+        LABEL_NODEGROUP: pool,
+        LABEL_NODEGROUP_IMAGE: image,
+        "eks.amazonaws.com/capacityType": "ON_DEMAND",
+        LABEL_NODE_TYPE: node_type,
+        **(labels or {}),
+    }
+    return Node(
+        name=name,
+        uid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{instance_id}/{name}")),
+        labels=all_labels,
+        provider_id=f"aws:///{zone}/{instance_id}",
+        allocatable=Resources(itype.allocatable_cpu_millis, itype.allocatable_memory_bytes, itype.gpus),
+        max_pods=itype.max_pods,
+        ready=ready,
+        taints=tuple(taints),
+        created=created,
+    )
+
+
+class _NodeState:
+    __slots__ = ("node", "alive", "cpu", "mem", "gpu", "npods", "pods", "waiting", "pool")
+
+    def __init__(self, node: Node, pool: str | None) -> None:
+        self.node = node
+        self.alive = True
+        alloc = node.allocatable
+        self.cpu = alloc.cpu_millis
+        self.mem = alloc.memory_bytes
+        self.gpu = alloc.gpus
+        self.npods = node.max_pods
+        self.pods: set[tuple[str, str]] = set()
+        self.waiting: list[tuple[str, str]] = []  # bound pods waiting for the node to be Ready
+        self.pool = pool  # the simulated pool managing this node, if any
+
+    def charge(self, r: Resources, sign: int) -> None:
+        self.cpu -= sign * r.cpu_millis
+        self.mem -= sign * r.memory_bytes
+        self.gpu -= sign * r.gpus
+        self.npods -= sign
+
+    def fits(self, r: Resources) -> bool:
+        return self.npods > 0 and self.cpu >= r.cpu_millis and self.mem >= r.memory_bytes and self.gpu >= r.gpus
+
+
+class _Controller:
+    __slots__ = (
+        "kind", "namespace", "name", "uid", "template", "replicas", "pods", "active",
+        "completions", "succeeded", "ttl_seconds", "start_seconds", "run_seconds", "sched_key", "done",
+    )
+
+    def __init__(self, kind: str, namespace: str, name: str, uid: str, template: Pod, replicas: int) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.uid = uid
+        self.template = template
+        self.replicas = replicas  # parallelism, for a Job
+        self.pods: set[tuple[str, str]] = set()
+        self.active = 0  # owned pods neither terminating nor finished
+        self.completions = replicas
+        self.succeeded = 0
+        self.ttl_seconds: float | None = None
+        self.start_seconds = _annotation_seconds(template, ANNOTATION_START_SECONDS, DEFAULT_START_SECONDS)
+        self.run_seconds = _annotation_seconds(template, ANNOTATION_RUN_SECONDS, DEFAULT_RUN_SECONDS)
+        self.sched_key = _sched_key(template)
+        self.done = False
+
+
+class _Budget:
+    __slots__ = ("pdb", "members", "healthy", "ctrl_refs", "unsupported", "unsupported_pod", "expected", "refusals")
+
+    def __init__(self, pdb: PodDisruptionBudget) -> None:
+        self.pdb = pdb
+        self.expected: int | None = None  # sum of the owning controllers' scale, while ctrl_refs holds
+        self.refusals: dict[tuple[int, int], EvictionResult] = {}
+        self.members: set[tuple[str, str]] = set()
+        self.healthy = 0
+        self.ctrl_refs: dict[str, int] = {}
+        self.unsupported = 0
+        self.unsupported_pod = ""
+
+    def add(self, pod: Pod) -> None:
+        self.members.add(pod.key)
+        if pod.ready and pod.deletion_time is None:
+            self.healthy += 1
+        owner = pod.owner
+        if owner is None:
+            return  # unmanaged pods do not count towards the expected scale
+        if owner.kind in SCALABLE_KINDS:
+            refs = self.ctrl_refs.get(owner.uid, 0)
+            if not refs:
+                self.expected = None
+            self.ctrl_refs[owner.uid] = refs + 1
+        else:
+            self.unsupported += 1
+            self.unsupported_pod = pod.name
+
+    def remove(self, pod: Pod) -> None:
+        self.members.discard(pod.key)
+        if pod.ready and pod.deletion_time is None:
+            self.healthy -= 1
+        owner = pod.owner
+        if owner is None:
+            return
+        if owner.kind in SCALABLE_KINDS:
+            left = self.ctrl_refs[owner.uid] - 1
+            if left:
+                self.ctrl_refs[owner.uid] = left
+            else:
+                del self.ctrl_refs[owner.uid]
+                self.expected = None
+        else:
+            self.unsupported -= 1
+
+
+class _SchedClass:
+    """Pods with the same placement constraints share the list of nodes that could take them."""
+
+    __slots__ = ("predicate", "nodes", "cursor", "dead")
+
+    def __init__(self, predicate: Callable[[Node], bool]) -> None:
+        self.predicate = predicate
+        self.nodes: list[_NodeState] = []
+        self.cursor = 0
+        self.dead = 0
+
+
+def _annotation_seconds(pod: Pod, key: str, default: float) -> float:
+    raw = pod.annotations.get(key)
+    if raw is None:
+        return default
+    try:
+        return max(float(raw), 0.0)
+    except ValueError:
+        return default
+
+
+def _sched_key(pod: Pod) -> tuple[Any, ...]:
+    return (tuple(sorted(pod.node_selector.items())), pod.tolerations, pod.required_node_terms)
+
+
+def _predicate(pod: Pod) -> Callable[[Node], bool]:
+    selector = tuple(pod.node_selector.items())
+    terms = pod.required_node_terms
+    tolerations = pod.tolerations
+
+    def eligible(node: Node) -> bool:
+        labels = node.labels
+        for k, v in selector:
+            if labels.get(k) != v:
+                return False
+        if terms and not any(t.matches(labels) for t in terms):
+            return False
+        for taint in node.taints:
+            if taint.effect == "PreferNoSchedule":
+                continue
+            if not any(t.tolerates(taint) for t in tolerations):
+                return False
+        return True
+
+    return eligible
+
+
+def _healthy(pod: Pod) -> bool:
+    return pod.ready and pod.deletion_time is None
+
+
+class SimulatedCluster:
+    """An in-process Kubernetes cluster; see the module docstring for what it models."""
+
+    def __init__(self, name: str = "sim", clock: VirtualClock | None = None, seed: int = 0, region: str = "us-east-1") -> None:
+        self.name = name
+        self.region = region
+        self._clock = clock or VirtualClock()
+        self._rng = random.Random(seed)
+        self._nodes: dict[str, _NodeState] = {}
+        self._pods: dict[tuple[str, str], Pod] = {}
+        self._pods_by_ns: dict[str, set[tuple[str, str]]] = {}
+        self._pod_budgets: dict[tuple[str, str], tuple[_Budget, ...]] = {}
+        self._budgets: dict[tuple[str, str], _Budget] = {}
+        self._budgets_by_ns: dict[str, list[_Budget]] = {}
+        self._controllers: dict[str, _Controller] = {}
+        self._pools: dict[str, NodePoolSpec] = {}
+        self._pending: dict[tuple[str, str], None] = {}
+        self._classes: dict[tuple[Any, ...], _SchedClass] = {}
+        self._schedule_timer: Any = None
+        self._selector_cache: dict[str, LabelSelector] = {}
+        self._rv = 0
+        self._launched = 0
+        self._pool_counts: dict[str, int] = {}
+        self.events: list[Event] = []
+
+    # ------------------------------------------------------------------ basics
+
+    @property
+    def clock(self) -> VirtualClock:
+        return self._clock
+
+    def now(self) -> float:
+        return self._clock.now()
+
+    def advance(self, seconds: float) -> None:
+        self._clock.sleep(seconds)
+
+    def _record(self, kind: str, namespace: str, name: str, detail: Any = None) -> None:
+        self.events.append(Event(self._clock.now(), kind, namespace, name, detail))
+
+    def _next_rv(self) -> int:
+        self._rv += 1
+        return self._rv
+
+    def _uid(self) -> str:
+        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+
+    def _suffix(self, n: int = 5) -> str:
+        return "".join(self._rng.choices("bcdfghjklmnpqrstvwxz2456789", k=n))
+
+    # ------------------------------------------------------------------ nodes
+
+    def add_node(self, node: Node, ready_after: float | None = None, pool: str | None = None) -> Node:
+        """Register a node. With ``ready_after`` it starts NotReady and turns Ready that much later."""
+        if node.name in self._nodes:
+            raise PlatformError(f"node {node.name} already exists", field="metadata.name")
+        node = replace(node, ready=ready_after is None and node.ready, resource_version=self._next_rv(),
+                       created=node.created or self.now())
+        state = _NodeState(node, pool)
+        self._nodes[node.name] = state
+        if pool is not None:
+            self._pool_counts[pool] = self._pool_counts.get(pool, 0) + 1
+        for cls in self._classes.values():
+            if cls.predicate(node):
+                cls.nodes.append(state)
+        self._record(NODE_ADDED, "", node.name, node.labels.get(LABEL_NODEGROUP_IMAGE))
+        if ready_after is not None:
+            self._clock.call_later(ready_after, self._node_ready, state)
+        for ctrl in list(self._controllers.values()):
+            if ctrl.kind == "DaemonSet" and _predicate(ctrl.template)(node):
+                self._create_owned_pod(ctrl, node_name=node.name)
+        if node.ready:
+            self._schedule_soon()
+        return node
+
+    def _node_ready(self, state: _NodeState) -> None:
+        if not state.alive or state.node.ready:
+            return
+        state.node = replace(state.node, ready=True, resource_version=self._next_rv())
+        self._record(NODE_READY, "", state.node.name)
+        waiting, state.waiting = state.waiting, []
+        for key in waiting:
+            pod = self._pods.get(key)
+            if pod is not None and pod.node_name == state.node.name:
+                self._start_pod_timer(pod)
+        self._schedule_soon()
+
+    def get_node(self, name: str) -> Node:
+        state = self._nodes.get(name)
+        if state is None:
+            raise NotFoundError(f'nodes "{name}" not found', field="node")
+        return state.node
+
+    def list_nodes(self, label_selector: str | None = None) -> list[Node]:
+        nodes = [s.node for s in self._nodes.values()]
+        if label_selector:
+            selector = self._selector(label_selector)
+            nodes = [n for n in nodes if selector.matches(n.labels)]
+        return nodes
+
+    def cordon(self, name: str, unschedulable: bool = True) -> Node:
+        state = self._nodes.get(name)
+        if state is None:
+            raise NotFoundError(f'nodes "{name}" not found', field="node")
+        if state.node.unschedulable != unschedulable:
+            state.node = replace(state.node, unschedulable=unschedulable, resource_version=self._next_rv())
+            self._record(NODE_CORDONED if unschedulable else NODE_UNCORDONED, "", name)
+            if not unschedulable:
+                self._schedule_soon()
+        return state.node
+
+    def delete_node(self, name: str) -> None:
+        """Delete the node object; pods still bound to it are lost (pod GC force-deletes them)."""
+        state = self._nodes.pop(name, None)
+        if state is None:
+            raise NotFoundError(f'nodes "{name}" not found', field="node")
+        state.alive = False
+        for cls in self._classes.values():
+            if cls.predicate(state.node):
+                cls.dead += 1
+        if state.pool is not None:
+            self._pool_counts[state.pool] -= 1
+        self._record(NODE_DELETED, "", name)
+        for key in list(state.pods):
+            pod = self._pods.get(key)
+            if pod is not None:
+                if pod.deletion_time is None and not pod.is_finished:
+                    self._record(POD_LOST, pod.namespace, pod.name, pod.uid)
+                self._remove_pod(pod, node_gone=True)
+        if state.pool is not None:
+            self._replenish(state.pool)
+
+    # ------------------------------------------------------------------ pools (pure simulation)
+
+    def add_pool(self, spec: NodePoolSpec, ready: bool = True) -> list[str]:
+        """Create a pool with ``spec.desired`` nodes, Ready at once or after the boot time."""
+        if spec.name in self._pools:
+            raise PlatformError(f"node pool {spec.name} already exists", field="nodePools")
+        self._pools[spec.name] = spec
+        return [self._launch(spec, boot=not ready).name for _ in range(spec.desired)]
+
+    def pool(self, name: str) -> NodePoolSpec:
+        try:
+            return self._pools[name]
+        except KeyError:
+            raise NotFoundError(f"no node pool {name!r}", field="pool") from None
+
+    def pool_nodes(self, name: str) -> list[Node]:
+        return [s.node for s in self._nodes.values() if s.pool == name]
+
+    def set_pool_image(self, name: str, image: str) -> None:
+        """Point the pool's launch template at a new image: nodes launched from now on boot it."""
+        self.pool(name).image = image
+
+    def scale_pool(self, name: str, desired: int) -> None:
+        spec = self.pool(name)
+        spec.desired = desired
+        nodes = sorted(self.pool_nodes(name), key=lambda n: (n.image == spec.image, n.created))
+        for node in nodes[: max(len(nodes) - desired, 0)]:
+            self.delete_node(node.name)
+        self._replenish(name)
+
+    def terminate_instance(self, node_name: str, decrement_desired: bool = False) -> None:
+        """Like ``TerminateInstanceInAutoScalingGroup``: the node goes, the pool may replace it."""
+        state = self._nodes.get(node_name)
+        if state is None:
+            raise NotFoundError(f'nodes "{node_name}" not found', field="node")
+        if decrement_desired and state.pool is not None:
+            self._pools[state.pool].desired -= 1
+        self.delete_node(node_name)
+
+    def _replenish(self, pool: str) -> None:
+        spec = self._pools[pool]
+        for _ in range(spec.desired - self._pool_counts.get(pool, 0)):
+            self._launch(spec, boot=True)
+
+    def _launch(self, spec: NodePoolSpec, boot: bool) -> Node:
+        self._launched += 1
+        n = self._launched
+        name = f"ip-10-{(n >> 16) & 255}-{(n >> 8) & 255}-{n & 255}.{spec.region}.compute.internal"
+        node = build_node(
+            name=name, zone=spec.zone, instance_type=spec.instance_type, pool=spec.name,
+            image=spec.image, instance_id=f"i-{self._rng.getrandbits(68):017x}", node_type=spec.node_type,
+            labels=spec.labels, taints=spec.taints, created=self.now(),
+        )
+        return self.add_node(node, ready_after=spec.boot_seconds if boot else None, pool=spec.name)
+
+    # ------------------------------------------------------------------ pods and controllers
+
+    def create_workload(
+        self,
+        kind: str,
+        template: Pod,
+        replicas: int,
+        *,
+        completions: int | None = None,
+        ttl_seconds: float | None = None,
+    ) -> str:
+        """Create a ReplicaSet, StatefulSet, DaemonSet or Job whose pods look like ``template``.
+
+        ``template`` carries the namespace, the name of the controller (as ``name``), labels,
+        annotations, containers, requests and placement. Returns the controller's uid.
+        """
+        if kind not in CONTROLLER_API:
+            raise PlatformError(f"unsupported workload kind {kind!r}", field="kind")
+        uid = self._uid()
+        ctrl = _Controller(kind, template.namespace, template.name, uid, template, replicas)
+        if kind == "Job":
+            ctrl.completions = completions if completions is not None else replicas
+            ctrl.ttl_seconds = ttl_seconds
+        self._controllers[uid] = ctrl
+        if kind == "DaemonSet":
+            eligible = _predicate(template)
+            for state in list(self._nodes.values()):
+                if eligible(state.node):
+                    self._create_owned_pod(ctrl, node_name=state.node.name)
+        else:
+            self._reconcile(ctrl)
+        return uid
+
+    def create_pod(self, pod: Pod) -> Pod:
+        """Create a pod as given (a bare pod, or one whose owner the simulator does not run)."""
+        if pod.key in self._pods:
+            raise PlatformError(f'pods "{pod.name}" already exists', field="metadata.name")
+        return self._add_pod(replace(pod, created=pod.created or self.now()))
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod directly (no budget check), with its grace period."""
+        pod = self._pods.get((namespace, name))
+        if pod is None:
+            raise NotFoundError(f'pods "{name}" not found', field="pod")
+        self._begin_termination(pod, evicted=False)
+
+    def get_pod(self, namespace: str, name: str) -> Pod:
+        pod = self._pods.get((namespace, name))
+        if pod is None:
+            raise NotFoundError(f'pods "{name}" not found', field="pod")
+        return pod
+
+    def list_pods(
+        self, namespace: str | None = None, label_selector: str | None = None, node_name: str | None = None
+    ) -> list[Pod]:
+        if node_name is not None:
+            state = self._nodes.get(node_name)
+            keys: Iterable[tuple[str, str]] = state.pods if state else ()
+            pods = [self._pods[k] for k in keys if namespace is None or k[0] == namespace]
+        elif namespace is not None:
+            pods = [self._pods[k] for k in self._pods_by_ns.get(namespace, ())]
+        else:
+            pods = list(self._pods.values())
+        if label_selector:
+            selector = self._selector(label_selector)
+            pods = [p for p in pods if selector.matches(p.labels)]
+        return pods
+
+    def _selector(self, text: str) -> LabelSelector:
+        selector = self._selector_cache.get(text)
+        if selector is None:
+            selector = self._selector_cache[text] = parse_selector_string(text)
+        return selector
+
+    def _create_owned_pod(self, ctrl: _Controller, node_name: str | None = None, name: str | None = None) -> Pod:
+        t = ctrl.template
+        if name is None:
+            name = f"{ctrl.name}-{self._suffix()}"
+            while (ctrl.namespace, name) in self._pods:
+                name = f"{ctrl.name}-{self._suffix()}"
+        self._rv += 1
+        pod = Pod(
+            t.namespace, name, self._uid(), t.labels, t.annotations,
+            OwnerReference(CONTROLLER_API[ctrl.kind], ctrl.kind, ctrl.name, ctrl.uid), node_name,
+            t.containers, t.requests, t.priority, t.priority_class_name, t.grace_seconds, t.node_selector,
+            t.tolerations, t.required_node_terms, "Pending", False, None, self.now(), None, False, self._rv,
+        )
+        return self._add_pod(pod, ctrl)
+
+    def _add_pod(self, pod: Pod, ctrl: _Controller | None = None) -> Pod:
+        if ctrl is None:
+            pod = replace(pod, resource_version=self._next_rv())
+        key = pod.key
+        self._pods[key] = pod
+        self._pods_by_ns.setdefault(pod.namespace, set()).add(key)
+        budgets = tuple(b for b in self._budgets_by_ns.get(pod.namespace, ()) if b.pdb.selects(pod))
+        if budgets:
+            self._pod_budgets[key] = budgets
+            for b in budgets:
+                b.add(pod)
+        if ctrl is None and pod.owner is not None:
+            ctrl = self._controllers.get(pod.owner.uid)
+        if ctrl is not None:
+            ctrl.pods.add(key)
+            if pod.deletion_time is None and not pod.is_finished:
+                ctrl.active += 1
+        self._record(POD_CREATED, pod.namespace, pod.name, (pod.uid, tuple(b.pdb.key for b in budgets), _healthy(pod)))
+        if pod.is_finished:
+            if pod.node_name in self._nodes:
+                self._nodes[pod.node_name].pods.add(key)
+            return pod
+        if pod.node_name is None:
+            self._pending[key] = None
+            self._schedule_soon()
+            return pod
+        state = self._nodes.get(pod.node_name)
+        if state is None:
+            # Bound to a node that does not exist: pod GC deletes it.
+            self._record(POD_LOST, pod.namespace, pod.name, pod.uid)
+            self._remove_pod(pod, node_gone=True)
+            return pod
+        state.pods.add(key)
+        state.charge(pod.requests, 1)
+        if pod.deletion_time is not None:
+            self._clock.call_at(pod.deletion_time + pod.grace_seconds, self._finish_termination, key, pod.uid)
+        elif not pod.ready:
+            if state.node.ready:
+                self._start_pod_timer(pod)
+            else:
+                state.waiting.append(key)
+        elif ctrl is not None and ctrl.kind == "Job":
+            self._clock.call_later(ctrl.run_seconds, self._pod_succeeded, key, pod.uid)
+        return pod
+
+    def _set_pod(
+        self,
+        old: Pod,
+        *,
+        node_name: str | None,
+        phase: str,
+        ready: bool,
+        deletion_time: float | None,
+        started: float | None,
+        evicted: bool,
+    ) -> Pod:
+        """Store a pod's new binding or status and keep the budgets' healthy counts in step."""
+        self._rv += 1
+        new = old.with_status(node_name, phase, ready, deletion_time, started, evicted, self._rv)
+        self._pods[new.key] = new
+        was, now = _healthy(old), _healthy(new)
+        if was != now:
+            delta = 1 if now else -1
+            for b in self._pod_budgets.get(new.key, ()):
+                b.healthy += delta
+        return new
+
+    def _start_pod_timer(self, pod: Pod) -> None:
+        ctrl = self._controllers.get(pod.owner.uid) if pod.owner else None
+        delay = ctrl.start_seconds if ctrl else _annotation_seconds(pod, ANNOTATION_START_SECONDS, DEFAULT_START_SECONDS)
+        self._clock.call_later(delay, self._pod_started, pod.key, pod.uid)
+
+    def _pod_started(self, key: tuple[str, str], uid: str) -> None:
+        pod = self._pods.get(key)
+        if pod is None or pod.uid != uid or pod.deletion_time is not None or pod.is_finished:
+            return
+        pod = self._set_pod(pod, node_name=pod.node_name, phase="Running", ready=True, deletion_time=None,
+                            started=pod.started or self.now(), evicted=pod.evicted)
+        self._record(POD_READY, pod.namespace, pod.name, uid)
+        ctrl = self._controllers.get(pod.owner.uid) if pod.owner else None
+        if ctrl is not None and ctrl.kind == "Job":
+            self._clock.call_later(ctrl.run_seconds, self._pod_succeeded, key, uid)
+
+    def _pod_succeeded(self, key: tuple[str, str], uid: str) -> None:
+        pod = self._pods.get(key)
+        if pod is None or pod.uid != uid or pod.deletion_time is not None or pod.is_finished:
+            return
+        pod = self._set_pod(pod, node_name=pod.node_name, phase="Succeeded", ready=False, deletion_time=None,
+                            started=pod.started, evicted=pod.evicted)
+        self._record(POD_SUCCEEDED, pod.namespace, pod.name, uid)
+        state = self._nodes.get(pod.node_name or "")
+        if state is not None:
+            state.charge(pod.requests, -1)
+            self._schedule_soon()
+        ctrl = self._controllers.get(pod.owner.uid) if pod.owner else None
+        if ctrl is not None:
+            ctrl.active -= 1
+            ctrl.succeeded += 1
+            self._reconcile(ctrl)
+
+    def _begin_termination(self, pod: Pod, evicted: bool) -> Pod:
+        if pod.deletion_time is not None:
+            return pod
+        unbound = pod.node_name is None or pod.is_finished
+        new = self._set_pod(pod, node_name=pod.node_name, phase=pod.phase, ready=False, deletion_time=self.now(),
+                            started=pod.started, evicted=pod.evicted or evicted)
+        ctrl = self._controllers.get(pod.owner.uid) if pod.owner else None
+        if ctrl is not None and not pod.is_finished:
+            ctrl.active -= 1
+        if not evicted:
+            self._record(POD_TERMINATING, pod.namespace, pod.name, pod.uid)
+        if unbound:
+            self._remove_pod(new)
+        else:
+            self._clock.call_later(pod.grace_seconds, self._finish_termination, pod.key, pod.uid)
+        if ctrl is not None and ctrl.kind in ("ReplicaSet", "Job"):
+            self._reconcile(ctrl)
+        return new
+
+    def _finish_termination(self, key: tuple[str, str], uid: str) -> None:
+        pod = self._pods.get(key)
+        if pod is None or pod.uid != uid:
+            return
+        self._remove_pod(pod)
+
+    def _remove_pod(self, pod: Pod, node_gone: bool = False) -> None:
+        key = pod.key
+        if self._pods.get(key) is not pod:
+            return
+        del self._pods[key]
+        self._pods_by_ns[pod.namespace].discard(key)
+        self._pending.pop(key, None)
+        for b in self._pod_budgets.pop(key, ()):
+            b.remove(pod)
+        state = self._nodes.get(pod.node_name or "")
+        if state is not None and key in state.pods:
+            state.pods.discard(key)
+            if not pod.is_finished:
+                state.charge(pod.requests, -1)
+            self._schedule_soon()
+        self._record(POD_DELETED, pod.namespace, pod.name, pod.uid)
+        ctrl = self._controllers.get(pod.owner.uid) if pod.owner else None
+        if ctrl is None:
+            return
+        ctrl.pods.discard(key)
+        if pod.deletion_time is None and not pod.is_finished:
+            ctrl.active -= 1  # lost without terminating first
+        if ctrl.kind == "DaemonSet":
+            if not node_gone and state is not None and state.alive:
+                self._create_owned_pod(ctrl, node_name=state.node.name)
+        elif ctrl.kind == "StatefulSet":
+            self._reconcile(ctrl, recreate=pod.name)
+        else:
+            self._reconcile(ctrl)
+
+    def _reconcile(self, ctrl: _Controller, recreate: str | None = None) -> None:
+        if ctrl.done or ctrl.kind == "DaemonSet":
+            return
+        if ctrl.kind == "StatefulSet":
+            if recreate is not None:
+                if (ctrl.namespace, recreate) not in self._pods:
+                    self._create_owned_pod(ctrl, name=recreate)
+                return
+            for i in range(ctrl.replicas):
+                name = f"{ctrl.name}-{i}"
+                if (ctrl.namespace, name) not in self._pods:
+                    self._create_owned_pod(ctrl, name=name)
+            return
+        if ctrl.kind == "Job":
+            while ctrl.active < ctrl.replicas and ctrl.succeeded + ctrl.active < ctrl.completions:
+                self._create_owned_pod(ctrl)
+            if ctrl.succeeded >= ctrl.completions and not ctrl.done:
+                ctrl.done = True
+                if ctrl.ttl_seconds is not None:
+                    self._clock.call_later(ctrl.ttl_seconds, self._delete_controller, ctrl.uid)
+            return
+        while ctrl.active < ctrl.replicas:
+            self._create_owned_pod(ctrl)
+
+    def _delete_controller(self, uid: str) -> None:
+        ctrl = self._controllers.pop(uid, None)
+        if ctrl is None:
+            return
+        ctrl.done = True
+        for key in list(ctrl.pods):
+            pod = self._pods.get(key)
+            if pod is not None:
+                self._begin_termination(pod, evicted=False)
+
+    def workloads(self) -> list[dict[str, Any]]:
+        """The controllers the simulator runs, for summaries."""
+        return [
+            {"kind": c.kind, "namespace": c.namespace, "name": c.name, "replicas": c.replicas,
+             "pods": len(c.pods), "active": c.active, "succeeded": c.succeeded}
+            for c in self._controllers.values()
+        ]
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _schedule_soon(self) -> None:
+        if self._schedule_timer is None and self._pending:
+            self._schedule_timer = self._clock.call_later(0.0, self._schedule_pass)
+
+    def _class_for(self, pod: Pod, key: tuple[Any, ...]) -> _SchedClass:
+        cls = self._classes.get(key)
+        if cls is None:
+            cls = self._classes[key] = _SchedClass(_predicate(pod))
+            cls.nodes = [s for s in self._nodes.values() if cls.predicate(s.node)]
+        elif cls.dead > len(cls.nodes) // 2:
+            cls.nodes = [s for s in cls.nodes if s.alive]
+            cls.dead = 0
+            cls.cursor = 0
+        return cls
+
+    def pending_pods(self) -> list[Pod]:
+        return [self._pods[k] for k in self._pending]
+
+    def _schedule_pass(self) -> None:
+        self._schedule_timer = None
+        if not self._pending:
+            return
+        pods = sorted((self._pods[k] for k in self._pending), key=lambda p: -p.priority)
+        failed: dict[tuple[Any, ...], Resources] = {}
+        for pod in pods:
+            ctrl = self._controllers.get(pod.owner.uid) if pod.owner else None
+            key = ctrl.sched_key if ctrl else _sched_key(pod)
+            r = pod.requests
+            smallest_failure = failed.get(key)
+            if smallest_failure is not None and (
+                r.cpu_millis >= smallest_failure.cpu_millis
+                and r.memory_bytes >= smallest_failure.memory_bytes
+                and r.gpus >= smallest_failure.gpus
+            ):
+                continue  # a pod no larger already found no room in this pass
+            cls = self._class_for(pod, key)
+            nodes = cls.nodes
+            n = len(nodes)
+            start = cls.cursor
+            target = None
+            for i in range(n):
+                idx = (start + i) % n
+                state = nodes[idx]
+                node = state.node
+                if state.alive and node.ready and not node.unschedulable and state.fits(r):
+                    target = state
+                    cls.cursor = idx + 1
+                    break
+            if target is None:
+                failed[key] = r
+                continue
+            self._bind(pod, target)
+
+    def _bind(self, pod: Pod, state: _NodeState) -> None:
+        del self._pending[pod.key]
+        pod = self._set_pod(pod, node_name=state.node.name, phase=pod.phase, ready=pod.ready, deletion_time=None,
+                            started=pod.started, evicted=pod.evicted)
+        state.pods.add(pod.key)
+        state.charge(pod.requests, 1)
+        self._record(POD_SCHEDULED, pod.namespace, pod.name, (pod.uid, state.node.name))
+        self._start_pod_timer(pod)
+
+    # ------------------------------------------------------------------ budgets and eviction
+
+    def create_pdb(self, pdb: PodDisruptionBudget) -> PodDisruptionBudget:
+        if pdb.key in self._budgets:
+            raise PlatformError(f'poddisruptionbudgets "{pdb.name}" already exists', field="metadata.name")
+        pdb = replace(pdb, created=pdb.created or self.now(), resource_version=self._next_rv())
+        budget = _Budget(pdb)
+        self._budgets[pdb.key] = budget
+        self._budgets_by_ns.setdefault(pdb.namespace, []).append(budget)
+        members = []
+        for key in self._pods_by_ns.get(pdb.namespace, ()):
+            pod = self._pods[key]
+            if pdb.selects(pod):
+                budget.add(pod)
+                self._pod_budgets[key] = (*self._pod_budgets.get(key, ()), budget)
+                members.append((pod.uid, _healthy(pod)))
+        self._record(PDB_CREATED, pdb.namespace, pdb.name, (pdb.key, tuple(members)))
+        return self._with_status(budget)
+
+    def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:
+        return [self._with_status(b) for b in self._budgets.values() if namespace is None or b.pdb.namespace == namespace]
+
+    def get_pdb(self, namespace: str, name: str) -> PodDisruptionBudget:
+        budget = self._budgets.get((namespace, name))
+        if budget is None:
+            raise NotFoundError(f'poddisruptionbudgets "{name}" not found', field="pdb")
+        return self._with_status(budget)
+
+    def _with_status(self, budget: _Budget) -> PodDisruptionBudget:
+        return replace(budget.pdb, status=self._status(budget))
+
+    def _status(self, budget: _Budget) -> PDBStatus:
+        """What the disruption controller would write into the budget's status now."""
+        pdb = budget.pdb
+        healthy = budget.healthy
+        if pdb.max_unavailable is not None or (pdb.min_available is not None and pdb.min_available.percent):
+            if budget.unsupported:
+                # getExpectedScale found a pod whose controller has no scale: failSafe keeps the old
+                # status and allows no disruption.
+                old = pdb.status
+                return replace(old, disruptions_allowed=0, sync_failed=f'found no controllers for pod "{budget.unsupported_pod}"')
+            expected = budget.expected
+            if expected is None:
+                expected = 0
+                for uid in budget.ctrl_refs:
+                    ctrl = self._controllers.get(uid)
+                    if ctrl is not None:
+                        expected += ctrl.replicas
+                budget.expected = expected
+            if pdb.max_unavailable is not None:
+                desired = max(expected - pdb.max_unavailable.scaled(expected, round_up=True), 0)
+            else:
+                assert pdb.min_available is not None
+                desired = pdb.min_available.scaled(expected, round_up=True)
+        elif pdb.min_available is not None:
+            desired = pdb.min_available.value
+            expected = len(budget.members)
+        else:
+            desired = expected = 0
+        allowed = healthy - desired
+        if expected <= 0 or allowed <= 0:
+            allowed = 0
+        return PDBStatus(
+            current_healthy=healthy, desired_healthy=desired, expected_pods=expected,
+            disruptions_allowed=allowed, observed_generation=pdb.generation,
+        )
+
+    def budgets_of(self, pod: Pod) -> list[PodDisruptionBudget]:
+        return [self._with_status(b) for b in self._pod_budgets.get(pod.key, ())]
+
+    def evict(self, namespace: str, name: str) -> EvictionResult:
+        """The eviction subresource (``POST .../pods/<name>/eviction``), rule for rule."""
+        pod = self._pods.get((namespace, name))
+        if pod is None:
+            return EvictionResult(404, f'pods "{name}" not found', "NotFound")
+        if pod.phase in ("Succeeded", "Failed", "Pending") or pod.deletion_time is not None:
+            # Terminal, pending and terminating pods are deleted without consulting budgets.
+            self._evicted(pod, None, 0)
+            return SUCCESS
+        budgets = self._pod_budgets.get(pod.key, ())
+        if len(budgets) > 1:
+            return self._refused(pod, EvictionResult(500, MSG_TWO_PDBS))
+        if not budgets:
+            self._evicted(pod, None, 0)
+            return SUCCESS
+        budget = budgets[0]
+        pdb = budget.pdb
+        status = self._status(budget)
+        if not pod.ready:
+            if pdb.unhealthy_pod_eviction_policy == "AlwaysAllow":
+                self._evicted(pod, pdb.key, status.desired_healthy)
+                return SUCCESS
+            if status.current_healthy >= status.desired_healthy and status.desired_healthy > 0:
+                self._evicted(pod, pdb.key, status.desired_healthy)
+                return SUCCESS
+        if status.observed_generation < pdb.generation:
+            return self._refused(
+                pod,
+                EvictionResult(429, MSG_TOO_MANY, "TooManyRequests",
+                               (("DisruptionBudget", f"The disruption budget {pdb.name} is still being processed by the server."),),
+                               retry_after_seconds=10),
+            )
+        if status.disruptions_allowed <= 0:
+            state = (status.desired_healthy, status.current_healthy)
+            result = budget.refusals.get(state)
+            if result is None:
+                result = budget.refusals[state] = EvictionResult(
+                    429, MSG_TOO_MANY, "TooManyRequests",
+                    (("DisruptionBudget", f"The disruption budget {pdb.name} needs {status.desired_healthy} "
+                                          f"healthy pods and has {status.current_healthy} currently"),),
+                )
+            return self._refused(pod, result)
+        self._evicted(pod, pdb.key, status.desired_healthy)
+        return SUCCESS
+
+    def _evicted(self, pod: Pod, budget: tuple[str, str] | None, desired: int) -> None:
+        self._record(POD_EVICTED, pod.namespace, pod.name, (pod.uid, _healthy(pod), budget, desired))
+        self._begin_termination(pod, evicted=True)
+
+    def _refused(self, pod: Pod, result: EvictionResult) -> EvictionResult:
+        self._record(EVICTION_REFUSED, pod.namespace, pod.name, (result.code, result.causes[0][1] if result.causes else result.message))
+        return result
+
+    # ------------------------------------------------------------------ whole-cluster views
+
+    def snapshot(self) -> dict[str, Any]:
+        nodes = sorted((s.node for s in self._nodes.values()), key=lambda n: n.name)
+        pods = sorted(self._pods.values(), key=lambda p: p.key)
+        pdbs = sorted(self.list_pdbs(), key=lambda b: b.key)
+        return snapshot_document(nodes, pods, pdbs)
+
+    def settled(self) -> bool:
+        """No pod waits for a node and every node and every running pod is Ready."""
+        if self._pending:
+            return False
+        if any(not s.node.ready for s in self._nodes.values()):
+            return False
+        return all(p.ready or p.is_finished or p.deletion_time is not None for p in self._pods.values())
+
+    def run_until_settled(self, max_seconds: float = 3600.0, step: float = 5.0) -> bool:
+        deadline = self.now() + max_seconds
+        while self.now() < deadline:
+            if self.settled():
+                return True
+            self.advance(step)
+        return self.settled()
+
+    # ------------------------------------------------------------------ loading a snapshot
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot, clock: VirtualClock | None = None, name: str = "snapshot", seed: int = 0) -> SimulatedCluster:
+        """A simulator holding the snapshot's objects, its controllers inferred from the pods' owners.
+
+        A controller's scale is taken as the number of its pods that are neither terminating nor
+        finished; a Job runs its active pods to completion; a DaemonSet's template is one of its pods.
+        The clock starts at the newest timestamp in the snapshot unless one is given.
+        """
+        if clock is None:
+            stamps = [n.created for n in snapshot.nodes] + [p.created for p in snapshot.pods]
+            clock = VirtualClock(max(stamps) if stamps else VirtualClock().now())
+        sim = cls(name=name, clock=clock, seed=seed)
+        for node in snapshot.nodes:
+            state = _NodeState(replace(node, resource_version=sim._next_rv()), None)
+            sim._nodes[node.name] = state
+        for pdb in snapshot.pdbs:
+            sim.create_pdb(pdb)
+        by_owner: dict[str, list[Pod]] = {}
+        for pod in snapshot.pods:
+            if pod.owner is not None and pod.owner.kind in CONTROLLER_API:
+                by_owner.setdefault(pod.owner.uid, []).append(pod)
+        for uid, pods in by_owner.items():
+            first = pods[0]
+            assert first.owner is not None
+            live = [p for p in pods if p.deletion_time is None and not p.is_finished]
+            template = replace(first, name=first.owner.name)
+            ctrl = _Controller(first.owner.kind, first.namespace, first.owner.name, uid, template, len(live))
+            if ctrl.kind == "Job":
+                ctrl.completions = len(live) + sum(1 for p in pods if p.phase == "Succeeded")
+                ctrl.succeeded = ctrl.completions - len(live)
+            sim._controllers[uid] = ctrl
+        for pod in snapshot.pods:
+            sim._add_pod(pod)
+        return sim

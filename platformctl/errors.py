@@ -1,0 +1,23 @@
+"""The project's error types.
+
+``PlatformError`` is the one error a user can cause (bad YAML, a missing field, an unknown cluster,
+a malformed snapshot). Its message names the file and the field; the CLI prints it on one line and
+exits 2. Everything else is a bug and may surface as a traceback.
+"""
+
+from __future__ import annotations
+
+
+class PlatformError(Exception):
+    """A mistake in the user's input, reported as ``<file>: <field>: <message>``."""
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        self.detail = message
+        parts = [p for p in (file, field) if p]
+        super().__init__(": ".join([*parts, message]))
+
+
+class NotFoundError(PlatformError):
+    """A named object (node, pod, cluster, stage) does not exist."""

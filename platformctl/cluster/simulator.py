@@ -580,8 +580,8 @@ class SimulatedCluster:
         )
         return self._add_pod(pod, ctrl)
 
-    def _add_pod(self, pod: Pod, ctrl: _Controller | None = None) -> Pod:
-        if ctrl is None:
+    def _add_pod(self, pod: Pod, ctrl: _Controller | None = None, keep_version: bool = False) -> Pod:
+        if ctrl is None and not keep_version:
             pod = replace(pod, resource_version=self._next_rv())
         key = pod.key
         self._pods[key] = pod
@@ -843,10 +843,11 @@ class SimulatedCluster:
 
     # ------------------------------------------------------------------ budgets and eviction
 
-    def create_pdb(self, pdb: PodDisruptionBudget) -> PodDisruptionBudget:
+    def create_pdb(self, pdb: PodDisruptionBudget, keep_version: bool = False) -> PodDisruptionBudget:
         if pdb.key in self._budgets:
             raise PlatformError(f'poddisruptionbudgets "{pdb.name}" already exists', field="metadata.name")
-        pdb = replace(pdb, created=pdb.created or self.now(), resource_version=self._next_rv())
+        if not keep_version:
+            pdb = replace(pdb, created=pdb.created or self.now(), resource_version=self._next_rv())
         budget = _Budget(pdb)
         self._budgets[pdb.key] = budget
         self._budgets_by_ns.setdefault(pdb.namespace, []).append(budget)
@@ -1002,11 +1003,12 @@ class SimulatedCluster:
             stamps = [n.created for n in snapshot.nodes] + [p.created for p in snapshot.pods]
             clock = VirtualClock(max(stamps) if stamps else VirtualClock().now())
         sim = cls(name=name, clock=clock, seed=seed)
+        versions = [o.resource_version for o in (*snapshot.nodes, *snapshot.pods, *snapshot.pdbs)]
+        sim._rv = max(versions, default=0)  # objects keep their versions; changes count on from here
         for node in snapshot.nodes:
-            state = _NodeState(replace(node, resource_version=sim._next_rv()), None)
-            sim._nodes[node.name] = state
+            sim._nodes[node.name] = _NodeState(node, None)
         for pdb in snapshot.pdbs:
-            sim.create_pdb(pdb)
+            sim.create_pdb(pdb, keep_version=True)
         by_owner: dict[str, list[Pod]] = {}
         for pod in snapshot.pods:
             if pod.owner is not None and pod.owner.kind in CONTROLLER_API:
@@ -1022,5 +1024,5 @@ class SimulatedCluster:
                 ctrl.succeeded = ctrl.completions - len(live)
             sim._controllers[uid] = ctrl
         for pod in snapshot.pods:
-            sim._add_pod(pod)
+            sim._add_pod(pod, keep_version=True)
         return sim

@@ -195,7 +195,7 @@ def populate(
             replicas = parallelism
         else:
             name = f"svc-{in_team:03d}"
-            replicas = rng.choice((2, 3, 3, 4, 6, 8, 12, 20, 30, 60))
+            replicas = min(rng.choice((2, 3, 3, 4, 6, 8, 12, 20, 30, 60)), max(target - created, 2))
             tier = rng.choice(("web", "api", "worker"))
             labels = {"app": name, "team": ns, "tier": tier, "pod-template-hash": f"{rng.getrandbits(32):08x}"[:9]}
             t = _template(ns, name, labels, cpu, mem, node_type="general", start_seconds=rng.choice((5, 10, 20, 40)))

@@ -1,0 +1,192 @@
+"""The ``platformctl`` command. The only module that imports every part of the toolkit.
+
+A user's mistake (``PlatformError``) is printed on one line naming the file and the field, and the
+command exits 2 having changed nothing. Every command takes ``--output json`` for machines.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from platformctl import __version__
+from platformctl.errors import PlatformError
+from platformctl.topology import STAGES, HostCluster, load_stage
+
+OUTPUT = click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True,
+                      help="text for people, json for machines")
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PlatformError as exc:
+            click.echo(f"platformctl: error: {exc}", err=True)
+            ctx.exit(2)
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="platformctl")
+@click.option("--infra-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="folder of the Pulumi stack files (default: infra/ of this checkout)")
+@click.pass_context
+def cli(ctx: click.Context, infra_dir: Path | None) -> None:
+    """Run the lifecycle of a Kubernetes compute platform on AWS."""
+    ctx.obj = {"infra_dir": infra_dir}
+
+
+# ---------------------------------------------------------------------------------------- stage
+
+
+@cli.group()
+def stage() -> None:
+    """The release stages and their regions, as their stack files describe them."""
+
+
+@stage.command("show")
+@click.argument("name", type=click.Choice(STAGES), default="dev")
+@OUTPUT
+@click.pass_context
+def stage_show(ctx: click.Context, name: str, output: str) -> None:
+    """Show a stage's region, clusters and node pools."""
+    st = load_stage(name, ctx.obj["infra_dir"])
+    if output == "json":
+        _emit_json({
+            "stage": st.name, "region": st.region, "zones": list(st.zones), "source": st.source,
+            "clusters": [
+                {"name": c.name, "kind": "host" if isinstance(c, HostCluster) else "member", "zones": list(c.zones),
+                 "node_pools": [p.model_dump(by_alias=True, mode="json") for p in c.node_pools]}
+                for c in st.clusters()
+            ],
+        })
+        return
+    console = _console()
+    console.print(f"[bold]{st.name}[/] in {st.region} ({', '.join(st.zones)}), from {st.source}")
+    table = Table("cluster", "kind", "zones", "pool", "type", "image", "instances", "min/desired/max")
+    for c in st.clusters():
+        for i, p in enumerate(c.node_pools):
+            table.add_row(c.name if i == 0 else "", ("host" if isinstance(c, HostCluster) else "member") if i == 0 else "",
+                          ",".join(c.zones) if i == 0 else "", p.name, p.node_type, st.image_for(p) or "-",
+                          ",".join(p.instance_types), f"{p.min_size}/{p.desired_size}/{p.max_size}")
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------------------- snapshot
+
+
+@cli.group()
+def snapshot() -> None:
+    """Cluster snapshots in the format of `kubectl get nodes,pods,pdb -A -o json`."""
+
+
+@snapshot.command("inspect")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@OUTPUT
+def snapshot_inspect(file: Path, output: str) -> None:
+    """Summarise a snapshot: nodes by pool and image, pods, and budgets as the disruption controller sees them."""
+    from platformctl.cluster.model import load_snapshot
+    from platformctl.cluster.simulator import SimulatedCluster
+
+    snap = load_snapshot(file)
+    sim = SimulatedCluster.from_snapshot(snap, name=file.stem)
+    pdbs = sim.list_pdbs()
+    pools = Counter((n.pool or "-", n.image or "-") for n in snap.nodes)
+    blocking = [b for b in pdbs if b.status.disruptions_allowed == 0]
+    data = {
+        "file": str(file),
+        "nodes": len(snap.nodes),
+        "nodes_ready": sum(n.ready for n in snap.nodes),
+        "nodes_cordoned": sum(n.unschedulable for n in snap.nodes),
+        "pools": [{"pool": p, "image": i, "nodes": c} for (p, i), c in sorted(pools.items())],
+        "pods": len(snap.pods),
+        "pods_by_phase": dict(Counter(p.phase for p in snap.pods)),
+        "pods_by_owner": dict(Counter(p.owner_kind or "none" for p in snap.pods)),
+        "pdbs": len(pdbs),
+        "pdbs_blocking": [
+            {"namespace": b.namespace, "name": b.name, "current_healthy": b.status.current_healthy,
+             "desired_healthy": b.status.desired_healthy, "expected_pods": b.status.expected_pods,
+             **({"reason": b.status.sync_failed} if b.status.sync_failed else {})}
+            for b in blocking
+        ],
+    }
+    if output == "json":
+        _emit_json(data)
+        return
+    console = _console()
+    console.print(f"[bold]{file}[/]: {data['nodes']} nodes ({data['nodes_ready']} Ready, {data['nodes_cordoned']} cordoned), "
+                  f"{data['pods']} pods, {data['pdbs']} PodDisruptionBudgets")
+    table = Table("pool", "image", "nodes")
+    for row in data["pools"]:
+        table.add_row(row["pool"], row["image"], str(row["nodes"]))
+    console.print(table)
+    console.print("pods by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(data["pods_by_phase"].items())))
+    console.print("pods by owner: " + ", ".join(f"{k} {v}" for k, v in sorted(data["pods_by_owner"].items())))
+    if blocking:
+        table = Table("namespace", "budget", "healthy", "desired", "expected", title="Budgets that allow no disruption now")
+        for b in blocking[:50]:
+            table.add_row(b.namespace, b.name, str(b.status.current_healthy), str(b.status.desired_healthy), str(b.status.expected_pods))
+        console.print(table)
+        if len(blocking) > 50:
+            console.print(f"… and {len(blocking) - 50} more (--output json lists them all)")
+
+
+@snapshot.command("generate")
+@click.option("--nodes", type=click.IntRange(4, 20000), default=100, show_default=True)
+@click.option("--pods-per-node", type=click.FloatRange(1, 200), default=40.0, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@OUTPUT
+def snapshot_generate(nodes: int, pods_per_node: float, seed: int, out: Path, output: str) -> None:
+    """Write a synthetic cluster's snapshot: services with budgets, stateful sets, jobs, GPU training, daemons."""
+    from platformctl.cluster.model import save_snapshot
+    from platformctl.cluster.synthetic import synthetic_cluster
+
+    sim, summary = synthetic_cluster(nodes, seed=seed, pods_per_node=pods_per_node)
+    save_snapshot(sim.snapshot(), out)
+    data = {"file": str(out), "nodes": len(sim.list_nodes()), "pods": len(sim.list_pods()), **summary.as_dict()}
+    if output == "json":
+        _emit_json(data)
+    else:
+        _console().print(f"wrote {out}: {data['nodes']} nodes, {data['pods']} pods, {data['pdbs']} PodDisruptionBudgets")
+
+
+# ---------------------------------------------------------------------------------------- demo
+
+
+@cli.command()
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), default="dev", show_default=True)
+@click.option("--minutes", type=click.IntRange(5, 24 * 60), default=60, show_default=True, help="virtual minutes to live through")
+@click.option("--save-snapshots", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="write each cluster's final snapshot here")
+@OUTPUT
+@click.pass_context
+def demo(ctx: click.Context, stage_name: str, minutes: int, save_snapshots: Path | None, output: str) -> None:
+    """Tell a short story of a stage on the embedded local region."""
+    from platformctl.cli.demo import run_demo
+
+    st = load_stage(stage_name, ctx.obj["infra_dir"])
+    report = run_demo(st, minutes, _console(), quiet=output == "json", save_dir=save_snapshots)
+    if output == "json":
+        _emit_json(report.as_dict())
+    if report.budget_violations:
+        sys.exit(1)
+
+
+def main() -> None:
+    cli(prog_name="platformctl")

@@ -1,0 +1,219 @@
+"""``platformctl demo``: a short story of one stage on the embedded local region.
+
+It reads the stage from its stack file, provisions the local region (moto and one simulated
+cluster per cluster of the stage), fills the member clusters with workloads, and lives through an
+hour of virtual time: batch jobs come and go, an instance fails and its auto scaling group replaces
+it, and an operator drains a node through the eviction API while the budgets pace it. It ends with
+what happened and the invariants checked on the event log. Later issues extend this story into the
+full lifecycle (images, rotation, release, canaries).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from platformctl.cluster import simulator as sim_events
+from platformctl.cluster.drain import drain
+from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
+from platformctl.cluster.model import format_time, save_snapshot
+from platformctl.cluster.synthetic import ANNOTATION_RUN_SECONDS, ANNOTATION_START_SECONDS
+from platformctl.cluster.model import Container, Pod, Resources, LABEL_NODE_TYPE
+from platformctl.local_region import LocalRegion
+from platformctl.topology import HostCluster, Stage
+
+
+@dataclass
+class DemoReport:
+    stage: str
+    region: str
+    virtual_start: float = 0.0
+    virtual_end: float = 0.0
+    wall_seconds: float = 0.0
+    clusters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    story: list[str] = field(default_factory=list)
+    evictions: int = 0
+    evictions_refused: int = 0
+    budget_violations: list[str] = field(default_factory=list)
+    pods_lost_with_node: int = 0
+    nodes_replaced: int = 0
+    snapshots: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "region": self.region,
+            "virtual_start": format_time(self.virtual_start),
+            "virtual_end": format_time(self.virtual_end),
+            "virtual_minutes": round((self.virtual_end - self.virtual_start) / 60, 1),
+            "wall_seconds": round(self.wall_seconds, 2),
+            "clusters": self.clusters,
+            "story": self.story,
+            "evictions": self.evictions,
+            "evictions_refused": self.evictions_refused,
+            "budget_violations": self.budget_violations,
+            "pods_lost_with_node": self.pods_lost_with_node,
+            "nodes_replaced": self.nodes_replaced,
+            "snapshots": self.snapshots,
+        }
+
+
+def _batch_job(namespace: str, name: str, cpu: int, minutes: int) -> Pod:
+    requests = Resources(cpu, 512 * 1024**2)
+    return Pod(
+        namespace=namespace, name=name, uid="",
+        labels={"job-name": name, "team": "reports"},
+        annotations={ANNOTATION_START_SECONDS: "15", ANNOTATION_RUN_SECONDS: str(minutes * 60)},
+        containers=(Container("report", "registry.example.com/report:4.2", requests),),
+        requests=requests, priority=-100, priority_class_name="preemptible", grace_seconds=10,
+        node_selector={LABEL_NODE_TYPE: "general"},
+    )
+
+
+def _replace_node(region: LocalRegion, target: Any, group: str, report: DemoReport) -> str:
+    """What an operator does to replace a node by hand: surge the group by one, wait for the new
+    node, drain the old one through the eviction API, and terminate it with its capacity."""
+    asg = region.autoscaling()
+    began = region.clock.now()
+    selector = f"eks.amazonaws.com/nodegroup={region.pools[group].pool.name}"
+    old = max(target.list_nodes(selector), key=lambda n: (len(target.list_pods(node_name=n.name)), n.name))
+    desired = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"][0]["DesiredCapacity"]
+    asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=desired + 1)
+    while region.clock.now() - began < 1800:
+        nodes = target.list_nodes(selector)
+        if len(nodes) > desired and all(n.ready for n in nodes):
+            break
+        region.advance(region.sync_seconds)
+    result = drain(target, [old.name], poll_seconds=5, timeout_seconds=1800)
+    asg.terminate_instance_in_auto_scaling_group(InstanceId=old.instance_id, ShouldDecrementDesiredCapacity=True)
+    region.advance(region.sync_seconds)
+    report.nodes_replaced += 1
+    outcome = "done" if result.complete else "timed out"
+    report.story.append(
+        f"{format_time(began)} operator replaced {old.name}: surged {group} by one, drained the old node "
+        f"({result.evictions} pods evicted, {sum(result.refusals.values())} evictions refused by budgets and retried, "
+        f"{outcome} in {result.seconds:.0f} s) and terminated its instance")
+    return old.name
+
+
+def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir: Path | None = None) -> DemoReport:
+    wall = time.perf_counter()
+    report = DemoReport(stage.name, stage.region)
+    say = (lambda *a, **k: None) if quiet else console.print
+
+    say(f"[bold]Stage {stage.name}[/] in {stage.region}, read from {stage.source}")
+    table = Table("cluster", "kind", "zones", "node pools")
+    for cluster in stage.clusters():
+        pools = ", ".join(f"{p.name} {p.desired_size}×{p.instance_type}" for p in cluster.node_pools)
+        kind = "host" if isinstance(cluster, HostCluster) else "member"
+        table.add_row(cluster.name, kind, ",".join(cluster.zones), pools)
+    say(table)
+
+    with LocalRegion(stage) as region:
+        report.virtual_start = region.clock.now()
+        say(f"\n[bold]Local region[/]: AWS is moto. Created {stage.name}'s VPC {region.vpc_id}, "
+            f"{len(region.subnets)} private subnets, {len(region.pools)} launch templates "
+            f"(IMDSv2, encrypted root volume) and auto scaling groups.")
+        region.wait_until_ready()
+        nodes = sum(len(s.list_nodes()) for s in region.clusters.values())
+        say(f"{nodes} instances joined their clusters as nodes and turned Ready "
+            f"after {(region.clock.now() - report.virtual_start) / 60:.0f} virtual minutes of boot.")
+
+        summaries = region.populate_workloads()
+        region.advance(120)
+        table = Table("cluster", "nodes", "workloads", "pods", "PDBs", title="Workloads")
+        for name, summary in summaries.items():
+            sim = region.cluster(name)
+            kinds = ", ".join(f"{n} {k}" for k, n in sorted(summary.workloads.items()))
+            table.add_row(name, str(len(sim.list_nodes())), kinds, str(len(sim.list_pods())), str(summary.pdbs))
+        say(table)
+
+        member = next(c for c in stage.member_clusters)
+        target = region.cluster(member.name)
+        general = f"{member.name}-general"
+        seconds = minutes * 60
+        failure_at = report.virtual_start + 0  # set below, relative to the hour's start
+        start = region.clock.now()
+        failure_at = start + seconds * 0.15
+        drain_at = start + seconds * 0.35
+        failed_instance = drained_node = None
+        jobs = 0
+        step = 60.0
+
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} min"),
+                            TimeElapsedColumn(), console=console, disable=quiet, transient=False)
+        with progress:
+            task = progress.add_task(f"An hour of {stage.name}", total=minutes)
+            while region.clock.now() < start + seconds:
+                now = region.clock.now()
+                if int((now - start) // 60) % 15 == 0:
+                    jobs += 1
+                    target.create_workload("Job", _batch_job("reports", f"nightly-report-{jobs}", 250, 8), 4,
+                                           completions=8, ttl_seconds=300)
+                if failed_instance is None and now >= failure_at:
+                    node = sorted(target.list_nodes(f"eks.amazonaws.com/nodegroup=general"), key=lambda n: n.name)[0]
+                    failed_instance = node.instance_id
+                    region.autoscaling().terminate_instance_in_auto_scaling_group(
+                        InstanceId=failed_instance, ShouldDecrementDesiredCapacity=False)
+                    report.story.append(
+                        f"{format_time(now)} instance {failed_instance} ({node.name}) of {general} failed; "
+                        f"its auto scaling group launched a replacement")
+                    report.nodes_replaced += 1
+                if drained_node is None and now >= drain_at:
+                    drained_node = _replace_node(region, target, general, report)
+                region.advance(step)
+                progress.update(task, completed=min((region.clock.now() - start) / 60, minutes))
+
+        report.virtual_end = region.clock.now()
+        events: list[sim_events.Event] = []
+        for name, sim in region.clusters.items():
+            kinds = Counter(e.kind for e in sim.events)
+            pods = sim.list_pods()
+            report.clusters[name] = {
+                "nodes": len(sim.list_nodes()),
+                "nodes_ready": sum(n.ready for n in sim.list_nodes()),
+                "pods": len(pods),
+                "pods_running": sum(p.phase == "Running" for p in pods),
+                "pods_pending": len(sim.pending_pods()),
+                "pods_started": kinds[sim_events.POD_READY],
+                "pods_succeeded": kinds[sim_events.POD_SUCCEEDED],
+                "pdbs": len(sim.list_pdbs()),
+            }
+            report.evictions += kinds[sim_events.POD_EVICTED]
+            report.evictions_refused += kinds[sim_events.EVICTION_REFUSED]
+            report.budget_violations += eviction_budget_violations(sim.events)
+            report.pods_lost_with_node += len(lost_pods(sim.events))
+            events += sim.events
+            if save_dir is not None:
+                save_dir.mkdir(parents=True, exist_ok=True)
+                path = save_dir / f"{name}.json"
+                save_snapshot(sim.snapshot(), path)
+                report.snapshots.append(str(path))
+    report.wall_seconds = time.perf_counter() - wall
+
+    if not quiet:
+        console.print()
+        for line in report.story:
+            console.print(f"• {line}")
+        table = Table("cluster", "nodes (Ready)", "pods running", "pending", "pods started", "pods completed", title="After the hour")
+        for name, c in report.clusters.items():
+            table.add_row(name, f"{c['nodes']} ({c['nodes_ready']})", str(c["pods_running"]), str(c["pods_pending"]),
+                          str(c["pods_started"]), str(c["pods_succeeded"]))
+        console.print(table)
+        virtual = (report.virtual_end - report.virtual_start) / 60
+        console.print(f"{virtual:.0f} virtual minutes in {report.wall_seconds:.1f} s of wall time. "
+                      f"{report.evictions} evictions, {report.evictions_refused} refused with 429 and retried.")
+        verdict = "[green]no eviction broke a PodDisruptionBudget[/]" if not report.budget_violations else \
+            f"[red]{len(report.budget_violations)} evictions broke a PodDisruptionBudget[/]"
+        console.print(f"Invariants from the event log: {verdict}; {report.pods_lost_with_node} pods went down with the failed instance "
+                      f"and were recreated by their controllers.")
+        for path in report.snapshots:
+            console.print(f"Snapshot (kubectl get nodes,pods,pdb -A -o json format): {path}")
+    return report

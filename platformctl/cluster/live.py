@@ -1,0 +1,126 @@
+"""The cluster interface against a real API server, through the official Kubernetes client.
+
+Responses are read as raw JSON (``_preload_content=False``) and parsed by the same functions that
+read snapshots, so a live cluster and a snapshot file become the same typed values. Eviction
+refusals come back as the API's ``Status`` body, turned into an ``EvictionResult`` unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from platformctl.clock import Clock, WallClock
+from platformctl.cluster.model import (
+    EvictionResult,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    parse_node,
+    parse_pdb,
+    parse_pod,
+    snapshot_document,
+)
+from platformctl.errors import NotFoundError, PlatformError
+
+
+class LiveCluster:
+    def __init__(self, api_client: Any, name: str = "live", clock: Clock | None = None, source: str | None = None) -> None:
+        from kubernetes import client
+
+        self.name = name
+        self.source = source or "kubeconfig"
+        self._clock = clock or WallClock()
+        self._api = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._policy = client.PolicyV1Api(api_client)
+        self._client = client
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | None = None, context: str | None = None, clock: Clock | None = None) -> LiveCluster:
+        from kubernetes import config
+        from kubernetes.config.config_exception import ConfigException
+
+        try:
+            api_client = config.new_client_from_config(config_file=path, context=context)
+        except (ConfigException, FileNotFoundError) as exc:
+            raise PlatformError(str(exc).splitlines()[0], file=path or "~/.kube/config", field=f"contexts.{context}" if context else "current-context") from None
+        return cls(api_client, name=context or "live", clock=clock, source=path)
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def _unreachable(self, exc: Exception) -> PlatformError:
+        host = self._api.configuration.host
+        reason = str(getattr(exc, "reason", "") or exc).splitlines()[0]
+        return PlatformError(f"cannot reach the Kubernetes API at {host} ({reason})", file=self.source, field=f"context {self.name}")
+
+    # The client raises ApiException for any non-2xx answer.
+    def _call(self, fn: Any, *args: Any, what: str, **kwargs: Any) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            response = fn(*args, _preload_content=False, _request_timeout=30, **kwargs)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise NotFoundError(f"{what} not found", field=what.split(" ")[0]) from None
+            raise
+        except HTTPError as exc:
+            raise self._unreachable(exc) from None
+        return json.loads(response.data)
+
+    def list_nodes(self, label_selector: str | None = None) -> list[Node]:
+        data = self._call(self._core.list_node, what="nodes", label_selector=label_selector or "")
+        return [parse_node(item, f"items[{i}]", "nodes") for i, item in enumerate(data["items"])]
+
+    def get_node(self, name: str) -> Node:
+        return parse_node(self._call(self._core.read_node, name, what=f"node {name}"), "node", name)
+
+    def cordon(self, name: str, unschedulable: bool = True) -> Node:
+        data = self._call(self._core.patch_node, name, {"spec": {"unschedulable": unschedulable}}, what=f"node {name}")
+        return parse_node(data, "node", name)
+
+    def delete_node(self, name: str) -> None:
+        self._call(self._core.delete_node, name, what=f"node {name}")
+
+    def list_pods(self, namespace: str | None = None, label_selector: str | None = None, node_name: str | None = None) -> list[Pod]:
+        kwargs: dict[str, Any] = {"label_selector": label_selector or ""}
+        if node_name:
+            kwargs["field_selector"] = f"spec.nodeName={node_name}"
+        if namespace:
+            data = self._call(self._core.list_namespaced_pod, namespace, what="pods", **kwargs)
+        else:
+            data = self._call(self._core.list_pod_for_all_namespaces, what="pods", **kwargs)
+        return [parse_pod(item, f"items[{i}]", "pods") for i, item in enumerate(data["items"])]
+
+    def get_pod(self, namespace: str, name: str) -> Pod:
+        return parse_pod(self._call(self._core.read_namespaced_pod, name, namespace, what=f"pod {namespace}/{name}"), "pod", name)
+
+    def evict(self, namespace: str, name: str) -> EvictionResult:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        body = self._client.V1Eviction(metadata=self._client.V1ObjectMeta(name=name, namespace=namespace))
+        try:
+            response = self._core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False, _request_timeout=30)
+        except HTTPError as exc:
+            raise self._unreachable(exc) from None
+        except ApiException as exc:
+            try:
+                status = json.loads(exc.body or "{}")
+            except ValueError:
+                status = {"message": exc.reason or ""}
+            return EvictionResult.from_status(status, exc.status or 500)
+        return EvictionResult.from_status(json.loads(response.data or b"{}"), response.status)
+
+    def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:
+        if namespace:
+            data = self._call(self._policy.list_namespaced_pod_disruption_budget, namespace, what="poddisruptionbudgets")
+        else:
+            data = self._call(self._policy.list_pod_disruption_budget_for_all_namespaces, what="poddisruptionbudgets")
+        return [parse_pdb(item, f"items[{i}]", "poddisruptionbudgets") for i, item in enumerate(data["items"])]
+
+    def snapshot(self) -> dict[str, Any]:
+        return snapshot_document(self.list_nodes(), self.list_pods(), self.list_pdbs())

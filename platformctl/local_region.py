@@ -1,0 +1,234 @@
+"""The embedded local region of one stage: moto for AWS, a simulator for every cluster.
+
+``LocalRegion`` creates the stage's network, launch templates and auto scaling groups in AWS
+through the project's boto3 clients (moto in process unless ``AWS_ENDPOINT_URL`` points elsewhere)
+and runs one ``SimulatedCluster`` per cluster on a shared virtual clock. Nodes follow the auto
+scaling groups, like EKS nodes follow their instances: every ``sync_seconds`` of virtual time it
+reads the groups, registers each new instance as a node that turns Ready after the pool's boot time
+(labelled with the image its launch template gave it), and deletes the node of every instance that
+left its group. Deleting a node object while its instance runs is undone at the next sync, as a
+kubelet re-registers.
+
+The AWS resources are created from the stage topology here; the infra issue replaces this with the
+Pulumi program run under mocks, so that there is one description of what a stage contains.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from platformctl import aws
+from platformctl.clock import VirtualClock
+from platformctl.cluster.model import Taint
+from platformctl.cluster.simulator import SimulatedCluster, build_node
+from platformctl.cluster.synthetic import WorkloadSummary, populate
+from platformctl.errors import NotFoundError
+from platformctl.topology import Cluster, HostCluster, NodePool, Stage
+
+_FAKE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+}
+
+
+@dataclass(frozen=True)
+class PoolBinding:
+    cluster: str
+    pool: NodePool
+    asg_name: str
+    launch_template: str
+
+
+class LocalRegion:
+    def __init__(self, stage: Stage, clock: VirtualClock | None = None, seed: int = 7, sync_seconds: float = 10.0) -> None:
+        self.stage = stage
+        self.clock = clock or VirtualClock()
+        self.sync_seconds = sync_seconds
+        self.clusters: dict[str, SimulatedCluster] = {
+            c.name: SimulatedCluster(c.name, clock=self.clock, seed=seed + i, region=stage.region)
+            for i, c in enumerate(stage.clusters())
+        }
+        self.pools: dict[str, PoolBinding] = {}
+        self.vpc_id = ""
+        self.subnets: dict[str, str] = {}
+        self._nodes_by_instance: dict[str, tuple[str, str]] = {}
+        self._mock: Any = None
+        self._saved_env: dict[str, str | None] = {}
+        self._ticking = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> LocalRegion:
+        if not os.environ.get("AWS_ENDPOINT_URL"):
+            from moto import mock_aws
+
+            for key, value in _FAKE_CREDENTIALS.items():
+                self._saved_env[key] = os.environ.get(key)
+                os.environ[key] = value
+            self._mock = mock_aws()
+            self._mock.start()
+        self.provision()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._mock is not None:
+            self._mock.stop()
+            self._mock = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+
+    def ec2(self) -> Any:
+        return aws.client("ec2", self.stage.region)
+
+    def autoscaling(self) -> Any:
+        return aws.client("autoscaling", self.stage.region)
+
+    # ------------------------------------------------------------------ provisioning
+
+    def _tags(self, **extra: str) -> dict[str, str]:
+        return {"platformctl.io/stage": self.stage.name, "platformctl.io/managed-by": "platformctl", **extra}
+
+    def provision(self) -> None:
+        """Create the network and one launch template and auto scaling group per node pool."""
+        ec2 = self.ec2()
+        topo = self.stage.topology
+        vpc = ec2.create_vpc(
+            CidrBlock=topo.vpc_cidr,
+            TagSpecifications=[{"ResourceType": "vpc", "Tags": aws.tag_list(self._tags(Name=f"{self.stage.name}-vpc"))}],
+        )
+        self.vpc_id = vpc["Vpc"]["VpcId"]
+        blocks = ipaddress.ip_network(topo.vpc_cidr).subnets(new_prefix=20)
+        for zone in self.stage.zones:
+            for kind in ("private", "public"):
+                subnet = ec2.create_subnet(
+                    VpcId=self.vpc_id, CidrBlock=str(next(blocks)), AvailabilityZone=zone,
+                    TagSpecifications=[{"ResourceType": "subnet", "Tags": aws.tag_list(
+                        self._tags(Name=f"{self.stage.name}-{kind}-{zone}", **{"platformctl.io/tier": kind}))}],
+                )
+                if kind == "private":
+                    self.subnets[zone] = subnet["Subnet"]["SubnetId"]
+        for cluster in self.stage.clusters():
+            for pool in cluster.node_pools:
+                self._provision_pool(cluster, pool)
+        self.sync()
+        if not self._ticking:
+            self._ticking = True
+            self.clock.call_later(self.sync_seconds, self._tick)
+
+    def _provision_pool(self, cluster: Cluster, pool: NodePool) -> None:
+        name = f"{cluster.name}-{pool.name}"
+        zone_tag = ",".join(cluster.zones)
+        tags = self._tags(**{
+            "platformctl.io/cluster": cluster.name, "platformctl.io/node-pool": pool.name,
+            "platformctl.io/node-type": pool.node_type, "platformctl.io/zone": zone_tag,
+            "eks:cluster-name": cluster.name, "eks:nodegroup-name": pool.name,
+        })
+        image = self.stage.image_for(pool) or "ami-0a1f00c0ffee00001"
+        self.ec2().create_launch_template(
+            LaunchTemplateName=name,
+            LaunchTemplateData={
+                "ImageId": image,
+                "InstanceType": pool.instance_type,
+                "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
+                "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 100, "VolumeType": "gp3", "Encrypted": True}}],
+                "TagSpecifications": [{"ResourceType": "instance", "Tags": aws.tag_list(tags)}],
+            },
+            TagSpecifications=[{"ResourceType": "launch-template", "Tags": aws.tag_list(tags)}],
+        )
+        self.autoscaling().create_auto_scaling_group(
+            AutoScalingGroupName=name,
+            LaunchTemplate={"LaunchTemplateName": name, "Version": "$Latest"},
+            MinSize=pool.min_size, MaxSize=pool.max_size, DesiredCapacity=pool.desired_size,
+            VPCZoneIdentifier=",".join(self.subnets[z] for z in cluster.zones),
+            Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in sorted(tags.items())],
+        )
+        self.pools[name] = PoolBinding(cluster.name, pool, name, name)
+
+    # ------------------------------------------------------------------ nodes follow instances
+
+    def _tick(self) -> None:
+        self.sync()
+        self.clock.call_later(self.sync_seconds, self._tick)
+
+    def sync(self) -> None:
+        """Make every cluster's nodes match the instances of its auto scaling groups."""
+        asg = self.autoscaling()
+        in_groups: dict[str, PoolBinding] = {}
+        pages = asg.get_paginator("describe_auto_scaling_groups").paginate(AutoScalingGroupNames=list(self.pools))
+        for page in pages:
+            for group in page["AutoScalingGroups"]:
+                binding = self.pools[group["AutoScalingGroupName"]]
+                for inst in group["Instances"]:
+                    if inst["LifecycleState"] in ("InService", "Pending"):
+                        in_groups[inst["InstanceId"]] = binding
+        for instance_id, (cluster, node) in list(self._nodes_by_instance.items()):
+            if instance_id not in in_groups:
+                del self._nodes_by_instance[instance_id]
+                sim = self.clusters[cluster]
+                if any(n.name == node for n in sim.list_nodes()):
+                    sim.delete_node(node)
+        registered = {(c, n) for c, n in self._nodes_by_instance.values()}
+        missing = [i for i in in_groups if i not in self._nodes_by_instance]
+        for instance_id, (cluster, node) in self._nodes_by_instance.items():
+            sim = self.clusters[cluster]
+            try:
+                sim.get_node(node)
+            except NotFoundError:
+                missing.append(instance_id)  # node object deleted, instance still running: re-register
+        if not missing:
+            return
+        ec2 = self.ec2()
+        for reservation in ec2.describe_instances(InstanceIds=missing)["Reservations"]:
+            for inst in reservation["Instances"]:
+                binding = in_groups[inst["InstanceId"]]
+                self._register(binding, inst, registered)
+
+    def _register(self, binding: PoolBinding, inst: dict[str, Any], registered: set[tuple[str, str]]) -> None:
+        pool = binding.pool
+        name = inst.get("PrivateDnsName") or f"{inst['InstanceId']}.{self.stage.region}.compute.internal"
+        zone = inst["Placement"]["AvailabilityZone"]
+        rejoin = (binding.cluster, name) in registered
+        node = build_node(
+            name=name, zone=zone, instance_type=inst["InstanceType"], pool=pool.name, image=inst["ImageId"],
+            instance_id=inst["InstanceId"], node_type=pool.node_type, labels=pool.labels,
+            taints=[Taint(t.key, t.value, t.effect) for t in pool.taints], created=self.clock.now(),
+        )
+        self.clusters[binding.cluster].add_node(node, ready_after=30.0 if rejoin else float(pool.boot_seconds))
+        self._nodes_by_instance[inst["InstanceId"]] = (binding.cluster, name)
+
+    # ------------------------------------------------------------------ conveniences
+
+    def cluster(self, name: str) -> SimulatedCluster:
+        try:
+            return self.clusters[name]
+        except KeyError:
+            raise NotFoundError(f"no cluster {name!r} in the local {self.stage.name} region", field="cluster") from None
+
+    def advance(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+
+    def wait_until_ready(self, max_seconds: float = 1800.0) -> bool:
+        deadline = self.clock.now() + max_seconds
+        while self.clock.now() < deadline:
+            if all(sim.settled() and sim.list_nodes() for sim in self.clusters.values()):
+                return True
+            self.clock.sleep(self.sync_seconds)
+        return False
+
+    def populate_workloads(self, pods_per_node: float = 30.0, seed: int = 11) -> dict[str, WorkloadSummary]:
+        """Synthetic workloads on every member cluster; the host cluster gets only system pods."""
+        out = {}
+        for i, cluster in enumerate(self.stage.clusters()):
+            sim = self.clusters[cluster.name]
+            density = 0.0 if isinstance(cluster, HostCluster) else pods_per_node
+            out[cluster.name] = populate(sim, pods_per_node=density, seed=seed + i, team_size=8, pdb_every_pods=20)
+        return out

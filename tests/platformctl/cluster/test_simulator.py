@@ -1,0 +1,178 @@
+"""What the simulator does over time: scheduling, controllers, node lifecycle."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from platformctl.cluster import simulator as s
+from platformctl.cluster.drain import drain
+from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
+from platformctl.cluster.model import LABEL_NODE_TYPE, PodDisruptionBudget, Taint, Toleration
+from platformctl.cluster.selectors import IntOrPercent, LabelSelector
+from platformctl.cluster.simulator import Event, NodePoolSpec
+
+from tests.platformctl.cluster.helpers import MIB, cluster, template
+
+
+def test_pods_start_after_their_start_time_and_spread_over_nodes() -> None:
+    sim = cluster(nodes=3)
+    sim.create_workload("ReplicaSet", template(start=20), 6)
+    sim.advance(1)
+    pods = sim.list_pods("app")
+    assert len(pods) == 6 and all(p.node_name and not p.ready for p in pods)
+    sim.advance(20)
+    pods = sim.list_pods("app")
+    assert all(p.ready and p.phase == "Running" for p in pods)
+    assert Counter(p.node_name for p in pods).most_common(1)[0][1] == 2
+
+
+def test_scheduler_respects_capacity_taints_selectors_and_cordon() -> None:
+    sim = cluster(nodes=2, instance_type="m6i.large")  # 1930m CPU each
+    gpu = NodePoolSpec("ml", "us-east-1a", "g5.xlarge", "ami-0old", 1, 300, "ml", {}, (Taint("nvidia.com/gpu", "true", "NoSchedule"),))
+    sim.add_pool(gpu)
+    ml_node = sim.pool_nodes("ml")[0].name
+    sim.create_workload("ReplicaSet", template(name="big", cpu=1500), 3)
+    sim.create_workload("ReplicaSet", template(name="train", gpus=1, node_selector={LABEL_NODE_TYPE: "ml"},
+                                               tolerations=(Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),)), 1)
+    sim.advance(30)
+    big = sim.list_pods("app", "app=big")
+    placed = [p for p in big if p.node_name]
+    assert len(placed) == 2 and len(sim.pending_pods()) == 1  # the third does not fit anywhere
+    assert all(p.node_name != ml_node for p in placed)  # the GPU taint keeps them off
+    assert sim.list_pods("app", "app=train")[0].node_name == ml_node
+
+    sim.cordon(placed[0].node_name)
+    sim.scale_pool("general", 3)
+    sim.advance(121)  # the new node boots and takes the pending pod
+    assert not sim.pending_pods()
+
+
+def test_replicaset_replaces_at_once_and_statefulset_after_the_old_pod_is_gone() -> None:
+    sim = cluster()
+    sim.create_workload("ReplicaSet", template(name="web", grace=30), 2)
+    sim.create_workload("StatefulSet", template(name="kv", grace=30), 2)
+    sim.advance(30)
+    web = sim.list_pods("app", "app=web")[0]
+    assert sim.evict("app", web.name).code == 201
+    sim.advance(0)
+    assert len([p for p in sim.list_pods("app", "app=web") if not p.terminating]) == 2  # replacement already there
+    assert sim.evict("app", "kv-0").code == 201
+    sim.advance(10)
+    assert sim.get_pod("app", "kv-0").terminating  # same name: waits for the old pod
+    sim.advance(25)
+    kv0 = sim.get_pod("app", "kv-0")
+    assert not kv0.terminating and kv0.uid != "" and kv0.created > sim.now() - 10
+
+
+def test_daemonset_follows_nodes_and_drain_leaves_it() -> None:
+    sim = cluster(nodes=2, boot=60)
+    sim.create_workload("DaemonSet", template(namespace="kube-system", name="agent", tolerations=(Toleration(operator="Exists"),)), 0)
+    sim.advance(20)
+    assert len(sim.list_pods("kube-system")) == 2
+    sim.scale_pool("general", 3)
+    new = [n for n in sim.list_nodes() if not n.ready][0].name
+    assert len(sim.list_pods("kube-system", node_name=new)) == 1  # created at once, starts once the node is Ready
+    sim.advance(90)
+    assert all(p.ready for p in sim.list_pods("kube-system"))
+    report = drain(sim, [new])
+    assert report.complete and report.evictions == 0
+    assert len(sim.list_pods(node_name=new)) == 1
+
+
+def test_job_runs_to_completion_and_ttl_removes_it() -> None:
+    sim = cluster()
+    sim.create_workload("Job", template(name="report", run=300), 2, completions=4, ttl_seconds=60)
+    sim.advance(320)
+    phases = Counter(p.phase for p in sim.list_pods("app"))
+    assert phases == {"Succeeded": 2, "Running": 2}
+    sim.advance(320)
+    assert Counter(p.phase for p in sim.list_pods("app")) == {"Succeeded": 4}
+    sim.advance(61)
+    assert sim.list_pods("app") == []
+
+
+def test_node_boots_not_ready_then_ready() -> None:
+    sim = cluster(nodes=1, boot=200)
+    sim.scale_pool("general", 2)
+    fresh = [n for n in sim.list_nodes() if not n.ready]
+    assert len(fresh) == 1
+    sim.advance(199)
+    assert not sim.get_node(fresh[0].name).ready
+    sim.advance(1)
+    assert sim.get_node(fresh[0].name).ready
+
+
+def test_deleting_a_node_loses_its_pods_and_the_pool_replaces_it() -> None:
+    sim = cluster(nodes=2, boot=60)
+    sim.create_workload("ReplicaSet", template(), 4)
+    sim.advance(20)
+    victim = sim.list_pods("app")[0].node_name
+    on_victim = {p.name for p in sim.list_pods(node_name=victim)}
+    sim.delete_node(victim)
+    assert {e.name for e in sim.events if e.kind == s.POD_LOST} == on_victim
+    assert len(sim.list_nodes()) == 2  # the pool launched a replacement
+    sim.advance(90)
+    assert len([p for p in sim.list_pods("app") if p.ready]) == 4
+
+
+def test_pool_image_change_applies_to_new_nodes_only() -> None:
+    sim = cluster(nodes=2)
+    sim.set_pool_image("general", "ami-0new")
+    sim.scale_pool("general", 3)
+    images = Counter(n.image for n in sim.list_nodes())
+    assert images == {"ami-0old": 2, "ami-0new": 1}
+    sim.scale_pool("general", 1)  # scale-in removes old-image nodes first
+    assert [n.image for n in sim.list_nodes()] == ["ami-0new"]
+
+
+def test_drain_is_paced_by_the_budget() -> None:
+    sim = cluster(nodes=4)
+    sim.create_workload("ReplicaSet", template(name="web", start=30, grace=5), 4)
+    sim.create_pdb(PodDisruptionBudget("app", "web", "u", LabelSelector((("app", "web"),)), max_unavailable=IntOrPercent(1)))
+    sim.advance(40)
+    nodes = sorted({p.node_name for p in sim.list_pods("app")})
+    report = drain(sim, nodes[:2], poll_seconds=5)
+    assert report.complete and report.evictions == 2
+    assert report.refusals["429 TooManyRequests"] > 0  # the second pod waited for the first replacement
+    assert report.seconds >= 30
+    assert all(n.unschedulable for n in sim.list_nodes() if n.name in nodes[:2])
+    assert eviction_budget_violations(sim.events) == []
+
+
+def test_label_and_field_selectors_on_lists() -> None:
+    sim = cluster(nodes=2)
+    sim.create_workload("ReplicaSet", template(name="web", labels={"app": "web", "tier": "front"}), 2)
+    sim.create_workload("ReplicaSet", template(name="db", labels={"app": "db"}), 1)
+    sim.advance(20)
+    assert len(sim.list_pods(label_selector="tier in (front,back)")) == 2
+    assert [p.labels["app"] for p in sim.list_pods(label_selector="app,!tier")] == ["db"]
+    assert len(sim.list_pods(label_selector="app!=web")) == 1
+    assert len(sim.list_nodes("eks.amazonaws.com/nodegroup=general,topology.kubernetes.io/zone=us-east-1a")) == 2
+
+
+def test_checker_catches_an_eviction_that_broke_a_budget() -> None:
+    budget = ("app", "web")
+    events = [
+        Event(0, s.POD_CREATED, "app", "a", ("ua", (budget,), True)),
+        Event(0, s.POD_CREATED, "app", "b", ("ub", (budget,), True)),
+        Event(1, s.POD_EVICTED, "app", "a", ("ua", True, budget, 1)),
+        Event(2, s.POD_EVICTED, "app", "b", ("ub", True, budget, 1)),
+    ]
+    violations = eviction_budget_violations(events)
+    assert len(violations) == 1 and "app/b" in violations[0]
+
+
+def test_checker_is_clean_on_a_busy_synthetic_cluster_and_lost_pods_are_reported() -> None:
+    from platformctl.cluster.synthetic import synthetic_cluster
+
+    sim, summary = synthetic_cluster(30)
+    assert summary.pdbs > 0 and summary.workloads["StatefulSet"] > 0
+    general = sorted(n.name for n in sim.list_nodes("platformctl.io/node-type=general"))
+    sim.scale_pool("general", len(general) + 5)
+    sim.advance(200)
+    report = drain(sim, general[:5])
+    assert report.complete
+    assert eviction_budget_violations(sim.events) == []
+    assert lost_pods(sim.events) == []
+    sim.delete_node(general[6])
+    assert lost_pods(sim.events)

@@ -25,7 +25,8 @@ from platformctl.clock import VirtualClock
 from platformctl.cluster.model import Taint
 from platformctl.cluster.simulator import SimulatedCluster, build_node
 from platformctl.cluster.synthetic import WorkloadSummary, populate
-from platformctl.errors import NotFoundError
+from platformctl.errors import NotFoundError, PlatformError
+from platformctl.instance_types import INSTANCE_TYPES
 from platformctl.topology import Cluster, HostCluster, NodePool, Stage
 
 _FAKE_CREDENTIALS = {
@@ -60,6 +61,7 @@ class LocalRegion:
         self._mock: Any = None
         self._saved_env: dict[str, str | None] = {}
         self._ticking = False
+        self._clients: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -76,6 +78,7 @@ class LocalRegion:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._clients.clear()
         if self._mock is not None:
             self._mock.stop()
             self._mock = None
@@ -87,10 +90,17 @@ class LocalRegion:
         self._saved_env.clear()
 
     def ec2(self) -> Any:
-        return aws.client("ec2", self.stage.region)
+        return self._client("ec2")
 
     def autoscaling(self) -> Any:
-        return aws.client("autoscaling", self.stage.region)
+        return self._client("autoscaling")
+
+    def _client(self, service: str) -> Any:
+        # Made once per region and only after moto is in place: a client made before the mock
+        # starts would talk to the real endpoint.
+        if service not in self._clients:
+            self._clients[service] = aws.client(service, self.stage.region)
+        return self._clients[service]
 
     # ------------------------------------------------------------------ provisioning
 
@@ -156,8 +166,8 @@ class LocalRegion:
     # ------------------------------------------------------------------ nodes follow instances
 
     def _tick(self) -> None:
-        self.sync()
         self.clock.call_later(self.sync_seconds, self._tick)
+        self.sync()
 
     def sync(self) -> None:
         """Make every cluster's nodes match the instances of its auto scaling groups."""
@@ -197,6 +207,11 @@ class LocalRegion:
         name = inst.get("PrivateDnsName") or f"{inst['InstanceId']}.{self.stage.region}.compute.internal"
         zone = inst["Placement"]["AvailabilityZone"]
         rejoin = (binding.cluster, name) in registered
+        if inst.get("InstanceType") not in INSTANCE_TYPES:
+            raise PlatformError(
+                f"instance {inst['InstanceId']} has instance type {inst.get('InstanceType')!r}, which platformctl does not know",
+                file=f"auto scaling group {binding.asg_name}", field="LaunchTemplate.InstanceType",
+            )
         node = build_node(
             name=name, zone=zone, instance_type=inst["InstanceType"], pool=pool.name, image=inst["ImageId"],
             instance_id=inst["InstanceId"], node_type=pool.node_type, labels=pool.labels,

@@ -34,7 +34,8 @@ class _Group(click.Group):
 
 
 def _console() -> Console:
-    return Console(highlight=False)
+    # Piped output is read by people too (CI logs, `| less`): do not squeeze tables into 80 columns.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def _emit_json(data: Any) -> None:
@@ -159,7 +160,9 @@ def snapshot_generate(nodes: int, pods_per_node: float, seed: int, out: Path, ou
 
     sim, summary = synthetic_cluster(nodes, seed=seed, pods_per_node=pods_per_node)
     save_snapshot(sim.snapshot(), out)
-    data = {"file": str(out), "nodes": len(sim.list_nodes()), "pods": len(sim.list_pods()), **summary.as_dict()}
+    made = summary.as_dict()
+    data = {"file": str(out), "nodes": len(sim.list_nodes()), "pods": len(sim.list_pods()), "pdbs": made["pdbs"],
+            "workloads": made["workloads"], "pods_by_workload": made["pods"], "namespaces": made["namespaces"]}
     if output == "json":
         _emit_json(data)
     else:

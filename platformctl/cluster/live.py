@@ -43,6 +43,8 @@ class LiveCluster:
 
         try:
             api_client = config.new_client_from_config(config_file=path, context=context)
+            if context is None:
+                context = config.list_kube_config_contexts(config_file=path)[1]["name"]
         except (ConfigException, FileNotFoundError) as exc:
             raise PlatformError(str(exc).splitlines()[0], file=path or "~/.kube/config", field=f"contexts.{context}" if context else "current-context") from None
         return cls(api_client, name=context or "live", clock=clock, source=path)

@@ -1,0 +1,90 @@
+"""The `platformctl` command as users run it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from platformctl.cli import cli
+from platformctl.cluster.model import load_snapshot
+
+from tests.conftest import FIXTURES
+
+INFRA = Path(__file__).resolve().parents[2] / "infra"
+
+
+def run(*args: str) -> "CliRunner.invoke":  # type: ignore[name-defined]
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_stage_show_json() -> None:
+    result = run("stage", "show", "prod", "--output", "json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["region"] == "us-east-1" and len(data["zones"]) == 3
+    kinds = [c["kind"] for c in data["clusters"]]
+    assert kinds.count("host") == 1 and kinds.count("member") == 6
+    assert data["clusters"][1]["node_pools"][0]["instanceTypes"] == ["m6i.large"]
+
+
+def test_stage_show_table() -> None:
+    result = run("stage", "show", "dev")
+    assert result.exit_code == 0 and "dev-usw2a-01" in result.stdout and "g5.12xlarge" in result.stdout
+
+
+def test_bad_stage_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    shutil.copy(INFRA / "Pulumi.dev.yaml", tmp_path / "Pulumi.dev.yaml")
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(path.read_text().replace("zone: us-west-2b", "zone: us-west-2q"))
+    result = CliRunner().invoke(cli, ["--infra-dir", str(tmp_path), "stage", "show", "dev"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"platformctl: error: {path}: config.platformctl:topology.memberClusters[1].zone: ")
+
+
+def test_snapshot_inspect_reports_blocking_budgets() -> None:
+    result = run("snapshot", "inspect", str(FIXTURES / "eviction_rules.json"), "--output", "json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert (data["nodes"], data["pdbs"]) == (2, 12)
+    blocking = {(b["namespace"], b["name"]) for b in data["pdbs_blocking"]}
+    assert ("zero", "solo") in blocking and ("batch", "report") in blocking and ("web", "web") not in blocking
+    report = next(b for b in data["pdbs_blocking"] if b["name"] == "report")
+    assert "found no controllers" in report["reason"]
+
+
+def test_snapshot_generate_then_inspect(tmp_path: Path) -> None:
+    out = tmp_path / "cluster.json"
+    result = run("snapshot", "generate", "--nodes", "20", "--out", str(out), "--output", "json")
+    assert result.exit_code == 0
+    made = json.loads(result.stdout)
+    snap = load_snapshot(out)
+    assert len(snap.nodes) == made["nodes"] == 20 and len(snap.pods) == made["pods"] and len(snap.pdbs) == made["pdbs"]
+    table = run("snapshot", "inspect", str(out))
+    assert table.exit_code == 0 and "20 nodes" in table.stdout
+
+
+def test_demo_tells_the_story_and_keeps_every_budget(tmp_path: Path) -> None:
+    result = run("demo", "--minutes", "20", "--output", "json", "--save-snapshots", str(tmp_path))
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["stage"] == "dev" and data["budget_violations"] == []
+    assert data["nodes_replaced"] == 2 and data["evictions"] > 0
+    assert len(data["story"]) == 2 and "drained the old node" in data["story"][1] and "done in" in data["story"][1]
+    for name, cluster in data["clusters"].items():
+        assert cluster["nodes"] == cluster["nodes_ready"] > 0
+        assert load_snapshot(tmp_path / f"{name}.json").nodes
+
+
+def test_user_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {}}]}')
+    proc = subprocess.run([sys.executable, "-m", "platformctl", "snapshot", "inspect", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr == f"platformctl: error: {bad}: items[0].spec.containers: a pod needs at least one container\n"
+    assert proc.stdout == ""

@@ -109,7 +109,7 @@ def snapshot_inspect(file: Path, output: str) -> None:
     pdbs = sim.list_pdbs()
     pools = Counter((n.pool or "-", n.image or "-") for n in snap.nodes)
     blocking = [b for b in pdbs if b.status.disruptions_allowed == 0]
-    data = {
+    data: dict[str, Any] = {
         "file": str(file),
         "nodes": len(snap.nodes),
         "nodes_ready": sum(n.ready for n in snap.nodes),

@@ -23,9 +23,17 @@ from rich.table import Table
 from platformctl.cluster import simulator as sim_events
 from platformctl.cluster.drain import drain
 from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
-from platformctl.cluster.model import format_time, save_snapshot
-from platformctl.cluster.synthetic import ANNOTATION_RUN_SECONDS, ANNOTATION_START_SECONDS
-from platformctl.cluster.model import Container, Pod, Resources, LABEL_NODE_TYPE
+from platformctl.cluster.model import (
+    ANNOTATION_RUN_SECONDS,
+    ANNOTATION_START_SECONDS,
+    LABEL_NODE_TYPE,
+    Container,
+    Pod,
+    Resources,
+    format_time,
+    save_snapshot,
+)
+from platformctl.cluster.simulator import SimulatedCluster
 from platformctl.local_region import LocalRegion
 from platformctl.topology import HostCluster, Stage
 
@@ -77,7 +85,7 @@ def _batch_job(namespace: str, name: str, cpu: int, minutes: int) -> Pod:
     )
 
 
-def _replace_node(region: LocalRegion, target: Any, group: str, report: DemoReport) -> str:
+def _replace_node(region: LocalRegion, target: SimulatedCluster, group: str, report: DemoReport) -> str:
     """What an operator does to replace a node by hand: surge the group by one, wait for the new
     node, drain the old one through the eviction API, and terminate it with its capacity."""
     asg = region.autoscaling()
@@ -139,18 +147,18 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
         target = region.cluster(member.name)
         general = f"{member.name}-general"
         seconds = minutes * 60
-        failure_at = report.virtual_start + 0  # set below, relative to the hour's start
         start = region.clock.now()
         failure_at = start + seconds * 0.15
         drain_at = start + seconds * 0.35
-        failed_instance = drained_node = None
+        failed_instance: str | None = None
+        replaced_node: str | None = None
         jobs = 0
         step = 60.0
 
         progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} min"),
                             TimeElapsedColumn(), console=console, disable=quiet, transient=False)
         with progress:
-            task = progress.add_task(f"An hour of {stage.name}", total=minutes)
+            task = progress.add_task(f"{minutes} minutes of {stage.name}", total=minutes)
             while region.clock.now() < start + seconds:
                 now = region.clock.now()
                 if int((now - start) // 60) % 15 == 0:
@@ -158,7 +166,7 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
                     target.create_workload("Job", _batch_job("reports", f"nightly-report-{jobs}", 250, 8), 4,
                                            completions=8, ttl_seconds=300)
                 if failed_instance is None and now >= failure_at:
-                    node = sorted(target.list_nodes(f"eks.amazonaws.com/nodegroup=general"), key=lambda n: n.name)[0]
+                    node = min(target.list_nodes("eks.amazonaws.com/nodegroup=general"), key=lambda n: n.name)
                     failed_instance = node.instance_id
                     region.autoscaling().terminate_instance_in_auto_scaling_group(
                         InstanceId=failed_instance, ShouldDecrementDesiredCapacity=False)
@@ -166,15 +174,14 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
                         f"{format_time(now)} instance {failed_instance} ({node.name}) of {general} failed; "
                         f"its auto scaling group launched a replacement")
                     report.nodes_replaced += 1
-                if drained_node is None and now >= drain_at:
-                    drained_node = _replace_node(region, target, general, report)
+                if replaced_node is None and now >= drain_at:
+                    replaced_node = _replace_node(region, target, general, report)
                 region.advance(step)
                 progress.update(task, completed=min((region.clock.now() - start) / 60, minutes))
 
         report.virtual_end = region.clock.now()
-        events: list[sim_events.Event] = []
         for name, sim in region.clusters.items():
-            kinds = Counter(e.kind for e in sim.events)
+            happened = Counter(e.kind for e in sim.events)
             pods = sim.list_pods()
             report.clusters[name] = {
                 "nodes": len(sim.list_nodes()),
@@ -182,20 +189,19 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
                 "pods": len(pods),
                 "pods_running": sum(p.phase == "Running" for p in pods),
                 "pods_pending": len(sim.pending_pods()),
-                "pods_started": kinds[sim_events.POD_READY],
-                "pods_succeeded": kinds[sim_events.POD_SUCCEEDED],
+                "pods_started": happened[sim_events.POD_READY],
+                "pods_succeeded": happened[sim_events.POD_SUCCEEDED],
                 "pdbs": len(sim.list_pdbs()),
             }
-            report.evictions += kinds[sim_events.POD_EVICTED]
-            report.evictions_refused += kinds[sim_events.EVICTION_REFUSED]
+            report.evictions += happened[sim_events.POD_EVICTED]
+            report.evictions_refused += happened[sim_events.EVICTION_REFUSED]
             report.budget_violations += eviction_budget_violations(sim.events)
             report.pods_lost_with_node += len(lost_pods(sim.events))
-            events += sim.events
             if save_dir is not None:
                 save_dir.mkdir(parents=True, exist_ok=True)
-                path = save_dir / f"{name}.json"
-                save_snapshot(sim.snapshot(), path)
-                report.snapshots.append(str(path))
+                saved = save_dir / f"{name}.json"
+                save_snapshot(sim.snapshot(), saved)
+                report.snapshots.append(str(saved))
     report.wall_seconds = time.perf_counter() - wall
 
     if not quiet:

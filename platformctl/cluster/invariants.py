@@ -38,8 +38,10 @@ def eviction_budget_violations(events: Iterable[sim.Event]) -> list[str]:
         elif kind == sim.POD_READY:
             for key in budgets_of.get(ev.detail, ()):
                 healthy.setdefault(key, set()).add(ev.detail)
-        elif kind in (sim.POD_TERMINATING, sim.POD_SUCCEEDED, sim.POD_LOST):
+        elif kind in (sim.POD_TERMINATING, sim.POD_SUCCEEDED):
             unhealthy(ev.detail)
+        elif kind == sim.POD_LOST:
+            unhealthy(ev.detail[0])
         elif kind == sim.POD_DELETED:
             unhealthy(ev.detail)
             budgets_of.pop(ev.detail, None)
@@ -57,5 +59,6 @@ def eviction_budget_violations(events: Iterable[sim.Event]) -> list[str]:
 
 
 def lost_pods(events: Iterable[sim.Event], include_daemonsets: bool = False) -> list[str]:
-    """Pods that went down with their node instead of being moved off it first."""
-    return [f"{e.namespace}/{e.name}" for e in events if e.kind == sim.POD_LOST and (include_daemonsets or e.namespace != "kube-system")]
+    """Pods that went down with their node instead of being moved off it first (a DaemonSet's pods
+    belong to their node and are left out unless asked for)."""
+    return [f"{e.namespace}/{e.name}" for e in events if e.kind == sim.POD_LOST and (include_daemonsets or not e.detail[1])]

@@ -313,12 +313,20 @@ class Pod:
         evicted: bool,
         resource_version: int,
     ) -> Pod:
-        """This pod with a new binding and status; the simulator's hot path, so no ``replace()``."""
+        """This pod with a new binding and status (the simulator's hot path: no ``replace()``)."""
+        return self._copy(self.name, self.uid, self.owner, node_name, phase, ready, deletion_time, self.created,
+                          started, evicted, resource_version)
+
+    def spawn(self, name: str, uid: str, owner: OwnerReference, node_name: str | None, created: float, resource_version: int) -> Pod:
+        """A new pending pod made from this one as a controller's template."""
+        return self._copy(name, uid, owner, node_name, "Pending", False, None, created, None, False, resource_version)
+
+    def _copy(self, name: str, uid: str, owner: OwnerReference | None, node_name: str | None, phase: str, ready: bool,
+              deletion_time: float | None, created: float, started: float | None, evicted: bool, resource_version: int) -> Pod:
         return Pod(
-            self.namespace, self.name, self.uid, self.labels, self.annotations, self.owner, node_name,
-            self.containers, self.requests, self.priority, self.priority_class_name, self.grace_seconds,
-            self.node_selector, self.tolerations, self.required_node_terms, phase, ready, deletion_time,
-            self.created, started, evicted, resource_version,
+            self.namespace, name, uid, self.labels, self.annotations, owner, node_name, self.containers, self.requests,
+            self.priority, self.priority_class_name, self.grace_seconds, self.node_selector, self.tolerations,
+            self.required_node_terms, phase, ready, deletion_time, created, started, evicted, resource_version,
         )
 
     @property
@@ -409,6 +417,7 @@ class PDBStatus:
     sync_failed: str | None = None
 
     def to_kube(self) -> dict[str, Any]:
+        condition: dict[str, Any]
         if self.sync_failed:
             condition = {"type": "DisruptionAllowed", "status": "False", "reason": "SyncFailed", "message": self.sync_failed}
         elif self.disruptions_allowed > 0:

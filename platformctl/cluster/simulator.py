@@ -92,7 +92,7 @@ POD_SUCCEEDED = "PodSucceeded"
 POD_EVICTED = "PodEvicted"  # detail: (uid, was_ready, budget key or None, desired healthy)
 POD_TERMINATING = "PodTerminating"  # deleted without eviction
 POD_DELETED = "PodDeleted"
-POD_LOST = "PodLost"  # its node went away
+POD_LOST = "PodLost"  # its node went away; detail: (uid, owned by a DaemonSet)
 EVICTION_REFUSED = "EvictionRefused"  # detail: (code, message)
 
 
@@ -431,7 +431,7 @@ class SimulatedCluster:
             pod = self._pods.get(key)
             if pod is not None:
                 if pod.deletion_time is None and not pod.is_finished:
-                    self._record(POD_LOST, pod.namespace, pod.name, pod.uid)
+                    self._record(POD_LOST, pod.namespace, pod.name, (pod.uid, pod.is_daemonset))
                 self._remove_pod(pod, node_gone=True)
         if state.pool is not None:
             self._replenish(state.pool)
@@ -572,13 +572,8 @@ class SimulatedCluster:
             while (ctrl.namespace, name) in self._pods:
                 name = f"{ctrl.name}-{self._suffix()}"
         self._rv += 1
-        pod = Pod(
-            t.namespace, name, self._uid(), t.labels, t.annotations,
-            OwnerReference(CONTROLLER_API[ctrl.kind], ctrl.kind, ctrl.name, ctrl.uid), node_name,
-            t.containers, t.requests, t.priority, t.priority_class_name, t.grace_seconds, t.node_selector,
-            t.tolerations, t.required_node_terms, "Pending", False, None, self.now(), None, False, self._rv,
-        )
-        return self._add_pod(pod, ctrl)
+        owner = OwnerReference(CONTROLLER_API[ctrl.kind], ctrl.kind, ctrl.name, ctrl.uid)
+        return self._add_pod(t.spawn(name, self._uid(), owner, node_name, self.now(), self._rv), ctrl)
 
     def _add_pod(self, pod: Pod, ctrl: _Controller | None = None, keep_version: bool = False) -> Pod:
         if ctrl is None and not keep_version:
@@ -609,7 +604,7 @@ class SimulatedCluster:
         state = self._nodes.get(pod.node_name)
         if state is None:
             # Bound to a node that does not exist: pod GC deletes it.
-            self._record(POD_LOST, pod.namespace, pod.name, pod.uid)
+            self._record(POD_LOST, pod.namespace, pod.name, (pod.uid, pod.is_daemonset))
             self._remove_pod(pod, node_gone=True)
             return pod
         state.pods.add(key)
@@ -1003,7 +998,8 @@ class SimulatedCluster:
             stamps = [n.created for n in snapshot.nodes] + [p.created for p in snapshot.pods]
             clock = VirtualClock(max(stamps) if stamps else VirtualClock().now())
         sim = cls(name=name, clock=clock, seed=seed)
-        versions = [o.resource_version for o in (*snapshot.nodes, *snapshot.pods, *snapshot.pdbs)]
+        versions = [n.resource_version for n in snapshot.nodes] + [p.resource_version for p in snapshot.pods]
+        versions += [b.resource_version for b in snapshot.pdbs]
         sim._rv = max(versions, default=0)  # objects keep their versions; changes count on from here
         for node in snapshot.nodes:
             sim._nodes[node.name] = _NodeState(node, None)

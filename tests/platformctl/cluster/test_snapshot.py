@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -106,3 +109,18 @@ def test_limits_stand_in_for_missing_requests() -> None:
         {"name": "c", "resources": {"limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"}}}]}}]}
     pod = parse_snapshot(doc).pods[0]
     assert (pod.requests.cpu_millis, pod.requests.memory_bytes, pod.requests.gpus) == (2000, 1024**3, 1)
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed on this machine")
+def test_kubectl_reads_saved_snapshots_offline(tmp_path: Path) -> None:
+    """kubectl's own decoder (``--local``: no server) takes every object of a saved snapshot."""
+    sim, _ = synthetic_cluster(8)
+    path = tmp_path / "snap.json"
+    save_snapshot(sim.snapshot(), path)
+    proc = subprocess.run(["kubectl", "label", "--local", "-f", str(path), "checked=yes", "-o", "name"],
+                          capture_output=True, text=True, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    expected = [f"node/{n.name}" for n in sorted(sim.list_nodes(), key=lambda n: n.name)]
+    expected += [f"pod/{p.name}" for p in sorted(sim.list_pods(), key=lambda p: p.key)]
+    expected += [f"poddisruptionbudget.policy/{b.name}" for b in sorted(sim.list_pdbs(), key=lambda b: b.key)]
+    assert proc.stdout.split() == expected

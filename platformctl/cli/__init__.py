@@ -151,14 +151,16 @@ def snapshot_inspect(file: Path, output: str) -> None:
 @click.option("--nodes", type=click.IntRange(4, 20000), default=100, show_default=True)
 @click.option("--pods-per-node", type=click.FloatRange(1, 200), default=40.0, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--blocking-pdbs", type=click.IntRange(0, 10000), default=0, show_default=True,
+              help="add this many single-replica services whose budget never allows a disruption")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 @OUTPUT
-def snapshot_generate(nodes: int, pods_per_node: float, seed: int, out: Path, output: str) -> None:
+def snapshot_generate(nodes: int, pods_per_node: float, seed: int, blocking_pdbs: int, out: Path, output: str) -> None:
     """Write a synthetic cluster's snapshot: services with budgets, stateful sets, jobs, GPU training, daemons."""
     from platformctl.cluster.model import save_snapshot
     from platformctl.cluster.synthetic import synthetic_cluster
 
-    sim, summary = synthetic_cluster(nodes, seed=seed, pods_per_node=pods_per_node)
+    sim, summary = synthetic_cluster(nodes, seed=seed, pods_per_node=pods_per_node, blocking_pdbs=blocking_pdbs)
     save_snapshot(sim.snapshot(), out)
     made = summary.as_dict()
     data = {"file": str(out), "nodes": len(sim.list_nodes()), "pods": len(sim.list_pods()), "pdbs": made["pdbs"],

@@ -98,6 +98,10 @@ def _pdb(namespace: str, name: str, selector: LabelSelector, rng: random.Random,
         min_available = IntOrPercent(max(replicas - 1, 1))
     elif shape < 0.70:
         min_available = IntOrPercent(rng.choice((50, 66, 75, 80)), percent=True)
+        if min_available.scaled(replicas, round_up=True) >= replicas:
+            # Rounded up, the percentage would leave no room at all; such budgets are made on purpose
+            # (``blocking_pdbs``), not by accident.
+            min_available, max_unavailable = None, IntOrPercent(1)
     elif shape < 0.90:
         max_unavailable = IntOrPercent(rng.choice((10, 20, 25, 34)), percent=True)
     else:
@@ -116,11 +120,14 @@ def populate(
     seed: int = 1,
     team_size: int = 40,
     pdb_every_pods: int = 80,
+    blocking_pdbs: int = 0,
 ) -> WorkloadSummary:
     """Fill ``sim``'s nodes with workloads; returns what was created.
 
     ``pods_per_node`` is the target density on general-purpose nodes; ``pdb_every_pods`` sets how
     many pods there are per PodDisruptionBudget (80 gives 1,500 budgets on a 120,000-pod cluster).
+    ``blocking_pdbs`` adds that many single-replica services whose budget (``minAvailable: 1``)
+    never allows a disruption, the misconfiguration that blocks drains in real clusters.
     """
     rng = random.Random(seed)
     summary = WorkloadSummary()
@@ -211,6 +218,15 @@ def populate(
                 summary.pdbs += 1
         created += replicas
 
+    for i in range(blocking_pdbs if general else 0):
+        ns = f"team-{i % max(team, 1) + 1:03d}"
+        name = f"singleton-{i:03d}"
+        t = _template(ns, name, {"app": name, "team": ns}, avg_cpu, avg_mem // MIB * MIB, node_type="general")
+        workload("ReplicaSet", t, 1)
+        sim.create_pdb(PodDisruptionBudget(ns, name, uid=f"pdb-{ns}-{name}", selector=LabelSelector((("app", name),)),
+                                           min_available=IntOrPercent(1)))
+        summary.pdbs += 1
+
     custom = [n for n in nodes if n.labels.get(LABEL_NODE_TYPE) == "custom"]
     for i in range(len(custom) * 2):
         name = f"cache-{i:03d}"
@@ -223,19 +239,15 @@ def populate(
         summary.pdbs += 1
 
     ml = [n for n in nodes if n.labels.get(LABEL_NODE_TYPE) == "ml"]
-    gpus = sum(n.allocatable.gpus for n in ml)
     gpu_toleration = (Toleration(key=RESOURCE_GPU, operator="Exists", effect="NoSchedule"),)
+    budget = int(sum(n.allocatable.gpus for n in ml) * 0.75)  # training jobs take three quarters of the GPUs
     used = 0
-    i = 0
-    while used + 1 <= gpus * 0.75:
-        per_pod = min(rng.choice((1, 2, 4)), max(n.allocatable.gpus for n in ml))
-        workers = max(1, min(rng.choice((1, 2, 4)), int((gpus * 0.75 - used) // per_pod)))
-        if per_pod * workers + used > gpus * 0.75:
-            break
-        name = f"train-{i:03d}"
-        i += 1
-        labels = {"job-name": name, "team": "ml", "workload": "training"}
+    while used < budget:
         node = ml[0].allocatable
+        per_pod = min(rng.choice((1, 2, 4)), node.gpus, budget - used)
+        workers = min(rng.choice((1, 2, 4)), (budget - used) // per_pod)
+        name = f"train-{summary.workloads['Job']:03d}"
+        labels = {"job-name": name, "team": "ml", "workload": "training"}
         t = _template("ml", name, labels, int(node.cpu_millis / node.gpus * per_pod * 0.8),
                       int(node.memory_bytes / node.gpus * per_pod * 0.7) // MIB * MIB, gpus=per_pod, node_type="ml",
                       tolerations=gpu_toleration, grace=120, start_seconds=90, run_seconds=rng.choice((4, 6, 8, 12)) * 3600,
@@ -243,7 +255,7 @@ def populate(
         workload("Job", t, workers, completions=workers)
         used += per_pod * workers
 
-    summary.namespaces = len({ns for ns in (f"team-{t:03d}" for t in range(1, team + 1))}) + 1 + bool(custom) + bool(ml)
+    summary.namespaces = team + 1 + bool(custom) + bool(ml)  # teams, kube-system, data, ml
     return summary
 
 
@@ -274,6 +286,7 @@ def synthetic_cluster(
     clock: VirtualClock | None = None,
     pods_per_node: float = 40.0,
     pdb_every_pods: int = 80,
+    blocking_pdbs: int = 0,
 ) -> tuple[SimulatedCluster, WorkloadSummary]:
     """A zonal member cluster of ``total_nodes`` Ready nodes in four pools, filled by ``populate``
     and run until every pod that can start has started."""
@@ -281,6 +294,6 @@ def synthetic_cluster(
     for pool, count in pool_sizes(total_nodes).items():
         node_type, instance_type, boot, taints = POOL_SHAPES[pool]
         sim.add_pool(NodePoolSpec(pool, zone, instance_type, image, count, boot, node_type, {}, taints, zone[:-1]))
-    summary = populate(sim, pods_per_node=pods_per_node, seed=seed, pdb_every_pods=pdb_every_pods)
+    summary = populate(sim, pods_per_node=pods_per_node, seed=seed, pdb_every_pods=pdb_every_pods, blocking_pdbs=blocking_pdbs)
     sim.run_until_settled(max_seconds=600, step=30)
     return sim, summary

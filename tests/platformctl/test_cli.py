@@ -60,13 +60,15 @@ def test_snapshot_inspect_reports_blocking_budgets() -> None:
 
 def test_snapshot_generate_then_inspect(tmp_path: Path) -> None:
     out = tmp_path / "cluster.json"
-    result = run("snapshot", "generate", "--nodes", "20", "--out", str(out), "--output", "json")
+    result = run("snapshot", "generate", "--nodes", "20", "--blocking-pdbs", "2", "--out", str(out), "--output", "json")
     assert result.exit_code == 0
     made = json.loads(result.stdout)
     snap = load_snapshot(out)
     assert len(snap.nodes) == made["nodes"] == 20 and len(snap.pods) == made["pods"] and len(snap.pdbs) == made["pdbs"]
     table = run("snapshot", "inspect", str(out))
     assert table.exit_code == 0 and "20 nodes" in table.stdout
+    inspected = json.loads(run("snapshot", "inspect", str(out), "--output", "json").stdout)
+    assert sorted(b["name"] for b in inspected["pdbs_blocking"]) == ["singleton-000", "singleton-001"]
 
 
 def test_demo_tells_the_story_and_keeps_every_budget(tmp_path: Path) -> None:

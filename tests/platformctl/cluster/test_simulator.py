@@ -179,3 +179,44 @@ def test_checker_is_clean_on_a_busy_synthetic_cluster_and_lost_pods_are_reported
     assert len(lost_pods(sim.events, include_daemonsets=True)) == 5 * 3
     sim.delete_node(general[6])
     assert lost_pods(sim.events)
+
+
+def test_bare_pod_is_not_recreated_after_eviction() -> None:
+    sim = cluster(nodes=1)
+    sim.create_pod(template(name="debug"))
+    sim.advance(15)
+    assert sim.get_pod("app", "debug").ready
+    assert sim.evict("app", "debug").code == 201
+    sim.advance(31)
+    assert sim.list_pods("app") == []
+
+
+def test_higher_priority_pods_are_placed_first() -> None:
+    sim = cluster(nodes=1, instance_type="m6i.large")  # 1930m CPU
+    sim.create_pod(template(name="low", cpu=1200, priority=-100))
+    sim.create_pod(template(name="high", cpu=1200, priority=1000))
+    sim.advance(1)
+    assert sim.get_pod("app", "high").node_name and sim.get_pod("app", "low").node_name is None
+
+
+def test_controllers_inferred_from_a_snapshot_keep_working(rules) -> None:  # type: ignore[no-untyped-def]
+    from platformctl.cluster.simulator import build_node
+
+    rules.add_node(build_node(name="ip-10-0-1-12.ec2.internal", zone="us-east-1a", instance_type="m6i.4xlarge",
+                              pool="general", image="ami-0new", instance_id="i-0a1b2c3d4e5f60012"), ready_after=60)
+    daemons = rules.list_pods("kube-system", "k8s-app=aws-node", node_name="ip-10-0-1-12.ec2.internal")
+    assert len(daemons) == 1  # the DaemonSet seen in the snapshot follows the new node
+    assert rules.evict("web", "web-7d9c-a1").code == 201
+    rules.advance(0)
+    web = [p for p in rules.list_pods("web") if not p.terminating]
+    assert len(web) == 3 and all(p.owner and p.owner.name == "web-7d9c" for p in web)  # scale 3, as in the snapshot
+
+
+def test_budget_the_controller_cannot_sync_is_still_being_processed() -> None:
+    sim = cluster(nodes=2)
+    sim.create_workload("Job", template(name="etl", labels={"job-name": "etl"}, run=3600), 2)
+    sim.create_pdb(PodDisruptionBudget("app", "etl", "u", LabelSelector((("job-name", "etl"),)), max_unavailable=IntOrPercent(1)))
+    sim.advance(20)
+    result = sim.evict("app", sim.list_pods("app")[0].name)
+    assert (result.code, result.retry_after_seconds) == (429, 10)
+    assert result.causes == (("DisruptionBudget", "The disruption budget etl is still being processed by the server."),)

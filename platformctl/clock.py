@@ -52,10 +52,6 @@ class Timer:
         self.callback = None
         self.args = ()
 
-    @property
-    def cancelled(self) -> bool:
-        return self.callback is None
-
 
 class VirtualClock:
     """A clock whose time moves only when someone sleeps or advances it.

@@ -764,14 +764,6 @@ class SimulatedCluster:
             if pod is not None:
                 self._begin_termination(pod, evicted=False)
 
-    def workloads(self) -> list[dict[str, Any]]:
-        """The controllers the simulator runs, for summaries."""
-        return [
-            {"kind": c.kind, "namespace": c.namespace, "name": c.name, "replicas": c.replicas,
-             "pods": len(c.pods), "active": c.active, "succeeded": c.succeeded}
-            for c in self._controllers.values()
-        ]
-
     # ------------------------------------------------------------------ scheduling
 
     def _schedule_soon(self) -> None:

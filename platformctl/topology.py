@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.instance_types import INSTANCE_TYPES
+from platformctl.yamlfile import read_yaml, validation_error
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 TOPOLOGY_KEY = "platformctl:topology"
@@ -143,16 +143,7 @@ def load_stage(stage: str, infra_dir: Path | None = None) -> Stage:
 
 def parse_stage_file(path: Path, stage: str) -> Stage:
     source = str(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise PlatformError("stack config file not found", file=source) from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "document"
-        raise PlatformError(f"not valid YAML ({where})", file=source) from None
+    document = read_yaml(path, "stack config file")
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
         raise PlatformError("missing mapping", file=source, field="config")
@@ -165,29 +156,9 @@ def parse_stage_file(path: Path, stage: str) -> Stage:
     try:
         topology = Topology.model_validate(raw)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = _key_path(("config", TOPOLOGY_KEY, *error["loc"]))
-        raise PlatformError(_pydantic_message(error), file=source, field=field) from None
+        raise validation_error(exc, source, ("config", TOPOLOGY_KEY)) from None
     _check_topology(topology, region, source)
     return Stage(name=stage, region=region, topology=topology, source=source)
-
-
-def _pydantic_message(error: Any) -> str:
-    if error["type"] == "missing":
-        return "required field is missing"
-    if error["type"] == "extra_forbidden":
-        return "unknown field"
-    return f"{error['msg']} (got {error['input']!r})"
-
-
-def _key_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
 
 
 def _check_topology(topology: Topology, region: str, source: str) -> None:

@@ -537,6 +537,48 @@ class EvictionResult:
         )
 
 
+# The eviction subresource's decision for one pod, as ``pkg/registry/core/pod/storage/eviction.go``
+# makes it. The simulator answers evictions with it and the rotation planner predicts them with it.
+EVICT_FREELY = "evict-freely"  # deleted without consulting any budget
+EVICT_UNDER_BUDGET = "evict-under-budget"  # allowed, and spends the budget's disruptionsAllowed
+EVICT_UNHEALTHY = "evict-unhealthy"  # an unready pod that goes without spending the budget
+REFUSE_TWO_BUDGETS = "refuse-two-budgets"  # 500: the pod is covered by more than one budget
+REFUSE_NOT_PROCESSED = "refuse-not-processed"  # 429: the disruption controller has not seen the budget's generation
+REFUSE_NO_ROOM = "refuse-no-room"  # 429: disruptionsAllowed is 0
+
+
+def exempt_from_budgets(pod: Pod) -> bool:
+    """Terminal, pending and terminating pods are deleted without consulting budgets."""
+    return pod.phase in ("Succeeded", "Failed", "Pending") or pod.deletion_time is not None
+
+
+def eviction_decision(pod: Pod, budgets: tuple[PodDisruptionBudget, ...] | list[PodDisruptionBudget],
+                      status: PDBStatus | None = None) -> str:
+    """What the eviction API does with ``pod`` right now, given the budgets that cover it.
+
+    ``status`` is the one budget's status when the caller computes it (the simulator); otherwise the
+    budget's own ``status`` is used, as the API server reads it.
+    """
+    if exempt_from_budgets(pod):
+        return EVICT_FREELY
+    if len(budgets) > 1:
+        return REFUSE_TWO_BUDGETS
+    if not budgets:
+        return EVICT_FREELY
+    pdb = budgets[0]
+    st = status if status is not None else pdb.status
+    if not pod.ready:
+        if pdb.unhealthy_pod_eviction_policy == "AlwaysAllow":
+            return EVICT_UNHEALTHY
+        if st.current_healthy >= st.desired_healthy and st.desired_healthy > 0:
+            return EVICT_UNHEALTHY
+    if st.observed_generation < pdb.generation:
+        return REFUSE_NOT_PROCESSED
+    if st.disruptions_allowed <= 0:
+        return REFUSE_NO_ROOM
+    return EVICT_UNDER_BUDGET
+
+
 # ---------------------------------------------------------------------------------------------
 # Parsing, at the edge
 

@@ -43,6 +43,10 @@ from platformctl.cluster.model import (
     LABEL_NODEGROUP,
     LABEL_NODEGROUP_IMAGE,
     LABEL_ZONE,
+    EVICT_FREELY,
+    REFUSE_NO_ROOM,
+    REFUSE_NOT_PROCESSED,
+    REFUSE_TWO_BUDGETS,
     EvictionResult,
     Node,
     OwnerReference,
@@ -52,6 +56,7 @@ from platformctl.cluster.model import (
     Resources,
     Snapshot,
     Taint,
+    eviction_decision,
     snapshot_document,
 )
 from platformctl.cluster.selectors import LabelSelector, parse_selector_string
@@ -904,34 +909,25 @@ class SimulatedCluster:
         pod = self._pods.get((namespace, name))
         if pod is None:
             return EvictionResult(404, f'pods "{name}" not found', "NotFound")
-        if pod.phase in ("Succeeded", "Failed", "Pending") or pod.deletion_time is not None:
-            # Terminal, pending and terminating pods are deleted without consulting budgets.
-            self._evicted(pod, None, 0)
-            return SUCCESS
         budgets = self._pod_budgets.get(pod.key, ())
-        if len(budgets) > 1:
-            return self._refused(pod, EvictionResult(500, MSG_TWO_PDBS))
-        if not budgets:
+        budget = budgets[0] if len(budgets) == 1 else None
+        status = self._status(budget) if budget is not None else None
+        decision = eviction_decision(pod, [b.pdb for b in budgets], status)
+        if decision == EVICT_FREELY:
             self._evicted(pod, None, 0)
             return SUCCESS
-        budget = budgets[0]
+        if decision == REFUSE_TWO_BUDGETS:
+            return self._refused(pod, EvictionResult(500, MSG_TWO_PDBS))
+        assert budget is not None and status is not None
         pdb = budget.pdb
-        status = self._status(budget)
-        if not pod.ready:
-            if pdb.unhealthy_pod_eviction_policy == "AlwaysAllow":
-                self._evicted(pod, pdb.key, status.desired_healthy)
-                return SUCCESS
-            if status.current_healthy >= status.desired_healthy and status.desired_healthy > 0:
-                self._evicted(pod, pdb.key, status.desired_healthy)
-                return SUCCESS
-        if status.observed_generation < pdb.generation:
+        if decision == REFUSE_NOT_PROCESSED:
             return self._refused(
                 pod,
                 EvictionResult(429, MSG_TOO_MANY, "TooManyRequests",
                                (("DisruptionBudget", f"The disruption budget {pdb.name} is still being processed by the server."),),
                                retry_after_seconds=10),
             )
-        if status.disruptions_allowed <= 0:
+        if decision == REFUSE_NO_ROOM:
             state = (status.desired_healthy, status.current_healthy)
             result = budget.refusals.get(state)
             if result is None:

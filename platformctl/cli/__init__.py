@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from platformctl import __version__
+from platformctl.cli.output import OUTPUT
+from platformctl.cli.output import console as _console
+from platformctl.cli.output import emit_json as _emit_json
 from platformctl.errors import PlatformError
 from platformctl.topology import STAGES, HostCluster, load_stage
-
-OUTPUT = click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True,
-                      help="text for people, json for machines")
 
 
 class _Group(click.Group):
@@ -31,15 +30,6 @@ class _Group(click.Group):
         except PlatformError as exc:
             click.echo(f"platformctl: error: {exc}", err=True)
             ctx.exit(2)
-
-
-def _console() -> Console:
-    # Piped output is read by people too (CI logs, `| less`): do not squeeze tables into 80 columns.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-
-
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -191,6 +181,11 @@ def demo(ctx: click.Context, stage_name: str, minutes: int, save_snapshots: Path
         _emit_json(report.as_dict())
     if report.budget_violations:
         sys.exit(1)
+
+
+from platformctl.cli.rotate import rotate  # noqa: E402  (registers after the group exists)
+
+cli.add_command(rotate)
 
 
 def main() -> None:

@@ -43,6 +43,11 @@ RESOURCE_GPU = "nvidia.com/gpu"
 ANNOTATION_START_SECONDS = "sim.platformctl.io/start-seconds"
 ANNOTATION_RUN_SECONDS = "sim.platformctl.io/run-seconds"
 
+# How an application asks to be rotated (read by the rotation planner, set by applications).
+ANNOTATION_ROTATION = "platformctl.io/rotation"
+ANNOTATION_SETTLE = "platformctl.io/settle-seconds"
+ANNOTATION_MAX_WAIT = "platformctl.io/max-wait-seconds"
+
 EMPTY: Mapping[str, str] = MappingProxyType({})
 
 

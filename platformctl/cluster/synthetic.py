@@ -17,6 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from platformctl.cluster.model import (
+    ANNOTATION_ROTATION,
+    ANNOTATION_SETTLE,
     ANNOTATION_RUN_SECONDS,
     ANNOTATION_START_SECONDS,
     LABEL_NODE_TYPE,
@@ -37,8 +39,6 @@ GIB = 1024**3
 
 # The resource tiers of the platform, as PriorityClasses.
 PRIORITY = {"reserved": 1_000_000, "ondemand": 1_000, "preemptible": -100}
-ANNOTATION_ROTATION = "platformctl.io/rotation"
-ANNOTATION_SETTLE = "platformctl.io/settle-seconds"
 
 
 @dataclass

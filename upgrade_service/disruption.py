@@ -212,7 +212,7 @@ def _refusal(decision: str, pod: Pod, budgets: list[PodDisruptionBudget]) -> Cau
     who = f"{pod.namespace}/{pod.name}"
     workload = workload_of(pod)
     if decision == REFUSE_TWO_BUDGETS:
-        names = ", ".join(f"{b.namespace}/{b.name}" for b in budgets)
+        names = ", ".join(sorted(f"{b.namespace}/{b.name}" for b in budgets))
         return Cause("two-pdbs", f"pod {who} of {workload} is covered by more than one PodDisruptionBudget ({names}): "
                      "the eviction API refuses it with 500", pod=who, workload=workload, budget=names)
     b = budgets[0]

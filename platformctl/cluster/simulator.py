@@ -979,7 +979,8 @@ class SimulatedCluster:
         """A simulator holding the snapshot's objects, its controllers inferred from the pods' owners.
 
         A controller's scale is taken as the number of its pods that are neither terminating nor
-        finished; a Job runs its active pods to completion; a DaemonSet's template is one of its pods.
+        finished (for a StatefulSet, terminating ones count: it has not replaced them yet); a Job
+        runs its active pods to completion; a DaemonSet's template is one of its pods.
         The clock starts at the newest timestamp in the snapshot unless one is given.
         """
         if clock is None:
@@ -1002,7 +1003,11 @@ class SimulatedCluster:
             assert first.owner is not None
             live = [p for p in pods if p.deletion_time is None and not p.is_finished]
             template = replace(first, name=first.owner.name)
-            ctrl = _Controller(first.owner.kind, first.namespace, first.owner.name, uid, template, len(live))
+            scale = len(live)
+            if first.owner.kind == "StatefulSet":
+                # A StatefulSet recreates a terminating pod under its name only once it is gone: it still counts.
+                scale = len({p.name for p in pods if not p.is_finished})
+            ctrl = _Controller(first.owner.kind, first.namespace, first.owner.name, uid, template, scale)
             if ctrl.kind == "Job":
                 ctrl.completions = len(live) + sum(1 for p in pods if p.phase == "Succeeded")
                 ctrl.succeeded = ctrl.completions - len(live)

@@ -62,7 +62,8 @@ class RotationPolicy(_Value):
     image_label: str = LABEL_NODEGROUP_IMAGE
     targets: Annotated[dict[str, str], Field(min_length=1)]
     pool_order: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-    strategy: Literal["replace", "surge"] = "replace"
+    # surge (new nodes boot before old ones drain) is the default, as in GKE and EKS managed node groups.
+    strategy: Literal["replace", "surge"] = "surge"
     max_in_flight: Limit = 10
     max_in_flight_per_pool: dict[str, Limit] = Field(default_factory=dict)
     zone_at_a_time: bool = True

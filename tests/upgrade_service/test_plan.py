@@ -97,7 +97,7 @@ def test_replace_keeps_min_zone_capacity_out_of_flight() -> None:
 
 
 def test_zone_too_small_for_the_capacity_rule_is_blocked_with_that_reason() -> None:
-    plan = plan_cluster(snapshot(node("a"), node("b"), node("c")), policy(minZoneCapacityPercent=90), NOW)
+    plan = plan_cluster(snapshot(node("a"), node("b"), node("c")), policy(minZoneCapacityPercent=90, strategy="replace"), NOW)
     assert not plan.waves
     assert set(blocked_of(plan)) == {"a", "b", "c"}
     assert "minZoneCapacityPercent 90%" in plan.blocked[0].reason and "surge" in plan.blocked[0].reason

@@ -113,8 +113,9 @@ def test_every_plan_obeys_the_rules(pools, specs, current, fields, seed) -> None
         for n in nodes:
             pool_wave.setdefault(n.pool, []).append(wave.index)
         # A one-at-a-time workload never has two of its nodes in one wave.
-        owners = [p.owner.name for p in snap.pods if p.node_name in wave.nodes and p.owner
-                  and p.annotations.get("platformctl.io/rotation") == "one-at-a-time"]
+        placed_on = {(p.owner.name, p.node_name) for p in snap.pods if p.node_name in wave.nodes and p.owner
+                     and p.annotations.get("platformctl.io/rotation") == "one-at-a-time"}
+        owners = [owner for owner, _ in placed_on]
         assert len(owners) == len(set(owners))
     for pool, before in policy.pool_order.items():
         for dep in before:

@@ -18,7 +18,6 @@ Not part of the test run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -26,7 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from platformctl.cluster.model import load_snapshot, save_snapshot  # noqa: E402
+from benchmarks.snapshot_timing import save_and_time_load  # noqa: E402
+from platformctl.cluster.model import load_snapshot  # noqa: E402
 from platformctl.cluster.synthetic import synthetic_cluster  # noqa: E402
 from upgrade_service.plan import plan_cluster  # noqa: E402
 from upgrade_service.policy import parse_policy  # noqa: E402
@@ -59,17 +59,11 @@ def main() -> None:
     policy = parse_policy(policy_document(args.max_in_flight), "benchmark policy")
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "snapshot.json")
-        save_snapshot(sim.snapshot(), path)
+        timing = save_and_time_load(sim, tmp)
         del sim
-        size = os.path.getsize(path)
+        size, load = timing.size_bytes, timing.json_load_seconds
         t0 = time.perf_counter()
-        with open(path, "rb") as f:
-            json.load(f)
-        load = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        snapshot = load_snapshot(path)
+        snapshot = load_snapshot(timing.path)
         parse = time.perf_counter() - t0
     now = max(p.created for p in snapshot.pods)
 

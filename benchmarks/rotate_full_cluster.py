@@ -12,7 +12,6 @@ the invariants checked on the event log afterwards. Not part of the test run.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import resource
@@ -24,9 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from platformctl.cluster.drain import drain  # noqa: E402
 from platformctl.cluster.invariants import eviction_budget_violations, lost_pods  # noqa: E402
-from platformctl.cluster.model import save_snapshot  # noqa: E402
 from platformctl.cluster.simulator import SimulatedCluster  # noqa: E402
 from platformctl.cluster.synthetic import pool_sizes, synthetic_cluster  # noqa: E402
+from benchmarks.snapshot_timing import save_and_time_load  # noqa: E402
 
 NEW_IMAGE = "ami-0b2e00c0ffee00099"
 
@@ -65,13 +64,8 @@ def main() -> None:
     pods = len(sim.list_pods())
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "snapshot.json")
-        save_snapshot(sim.snapshot(), path)
-        size = os.path.getsize(path)
-        t0 = time.perf_counter()
-        with open(path, "rb") as f:
-            json.load(f)
-        load = time.perf_counter() - t0
+        timing = save_and_time_load(sim, tmp)
+    size, load = timing.size_bytes, timing.json_load_seconds
 
     start_virtual = sim.now()
     t0 = time.perf_counter()

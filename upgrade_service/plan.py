@@ -26,7 +26,7 @@ from platformctl.cluster.model import Snapshot
 from platformctl.errors import NotFoundError
 from upgrade_service.disruption import Cause, ClusterView, NodeDisruption, view_cluster
 from upgrade_service.order import ClusterPlace, Segment, cluster_steps, ordered_segments, segment_graph, why_segment_waits
-from upgrade_service.packing import Limits, WaveDraft, pack, pack_in_name_order
+from upgrade_service.packing import Limits, WaveDraft, move_gain, pack, pack_in_name_order
 from upgrade_service.policy import RotationPolicy
 
 
@@ -132,14 +132,20 @@ class RotationPlan:
         lines += [f"  order: {r}" for r in why_segment_waits(self.segments, wave.segment)]
         lines += [f"  wave: {r}" for r in wave.reasons]
         same_segment = [w for w in self.waves if w.segment == wave.segment and w.index < wave.index]
+        limits = self._limits
+        here = self.drafts[wave.index]
         for earlier in same_segment:
             draft = self.drafts[earlier.index]
-            limit = draft.blocked_by(facts, self._limits)
+            limit = draft.blocked_by(facts, limits)
             if limit is not None:
                 lines.append(f"  not in wave {earlier.index}: {limit}")
+                continue
+            growth, saving = move_gain(facts, here, draft, limits)
+            if growth == saving == 0:
+                lines.append(f"  not in wave {earlier.index}: it could go there at no cost either way; waves fill in turn")
             else:
-                added = draft.cost_with(facts, self._limits) - draft.cost
-                lines.append(f"  not in wave {earlier.index}: it would make that wave {added} s longer")
+                lines.append(f"  not in wave {earlier.index}: moving it there would make that wave {growth} s longer "
+                             f"and this one {saving} s shorter")
         chain = self.chains()
         for workload in sorted(facts.one_at_a_time):
             steps = chain.get(workload, [])

@@ -305,3 +305,22 @@ def test_region_plan_goes_zone_by_zone_with_the_host_as_the_policy_says() -> Non
     assert data["estimated_seconds"] == sum(s["estimated_seconds"] for s in data["steps"])
     assert data["steps"][1]["reasons"] == ["one zone at a time: zone z-b follows zone z-a"]
     assert set(data["clusters"]) == {"host", "a-01", "a-02", "b-01"}
+
+
+def test_improvement_pass_moves_a_node_that_alone_slows_its_wave() -> None:
+    from upgrade_service.disruption import view_cluster
+    from upgrade_service.packing import improve, rebuild
+    from upgrade_service.plan import limits_for
+
+    notes = {"platformctl.io/rotation": "one-at-a-time", "platformctl.io/settle-seconds": "600"}
+    snap = snapshot(node("a"), node("b"), node("c"), pod("kv-a", on="a", labels={"app": "kv"}, annotations=notes),
+                    pod("db-c", on="c", labels={"app": "db"}, annotations=notes, owner=("StatefulSet", "db")))
+    pol = policy(maxInFlight=3)
+    view = view_cluster(snap, pol, NOW)
+    limits = limits_for(pol, view)
+    a, b, c = view.nodes
+    waves = [rebuild([a, b], limits), rebuild([c], limits)]  # two waves that each settle 600 s
+    before = sum(w.cost for w in waves)
+    after = improve(waves, limits)
+    assert sum(w.cost for w in after) < before
+    assert sorted(len(w.nodes) for w in after) == [3]  # kv and db are different workloads: one wave suffices

@@ -16,19 +16,13 @@ from hypothesis import strategies as st
 
 from platformctl.cluster.model import LABEL_NODEGROUP_IMAGE, PodDisruptionBudget, parse_snapshot
 from platformctl.cluster.selectors import IntOrPercent, LabelSelector
+from tests.platformctl.cluster.test_eviction_property import budget_specs
 from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
 from tests.platformctl.cluster.helpers import template
 from upgrade_service.plan import plan_cluster
 from upgrade_service.policy import parse_policy
 
 ZONES = ("us-east-1a", "us-east-1b")
-budget_specs = st.one_of(
-    st.none(),
-    st.tuples(st.just("min"), st.integers(0, 5).map(IntOrPercent)),
-    st.tuples(st.just("min"), st.integers(0, 100).map(lambda v: IntOrPercent(v, True))),
-    st.tuples(st.just("max"), st.integers(0, 3).map(IntOrPercent)),
-    st.tuples(st.just("max"), st.integers(0, 100).map(lambda v: IntOrPercent(v, True))),
-)
 workloads = st.lists(
     st.tuples(st.sampled_from(["ReplicaSet", "StatefulSet"]), st.integers(1, 5), budget_specs,
               st.sampled_from([None, "AlwaysAllow"]), st.sampled_from([False, False, False, True]), st.booleans()),

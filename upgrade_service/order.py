@@ -101,7 +101,7 @@ def cluster_steps(clusters: Sequence[ClusterPlace], host_cluster: str) -> tuple[
     by_zone = {z: sorted(c.name for c in clusters if c.zone == z) for z in zones}
     hosts = [c.name for c in clusters if c.zone is None]
     graph.add_nodes_from(c.name for c in clusters)
-    for before, after in zip(zones, zones[1:]):
+    for before, after in zip(zones, zones[1:], strict=False):
         for a in by_zone[before]:
             for b in by_zone[after]:
                 graph.add_edge(a, b, reason=f"one zone at a time: zone {after} follows zone {before}")

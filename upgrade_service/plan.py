@@ -197,15 +197,15 @@ def limits_for(policy: RotationPolicy, view: ClusterView) -> Limits:
     )
 
 
-def _warnings(policy: RotationPolicy, view: ClusterView) -> list[str]:
+def pool_warnings(policy: RotationPolicy, pools_present: frozenset[str], where: str) -> list[str]:
+    """Pools the policy names that ``where`` (a cluster, or a whole stage) does not have: likely typos."""
     out = []
     for pool in policy.targets:
-        if pool not in view.pools_present:
-            out.append(f"{policy.source}: targets.{pool}: no node of this cluster is in pool {pool!r} "
-                       f"(label {policy.pool_label})")
+        if pool not in pools_present:
+            out.append(f"{policy.source}: targets.{pool}: no node of {where} is in pool {pool!r} (label {policy.pool_label})")
     named = {p for pool, before in policy.pool_order.items() for p in (pool, *before)}
-    for pool in sorted(named - view.pools_present - set(policy.targets)):
-        out.append(f"{policy.source}: poolOrder: pool {pool!r} is not in this cluster; orders through it still hold")
+    for pool in sorted(named - pools_present - set(policy.targets)):
+        out.append(f"{policy.source}: poolOrder: pool {pool!r} is not in {where}; orders through it still hold")
     return out
 
 
@@ -236,14 +236,16 @@ def _wave_reasons(draft: WaveDraft, segment: Segment, limits: Limits, view: Clus
                        + (f" and {len(settlers) - 3} more" if len(settlers) > 3 else ""))
     waiting = [p for n in draft.nodes for p in n.waits_for]
     if waiting:
-        reasons.append(f"waits up to {wait} s more for {len(waiting)} wait-for-completion pod(s) ({', '.join(waiting[:3])}); "
-                       "cordon its nodes at the start so they finish undisturbed")
+        pods = f"{len(waiting)} wait-for-completion pod(s) ({', '.join(waiting[:3])}{', …' if len(waiting) > 3 else ''})"
+        when = f"waits up to {wait} s more for {pods}" if wait else f"{pods} reach their maxWaitSeconds before this wave starts"
+        reasons.append(f"{when}; cordon its nodes at the start so they finish undisturbed")
     return tuple(reasons)
 
 
 def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster: str | None = None,
-                 naive: bool = False) -> RotationPlan:
-    """The rotation plan of one cluster. ``naive`` packs in name order (the benchmark's baseline)."""
+                 naive: bool = False, in_stage: bool = False) -> RotationPlan:
+    """The rotation plan of one cluster. ``naive`` packs in name order (the benchmark's baseline);
+    ``in_stage``: part of a stage plan, whose pools are checked against the policy for the whole stage."""
     view = view_cluster(snapshot, policy, now)
     limits = limits_for(policy, view)
     blocked = [BlockedNode(n.name, n.pool, n.zone, tuple(n.causes)) for n in view.nodes if n.blocked]
@@ -283,7 +285,7 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
             drafts[index] = draft
             elapsed += wave.estimated_seconds
     return RotationPlan(cluster or policy.cluster or "cluster", snapshot.source or "live", policy, waves, blocked,
-                        _warnings(policy, view), view, segments, drafts)
+                        [] if in_stage else pool_warnings(policy, view.pools_present, "this cluster"), view, segments, drafts)
 
 
 @dataclass
@@ -293,6 +295,7 @@ class RegionPlan:
     steps: list[list[str]]
     plans: dict[str, RotationPlan]
     graph: nx.DiGraph = field(repr=False)
+    warnings: list[str] = field(default_factory=list)
 
     def step_seconds(self, step: list[str]) -> int:
         return max((self.plans[c].estimated_seconds for c in step), default=0)
@@ -312,6 +315,7 @@ class RegionPlan:
                 for i, step in enumerate(self.steps)
             ],
             "clusters": {name: self.plans[name].to_dict() for step in self.steps for name in step},
+            "warnings": self.warnings,
         }
 
 
@@ -319,5 +323,7 @@ def plan_region(stage: str, region: str, places: list[ClusterPlace], snapshots: 
                 policy: RotationPolicy, now: float) -> RegionPlan:
     """Plan every cluster of a stage and order them: member clusters zone by zone, the host as the policy says."""
     steps, graph = cluster_steps(places, policy.host_cluster)
-    plans = {c.name: plan_cluster(snapshots[c.name], policy, now, cluster=c.name) for c in places}
-    return RegionPlan(stage, region, steps, plans, graph)
+    stage_pools = frozenset(n.labels[policy.pool_label] for s in snapshots.values() for n in s.nodes
+                            if policy.pool_label in n.labels)
+    plans = {c.name: plan_cluster(snapshots[c.name], policy, now, cluster=c.name, in_stage=True) for c in places}
+    return RegionPlan(stage, region, steps, plans, graph, pool_warnings(policy, stage_pools, f"any cluster of stage {stage}"))

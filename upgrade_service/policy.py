@@ -99,7 +99,7 @@ class RotationPolicy(_Value):
 
     def rule_for(self, pod: Pod) -> tuple[int, WorkloadRule] | None:
         """The first workload rule that matches ``pod`` (rules are tried in order)."""
-        for i, (rule, selector) in enumerate(zip(self.workload_rules, self.selectors)):
+        for i, (rule, selector) in enumerate(zip(self.workload_rules, self.selectors, strict=True)):
             if rule.namespaces and pod.namespace not in rule.namespaces:
                 continue
             if selector.matches(pod.labels):

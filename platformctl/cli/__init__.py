@@ -6,7 +6,6 @@ command exits 2 having changed nothing. Every command takes ``--output json`` fo
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from pathlib import Path

@@ -164,6 +164,8 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
         for step in result.steps:
             for name in step:
                 _print_cluster_plan(result.plans[name], show_waves=False)
+        for warning in result.warnings:
+            out.print(f"[yellow]warning:[/] {warning}")
     else:
         _print_cluster_plan(result)
     if output != "text":

@@ -91,8 +91,15 @@ def test_stage_plan_orders_clusters_zone_by_zone_host_last(stage_dir: Path, poli
     assert member["nodes_to_rotate"] == 7 and not member["blocked"]
     order = [w["pools"] for w in member["waves"]]
     assert order.index(["system"]) < order.index(["general"]) < order.index(["ml"])
+    # The policy targets ml and custom, which only some clusters have: no warning. A pool no cluster has is one.
+    assert plan["warnings"] == [] and all(c["warnings"] == [] for c in plan["clusters"].values())
     text = run("rotate", "plan", "--stage", "dev", "--snapshot-dir", str(stage_dir), "--policy", str(policy), "-o", "text")
     assert "one zone at a time: zone us-west-2b follows zone us-west-2a" in text.stdout
+    typo = policy.parent / "typo.yaml"
+    typo.write_text(POLICY.replace("ml: ami-0newgpu", "gpu: ami-0newgpu"))
+    warned = json.loads(run("rotate", "plan", "--stage", "dev", "--snapshot-dir", str(stage_dir), "--policy", str(typo)).stdout)
+    assert warned["warnings"] == [f"{typo}: targets.gpu: no node of any cluster of stage dev is in pool 'gpu' "
+                                  "(label eks.amazonaws.com/nodegroup)"]
 
 
 def test_stage_plan_mistakes(stage_dir: Path, policy: Path, tmp_path: Path) -> None:

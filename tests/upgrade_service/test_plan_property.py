@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from platformctl.cluster.model import LABEL_NODEGROUP_IMAGE, PodDisruptionBudget, parse_snapshot
 from platformctl.cluster.selectors import IntOrPercent, LabelSelector
-from tests.platformctl.cluster.test_eviction_property import budget_specs
 from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
 from tests.platformctl.cluster.helpers import template
+from tests.platformctl.cluster.test_eviction_property import budget_specs
 from upgrade_service.plan import plan_cluster
 from upgrade_service.policy import parse_policy
 

@@ -96,7 +96,7 @@ def test_stage_plan_orders_clusters_zone_by_zone_host_last(stage_dir: Path, poli
     text = run("rotate", "plan", "--stage", "dev", "--snapshot-dir", str(stage_dir), "--policy", str(policy), "-o", "text")
     assert "one zone at a time: zone us-west-2b follows zone us-west-2a" in text.stdout
     typo = policy.parent / "typo.yaml"
-    typo.write_text(POLICY.replace("ml: ami-0newgpu", "gpu: ami-0newgpu"))
+    typo.write_text(POLICY.replace("ml: ami-0newgpu}", "ml: ami-0newgpu, gpu: ami-0newgpu}"))
     warned = json.loads(run("rotate", "plan", "--stage", "dev", "--snapshot-dir", str(stage_dir), "--policy", str(typo)).stdout)
     assert warned["warnings"] == [f"{typo}: targets.gpu: no node of any cluster of stage dev is in pool 'gpu' "
                                   "(label eks.amazonaws.com/nodegroup)"]

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import networkx as nx
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from platformctl.errors import PlatformError
@@ -121,11 +122,18 @@ class ImageConfig(_Value):
 
 class ManifestFile(ImageConfig):
     name: Name
-    version: Annotated[str, Field(pattern=SEMVER)]
+    version: str
     family: Literal["general", "ml", "custom"]
     parent: Name | None = None
     source: Source | None = None
     description: str = ""
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _semver(cls, value: Any) -> str:
+        if not isinstance(value, str) or not re.match(SEMVER, value):
+            raise ValueError("must be a semantic version, MAJOR.MINOR.PATCH like 1.4.0 (quote it in YAML)")
+        return value
 
     @model_validator(mode="after")
     def _parent_or_source(self) -> ManifestFile:
@@ -311,12 +319,14 @@ def load_manifests(folder: Path | None = None) -> ManifestSet:
 
 
 def origin_of(image: ImageManifest, path: str) -> str:
-    """Which manifest set the value at ``path`` (or the nearest enclosing key that has one)."""
-    while path:
+    """Which manifest(s) set the value at ``path``: its own record, those under it, or the nearest above it."""
+    if path in image.origin:
+        return image.origin[path]
+    below = sorted({who for key, who in image.origin.items() if key.startswith(path + ".")})
+    if below:
+        return " + ".join(below)
+    while "." in path:
+        path = path.rpartition(".")[0]
         if path in image.origin:
             return image.origin[path]
-        path = path.rpartition(".")[0]
-    return image.file
-
-
-
+    return Path(image.file).name

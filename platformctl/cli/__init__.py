@@ -182,8 +182,10 @@ def demo(ctx: click.Context, stage_name: str, minutes: int, save_snapshots: Path
         sys.exit(1)
 
 
-from platformctl.cli.rotate import rotate  # noqa: E402  (registers after the group exists)
+from platformctl.cli.ami import ami  # noqa: E402  (registers after the group exists)
+from platformctl.cli.rotate import rotate  # noqa: E402
 
+cli.add_command(ami)
 cli.add_command(rotate)
 
 

@@ -1,0 +1,180 @@
+"""``platformctl ami``: image manifests, their inheritance, and the builds they drive.
+
+``resolve`` and ``graph`` read only the manifests; ``plan`` and ``build`` also read the account
+(EC2 images, SSM parameters) through the project's boto3 clients, so they run against whatever
+``AWS_ENDPOINT_URL`` names (the local region's moto server) or the AWS credentials configured.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.tree import Tree
+
+from platformctl.cli.output import OUTPUT, console, emit_json
+from platformctl.errors import PlatformError
+
+MANIFESTS = click.option("--manifests", "manifest_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                         help="folder of image manifests (default: ami/manifests of this checkout)")
+REGIONS = [
+    click.option("--region", default=None, help="where images are built (default: $AWS_REGION, else us-west-2)"),
+    click.option("--copy-to", "copy_to", multiple=True, metavar="REGION", help="also copy every image to REGION (repeatable)"),
+]
+
+
+def _regions(fn: Any) -> Any:
+    for option in reversed(REGIONS):
+        fn = option(fn)
+    return fn
+
+
+def _store(region: str | None, copy_to: tuple[str, ...]) -> Any:
+    from ami.build import ImageStore
+
+    return ImageStore(region or os.environ.get("AWS_REGION") or "us-west-2", copy_to)
+
+
+@contextmanager
+def _aws_errors() -> Iterator[None]:
+    """AWS being unreachable or refusing is one line, not a traceback."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    try:
+        yield
+    except NoCredentialsError:
+        raise PlatformError("no AWS credentials: set AWS_ENDPOINT_URL to the local region's endpoint, or configure "
+                            "credentials", field="AWS") from None
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise PlatformError(f"{error.get('Code', 'error')}: {error.get('Message', '')}", field="AWS") from None
+    except BotoCoreError as exc:
+        raise PlatformError(str(exc), field="AWS") from None
+
+
+@click.group()
+def ami() -> None:
+    """Machine images: manifests with inheritance, and the builds they drive."""
+
+
+@ami.command("resolve")
+@click.argument("name")
+@MANIFESTS
+@OUTPUT
+def ami_resolve(name: str, manifest_dir: Path | None, output: str) -> None:
+    """Print an image's fully resolved manifest, and which manifest set each value."""
+    from ami.manifest import load_manifests, origin_of
+
+    image = load_manifests(manifest_dir).get(name)
+    if output == "json":
+        emit_json({"image": image.to_dict(), "origin": image.origin, "content_hash": image.content_hash})
+        return
+    out = console()
+    out.print(f"[bold]{image.name}[/] {image.version} ({image.family}) from {image.file}"
+              + (f", parent {image.parent}" if image.parent else f", source {image.source.describe()}"))  # type: ignore[union-attr]
+    table = Table("key", "value", "from")
+
+    def rows(value: Any, path: str) -> None:
+        if isinstance(value, dict) and value and not (set(value) <= {"content", "mode", "owner"}):
+            for key, sub in value.items():
+                rows(sub, f"{path}.{key}" if path else key)
+            return
+        shown = value if not isinstance(value, (list, dict)) else (
+            ", ".join(str(v if not isinstance(v, dict) else v.get("name", v)) for v in value) if isinstance(value, list)
+            else f"{len(value.get('content', ''))} bytes, mode {value.get('mode', '0644')}")
+        table.add_row(path, str(shown), origin_of(image, path))
+
+    rows(image.config, "")
+    out.print(table)
+
+
+@ami.command("graph")
+@MANIFESTS
+@OUTPUT
+def ami_graph(manifest_dir: Path | None, output: str) -> None:
+    """Show the inheritance tree of the images."""
+    from ami.manifest import load_manifests
+
+    manifests = load_manifests(manifest_dir)
+    if output == "json":
+        emit_json({"images": [{"name": n, "parent": manifests.images[n].parent, "version": manifests.images[n].version,
+                               "family": manifests.images[n].family} for n in manifests.order()],
+                   "build_order": manifests.generations()})
+        return
+    roots = [n for n in manifests.order() if manifests.images[n].parent is None]
+    out = console()
+    for root in roots:
+        image = manifests.images[root]
+        tree = Tree(f"[bold]{root}[/] {image.version} ({image.family}) from {image.source.describe()}")  # type: ignore[union-attr]
+
+        def grow(node: Tree, name: str) -> None:
+            for child in sorted(manifests.graph.successors(name)):
+                c = manifests.images[child]
+                grow(node.add(f"[bold]{child}[/] {c.version} ({c.family})"), child)
+
+        grow(tree, root)
+        out.print(tree)
+
+
+@ami.command("plan")
+@click.argument("names", nargs=-1)
+@MANIFESTS
+@_regions
+@OUTPUT
+def ami_plan(names: tuple[str, ...], manifest_dir: Path | None, region: str | None, copy_to: tuple[str, ...], output: str) -> None:
+    """List what a build would do and why; unchanged images are never rebuilt."""
+    from ami.build import plan_builds
+    from ami.manifest import load_manifests
+
+    manifests = load_manifests(manifest_dir)
+    with _aws_errors():
+        plan = plan_builds(manifests, _store(region, copy_to), names)
+    if output == "json":
+        emit_json(plan.to_dict())
+        return
+    out = console()
+    table = Table("image", "version", "action", "why")
+    for step in plan.build:
+        table.add_row(step.name, manifests.images[step.name].version, "build", step.reason)
+    for name, image_id in plan.unchanged.items():
+        table.add_row(name, manifests.images[name].version, "keep", f"unchanged: {image_id}")
+    out.print(table)
+
+
+@ami.command("build")
+@click.argument("names", nargs=-1)
+@MANIFESTS
+@_regions
+@click.option("--lock-file", type=click.Path(dir_okay=False, path_type=Path), default=Path("ami/images.lock.json"),
+              show_default=True, help="where the image ids are recorded for the stacks and the release pipeline")
+@click.option("--workers", type=click.IntRange(1, 16), default=4, show_default=True, help="images built at once")
+@OUTPUT
+def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | None, copy_to: tuple[str, ...],
+              lock_file: Path, workers: int, output: str) -> None:
+    """Build what the plan says (parents first, independent branches at once), publish, and write the lock file."""
+    from ami.build import build_images, plan_builds, write_lock
+    from ami.manifest import load_manifests
+
+    manifests = load_manifests(manifest_dir)
+    store = _store(region, copy_to)
+    quiet = output == "json"
+    out = console()
+    with _aws_errors():
+        plan = plan_builds(manifests, store, names)
+        report = build_images(manifests, plan, store, workers, progress=(lambda _: None) if quiet else out.print)
+        write_lock(lock_file, manifests, store, report.ids)
+    data = report.to_dict() | {"lock_file": str(lock_file)}
+    if quiet:
+        emit_json(data)
+        return
+    if not plan.build:
+        out.print("nothing to build: every image is up to date")
+    for image in report.images:
+        out.print(f"{image.name} {image.version}: {'built' if image.built else 'already built'} {image.image_id}"
+                  + (f" (copies: {', '.join(f'{r} {i}' for r, i in image.copies.items())})" if image.copies else ""))
+    out.print(f"wrote {lock_file}")

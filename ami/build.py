@@ -138,6 +138,8 @@ def plan_builds(manifests: ManifestSet, store: ImageStore, only: Iterable[str] =
     unchanged: dict[str, str] = {}
     rebuilt: set[str] = set()
     for name in manifests.order():
+        if name not in scope:
+            continue
         image = manifests.images[name]
         if image.parent is not None and image.parent in rebuilt:
             reason = f"parent {image.parent} is rebuilt"
@@ -151,9 +153,8 @@ def plan_builds(manifests: ManifestSet, store: ImageStore, only: Iterable[str] =
                 unchanged[name] = existing["ImageId"]
                 continue
             reason = _why(image, base, store.latest(name))
-        if name in scope:
-            build.append(BuildStep(name, reason))
-            rebuilt.add(name)
+        build.append(BuildStep(name, reason))
+        rebuilt.add(name)
     return BuildPlan(build, unchanged)
 
 
@@ -215,6 +216,8 @@ def build_images(manifests: ManifestSet, plan: BuildPlan, store: ImageStore, wor
     ids = dict(plan.unchanged)
     todo = {s.name for s in plan.build}
     report = BuildReport(ids=dict(ids))
+    for name, image_id in plan.unchanged.items():  # a build that stopped after its commit is published now
+        _publish(manifests.images[name], image_id, store)
     for generation in manifests.generations():
         names = [n for n in generation if n in todo]
         if not names:

@@ -1,0 +1,199 @@
+"""Image builds against moto: what is rebuilt and in which order, read from the account's state, not from logs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from click.testing import CliRunner
+from moto import mock_aws
+
+from ami.build import ImageStore, build_images, plan_builds, tags_of, write_lock
+from ami.manifest import MANIFEST_DIR, load_manifests
+from platformctl.cli import cli
+from platformctl.errors import PlatformError
+
+REGION, COPY = "us-west-2", "us-east-1"
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_REGION", REGION)):
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    out = tmp_path / "manifests"
+    shutil.copytree(MANIFEST_DIR, out)
+    return out
+
+
+def ec2(region: str = REGION):  # noqa: ANN201
+    return boto3.client("ec2", region_name=region)
+
+
+def images() -> dict[str, list[dict]]:
+    """Our images in the home region, by manifest name, oldest first."""
+    out: dict[str, list[dict]] = {}
+    for image in ec2().describe_images(Owners=["self"])["Images"]:
+        name = tags_of(image).get("platformctl:name")
+        if name:
+            out.setdefault(name, []).append(image)
+    for group in out.values():
+        group.sort(key=lambda i: tags_of(i)["platformctl:built-at"])
+    return out
+
+
+def build(folder: Path, lock: Path | None = None) -> dict:
+    manifests = load_manifests(folder)
+    store = ImageStore(REGION, [COPY])
+    plan = plan_builds(manifests, store)
+    report = build_images(manifests, plan, store, workers=2)
+    if lock is not None:
+        write_lock(lock, manifests, store, report.ids)
+    return {"plan": plan, "report": report}
+
+
+def bump(folder: Path, name: str, old: str, new: str) -> None:
+    path = folder / f"{name}.yaml"
+    path.write_text(path.read_text().replace(old, new, 1))
+
+
+def running_builders() -> list[str]:
+    reservations = ec2().describe_instances(Filters=[{"Name": "tag-key", "Values": ["platformctl:builder"]}])["Reservations"]
+    return [i["InstanceId"] for r in reservations for i in r["Instances"] if i["State"]["Name"] not in ("terminated", "shutting-down")]
+
+
+def test_first_build_builds_the_tree_parents_first_and_publishes(aws: None, folder: Path, tmp_path: Path) -> None:
+    lock = tmp_path / "images.lock.json"
+    build(folder, lock)
+    built = images()
+    assert {n: len(v) for n, v in built.items()} == {"base": 1, "general": 1, "ml": 1, "custom": 1}
+    ids = {n: v[0]["ImageId"] for n, v in built.items()}
+    # Each child was built from its parent's new image: parents before children.
+    for child, parent in (("general", "base"), ("ml", "base"), ("custom", "general")):
+        assert tags_of(built[child][0])["platformctl:base-image"] == ids[parent]
+    source = boto3.client("ssm", region_name=REGION).get_parameter(
+        Name="/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-x86_64")["Parameter"]["Value"]
+    assert tags_of(built["base"][0])["platformctl:base-image"] == source
+    tags = tags_of(built["ml"][0])
+    assert (tags["platformctl:family"], tags["platformctl:version"], tags["accelerator"]) == ("ml", "3.0.2", "nvidia")
+    ssm = boto3.client("ssm", region_name=REGION)
+    for name, image_id in ids.items():
+        version = load_manifests(folder).get(name).version
+        assert ssm.get_parameter(Name=f"/platformctl/ami/{name}/{version}")["Parameter"]["Value"] == image_id
+        assert ssm.get_parameter(Name=f"/platformctl/ami/{name}/latest")["Parameter"]["Value"] == image_id
+    copies = {tags_of(i)["platformctl:name"]: i["ImageId"] for i in ec2(COPY).describe_images(Owners=["self"])["Images"]}
+    assert set(copies) == set(ids)
+    assert json.loads(lock.read_text())["images"]["custom"]["1.0.0"] == {REGION: ids["custom"], COPY: copies["custom"]}
+    assert running_builders() == []
+    snapshots = ec2().describe_snapshots(Filters=[{"Name": "tag:platformctl:name", "Values": ["ml"]}])["Snapshots"]
+    assert len(snapshots) == 1
+
+
+def test_a_second_build_builds_nothing(aws: None, folder: Path) -> None:
+    build(folder)
+    before = {n: [i["ImageId"] for i in v] for n, v in images().items()}
+    again = build(folder)
+    assert again["plan"].build == [] and set(again["plan"].unchanged) == set(before)
+    assert {n: [i["ImageId"] for i in v] for n, v in images().items()} == before
+
+
+def test_changing_base_rebuilds_everything_in_order(aws: None, folder: Path) -> None:
+    build(folder)
+    bump(folder, "base", "version: 1.4.0", "version: 1.5.0")
+    result = build(folder)
+    assert [(s.name, s.reason) for s in result["plan"].build] == [
+        ("base", "changed content (version 1.4.0 -> 1.5.0)"), ("general", "parent base is rebuilt"),
+        ("custom", "parent general is rebuilt"), ("ml", "parent base is rebuilt")]
+    built = images()
+    assert all(len(v) == 2 for v in built.values())
+    newest = {n: v[-1] for n, v in built.items()}
+    for child, parent in (("general", "base"), ("ml", "base"), ("custom", "general")):
+        assert tags_of(newest[child])["platformctl:base-image"] == newest[parent]["ImageId"]
+
+
+def test_changing_ml_rebuilds_only_ml(aws: None, folder: Path) -> None:
+    build(folder)
+    bump(folder, "ml", "kernelParameters: [pci=realloc]", "kernelParameters: [pci=realloc, iommu=pt]")
+    result = build(folder)
+    assert [(s.name, s.reason) for s in result["plan"].build] == [("ml", "changed content")]
+    assert {n: len(v) for n, v in images().items()} == {"base": 1, "general": 1, "ml": 2, "custom": 1}
+
+
+def test_a_new_source_image_rebuilds_from_the_root(aws: None, folder: Path) -> None:
+    build(folder)
+    other = ec2().describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*x86_64-gp2"]}])["Images"][0]
+    bump(folder, "base", "  ssmParameter: /aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-x86_64",
+         f"  ami: {other['ImageId']}")
+    plan = plan_builds(load_manifests(folder), ImageStore(REGION))
+    assert plan.build[0].name == "base" and plan.build[0].reason.startswith("changed content")
+    assert [s.name for s in plan.build] == ["base", "general", "custom", "ml"]
+
+
+def fail_on(operation: str, when=lambda params: True):  # noqa: ANN001, ANN201
+    """Make AWS refuse ``operation`` for clients made from now on (botocore's own event hooks)."""
+    def refuse(params: dict, **_: object) -> None:
+        if when(params):
+            raise ClientError({"Error": {"Code": "InternalError", "Message": f"{operation} refused by the test"}}, operation)
+
+    session = boto3._get_default_session()  # noqa: SLF001 (the session platformctl.aws makes clients from)
+    event = f"before-parameter-build.{'ssm' if operation == 'PutParameter' else 'ec2'}.{operation}"
+    session.events.register(event, refuse)
+    return lambda: session.events.unregister(event, refuse)
+
+
+@pytest.mark.parametrize("operation", ["CreateImage", "CopyImage"])
+def test_a_failed_build_leaves_no_builder_and_no_half_published_parameter(aws: None, folder: Path, operation: str) -> None:
+    undo = fail_on(operation)
+    try:
+        with pytest.raises(PlatformError, match=f"{operation} refused by the test"):
+            build(folder)
+    finally:
+        undo()
+    assert running_builders() == []
+    assert images() == {}  # an image made before the failure is deregistered, its snapshot deleted
+    assert ec2().describe_snapshots(Filters=[{"Name": "tag-key", "Values": ["platformctl:name"]}])["Snapshots"] == []
+    assert boto3.client("ssm", region_name=REGION).get_parameters_by_path(Path="/platformctl", Recursive=True)["Parameters"] == []
+
+
+def test_publishing_is_both_parameters_or_neither_and_a_rerun_completes_it(aws: None, folder: Path) -> None:
+    undo = fail_on("PutParameter", lambda params: params.get("Name", "").endswith("/base/latest"))
+    try:
+        with pytest.raises(PlatformError):
+            build(folder)
+    finally:
+        undo()
+    ssm = boto3.client("ssm", region_name=REGION)
+    assert ssm.get_parameters_by_path(Path="/platformctl", Recursive=True)["Parameters"] == []
+    assert running_builders() == []
+    result = build(folder)  # base's image is committed: the rerun publishes it and builds the rest
+    assert [s.name for s in result["plan"].build] == ["general", "custom", "ml"]
+    base = images()["base"]
+    assert len(base) == 1
+    assert ssm.get_parameter(Name="/platformctl/ami/base/latest")["Parameter"]["Value"] == base[0]["ImageId"]
+
+
+def test_cli_plan_and_build_json(aws: None, folder: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    common = ["--manifests", str(folder), "--region", REGION]
+    plan = json.loads(runner.invoke(cli, ["ami", "plan", *common, "-o", "json"]).stdout)
+    assert [b["name"] for b in plan["build"]] == ["base", "general", "custom", "ml"] and plan["unchanged"] == []
+    only = json.loads(runner.invoke(cli, ["ami", "plan", "ml", *common, "-o", "json"]).stdout)
+    assert [b["name"] for b in only["build"]] == ["base", "ml"]  # ml needs its parent's image
+    lock = tmp_path / "lock.json"
+    built = json.loads(runner.invoke(cli, ["ami", "build", *common, "--lock-file", str(lock), "-o", "json"]).stdout)
+    assert sorted(i["name"] for i in built["built"]) == ["base", "custom", "general", "ml"]
+    again = json.loads(runner.invoke(cli, ["ami", "plan", *common, "-o", "json"]).stdout)
+    assert again["build"] == [] and len(again["unchanged"]) == 4
+    text = runner.invoke(cli, ["ami", "build", *common, "--lock-file", str(lock)]).stdout
+    assert "nothing to build" in text

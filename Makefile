@@ -19,6 +19,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/resolve_manifests.py
 	$(BIN)/python benchmarks/plan_rotation.py
 	$(BIN)/python benchmarks/rotate_full_cluster.py
 

@@ -29,10 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ami.manifest import ImageManifest, ManifestSet, Source
 from platformctl import aws
 from platformctl.errors import PlatformError
-
-from ami.manifest import ImageManifest, ManifestSet, Source
 
 TAG = "platformctl:"
 BUILDER_TYPES = {"x86_64": "m6i.large", "arm64": "m7g.large"}

@@ -49,7 +49,8 @@ class Replace:
         self.value = value
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's loader when PyYAML was built with it (the wheels are), the pure-Python one otherwise.
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     pass
 
 
@@ -62,6 +63,11 @@ def _replace(loader: yaml.SafeLoader, node: yaml.Node) -> Replace:
 
 
 _Loader.add_constructor("!replace", _replace)
+
+
+def parse_yaml(text: str) -> Any:
+    """A manifest's YAML: the safe loader plus the ``!replace`` tag."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader with one extra tag)
 
 
 class _Value(BaseModel):
@@ -255,7 +261,7 @@ class ManifestSet:
 def _read(path: Path) -> tuple[ManifestFile, dict[str, Any]]:
     source = str(path)
     try:
-        raw = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 (a SafeLoader with one extra tag)
+        raw = parse_yaml(path.read_text())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise PlatformError(f"not valid YAML ({f'line {mark.line + 1}' if mark else 'document'})", file=source) from None

@@ -16,10 +16,11 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+from platformctl.clock import VirtualClock
 from platformctl.cluster.model import (
     ANNOTATION_ROTATION,
-    ANNOTATION_SETTLE,
     ANNOTATION_RUN_SECONDS,
+    ANNOTATION_SETTLE,
     ANNOTATION_START_SECONDS,
     LABEL_NODE_TYPE,
     RESOURCE_GPU,
@@ -31,7 +32,6 @@ from platformctl.cluster.model import (
     Toleration,
 )
 from platformctl.cluster.selectors import IntOrPercent, LabelSelector, Requirement
-from platformctl.clock import VirtualClock
 from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
 
 MIB = 1024**2

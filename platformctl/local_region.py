@@ -15,6 +15,8 @@ Pulumi program run under mocks, so that there is one description of what a stage
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import ipaddress
 import os
 from dataclasses import dataclass
@@ -46,7 +48,8 @@ class PoolBinding:
 
 
 class LocalRegion:
-    def __init__(self, stage: Stage, clock: VirtualClock | None = None, seed: int = 7, sync_seconds: float = 10.0) -> None:
+    def __init__(self, stage: Stage, clock: VirtualClock | None = None, seed: int = 7, sync_seconds: float = 10.0,
+                 prepare: Callable[[Stage], dict[str, str]] | None = None) -> None:
         self.stage = stage
         self.clock = clock or VirtualClock()
         self.sync_seconds = sync_seconds
@@ -62,6 +65,9 @@ class LocalRegion:
         self._saved_env: dict[str, str | None] = {}
         self._ticking = False
         self._clients: dict[str, Any] = {}
+        # Run once AWS is in place, before anything is provisioned: returns image family -> AMI id
+        # for the launch templates (the demo builds the image tree here).
+        self._prepare = prepare
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -74,6 +80,10 @@ class LocalRegion:
                 os.environ[key] = value
             self._mock = mock_aws()
             self._mock.start()
+        if self._prepare is not None:
+            images = self._prepare(self.stage)
+            topology = self.stage.topology.model_copy(update={"images": {**self.stage.topology.images, **images}})
+            self.stage = self.stage.model_copy(update={"topology": topology})
         self.provision()
         return self
 

@@ -53,11 +53,13 @@ class DemoReport:
     pods_lost_with_node: int = 0
     nodes_replaced: int = 0
     snapshots: list[str] = field(default_factory=list)
+    images: dict[str, str] = field(default_factory=dict)  # image name -> the AMI the demo built
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "stage": self.stage,
             "region": self.region,
+            "images": self.images,
             "virtual_start": format_time(self.virtual_start),
             "virtual_end": format_time(self.virtual_end),
             "virtual_minutes": round((self.virtual_end - self.virtual_start) / 60, 1),
@@ -124,7 +126,21 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
         table.add_row(cluster.name, kind, ",".join(cluster.zones), pools)
     say(table)
 
-    with LocalRegion(stage) as region:
+    def build_image_tree(st: Stage) -> dict[str, str]:
+        """Build the image tree in the local region's AWS; the launch templates boot what it built."""
+        from ami.build import ImageStore, build_images, plan_builds
+        from ami.manifest import load_manifests
+
+        manifests = load_manifests()
+        store = ImageStore(st.region)
+        built = build_images(manifests, plan_builds(manifests, store), store, workers=2)
+        report.images = {n: built.ids[n] for n in manifests.order()}
+        say(f"\n[bold]Images[/]: built {', '.join(f'{n} {built.ids[n]}' for n in manifests.order())} from ami/manifests, "
+            "parents first, and published them under /platformctl/ami/.")
+        # The stage's pools boot the image of their family (the manifest named after the family).
+        return {family: built.ids[family] for family in ("general", "ml", "custom") if family in built.ids}
+
+    with LocalRegion(stage, prepare=build_image_tree) as region:
         report.virtual_start = region.clock.now()
         say(f"\n[bold]Local region[/]: AWS is moto. Created {stage.name}'s VPC {region.vpc_id}, "
             f"{len(region.subnets)} private subnets, {len(region.pools)} launch templates "

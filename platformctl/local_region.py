@@ -15,10 +15,9 @@ Pulumi program run under mocks, so that there is one description of what a stage
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import ipaddress
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 

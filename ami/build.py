@@ -132,7 +132,7 @@ def plan_builds(manifests: ManifestSet, store: ImageStore, only: Iterable[str] =
     wanted = set(only)
     for name in wanted:
         manifests.get(name)
-    scope = set(manifests.images) if not wanted else wanted | {a for n in wanted for a in _ancestors(manifests, n)}
+    scope = set(manifests.images) if not wanted else wanted | {a for n in wanted for a in manifests.ancestors(n)}
     build: list[BuildStep] = []
     unchanged: dict[str, str] = {}
     rebuilt: set[str] = set()
@@ -155,12 +155,6 @@ def plan_builds(manifests: ManifestSet, store: ImageStore, only: Iterable[str] =
         build.append(BuildStep(name, reason))
         rebuilt.add(name)
     return BuildPlan(build, unchanged)
-
-
-def _ancestors(manifests: ManifestSet, name: str) -> set[str]:
-    import networkx as nx
-
-    return nx.ancestors(manifests.graph, name)
 
 
 def _why(image: ImageManifest, base: str, last: dict[str, Any] | None) -> str:

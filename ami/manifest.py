@@ -247,8 +247,8 @@ class ManifestSet:
         """Images that can be built at the same time, generation after generation."""
         return [sorted(g) for g in nx.topological_generations(self.graph)]
 
-    def descendants(self, name: str) -> set[str]:
-        return nx.descendants(self.graph, name)
+    def ancestors(self, name: str) -> set[str]:
+        return nx.ancestors(self.graph, name)
 
     def get(self, name: str) -> ImageManifest:
         image = self.images.get(name)

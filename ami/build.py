@@ -206,9 +206,9 @@ class BuildReport:
 def build_images(manifests: ManifestSet, plan: BuildPlan, store: ImageStore, workers: int = 4,
                  progress: Callable[[str], None] = lambda _: None) -> BuildReport:
     """Carry out ``plan``: generation by generation, the images of one generation concurrently."""
-    ids = dict(plan.unchanged)
+    report = BuildReport(ids=dict(plan.unchanged))
+    ids = report.ids  # filled in as images are built: children read their parents' ids from it
     todo = {s.name for s in plan.build}
-    report = BuildReport(ids=dict(ids))
     for name, image_id in plan.unchanged.items():  # a build that stopped after its commit is published now
         _publish(manifests.images[name], image_id, store)
     for generation in manifests.generations():
@@ -226,7 +226,6 @@ def build_images(manifests: ManifestSet, plan: BuildPlan, store: ImageStore, wor
                     continue
                 ids[name] = built.image_id
                 report.images.append(built)
-        report.ids = dict(ids)
         if failures:
             name, exc = failures[0]
             if isinstance(exc, PlatformError):

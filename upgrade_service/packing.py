@@ -184,8 +184,6 @@ def improve(waves: list[WaveDraft], limits: Limits, passes: int = 3) -> list[Wav
         moved = False
         for source in list(waves):
             for node in list(source.nodes):
-                if len(source.nodes) == 0:
-                    break
                 rest = rebuild((n for n in source.nodes if n is not node), limits)
                 saving = source.cost - (rest.cost if rest.nodes else 0)
                 if saving <= 0:

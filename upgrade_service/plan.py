@@ -86,6 +86,7 @@ class RotationPlan:
     warnings: list[str]
     view: ClusterView = field(repr=False)
     segments: nx.DiGraph = field(repr=False)
+    limits: Limits = field(repr=False)
     drafts: dict[int, WaveDraft] = field(repr=False, default_factory=dict)  # wave index -> its draft
 
     @property
@@ -113,7 +114,7 @@ class RotationPlan:
 
     def explain(self, node: str) -> list[str]:
         """Why ``node`` is where the plan puts it, one statement a line."""
-        facts = next((n for n in self.view.nodes if n.name == node), None)
+        facts = self.view.by_name.get(node)
         if facts is None:
             if node in self.view.all_nodes:
                 return [f"node {node} needs no rotation: its pool is not in targets or it already runs the target image"]
@@ -132,7 +133,7 @@ class RotationPlan:
         lines += [f"  order: {r}" for r in why_segment_waits(self.segments, wave.segment)]
         lines += [f"  wave: {r}" for r in wave.reasons]
         same_segment = [w for w in self.waves if w.segment == wave.segment and w.index < wave.index]
-        limits = self._limits
+        limits = self.limits
         here = self.drafts[wave.index]
         for earlier in same_segment:
             draft = self.drafts[earlier.index]
@@ -154,33 +155,21 @@ class RotationPlan:
                          f"its nodes rotate in turn: {where}")
         for key, count in sorted(facts.spends.items()):
             draft = self.drafts[wave.index]
-            allowed = self._limits.allowed.get(key, 0)
+            allowed = self.limits.allowed.get(key, 0)
             lines.append(f"  budget {key[0]}/{key[1]}: {count} of its pods here, {draft.spends[key]} in this wave, "
                          f"{allowed} disruption{'s' if allowed != 1 else ''} allowed at a time")
         if facts.waits_for:
             lines.append(f"  waits for {len(facts.waits_for)} wait-for-completion pod(s): {', '.join(facts.waits_for[:5])}")
         return lines
 
-    @property
-    def _limits(self) -> Limits:
-        return limits_for(self.policy, self.view)
-
     def chains(self) -> dict[str, list[tuple[str, int]]]:
-        """Each one-at-a-time workload's nodes in the order they rotate: a chain of the plan's DAG."""
-        graph = nx.DiGraph()
+        """Each one-at-a-time workload's nodes in the order they rotate, with their waves."""
         placed: dict[str, list[tuple[int, str]]] = defaultdict(list)
         for wave in self.waves:
             for name in wave.nodes:
-                facts = self.view.by_name[name]
-                for workload in facts.one_at_a_time:
+                for workload in self.view.by_name[name].one_at_a_time:
                     placed[workload].append((wave.index, name))
-        out = {}
-        for workload, steps in placed.items():
-            steps.sort()
-            nx.add_path(graph, [f"{workload}@{n}" for _, n in steps])
-            out[workload] = [(n, w) for w, n in steps]
-        assert nx.is_directed_acyclic_graph(graph)
-        return out
+        return {workload: [(n, w) for w, n in sorted(steps)] for workload, steps in placed.items()}
 
 
 def limits_for(policy: RotationPolicy, view: ClusterView) -> Limits:
@@ -285,7 +274,8 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
             drafts[index] = draft
             elapsed += wave.estimated_seconds
     return RotationPlan(cluster or policy.cluster or "cluster", snapshot.source or "live", policy, waves, blocked,
-                        [] if in_stage else pool_warnings(policy, view.pools_present, "this cluster"), view, segments, drafts)
+                        [] if in_stage else pool_warnings(policy, view.pools_present, "this cluster"), view, segments,
+                        limits, drafts)
 
 
 @dataclass

@@ -38,15 +38,22 @@ def test_merge_rules() -> None:
     assert origin["r.only"] == "child.yaml" and origin["s"] == "child.yaml"
 
 
-def test_content_hash_changes_with_content_only() -> None:
-    a = load_manifests().get("ml").content_hash
-    assert a == load_manifests().get("ml").content_hash
-
-
 def copy_tree(tmp_path: Path) -> Path:
     folder = tmp_path / "manifests"
     shutil.copytree(MANIFEST_DIR, folder)
     return folder
+
+
+def test_content_hash_follows_the_resolved_content(tmp_path: Path) -> None:
+    folder = copy_tree(tmp_path)
+    before = {n: i.content_hash for n, i in load_manifests(folder).images.items()}
+    (folder / "ml.yaml").write_text("# a comment changes nothing\n" + (folder / "ml.yaml").read_text())
+    assert {n: i.content_hash for n, i in load_manifests(folder).images.items()} == before
+    base = folder / "base.yaml"
+    base.write_text(base.read_text().replace("vm.max_map_count: 262144", "vm.max_map_count: 524288"))
+    after = {n: i.content_hash for n, i in load_manifests(folder).images.items()}
+    assert after["base"] != before["base"] and after["general"] != before["general"]  # general inherits it
+    assert after["ml"] == before["ml"]  # ml sets its own vm.max_map_count: its resolved content is the same
 
 
 @pytest.mark.parametrize(("file", "edit", "message"), [

@@ -353,6 +353,15 @@ class SimulatedCluster:
         self._rv += 1
         return self._rv
 
+    @property
+    def resource_version(self) -> int:
+        """The cluster's newest resource version: it moves whenever any object changes."""
+        return self._rv
+
+    def next_resource_version(self) -> int:
+        """A fresh resource version, for an API layer that records a change the simulator does not hold (a deletion)."""
+        return self._next_rv()
+
     def _uid(self) -> str:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
@@ -410,14 +419,30 @@ class SimulatedCluster:
         return nodes
 
     def cordon(self, name: str, unschedulable: bool = True) -> Node:
+        return self.update_node(name, unschedulable=unschedulable)
+
+    def update_node(self, name: str, *, unschedulable: bool | None = None, labels: Mapping[str, str] | None = None,
+                    taints: tuple[Taint, ...] | None = None) -> Node:
+        """Change what a client may change on a node: ``spec.unschedulable``, labels, taints."""
         state = self._nodes.get(name)
         if state is None:
             raise NotFoundError(f'nodes "{name}" not found', field="node")
-        if state.node.unschedulable != unschedulable:
-            state.node = replace(state.node, unschedulable=unschedulable, resource_version=self._next_rv())
-            self._record(NODE_CORDONED if unschedulable else NODE_UNCORDONED, "", name)
-            if not unschedulable:
-                self._schedule_soon()
+        old = state.node
+        new = replace(
+            old,
+            unschedulable=old.unschedulable if unschedulable is None else unschedulable,
+            labels=old.labels if labels is None else dict(labels),
+            taints=old.taints if taints is None else taints,
+        )
+        if new == old:
+            return old
+        state.node = replace(new, resource_version=self._next_rv())
+        if new.unschedulable != old.unschedulable:
+            self._record(NODE_CORDONED if new.unschedulable else NODE_UNCORDONED, "", name)
+        if new.labels != old.labels or new.taints != old.taints:
+            # Which scheduling classes the node serves may have changed: they are rebuilt on demand.
+            self._classes.clear()
+        self._schedule_soon()
         return state.node
 
     def delete_node(self, name: str) -> None:
@@ -535,12 +560,42 @@ class SimulatedCluster:
             raise PlatformError(f'pods "{pod.name}" already exists', field="metadata.name")
         return self._add_pod(replace(pod, created=pod.created or self.now()))
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete a pod directly (no budget check), with its grace period."""
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> Pod:
+        """Delete a pod directly (no budget check), with its grace period or ``grace_seconds``.
+
+        Returns the pod as it is after the call: terminating, or already gone with a grace of 0.
+        """
         pod = self._pods.get((namespace, name))
         if pod is None:
             raise NotFoundError(f'pods "{name}" not found', field="pod")
-        self._begin_termination(pod, evicted=False)
+        pod = self._begin_termination(pod, evicted=False)
+        if grace_seconds == 0:
+            self._remove_pod(pod)
+        return pod
+
+    def delete_workload(self, uid: str) -> None:
+        """Delete a controller and, as the garbage collector does, every pod it owns."""
+        if uid not in self._controllers:
+            raise NotFoundError(f"no workload with uid {uid}", field="metadata.uid")
+        self._delete_controller(uid)
+
+    def has_workload(self, uid: str) -> bool:
+        return uid in self._controllers
+
+    def workload_status(self, uid: str) -> dict[str, int | bool]:
+        """What a controller would write into its status: its pods, the ready ones, the finished ones."""
+        ctrl = self._controllers.get(uid)
+        if ctrl is None:
+            return {"replicas": 0, "ready": 0, "active": 0, "succeeded": 0, "complete": False}
+        pods = [self._pods[k] for k in ctrl.pods if k in self._pods]
+        live = [p for p in pods if p.deletion_time is None and not p.is_finished]
+        return {
+            "replicas": len(live),
+            "ready": sum(p.ready for p in live),
+            "active": ctrl.active,
+            "succeeded": ctrl.succeeded,
+            "complete": ctrl.done,
+        }
 
     def get_pod(self, namespace: str, name: str) -> Pod:
         pod = self._pods.get((namespace, name))
@@ -851,6 +906,21 @@ class SimulatedCluster:
                 self._pod_budgets[key] = (*self._pod_budgets.get(key, ()), budget)
                 members.append((pod.uid, _healthy(pod)))
         self._record(PDB_CREATED, pdb.namespace, pdb.name, (pdb.key, tuple(members)))
+        return self._with_status(budget)
+
+    def delete_pdb(self, namespace: str, name: str) -> PodDisruptionBudget:
+        budget = self._budgets.pop((namespace, name), None)
+        if budget is None:
+            raise NotFoundError(f'poddisruptionbudgets "{name}" not found', field="pdb")
+        self._budgets_by_ns[namespace].remove(budget)
+        for key, budgets in list(self._pod_budgets.items()):
+            if budget in budgets:
+                rest = tuple(b for b in budgets if b is not budget)
+                if rest:
+                    self._pod_budgets[key] = rest
+                else:
+                    del self._pod_budgets[key]
+        self._next_rv()
         return self._with_status(budget)
 
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:

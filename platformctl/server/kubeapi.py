@@ -1,0 +1,550 @@
+"""The Kubernetes REST API over simulated clusters, as a WSGI application.
+
+Every cluster lives under ``/clusters/<name>``, so one port serves them all and a kubeconfig gives
+each its own server URL. The subset is what the toolkit, the official client and kubectl use:
+
+- discovery: ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>/<version>``;
+- nodes: get, list (label and field selectors, ``limit``/``continue``), patch (JSON merge, strategic
+  merge or JSON patch; ``spec.unschedulable``, labels, taints), delete, watch;
+- pods: get, list across or within namespaces (label selectors; ``spec.nodeName``,
+  ``metadata.name``, ``metadata.namespace`` and ``status.phase`` field selectors), create, delete
+  (with a grace period), watch; the ``policy/v1`` eviction subresource with the simulator's answers;
+- PodDisruptionBudgets with the status the disruption controller computes; namespaces;
+  Deployments, DaemonSets, StatefulSets, Jobs and CronJobs: create, get, list, delete.
+
+``kubectl get`` asks for ``Table`` answers and gets the API server's own columns. Mistakes get the
+API's ``Status`` errors (400, 404, 405, 409, 410, 415, 422); any fault of the server's is a 500
+``Status`` and is logged, never a crash.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jsonpatch
+from werkzeug.exceptions import MethodNotAllowed, NotFound
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from platformctl.cluster.model import Node, Pod, Taint
+from platformctl.errors import NotFoundError, PlatformError
+from platformctl.server.state import (
+    RESOURCES,
+    WORKLOADS,
+    ApiError,
+    Change,
+    ClusterState,
+    Expired,
+    bad_request,
+    field_selector,
+    invalid,
+    label_selector,
+    not_found,
+)
+from platformctl.server.tables import ip_for, node_ip, table
+
+log = logging.getLogger("platformctl.server")
+
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+ALL_CATEGORY = {"pods", "deployments", "daemonsets", "statefulsets", "jobs", "cronjobs"}
+WATCH_TIMEOUT = 1800.0  # wall seconds a watch stays open unless the client asks for less
+
+_P = "/clusters/<cluster>"
+_ROUTES = Map([
+    Rule(f"{_P}/version", endpoint="version"),
+    Rule(f"{_P}/healthz", endpoint="health"),
+    Rule(f"{_P}/livez", endpoint="health"),
+    Rule(f"{_P}/readyz", endpoint="health"),
+    Rule(f"{_P}/api", endpoint="core_versions"),
+    Rule(f"{_P}/api/v1", endpoint="core_resources"),
+    Rule(f"{_P}/apis", endpoint="groups"),
+    Rule(f"{_P}/apis/<group>/<version>", endpoint="group_resources"),
+    Rule(f"{_P}/api/v1/<plural>", endpoint="collection", defaults={"group": "", "version": "v1", "ns": None}),
+    Rule(f"{_P}/api/v1/<plural>/<name>", endpoint="item", defaults={"group": "", "version": "v1", "ns": None}),
+    Rule(f"{_P}/api/v1/namespaces/<ns>/<plural>", endpoint="collection", defaults={"group": "", "version": "v1"}),
+    Rule(f"{_P}/api/v1/namespaces/<ns>/<plural>/<name>", endpoint="item", defaults={"group": "", "version": "v1"}),
+    Rule(f"{_P}/api/v1/namespaces/<ns>/<plural>/<name>/<sub>", endpoint="subresource",
+         defaults={"group": "", "version": "v1"}),
+    Rule(f"{_P}/apis/<group>/<version>/<plural>", endpoint="collection", defaults={"ns": None}),
+    Rule(f"{_P}/apis/<group>/<version>/<plural>/<name>", endpoint="item", defaults={"ns": None}),
+    Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>", endpoint="collection"),
+    Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>/<name>", endpoint="item"),
+    Rule("/platformctl/v1/status", endpoint="control_status"),
+    Rule("/platformctl/v1/time", endpoint="control_time"),
+])
+
+
+def _json(body: Any, code: int = 200) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), status=code, mimetype="application/json")
+
+
+def _success(name: str, kind: str, uid: str = "") -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": name, "kind": kind, "uid": uid}}
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (a strategic merge patch of the fields served here means the same)."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$"):
+            continue  # strategic-merge directives: nothing served here needs them
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge_patch(out.get(key), value)
+    return out
+
+
+def _node_object(node: Node, version: str) -> dict[str, Any]:
+    obj = node.to_kube()
+    obj["status"]["addresses"] = [{"type": "InternalIP", "address": node_ip(node.name)},
+                                  {"type": "Hostname", "address": node.name}]
+    obj["status"]["nodeInfo"] = {
+        "kubeletVersion": f"v{version}.0-eks", "kubeProxyVersion": f"v{version}.0-eks", "osImage": "Amazon Linux 2023",
+        "kernelVersion": "6.1.0-platformctl.amzn2023.x86_64", "containerRuntimeVersion": "containerd://1.7.27",
+        "operatingSystem": "linux", "architecture": node.labels.get("kubernetes.io/arch", "amd64"),
+        "machineID": node.uid.replace("-", ""), "systemUUID": node.uid, "bootID": node.uid,
+    }
+    return obj
+
+
+def _pod_object(pod: Pod) -> dict[str, Any]:
+    obj = pod.to_kube()
+    if pod.node_name:
+        obj["status"]["hostIP"] = node_ip(pod.node_name)
+        if pod.phase == "Running" or pod.ready:
+            obj["status"]["podIP"] = ip_for(pod.uid)
+    return obj
+
+
+def _change_object(change: Change, version: str) -> dict[str, Any]:
+    obj = _node_object(change.obj, version) if isinstance(change.obj, Node) else _pod_object(change.obj)
+    obj["metadata"]["resourceVersion"] = str(change.rv)
+    return obj
+
+
+_POD_FIELDS: dict[str, Callable[[Any], str]] = {
+    "metadata.name": lambda p: p.name, "metadata.namespace": lambda p: p.namespace,
+    "spec.nodeName": lambda p: p.node_name or "", "status.phase": lambda p: p.phase,
+}
+_NODE_FIELDS: dict[str, Callable[[Any], str]] = {
+    "metadata.name": lambda n: n.name, "spec.unschedulable": lambda n: "true" if n.unschedulable else "false",
+}
+_OBJECT_FIELDS: dict[str, Callable[[Any], str]] = {
+    "metadata.name": lambda o: o["metadata"]["name"], "metadata.namespace": lambda o: o["metadata"].get("namespace", ""),
+}
+
+
+class KubeAPI:
+    """The WSGI application. ``cond`` guards every cluster; ``stopping`` ends open watches."""
+
+    def __init__(self, clusters: dict[str, ClusterState], cond: threading.Condition,
+                 control: Callable[[str], dict[str, Any]] | None = None, stopping: threading.Event | None = None) -> None:
+        self.clusters = clusters
+        self.cond = cond
+        self.control = control
+        self.stopping = stopping or threading.Event()
+
+    # ---------------------------------------------------------------- WSGI
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        request = Request(environ)
+        try:
+            response = self.dispatch(request)
+        except ApiError as exc:
+            response = _json(exc.status(), exc.code)
+        except NotFoundError as exc:
+            response = _json(ApiError(404, "NotFound", exc.detail).status(), 404)
+        except PlatformError as exc:
+            response = _json(ApiError(422, "Invalid", str(exc)).status(), 422)
+        except Exception:  # a fault of the server's: answer 500, keep serving
+            log.exception("%s %s failed", request.method, request.full_path)
+            response = _json(ApiError(500, "InternalError", "an error on the server has prevented the request from "
+                                      "succeeding (see the local region's server.log)").status(), 500)
+        return response(environ, start_response)
+
+    def dispatch(self, request: Request) -> Response:
+        adapter = _ROUTES.bind_to_environ(request.environ)
+        try:
+            endpoint, args = adapter.match()
+        except NotFound:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource",
+                           {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]}) from None
+        except MethodNotAllowed:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource") from None
+        if endpoint.startswith("control_"):
+            if self.control is None:
+                raise ApiError(404, "NotFound", "no control endpoint")
+            with self.cond:
+                return _json(self.control(endpoint.removeprefix("control_")))
+        name = args.pop("cluster")
+        cluster = self.clusters.get(name)
+        if cluster is None:
+            raise ApiError(404, "NotFound", f"no cluster {name!r} in this local region (it has {', '.join(sorted(self.clusters))})")
+        if endpoint == "health":
+            return Response("ok", mimetype="text/plain")
+        if endpoint in ("version", "core_versions", "core_resources", "groups", "group_resources"):
+            return _json(getattr(self, f"_{endpoint}")(cluster, request, **args))
+        res = self._resource(args["group"], args["version"], args["plural"], args.get("ns"))
+        if endpoint == "collection" and request.args.get("watch") in ("true", "1"):
+            return self._watch(cluster, res.plural, request, args.get("ns"))
+        with self.cond:
+            cluster.changes.observe()
+            response = getattr(self, f"_{endpoint}")(cluster, res, request, **{k: v for k, v in args.items()
+                                                                                if k not in ("group", "version", "plural")})
+            if request.method != "GET" and cluster.changes.observe():
+                self.cond.notify_all()
+        return response
+
+    def _resource(self, group: str, version: str, plural: str, ns: str | None) -> Any:
+        res = RESOURCES.get(plural)
+        if res is None or res.group != group or res.version != version or (ns is not None and not res.namespaced):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return res
+
+    # ---------------------------------------------------------------- discovery
+
+    def _version(self, cluster: ClusterState, request: Request) -> dict[str, Any]:
+        major, minor = cluster.kubernetes_version.split(".")[:2]
+        return {"major": major, "minor": minor, "gitVersion": f"v{cluster.kubernetes_version}.0-platformctl",
+                "gitCommit": "local", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64"}
+
+    def _core_versions(self, cluster: ClusterState, request: Request) -> dict[str, Any]:
+        return {"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}]}
+
+    def _resource_list(self, group_version: str, group: str) -> dict[str, Any]:
+        resources = []
+        for res in RESOURCES.values():
+            if res.group != group:
+                continue
+            entry: dict[str, Any] = {"name": res.plural, "singularName": res.singular, "namespaced": res.namespaced,
+                                     "kind": res.kind, "verbs": list(res.verbs)}
+            if res.short_names:
+                entry["shortNames"] = list(res.short_names)
+            if res.plural in ALL_CATEGORY:
+                entry["categories"] = ["all"]
+            resources.append(entry)
+            if res.plural == "pods":
+                resources.append({"name": "pods/eviction", "singularName": "", "namespaced": True, "group": "policy",
+                                  "version": "v1", "kind": "Eviction", "verbs": ["create"]})
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
+
+    def _core_resources(self, cluster: ClusterState, request: Request) -> dict[str, Any]:
+        return self._resource_list("v1", "")
+
+    def _groups(self, cluster: ClusterState, request: Request) -> dict[str, Any]:
+        groups = sorted({r.group for r in RESOURCES.values() if r.group})
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": g, "versions": [{"groupVersion": f"{g}/v1", "version": "v1"}],
+             "preferredVersion": {"groupVersion": f"{g}/v1", "version": "v1"}} for g in groups]}
+
+    def _group_resources(self, cluster: ClusterState, request: Request, group: str, version: str) -> dict[str, Any]:
+        if version != "v1" or group not in {r.group for r in RESOURCES.values()}:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return self._resource_list(f"{group}/{version}", group)
+
+    # ---------------------------------------------------------------- objects
+
+    def _objects(self, cluster: ClusterState, plural: str, ns: str | None, request: Request) -> list[dict[str, Any]]:
+        """Every object of a kind in scope, filtered by the request's selectors, sorted by namespace and name."""
+        labels = label_selector(request.args.get("labelSelector"))
+        fields_text = request.args.get("fieldSelector") or ""
+        version = cluster.kubernetes_version
+        if plural == "nodes":
+            match = field_selector(fields_text, _NODE_FIELDS)
+            nodes = [n for n in cluster.sim.list_nodes() if match(n) and (labels is None or labels(n.labels))]
+            return [_node_object(n, version) for n in sorted(nodes, key=lambda n: n.name)]
+        if plural == "pods":
+            match = field_selector(fields_text, _POD_FIELDS)
+            pods = [p for p in cluster.sim.list_pods(ns) if match(p) and (labels is None or labels(p.labels))]
+            return [_pod_object(p) for p in sorted(pods, key=lambda p: p.key)]
+        match = field_selector(fields_text, _OBJECT_FIELDS)
+        if plural == "poddisruptionbudgets":
+            objects = [b.to_kube() for b in sorted(cluster.sim.list_pdbs(ns), key=lambda b: b.key)]
+        elif plural == "namespaces":
+            objects = cluster.list_namespaces()
+        else:
+            objects = [cluster.workload_object(w) for w in cluster.list_workloads(plural, ns)]
+        return [o for o in objects if match(o) and (labels is None or labels(o["metadata"].get("labels") or {}))]
+
+    def _get_object(self, cluster: ClusterState, plural: str, ns: str | None, name: str) -> dict[str, Any]:
+        group = RESOURCES[plural].group
+        try:
+            if plural == "nodes":
+                return _node_object(cluster.sim.get_node(name), cluster.kubernetes_version)
+            if plural == "pods":
+                return _pod_object(cluster.sim.get_pod(ns or "default", name))
+            if plural == "poddisruptionbudgets":
+                return cluster.sim.get_pdb(ns or "default", name).to_kube()
+        except NotFoundError:
+            raise not_found(plural, name, group) from None
+        if plural == "namespaces":
+            return cluster.get_namespace(name)
+        return cluster.workload_object(cluster.get_workload(plural, ns or "default", name))
+
+    def _wants_table(self, request: Request) -> bool:
+        return "as=Table" in request.headers.get("Accept", "")
+
+    def _collection(self, cluster: ClusterState, res: Any, request: Request, ns: str | None) -> Response:
+        if request.method == "POST":
+            return self._create(cluster, res, request, ns)
+        if request.method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {res.plural}")
+        objects = self._objects(cluster, res.plural, ns, request)
+        rv = str(cluster.sim.resource_version)
+        offset = 0
+        token = request.args.get("continue")
+        if token:
+            try:
+                offset = int(json.loads(base64.urlsafe_b64decode(token.encode()))["offset"])
+            except (ValueError, KeyError, TypeError):
+                raise bad_request("continue key is not valid: the token is malformed") from None
+        limit = request.args.get("limit")
+        next_token = ""
+        if limit:
+            try:
+                n = int(limit)
+            except ValueError:
+                raise bad_request(f"limit: invalid value {limit!r}") from None
+            if n > 0 and offset + n < len(objects):
+                next_token = base64.urlsafe_b64encode(json.dumps({"offset": offset + n, "rv": rv}).encode()).decode()
+            objects = objects[offset: offset + n] if n > 0 else objects[offset:]
+        else:
+            objects = objects[offset:]
+        if self._wants_table(request):
+            return _json(table(res.plural, objects, cluster.now(), rv, request.args.get("includeObject", "Metadata"),
+                               next_token))
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        if next_token:
+            meta["continue"] = next_token
+        return _json({"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta, "items": objects})
+
+    def _item(self, cluster: ClusterState, res: Any, request: Request, name: str, ns: str | None) -> Response:
+        if request.method == "GET":
+            obj = self._get_object(cluster, res.plural, ns, name)
+            if self._wants_table(request):
+                return _json(table(res.plural, [obj], cluster.now(), obj["metadata"].get("resourceVersion", "")))
+            return _json(obj)
+        if request.method == "DELETE":
+            return self._delete(cluster, res, request, ns, name)
+        if request.method == "PATCH" and res.plural == "nodes":
+            return self._patch_node(cluster, request, name)
+        raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {res.plural}")
+
+    def _subresource(self, cluster: ClusterState, res: Any, request: Request, name: str, sub: str, ns: str) -> Response:
+        if res.plural != "pods" or sub != "eviction":
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if request.method != "POST":
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on pods/eviction")
+        body = self._body(request)
+        meta = body.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise bad_request("Eviction in version \"v1\" cannot be handled as a Eviction: metadata must be an object")
+        if meta.get("name") not in (None, name):
+            raise bad_request("name in URL does not match name in Eviction object")
+        if meta.get("namespace") not in (None, "", ns):
+            raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        result = cluster.sim.evict(ns, name)
+        if result.code == 404:
+            raise not_found("pods", name)
+        return _json(result.to_status(), result.code)
+
+    # ---------------------------------------------------------------- writes
+
+    def _body(self, request: Request) -> dict[str, Any]:
+        raw = request.get_data(cache=False)
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise bad_request(f"the body of the request was in an unknown format: {exc}") from None
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be a JSON object")
+        return body
+
+    def _create(self, cluster: ClusterState, res: Any, request: Request, ns: str | None) -> Response:
+        body = self._body(request)
+        if body.get("apiVersion") not in (None, res.api_version):
+            raise bad_request(f"the API version in the data ({body['apiVersion']}) does not match the expected API "
+                              f"version ({res.api_version})")
+        if body.get("kind") not in (None, res.kind):
+            raise bad_request(f"the kind in the data ({body['kind']}) does not match the expected kind ({res.kind})")
+        meta = body.get("metadata")
+        if not isinstance(meta, dict):
+            raise invalid(res.kind, "", "metadata", "Required value", "FieldValueRequired", res.group)
+        if res.namespaced and meta.get("namespace") not in (None, "", ns):
+            raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        name = meta.get("name")
+        if not name and meta.get("generateName"):
+            name = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+        if not name:
+            raise invalid(res.kind, "", "metadata.name", "Required value: name or generateName is required",
+                          "FieldValueRequired", res.group)
+        if not isinstance(name, str) or len(name) > 253 or not NAME_RE.match(name):
+            raise invalid(res.kind, str(name), "metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 subdomain '
+                          "must consist of lower case alphanumeric characters, '-' or '.', and must start and end with "
+                          "an alphanumeric character", group=res.group)
+        meta["name"] = name
+        if res.plural == "namespaces":
+            return _json(cluster.create_namespace(body), 201)
+        if res.plural == "pods":
+            return _json(_pod_object(cluster.create_pod(ns or "default", body)), 201)
+        if res.plural == "poddisruptionbudgets":
+            return _json(cluster.create_pdb(ns or "default", body).to_kube(), 201)
+        if res.plural in WORKLOADS:
+            return _json(cluster.workload_object(cluster.create_workload(res.plural, ns or "default", body)), 201)
+        if res.plural == "nodes":
+            raise ApiError(405, "MethodNotAllowed", "nodes register themselves in the local region: scale the node "
+                           "pool's auto scaling group instead")
+        raise ApiError(405, "MethodNotAllowed", f"the server does not allow creating {res.plural}")
+
+    def _grace(self, request: Request) -> int | None:
+        raw = request.args.get("gracePeriodSeconds")
+        if raw is None and request.content_length:
+            raw = self._body(request).get("gracePeriodSeconds")
+        if raw is None:
+            return None
+        try:
+            return max(int(raw), 0)
+        except (TypeError, ValueError):
+            raise bad_request(f"gracePeriodSeconds: invalid value {raw!r}") from None
+
+    def _delete(self, cluster: ClusterState, res: Any, request: Request, ns: str | None, name: str) -> Response:
+        group = res.group
+        try:
+            if res.plural == "pods":
+                pod = cluster.sim.delete_pod(ns or "default", name, grace_seconds=self._grace(request))
+                return _json(_pod_object(pod))
+            if res.plural == "nodes":
+                node = cluster.sim.get_node(name)
+                cluster.sim.delete_node(name)
+                return _json(_success(name, "nodes", node.uid))
+            if res.plural == "poddisruptionbudgets":
+                pdb = cluster.sim.delete_pdb(ns or "default", name)
+                return _json(_success(name, "poddisruptionbudgets", pdb.uid))
+        except NotFoundError:
+            raise not_found(res.plural, name, group) from None
+        if res.plural == "namespaces":
+            return _json(cluster.delete_namespace(name))
+        workload = cluster.delete_workload(res.plural, ns or "default", name)
+        return _json(_success(name, res.plural, workload.obj["metadata"]["uid"]))
+
+    def _patch_node(self, cluster: ClusterState, request: Request, name: str) -> Response:
+        kind = request.mimetype
+        try:
+            current = _node_object(cluster.sim.get_node(name), cluster.kubernetes_version)
+        except NotFoundError:
+            raise not_found("nodes", name) from None
+        try:
+            patch = json.loads(request.get_data(cache=False) or b"null")
+        except ValueError as exc:
+            raise bad_request(f"the body of the request was in an unknown format: {exc}") from None
+        if kind in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            if not isinstance(patch, dict):
+                raise bad_request("a merge patch must be a JSON object")
+            patched = _merge_patch(current, patch)
+        elif kind == "application/json-patch+json":
+            try:
+                patched = jsonpatch.apply_patch(current, patch)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as exc:
+                raise ApiError(422, "Invalid", f"the JSON patch could not be applied: {exc}") from None
+        else:
+            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted "
+                           f"media types include: application/json-patch+json, application/merge-patch+json, "
+                           f"application/strategic-merge-patch+json (got {kind!r})")
+        if not isinstance(patched, dict) or (patched.get("metadata") or {}).get("name") != name:
+            raise bad_request("the patch may not change the node's name")
+        spec = patched.get("spec") or {}
+        meta = patched.get("metadata") or {}
+        unschedulable = spec.get("unschedulable", False)
+        if not isinstance(unschedulable, bool):
+            raise invalid("Node", name, "spec.unschedulable", f"Invalid value: {unschedulable!r}: must be a boolean")
+        labels = meta.get("labels") or {}
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            raise invalid("Node", name, "metadata.labels", "Invalid value: labels map strings to strings")
+        taints = []
+        for i, t in enumerate(spec.get("taints") or []):
+            if not isinstance(t, dict) or not t.get("key") or t.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                raise invalid("Node", name, f"spec.taints[{i}]", "Invalid value: a taint needs a key and an effect of "
+                              "NoSchedule, PreferNoSchedule or NoExecute")
+            taints.append(Taint(t["key"], str(t.get("value", "")), t["effect"]))
+        node = cluster.sim.update_node(name, unschedulable=unschedulable, labels=labels, taints=tuple(taints))
+        return _json(_node_object(node, cluster.kubernetes_version))
+
+    # ---------------------------------------------------------------- watch
+
+    def _watch(self, cluster: ClusterState, plural: str, request: Request, ns: str | None) -> Response:
+        if plural not in ("nodes", "pods"):
+            raise ApiError(405, "MethodNotAllowed", f"watch is served for nodes and pods, not {plural}")
+        labels = label_selector(request.args.get("labelSelector"))
+        match = field_selector(request.args.get("fieldSelector") or "", _NODE_FIELDS if plural == "nodes" else _POD_FIELDS)
+
+        def wanted(obj: Any) -> bool:
+            if ns is not None and getattr(obj, "namespace", ns) != ns:
+                return False
+            return match(obj) and (labels is None or labels(obj.labels))
+
+        try:
+            timeout = min(float(request.args.get("timeoutSeconds") or WATCH_TIMEOUT), WATCH_TIMEOUT)
+        except ValueError:
+            raise bad_request("timeoutSeconds: must be a number") from None
+        rv_text = request.args.get("resourceVersion") or ""
+        with self.cond:
+            cluster.changes.observe()
+            if rv_text in ("", "0"):
+                cursor = cluster.sim.resource_version
+                initial = [Change(o.resource_version, "ADDED", o) for o in cluster.changes.current(plural) if wanted(o)]
+                initial.sort(key=lambda c: c.rv)
+            else:
+                try:
+                    cursor = int(rv_text)
+                except ValueError:
+                    raise bad_request(f"resourceVersion: invalid value {rv_text!r}") from None
+                initial = []
+        as_table = self._wants_table(request)
+        version = cluster.kubernetes_version
+
+        def encode(change: Change) -> bytes:
+            obj = _change_object(change, version)
+            if as_table:
+                obj = table(plural, [obj], cluster.now(), obj["metadata"]["resourceVersion"])
+            return json.dumps({"type": change.type, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+        def stream() -> Iterator[bytes]:
+            nonlocal cursor
+            for change in initial:
+                yield encode(change)
+            deadline = time.monotonic() + timeout
+            while not self.stopping.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                with self.cond:
+                    try:
+                        changes = cluster.changes.since(plural, cursor)
+                    except Expired:
+                        gone = ApiError(410, "Expired", f"too old resource version: {cursor}").status()
+                        yield json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n"
+                        return
+                    if not changes:
+                        self.cond.wait(min(remaining, 1.0))
+                        continue
+                    cursor = changes[-1].rv
+                for change in changes:
+                    if wanted(change.obj):
+                        yield encode(change)
+
+        return Response(stream(), mimetype="application/json", direct_passthrough=True)
+

@@ -30,7 +30,7 @@ from platformctl.errors import NotFoundError, PlatformError
 from platformctl.instance_types import INSTANCE_TYPES
 from platformctl.topology import Cluster, HostCluster, NodePool, Stage
 
-_FAKE_CREDENTIALS = {
+FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_SECURITY_TOKEN": "testing",
@@ -74,7 +74,7 @@ class LocalRegion:
         if not os.environ.get("AWS_ENDPOINT_URL"):
             from moto import mock_aws
 
-            for key, value in _FAKE_CREDENTIALS.items():
+            for key, value in FAKE_CREDENTIALS.items():
                 self._saved_env[key] = os.environ.get(key)
                 os.environ[key] = value
             self._mock = mock_aws()

@@ -23,7 +23,7 @@ from platformctl.errors import PlatformError
 MANIFESTS = click.option("--manifests", "manifest_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                          help="folder of image manifests (default: ami/manifests of this checkout)")
 REGIONS = [
-    click.option("--region", default=None, help="where images are built (default: $AWS_REGION, else us-west-2)"),
+    click.option("--region", default=None, help="where images are built (default: $AWS_REGION, else the running local region's, else us-west-2)"),
     click.option("--copy-to", "copy_to", multiple=True, metavar="REGION", help="also copy every image to REGION (repeatable)"),
 ]
 
@@ -36,7 +36,9 @@ def _regions(fn: Any) -> Any:
 
 def _store(region: str | None, copy_to: tuple[str, ...]) -> Any:
     from ami.build import ImageStore
+    from platformctl.server.control import use_for_aws
 
+    use_for_aws()  # the running local region, unless another AWS target is set
     return ImageStore(region or os.environ.get("AWS_REGION") or "us-west-2", copy_to)
 
 

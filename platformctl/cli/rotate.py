@@ -37,8 +37,9 @@ def _snapshot_time(snapshot: Snapshot) -> float:
 
 def _live_snapshot(kubeconfig: str | None, context: str | None) -> tuple[Snapshot, str, float]:
     from platformctl.cluster.live import LiveCluster
+    from platformctl.server.control import default_kubeconfig
 
-    live = LiveCluster.from_kubeconfig(kubeconfig, context)
+    live = LiveCluster.from_kubeconfig(default_kubeconfig(kubeconfig), context)
     snap = Snapshot(tuple(live.list_nodes()), tuple(live.list_pods()), tuple(live.list_pdbs()),
                     source=f"context {live.name}")
     return snap, live.name, live.clock.now()
@@ -80,7 +81,8 @@ def rotate() -> None:
               help="one cluster's state, as `kubectl get nodes,pods,pdb -A -o json` prints it")
 @click.option("--context", default=None, help="plan a live cluster: this kubeconfig context")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
-              help="kubeconfig for --context or --stage (default: $KUBECONFIG or ~/.kube/config)")
+              help="kubeconfig for --context or --stage (default: $KUBECONFIG, else the running local region's, "
+                   "else ~/.kube/config)")
 @click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None,
               help="plan a whole stage: its clusters in order, each with its own plan")
 @click.option("--snapshot-dir", type=click.Path(file_okay=False, path_type=Path), default=None,

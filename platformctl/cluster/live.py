@@ -47,6 +47,11 @@ class LiveCluster:
                 context = config.list_kube_config_contexts(config_file=path)[1]["name"]
         except (ConfigException, FileNotFoundError) as exc:
             raise PlatformError(str(exc).splitlines()[0], file=path or "~/.kube/config", field=f"contexts.{context}" if context else "current-context") from None
+        if clock is None:
+            # A context of the local region carries where its virtual clock is read.
+            from platformctl.server.control import clock_for_context
+
+            clock = clock_for_context(path, context)
         return cls(api_client, name=context or "live", clock=clock, source=path)
 
     @property

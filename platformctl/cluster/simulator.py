@@ -579,6 +579,10 @@ class SimulatedCluster:
             raise NotFoundError(f"no workload with uid {uid}", field="metadata.uid")
         self._delete_controller(uid)
 
+    def workloads(self) -> list[tuple[str, str, str, str, Pod, int]]:
+        """Every controller: (kind, namespace, name, uid, pod template, replicas)."""
+        return [(c.kind, c.namespace, c.name, c.uid, c.template, c.replicas) for c in self._controllers.values()]
+
     def has_workload(self, uid: str) -> bool:
         return uid in self._controllers
 

@@ -66,6 +66,8 @@ _ROUTES = Map([
     Rule(f"{_P}/api", endpoint="core_versions"),
     Rule(f"{_P}/api/v1", endpoint="core_resources"),
     Rule(f"{_P}/apis", endpoint="groups"),
+    Rule(f"{_P}/openapi/v3", endpoint="openapi_root"),
+    Rule(f"{_P}/openapi/v3/<path:gv>", endpoint="openapi_group"),
     Rule(f"{_P}/apis/<group>/<version>", endpoint="group_resources"),
     Rule(f"{_P}/api/v1/<plural>", endpoint="collection", defaults={"group": "", "version": "v1", "ns": None}),
     Rule(f"{_P}/api/v1/<plural>/<name>", endpoint="item", defaults={"group": "", "version": "v1", "ns": None}),
@@ -194,7 +196,8 @@ class KubeAPI:
             raise ApiError(404, "NotFound", f"no cluster {name!r} in this local region (it has {', '.join(sorted(self.clusters))})")
         if endpoint == "health":
             return Response("ok", mimetype="text/plain")
-        if endpoint in ("version", "core_versions", "core_resources", "groups", "group_resources"):
+        if endpoint in ("version", "core_versions", "core_resources", "groups", "group_resources", "openapi_root",
+                        "openapi_group"):
             return _json(getattr(self, f"_{endpoint}")(cluster, request, **args))
         res = self._resource(args["group"], args["version"], args["plural"], args.get("ns"))
         if endpoint == "collection" and request.args.get("watch") in ("true", "1"):
@@ -255,6 +258,34 @@ class KubeAPI:
         if version != "v1" or group not in {r.group for r in RESOURCES.values()}:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return self._resource_list(f"{group}/{version}", group)
+
+    def _openapi_root(self, cluster: ClusterState, request: Request) -> dict[str, Any]:
+        """OpenAPI v3 discovery: one document per group version, as kubectl fetches them before it writes."""
+        versions = sorted({r.api_version for r in RESOURCES.values()})
+        return {"paths": {("api/" if gv == "v1" else "apis/") + gv: {
+            "serverRelativeURL": f"/clusters/{cluster.name}/openapi/v3/{'api/' if gv == 'v1' else 'apis/'}{gv}?hash=local"}
+            for gv in versions}}
+
+    def _openapi_group(self, cluster: ClusterState, request: Request, gv: str) -> dict[str, Any]:
+        """A group version's document: enough for kubectl to see that writes take ``fieldValidation`` (the
+        server then validates, instead of kubectl validating against schemas this server does not publish)."""
+        group_version = gv.removeprefix("api/").removeprefix("apis/")
+        served = [r for r in RESOURCES.values() if r.api_version == group_version]
+        if not served:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        paths: dict[str, Any] = {}
+        field_validation = {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+        for res in served:
+            gvk = {"group": res.group, "version": res.version, "kind": res.kind}
+            base = "/api/v1" if not res.group else f"/apis/{res.api_version}"
+            item = f"{base}/namespaces/{{namespace}}/{res.plural}/{{name}}" if res.namespaced else f"{base}/{res.plural}/{{name}}"
+            collection = item.rsplit("/", 1)[0]
+            op = {"x-kubernetes-group-version-kind": gvk, "parameters": [field_validation],
+                  "responses": {"200": {"description": "OK"}}}
+            paths[collection] = {"post": {**op, "x-kubernetes-action": "post"}}
+            paths[item] = {"patch": {**op, "x-kubernetes-action": "patch"}}
+        return {"openapi": "3.0.0", "info": {"title": "Kubernetes (platformctl local region)", "version": "v1.32.0"},
+                "paths": paths, "components": {"schemas": {}}}
 
     # ---------------------------------------------------------------- objects
 
@@ -365,6 +396,9 @@ class KubeAPI:
     # ---------------------------------------------------------------- writes
 
     def _body(self, request: Request) -> dict[str, Any]:
+        if request.mimetype not in ("", "application/json"):
+            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media "
+                           f"types include: application/json (got {request.mimetype!r})")
         raw = request.get_data(cache=False)
         try:
             body = json.loads(raw or b"{}")

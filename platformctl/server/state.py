@@ -96,14 +96,16 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("pods", "Pod", "", "v1", True, ("create", "delete", *_READ), ("po",)),
     Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", True, ("create", "delete", "get", "list"), ("pdb",)),
     Resource("deployments", "Deployment", "apps", "v1", True, ("create", "delete", "get", "list"), ("deploy",)),
+    Resource("replicasets", "ReplicaSet", "apps", "v1", True, ("delete", "get", "list"), ("rs",)),
     Resource("daemonsets", "DaemonSet", "apps", "v1", True, ("create", "delete", "get", "list"), ("ds",)),
     Resource("statefulsets", "StatefulSet", "apps", "v1", True, ("create", "delete", "get", "list"), ("sts",)),
     Resource("jobs", "Job", "batch", "v1", True, ("create", "delete", "get", "list"), ()),
     Resource("cronjobs", "CronJob", "batch", "v1", True, ("create", "delete", "get", "list"), ("cj",)),
 )}
-WORKLOADS = ("deployments", "daemonsets", "statefulsets", "jobs", "cronjobs")
+WORKLOADS = ("deployments", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs")
 # Which simulator controller runs each workload kind (a Deployment runs through its ReplicaSet).
 _SIM_KIND = {"deployments": "ReplicaSet", "daemonsets": "DaemonSet", "statefulsets": "StatefulSet", "jobs": "Job"}
+_PLURAL_OF_SIM_KIND = {"ReplicaSet": "replicasets", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets", "Job": "jobs"}
 
 
 def _platform_invalid(exc: PlatformError, kind: str, name: str) -> ApiError:
@@ -251,6 +253,7 @@ class ClusterState:
         self.namespaces: dict[str, dict[str, Any]] = {}
         self.terminating: set[str] = set()
         self.workloads: dict[str, dict[tuple[str, str], Workload]] = {r: {} for r in WORKLOADS}
+        self._adopted = -1
         for ns in SYSTEM_NAMESPACES:
             self._adopt_namespace(ns)
         self.changes = ChangeLog(sim)
@@ -369,11 +372,48 @@ class ClusterState:
 
     # ---------------------------------------------------------------- workloads
 
+    def adopt_workloads(self) -> None:
+        """Give every controller the simulator runs an API object (the ones made by synthetic workloads, and the
+        ReplicaSets behind Deployments), so that clients find the owners their pods name."""
+        controllers = self.sim.workloads()
+        if len(controllers) == self._adopted:
+            return
+        known = {w.sim_uid for objects in self.workloads.values() for w in objects.values()
+                 if w.resource.plural != "deployments"}
+        owners = {w.sim_uid: w for w in self.workloads["deployments"].values()}
+        for kind, namespace, name, uid, template, replicas in controllers:
+            plural = _PLURAL_OF_SIM_KIND.get(kind)
+            if plural is None or uid in known or (namespace, name) in self.workloads[plural]:
+                continue
+            res = RESOURCES[plural]
+            pod = template.to_kube()
+            pod["spec"].pop("nodeName", None)
+            labels = dict(template.labels)
+            spec: dict[str, Any] = {"selector": {"matchLabels": labels},
+                                    "template": {"metadata": {"labels": labels}, "spec": pod["spec"]}}
+            if plural == "jobs":
+                spec["parallelism"] = replicas
+            elif plural != "daemonsets":
+                spec["replicas"] = replicas
+            meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid, "generation": 1,
+                                    "creationTimestamp": format_time(self.now()),
+                                    "resourceVersion": str(self.sim.resource_version), "labels": labels}
+            owner = owners.get(uid)
+            if owner is not None:
+                meta["creationTimestamp"] = owner.obj["metadata"]["creationTimestamp"]
+                meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "name": owner.name,
+                                            "uid": owner.obj["metadata"]["uid"], "controller": True}]
+            obj = {"apiVersion": res.api_version, "kind": res.kind, "metadata": meta, "spec": spec}
+            self.workloads[plural][(namespace, name)] = Workload(res, obj, uid)
+        self._adopted = len(controllers)
+
     def list_workloads(self, resource: str, namespace: str | None) -> list[Workload]:
+        self.adopt_workloads()
         objects = self.workloads[resource]
         return [objects[k] for k in sorted(objects) if namespace is None or k[0] == namespace]
 
     def get_workload(self, resource: str, namespace: str, name: str) -> Workload:
+        self.adopt_workloads()
         found = self.workloads[resource].get((namespace, name))
         if found is None:
             raise not_found(resource, name, RESOURCES[resource].group)
@@ -433,6 +473,11 @@ class ClusterState:
         del self.workloads[resource][(namespace, name)]
         if workload.sim_uid is not None and self.sim.has_workload(workload.sim_uid):
             self.sim.delete_workload(workload.sim_uid)
+        if resource == "deployments":
+            for key, rs in list(self.workloads["replicasets"].items()):
+                if rs.sim_uid == workload.sim_uid:
+                    del self.workloads["replicasets"][key]
+        self._adopted = -1
         for job in workload.jobs:
             if (namespace, job) in self.workloads["jobs"]:
                 self.delete_workload("jobs", namespace, job)
@@ -539,15 +584,18 @@ class ClusterState:
         cron.jobs = [j for j in cron.jobs if (cron.namespace, j) in self.workloads["jobs"]]
 
     def forget_finished_jobs(self) -> None:
-        """Jobs whose ``ttlSecondsAfterFinished`` ran out were deleted by the simulator: drop their objects."""
-        for (ns, name), job in list(self.workloads["jobs"].items()):
-            if job.sim_uid is not None and not self.sim.has_workload(job.sim_uid):
-                del self.workloads["jobs"][(ns, name)]
+        """Controllers the simulator deleted itself (a Job past ``ttlSecondsAfterFinished``): drop their objects."""
+        for plural in ("jobs", "replicasets", "daemonsets", "statefulsets"):
+            for key, workload in list(self.workloads[plural].items()):
+                if workload.sim_uid is not None and not self.sim.has_workload(workload.sim_uid):
+                    del self.workloads[plural][key]
+                    self._adopted = -1
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """The controllers' turn after the clock moved; returns whether any node or pod changed."""
         self.run_cronjobs()
         self.forget_finished_jobs()
-        self.changes.observe()
+        return self.changes.observe()
 
 
 def _with_labels(pod: Pod, labels: dict[str, str]) -> Pod:

@@ -109,6 +109,12 @@ def _deployment_row(obj: dict[str, Any], now: float) -> list[Any]:
             st.get("updatedReplicas", 0), st.get("availableReplicas", 0), _age(obj, now)]
 
 
+def _replicaset_row(obj: dict[str, Any], now: float) -> list[Any]:
+    st = obj.get("status", {})
+    return [obj["metadata"]["name"], obj["spec"].get("replicas", 1), st.get("replicas", 0), st.get("readyReplicas", 0),
+            _age(obj, now)]
+
+
 def _statefulset_row(obj: dict[str, Any], now: float) -> list[Any]:
     st = obj.get("status", {})
     return [obj["metadata"]["name"], f"{st.get('readyReplicas', 0)}/{obj['spec'].get('replicas', 1)}", _age(obj, now)]
@@ -156,6 +162,8 @@ TABLES: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any], float], 
     "poddisruptionbudgets": ([NAME, _col("Min Available"), _col("Max Unavailable"), _col("Allowed Disruptions", "integer"),
                               AGE], _pdb_row),
     "deployments": ([NAME, _col("Ready"), _col("Up-to-date", "integer"), _col("Available", "integer"), AGE], _deployment_row),
+    "replicasets": ([NAME, _col("Desired", "integer"), _col("Current", "integer"), _col("Ready", "integer"), AGE],
+                    _replicaset_row),
     "statefulsets": ([NAME, _col("Ready"), AGE], _statefulset_row),
     "daemonsets": ([NAME, _col("Desired", "integer"), _col("Current", "integer"), _col("Ready", "integer"),
                     _col("Up-to-date", "integer"), _col("Available", "integer"), _col("Node Selector"), AGE], _daemonset_row),

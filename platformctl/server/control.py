@@ -1,0 +1,209 @@
+"""Finding, starting and stopping the local region server, and using it from other commands.
+
+The server's state lives in ``$PLATFORMCTL_HOME/local/`` (default ``./.platformctl/local/``):
+``server.json`` (written by the server once it is ready, removed when it stops), ``kubeconfig``
+and ``server.log``. A region counts as running when ``server.json`` names a live process that
+answers on its endpoint; anything else is stale and is cleaned up.
+
+Commands given no live target use the running region: AWS calls go to its moto endpoint (unless
+``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` or ``AWS_ACCESS_KEY_ID`` is set) and Kubernetes calls use its
+kubeconfig (unless ``--kubeconfig`` or ``$KUBECONFIG`` is given). Clients of a local cluster take
+their time from the server (``ServerClock``), so their waits pass in the cluster's time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from platformctl.clock import Clock
+from platformctl.errors import PlatformError
+
+EXTENSION = "platformctl.io/local-region"
+
+
+def home() -> Path:
+    return Path(os.environ.get("PLATFORMCTL_HOME") or ".platformctl")
+
+
+def state_dir() -> Path:
+    return home() / "local"
+
+
+def _get_json(url: str, timeout: float = 2.0) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (a loopback URL of our own)
+        return json.loads(response.read())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) is not running.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def running() -> dict[str, Any] | None:
+    """The running region's status (as ``local status -o json`` prints it), or None."""
+    path = state_dir() / "server.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not _alive(int(info.get("pid", 0))):
+        return None
+    try:
+        return _get_json(f"{info['kubernetes_endpoint']}/platformctl/v1/status")
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+class ServerClock:
+    """The local region's virtual clock, as a client sees it: ``speed`` virtual seconds per wall second."""
+
+    def __init__(self, time_url: str) -> None:
+        data = _get_json(time_url)
+        self.url = time_url
+        self.speed = float(data["speed"])
+        self._virtual = float(data["virtual_time"])
+        self._wall = float(data["wall_time"])
+
+    def now(self) -> float:
+        return self._virtual + (time.time() - self._wall) * self.speed
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds / self.speed)
+
+
+def clock_for_context(kubeconfig: str | None, context: str | None) -> Clock | None:
+    """The server clock of a kubeconfig context that names a local region cluster, else None."""
+    path = Path(kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+        context = context or config.get("current-context")
+        cluster = next(c["context"]["cluster"] for c in config.get("contexts", []) if c["name"] == context)
+        entry = next(c["cluster"] for c in config.get("clusters", []) if c["name"] == cluster)
+        url = next(e["extension"]["time"] for e in entry.get("extensions") or [] if e.get("name") == EXTENSION)
+    except (OSError, yaml.YAMLError, StopIteration, KeyError, TypeError, AttributeError):
+        return None
+    try:
+        return ServerClock(url)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def default_kubeconfig(given: str | None) -> str | None:
+    """The kubeconfig a command uses: the one given, else ``$KUBECONFIG``, else the running local region's."""
+    if given or os.environ.get("KUBECONFIG"):
+        return given
+    info = running()
+    return info["kubeconfig"] if info else None
+
+
+def use_for_aws() -> dict[str, Any] | None:
+    """Point this process's AWS clients at the running local region when no other AWS target is set."""
+    if any(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")):
+        return None
+    info = running()
+    if info is None:
+        return None
+    from platformctl.local_region import FAKE_CREDENTIALS
+
+    os.environ.update(FAKE_CREDENTIALS)
+    os.environ["AWS_ENDPOINT_URL"] = info["aws_endpoint"]
+    os.environ.setdefault("AWS_REGION", info["region"])
+    return info
+
+
+def up(stage: str, speed: float, infra_dir: Path | None, workloads: bool = True, timeout: float = 180.0) -> tuple[dict[str, Any], bool]:
+    """Start the region for ``stage`` detached, or return the running one. Returns (status, started)."""
+    folder = state_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two `up`s at once start one server
+        info = running()
+        if info is not None:
+            if info["stage"] != stage:
+                raise PlatformError(f"the local region of stage {info['stage']} is running (pid {info['pid']}): run "
+                                    "`platformctl local down` first", file=str(folder / "server.json"), field="stage")
+            return info, False
+        (folder / "server.json").unlink(missing_ok=True)
+        command = [sys.executable, "-m", "platformctl.server.process", "--stage", stage, "--state-dir", str(folder),
+                   "--speed", str(speed)]
+        if infra_dir is not None:
+            command += ["--infra-dir", str(infra_dir)]
+        if not workloads:
+            command.append("--no-workloads")
+        with open(folder / "server.log", "ab") as out:
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+                                     close_fds=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                raise PlatformError(f"the local region server exited with code {child.returncode}: {_last_error(folder)}",
+                                    file=str(folder / "server.log"), field="local up")
+            info = running()
+            if info is not None and info["pid"] == child.pid:
+                return info, True
+            time.sleep(0.1)
+        _terminate(child.pid)
+        raise PlatformError(f"the local region server was not ready within {timeout:.0f} s", file=str(folder / "server.log"),
+                            field="local up")
+
+
+def _last_error(folder: Path) -> str:
+    try:
+        lines = [line for line in (folder / "server.log").read_text().splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["no log"])[-1]
+
+
+def _terminate(pid: int, timeout: float = 20.0) -> bool:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return False
+
+
+def down() -> dict[str, Any] | None:
+    """Stop the running region; returns what was stopped (None when nothing ran). Leaves no process behind."""
+    folder = state_dir()
+    try:
+        info = json.loads((folder / "server.json").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = int(info.get("pid", 0))
+    if pid and _alive(pid):
+        _terminate(pid)
+    (folder / "server.json").unlink(missing_ok=True)
+    return info

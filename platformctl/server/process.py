@@ -1,0 +1,197 @@
+"""The local region server process: ``python -m platformctl.server.process --stage dev --state-dir DIR``.
+
+``platformctl local up`` starts it detached. It
+
+1. starts moto's server on 127.0.0.1 (a free port) and points its own boto3 clients at it;
+2. provisions the stage's local region through that endpoint (``LocalRegion``: VPC, subnets,
+   launch templates, auto scaling groups; one simulated cluster per cluster, whose nodes follow the
+   groups' instances), boots the nodes and fills the member clusters with workloads;
+3. serves every cluster's Kubernetes API on 127.0.0.1 (``KubeAPI``) and writes a kubeconfig with
+   one context per cluster;
+4. runs the virtual clock at ``--speed`` times wall time: a thread advances it every 50 ms, the
+   CronJob controller runs, and watches are woken with what changed;
+5. writes ``server.json`` (pid, endpoints, clusters) last, which is how ``up`` knows it is ready.
+
+SIGTERM or SIGINT stops it cleanly and removes ``server.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from platformctl.cluster.model import format_time
+from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion
+from platformctl.server.kubeapi import KubeAPI
+from platformctl.server.state import ClusterState
+from platformctl.topology import HostCluster, load_stage
+
+TICK_SECONDS = 0.05
+EXTENSION = "platformctl.io/local-region"
+log = logging.getLogger("platformctl.server")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def kubeconfig(stage: str, base_url: str, clusters: list[str], current: str) -> dict[str, Any]:
+    """One context per cluster, each with its own server URL under the one port, and where to read the time."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": name, "cluster": {
+            "server": f"{base_url}/clusters/{name}",
+            "extensions": [{"name": EXTENSION, "extension": {"stage": stage, "time": f"{base_url}/platformctl/v1/time"}}],
+        }} for name in clusters],
+        "users": [{"name": "platformctl-local", "user": {"token": "local-region"}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": "platformctl-local"}} for name in clusters],
+        "current-context": current,
+    }
+
+
+class Server:
+    def __init__(self, stage_name: str, state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool, seed: int) -> None:
+        self.stage = load_stage(stage_name, infra_dir)
+        self.state_dir = state_dir
+        self.speed = speed
+        self.workloads = workloads
+        self.seed = seed
+        self.stopping = threading.Event()
+        self.cond = threading.Condition(threading.RLock())
+        self.region: LocalRegion | None = None
+        self.clusters: dict[str, ClusterState] = {}
+        self.started_wall = time.time()
+        self.info: dict[str, Any] = {}
+
+    # ---------------------------------------------------------------- start
+
+    def start(self) -> None:
+        from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+        from werkzeug.serving import make_server
+
+        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.moto.start()
+        aws_endpoint = "http://{}:{}".format(*self.moto.get_host_and_port())
+        os.environ.update(FAKE_CREDENTIALS)
+        os.environ["AWS_ENDPOINT_URL"] = aws_endpoint
+        os.environ.setdefault("AWS_REGION", self.stage.region)
+
+        # Nodes follow their instances every minute of virtual time, or every 0.2 s of wall time at high speed.
+        region = LocalRegion(self.stage, seed=self.seed, sync_seconds=max(10.0, self.speed * 0.2))
+        region.__enter__()
+        self.region = region
+        region.wait_until_ready()
+        if self.workloads:
+            region.populate_workloads(seed=self.seed + 4)
+            for sim in region.clusters.values():
+                sim.run_until_settled(max_seconds=600)
+        version = "1.32"
+        self.clusters = {name: ClusterState(sim, version) for name, sim in region.clusters.items()}
+
+        self.http = make_server("127.0.0.1", 0, KubeAPI(self.clusters, self.cond, self.control, self.stopping), threaded=True)
+        base = f"http://127.0.0.1:{self.http.server_port}"
+        host = next(c.name for c in self.stage.clusters() if isinstance(c, HostCluster))
+        config_path = self.state_dir / "kubeconfig"
+        write_atomically(config_path, yaml.safe_dump(kubeconfig(self.stage.name, base, list(self.clusters), host), sort_keys=False))
+        self.info = {
+            "pid": os.getpid(), "stage": self.stage.name, "region": self.stage.region, "speed": self.speed,
+            "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
+            "clusters": list(self.clusters), "started": format_time(self.started_wall), "log": str((self.state_dir / "server.log").resolve()),
+        }
+        self.ticker = threading.Thread(target=self._tick_forever, name="virtual-clock", daemon=True)
+        self.ticker.start()
+        write_atomically(self.state_dir / "server.json", json.dumps(self.info, indent=2) + "\n")
+        log.info("local region %s ready: AWS %s, Kubernetes %s", self.stage.name, aws_endpoint, base)
+
+    # ---------------------------------------------------------------- time
+
+    def _tick_forever(self) -> None:
+        assert self.region is not None
+        clock = self.region.clock
+        v0, w0 = clock.now(), time.monotonic()
+        while not self.stopping.wait(TICK_SECONDS):
+            target = v0 + (time.monotonic() - w0) * self.speed
+            try:
+                with self.cond:
+                    clock.run_until(target)
+                    changed = False
+                    for state in self.clusters.values():
+                        changed = state.tick() or changed
+                    if changed:
+                        self.cond.notify_all()
+            except Exception:  # keep time moving; the log has the fault
+                log.exception("virtual clock tick failed")
+
+    def control(self, what: str) -> dict[str, Any]:
+        assert self.region is not None
+        now = self.region.clock.now()
+        if what == "time":
+            return {"virtual_time": now, "virtual_time_iso": format_time(now), "speed": self.speed, "wall_time": time.time()}
+        clusters = []
+        for name, state in self.clusters.items():
+            nodes = state.sim.list_nodes()
+            clusters.append({"name": name, "server": f"{self.info['kubernetes_endpoint']}/clusters/{name}",
+                             "nodes": len(nodes), "nodes_ready": sum(n.ready for n in nodes),
+                             "pods": len(state.sim.list_pods())})
+        return {**self.info, "running": True, "clusters": clusters, "virtual_time": format_time(now), "virtual_epoch": now}
+
+    # ---------------------------------------------------------------- run and stop
+
+    def serve(self) -> None:
+        def stop(signum: int, frame: Any) -> None:
+            log.info("signal %d: stopping", signum)
+            self.stopping.set()
+            threading.Thread(target=self.http.shutdown, daemon=True).start()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            self.http.serve_forever(poll_interval=0.2)
+        finally:
+            self.stopping.set()
+            with self.cond:
+                self.cond.notify_all()
+            self.moto.stop()
+            (self.state_dir / "server.json").unlink(missing_ok=True)
+            log.info("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="platformctl-local-region")
+    parser.add_argument("--stage", required=True)
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--speed", type=float, default=300.0)
+    parser.add_argument("--infra-dir", type=Path, default=None)
+    parser.add_argument("--no-workloads", action="store_true")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    args.state_dir.mkdir(parents=True, exist_ok=True)
+    server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed)
+    try:
+        server.start()
+    except Exception as exc:
+        log.exception("the local region did not start")
+        print(f"error: the local region did not start: {exc}", file=sys.stderr)
+        return 1
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -481,23 +481,24 @@ class KubeAPI:
             current = _node_object(cluster.sim.get_node(name), cluster.kubernetes_version)
         except NotFoundError:
             raise not_found("nodes", name) from None
+        merge_kinds = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+        if kind not in (*merge_kinds, "application/json-patch+json"):
+            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted "
+                           f"media types include: application/json-patch+json, application/merge-patch+json, "
+                           f"application/strategic-merge-patch+json (got {kind!r})")
         try:
             patch = json.loads(request.get_data(cache=False) or b"null")
         except ValueError as exc:
             raise bad_request(f"the body of the request was in an unknown format: {exc}") from None
-        if kind in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+        if kind in merge_kinds:
             if not isinstance(patch, dict):
                 raise bad_request("a merge patch must be a JSON object")
             patched = _merge_patch(current, patch)
-        elif kind == "application/json-patch+json":
+        else:
             try:
                 patched = jsonpatch.apply_patch(current, patch)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as exc:
                 raise ApiError(422, "Invalid", f"the JSON patch could not be applied: {exc}") from None
-        else:
-            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted "
-                           f"media types include: application/json-patch+json, application/merge-patch+json, "
-                           f"application/strategic-merge-patch+json (got {kind!r})")
         if not isinstance(patched, dict) or (patched.get("metadata") or {}).get("name") != name:
             raise bad_request("the patch may not change the node's name")
         spec = patched.get("spec") or {}

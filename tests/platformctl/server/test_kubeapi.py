@@ -1,0 +1,392 @@
+"""The Kubernetes REST subset over simulated clusters, request by request, with the API's own answers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from werkzeug.test import Client
+
+from platformctl.cluster.model import LABEL_NODEGROUP, parse_time
+from tests.platformctl.server.conftest import TABLE, Api
+
+R = "/clusters/rules"
+S = "/clusters/synth"
+
+
+def body(response: Any) -> dict[str, Any]:
+    return json.loads(response.get_data())
+
+
+def status_of(response: Any) -> tuple[int, str]:
+    data = body(response)
+    assert data["kind"] == "Status" and data["code"] == response.status_code
+    return response.status_code, data["reason"]
+
+
+def _pod(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "probe"}},
+            "spec": {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "50m"}}}], **spec}}
+
+
+def _deployment(name: str, replicas: int = 2, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    labels = labels or {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"containers": [{"name": "c", "image": "nginx", "resources": {"requests": {"cpu": "100m"}}}]}}}}
+
+
+# ------------------------------------------------------------------------------------ discovery
+
+
+def test_discovery_lists_the_served_kinds_and_the_eviction_subresource(client: Client) -> None:
+    version = body(client.get(f"{R}/version"))
+    assert (version["major"], version["minor"]) == ("1", "32")
+    assert body(client.get(f"{R}/api"))["versions"] == ["v1"]
+    core = {r["name"]: r for r in body(client.get(f"{R}/api/v1"))["resources"]}
+    assert core["pods/eviction"]["group"] == "policy" and core["pods/eviction"]["kind"] == "Eviction"
+    assert "watch" in core["nodes"]["verbs"] and core["nodes"]["namespaced"] is False
+    groups = {g["name"] for g in body(client.get(f"{R}/apis"))["groups"]}
+    assert groups == {"apps", "batch", "policy"}
+    apps = {r["name"] for r in body(client.get(f"{R}/apis/apps/v1"))["resources"]}
+    assert {"deployments", "daemonsets", "statefulsets", "replicasets"} <= apps
+    openapi = body(client.get(f"{R}/openapi/v3"))["paths"]
+    doc = body(client.get(openapi["apis/apps/v1"]["serverRelativeURL"]))
+    patch = doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"]
+    assert patch["x-kubernetes-group-version-kind"]["kind"] == "Deployment"
+
+
+def test_unknown_cluster_path_and_group_are_404_statuses(client: Client) -> None:
+    assert status_of(client.get("/clusters/nope/api/v1/nodes")) == (404, "NotFound")
+    assert status_of(client.get(f"{R}/api/v1/services")) == (404, "NotFound")
+    assert status_of(client.get(f"{R}/apis/apps/v2/deployments")) == (404, "NotFound")
+    assert status_of(client.get(f"{R}/api/v1/namespaces/web/nodes")) == (404, "NotFound")  # nodes are not namespaced
+    assert status_of(client.get(f"{R}/no/such/thing")) == (404, "NotFound")
+
+
+# ------------------------------------------------------------------------------------ nodes
+
+
+def test_node_list_honours_label_and_field_selectors(api: Api, client: Client) -> None:
+    nodes = api.synth.list_nodes()
+    pool = nodes[0].labels[LABEL_NODEGROUP]
+    want = sorted(n.name for n in nodes if n.labels[LABEL_NODEGROUP] == pool)
+    got = body(client.get(f"{S}/api/v1/nodes", query_string={"labelSelector": f"{LABEL_NODEGROUP}={pool}"}))
+    assert [i["metadata"]["name"] for i in got["items"]] == want
+    one = body(client.get(f"{S}/api/v1/nodes", query_string={"fieldSelector": f"metadata.name={nodes[0].name}"}))
+    assert [i["metadata"]["name"] for i in one["items"]] == [nodes[0].name]
+    assert status_of(client.get(f"{S}/api/v1/nodes", query_string={"labelSelector": "a in (b"})) == (400, "BadRequest")
+    assert status_of(client.get(f"{S}/api/v1/nodes", query_string={"fieldSelector": "spec.podCIDR=x"})) == (400, "BadRequest")
+
+
+def test_limit_and_continue_page_through_every_pod_once(api: Api, client: Client) -> None:
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = body(client.get(f"{S}/api/v1/pods", query_string={"limit": "7", **({"continue": token} if token else {})}))
+        assert len(page["items"]) <= 7
+        seen += [f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in page["items"]]
+        token = page["metadata"].get("continue", "")
+        if not token:
+            break
+    assert sorted(seen) == sorted(f"{p.namespace}/{p.name}" for p in api.synth.list_pods())
+    assert len(seen) == len(set(seen))
+    assert status_of(client.get(f"{S}/api/v1/pods", query_string={"continue": "garbage!"})) == (400, "BadRequest")
+
+
+def test_kubectl_tables_carry_the_api_servers_columns(api: Api, client: Client) -> None:
+    nodes = body(client.get(f"{S}/api/v1/nodes", headers=TABLE))
+    assert nodes["kind"] == "Table"
+    columns = [(c["name"], c["priority"]) for c in nodes["columnDefinitions"]]
+    assert columns[:5] == [("Name", 0), ("Status", 0), ("Roles", 0), ("Age", 0), ("Version", 0)]
+    assert ("Internal-IP", 1) in columns  # what `-o wide` adds
+    row = nodes["rows"][0]
+    assert row["cells"][1] == "Ready" and row["object"]["kind"] == "PartialObjectMetadata"
+    name = row["cells"][0]
+    api.synth.cordon(name)
+    again = body(client.get(f"{S}/api/v1/nodes/{name}", headers=TABLE))
+    assert again["rows"][0]["cells"][1] == "Ready,SchedulingDisabled"
+    pod = api.synth.list_pods()[0]
+    api.synth.delete_pod(pod.namespace, pod.name)
+    cells = body(client.get(f"{S}/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", headers=TABLE))["rows"][0]["cells"]
+    assert cells[2] == "Terminating"
+
+
+@pytest.mark.parametrize("content_type, patch", [
+    ("application/strategic-merge-patch+json", {"spec": {"unschedulable": True}}),
+    ("application/merge-patch+json", {"spec": {"unschedulable": True}}),
+    ("application/json-patch+json", [{"op": "add", "path": "/spec/unschedulable", "value": True}]),
+])
+def test_every_patch_type_cordons_a_node(api: Api, client: Client, content_type: str, patch: Any) -> None:
+    name = api.synth.list_nodes()[0].name
+    response = client.patch(f"{S}/api/v1/nodes/{name}", data=json.dumps(patch), content_type=content_type)
+    assert response.status_code == 200 and body(response)["spec"]["unschedulable"] is True
+    assert api.synth.get_node(name).unschedulable
+    uncordon = client.patch(f"{S}/api/v1/nodes/{name}", data=json.dumps({"spec": {"unschedulable": None}}),
+                            content_type="application/strategic-merge-patch+json")
+    assert "unschedulable" not in body(uncordon)["spec"] and not api.synth.get_node(name).unschedulable
+
+
+def test_node_labels_and_taints_patch_through_to_scheduling(api: Api, client: Client) -> None:
+    name = api.synth.list_nodes()[0].name
+    patch = {"metadata": {"labels": {"team": "blue"}}, "spec": {"taints": [{"key": "dedicated", "value": "blue", "effect": "NoSchedule"}]}}
+    response = client.patch(f"{S}/api/v1/nodes/{name}", data=json.dumps(patch), content_type="application/merge-patch+json")
+    assert response.status_code == 200
+    node = api.synth.get_node(name)
+    assert node.labels["team"] == "blue" and [t.key for t in node.taints] == ["dedicated"]
+    # A pod that does not tolerate the taint is never scheduled there.
+    client.post(f"{S}/api/v1/namespaces/default/pods", json=_pod("picky", nodeSelector={"team": "blue"}))
+    api.synth.advance(30)
+    assert api.synth.get_pod("default", "picky").node_name is None
+
+
+def test_bad_node_patches_are_rejected_and_change_nothing(api: Api, client: Client) -> None:
+    name = api.synth.list_nodes()[0].name
+    url = f"{S}/api/v1/nodes/{name}"
+    before = api.synth.get_node(name)
+    cases = [
+        (json.dumps({"spec": {"unschedulable": "yes"}}), "application/merge-patch+json", (422, "Invalid")),
+        (json.dumps({"spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}}), "application/merge-patch+json", (422, "Invalid")),
+        (json.dumps([{"op": "remove", "path": "/spec/nothing"}]), "application/json-patch+json", (422, "Invalid")),
+        ("{not json", "application/merge-patch+json", (400, "BadRequest")),
+        (json.dumps({"metadata": {"name": "other"}}), "application/merge-patch+json", (400, "BadRequest")),
+        ("apiVersion: v1", "application/apply-patch+yaml", (415, "UnsupportedMediaType")),
+    ]
+    for data, content_type, expected in cases:
+        assert status_of(client.patch(url, data=data, content_type=content_type)) == expected, data
+    assert api.synth.get_node(name) == before
+    assert status_of(client.patch(f"{S}/api/v1/nodes/nope", data="{}", content_type="application/merge-patch+json")) == (404, "NotFound")
+
+
+def test_deleting_a_node_loses_its_pods_as_pod_gc_does(api: Api, client: Client) -> None:
+    name = api.synth.list_nodes()[0].name
+    on_node = [p.name for p in api.synth.list_pods(node_name=name)]
+    assert on_node
+    response = client.delete(f"{S}/api/v1/nodes/{name}")
+    assert response.status_code == 200 and body(response)["status"] == "Success"
+    assert status_of(client.get(f"{S}/api/v1/nodes/{name}")) == (404, "NotFound")
+    left = body(client.get(f"{S}/api/v1/pods", query_string={"fieldSelector": f"spec.nodeName={name}"}))["items"]
+    assert left == []
+
+
+# ------------------------------------------------------------------------------------ pods
+
+
+def test_pod_create_get_and_field_selected_list(api: Api, client: Client) -> None:
+    node = api.synth.list_nodes()[0].name
+    created = client.post(f"{S}/api/v1/namespaces/default/pods", json=_pod("probe", nodeName=node))
+    assert created.status_code == 201
+    assert body(created)["metadata"]["namespace"] == "default" and body(created)["metadata"]["uid"]
+    api.synth.advance(15)
+    got = body(client.get(f"{S}/api/v1/namespaces/default/pods/probe"))
+    assert got["status"]["phase"] == "Running" and got["spec"]["nodeName"] == node
+    listed = body(client.get(f"{S}/api/v1/pods", query_string={"fieldSelector": f"spec.nodeName={node},metadata.namespace=default"}))
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["probe"]
+    not_running = body(client.get(f"{S}/api/v1/namespaces/default/pods", query_string={"fieldSelector": "status.phase!=Running"}))
+    assert "probe" not in [i["metadata"]["name"] for i in not_running["items"]]
+    generated = body(client.post(f"{S}/api/v1/namespaces/default/pods",
+                                 json={**_pod(""), "metadata": {"generateName": "probe-"}}))
+    assert generated["metadata"]["name"].startswith("probe-") and len(generated["metadata"]["name"]) == len("probe-") + 5
+
+
+def test_pod_mistakes_get_the_api_status_errors_and_create_nothing(api: Api, client: Client) -> None:
+    before = len(api.synth.list_pods())
+    url = f"{S}/api/v1/namespaces/default/pods"
+    assert client.post(url, json=_pod("dup")).status_code == 201
+    assert status_of(client.post(url, json=_pod("dup"))) == (409, "AlreadyExists")
+    no_containers = _pod("empty")
+    no_containers["spec"]["containers"] = []
+    response = client.post(url, json=no_containers)
+    assert status_of(response) == (422, "Invalid")
+    assert body(response)["details"]["causes"][0]["field"] == "spec.containers"
+    assert status_of(client.post(url, json=_pod("Bad_Name"))) == (422, "Invalid")
+    assert status_of(client.post(url, json={"metadata": {}, "spec": {}})) == (422, "Invalid")
+    assert status_of(client.post(url, data="{", content_type="application/json")) == (400, "BadRequest")
+    assert status_of(client.post(url, json=[1, 2])) == (400, "BadRequest")
+    assert status_of(client.post(url, json={**_pod("x"), "kind": "Node"})) == (400, "BadRequest")
+    assert status_of(client.post(url, json={**_pod("x"), "metadata": {"name": "x", "namespace": "kube-system"}})) == (400, "BadRequest")
+    assert status_of(client.post(f"{S}/api/v1/namespaces/ghost/pods", json=_pod("x"))) == (404, "NotFound")
+    assert status_of(client.post(url, data=b"\x0a\x0b", content_type="application/vnd.kubernetes.protobuf")) == (415, "UnsupportedMediaType")
+    assert status_of(client.put(url, json=_pod("x"))) == (405, "MethodNotAllowed")
+    assert len(api.synth.list_pods()) == before + 1
+
+
+def test_pod_delete_honours_the_grace_period(api: Api, client: Client) -> None:
+    pods = [p for p in api.synth.list_pods() if p.grace_seconds > 0][:2]
+    graceful = body(client.delete(f"{S}/api/v1/namespaces/{pods[0].namespace}/pods/{pods[0].name}"))
+    assert graceful["metadata"]["deletionTimestamp"]
+    assert api.synth.get_pod(pods[0].namespace, pods[0].name).terminating
+    forced = client.delete(f"{S}/api/v1/namespaces/{pods[1].namespace}/pods/{pods[1].name}", query_string={"gracePeriodSeconds": "0"})
+    assert forced.status_code == 200
+    assert status_of(client.get(f"{S}/api/v1/namespaces/{pods[1].namespace}/pods/{pods[1].name}")) == (404, "NotFound")
+    assert status_of(client.delete(f"{S}/api/v1/namespaces/default/pods/ghost")) == (404, "NotFound")
+
+
+# ------------------------------------------------------------------------------------ eviction
+
+
+def _evict(client: Client, ns: str, name: str, **meta: Any) -> Any:
+    return client.post(f"{R}/api/v1/namespaces/{ns}/pods/{name}/eviction",
+                       json={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns, **meta}})
+
+
+def test_eviction_answers_exactly_as_the_api_server(api: Api, client: Client) -> None:
+    ok = _evict(client, "web", "web-7d9c-a1")
+    assert ok.status_code == 201 and body(ok) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+    refused = _evict(client, "web", "web-7d9c-b2")
+    assert refused.status_code == 429
+    assert body(refused) == api.rules.evict("web", "web-7d9c-b2").to_status()
+    assert body(refused)["details"]["causes"][0]["reason"] == "DisruptionBudget"
+    two = _evict(client, "double", "queue-0")
+    assert two.status_code == 500 and "more than one PodDisruptionBudget" in body(two)["message"]
+    assert status_of(_evict(client, "web", "ghost")) == (404, "NotFound")
+    mismatch = client.post(f"{R}/api/v1/namespaces/web/pods/web-7d9c-c3/eviction", json={"metadata": {"name": "other"}})
+    assert status_of(mismatch) == (400, "BadRequest")
+    assert not api.rules.get_pod("web", "web-7d9c-c3").terminating
+
+
+def test_budgets_are_served_with_the_status_the_disruption_controller_computes(api: Api, client: Client) -> None:
+    served = {(i["metadata"]["namespace"], i["metadata"]["name"]): i for i in body(client.get(f"{R}/apis/policy/v1/poddisruptionbudgets"))["items"]}
+    for pdb in api.rules.list_pdbs():
+        assert served[pdb.key]["status"] == pdb.status.to_kube()
+    created = client.post(f"{S}/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+                          json={"metadata": {"name": "probe"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "probe"}}}})
+    assert created.status_code == 201
+    for i in range(2):
+        client.post(f"{S}/api/v1/namespaces/default/pods", json=_pod(f"probe-{i}"))
+    api.synth.advance(30)
+    status = body(client.get(f"{S}/apis/policy/v1/namespaces/default/poddisruptionbudgets/probe"))["status"]
+    assert (status["currentHealthy"], status["desiredHealthy"], status["disruptionsAllowed"]) == (2, 1, 1)
+    both = client.post(f"{S}/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+                       json={"metadata": {"name": "bad"}, "spec": {"minAvailable": 1, "maxUnavailable": 1}})
+    assert status_of(both) == (422, "Invalid")
+    assert client.delete(f"{S}/apis/policy/v1/namespaces/default/poddisruptionbudgets/probe").status_code == 200
+    assert not api.synth.list_pdbs("default")
+
+
+# ------------------------------------------------------------------------------------ namespaces and workloads
+
+
+def test_namespaces_include_those_in_use_and_delete_their_contents(api: Api, client: Client) -> None:
+    names = {i["metadata"]["name"] for i in body(client.get(f"{S}/api/v1/namespaces"))["items"]}
+    assert {"default", "kube-system"} | {p.namespace for p in api.synth.list_pods()} <= names
+    assert client.post(f"{S}/api/v1/namespaces", json={"metadata": {"name": "canary"}}).status_code == 201
+    assert status_of(client.post(f"{S}/api/v1/namespaces", json={"metadata": {"name": "canary"}})) == (409, "AlreadyExists")
+    client.post(f"{S}/api/v1/namespaces/canary/pods", json=_pod("probe"))
+    api.synth.advance(15)
+    gone = body(client.delete(f"{S}/api/v1/namespaces/canary"))
+    assert gone["status"]["phase"] == "Terminating"
+    assert status_of(client.post(f"{S}/api/v1/namespaces/canary/pods", json=_pod("late"))) == (403, "Forbidden")
+    api.synth.advance(60)
+    assert "canary" not in {i["metadata"]["name"] for i in body(client.get(f"{S}/api/v1/namespaces"))["items"]}
+    assert status_of(client.delete(f"{S}/api/v1/namespaces/kube-system")) == (403, "Forbidden")
+
+
+def test_a_deployment_runs_its_pods_and_deleting_it_removes_them(api: Api, client: Client) -> None:
+    url = f"{S}/apis/apps/v1/namespaces/default/deployments"
+    assert client.post(url, json=_deployment("web", replicas=3)).status_code == 201
+    api.synth.advance(30)
+    got = body(client.get(f"{url}/web"))
+    assert got["status"]["readyReplicas"] == 3 and got["status"]["conditions"][0]["status"] == "True"
+    pods = body(client.get(f"{S}/api/v1/namespaces/default/pods", query_string={"labelSelector": "app=web"}))["items"]
+    assert len(pods) == 3
+    rs = pods[0]["metadata"]["ownerReferences"][0]
+    assert rs["kind"] == "ReplicaSet"
+    replicaset = body(client.get(f"{S}/apis/apps/v1/namespaces/default/replicasets/{rs['name']}"))
+    assert replicaset["metadata"]["ownerReferences"][0]["name"] == "web"
+    assert [i["metadata"]["name"] for i in body(client.get(url))["items"]] == ["web"]
+    assert client.delete(f"{url}/web").status_code == 200
+    api.synth.advance(60)
+    assert body(client.get(f"{S}/api/v1/namespaces/default/pods", query_string={"labelSelector": "app=web"}))["items"] == []
+    assert status_of(client.get(f"{url}/web")) == (404, "NotFound")
+
+
+def test_workload_mistakes_are_422_with_the_field(client: Client) -> None:
+    url = f"{S}/apis/apps/v1/namespaces/default/deployments"
+    mismatch = client.post(url, json=_deployment("web", labels={"app": "other"}))
+    assert status_of(mismatch) == (422, "Invalid")
+    assert body(mismatch)["details"]["causes"][0]["field"] == "spec.template.metadata.labels"
+    no_selector = _deployment("web")
+    del no_selector["spec"]["selector"]
+    assert body(client.post(url, json=no_selector))["details"]["causes"][0]["field"] == "spec.selector"
+    job = {"metadata": {"name": "j"}, "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+    response = client.post(f"{S}/apis/batch/v1/namespaces/default/jobs", json=job)
+    assert body(response)["details"]["causes"][0]["field"] == "spec.template.spec.restartPolicy"
+    cron = {"metadata": {"name": "c"}, "spec": {"schedule": "every minute", "jobTemplate": {"spec": job["spec"]}}}
+    response = client.post(f"{S}/apis/batch/v1/namespaces/default/cronjobs", json=cron)
+    assert body(response)["details"]["causes"][0]["field"] == "spec.schedule"
+    assert body(client.get(url))["items"] == []
+
+
+def test_daemonset_puts_a_pod_on_every_node(api: Api, client: Client) -> None:
+    ds = {"metadata": {"name": "agent"}, "spec": {
+        "selector": {"matchLabels": {"app": "agent"}},
+        "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "a", "image": "agent"}]}}}}
+    assert client.post(f"{S}/apis/apps/v1/namespaces/kube-system/daemonsets", json=ds).status_code == 201
+    api.synth.advance(30)
+    pods = body(client.get(f"{S}/api/v1/namespaces/kube-system/pods", query_string={"labelSelector": "app=agent"}))["items"]
+    untainted = sorted(n.name for n in api.synth.list_nodes() if not n.taints)
+    assert len(untainted) < len(api.synth.list_nodes())  # the GPU nodes' taint keeps the agent off them
+    assert sorted(p["spec"]["nodeName"] for p in pods) == untainted
+    status = body(client.get(f"{S}/apis/apps/v1/namespaces/kube-system/daemonsets/agent"))["status"]
+    assert status["numberReady"] == len(untainted)
+
+
+def test_controllers_the_simulator_runs_are_served_as_their_kinds(api: Api, client: Client) -> None:
+    """kubectl drain looks up the DaemonSet a pod names; it must exist."""
+    for pod in api.synth.list_pods():
+        if pod.owner is None:
+            continue
+        plural = {"ReplicaSet": "replicasets", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets", "Job": "jobs"}[pod.owner.kind]
+        got = body(client.get(f"{S}/apis/{'batch' if plural == 'jobs' else 'apps'}/v1/namespaces/{pod.namespace}/{plural}/{pod.owner.name}"))
+        assert got["metadata"]["uid"] == pod.owner.uid
+
+
+def test_cronjob_starts_jobs_on_the_virtual_clock_and_keeps_three(api: Api, client: Client) -> None:
+    state = api.states["synth"]
+    cron = {"metadata": {"name": "probe"}, "spec": {"schedule": "*/10 * * * *", "jobTemplate": {"spec": {"template": {
+        "metadata": {"annotations": {"sim.platformctl.io/run-seconds": "60"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "probe"}]}}}}}}
+    assert client.post(f"{S}/apis/batch/v1/namespaces/default/cronjobs", json=cron).status_code == 201
+    for _ in range(6 * 6):  # an hour in 100 s steps
+        api.synth.advance(100)
+        state.tick()
+    jobs = body(client.get(f"{S}/apis/batch/v1/namespaces/default/jobs"))["items"]
+    assert all(j["metadata"]["ownerReferences"][0]["name"] == "probe" for j in jobs)
+    # Six runs in the hour: the three newest finished ones are kept (successfulJobsHistoryLimit), and the run
+    # that started on the hour is still active.
+    finished = [j["metadata"]["name"] for j in jobs if j["status"]["succeeded"] == 1]
+    active = [j["metadata"]["name"] for j in jobs if j["status"]["active"] == 1]
+    status = body(client.get(f"{S}/apis/batch/v1/namespaces/default/cronjobs/probe"))["status"]
+    assert status["lastScheduleTime"].endswith("0:00Z")
+    minute = int(parse_time(status["lastScheduleTime"], "lastScheduleTime", None) // 60)
+    assert finished == [f"probe-{minute - m}" for m in (30, 20, 10)] and active == [f"probe-{minute}"]
+    assert status["active"][0]["name"] == f"probe-{minute}"
+    table = body(client.get(f"{S}/apis/batch/v1/namespaces/default/cronjobs", headers=TABLE))
+    assert table["rows"][0]["cells"][1] == "*/10 * * * *"
+
+
+@pytest.mark.parametrize("method, path, data", [
+    ("GET", "/api/v1/nodes?limit=ten", None),
+    ("GET", "/api/v1/pods?watch=true&resourceVersion=abc", None),
+    ("GET", "/api/v1/pods?watch=true&timeoutSeconds=soon", None),
+    ("POST", "/api/v1/nodes", "{}"),
+    ("POST", "/api/v1/namespaces/default/pods", "null"),
+    ("POST", "/api/v1/namespaces/default/pods", '{"metadata": "x"}'),
+    ("POST", "/api/v1/namespaces/default/pods", '{"metadata": {"name": "p"}, "spec": {"containers": [{"name": 5}]}}'),
+    ("POST", "/api/v1/namespaces/default/pods", '{"metadata": {"name": "p"}, "spec": {"containers": "c"}}'),
+    ("POST", "/apis/apps/v1/namespaces/default/deployments", '{"metadata": {"name": "d"}, "spec": {"replicas": -1}}'),
+    ("POST", "/apis/apps/v1/namespaces/default/deployments", '{"metadata": {"name": "d"}, "spec": {"template": 3}}'),
+    ("POST", "/apis/batch/v1/namespaces/default/cronjobs", '{"metadata": {"name": "c"}, "spec": {"schedule": 5}}'),
+    ("POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets", '{"metadata": {"name": "b"}, "spec": {"selector": 1}}'),
+    ("POST", "/api/v1/namespaces/default/pods/x/eviction", '{"metadata": 1}'),
+    ("POST", "/api/v1/namespaces/default/pods/x/binding", "{}"),
+    ("DELETE", "/api/v1/namespaces/default/pods/x?gracePeriodSeconds=later", None),
+    ("PATCH", "/api/v1/namespaces/default/pods/x", "{}"),
+])
+def test_malformed_requests_get_status_errors_never_a_500(client: Client, method: str, path: str, data: str | None) -> None:
+    response = client.open(f"{S}{path}", method=method, data=data, content_type="application/json")
+    code, _ = status_of(response)
+    assert 400 <= code < 500, body(response)

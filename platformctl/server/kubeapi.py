@@ -200,7 +200,7 @@ class KubeAPI:
                         "openapi_group"):
             return _json(getattr(self, f"_{endpoint}")(cluster, request, **args))
         res = self._resource(args["group"], args["version"], args["plural"], args.get("ns"))
-        if endpoint == "collection" and request.args.get("watch") in ("true", "1"):
+        if endpoint == "collection" and request.args.get("watch") in ("1", "t", "T", "true", "True", "TRUE"):
             return self._watch(cluster, res.plural, request, args.get("ns"))
         with self.cond:
             cluster.changes.observe()

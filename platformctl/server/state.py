@@ -610,16 +610,14 @@ def field_selector(text: str, fields: dict[str, Callable[[Any], str]]) -> Callab
     """A ``fieldSelector=`` predicate over the fields a kind supports (``=``, ``==``, ``!=``, comma-separated)."""
     tests: list[tuple[Callable[[Any], str], str, bool]] = []
     for term in filter(None, (t.strip() for t in text.split(","))):
-        for op, equal in (("!=", False), ("==", True), ("=", True)):
-            if op in term:
-                key, value = term.split(op, 1)
-                break
-        else:
+        op = next((o for o in ("!=", "==", "=") if o in term), None)
+        if op is None:
             raise bad_request(f"invalid field selector: {term!r}: expected a key=value, key==value or key!=value term")
+        key, value = term.split(op, 1)
         getter = fields.get(key.strip())
         if getter is None:
             raise bad_request(f'field label not supported: {key.strip()}')
-        tests.append((getter, value.strip(), equal))
+        tests.append((getter, value.strip(), op != "!="))
     return lambda obj: all((get(obj) == value) == equal for get, value, equal in tests)
 
 

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from platformctl.clock import VirtualClock
-from platformctl.cluster.model import ANNOTATION_RUN_SECONDS, ANNOTATION_START_SECONDS, Container, Pod, Resources, Taint, Toleration
+from platformctl.cluster.model import (
+    ANNOTATION_RUN_SECONDS,
+    ANNOTATION_START_SECONDS,
+    Container,
+    Pod,
+    Resources,
+    Taint,
+    Toleration,
+)
 from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
 
 MIB = 1024**2

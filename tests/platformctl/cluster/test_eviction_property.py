@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from platformctl.cluster.model import PodDisruptionBudget
 from platformctl.cluster.selectors import IntOrPercent, LabelSelector
-
 from tests.platformctl.cluster.helpers import cluster, template
 
 budget_specs = st.one_of(

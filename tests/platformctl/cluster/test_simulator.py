@@ -10,8 +10,7 @@ from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
 from platformctl.cluster.model import LABEL_NODE_TYPE, PodDisruptionBudget, Taint, Toleration
 from platformctl.cluster.selectors import IntOrPercent, LabelSelector
 from platformctl.cluster.simulator import Event, NodePoolSpec
-
-from tests.platformctl.cluster.helpers import MIB, cluster, template
+from tests.platformctl.cluster.helpers import cluster, template
 
 
 def test_pods_start_after_their_start_time_and_spread_over_nodes() -> None:

@@ -14,7 +14,6 @@ from platformctl.cluster.model import load_snapshot, parse_snapshot, save_snapsh
 from platformctl.cluster.simulator import SimulatedCluster
 from platformctl.cluster.synthetic import synthetic_cluster
 from platformctl.errors import PlatformError
-
 from tests.conftest import FIXTURES
 
 

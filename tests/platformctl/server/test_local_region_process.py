@@ -1,0 +1,212 @@
+"""``platformctl local up|status|down``: the local region as a separate server process used by real clients."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from platformctl.topology import load_stage
+
+KUBECTL = shutil.which("kubectl")
+
+
+def run(home: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "KUBECONFIG"}
+    environment.update({"PLATFORMCTL_HOME": str(home), **(env or {})})
+    result = subprocess.run([sys.executable, "-m", "platformctl", *args], capture_output=True, text=True, env=environment,
+                            timeout=300)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("home")
+    info = json.loads(run(home, "local", "up", "--stage", "dev", "-o", "json").stdout)
+    info["home"] = home
+    yield info
+    run(home, "local", "down", check=False)
+
+
+def test_status_names_the_endpoints_the_clusters_and_the_virtual_time(region: dict[str, Any]) -> None:
+    status = json.loads(run(region["home"], "local", "status", "-o", "json").stdout)
+    assert status["aws_endpoint"].startswith("http://127.0.0.1:") and Path(status["kubeconfig"]).is_file()
+    assert [c["name"] for c in status["clusters"]] == [c.name for c in load_stage("dev").clusters()]
+    assert all(c["nodes"] == c["nodes_ready"] > 0 for c in status["clusters"])
+    assert status["virtual_time"].startswith("2026-")
+
+
+def test_a_second_up_reports_the_running_region(region: dict[str, Any]) -> None:
+    again = json.loads(run(region["home"], "local", "up", "--stage", "dev", "-o", "json").stdout)
+    assert again["started"] is False and again["pid"] == region["pid"]
+    other = run(region["home"], "local", "up", "--stage", "staging", check=False)
+    assert other.returncode == 2
+    assert other.stderr.count("\n") == 1 and "local region of stage dev is running" in other.stderr
+
+
+def test_the_virtual_clock_runs_at_the_given_speed(region: dict[str, Any]) -> None:
+    from platformctl.server.control import ServerClock
+
+    url = f"{region['kubernetes_endpoint']}/platformctl/v1/time"
+    first, wall = ServerClock(url), time.monotonic()
+    time.sleep(1.0)
+    second, elapsed = ServerClock(url), time.monotonic() - wall
+    ratio = (second._virtual - first._virtual) / elapsed
+    assert 0.5 * region["speed"] < ratio < 1.5 * region["speed"]
+    # A client reads the same time without asking again.
+    assert abs(second.now() - ServerClock(url).now()) < 0.2 * region["speed"]
+
+
+def _listening_addresses(pid: int) -> set[str]:
+    """The local addresses of the listening TCP sockets that process ``pid`` holds."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                address = fields[1].split(":")[0]
+                found.add(".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0)) if len(address) == 8 else address)
+    return found
+
+
+def test_nothing_listens_beyond_loopback(region: dict[str, Any]) -> None:
+    assert _listening_addresses(region["pid"]) == {"127.0.0.1"}
+
+
+def test_a_live_cluster_of_the_region_takes_its_time_from_the_server(region: dict[str, Any]) -> None:
+    from platformctl.cluster.live import LiveCluster
+    from platformctl.server.control import ServerClock
+
+    live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=region["clusters"][1]["name"])
+    assert isinstance(live.clock, ServerClock)
+    newest = max(n.created for n in live.list_nodes())
+    assert newest <= live.clock.now() < newest + 30 * 24 * 3600  # the cluster's time, not the wall's
+    assert live.list_nodes() and live.list_pdbs()
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (.ci/run installs it)")
+def test_kubectl_gets_and_cordons(region: dict[str, Any]) -> None:
+    config = region["kubeconfig"]
+    member = region["clusters"][1]["name"]
+
+    def kubectl(*args: str) -> str:
+        result = subprocess.run([KUBECTL, "--kubeconfig", config, "--context", member, *args], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    wide = kubectl("get", "nodes", "-o", "wide").splitlines()
+    assert wide[0].split()[:6] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP"]
+    names = [line.split()[0] for line in wide[1:]]
+    assert len(names) == region["clusters"][1]["nodes"]
+    pods = kubectl("get", "pods", "-A", "--no-headers").splitlines()
+    assert pods and all(line.split()[0] for line in pods)
+    assert {line.split()[0] for line in pods} >= {"kube-system"}
+    assert f"node/{names[0]} cordoned" in kubectl("cordon", names[0])
+    row = next(line for line in kubectl("get", "nodes").splitlines() if line.startswith(names[0]))
+    assert "SchedulingDisabled" in row.split()[1]
+    node = json.loads(kubectl("get", "node", names[0], "-o", "json"))
+    assert node["spec"]["unschedulable"] is True
+    kubectl("uncordon", names[0])
+
+
+CLIENT = r'''
+import sys, time, boto3
+from platformctl.cluster.live import LiveCluster
+kubeconfig, context, endpoint = sys.argv[1:4]
+live = LiveCluster.from_kubeconfig(kubeconfig, context=context)
+node = sorted(n.name for n in live.list_nodes())[0]
+live.cordon(node)
+print("done cordon", node, flush=True)
+victim = next(p for p in live.list_pods() if p.owner and p.owner.kind == "ReplicaSet" and p.phase == "Running")
+result = live.evict(victim.namespace, victim.name)
+print("done evict", victim.namespace, victim.name, result.code, flush=True)
+ssm = boto3.client("ssm", endpoint_url=endpoint, region_name="us-west-2")
+ssm.put_parameter(Name="/platformctl/probe", Value="written-before-the-kill", Type="String")
+print("done ssm", flush=True)
+time.sleep(600)
+'''
+
+CHECK = r'''
+import json, sys, boto3
+from platformctl.cluster.live import LiveCluster
+kubeconfig, context, endpoint, node, ns, pod = sys.argv[1:7]
+live = LiveCluster.from_kubeconfig(kubeconfig, context=context)
+try:
+    gone = live.get_pod(ns, pod).terminating
+except Exception:
+    gone = True
+ssm = boto3.client("ssm", endpoint_url=endpoint, region_name="us-west-2")
+print(json.dumps({"cordoned": live.get_node(node).unschedulable, "evicted": gone,
+                  "ssm": ssm.get_parameter(Name="/platformctl/probe")["Parameter"]["Value"]}))
+'''
+
+
+def test_changes_made_by_a_killed_client_are_all_there_for_the_next(region: dict[str, Any]) -> None:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    context = region["clusters"][1]["name"]
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, region["kubeconfig"], context, region["aws_endpoint"]],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    assert client.stdout is not None
+    done = [client.stdout.readline().split() for _ in range(3)]
+    client.send_signal(signal.SIGKILL)
+    client.wait(timeout=10)
+    assert [d[1] for d in done] == ["cordon", "evict", "ssm"]
+    node, (ns, pod, code) = done[0][2], done[1][2:5]
+    assert code == "201"
+    check = subprocess.run([sys.executable, "-c", CHECK, region["kubeconfig"], context, region["aws_endpoint"], node, ns, pod],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert check.returncode == 0, check.stderr
+    assert json.loads(check.stdout) == {"cordoned": True, "evicted": True, "ssm": "written-before-the-kill"}
+
+
+def test_ami_build_twice_from_two_processes_builds_once(region: dict[str, Any], tmp_path: Path) -> None:
+    lock = tmp_path / "images.lock.json"
+    first = json.loads(run(region["home"], "ami", "build", "--lock-file", str(lock), "-o", "json").stdout)
+    second = json.loads(run(region["home"], "ami", "build", "--lock-file", str(lock), "-o", "json").stdout)
+    assert [b["name"] for b in first["built"]] == ["base", "general", "ml", "custom"]
+    assert second["built"] == []
+    # Both ran against the region's AWS: the images are in its moto server, found by the second process.
+    plan = json.loads(run(region["home"], "ami", "plan", "-o", "json").stdout)
+    assert plan["build"] == []
+    assert {u["name"]: u["image_id"] for u in plan["unchanged"]} == {b["name"]: b["image_id"] for b in first["built"]}
+
+
+def test_down_stops_the_server_and_leaves_no_process(tmp_path: Path) -> None:
+    info = json.loads(run(tmp_path, "local", "up", "--no-workloads", "-o", "json").stdout)
+    pid = info["pid"]
+    assert run(tmp_path, "local", "status", check=False).returncode == 0
+    stopped = json.loads(run(tmp_path, "local", "down", "-o", "json").stdout)
+    assert stopped == {"stopped": True, "pid": pid, "stage": "dev"}
+    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    session = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _session(p) == pid]
+    assert session == []
+    status = run(tmp_path, "local", "status", "-o", "json", check=False)
+    assert status.returncode == 1 and json.loads(status.stdout) == {"running": False}
+    assert json.loads(run(tmp_path, "local", "down", "-o", "json").stdout) == {"stopped": False}
+
+
+def _session(proc: Path) -> int | None:
+    try:
+        return int((proc / "stat").read_text().split(")")[-1].split()[4])
+    except (OSError, IndexError, ValueError):
+        return None

@@ -210,3 +210,19 @@ def _session(proc: Path) -> int | None:
         return int((proc / "stat").read_text().split(")")[-1].split()[4])
     except (OSError, IndexError, ValueError):
         return None
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (.ci/run installs it)")
+def test_kubectl_drain_evicts_through_the_budgets(region: dict[str, Any]) -> None:
+    """kubectl's own drain: discovery of the eviction subresource, DaemonSet lookups, evictions, waiting for deletion."""
+    from platformctl.cluster.live import LiveCluster
+
+    host = region["clusters"][0]["name"]
+    live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=host)
+    node = sorted(n.name for n in live.list_nodes())[-1]
+    result = subprocess.run([KUBECTL, "--kubeconfig", region["kubeconfig"], "--context", host, "drain", node,
+                             "--ignore-daemonsets", "--timeout=120s"], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert f"node/{node} drained" in result.stdout
+    left = [p for p in live.list_pods(node_name=node) if not p.is_daemonset and not p.terminating]
+    assert left == [] and live.get_node(node).unschedulable

@@ -9,7 +9,7 @@ reads the groups, registers each new instance as a node that turns Ready after t
 left its group. Deleting a node object while its instance runs is undone at the next sync, as a
 kubelet re-registers.
 
-The AWS resources are created from the stage topology here; the infra issue replaces this with the
+Each cluster also gets its EKS control plane. The AWS resources are created from the stage topology here; the infra issue replaces this with the
 Pulumi program run under mocks, so that there is one description of what a stage contains.
 """
 
@@ -136,12 +136,28 @@ class LocalRegion:
                 if kind == "private":
                     self.subnets[zone] = subnet["Subnet"]["SubnetId"]
         for cluster in self.stage.clusters():
+            self._provision_control_plane(cluster)
             for pool in cluster.node_pools:
                 self._provision_pool(cluster, pool)
         self.sync()
         if not self._ticking:
             self._ticking = True
             self.clock.call_later(self.sync_seconds, self._tick)
+
+    def _provision_control_plane(self, cluster: Cluster) -> None:
+        """The cluster's EKS control plane. Its endpoints need subnets in two zones even when, as for a
+        member cluster, every node pool stays in one."""
+        zones = list(cluster.zones)
+        if len(zones) < 2:
+            zones.append(next(z for z in self.stage.zones if z not in zones))
+        self._client("eks").create_cluster(
+            name=cluster.name, version="1.32",
+            roleArn=f"arn:aws:iam::123456789012:role/{self.stage.name}-eks-cluster",
+            resourcesVpcConfig={"subnetIds": [self.subnets[z] for z in zones],
+                                "endpointPrivateAccess": True, "endpointPublicAccess": False},
+            logging={"clusterLogging": [{"types": ["api", "audit", "authenticator"], "enabled": True}]},
+            tags=self._tags(**{"platformctl.io/cluster": cluster.name}),
+        )
 
     def _provision_pool(self, cluster: Cluster, pool: NodePool) -> None:
         name = f"{cluster.name}-{pool.name}"

@@ -44,6 +44,18 @@ def test_member_cluster_pools_live_in_their_zone_only(region: LocalRegion) -> No
     assert sorted(group["AvailabilityZones"]) == sorted(host.zones)
 
 
+def test_every_cluster_has_a_private_control_plane_over_two_zones_at_least(region: LocalRegion) -> None:
+    eks = region._client("eks")
+    assert sorted(eks.list_clusters()["clusters"]) == sorted(c.name for c in region.stage.clusters())
+    zone_of = {subnet: zone for zone, subnet in region.subnets.items()}
+    for cluster in region.stage.clusters():
+        plane = eks.describe_cluster(name=cluster.name)["cluster"]
+        vpc = plane["resourcesVpcConfig"]
+        zones = {zone_of[s] for s in vpc["subnetIds"]}
+        assert len(zones) >= 2 and set(cluster.zones) <= zones
+        assert vpc["endpointPublicAccess"] is False and plane["tags"]["platformctl.io/stage"] == "dev"
+
+
 def test_launch_templates_require_imdsv2_and_encrypt_volumes(region: LocalRegion) -> None:
     ec2 = region.ec2()
     for name in region.pools:

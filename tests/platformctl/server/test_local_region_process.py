@@ -226,3 +226,13 @@ def test_kubectl_drain_evicts_through_the_budgets(region: dict[str, Any]) -> Non
     assert f"node/{node} drained" in result.stdout
     left = [p for p in live.list_pods(node_name=node) if not p.is_daemonset and not p.terminating]
     assert left == [] and live.get_node(node).unschedulable
+
+
+def test_a_stage_rotation_plan_reads_the_running_region(region: dict[str, Any], tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("targets:\n  general: ami-0feedface0000001\n")
+    plan = json.loads(run(region["home"], "rotate", "plan", "--policy", str(policy), "--stage", "dev", "-o", "json").stdout)
+    assert sorted(c for step in plan["steps"] for c in step["clusters"]) == sorted(c["name"] for c in region["clusters"])
+    member = region["clusters"][1]
+    planned = plan["clusters"][member["name"]]
+    assert planned["waves"] and planned["source"] == f"context {member['name']}"

@@ -20,7 +20,7 @@ from typing import Any
 
 from croniter import croniter
 
-from platformctl.cluster.model import Node, Pod, format_time, parse_pdb, parse_pod, parse_time
+from platformctl.cluster.model import Node, Pod, PodDisruptionBudget, format_time, parse_pdb, parse_pod, parse_time
 from platformctl.cluster.selectors import LabelSelector, parse_selector_string
 from platformctl.cluster.simulator import SimulatedCluster
 from platformctl.errors import PlatformError
@@ -342,33 +342,28 @@ class ClusterState:
 
     # ---------------------------------------------------------------- pods and budgets
 
-    def create_pod(self, namespace: str, obj: dict[str, Any]) -> Pod:
+    def _create(self, res: Resource, namespace: str, obj: dict[str, Any], parse: Callable[[Any, str], Any],
+                create: Callable[[Any], Any]) -> Any:
+        """Create an object the simulator holds itself: parsed as a snapshot's, mistakes as the API reports them."""
         self.require_namespace(namespace)
         name = obj["metadata"]["name"]
         self._meta(obj, namespace)
         obj.pop("status", None)
         try:
-            pod = parse_pod(obj, "pod")
+            value = parse(obj, "object")
         except PlatformError as exc:
-            raise invalid("Pod", name, (exc.field or "").removeprefix("pod."), exc.detail) from None
+            raise invalid(res.kind, name, (exc.field or "").removeprefix("object."), exc.detail, group=res.group) from None
         try:
-            return self.sim.create_pod(pod)
+            return create(value)
         except PlatformError:
-            raise already_exists("pods", name) from None
+            raise already_exists(res.plural, name, res.group) from None
 
-    def create_pdb(self, namespace: str, obj: dict[str, Any]) -> Any:
-        self.require_namespace(namespace)
-        name = obj["metadata"]["name"]
-        self._meta(obj, namespace)
-        obj.pop("status", None)
-        try:
-            pdb = parse_pdb(obj, "pdb")
-        except PlatformError as exc:
-            raise invalid("PodDisruptionBudget", name, (exc.field or "").removeprefix("pdb."), exc.detail, group="policy") from None
-        try:
-            return self.sim.create_pdb(pdb, keep_version=True)
-        except PlatformError:
-            raise already_exists("poddisruptionbudgets", name, "policy") from None
+    def create_pod(self, namespace: str, obj: dict[str, Any]) -> Pod:
+        return self._create(RESOURCES["pods"], namespace, obj, parse_pod, self.sim.create_pod)
+
+    def create_pdb(self, namespace: str, obj: dict[str, Any]) -> PodDisruptionBudget:
+        return self._create(RESOURCES["poddisruptionbudgets"], namespace, obj, parse_pdb,
+                            lambda pdb: self.sim.create_pdb(pdb, keep_version=True))
 
     # ---------------------------------------------------------------- workloads
 

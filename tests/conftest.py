@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -8,6 +10,18 @@ from platformctl.cluster.model import load_snapshot
 from platformctl.cluster.simulator import SimulatedCluster
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_running_local_region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A local region a developer left running in this checkout must not become the tests' AWS or Kubernetes."""
+    saved = os.environ.get("PLATFORMCTL_HOME")
+    os.environ["PLATFORMCTL_HOME"] = str(tmp_path_factory.mktemp("platformctl-home"))
+    yield
+    if saved is None:
+        os.environ.pop("PLATFORMCTL_HOME", None)
+    else:
+        os.environ["PLATFORMCTL_HOME"] = saved
 
 
 @pytest.fixture

@@ -82,11 +82,11 @@ class ServerClock:
         data = _get_json(time_url)
         self.url = time_url
         self.speed = float(data["speed"])
-        self._virtual = float(data["virtual_time"])
+        self.read_virtual = float(data["virtual_time"])  # the server's time when it answered
         self._wall = float(data["wall_time"])
 
     def now(self) -> float:
-        return self._virtual + (time.time() - self._wall) * self.speed
+        return self.read_virtual + (time.time() - self._wall) * self.speed
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:

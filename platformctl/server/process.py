@@ -32,12 +32,12 @@ import yaml
 
 from platformctl.cluster.model import format_time
 from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion
+from platformctl.server.control import EXTENSION
 from platformctl.server.kubeapi import KubeAPI
 from platformctl.server.state import ClusterState
 from platformctl.topology import HostCluster, load_stage
 
 TICK_SECONDS = 0.05
-EXTENSION = "platformctl.io/local-region"
 log = logging.getLogger("platformctl.server")
 
 

@@ -567,14 +567,13 @@ class ClusterState:
             if (cron.namespace, job_name) not in self.workloads["jobs"]:
                 self.create_workload("jobs", cron.namespace, job, owner=cron)
                 cron.jobs.append(job_name)
-            status["lastSuccessfulTime"] = status.get("lastSuccessfulTime")
             self._prune_history(cron)
 
     def _prune_history(self, cron: Workload) -> None:
         spec = cron.obj["spec"]
-        keep = {"ok": spec.get("successfulJobsHistoryLimit", 3), "failed": spec.get("failedJobsHistoryLimit", 1)}
+        keep = spec.get("successfulJobsHistoryLimit", 3)  # simulated jobs never fail: only this limit applies
         finished = [j for j in cron.jobs if (cron.namespace, j) in self.workloads["jobs"] and not self._job_active(cron.namespace, j)]
-        for job in finished[: max(len(finished) - keep["ok"], 0)]:
+        for job in finished[: max(len(finished) - keep, 0)]:
             self.delete_workload("jobs", cron.namespace, job)
         cron.jobs = [j for j in cron.jobs if (cron.namespace, j) in self.workloads["jobs"]]
 

@@ -9,9 +9,9 @@ every failure is a ``PlatformError`` naming the file and the key path.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
@@ -147,6 +147,12 @@ def parse_stage_file(path: Path, stage: str) -> Stage:
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
         raise PlatformError("missing mapping", file=source, field="config")
+    return parse_stage_config(config, stage, source)
+
+
+def parse_stage_config(config: Mapping[str, Any], stage: str, source: str) -> Stage:
+    """The stage a stack's config describes: ``config`` is the stack file's ``config:`` mapping, or
+    what the Pulumi program reads through ``pulumi.Config`` (the same keys, the same checks)."""
     region = config.get(REGION_KEY)
     if not isinstance(region, str) or not region:
         raise PlatformError("missing region", file=source, field=f"config.{REGION_KEY}")
@@ -199,6 +205,8 @@ def _check_topology(topology: Topology, region: str, source: str) -> None:
             if pool.name in pool_names:
                 fail(f"{at}.name", f"node pool name {pool.name!r} is used twice in {cluster.name}")
             pool_names.add(pool.name)
+            if pool.min_size > pool.max_size:
+                fail(f"{at}.minSize", f"minSize {pool.min_size} is greater than maxSize {pool.max_size}")
             if not pool.min_size <= pool.desired_size <= pool.max_size:
                 fail(
                     f"{at}.desiredSize",

@@ -50,7 +50,8 @@ def _write(tmp_path: Path, mutate) -> Path:  # type: ignore[no-untyped-def]
     [
         (lambda t: t["memberClusters"][1].update(zone="us-west-2z"), "memberClusters[1].zone", "'us-west-2z' is not one of the region's zones"),
         (lambda t: t["memberClusters"][1].update(name=t["memberClusters"][0]["name"]), "memberClusters[1].name", "is already used by memberClusters[0]"),
-        (lambda t: t["memberClusters"][0]["nodePools"][1].update(minSize=9), "memberClusters[0].nodePools[1].desiredSize", "minSize <= desiredSize <= maxSize"),
+        (lambda t: t["memberClusters"][0]["nodePools"][1].update(minSize=9), "memberClusters[0].nodePools[1].minSize", "minSize 9 is greater than maxSize 8"),
+        (lambda t: t["memberClusters"][0]["nodePools"][1].update(minSize=5), "memberClusters[0].nodePools[1].desiredSize", "minSize <= desiredSize <= maxSize"),
         (lambda t: t["memberClusters"][0]["nodePools"][0].update(nodeType="gpu"), "memberClusters[0].nodePools[0].nodeType", "Input should be 'system', 'general', 'ml' or 'custom'"),
         (lambda t: t["memberClusters"][0]["nodePools"][0].pop("maxSize"), "memberClusters[0].nodePools[0].maxSize", "required field is missing"),
         (lambda t: t["memberClusters"][0].update(zones=["us-west-2a"]), "memberClusters[0].zones", "unknown field"),

@@ -1,0 +1,128 @@
+"""The Pulumi program of one stage: ``pulumi up -s <stage>`` in ``infra/`` runs ``main()``.
+
+``main()`` reads the stack config through ``pulumi.Config`` (the stage's ``Pulumi.<stage>.yaml``)
+and checks it with the same stage model platformctl uses, then ``provision()`` declares the stage:
+
+- a ``Network`` (VPC, private and public subnets and a NAT gateway per zone);
+- the ``HostCluster`` over three or more zones and one zonal ``MemberCluster`` per member, each
+  with its IAM, KMS key, EKS control plane, OIDC provider and ``NodePool``s;
+- the IAM role of the scheduled rotation, which its service account on the host cluster assumes
+  and which every member cluster admits (access entry, group ``platformctl:rotation``);
+- each cluster's Kubernetes objects (``ClusterObjects``).
+
+The stack outputs are what the rest of the toolkit reads: the clusters (endpoint, zones, OIDC
+issuer) and every node pool's auto scaling group and launch template. The same program runs under
+``pulumi.runtime.set_mocks`` in the tests and to materialise the local region (``infra/mocked.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.components.cluster import HostCluster, MemberCluster
+from infra.components.common import tags
+from infra.components.iam import irsa_role
+from infra.components.kubernetes import (
+    ROTATION_GROUP,
+    ROTATION_SERVICE_ACCOUNT,
+    SYSTEM_NAMESPACE,
+    ClusterObjects,
+    Registration,
+    Rotation,
+)
+from infra.components.network import Network
+from infra.settings import InfraSettings, node_images, parse_settings
+from platformctl.errors import PlatformError
+from platformctl.topology import REGION_KEY, TOPOLOGY_KEY, Stage, parse_stage_config
+
+INFRA_DIR = Path(__file__).resolve().parent
+ROTATION_ACTIONS = (
+    "autoscaling:DescribeAutoScalingGroups", "autoscaling:SetDesiredCapacity", "autoscaling:SuspendProcesses",
+    "autoscaling:ResumeProcesses", "autoscaling:TerminateInstanceInAutoScalingGroup",
+    "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions", "eks:DescribeCluster", "eks:ListClusters",
+    "ssm:GetParameter", "ssm:GetParameters",
+)
+# Stack config keys other than the topology, by how Pulumi stores them.
+OBJECT_KEYS = ("publicAccessCidrs", "rotation")
+TEXT_KEYS = ("kubernetesVersion", "imageLock")
+
+
+def stack_config() -> dict[str, Any]:
+    """The stack's config as the stack file spells it, read through ``pulumi.Config``."""
+    config: dict[str, Any] = {}
+    region = pulumi.Config("aws").get("region")
+    if region is not None:
+        config[REGION_KEY] = region
+    ours = pulumi.Config("platformctl")
+    for key in ("topology", *OBJECT_KEYS):
+        value = ours.get_object(key)
+        if value is not None:
+            config[f"platformctl:{key}"] = value
+    for key in TEXT_KEYS:
+        value = ours.get(key)
+        if value is not None:
+            config[f"platformctl:{key}"] = value
+    return config
+
+
+def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path = INFRA_DIR) -> tuple[Stage, InfraSettings, dict[str, str]]:
+    """The stage, its settings and its node images, or a ``PlatformError`` naming the file and key."""
+    stage = parse_stage_config(config, stage_name, source)
+    settings = parse_settings(config, stage_name, source)
+    images = node_images(stage, settings, infra_dir)
+    return stage, settings, images
+
+
+def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> dict[str, Any]:
+    """Declare the stage's resources; returns the stack outputs."""
+    name = stage.name
+    network = Network(name, name, stage.topology.vpc_cidr, stage.zones)
+    common = {"stage": name, "region": stage.region, "version": settings.kubernetes_version, "vpc_id": network.vpc_id,
+              "public_access_cidrs": settings.public_access_cidrs, "images": images}
+    host = HostCluster(stage.host_cluster, private_subnets=network.private_subnets, **common)
+    members = [MemberCluster(m, stage_zones=stage.zones, private_subnets=network.private_subnets, **common)
+               for m in stage.member_clusters]
+
+    role = irsa_role(f"{stage.host_cluster.name}-rotation", name, host.oidc_provider_arn, host.oidc_issuer,
+                     SYSTEM_NAMESPACE, ROTATION_SERVICE_ACCOUNT, ROTATION_ACTIONS, parent=host)
+    for spec, member in zip(stage.member_clusters, members, strict=True):
+        aws.eks.AccessEntry(f"{spec.name}-rotation", cluster_name=member.cluster_name, principal_arn=role.arn,
+                            type="STANDARD", kubernetes_groups=[ROTATION_GROUP],
+                            tags=tags(name, f"{spec.name}-rotation", **{"platformctl.io/cluster": spec.name}),
+                            opts=pulumi.ResourceOptions(parent=member))
+        ClusterObjects(f"{spec.name}-objects", provider=member.provider, stage=name, region=stage.region, member=True,
+                       opts=pulumi.ResourceOptions(parent=member))
+    registrations = [Registration(spec.name, spec.zone, member.endpoint, member.certificate_authority,
+                                  [p.name for p in spec.node_pools])
+                     for spec, member in zip(stage.member_clusters, members, strict=True)]
+    rotation = Rotation(settings.rotation.image, settings.rotation.schedule, role.arn)
+    ClusterObjects(f"{stage.host_cluster.name}-objects", provider=host.provider, stage=name, region=stage.region,
+                   member=False, members=registrations, rotation=rotation, opts=pulumi.ResourceOptions(parent=host))
+
+    clusters: dict[str, Any] = {}
+    pools: dict[str, Any] = {}
+    for spec, cluster in [(stage.host_cluster, host), *zip(stage.member_clusters, members, strict=True)]:
+        clusters[spec.name] = {"role": "host" if cluster is host else "member", "zones": list(spec.zones),
+                               "endpoint": cluster.endpoint, "oidcIssuer": cluster.oidc_issuer}
+        for pool_name, pool in cluster.node_pools.items():
+            pools[f"{spec.name}/{pool_name}"] = {"cluster": spec.name, "pool": pool_name,
+                                                 "autoScalingGroup": pool.auto_scaling_group,
+                                                 "launchTemplate": pool.launch_template, "image": images[
+                                                     next(p for p in spec.node_pools if p.name == pool_name).image_family]}
+    return {"stage": name, "region": stage.region, "vpcId": network.vpc_id, "clusters": clusters, "nodePools": pools,
+            "rotationRoleArn": role.arn}
+
+
+def main() -> None:
+    stack = pulumi.get_stack()
+    source = str(INFRA_DIR / f"Pulumi.{stack}.yaml")
+    try:
+        stage, settings, images = load(stack_config(), stack, source)
+    except PlatformError as exc:
+        raise pulumi.RunError(str(exc)) from None  # one line, no traceback
+    for key, value in provision(stage, settings, images).items():
+        pulumi.export(key, value)

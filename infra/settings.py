@@ -1,0 +1,129 @@
+"""The stack config of a stage beyond its topology, and the image each node pool boots.
+
+A stack file's ``config:`` holds, besides ``aws:region`` and ``platformctl:topology`` (the stage
+model of ``platformctl.topology``):
+
+``platformctl:kubernetesVersion``
+    The EKS version of every cluster of the stage (default ``"1.32"``).
+``platformctl:publicAccessCidrs``
+    CIDRs that may reach the clusters' public API endpoints. Empty (the default) keeps the public
+    endpoint off; in ``prod`` and ``prod-canary`` it must stay empty.
+``platformctl:rotation``
+    ``image`` and ``schedule`` (cron, UTC) of the host cluster's scheduled rotation CronJob.
+``platformctl:imageLock``
+    The AMI lock file ``platformctl ami build`` writes, relative to ``infra/`` (default
+    ``../ami/images.lock.json``). A node pool boots ``topology.images.<family>`` when the stage
+    sets it, otherwise the newest version of the image named after its family in the lock file
+    for the stage's region.
+
+Every mistake is a ``PlatformError`` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import semver
+from croniter import croniter
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from platformctl.errors import PlatformError
+from platformctl.topology import TOPOLOGY_KEY, Stage
+from platformctl.yamlfile import validation_error
+
+PREFIX = "platformctl:"
+PROD_STAGES = ("prod", "prod-canary")
+DEFAULT_ROTATION_IMAGE = "ghcr.io/platformctl/platformctl:0.1.0"
+
+
+class Rotation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    image: Annotated[str, Field(min_length=1)] = DEFAULT_ROTATION_IMAGE
+    schedule: str = "0 3 * * 1-5"
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a cron schedule")
+        return value
+
+
+class InfraSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    # Aliases are the stack config keys, so pydantic's errors name the key as the file spells it.
+    kubernetes_version: Annotated[str, Field(alias=f"{PREFIX}kubernetesVersion", pattern=r"^1\.[0-9]{2}$")] = "1.32"
+    public_access_cidrs: Annotated[tuple[str, ...], Field(alias=f"{PREFIX}publicAccessCidrs")] = ()
+    rotation: Annotated[Rotation, Field(alias=f"{PREFIX}rotation")] = Rotation()
+    image_lock: Annotated[str, Field(alias=f"{PREFIX}imageLock")] = "../ami/images.lock.json"
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr)
+            except ValueError:
+                raise ValueError(f"{cidr!r} is not a CIDR block") from None
+        return value
+
+
+def parse_settings(config: Mapping[str, Any], stage: str, source: str) -> InfraSettings:
+    """The ``platformctl:`` keys of a stack's config other than the topology; an unknown key is a mistake."""
+    raw = {k: v for k, v in config.items() if k.startswith(PREFIX) and k != TOPOLOGY_KEY}
+    try:
+        settings = InfraSettings.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc, source, ("config",)) from None
+    if stage in PROD_STAGES and settings.public_access_cidrs:
+        raise PlatformError(f"the {stage} stage keeps the clusters' public endpoints off; remove this key",
+                            file=source, field=f"config.{PREFIX}publicAccessCidrs")
+    return settings
+
+
+def node_images(stage: Stage, settings: InfraSettings, infra_dir: Path) -> dict[str, str]:
+    """Image family -> AMI id for every family a node pool of the stage boots."""
+    families = sorted({p.image_family for c in stage.clusters() for p in c.node_pools})
+    lock_path = (infra_dir / settings.image_lock).resolve()
+    lock: dict[str, Any] | None = None
+    images: dict[str, str] = {}
+    for family in families:
+        if family in stage.topology.images:
+            images[family] = stage.topology.images[family]
+            continue
+        if lock is None:
+            lock = _read_lock(lock_path)
+        found = newest_in_lock(lock, family, stage.region)
+        if found is None:
+            raise PlatformError(
+                f"no image for the {family} family: set it here, or build it with `platformctl ami build` "
+                f"({lock_path} has no {family} image for {stage.region})",
+                file=stage.source, field=f"config.{TOPOLOGY_KEY}.images.{family}")
+        images[family] = found
+    return images
+
+
+def _read_lock(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        lock = json.loads(path.read_text())
+    except ValueError:
+        raise PlatformError("not valid JSON", file=str(path)) from None
+    if not isinstance(lock, dict) or not isinstance(lock.get("images", {}), dict):
+        raise PlatformError("expected a mapping of image name -> version -> region -> id", file=str(path), field="images")
+    return lock
+
+
+def newest_in_lock(lock: Mapping[str, Any], name: str, region: str) -> str | None:
+    """The id in ``region`` of the highest semver version of image ``name`` that has one there."""
+    versions = lock.get("images", {}).get(name) or {}
+    built = [(semver.Version.parse(v), ids[region]) for v, ids in versions.items()
+             if semver.Version.is_valid(v) and isinstance(ids, dict) and ids.get(region)]
+    return max(built)[1] if built else None

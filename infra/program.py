@@ -37,7 +37,7 @@ from infra.components.kubernetes import (
 from infra.components.network import Network
 from infra.settings import InfraSettings, node_images, parse_settings
 from platformctl.errors import PlatformError
-from platformctl.topology import REGION_KEY, TOPOLOGY_KEY, Stage, parse_stage_config
+from platformctl.topology import REGION_KEY, Stage, parse_stage_config
 
 INFRA_DIR = Path(__file__).resolve().parent
 ROTATION_ACTIONS = (

@@ -9,16 +9,18 @@ reads the groups, registers each new instance as a node that turns Ready after t
 left its group. Deleting a node object while its instance runs is undone at the next sync, as a
 kubelet re-registers.
 
-Each cluster also gets its EKS control plane. The AWS resources are created from the stage topology here; the infra issue replaces this with the
-Pulumi program run under mocks, so that there is one description of what a stage contains.
+What the region contains is not described here: the caller passes a ``provisioner`` that creates
+it, which is the stage's Pulumi program run under the mock engine with boto3 behind it
+(``infra.materialize.materialize``), so the local VPC, EKS control planes, launch templates and
+auto scaling groups are the ones ``pulumi up`` would create. (Passing it in keeps the import
+direction of DESIGN: shared modules import no subsystem.)
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from platformctl import aws
@@ -28,7 +30,7 @@ from platformctl.cluster.simulator import SimulatedCluster, build_node
 from platformctl.cluster.synthetic import WorkloadSummary, populate
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.instance_types import INSTANCE_TYPES
-from platformctl.topology import Cluster, HostCluster, NodePool, Stage
+from platformctl.topology import HostCluster, NodePool, Stage
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -36,6 +38,21 @@ FAKE_CREDENTIALS = {
     "AWS_SECURITY_TOKEN": "testing",
     "AWS_SESSION_TOKEN": "testing",
 }
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """What a provisioner made: the network, each auto scaling group's cluster, pool and launch
+    template, the Kubernetes objects each cluster gets, and the stack outputs."""
+
+    vpc_id: str
+    subnets: dict[str, str]  # zone -> private subnet id
+    pools: dict[str, tuple[str, str, str]]  # auto scaling group -> (cluster, pool, launch template)
+    kubernetes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (cluster, manifest)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+Provisioner = Callable[[Stage], Provisioned]
 
 
 @dataclass(frozen=True)
@@ -47,9 +64,10 @@ class PoolBinding:
 
 
 class LocalRegion:
-    def __init__(self, stage: Stage, clock: VirtualClock | None = None, seed: int = 7, sync_seconds: float = 10.0,
-                 prepare: Callable[[Stage], dict[str, str]] | None = None) -> None:
+    def __init__(self, stage: Stage, *, provisioner: Provisioner, clock: VirtualClock | None = None, seed: int = 7,
+                 sync_seconds: float = 10.0, prepare: Callable[[Stage], dict[str, str]] | None = None) -> None:
         self.stage = stage
+        self._provisioner = provisioner
         self.clock = clock or VirtualClock()
         self.sync_seconds = sync_seconds
         self.clusters: dict[str, SimulatedCluster] = {
@@ -59,6 +77,8 @@ class LocalRegion:
         self.pools: dict[str, PoolBinding] = {}
         self.vpc_id = ""
         self.subnets: dict[str, str] = {}
+        self.kubernetes: list[tuple[str, dict[str, Any]]] = []
+        self.outputs: dict[str, Any] = {}
         self._nodes_by_instance: dict[str, tuple[str, str]] = {}
         self._mock: Any = None
         self._saved_env: dict[str, str | None] = {}
@@ -77,7 +97,8 @@ class LocalRegion:
             for key, value in FAKE_CREDENTIALS.items():
                 self._saved_env[key] = os.environ.get(key)
                 os.environ[key] = value
-            self._mock = mock_aws()
+            # The program attaches AWS managed policies to its roles; moto knows them only when asked.
+            self._mock = mock_aws(config={"iam": {"load_aws_managed_policies": True}})
             self._mock.start()
         if self._prepare is not None:
             images = self._prepare(self.stage)
@@ -113,80 +134,18 @@ class LocalRegion:
 
     # ------------------------------------------------------------------ provisioning
 
-    def _tags(self, **extra: str) -> dict[str, str]:
-        return {"platformctl.io/stage": self.stage.name, "platformctl.io/managed-by": "platformctl", **extra}
-
     def provision(self) -> None:
-        """Create the network and one launch template and auto scaling group per node pool."""
-        ec2 = self.ec2()
-        topo = self.stage.topology
-        vpc = ec2.create_vpc(
-            CidrBlock=topo.vpc_cidr,
-            TagSpecifications=[{"ResourceType": "vpc", "Tags": aws.tag_list(self._tags(Name=f"{self.stage.name}-vpc"))}],
-        )
-        self.vpc_id = vpc["Vpc"]["VpcId"]
-        blocks = ipaddress.ip_network(topo.vpc_cidr).subnets(new_prefix=20)
-        for zone in self.stage.zones:
-            for kind in ("private", "public"):
-                subnet = ec2.create_subnet(
-                    VpcId=self.vpc_id, CidrBlock=str(next(blocks)), AvailabilityZone=zone,
-                    TagSpecifications=[{"ResourceType": "subnet", "Tags": aws.tag_list(
-                        self._tags(Name=f"{self.stage.name}-{kind}-{zone}", **{"platformctl.io/tier": kind}))}],
-                )
-                if kind == "private":
-                    self.subnets[zone] = subnet["Subnet"]["SubnetId"]
-        for cluster in self.stage.clusters():
-            self._provision_control_plane(cluster)
-            for pool in cluster.node_pools:
-                self._provision_pool(cluster, pool)
+        """Create the stage's resources with the provisioner, then let nodes follow the groups."""
+        made = self._provisioner(self.stage)
+        self.vpc_id, self.subnets = made.vpc_id, dict(made.subnets)
+        self.kubernetes, self.outputs = list(made.kubernetes), dict(made.outputs)
+        for group, (cluster, pool_name, template) in made.pools.items():
+            pool = next(p for p in self.stage.cluster(cluster).node_pools if p.name == pool_name)
+            self.pools[group] = PoolBinding(cluster, pool, group, template)
         self.sync()
         if not self._ticking:
             self._ticking = True
             self.clock.call_later(self.sync_seconds, self._tick)
-
-    def _provision_control_plane(self, cluster: Cluster) -> None:
-        """The cluster's EKS control plane. Its endpoints need subnets in two zones even when, as for a
-        member cluster, every node pool stays in one."""
-        zones = list(cluster.zones)
-        if len(zones) < 2:
-            zones.append(next(z for z in self.stage.zones if z not in zones))
-        self._client("eks").create_cluster(
-            name=cluster.name, version="1.32",
-            roleArn=f"arn:aws:iam::123456789012:role/{self.stage.name}-eks-cluster",
-            resourcesVpcConfig={"subnetIds": [self.subnets[z] for z in zones],
-                                "endpointPrivateAccess": True, "endpointPublicAccess": False},
-            logging={"clusterLogging": [{"types": ["api", "audit", "authenticator"], "enabled": True}]},
-            tags=self._tags(**{"platformctl.io/cluster": cluster.name}),
-        )
-
-    def _provision_pool(self, cluster: Cluster, pool: NodePool) -> None:
-        name = f"{cluster.name}-{pool.name}"
-        zone_tag = ",".join(cluster.zones)
-        tags = self._tags(**{
-            "platformctl.io/cluster": cluster.name, "platformctl.io/node-pool": pool.name,
-            "platformctl.io/node-type": pool.node_type, "platformctl.io/zone": zone_tag,
-            "eks:cluster-name": cluster.name, "eks:nodegroup-name": pool.name,
-        })
-        image = self.stage.image_for(pool) or "ami-0a1f00c0ffee00001"
-        self.ec2().create_launch_template(
-            LaunchTemplateName=name,
-            LaunchTemplateData={
-                "ImageId": image,
-                "InstanceType": pool.instance_type,
-                "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
-                "BlockDeviceMappings": [{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 100, "VolumeType": "gp3", "Encrypted": True}}],
-                "TagSpecifications": [{"ResourceType": "instance", "Tags": aws.tag_list(tags)}],
-            },
-            TagSpecifications=[{"ResourceType": "launch-template", "Tags": aws.tag_list(tags)}],
-        )
-        self.autoscaling().create_auto_scaling_group(
-            AutoScalingGroupName=name,
-            LaunchTemplate={"LaunchTemplateName": name, "Version": "$Latest"},
-            MinSize=pool.min_size, MaxSize=pool.max_size, DesiredCapacity=pool.desired_size,
-            VPCZoneIdentifier=",".join(self.subnets[z] for z in cluster.zones),
-            Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in sorted(tags.items())],
-        )
-        self.pools[name] = PoolBinding(cluster.name, pool, name, name)
 
     # ------------------------------------------------------------------ nodes follow instances
 

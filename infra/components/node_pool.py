@@ -5,8 +5,10 @@ credentials), encrypts the root volume, and boots the pool's image with a ``node
 that joins the cluster with the pool's labels and taints. The group spreads over exactly the
 subnets it is given: a member cluster passes its one zone's subnet, so its nodes never leave the
 cluster's failure domain. Its desired capacity is left to the autoscaler and the upgrade service
-after creation (``ignore_changes``), and the upgrade service rotates nodes, so there is no
-instance refresh here.
+after creation (``ignore_changes``). The group launches ``$Latest`` of its template: a new image
+(``pulumi up`` after the stack config or the AMI lock file changed) is a new template version, and
+only new instances boot it. Old nodes move when the upgrade service rotates them, under the SLOs,
+so there is no instance refresh here.
 """
 
 from __future__ import annotations
@@ -85,14 +87,14 @@ class NodePool(pulumi.ComponentResource):
             mixed = aws.autoscaling.GroupMixedInstancesPolicyArgs(
                 launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
                     launch_template_specification=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
-                        launch_template_id=template.id, version=template.latest_version.apply(str)),
+                        launch_template_id=template.id, version="$Latest"),
                     overrides=[aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=t)
                                for t in pool.instance_types]))
         group = aws.autoscaling.Group(
             name, name=name, min_size=pool.min_size, max_size=pool.max_size, desired_capacity=pool.desired_size,
             vpc_zone_identifiers=list(subnet_ids), health_check_type="EC2", health_check_grace_period=pool.boot_seconds,
             launch_template=None if mixed else aws.autoscaling.GroupLaunchTemplateArgs(
-                id=template.id, version=template.latest_version.apply(str)),
+                id=template.id, version="$Latest"),
             mixed_instances_policy=mixed,
             tags=[aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True) for k, v in sorted(pool_tags.items())],
             opts=child(self, ignore_changes=["desired_capacity"]))

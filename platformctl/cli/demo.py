@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from infra.materialize import materialize
 from platformctl.cluster import simulator as sim_events
 from platformctl.cluster.drain import drain
 from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
@@ -140,7 +141,7 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
         # The stage's pools boot the image of their family (the manifest named after the family).
         return {family: built.ids[family] for family in ("general", "ml", "custom") if family in built.ids}
 
-    with LocalRegion(stage, prepare=build_image_tree) as region:
+    with LocalRegion(stage, provisioner=materialize, prepare=build_image_tree) as region:
         report.virtual_start = region.clock.now()
         say(f"\n[bold]Local region[/]: AWS is moto. Created {stage.name}'s VPC {region.vpc_id}, "
             f"{len(region.subnets)} private subnets, {len(region.pools)} launch templates "

@@ -146,7 +146,7 @@ def up(stage: str, speed: float, infra_dir: Path | None, workloads: bool = True,
                                     "`platformctl local down` first", file=str(folder / "server.json"), field="stage")
             return info, False
         (folder / "server.json").unlink(missing_ok=True)
-        command = [sys.executable, "-m", "platformctl.server.process", "--stage", stage, "--state-dir", str(folder),
+        command = [sys.executable, "-m", "platformctl.cli.serve", "--stage", stage, "--state-dir", str(folder),
                    "--speed", str(speed)]
         if infra_dir is not None:
             command += ["--infra-dir", str(infra_dir)]

@@ -1,11 +1,13 @@
-"""The local region server process: ``python -m platformctl.server.process --stage dev --state-dir DIR``.
+"""The local region server process: ``python -m platformctl.cli.serve --stage dev --state-dir DIR``.
 
 ``platformctl local up`` starts it detached. It
 
 1. starts moto's server on 127.0.0.1 (a free port) and points its own boto3 clients at it;
-2. provisions the stage's local region through that endpoint (``LocalRegion``: VPC, subnets,
-   launch templates, auto scaling groups; one simulated cluster per cluster, whose nodes follow the
-   groups' instances), boots the nodes and fills the member clusters with workloads;
+2. provisions the stage's local region through that endpoint with the ``provisioner`` it is given
+   (the stage's Pulumi program: VPC, subnets, EKS control planes, launch templates, auto scaling
+   groups; one simulated cluster per cluster, whose nodes follow the groups' instances), boots the
+   nodes, applies the Kubernetes objects the program declares, and fills the member clusters with
+   workloads;
 3. serves every cluster's Kubernetes API on 127.0.0.1 (``KubeAPI``) and writes a kubeconfig with
    one context per cluster;
 4. runs the virtual clock at ``--speed`` times wall time: a thread advances it every 50 ms, the
@@ -31,7 +33,7 @@ from typing import Any
 import yaml
 
 from platformctl.cluster.model import format_time
-from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion
+from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion, Provisioner
 from platformctl.server.control import EXTENSION
 from platformctl.server.kubeapi import KubeAPI
 from platformctl.server.state import ClusterState
@@ -64,8 +66,10 @@ def kubeconfig(stage: str, base_url: str, clusters: list[str], current: str) -> 
 
 
 class Server:
-    def __init__(self, stage_name: str, state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool, seed: int) -> None:
+    def __init__(self, stage_name: str, state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool, seed: int,
+                 provisioner: Provisioner) -> None:
         self.stage = load_stage(stage_name, infra_dir)
+        self.provisioner = provisioner
         self.state_dir = state_dir
         self.speed = speed
         self.workloads = workloads
@@ -83,6 +87,7 @@ class Server:
         from moto.moto_server.threaded_moto_server import ThreadedMotoServer
         from werkzeug.serving import make_server
 
+        os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"  # the program attaches AWS managed policies
         self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.moto.start()
         aws_endpoint = "http://{}:{}".format(*self.moto.get_host_and_port())
@@ -91,7 +96,7 @@ class Server:
         os.environ.setdefault("AWS_REGION", self.stage.region)
 
         # Nodes follow their instances every minute of virtual time, or every 0.2 s of wall time at high speed.
-        region = LocalRegion(self.stage, seed=self.seed, sync_seconds=max(10.0, self.speed * 0.2))
+        region = LocalRegion(self.stage, provisioner=self.provisioner, seed=self.seed, sync_seconds=max(10.0, self.speed * 0.2))
         region.__enter__()
         self.region = region
         region.wait_until_ready()
@@ -170,7 +175,7 @@ class Server:
             log.info("stopped")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, provisioner: Provisioner) -> int:
     parser = argparse.ArgumentParser(prog="platformctl-local-region")
     parser.add_argument("--stage", required=True)
     parser.add_argument("--state-dir", type=Path, required=True)
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     args.state_dir.mkdir(parents=True, exist_ok=True)
-    server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed)
+    server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner)
     try:
         server.start()
     except Exception as exc:
@@ -192,6 +197,3 @@ def main(argv: list[str] | None = None) -> int:
     server.serve()
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from infra.materialize import materialize
 from platformctl.local_region import LocalRegion
 from platformctl.topology import load_stage
 
 
 @pytest.fixture(scope="module")
 def region():  # type: ignore[no-untyped-def]
-    with LocalRegion(load_stage("dev")) as r:
+    with LocalRegion(load_stage("dev"), provisioner=materialize) as r:
         r.wait_until_ready()
         yield r
 

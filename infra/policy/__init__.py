@@ -1,0 +1,1 @@
+"""The policy pack of the stages (``pulumi preview --policy-pack infra/policy``)."""

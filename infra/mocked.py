@@ -19,14 +19,14 @@ import asyncio
 import hashlib
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import pulumi
 
-from infra.program import INFRA_DIR, load, provision, stack_config
+from infra.program import INFRA_DIR, load, main, provision, stack_config
 from platformctl.errors import PlatformError
 from platformctl.yamlfile import read_yaml
 
@@ -55,6 +55,16 @@ class Backend(Protocol):
 class StageRun:
     resources: list[Declared] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    urns: list[str] = field(default_factory=list)
+
+    def parent(self, type_: str, name: str) -> str:
+        """The type of the resource ``type_`` ``name`` is parented to (from its URN)."""
+        for urn in self.urns:
+            qualified, _, urn_name = urn.split("::", 2)[2].rpartition("::")
+            chain = qualified.split("$")
+            if chain[-1] == type_ and urn_name == name:
+                return chain[-2] if len(chain) > 1 else ""
+        raise KeyError(f"no URN for {type_} {name}")
 
     def of_type(self, type_: str) -> list[Declared]:
         return [r for r in self.resources if r.type == type_]
@@ -101,32 +111,50 @@ def run_stage(stage_name: str, backend: Backend | None = None, *, config: Mappin
     values = dict(config) if config is not None else stack_file_config(path)
     run = StageRun()
     mocks = _Mocks(backend or Synthetic(str(values.get("aws:region") or "us-west-2")), run)
+
+    def program() -> pulumi.Output[Any]:
+        stage, settings, images = load(stack_config(), stage_name, str(path), infra_dir)
+        return pulumi.Output.from_input(provision(stage, settings, images)).apply(run.outputs.update)
+
+    run.urns = _in_engine(stage_name, values, mocks, program)
+    return run
+
+
+def run_main(stage_name: str, config: Mapping[str, Any]) -> StageRun:
+    """Run ``infra/__main__.py``'s entry point, exactly as ``pulumi up`` would, under mocks."""
+    run = StageRun()
+    mocks = _Mocks(Synthetic(str(config.get("aws:region") or "us-west-2")), run)
+
+    def program() -> None:
+        main()
+
+    run.urns = _in_engine(stage_name, config, mocks, program)
+    return run
+
+
+def _in_engine(stack: str, config: Mapping[str, Any], mocks: _Mocks, program: Callable[[], Any]) -> list[str]:
+    """Run ``program`` under the mock engine on a thread of its own; returns every resource's URN."""
+    monitor = pulumi.runtime.mocks.MockMonitor(mocks)
     failure: list[BaseException] = []
 
     def body() -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
-            pulumi.runtime.set_mocks(mocks, project="platformctl", stack=stage_name, preview=False)
-            pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
-
-            @pulumi.runtime.test
-            def program() -> pulumi.Output[Any]:
-                stage, settings, images = load(stack_config(), stage_name, str(path), infra_dir)
-                return pulumi.Output.from_input(provision(stage, settings, images)).apply(run.outputs.update)
-
-            program()
+            pulumi.runtime.set_mocks(mocks, project="platformctl", stack=stack, preview=False, monitor=monitor)
+            pulumi.runtime.set_all_config({k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()})
+            pulumi.runtime.test(program)()
         except BaseException as exc:  # re-raised on the caller's thread
             failure.append(exc)
         finally:
             loop.close()
 
-    thread = threading.Thread(target=body, name=f"pulumi-{stage_name}")
+    thread = threading.Thread(target=body, name=f"pulumi-{stack}")
     thread.start()
     thread.join()
     if failure:
         raise failure[0]
-    return run
+    return list(monitor.resources)
 
 
 def _digest(*parts: str, n: int = 17) -> str:

@@ -46,26 +46,26 @@ ROTATION_ACTIONS = (
     "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions", "eks:DescribeCluster", "eks:ListClusters",
     "ssm:GetParameter", "ssm:GetParameters",
 )
-# Stack config keys other than the topology, by how Pulumi stores them.
-OBJECT_KEYS = ("publicAccessCidrs", "rotation")
+# Stack config values that are text; every other platformctl: value is structured (YAML in the file, JSON to the program).
 TEXT_KEYS = ("kubernetesVersion", "imageLock")
 
 
 def stack_config() -> dict[str, Any]:
-    """The stack's config as the stack file spells it, read through ``pulumi.Config``."""
+    """The stack's config as the stack file spells it, read through ``pulumi.Config``. Every
+    ``platformctl:`` key is read, so a misspelt one reaches the settings check and is reported."""
+    from pulumi.runtime.config import CONFIG, get_config_env
+
     config: dict[str, Any] = {}
     region = pulumi.Config("aws").get("region")
     if region is not None:
         config[REGION_KEY] = region
     ours = pulumi.Config("platformctl")
-    for key in ("topology", *OBJECT_KEYS):
-        value = ours.get_object(key)
-        if value is not None:
-            config[f"platformctl:{key}"] = value
-    for key in TEXT_KEYS:
-        value = ours.get(key)
-        if value is not None:
-            config[f"platformctl:{key}"] = value
+    for key in sorted(k for k in {*CONFIG.get(), *get_config_env()} if k.startswith("platformctl:")):
+        name = key.removeprefix("platformctl:")
+        try:
+            config[key] = ours.get(name) if name in TEXT_KEYS else ours.get_object(name)
+        except Exception:  # not JSON: hand the text to the settings check, which names the key
+            config[key] = ours.get(name)
     return config
 
 

@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 import semver
 from croniter import croniter
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from platformctl.errors import PlatformError
 from platformctl.topology import TOPOLOGY_KEY, Stage
@@ -38,6 +38,17 @@ from platformctl.yamlfile import validation_error
 PREFIX = "platformctl:"
 PROD_STAGES = ("prod", "prod-canary")
 DEFAULT_ROTATION_IMAGE = "ghcr.io/platformctl/platformctl:0.1.0"
+
+
+def _cidr(value: str) -> str:
+    try:
+        ipaddress.ip_network(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a CIDR block") from None
+    return value
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
 
 
 class Rotation(BaseModel):
@@ -59,19 +70,10 @@ class InfraSettings(BaseModel):
 
     # Aliases are the stack config keys, so pydantic's errors name the key as the file spells it.
     kubernetes_version: Annotated[str, Field(alias=f"{PREFIX}kubernetesVersion", pattern=r"^1\.[0-9]{2}$")] = "1.32"
-    public_access_cidrs: Annotated[tuple[str, ...], Field(alias=f"{PREFIX}publicAccessCidrs")] = ()
+    public_access_cidrs: Annotated[tuple[Cidr, ...], Field(alias=f"{PREFIX}publicAccessCidrs")] = ()
     rotation: Annotated[Rotation, Field(alias=f"{PREFIX}rotation")] = Rotation()
     image_lock: Annotated[str, Field(alias=f"{PREFIX}imageLock")] = "../ami/images.lock.json"
 
-    @field_validator("public_access_cidrs")
-    @classmethod
-    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for cidr in value:
-            try:
-                ipaddress.ip_network(cidr)
-            except ValueError:
-                raise ValueError(f"{cidr!r} is not a CIDR block") from None
-        return value
 
 
 def parse_settings(config: Mapping[str, Any], stage: str, source: str) -> InfraSettings:

@@ -1,0 +1,252 @@
+"""The Pulumi program of every stage, run under Pulumi's mock engine: what it declares and how it is wired."""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import re
+from collections import Counter
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_aws
+import pytest
+import yaml
+
+from infra.components.common import REQUIRED_TAGS, STAGE_TAG
+from infra.components.kubernetes import CANARY_NAMESPACE, FEDERATION_NAMESPACE, PRIORITY_TIERS, SYSTEM_NAMESPACE
+from infra.mocked import StageRun, run_main, run_stage, stack_file_config
+from infra.policy.rules import TAGGABLE, tags_of, violations
+from platformctl.topology import STAGES, load_stage
+
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+ASG = "aws:autoscaling/group:Group"
+EKS = "aws:eks/cluster:Cluster"
+SUBNET = "aws:ec2/subnet:Subnet"
+
+
+@cache
+def declared(stage: str) -> StageRun:
+    return run_stage(stage)
+
+
+def zone_of_subnet(run: StageRun, subnet_id: str) -> str:
+    return run.by_id(subnet_id).inputs["availabilityZone"]
+
+
+def tier_of_subnet(run: StageRun, subnet_id: str) -> str:
+    return run.by_id(subnet_id).inputs["tags"]["platformctl.io/tier"]
+
+
+def k8s_objects(run: StageRun, cluster: str, kind: str) -> list[dict[str, Any]]:
+    return [r.inputs for r in run.resources if r.type.startswith("kubernetes:") and r.inputs.get("kind") == kind
+            and r.provider.split("::")[-2] == cluster]
+
+
+stages = pytest.mark.parametrize("stage_name", STAGES)
+
+
+@stages
+def test_member_clusters_node_pools_live_only_in_their_zone(stage_name: str) -> None:
+    stage, run = load_stage(stage_name), declared(stage_name)
+    for member in stage.member_clusters:
+        for pool in member.node_pools:
+            group = run.named(ASG, f"{member.name}-{pool.name}").inputs
+            zones = {zone_of_subnet(run, s) for s in group["vpcZoneIdentifiers"]}
+            tiers = {tier_of_subnet(run, s) for s in group["vpcZoneIdentifiers"]}
+            assert zones == {member.zone} and tiers == {"private"}, (member.name, pool.name)
+        control_plane = run.named(EKS, member.name).inputs["vpcConfig"]["subnetIds"]
+        cp_zones = [zone_of_subnet(run, s) for s in control_plane]
+        assert len(set(cp_zones)) == 2 and member.zone in cp_zones  # EKS needs two zones for the endpoints
+
+
+@stages
+def test_host_cluster_spans_at_least_three_zones(stage_name: str) -> None:
+    stage, run = load_stage(stage_name), declared(stage_name)
+    host = stage.host_cluster
+    control_plane = run.named(EKS, host.name).inputs["vpcConfig"]["subnetIds"]
+    assert len({zone_of_subnet(run, s) for s in control_plane}) >= 3
+    for pool in host.node_pools:
+        group = run.named(ASG, f"{host.name}-{pool.name}").inputs
+        assert {zone_of_subnet(run, s) for s in group["vpcZoneIdentifiers"]} == set(host.zones)
+
+
+@stages
+def test_every_pool_of_the_topology_is_a_template_and_a_group_of_its_size(stage_name: str) -> None:
+    stage, run = load_stage(stage_name), declared(stage_name)
+    expected = {f"{c.name}-{p.name}": (c, p) for c in stage.clusters() for p in c.node_pools}
+    assert {r.inputs["name"] for r in run.of_type(ASG)} == set(expected)
+    assert {r.inputs["name"] for r in run.of_type(LT)} == set(expected)
+    for name, (cluster, pool) in expected.items():
+        group, template = run.named(ASG, name).inputs, run.named(LT, name).inputs
+        assert (group["minSize"], group["desiredCapacity"], group["maxSize"]) == (pool.min_size, pool.desired_size, pool.max_size)
+        assert group["launchTemplate"] == {"id": run.named(LT, name).id, "version": "$Latest"}
+        assert template["imageId"] == stage.topology.images[pool.image_family]
+        assert template["instanceType"] == pool.instance_type
+        assert template["metadataOptions"]["httpTokens"] == "required"
+        assert template["metadataOptions"]["httpPutResponseHopLimit"] == 1
+        assert all(m["ebs"]["encrypted"] == "true" for m in template["blockDeviceMappings"])
+        for tags in (template["tags"], tags_of(group)):
+            assert tags["platformctl.io/node-pool"] == pool.name and tags["platformctl.io/cluster"] == cluster.name
+            assert tags["platformctl.io/node-type"] == pool.node_type and tags[STAGE_TAG] == stage_name
+            assert tags["platformctl.io/zone"] == ",".join(cluster.zones)
+        boot = base64.b64decode(template["userData"]).decode()
+        config = yaml.safe_load(boot.split("application/node.eks.aws\n\n", 1)[1].split("--//--")[0])
+        assert config["spec"]["cluster"]["name"] == cluster.name
+        assert config["spec"]["cluster"]["apiServerEndpoint"] == run.named(EKS, cluster.name).outputs["endpoint"]
+        flags = " ".join(config["spec"]["kubelet"]["flags"])
+        assert f"eks.amazonaws.com/nodegroup={pool.name}" in flags
+        for taint in pool.taints:
+            assert f"{taint.key}={taint.value}:{taint.effect}" in flags
+
+
+@stages
+def test_control_planes_are_private_encrypted_and_logged(stage_name: str) -> None:
+    stage, run = load_stage(stage_name), declared(stage_name)
+    keys = {k.outputs["arn"] for k in run.of_type("aws:kms/key:Key")}
+    assert len(keys) == len(list(stage.clusters()))
+    for cluster in stage.clusters():
+        eks = run.named(EKS, cluster.name).inputs
+        assert eks["vpcConfig"]["endpointPrivateAccess"] is True
+        assert eks["vpcConfig"]["endpointPublicAccess"] is False  # no stage file lists public CIDRs
+        assert eks["encryptionConfig"]["resources"] == ["secrets"] and eks["encryptionConfig"]["provider"]["keyArn"] in keys
+        assert set(eks["enabledClusterLogTypes"]) == {"api", "audit", "authenticator", "controllerManager", "scheduler"}
+        assert eks["accessConfig"]["authenticationMode"] == "API"
+        issuer = run.named(EKS, cluster.name).outputs["identities"][0]["oidcs"][0]["issuer"]
+        assert [p.inputs["url"] for p in run.of_type("aws:iam/openIdConnectProvider:OpenIdConnectProvider")].count(issuer) == 1
+
+
+@stages
+def test_names_are_unique_across_the_stage_and_every_taggable_resource_is_tagged(stage_name: str) -> None:
+    run = declared(stage_name)
+    logical = Counter((r.type, r.name) for r in run.resources)
+    assert max(logical.values()) == 1
+    for type_ in (EKS, ASG, LT, "aws:iam/role:Role", "aws:ec2/securityGroup:SecurityGroup", "aws:iam/instanceProfile:InstanceProfile"):
+        physical = Counter(r.inputs["name"] for r in run.of_type(type_))
+        assert physical and max(physical.values()) == 1, type_
+    # Every AWS type the program declares that takes tags is one the tag rule checks ...
+    for type_ in {r.type for r in run.resources if r.type.startswith("aws:")}:
+        module, cls = type_.split(":")[1].split("/")[0], type_.split(":")[2]
+        takes_tags = "tags" in inspect.signature(getattr(getattr(pulumi_aws, module), cls)._internal_init).parameters
+        assert takes_tags == (type_ in TAGGABLE), type_
+    # ... and every one of them carries the stage's tags.
+    for r in run.resources:
+        if r.type in TAGGABLE:
+            tags = tags_of(r.inputs)
+            assert all(tags.get(t) for t in REQUIRED_TAGS) and tags[STAGE_TAG] == stage_name, (r.type, r.name)
+
+
+@stages
+def test_resources_are_children_of_the_components(stage_name: str) -> None:
+    run = declared(stage_name)
+    for r in run.resources:
+        if r.type.startswith(("aws:", "kubernetes:", "pulumi:providers:")):
+            assert run.parent(r.type, r.name).startswith("platformctl:infra:"), (r.type, r.name)
+    assert run.parent(LT, f"{load_stage(stage_name).member_clusters[0].name}-system") == "platformctl:infra:NodePool"
+
+
+@stages
+def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
+    stage, run = load_stage(stage_name), declared(stage_name)
+    config = stack_file_config(Path(stage.source))
+    for cluster in stage.clusters():
+        namespaces = {o["metadata"]["name"] for o in k8s_objects(run, cluster.name, "Namespace")}
+        assert CANARY_NAMESPACE in namespaces
+        assert any(o["metadata"]["namespace"] == CANARY_NAMESPACE for o in k8s_objects(run, cluster.name, "ServiceAccount"))
+    for member in stage.member_clusters:
+        tiers = {o["metadata"]["name"]: o for o in k8s_objects(run, member.name, "PriorityClass")}
+        assert set(tiers) == {"reserved", "ondemand", "preemptible"}
+        assert tiers["reserved"]["value"] > tiers["ondemand"]["value"] > tiers["preemptible"]["value"]
+        assert [t for t, o in tiers.items() if o["globalDefault"]] == ["ondemand"]
+        assert tiers["preemptible"]["preemptionPolicy"] == "Never"
+    host = stage.host_cluster.name
+    assert not k8s_objects(run, host, "PriorityClass") and len(PRIORITY_TIERS) == 3
+    assert {FEDERATION_NAMESPACE, SYSTEM_NAMESPACE} <= {o["metadata"]["name"] for o in k8s_objects(run, host, "Namespace")}
+    [crd] = k8s_objects(run, host, "CustomResourceDefinition")
+    assert crd["spec"]["names"]["kind"] == "MemberCluster"
+    registered = {o["metadata"]["name"]: o["spec"] for o in k8s_objects(run, host, "MemberCluster")}
+    assert set(registered) == {m.name for m in stage.member_clusters}
+    for member in stage.member_clusters:
+        assert registered[member.name]["zone"] == member.zone
+        assert registered[member.name]["endpoint"] == run.named(EKS, member.name).outputs["endpoint"]
+    [cron] = k8s_objects(run, host, "CronJob")
+    rotation = config.get("platformctl:rotation", {})
+    container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert cron["spec"]["schedule"] == rotation.get("schedule", "0 3 * * 1-5")
+    assert container["image"] == rotation.get("image", "ghcr.io/platformctl/platformctl:0.1.0")
+    assert container["args"][:4] == ["rotate", "run", "--stage", stage_name]
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    # The job's service account assumes the rotation role, which only that account may assume and
+    # which every member cluster admits into the group its RBAC names.
+    [account] = [o for o in k8s_objects(run, host, "ServiceAccount") if o["metadata"]["namespace"] == SYSTEM_NAMESPACE]
+    role_arn = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    assert role_arn == run.outputs["rotationRoleArn"]
+    entries = [r.inputs for r in run.of_type("aws:eks/accessEntry:AccessEntry") if r.inputs["principalArn"] == role_arn]
+    assert sorted(e["clusterName"] for e in entries) == sorted(m.name for m in stage.member_clusters)
+    for member in stage.member_clusters:
+        [binding] = k8s_objects(run, member.name, "ClusterRoleBinding")
+        assert binding["subjects"][0]["name"] == entries[0]["kubernetesGroups"][0]
+
+
+@stages
+def test_stack_outputs_name_every_cluster_and_pool(stage_name: str) -> None:
+    stage, run = load_stage(stage_name), declared(stage_name)
+    outputs = run.outputs
+    assert outputs["stage"] == stage_name and outputs["region"] == stage.region
+    assert set(outputs["clusters"]) == {c.name for c in stage.clusters()}
+    assert outputs["clusters"][stage.host_cluster.name]["role"] == "host"
+    assert all(re.match(r"^https://", c["endpoint"]) for c in outputs["clusters"].values())
+    for cluster in stage.clusters():
+        for pool in cluster.node_pools:
+            entry = outputs["nodePools"][f"{cluster.name}/{pool.name}"]
+            assert entry["autoScalingGroup"] == run.named(ASG, f"{cluster.name}-{pool.name}").inputs["name"]
+            assert entry["launchTemplate"] == run.named(LT, f"{cluster.name}-{pool.name}").inputs["name"]
+
+
+@stages
+def test_the_policy_pack_passes_on_the_real_program(stage_name: str) -> None:
+    run = declared(stage_name)
+    broken = [(r.type, r.name, v) for r in run.resources for v in [violations(r.type, r.inputs, r.name)] if v]
+    assert broken == []
+
+
+def test_prod_is_the_largest_stage() -> None:
+    prod = load_stage("prod")
+    assert len(prod.zones) >= 3
+    per_zone = Counter(m.zone for m in prod.member_clusters)
+    assert set(per_zone) == set(prod.zones) and min(per_zone.values()) >= 2
+    size = {s: len(list(load_stage(s).clusters())) for s in STAGES}
+    assert size["prod"] > size["staging"] > size["dev"]
+
+
+def test_subnets_are_disjoint_and_inside_the_vpc() -> None:
+    import ipaddress
+
+    for stage_name in STAGES:
+        run = declared(stage_name)
+        vpc = ipaddress.ip_network(run.of_type("aws:ec2/vpc:Vpc")[0].inputs["cidrBlock"])
+        blocks = [ipaddress.ip_network(s.inputs["cidrBlock"]) for s in run.of_type(SUBNET)]
+        assert all(b.subnet_of(vpc) for b in blocks)
+        assert not any(a.overlaps(b) for i, a in enumerate(blocks) for b in blocks[i + 1:])
+        # one NAT gateway per zone, each in that zone's public subnet
+        nats = run.of_type("aws:ec2/natGateway:NatGateway")
+        assert sorted(zone_of_subnet(run, n.inputs["subnetId"]) for n in nats) == sorted(load_stage(stage_name).zones)
+        assert {tier_of_subnet(run, n.inputs["subnetId"]) for n in nats} == {"public"}
+
+
+def test_pulumi_entry_point_reports_a_bad_stack_file_in_one_line() -> None:
+    config = stack_file_config(Path(load_stage("dev").source))
+    config["platformctl:topology"]["memberClusters"][0]["zone"] = "us-west-2z"
+    with pytest.raises(pulumi.RunError) as err:
+        run_main("dev", config)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(str(Path(load_stage("dev").source)))
+    assert "config.platformctl:topology.memberClusters[0].zone" in message and "us-west-2z" in message
+
+
+def test_pulumi_entry_point_declares_the_stage() -> None:
+    run = run_main("dev", stack_file_config(Path(load_stage("dev").source)))
+    assert len(run.of_type(ASG)) == sum(len(c.node_pools) for c in load_stage("dev").clusters())

@@ -38,6 +38,7 @@ from platformctl.cluster.model import Node, Pod, Taint
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.server.state import (
     RESOURCES,
+    STORED,
     WORKLOADS,
     ApiError,
     Change,
@@ -307,6 +308,8 @@ class KubeAPI:
             objects = [b.to_kube() for b in sorted(cluster.sim.list_pdbs(ns), key=lambda b: b.key)]
         elif plural == "namespaces":
             objects = cluster.list_namespaces()
+        elif plural in STORED:
+            objects = cluster.list_stored(plural, ns)
         else:
             objects = [cluster.workload_object(w) for w in cluster.list_workloads(plural, ns)]
         return [o for o in objects if match(o) and (labels is None or labels(o["metadata"].get("labels") or {}))]
@@ -324,6 +327,8 @@ class KubeAPI:
             raise not_found(plural, name, group) from None
         if plural == "namespaces":
             return cluster.get_namespace(name)
+        if plural in STORED:
+            return cluster.get_stored(plural, ns, name)
         return cluster.workload_object(cluster.get_workload(plural, ns or "default", name))
 
     def _wants_table(self, request: Request) -> bool:
@@ -439,6 +444,8 @@ class KubeAPI:
             return _json(cluster.create_pdb(ns or "default", body).to_kube(), 201)
         if res.plural in WORKLOADS:
             return _json(cluster.workload_object(cluster.create_workload(res.plural, ns or "default", body)), 201)
+        if res.plural in STORED:
+            return _json(cluster.create_stored(res.plural, ns, body), 201)
         if res.plural == "nodes":
             raise ApiError(405, "MethodNotAllowed", "nodes register themselves in the local region: scale the node "
                            "pool's auto scaling group instead")
@@ -472,6 +479,9 @@ class KubeAPI:
             raise not_found(res.plural, name, group) from None
         if res.plural == "namespaces":
             return _json(cluster.delete_namespace(name))
+        if res.plural in STORED:
+            obj = cluster.delete_stored(res.plural, ns, name)
+            return _json(_success(name, res.plural, obj["metadata"]["uid"]))
         workload = cluster.delete_workload(res.plural, ns or "default", name)
         return _json(_success(name, res.plural, workload.obj["metadata"]["uid"]))
 

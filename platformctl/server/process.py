@@ -36,7 +36,7 @@ from platformctl.cluster.model import format_time
 from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion, Provisioner
 from platformctl.server.control import EXTENSION
 from platformctl.server.kubeapi import KubeAPI
-from platformctl.server.state import ClusterState
+from platformctl.server.state import ApiError, ClusterState
 from platformctl.topology import HostCluster, load_stage
 
 TICK_SECONDS = 0.05
@@ -106,6 +106,15 @@ class Server:
                 sim.run_until_settled(max_seconds=600)
         version = "1.32"
         self.clusters = {name: ClusterState(sim, version) for name, sim in region.clusters.items()}
+        # The Kubernetes objects the stage's Pulumi program declares for each cluster.
+        skipped = []
+        for cluster, manifest in region.kubernetes:
+            try:
+                self.clusters[cluster].apply(manifest)
+            except ApiError as exc:
+                skipped.append(f"{cluster} {manifest.get('kind')}/{manifest['metadata']['name']}: {exc.message}")
+        for line in skipped:
+            log.info("not applied: %s", line)
 
         self.http = make_server("127.0.0.1", 0, KubeAPI(self.clusters, self.cond, self.control, self.stopping), threaded=True)
         base = f"http://127.0.0.1:{self.http.server_port}"

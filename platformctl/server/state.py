@@ -101,7 +101,16 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("statefulsets", "StatefulSet", "apps", "v1", True, ("create", "delete", "get", "list"), ("sts",)),
     Resource("jobs", "Job", "batch", "v1", True, ("create", "delete", "get", "list"), ()),
     Resource("cronjobs", "CronJob", "batch", "v1", True, ("create", "delete", "get", "list"), ("cj",)),
+    Resource("serviceaccounts", "ServiceAccount", "", "v1", True, ("create", "delete", "get", "list"), ("sa",)),
+    Resource("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("create", "delete", "get", "list"), ("pc",)),
+    Resource("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", False, ("create", "delete", "get", "list")),
+    Resource("clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", False,
+             ("create", "delete", "get", "list")),
+    Resource("customresourcedefinitions", "CustomResourceDefinition", "apiextensions.k8s.io", "v1", False,
+             ("create", "delete", "get", "list"), ("crd", "crds")),
 )}
+# Kinds the server keeps as written (no controller acts on them): what the Pulumi program applies besides namespaces and workloads.
+STORED = ("serviceaccounts", "priorityclasses", "clusterroles", "clusterrolebindings", "customresourcedefinitions")
 WORKLOADS = ("deployments", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs")
 # Which simulator controller runs each workload kind (a Deployment runs through its ReplicaSet).
 _SIM_KIND = {"deployments": "ReplicaSet", "daemonsets": "DaemonSet", "statefulsets": "StatefulSet", "jobs": "Job"}
@@ -253,6 +262,7 @@ class ClusterState:
         self.namespaces: dict[str, dict[str, Any]] = {}
         self.terminating: set[str] = set()
         self.workloads: dict[str, dict[tuple[str, str], Workload]] = {r: {} for r in WORKLOADS}
+        self.stored: dict[str, dict[tuple[str, str], dict[str, Any]]] = {r: {} for r in STORED}
         self._adopted = -1
         for ns in SYSTEM_NAMESPACES:
             self._adopt_namespace(ns)
@@ -289,6 +299,8 @@ class ClusterState:
         used = {p.namespace for p in self.sim.list_pods()} | {b.namespace for b in self.sim.list_pdbs()}
         for objects in self.workloads.values():
             used |= {ns for ns, _ in objects}
+        for kept in self.stored.values():
+            used |= {ns for ns, _ in kept if ns}
         return used
 
     def list_namespaces(self) -> list[dict[str, Any]]:
@@ -329,6 +341,9 @@ class ClusterState:
         self.get_namespace(name)
         if name in SYSTEM_NAMESPACES:
             raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be deleted')
+        for kept in self.stored.values():
+            for key in [k for k in kept if k[0] == name]:
+                del kept[key]
         for resource in WORKLOADS:
             for ns, wname in list(self.workloads[resource]):
                 if ns == name:
@@ -366,6 +381,57 @@ class ClusterState:
                             lambda pdb: self.sim.create_pdb(pdb, keep_version=True))
 
     # ---------------------------------------------------------------- workloads
+
+    # ---------------------------------------------------------------- kept as written
+
+    def list_stored(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+        kept = self.stored[plural]
+        return [copy.deepcopy(kept[k]) for k in sorted(kept) if namespace is None or k[0] == namespace]
+
+    def get_stored(self, plural: str, namespace: str | None, name: str) -> dict[str, Any]:
+        key = (namespace or "default" if RESOURCES[plural].namespaced else "", name)
+        if key not in self.stored[plural]:
+            raise not_found(plural, name, RESOURCES[plural].group)
+        return copy.deepcopy(self.stored[plural][key])
+
+    def create_stored(self, plural: str, namespace: str | None, obj: dict[str, Any]) -> dict[str, Any]:
+        res = RESOURCES[plural]
+        ns = (namespace or "default") if res.namespaced else ""
+        if ns:
+            self.require_namespace(ns)
+        key = (ns, obj["metadata"]["name"])
+        if key in self.stored[plural]:
+            raise already_exists(plural, key[1], res.group)
+        created = copy.deepcopy(obj)
+        created.update(apiVersion=res.api_version, kind=res.kind)
+        self._meta(created, ns or None)
+        self.stored[plural][key] = created
+        return copy.deepcopy(created)
+
+    def delete_stored(self, plural: str, namespace: str | None, name: str) -> dict[str, Any]:
+        obj = self.get_stored(plural, namespace, name)
+        del self.stored[plural][(obj["metadata"].get("namespace", ""), name)]
+        return obj
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        """Create an object the Pulumi program declares for this cluster; one that exists is left as it is."""
+        kind = manifest.get("kind")
+        plural = next((p for p, r in RESOURCES.items() if r.kind == kind and r.api_version == manifest.get("apiVersion")), None)
+        if plural is None:
+            raise ApiError(404, "NotFound", f"the local region does not serve {manifest.get('apiVersion')} {kind}")
+        namespace = (manifest.get("metadata") or {}).get("namespace")
+        try:
+            if plural == "namespaces":
+                self.create_namespace(copy.deepcopy(manifest))
+            elif plural in WORKLOADS:
+                self.create_workload(plural, namespace or "default", copy.deepcopy(manifest))
+            elif plural in STORED:
+                self.create_stored(plural, namespace, manifest)
+            else:
+                raise ApiError(405, "MethodNotAllowed", f"the local region does not apply {plural}")
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
 
     def adopt_workloads(self) -> None:
         """Give every controller the simulator runs an API object (the ones made by synthetic workloads, and the

@@ -151,6 +151,15 @@ def _namespace_row(obj: dict[str, Any], now: float) -> list[Any]:
     return [obj["metadata"]["name"], obj.get("status", {}).get("phase", "Active"), _age(obj, now)]
 
 
+def _name_age_row(obj: dict[str, Any], now: float) -> list[Any]:
+    return [obj["metadata"]["name"], _age(obj, now)]
+
+
+def _priority_class_row(obj: dict[str, Any], now: float) -> list[Any]:
+    return [obj["metadata"]["name"], obj.get("value", 0), bool(obj.get("globalDefault", False)),
+            obj.get("preemptionPolicy", "PreemptLowerPriority"), _age(obj, now)]
+
+
 NAME = _col("Name", fmt="name")
 AGE = _col("Age")
 TABLES: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any], float], list[Any]]]] = {
@@ -171,6 +180,12 @@ TABLES: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any], float], 
     "cronjobs": ([NAME, _col("Schedule"), _col("Timezone"), _col("Suspend", "boolean"), _col("Active", "integer"),
                   _col("Last Schedule"), AGE], _cronjob_row),
     "namespaces": ([NAME, _col("Status"), AGE], _namespace_row),
+    "serviceaccounts": ([NAME, AGE], _name_age_row),
+    "priorityclasses": ([NAME, _col("Value", "integer"), _col("Global-Default", "boolean"), _col("Preemption Policy"), AGE],
+                        _priority_class_row),
+    "clusterroles": ([NAME, AGE], _name_age_row),
+    "clusterrolebindings": ([NAME, AGE], _name_age_row),
+    "customresourcedefinitions": ([NAME, AGE], _name_age_row),
 }
 
 

@@ -9,6 +9,7 @@ import pytest
 from werkzeug.test import Client
 
 from platformctl.cluster.model import LABEL_NODEGROUP, parse_time
+from platformctl.server.state import ApiError
 from tests.platformctl.server.conftest import TABLE, Api
 
 R = "/clusters/rules"
@@ -49,7 +50,7 @@ def test_discovery_lists_the_served_kinds_and_the_eviction_subresource(client: C
     assert core["pods/eviction"]["group"] == "policy" and core["pods/eviction"]["kind"] == "Eviction"
     assert "watch" in core["nodes"]["verbs"] and core["nodes"]["namespaced"] is False
     groups = {g["name"] for g in body(client.get(f"{R}/apis"))["groups"]}
-    assert groups == {"apps", "batch", "policy"}
+    assert groups == {"apps", "batch", "policy", "scheduling.k8s.io", "rbac.authorization.k8s.io", "apiextensions.k8s.io"}
     apps = {r["name"] for r in body(client.get(f"{R}/apis/apps/v1"))["resources"]}
     assert {"deployments", "daemonsets", "statefulsets", "replicasets"} <= apps
     openapi = body(client.get(f"{R}/openapi/v3"))["paths"]
@@ -390,3 +391,43 @@ def test_malformed_requests_get_status_errors_never_a_500(client: Client, method
     response = client.open(f"{S}{path}", method=method, data=data, content_type="application/json")
     code, _ = status_of(response)
     assert 400 <= code < 500, body(response)
+
+
+def test_kinds_kept_as_written_create_get_list_and_delete(api: Api, client: Client) -> None:
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "canary"}}
+    assert client.post(f"{R}/api/v1/namespaces", json=ns).status_code == 201
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "prober"}}
+    created = body(client.post(f"{R}/api/v1/namespaces/canary/serviceaccounts", json=account))
+    assert created["metadata"]["namespace"] == "canary" and created["metadata"]["uid"]
+    assert status_of(client.post(f"{R}/api/v1/namespaces/canary/serviceaccounts", json=account)) == (409, "AlreadyExists")
+    assert status_of(client.post(f"{R}/api/v1/namespaces/nowhere/serviceaccounts", json=account)) == (404, "NotFound")
+    assert [a["metadata"]["name"] for a in body(client.get(f"{R}/api/v1/serviceaccounts"))["items"]] == ["prober"]
+    tier = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "reserved"},
+            "value": 1000000, "globalDefault": False, "preemptionPolicy": "PreemptLowerPriority"}
+    assert client.post(f"{R}/apis/scheduling.k8s.io/v1/priorityclasses", json=tier).status_code == 201
+    row = body(client.get(f"{R}/apis/scheduling.k8s.io/v1/priorityclasses", headers=TABLE))["rows"][0]["cells"]
+    assert row[:4] == ["reserved", 1000000, False, "PreemptLowerPriority"]
+    assert body(client.get(f"{R}/apis/scheduling.k8s.io/v1/priorityclasses/reserved"))["value"] == 1000000
+    assert client.delete(f"{R}/apis/scheduling.k8s.io/v1/priorityclasses/reserved").status_code == 200
+    assert status_of(client.get(f"{R}/apis/scheduling.k8s.io/v1/priorityclasses/reserved")) == (404, "NotFound")
+    # deleting the namespace deletes what it holds
+    client.delete(f"{R}/api/v1/namespaces/canary")
+    assert body(client.get(f"{R}/api/v1/serviceaccounts"))["items"] == []
+
+
+def test_apply_creates_what_the_program_declares_once(api: Api) -> None:
+    state = api.states["rules"]
+    manifests = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "platformctl-system"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "rotation", "namespace": "platformctl-system"}},
+        {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "rotate", "namespace": "platformctl-system"},
+         "spec": {"schedule": "0 3 * * 1-5", "jobTemplate": {"spec": {"template": {"spec": {
+             "restartPolicy": "Never", "containers": [{"name": "rotate", "image": "platformctl:0.1.0"}]}}}}}},
+    ]
+    for manifest in manifests * 2:  # applying again leaves what exists
+        state.apply(manifest)
+    assert [w.name for w in state.list_workloads("cronjobs", "platformctl-system")] == ["rotate"]
+    assert [a["metadata"]["name"] for a in state.list_stored("serviceaccounts", "platformctl-system")] == ["rotation"]
+    with pytest.raises(ApiError) as err:
+        state.apply({"apiVersion": "federation.platformctl.io/v1alpha1", "kind": "MemberCluster", "metadata": {"name": "m"}})
+    assert err.value.code == 404

@@ -128,6 +128,28 @@ def test_kubectl_gets_and_cordons(region: dict[str, Any]) -> None:
     kubectl("uncordon", names[0])
 
 
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (.ci/run installs it)")
+def test_kubectl_sees_the_objects_the_pulumi_program_declares(region: dict[str, Any]) -> None:
+    config = region["kubeconfig"]
+    host, member = region["clusters"][0]["name"], region["clusters"][1]["name"]
+
+    def kubectl(context: str, *args: str) -> str:
+        result = subprocess.run([KUBECTL, "--kubeconfig", config, "--context", context, *args], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    tiers = kubectl(member, "get", "priorityclasses").splitlines()
+    assert tiers[0].split()[:4] == ["NAME", "VALUE", "GLOBAL-DEFAULT", "PREEMPTION"]
+    assert {line.split()[0]: line.split()[1] for line in tiers[1:]} == {"ondemand": "100000", "preemptible": "1000",
+                                                                       "reserved": "1000000"}
+    assert "canary" in kubectl(member, "get", "serviceaccounts", "-n", "platformctl-canary", "-o", "name")
+    cron = json.loads(kubectl(host, "get", "cronjob", "platformctl-rotate", "-n", "platformctl-system", "-o", "json"))
+    assert cron["spec"]["schedule"] == "0 3 * * 1-5" and cron["spec"]["concurrencyPolicy"] == "Forbid"
+    assert "memberclusters.federation.platformctl.io" in kubectl(host, "get", "crd", "-o", "name")
+    account = json.loads(kubectl(host, "get", "sa", "platformctl-rotation", "-n", "platformctl-system", "-o", "json"))
+    assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith(f":role/{host}-rotation")
+
+
 CLIENT = r'''
 import sys, time, boto3
 from platformctl.cluster.live import LiveCluster

@@ -143,9 +143,10 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
 
     with LocalRegion(stage, provisioner=materialize, prepare=build_image_tree) as region:
         report.virtual_start = region.clock.now()
-        say(f"\n[bold]Local region[/]: AWS is moto. Created {stage.name}'s VPC {region.vpc_id}, "
-            f"{len(region.subnets)} private subnets, {len(region.pools)} launch templates "
-            f"(IMDSv2, encrypted root volume) and auto scaling groups.")
+        say(f"\n[bold]Local region[/]: AWS is moto. Ran {stage.name}'s Pulumi program (infra/) under Pulumi's mock "
+            f"engine, creating what it declares: VPC {region.vpc_id}, {len(region.subnets)} private subnets, "
+            f"{len(region.outputs.get('clusters', {}))} EKS control planes, {len(region.pools)} launch templates "
+            f"(IMDSv2, encrypted root volume) and auto scaling groups, and {len(region.kubernetes)} Kubernetes objects.")
         region.wait_until_ready()
         nodes = sum(len(s.list_nodes()) for s in region.clusters.values())
         say(f"{nodes} instances joined their clusters as nodes and turned Ready "

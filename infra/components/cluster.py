@@ -51,6 +51,7 @@ class _Cluster(pulumi.ComponentResource):
     certificate_authority: pulumi.Output[str]
     oidc_provider_arn: pulumi.Output[str]
     oidc_issuer: pulumi.Output[str]
+    cluster_name: pulumi.Output[str]
     provider: k8s.Provider
     node_pools: dict[str, NodePool]
 

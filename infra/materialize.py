@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from infra.mocked import StageRun, run_stage, stack_file_config
+from infra.mocked import StageRun, run_stage
 from platformctl import aws
 from platformctl.local_region import Provisioned
-from platformctl.topology import TOPOLOGY_KEY, Stage
+from platformctl.topology import TOPOLOGY_KEY, Stage, read_stack_config
 
 KubeSink = Callable[[str, dict[str, Any]], None]
 # Types moto has no API for: the program's declaration is kept, nothing is called.
@@ -265,7 +265,7 @@ class MotoBackend:
 
 def stage_config(stage: Stage) -> dict[str, Any]:
     """The stage's stack config, with the topology the caller holds (which may name images it just built)."""
-    config = stack_file_config(Path(stage.source))
+    config = read_stack_config(Path(stage.source))
     config[TOPOLOGY_KEY] = stage.topology.model_dump(mode="json", by_alias=True, exclude_defaults=False)
     return config
 

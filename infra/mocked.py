@@ -27,8 +27,7 @@ from typing import Any, Protocol
 import pulumi
 
 from infra.program import INFRA_DIR, load, main, provision, stack_config
-from platformctl.errors import PlatformError
-from platformctl.yamlfile import read_yaml
+from platformctl.topology import read_stack_config
 
 ACCOUNT = "123456789012"
 
@@ -96,19 +95,11 @@ class _Mocks(pulumi.runtime.Mocks):
         raise NotImplementedError(f"the stage program made a call it is not expected to make: {args.token}")
 
 
-def stack_file_config(path: Path) -> dict[str, Any]:
-    document = read_yaml(path, "stack config file")
-    config = document.get("config") if isinstance(document, dict) else None
-    if not isinstance(config, dict):
-        raise PlatformError("missing mapping", file=str(path), field="config")
-    return config
-
-
 def run_stage(stage_name: str, backend: Backend | None = None, *, config: Mapping[str, Any] | None = None,
               source: Path | None = None, infra_dir: Path = INFRA_DIR) -> StageRun:
     """Run the program for ``stage_name`` under mocks. ``config`` defaults to the stack file's."""
     path = source or infra_dir / f"Pulumi.{stage_name}.yaml"
-    values = dict(config) if config is not None else stack_file_config(path)
+    values = dict(config) if config is not None else read_stack_config(path)
     run = StageRun()
     mocks = _Mocks(backend or Synthetic(str(values.get("aws:region") or "us-west-2")), run)
 

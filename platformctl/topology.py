@@ -141,13 +141,17 @@ def load_stage(stage: str, infra_dir: Path | None = None) -> Stage:
     return parse_stage_file(path, stage)
 
 
-def parse_stage_file(path: Path, stage: str) -> Stage:
-    source = str(path)
+def read_stack_config(path: Path) -> dict[str, Any]:
+    """The ``config:`` mapping of a stack file, every key as the file spells it."""
     document = read_yaml(path, "stack config file")
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
-        raise PlatformError("missing mapping", file=source, field="config")
-    return parse_stage_config(config, stage, source)
+        raise PlatformError("missing mapping", file=str(path), field="config")
+    return config
+
+
+def parse_stage_file(path: Path, stage: str) -> Stage:
+    return parse_stage_config(read_stack_config(path), stage, str(path))
 
 
 def parse_stage_config(config: Mapping[str, Any], stage: str, source: str) -> Stage:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from infra.mocked import run_stage, stack_file_config
+from infra.mocked import run_stage
 from infra.policy.rules import RULES, policies, violations
 from platformctl.errors import PlatformError
-from platformctl.topology import load_stage
+from platformctl.topology import load_stage, read_stack_config
 
 from .test_program import declared
 
@@ -94,7 +94,7 @@ def test_the_pack_serves_every_rule_as_a_mandatory_policy() -> None:
 
 
 def _broken(mutate: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    config = stack_file_config(Path(load_stage("dev").source))
+    config = read_stack_config(Path(load_stage("dev").source))
     mutate(config)
     return config
 
@@ -124,7 +124,7 @@ def test_a_bad_stack_file_names_the_file_and_the_key(mutate: Callable[[dict[str,
 
 
 def test_prod_stages_refuse_public_endpoints(tmp_path: Path) -> None:
-    config = stack_file_config(Path(load_stage("prod").source))
+    config = read_stack_config(Path(load_stage("prod").source))
     config["platformctl:publicAccessCidrs"] = ["203.0.113.0/24"]
     with pytest.raises(PlatformError) as err:
         run_stage("prod", config=config, source=Path(load_stage("prod").source))
@@ -132,7 +132,7 @@ def test_prod_stages_refuse_public_endpoints(tmp_path: Path) -> None:
 
 
 def test_dev_with_public_cidrs_opens_the_endpoint_only_to_them() -> None:
-    config = stack_file_config(Path(load_stage("dev").source))
+    config = read_stack_config(Path(load_stage("dev").source))
     config["platformctl:publicAccessCidrs"] = ["203.0.113.0/24"]
     run = run_stage("dev", config=config, source=Path(load_stage("dev").source))
     for cluster in run.of_type(EKS):
@@ -142,7 +142,7 @@ def test_dev_with_public_cidrs_opens_the_endpoint_only_to_them() -> None:
 
 def test_images_come_from_the_lock_file_when_the_stage_names_none(tmp_path: Path) -> None:
     stage = load_stage("dev")
-    config = stack_file_config(Path(stage.source))
+    config = read_stack_config(Path(stage.source))
     del config["platformctl:topology"]["images"]
     lock = tmp_path / "images.lock.json"
     lock.write_text(json.dumps({"images": {

@@ -17,9 +17,9 @@ import yaml
 
 from infra.components.common import REQUIRED_TAGS, STAGE_TAG
 from infra.components.kubernetes import CANARY_NAMESPACE, FEDERATION_NAMESPACE, PRIORITY_TIERS, SYSTEM_NAMESPACE
-from infra.mocked import StageRun, run_main, run_stage, stack_file_config
+from infra.mocked import StageRun, run_main, run_stage
 from infra.policy.rules import TAGGABLE, tags_of, violations
-from platformctl.topology import STAGES, load_stage
+from platformctl.topology import STAGES, load_stage, read_stack_config
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG = "aws:autoscaling/group:Group"
@@ -150,7 +150,7 @@ def test_resources_are_children_of_the_components(stage_name: str) -> None:
 @stages
 def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     stage, run = load_stage(stage_name), declared(stage_name)
-    config = stack_file_config(Path(stage.source))
+    config = read_stack_config(Path(stage.source))
     for cluster in stage.clusters():
         namespaces = {o["metadata"]["name"] for o in k8s_objects(run, cluster.name, "Namespace")}
         assert CANARY_NAMESPACE in namespaces
@@ -237,7 +237,7 @@ def test_subnets_are_disjoint_and_inside_the_vpc() -> None:
 
 
 def test_pulumi_entry_point_reports_a_bad_stack_file_in_one_line() -> None:
-    config = stack_file_config(Path(load_stage("dev").source))
+    config = read_stack_config(Path(load_stage("dev").source))
     config["platformctl:topology"]["memberClusters"][0]["zone"] = "us-west-2z"
     with pytest.raises(pulumi.RunError) as err:
         run_main("dev", config)
@@ -248,5 +248,5 @@ def test_pulumi_entry_point_reports_a_bad_stack_file_in_one_line() -> None:
 
 
 def test_pulumi_entry_point_declares_the_stage() -> None:
-    run = run_main("dev", stack_file_config(Path(load_stage("dev").source)))
+    run = run_main("dev", read_stack_config(Path(load_stage("dev").source)))
     assert len(run.of_type(ASG)) == sum(len(c.node_pools) for c in load_stage("dev").clusters())

@@ -94,6 +94,9 @@ class LocalRegion:
         if not os.environ.get("AWS_ENDPOINT_URL"):
             from moto import mock_aws
 
+            from platformctl import moto_extensions
+
+            moto_extensions.install()
             for key, value in FAKE_CREDENTIALS.items():
                 self._saved_env[key] = os.environ.get(key)
                 os.environ[key] = value

@@ -180,3 +180,63 @@ def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | N
         out.print(f"{image.name} {image.version}: {'built' if image.built else 'already built'} {image.image_id}"
                   + (f" (copies: {', '.join(f'{r} {i}' for r, i in image.copies.items())})" if image.copies else ""))
     out.print(f"wrote {lock_file}")
+
+
+def _duration(ctx: click.Context | None, param: click.Parameter | None, value: str) -> Any:
+    """``7d``, ``12h``, ``1d12h``, ``30m``, ``90s`` or ``0``."""
+    import re
+    from datetime import timedelta
+
+    units = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+    parts = re.findall(r"(\d+)([wdhms])", value)
+    if value.strip() == "0":
+        return timedelta(0)
+    if not parts or "".join(n + u for n, u in parts) != value.strip():
+        raise click.BadParameter(f"{value!r} is not a duration such as 7d, 12h, 1d12h, 30m or 0")
+    return timedelta(**{units[u]: int(n) for n, u in parts})
+
+
+@ami.command("prune")
+@click.argument("names", nargs=-1)
+@_regions
+@click.option("--keep", type=click.IntRange(1), default=3, show_default=True,
+              help="versions of each image kept (the newest build of each), besides every image still referenced")
+@click.option("--grace", default="7d", show_default=True, callback=_duration,
+              help="how long an image stays deprecated before it is deregistered (0: both in one run)")
+@click.option("--lock-file", "lock_files", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="a lock file whose images are never pruned (repeatable; default: ami/images.lock.json when it exists)")
+@click.option("--stack-file", "stack_files", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="a stack file whose pinned images are never pruned (repeatable; default: every Pulumi.*.yaml of --infra-dir)")
+@click.option("--dry-run", is_flag=True, help="decide and print, change nothing")
+@OUTPUT
+@click.pass_context
+def ami_prune(ctx: click.Context, names: tuple[str, ...], region: str | None, copy_to: tuple[str, ...], keep: int, grace: Any,
+              lock_files: tuple[Path, ...], stack_files: tuple[Path, ...], dry_run: bool, output: str) -> None:
+    """Retire old images: deprecate what retention and references let go, deregister it after the grace period."""
+    from datetime import datetime, timezone
+
+    from ami.prune import prune_images
+    from platformctl.topology import default_infra_dir
+
+    if not lock_files and Path("ami/images.lock.json").exists():
+        lock_files = (Path("ami/images.lock.json"),)
+    if not stack_files:
+        infra_dir = (ctx.find_root().obj or {}).get("infra_dir") or default_infra_dir()
+        stack_files = tuple(sorted(Path(infra_dir).glob("Pulumi.*.yaml")))
+    store = _store(region, copy_to)
+    with _aws_errors():
+        report = prune_images(store, keep=keep, grace=grace, now=datetime.now(timezone.utc), names=names,
+                              lock_files=lock_files, stack_files=stack_files, dry_run=dry_run)
+    if output == "json":
+        emit_json(report.to_dict())
+        return
+    out = console()
+    table = Table("image", "version", "region", "id", "action", "why", title="dry run: nothing changed" if dry_run else None)
+    for d in report.decisions:
+        table.add_row(d.name, d.version, d.region, d.image_id, d.action, d.reason)
+    out.print(table)
+    for snapshot in report.snapshots_deleted:
+        out.print(f"{'would delete' if dry_run else 'deleted'} snapshot {snapshot['snapshot']} in {snapshot['region']} "
+                  f"(of {snapshot['image']})")
+    for parameter in report.parameters_deleted:
+        out.print(f"withdrew {parameter}")

@@ -87,6 +87,9 @@ class Server:
         from moto.moto_server.threaded_moto_server import ThreadedMotoServer
         from werkzeug.serving import make_server
 
+        from platformctl import moto_extensions
+
+        moto_extensions.install()  # AMI deprecation, which `ami prune` uses
         os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"  # the program attaches AWS managed policies
         self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.moto.start()

@@ -3,74 +3,18 @@
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 from click.testing import CliRunner
-from moto import mock_aws
 
-from ami.build import ImageStore, build_images, plan_builds, tags_of, write_lock
-from ami.manifest import MANIFEST_DIR, load_manifests
+from ami.build import ImageStore, plan_builds, tags_of
+from ami.manifest import load_manifests
 from platformctl.cli import cli
 from platformctl.errors import PlatformError
-
-REGION, COPY = "us-west-2", "us-east-1"
-
-
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_REGION", REGION)):
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        yield
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    out = tmp_path / "manifests"
-    shutil.copytree(MANIFEST_DIR, out)
-    return out
-
-
-def ec2(region: str = REGION):  # noqa: ANN201
-    return boto3.client("ec2", region_name=region)
-
-
-def images() -> dict[str, list[dict]]:
-    """Our images in the home region, by manifest name, oldest first."""
-    out: dict[str, list[dict]] = {}
-    for image in ec2().describe_images(Owners=["self"])["Images"]:
-        name = tags_of(image).get("platformctl:name")
-        if name:
-            out.setdefault(name, []).append(image)
-    for group in out.values():
-        group.sort(key=lambda i: tags_of(i)["platformctl:built-at"])
-    return out
-
-
-def build(folder: Path, lock: Path | None = None) -> dict:
-    manifests = load_manifests(folder)
-    store = ImageStore(REGION, [COPY])
-    plan = plan_builds(manifests, store)
-    report = build_images(manifests, plan, store, workers=2)
-    if lock is not None:
-        write_lock(lock, manifests, store, report.ids)
-    return {"plan": plan, "report": report}
-
-
-def bump(folder: Path, name: str, old: str, new: str) -> None:
-    path = folder / f"{name}.yaml"
-    path.write_text(path.read_text().replace(old, new, 1))
-
-
-def running_builders() -> list[str]:
-    reservations = ec2().describe_instances(Filters=[{"Name": "tag-key", "Values": ["platformctl:builder"]}])["Reservations"]
-    return [i["InstanceId"] for r in reservations for i in r["Instances"] if i["State"]["Name"] not in ("terminated", "shutting-down")]
+from tests.ami.accounts import COPY, REGION, build, bump, ec2, images, running_builders
 
 
 def test_first_build_builds_the_tree_parents_first_and_publishes(aws: None, folder: Path, tmp_path: Path) -> None:

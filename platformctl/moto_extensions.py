@@ -1,0 +1,59 @@
+"""What the local region's AWS (moto 5.2.5) lacks and platformctl calls: AMI deprecation.
+
+EC2's ``EnableImageDeprecation`` / ``DisableImageDeprecation`` are not implemented in moto (its
+EC2 responses raise ``NotImplementedError``), and ``ami prune`` deprecates every image before it
+deregisters it. ``install()`` adds the two actions to moto's own AMI responses, storing the
+deprecation time on moto's ``Ami`` model, whose ``DescribeImages`` serializer then returns it as
+``DeprecationTime`` exactly as EC2 does (ISO 8601, seconds rounded to the minute). Nothing else of
+moto is touched, and an action moto implements itself is left alone, so upgrading moto to a version
+that has them retires this module. Only the local region and the tests call ``install()``; code that
+talks to AWS never imports it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+_FORMAT = "%Y-%m-%dT%H:%M:%S.000Z"
+
+
+def _deprecation_time(value: Any) -> str:
+    at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    at = at.replace(tzinfo=at.tzinfo or timezone.utc).astimezone(timezone.utc)
+    at = (at + timedelta(seconds=30)).replace(second=0, microsecond=0)  # EC2 rounds to the nearest minute
+    return at.strftime(_FORMAT)
+
+
+def _enable_image_deprecation(self: Any) -> Any:
+    from moto.core.responses import ActionResult
+
+    image_id = self._get_param("ImageId")
+    deprecate_at = self._get_param("DeprecateAt")
+    self.error_on_dryrun()
+    image = self.ec2_backend.describe_images(ami_ids=[image_id])[0]  # raises InvalidAMIID.NotFound / .Unavailable
+    image.deprecation_time = _deprecation_time(deprecate_at)
+    return ActionResult({"Return": True})
+
+
+def _disable_image_deprecation(self: Any) -> Any:
+    from moto.core.responses import ActionResult
+
+    image_id = self._get_param("ImageId")
+    self.error_on_dryrun()
+    image = self.ec2_backend.describe_images(ami_ids=[image_id])[0]
+    image.deprecation_time = None
+    return ActionResult({"Return": True})
+
+
+def install() -> None:
+    """Add the missing EC2 actions to moto (idempotent; a no-op for actions moto already has)."""
+    from moto.ec2.models.amis import Ami
+    from moto.ec2.responses.amis import AmisResponse
+
+    if not hasattr(Ami, "deprecation_time"):
+        Ami.deprecation_time = None  # type: ignore[attr-defined]
+    for name, action in (("enable_image_deprecation", _enable_image_deprecation),
+                         ("disable_image_deprecation", _disable_image_deprecation)):
+        if not hasattr(AmisResponse, name):
+            setattr(AmisResponse, name, action)

@@ -40,6 +40,7 @@ from platformctl.topology import parse_stage_file
 
 PRUNED_IMAGE = f"{TAG}pruned-image"
 ABANDONED_AFTER = timedelta(days=1)
+EC2_TIME = "%Y-%m-%dT%H:%M:%S.000Z"  # how EC2 writes a DeprecationTime
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 
 
@@ -163,6 +164,16 @@ def parameter_references(store: ImageStore, refs: References) -> dict[str, str]:
     return published
 
 
+def human(duration: timedelta) -> str:
+    """7d, 1d12h, 30m, 0s."""
+    seconds, out = int(duration.total_seconds()), ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            out += f"{seconds // size}{unit}"
+            seconds %= size
+    return out or "0s"
+
+
 def _version_key(version: str) -> tuple[int, Any]:
     return (1, semver.Version.parse(version)) if semver.Version.is_valid(version) else (0, version)
 
@@ -216,16 +227,16 @@ def _decide(region: str, images: list[dict[str, Any]], keep: int, grace: timedel
         else:
             why = f"older than the newest {keep} versions ({', '.join(newest_versions)})"
         if deprecated is None:
-            at = _next_minute(now).strftime("%Y-%m-%dT%H:%M:%SZ")
+            at = _next_minute(now).strftime(EC2_TIME)
             if grace <= timedelta(0):
                 decisions.append(decision("deregister", f"{why}; deprecated, and deregistered at once (grace 0)", at, True))
             else:
-                decisions.append(decision("deprecate", f"{why}; deregistered once deprecated for {grace}", at, True))
+                decisions.append(decision("deprecate", f"{why}; deregistered once deprecated for {human(grace)}", at, True))
         elif _parse_time(deprecated) + grace <= now:
             decisions.append(decision("deregister", f"{why}; deprecated since {deprecated}"))
         else:
             decisions.append(decision("wait", f"{why}; deprecated since {deprecated}, deregistered after "
-                                              f"{(_parse_time(deprecated) + grace).strftime('%Y-%m-%dT%H:%M:%SZ')}"))
+                                              f"{(_parse_time(deprecated) + grace).strftime(EC2_TIME)}"))
     return decisions
 
 
@@ -242,12 +253,21 @@ def prune_images(store: ImageStore, *, keep: int, grace: timedelta, now: datetim
     file_references(lock_files, stack_files, refs)
     published = parameter_references(store, refs)
     report = PruneReport(dry_run=dry_run)
-    for region in (store.region, *store.extra_regions):
+    regions = (store.region, *store.extra_regions)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for region in regions:
         account_references(region, refs)
-    for region in (store.region, *store.extra_regions):
-        ours = store.ec2(region).describe_images(Owners=["self"], Filters=[{"Name": "tag-key", "Values": [f"{TAG}name"]}])
+        found[region] = store.ec2(region).describe_images(
+            Owners=["self"], Filters=[{"Name": "tag-key", "Values": [f"{TAG}name"]}])["Images"]
+    # An image and its copies in other regions share a fate: a reference to one keeps them all.
+    for image in [i for images in found.values() for i in images if i["ImageId"] in refs.why]:
+        fp = tags_of(image).get(f"{TAG}fingerprint")
+        for copy in [i for images in found.values() for i in images if fp and tags_of(i).get(f"{TAG}fingerprint") == fp]:
+            if copy["ImageId"] != image["ImageId"]:
+                refs.add(copy["ImageId"], f"a copy of {image['ImageId']}, which is kept")
+    for region in regions:
         grouped: dict[str, list[dict[str, Any]]] = {}
-        for image in ours["Images"]:
+        for image in found[region]:
             name = tags_of(image)[f"{TAG}name"]
             if not wanted or name in wanted:
                 grouped.setdefault(name, []).append(image)

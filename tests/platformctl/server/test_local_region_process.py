@@ -213,6 +213,27 @@ def test_ami_build_twice_from_two_processes_builds_once(region: dict[str, Any], 
     assert {u["name"]: u["image_id"] for u in plan["unchanged"]} == {b["name"]: b["image_id"] for b in first["built"]}
 
 
+def test_ami_prune_deprecates_through_the_regions_aws_and_a_later_run_waits(region: dict[str, Any], tmp_path: Path) -> None:
+    from ami.manifest import MANIFEST_DIR
+
+    manifests = tmp_path / "manifests"
+    shutil.copytree(MANIFEST_DIR, manifests)
+    run(region["home"], "ami", "build", "--manifests", str(manifests), "--lock-file", str(tmp_path / "a.json"))
+    ml = manifests / "ml.yaml"
+    ml.write_text(ml.read_text().replace("version: 3.0.2", "version: 3.0.3", 1))
+    run(region["home"], "ami", "build", "--manifests", str(manifests), "--lock-file", str(tmp_path / "b.json"))
+    prune = ("ami", "prune", "ml", "--keep", "1", "--lock-file", str(tmp_path / "b.json"), "-o", "json")
+
+    first = json.loads(run(region["home"], *prune).stdout)
+    second = json.loads(run(region["home"], *prune).stdout)
+
+    # b.json records only ml 3.0.3; 3.0.2 is retired, in the server's moto, and the next process sees it deprecated.
+    assert [(d["name"], d["version"]) for d in first["deprecate"]] == [("ml", "3.0.2")]
+    assert [d["image_id"] for d in second["wait"]] == [d["image_id"] for d in first["deprecate"]]
+    assert second["wait"][0]["deprecation_time"] == first["deprecate"][0]["deprecation_time"]
+    assert second["deprecate"] == [] and second["deregister"] == []
+
+
 def test_down_stops_the_server_and_leaves_no_process(tmp_path: Path) -> None:
     info = json.loads(run(tmp_path, "local", "up", "--no-workloads", "-o", "json").stdout)
     pid = info["pid"]

@@ -199,6 +199,7 @@ def _decide(region: str, images: list[dict[str, Any]], keep: int, grace: timedel
         by_version.setdefault(tags_of(image).get(f"{TAG}version", "?"), []).append(image)
     newest_versions = sorted(by_version, key=_version_key, reverse=True)[:keep]
     retained = {version: max(by_version[version], key=_built_at)["ImageId"] for version in newest_versions}
+    newest = f"the newest {keep} versions" if keep > 1 else "the newest version"
     decisions = []
     for image in sorted(images, key=_built_at):
         tags = tags_of(image)
@@ -213,7 +214,7 @@ def _decide(region: str, images: list[dict[str, Any]], keep: int, grace: timedel
         if image_id in refs.why or retained.get(version) == image_id:
             reasons = list(refs.why.get(image_id, []))
             if retained.get(version) == image_id:
-                reasons.insert(0, f"newest build of one of the newest {keep} versions ({', '.join(newest_versions)})")
+                reasons.insert(0, f"newest build of {newest} ({', '.join(newest_versions)})")
             decisions.append(decision("restore" if deprecated else "keep", "; ".join(reasons), None))
             continue
         if f"{TAG}fingerprint" not in tags:
@@ -225,14 +226,14 @@ def _decide(region: str, images: list[dict[str, Any]], keep: int, grace: timedel
         elif version in retained:
             why = f"superseded by {retained[version]} (version {version} rebuilt)"
         else:
-            why = f"older than the newest {keep} versions ({', '.join(newest_versions)})"
+            why = f"older than {newest} ({', '.join(newest_versions)})"
         if deprecated is None:
             at = _next_minute(now).strftime(EC2_TIME)
             if grace <= timedelta(0):
                 decisions.append(decision("deregister", f"{why}; deprecated, and deregistered at once (grace 0)", at, True))
             else:
                 decisions.append(decision("deprecate", f"{why}; deregistered once deprecated for {human(grace)}", at, True))
-        elif _parse_time(deprecated) + grace <= now:
+        elif grace <= timedelta(0) or _parse_time(deprecated) + grace <= now:
             decisions.append(decision("deregister", f"{why}; deprecated since {deprecated}"))
         else:
             decisions.append(decision("wait", f"{why}; deprecated since {deprecated}, deregistered after "

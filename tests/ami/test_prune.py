@@ -274,7 +274,7 @@ def test_cli_prune_dry_run_json_changes_nothing_then_prunes(aws: None, folder: P
 ])
 def test_cli_prune_bad_input_is_one_line_exit_2_and_changes_nothing(aws: None, folder: Path, tmp_path: Path,
                                                                     args: list[str], message: str) -> None:
-    release_ml(folder, 2)
+    release_ml(folder, 1)  # without the mistake, ml 3.0.2 would be deregistered
     (tmp_path / "bad.json").write_text("{not json")
     (tmp_path / "Pulumi.dev.yaml").write_text("config:\n  aws:region: us-west-2\n")
     before = {i: img.get("DeprecationTime") for i, img in registered().items()}

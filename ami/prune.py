@@ -17,7 +17,8 @@ given, and decides for each:
 
 Superseded builds of a kept version (the same version rebuilt because its parent changed) and
 builds that never committed (no fingerprint tag, older than a day: a builder killed mid-build) are
-retired the same way. Snapshots are tagged with the image they belonged to before it is
+retired the same way. An image and its copies in other regions share a fate: a reference to one
+keeps them all. Snapshots are tagged with the image they belonged to before it is
 deregistered, so a run that dies between deregistering and deleting leaves nothing the next run
 cannot find: every snapshot tagged by a build or a prune whose image is gone is deleted.
 """
@@ -105,10 +106,15 @@ def file_references(lock_files: Iterable[Path], stack_files: Iterable[Path], ref
         images = lock.get("images") if isinstance(lock, dict) else None
         if not isinstance(images, dict):
             raise PlatformError("missing mapping of image name -> version -> region -> id", file=str(path), field="images")
-        for name, versions in images.items():
-            for version, regions in (versions or {}).items() if isinstance(versions, dict) else ():
-                for image_id in (regions or {}).values() if isinstance(regions, dict) else ():
-                    refs.add(str(image_id), f"lock file {path} ({name} {version})")
+        for name, versions in images.items():  # a shape it cannot read must not protect nothing silently
+            if not isinstance(versions, dict):
+                raise PlatformError("expected a mapping of version -> region -> id", file=str(path), field=f"images.{name}")
+            for version, regions in versions.items():
+                if not isinstance(regions, dict) or not all(isinstance(i, str) for i in regions.values()):
+                    raise PlatformError("expected a mapping of region -> image id", file=str(path),
+                                        field=f"images.{name}.{version}")
+                for image_id in regions.values():
+                    refs.add(image_id, f"lock file {path} ({name} {version})")
     for path in stack_files:
         stage = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
         for family, image_id in parse_stage_file(path, stage).topology.images.items():

@@ -268,6 +268,7 @@ def test_cli_prune_dry_run_json_changes_nothing_then_prunes(aws: None, folder: P
 @pytest.mark.parametrize(("args", "message"), [
     (["--lock-file", "{tmp}/bad.json"], "bad.json: not valid JSON"),
     (["--lock-file", "{tmp}/missing.json"], "missing.json: cannot read the lock file"),
+    (["--lock-file", "{tmp}/list.json"], "list.json: images.ml.3.0.2: expected a mapping of region -> image id"),
     (["--stack-file", "{tmp}/Pulumi.dev.yaml"], "Pulumi.dev.yaml"),
     (["--grace", "a while"], "'a while' is not a duration"),
     (["--keep", "0"], "--keep"),
@@ -276,6 +277,7 @@ def test_cli_prune_bad_input_is_one_line_exit_2_and_changes_nothing(aws: None, f
                                                                     args: list[str], message: str) -> None:
     release_ml(folder, 1)  # without the mistake, ml 3.0.2 would be deregistered
     (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "list.json").write_text('{"images": {"ml": {"3.0.2": ["ami-0123"]}}}')
     (tmp_path / "Pulumi.dev.yaml").write_text("config:\n  aws:region: us-west-2\n")
     before = {i: img.get("DeprecationTime") for i, img in registered().items()}
 

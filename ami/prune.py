@@ -272,6 +272,11 @@ def prune_images(store: ImageStore, *, keep: int, grace: timedelta, now: datetim
         for copy in [i for images in found.values() for i in images if fp and tags_of(i).get(f"{TAG}fingerprint") == fp]:
             if copy["ImageId"] != image["ImageId"]:
                 refs.add(copy["ImageId"], f"a copy of {image['ImageId']}, which is kept")
+    known = {tags_of(i)[f"{TAG}name"] for images in found.values() for i in images}
+    if wanted - known:
+        name = min(wanted - known)
+        raise PlatformError(f"no image named {name!r} was ever built here (images: {', '.join(sorted(known)) or 'none'})",
+                            field="NAMES")
     for region in regions:
         grouped: dict[str, list[dict[str, Any]]] = {}
         for image in found[region]:

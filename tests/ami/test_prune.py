@@ -272,6 +272,7 @@ def test_cli_prune_dry_run_json_changes_nothing_then_prunes(aws: None, folder: P
     (["--stack-file", "{tmp}/Pulumi.dev.yaml"], "Pulumi.dev.yaml"),
     (["--grace", "a while"], "'a while' is not a duration"),
     (["--keep", "0"], "--keep"),
+    (["mll"], "no image named 'mll' was ever built here (images: base, custom, general, ml)"),
 ])
 def test_cli_prune_bad_input_is_one_line_exit_2_and_changes_nothing(aws: None, folder: Path, tmp_path: Path,
                                                                     args: list[str], message: str) -> None:

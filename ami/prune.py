@@ -37,6 +37,7 @@ import semver
 from ami.build import TAG, ImageStore, tags_of
 from platformctl import aws
 from platformctl.errors import PlatformError
+from platformctl.server.tables import human_duration
 from platformctl.topology import parse_stage_file
 
 PRUNED_IMAGE = f"{TAG}pruned-image"
@@ -170,16 +171,6 @@ def parameter_references(store: ImageStore, refs: References) -> dict[str, str]:
     return published
 
 
-def human(duration: timedelta) -> str:
-    """7d, 1d12h, 30m, 0s."""
-    seconds, out = int(duration.total_seconds()), ""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            out += f"{seconds // size}{unit}"
-            seconds %= size
-    return out or "0s"
-
-
 def _version_key(version: str) -> tuple[int, Any]:
     return (1, semver.Version.parse(version)) if semver.Version.is_valid(version) else (0, version)
 
@@ -238,7 +229,7 @@ def _decide(region: str, images: list[dict[str, Any]], keep: int, grace: timedel
             if grace <= timedelta(0):
                 decisions.append(decision("deregister", f"{why}; deprecated, and deregistered at once (grace 0)", at, True))
             else:
-                decisions.append(decision("deprecate", f"{why}; deregistered once deprecated for {human(grace)}", at, True))
+                decisions.append(decision("deprecate", f"{why}; deregistered once deprecated for {human_duration(grace.total_seconds())}", at, True))
         elif grace <= timedelta(0) or _parse_time(deprecated) + grace <= now:
             decisions.append(decision("deregister", f"{why}; deprecated since {deprecated}"))
         else:

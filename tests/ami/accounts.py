@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import boto3
+from botocore.exceptions import ClientError
 
 from ami.build import ImageStore, build_images, plan_builds, tags_of, write_lock
 from ami.manifest import load_manifests
@@ -46,3 +47,15 @@ def bump(folder: Path, name: str, old: str, new: str) -> None:
 def running_builders() -> list[str]:
     reservations = ec2().describe_instances(Filters=[{"Name": "tag-key", "Values": ["platformctl:builder"]}])["Reservations"]
     return [i["InstanceId"] for r in reservations for i in r["Instances"] if i["State"]["Name"] not in ("terminated", "shutting-down")]
+
+
+def fail_on(operation: str, when=lambda params: True):  # noqa: ANN001, ANN201
+    """Make AWS refuse ``operation`` for clients made from now on (botocore's own event hooks); returns the undo."""
+    def refuse(params: dict, **_: object) -> None:
+        if when(params):
+            raise ClientError({"Error": {"Code": "InternalError", "Message": f"{operation} refused by the test"}}, operation)
+
+    session = boto3._get_default_session()  # noqa: SLF001 (the session platformctl.aws makes clients from)
+    event = f"before-parameter-build.{'ssm' if operation == 'PutParameter' else 'ec2'}.{operation}"
+    session.events.register(event, refuse)
+    return lambda: session.events.unregister(event, refuse)

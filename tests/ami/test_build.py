@@ -7,14 +7,13 @@ from pathlib import Path
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
 from click.testing import CliRunner
 
 from ami.build import ImageStore, plan_builds, tags_of
 from ami.manifest import load_manifests
 from platformctl.cli import cli
 from platformctl.errors import PlatformError
-from tests.ami.accounts import COPY, REGION, build, bump, ec2, images, running_builders
+from tests.ami.accounts import COPY, REGION, build, bump, ec2, fail_on, images, running_builders
 
 
 def test_first_build_builds_the_tree_parents_first_and_publishes(aws: None, folder: Path, tmp_path: Path) -> None:
@@ -82,18 +81,6 @@ def test_a_new_source_image_rebuilds_from_the_root(aws: None, folder: Path) -> N
     plan = plan_builds(load_manifests(folder), ImageStore(REGION))
     assert plan.build[0].name == "base" and plan.build[0].reason.startswith("changed content")
     assert [s.name for s in plan.build] == ["base", "general", "custom", "ml"]
-
-
-def fail_on(operation: str, when=lambda params: True):  # noqa: ANN001, ANN201
-    """Make AWS refuse ``operation`` for clients made from now on (botocore's own event hooks)."""
-    def refuse(params: dict, **_: object) -> None:
-        if when(params):
-            raise ClientError({"Error": {"Code": "InternalError", "Message": f"{operation} refused by the test"}}, operation)
-
-    session = boto3._get_default_session()  # noqa: SLF001 (the session platformctl.aws makes clients from)
-    event = f"before-parameter-build.{'ssm' if operation == 'PutParameter' else 'ec2'}.{operation}"
-    session.events.register(event, refuse)
-    return lambda: session.events.unregister(event, refuse)
 
 
 @pytest.mark.parametrize("operation", ["CreateImage", "CopyImage"])

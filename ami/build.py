@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ami.lock import newest_in_lock
 from ami.manifest import ImageManifest, ManifestSet, Source
 from platformctl import aws
 from platformctl.errors import PlatformError
@@ -357,3 +358,19 @@ def write_lock(path: Path, manifests: ManifestSet, store: ImageStore, ids: dict[
     tmp.write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
     return lock
+
+
+def ensure_stage_images(stage: Any, lock: Path, manifests: ManifestSet) -> BuildReport | None:
+    """Build the image tree into the current AWS endpoint and record it in ``lock`` when a family the
+    stage does not pin has no image there for the stage's region (a fresh local region); else None."""
+    families = sorted({p.image_family for c in stage.clusters() for p in c.node_pools} - set(stage.topology.images))
+    try:
+        recorded = json.loads(lock.read_text()) if lock.exists() else {}
+    except ValueError:
+        recorded = {}
+    if all(newest_in_lock(recorded, family, stage.region) for family in families):
+        return None
+    store = ImageStore(stage.region)
+    report = build_images(manifests, plan_builds(manifests, store), store, workers=2)
+    write_lock(lock, manifests, store, report.ids)
+    return report

@@ -26,6 +26,8 @@ from platformctl import aws
 from platformctl.local_region import Provisioned
 from platformctl.topology import TOPOLOGY_KEY, Stage, read_stack_config
 
+IMAGE_LOCK_KEY = "platformctl:imageLock"
+
 KubeSink = Callable[[str, dict[str, Any]], None]
 # Types moto has no API for: the program's declaration is kept, nothing is called.
 RECORDED_ONLY = frozenset({"aws:eks/accessEntry:AccessEntry"})
@@ -200,29 +202,35 @@ class MotoBackend:
         }
 
     def _ec2_launchTemplate(self, i: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        metadata = i.get("metadataOptions") or {}
-        data: dict[str, Any] = {
-            "ImageId": i["imageId"], "InstanceType": i["instanceType"], "UserData": i.get("userData", ""),
-            "EbsOptimized": _flag(i.get("ebsOptimized")),
-            "MetadataOptions": {"HttpTokens": metadata.get("httpTokens", "optional"),
-                                "HttpPutResponseHopLimit": int(metadata.get("httpPutResponseHopLimit", 2)),
-                                "HttpEndpoint": metadata.get("httpEndpoint", "enabled")},
-            "BlockDeviceMappings": [{"DeviceName": m["deviceName"], "Ebs": {
-                "VolumeSize": int(m["ebs"]["volumeSize"]), "VolumeType": m["ebs"].get("volumeType", "gp3"),
-                "Encrypted": _flag(m["ebs"].get("encrypted")), "DeleteOnTermination": _flag(m["ebs"].get("deleteOnTermination", True)),
-            }} for m in i.get("blockDeviceMappings") or []],
-            "SecurityGroupIds": list(i.get("vpcSecurityGroupIds") or []),
-            "TagSpecifications": [{"ResourceType": s["resourceType"], "Tags": aws.tag_list(s.get("tags") or {})}
-                                  for s in i.get("tagSpecifications") or []],
-        }
-        if i.get("iamInstanceProfile"):
-            data["IamInstanceProfile"] = {"Arn": i["iamInstanceProfile"]["arn"]}
         template = self.clients["ec2"].create_launch_template(
-            LaunchTemplateName=i["name"], LaunchTemplateData=data,
+            LaunchTemplateName=i["name"], LaunchTemplateData=launch_template_data(i),
             TagSpecifications=_tag_specs("launch-template", i.get("tags")))["LaunchTemplate"]
         return template["LaunchTemplateId"], {"latestVersion": template["LatestVersionNumber"],
                                               "defaultVersion": template["DefaultVersionNumber"],
                                               "arn": f"arn:aws:ec2:{self.region}:123456789012:launch-template/{template['LaunchTemplateId']}"}
+
+    def update_launch_template(self, template_id: str, i: dict[str, Any]) -> dict[str, Any]:
+        """A changed template is a new version, made the default when the program asks (as pulumi-aws updates one)."""
+        ec2 = self.clients["ec2"]
+        version = ec2.create_launch_template_version(LaunchTemplateId=template_id,
+                                                     LaunchTemplateData=launch_template_data(i))["LaunchTemplateVersion"]
+        number = version["VersionNumber"]
+        default = number
+        if _flag(i.get("updateDefaultVersion")):
+            ec2.modify_launch_template(LaunchTemplateId=template_id, DefaultVersion=str(number))
+        else:
+            default = ec2.describe_launch_templates(LaunchTemplateIds=[template_id])["LaunchTemplates"][0]["DefaultVersionNumber"]
+        return {"latestVersion": number, "defaultVersion": default,
+                "arn": f"arn:aws:ec2:{self.region}:123456789012:launch-template/{template_id}"}
+
+    def update_auto_scaling_group(self, name: str, i: dict[str, Any]) -> None:
+        """Sizes, subnets and template of an existing group; its desired capacity is not the program's (``ignore_changes``)."""
+        spec: dict[str, Any] = {}
+        if i.get("launchTemplate"):
+            spec["LaunchTemplate"] = {"LaunchTemplateId": i["launchTemplate"]["id"], "Version": str(i["launchTemplate"]["version"])}
+        self.clients["autoscaling"].update_auto_scaling_group(
+            AutoScalingGroupName=name, MinSize=int(i["minSize"]), MaxSize=int(i["maxSize"]),
+            VPCZoneIdentifier=",".join(i["vpcZoneIdentifiers"]), **spec)
 
     def _autoscaling_group(self, i: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         asg = self.clients["autoscaling"]
@@ -263,18 +271,49 @@ class MotoBackend:
         return (f"{ns}/{meta['name']}" if ns else meta["name"]), {}
 
 
-def stage_config(stage: Stage) -> dict[str, Any]:
-    """The stage's stack config, with the topology the caller holds (which may name images it just built)."""
+def launch_template_data(i: dict[str, Any]) -> dict[str, Any]:
+    """EC2's ``LaunchTemplateData`` for the program's launch template inputs."""
+    metadata = i.get("metadataOptions") or {}
+    data: dict[str, Any] = {
+        "ImageId": i["imageId"], "InstanceType": i["instanceType"], "UserData": i.get("userData", ""),
+        "EbsOptimized": _flag(i.get("ebsOptimized")),
+        "MetadataOptions": {"HttpTokens": metadata.get("httpTokens", "optional"),
+                            "HttpPutResponseHopLimit": int(metadata.get("httpPutResponseHopLimit", 2)),
+                            "HttpEndpoint": metadata.get("httpEndpoint", "enabled")},
+        "BlockDeviceMappings": [{"DeviceName": m["deviceName"], "Ebs": {
+            "VolumeSize": int(m["ebs"]["volumeSize"]), "VolumeType": m["ebs"].get("volumeType", "gp3"),
+            "Encrypted": _flag(m["ebs"].get("encrypted")), "DeleteOnTermination": _flag(m["ebs"].get("deleteOnTermination", True)),
+        }} for m in i.get("blockDeviceMappings") or []],
+        "SecurityGroupIds": list(i.get("vpcSecurityGroupIds") or []),
+        "TagSpecifications": [{"ResourceType": s["resourceType"], "Tags": aws.tag_list(s.get("tags") or {})}
+                              for s in i.get("tagSpecifications") or []],
+    }
+    if i.get("iamInstanceProfile"):
+        data["IamInstanceProfile"] = {"Arn": i["iamInstanceProfile"]["arn"]}
+    return data
+
+
+def stage_config(stage: Stage, image_lock: Path | None = None) -> dict[str, Any]:
+    """The stage's stack config, with the topology the caller holds, and the local region's lock file of
+    the images it built (instead of the checkout's, whose ids belong to another account)."""
     config = read_stack_config(Path(stage.source))
     config[TOPOLOGY_KEY] = stage.topology.model_dump(mode="json", by_alias=True, exclude_defaults=False)
+    if image_lock is not None:
+        config[IMAGE_LOCK_KEY] = str(image_lock.resolve())
     return config
 
 
-def materialize(stage: Stage, kube_sink: KubeSink | None = None) -> Provisioned:
+def materialize(stage: Stage, kube_sink: KubeSink | None = None, image_lock: Path | None = None) -> Provisioned:
     """Create ``stage``'s resources in the current AWS endpoint from the Pulumi program."""
     backend = MotoBackend(stage.region, kube_sink)
-    run = run_stage(stage.name, backend, config=stage_config(stage), source=Path(stage.source))
+    run = run_stage(stage.name, backend, config=stage_config(stage, image_lock), source=Path(stage.source))
     return provisioned(run, backend)
+
+
+def checkpoint_of(run: StageRun) -> list[dict[str, Any]]:
+    """The run's resources as JSON values: what Pulumi would keep as the stack's state."""
+    return json.loads(json.dumps([{"type": r.type, "name": r.name, "id": r.id, "inputs": r.inputs, "state": r.outputs}
+                                  for r in run.resources], default=str))
 
 
 def provisioned(run: StageRun, backend: MotoBackend) -> Provisioned:
@@ -283,4 +322,5 @@ def provisioned(run: StageRun, backend: MotoBackend) -> Provisioned:
                if (r.inputs.get("tags") or {}).get("platformctl.io/tier") == "private"}
     pools = {p["autoScalingGroup"]: (p["cluster"], p["pool"], p["launchTemplate"]) for p in outputs["nodePools"].values()}
     return Provisioned(vpc_id=outputs["vpcId"], subnets=subnets, pools=pools,
-                       kubernetes=[(c, m) for c, m in backend.kubernetes], outputs=json.loads(json.dumps(outputs)))
+                       kubernetes=[(c, m) for c, m in backend.kubernetes], outputs=json.loads(json.dumps(outputs)),
+                       checkpoint=checkpoint_of(run))

@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-import semver
 from croniter import croniter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ami.lock import newest_in_lock
 from platformctl.errors import PlatformError
 from platformctl.topology import TOPOLOGY_KEY, Stage
 from platformctl.yamlfile import validation_error
@@ -121,11 +121,3 @@ def _read_lock(path: Path) -> dict[str, Any]:
     if not isinstance(lock, dict) or not isinstance(lock.get("images", {}), dict):
         raise PlatformError("expected a mapping of image name -> version -> region -> id", file=str(path), field="images")
     return lock
-
-
-def newest_in_lock(lock: Mapping[str, Any], name: str, region: str) -> str | None:
-    """The id in ``region`` of the highest semver version of image ``name`` that has one there."""
-    versions = lock.get("images", {}).get(name) or {}
-    built = [(semver.Version.parse(v), ids[region]) for v, ids in versions.items()
-             if semver.Version.is_valid(v) and isinstance(ids, dict) and ids.get(region)]
-    return max(built)[1] if built else None

@@ -50,6 +50,9 @@ class Provisioned:
     pools: dict[str, tuple[str, str, str]]  # auto scaling group -> (cluster, pool, launch template)
     kubernetes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (cluster, manifest)
     outputs: dict[str, Any] = field(default_factory=dict)
+    # Every resource as the program declared it and AWS answered (type, name, id, inputs, state): what
+    # Pulumi would keep in the stack's state, and what a later `stage deploy` compares against.
+    checkpoint: list[dict[str, Any]] = field(default_factory=list)
 
 
 Provisioner = Callable[[Stage], Provisioned]
@@ -65,7 +68,7 @@ class PoolBinding:
 
 class LocalRegion:
     def __init__(self, stage: Stage, *, provisioner: Provisioner, clock: VirtualClock | None = None, seed: int = 7,
-                 sync_seconds: float = 10.0, prepare: Callable[[Stage], dict[str, str]] | None = None) -> None:
+                 sync_seconds: float = 10.0, prepare: Callable[[Stage], None] | None = None) -> None:
         self.stage = stage
         self._provisioner = provisioner
         self.clock = clock or VirtualClock()
@@ -79,13 +82,14 @@ class LocalRegion:
         self.subnets: dict[str, str] = {}
         self.kubernetes: list[tuple[str, dict[str, Any]]] = []
         self.outputs: dict[str, Any] = {}
+        self.checkpoint: list[dict[str, Any]] = []
         self._nodes_by_instance: dict[str, tuple[str, str]] = {}
         self._mock: Any = None
         self._saved_env: dict[str, str | None] = {}
         self._ticking = False
         self._clients: dict[str, Any] = {}
-        # Run once AWS is in place, before anything is provisioned: returns image family -> AMI id
-        # for the launch templates (the demo builds the image tree here).
+        # Run once AWS is in place, before anything is provisioned (the image tree is built here, so
+        # that the launch templates boot what was built).
         self._prepare = prepare
 
     # ------------------------------------------------------------------ lifecycle
@@ -104,9 +108,7 @@ class LocalRegion:
             self._mock = mock_aws(config={"iam": {"load_aws_managed_policies": True}})
             self._mock.start()
         if self._prepare is not None:
-            images = self._prepare(self.stage)
-            topology = self.stage.topology.model_copy(update={"images": {**self.stage.topology.images, **images}})
-            self.stage = self.stage.model_copy(update={"topology": topology})
+            self._prepare(self.stage)
         self.provision()
         return self
 
@@ -142,6 +144,7 @@ class LocalRegion:
         made = self._provisioner(self.stage)
         self.vpc_id, self.subnets = made.vpc_id, dict(made.subnets)
         self.kubernetes, self.outputs = list(made.kubernetes), dict(made.outputs)
+        self.checkpoint = list(made.checkpoint)
         for group, (cluster, pool_name, template) in made.pools.items():
             pool = next(p for p in self.stage.cluster(cluster).node_pools if p.name == pool_name)
             self.pools[group] = PoolBinding(cluster, pool, group, template)

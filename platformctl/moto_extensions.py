@@ -1,4 +1,5 @@
-"""What the local region's AWS (moto 5.2.5) lacks and platformctl calls: AMI deprecation.
+"""What the local region's AWS (moto 5.2.5) lacks and platformctl calls: AMI deprecation, and user
+data in new launch template versions.
 
 EC2's ``EnableImageDeprecation`` / ``DisableImageDeprecation`` are not implemented in moto (its
 EC2 responses raise ``NotImplementedError``), and ``ami prune`` deprecates every image before it
@@ -8,6 +9,12 @@ deprecation time on moto's ``Ami`` model, whose ``DescribeImages`` serializer th
 moto is touched, and an action moto implements itself is left alone, so upgrading moto to a version
 that has them retires this module. Only the local region and the tests call ``install()``; code that
 talks to AWS never imports it.
+
+``CreateLaunchTemplateVersion`` in moto stores the version's ``UserData`` as the raw text it was
+sent, while ``CreateLaunchTemplate`` wraps it as moto's base64 type; an auto scaling group that then
+launches from the new version fails moto's own assertion (a 500). ``stage deploy`` makes exactly such
+versions, so ``install()`` has the new version's user data parsed as ``CreateLaunchTemplate`` parses
+it. Data that is already parsed is left as it is, so a moto that fixes this makes it a no-op.
 """
 
 from __future__ import annotations
@@ -46,10 +53,27 @@ def _disable_image_deprecation(self: Any) -> Any:
     return ActionResult({"Return": True})
 
 
+def _parsing_user_data(create_version: Any) -> Any:
+    def create_version_with_user_data(self: Any, data: dict[str, Any], description: str) -> Any:
+        from moto.ec2.utils import parse_user_data
+
+        raw = data.get("UserData")
+        if type(raw) is str:  # not yet moto's base64 type
+            data = {**data, "UserData": parse_user_data(raw)}
+        return create_version(self, data, description)
+
+    create_version_with_user_data.platformctl_patched = True  # type: ignore[attr-defined]
+    return create_version_with_user_data
+
+
 def install() -> None:
     """Add the missing EC2 actions to moto (idempotent; a no-op for actions moto already has)."""
     from moto.ec2.models.amis import Ami
+    from moto.ec2.models.launch_templates import LaunchTemplate
     from moto.ec2.responses.amis import AmisResponse
+
+    if not getattr(LaunchTemplate.create_version, "platformctl_patched", False):
+        LaunchTemplate.create_version = _parsing_user_data(LaunchTemplate.create_version)  # type: ignore[method-assign]
 
     if not hasattr(Ami, "deprecation_time"):
         Ami.deprecation_time = None  # type: ignore[attr-defined]

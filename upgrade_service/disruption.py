@@ -241,7 +241,7 @@ def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> Clus
         if pool is None:
             continue
         pools_present.add(pool)
-        target = policy.targets.get(pool)
+        target = policy.target_for(pool)
         current = node.labels.get(policy.image_label)
         if target is None or current == target:
             continue

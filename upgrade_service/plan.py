@@ -189,11 +189,11 @@ def limits_for(policy: RotationPolicy, view: ClusterView) -> Limits:
 def pool_warnings(policy: RotationPolicy, pools_present: frozenset[str], where: str) -> list[str]:
     """Pools the policy names that ``where`` (a cluster, or a whole stage) does not have: likely typos."""
     out = []
-    for pool in policy.targets:
+    for pool in policy.targets or ():
         if pool not in pools_present:
             out.append(f"{policy.source}: targets.{pool}: no node of {where} is in pool {pool!r} (label {policy.pool_label})")
     named = {p for pool, before in policy.pool_order.items() for p in (pool, *before)}
-    for pool in sorted(named - pools_present - set(policy.targets)):
+    for pool in sorted(named - pools_present - set(policy.targets or ())):
         out.append(f"{policy.source}: poolOrder: pool {pool!r} is not in {where}; orders through it still hold")
     return out
 

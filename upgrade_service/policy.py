@@ -56,11 +56,20 @@ class WorkloadRule(_Value):
     max_wait_seconds: Seconds | None = None
 
 
+class HealthGate(_Value):
+    """What the executor asks before every wave: a command or a URL that answers JSON
+    ``{"verdict": "pass" | "fail" | "inconclusive", "reason": "..."}``."""
+
+    command: Annotated[tuple[str, ...], Field(min_length=1)] | None = None
+    url: Annotated[str, Field(pattern=r"^https?://")] | None = None
+
+
 class RotationPolicy(_Value):
     cluster: str | None = None
     pool_label: str = LABEL_NODEGROUP
     image_label: str = LABEL_NODEGROUP_IMAGE
-    targets: Annotated[dict[str, str], Field(min_length=1)]
+    # Pool -> image. None: every pool rotates onto what its auto scaling group's launch template boots now.
+    targets: dict[str, str] | None = None
     pool_order: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     # surge (new nodes boot before old ones drain) is the default, as in GKE and EKS managed node groups.
     strategy: Literal["replace", "surge"] = "surge"
@@ -72,17 +81,42 @@ class RotationPolicy(_Value):
     workload_rules: tuple[WorkloadRule, ...] = ()
     host_cluster: Literal["first", "last"] = "last"  # where a region plan puts the host cluster
 
+    # What the executor (``rotate run``) stops for: it starts no new wave past any of these.
+    node_ready_timeout_seconds: Annotated[int, Field(ge=1)] = 900  # new nodes Ready on the target image
+    drain_timeout_seconds: Annotated[int, Field(ge=1)] = 3600  # evictions refused this long: the node fails
+    pod_ready_timeout_seconds: Annotated[int, Field(ge=1)] = 900  # evicted pods Ready again elsewhere
+    max_failed_nodes: Annotated[int, Field(ge=0)] = 0  # more failed nodes than this halts the run
+    max_mutations_per_minute: Limit = 1000  # the platform's SLO for mutating pod operations: paced, not failed
+    health_gate: HealthGate | None = None
+    gate_timeout_seconds: Annotated[int, Field(ge=0)] = 900  # how long an inconclusive gate is waited for
+
     # Set by ``load_policy``: where the policy came from, and its rules' selectors, parsed.
     source: str = Field(default="policy", exclude=True)
     selectors: tuple[LabelSelector, ...] = Field(default=(), exclude=True)
 
     @field_validator("targets")
     @classmethod
-    def _targets_named(cls, value: dict[str, str]) -> dict[str, str]:
+    def _targets_named(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("an empty targets rotates nothing: name pool -> image, or leave targets out to rotate "
+                             "every pool onto what its launch template boots")
         for pool, image in value.items():
             if not pool or not image:
                 raise ValueError("every target needs a pool name and an image")
         return value
+
+    @property
+    def follows_launch_templates(self) -> bool:
+        return self.targets is None
+
+    def with_targets(self, targets: dict[str, str]) -> RotationPolicy:
+        """This policy rotating exactly ``targets`` (the executor resolves them from launch templates)."""
+        return self.model_copy(update={"targets": dict(targets)})
+
+    def target_for(self, pool: str) -> str | None:
+        return (self.targets or {}).get(pool)
 
     def boot_seconds(self, pool: str) -> int:
         return self.durations.boot_seconds(pool)
@@ -90,7 +124,7 @@ class RotationPolicy(_Value):
     def pool_graph(self) -> nx.DiGraph:
         """Pools as a DAG: an edge ``a -> b`` means every wave of ``a`` comes before ``b``'s first."""
         graph = nx.DiGraph()
-        graph.add_nodes_from(self.targets)
+        graph.add_nodes_from(self.targets or ())
         for pool, before in self.pool_order.items():
             graph.add_node(pool)
             for dep in before:
@@ -119,10 +153,11 @@ def parse_policy(document: Any, source: str) -> RotationPolicy:
     def fail(field: str, message: str) -> PlatformError:
         return PlatformError(message, file=source, field=field)
 
+    rotating = policy.targets
     for pool in policy.max_in_flight_per_pool:
-        if pool not in policy.targets:
+        if rotating is not None and pool not in rotating:
             raise fail(f"maxInFlightPerPool.{pool}",
-                       f"pool {pool!r} is not one this policy rotates (targets: {', '.join(policy.targets)})")
+                       f"pool {pool!r} is not one this policy rotates (targets: {', '.join(rotating)})")
     for pool, before in policy.pool_order.items():
         if pool in before:
             raise fail(f"poolOrder.{pool}", f"pool {pool!r} cannot wait for itself")
@@ -137,9 +172,9 @@ def parse_policy(document: Any, source: str) -> RotationPolicy:
     boot = policy.durations.node_boot_seconds
     if isinstance(boot, dict):
         for pool in boot:
-            if pool != "default" and pool not in policy.targets:
+            if pool != "default" and rotating is not None and pool not in rotating:
                 raise fail(f"durations.nodeBootSeconds.{pool}",
-                           f"pool {pool!r} is not one this policy rotates (targets: {', '.join(policy.targets)})")
+                           f"pool {pool!r} is not one this policy rotates (targets: {', '.join(rotating)})")
     selectors = []
     for i, rule in enumerate(policy.workload_rules):
         where = f"workloadRules[{i}].selector"
@@ -154,6 +189,9 @@ def parse_policy(document: Any, source: str) -> RotationPolicy:
         if rule.max_wait_seconds is not None and rule.mode != "wait-for-completion":
             raise fail(f"workloadRules[{i}].maxWaitSeconds", "maxWaitSeconds applies to wait-for-completion workloads only")
         selectors.append(selector)
+    gate = policy.health_gate
+    if gate is not None and (gate.command is None) == (gate.url is None):
+        raise fail("healthGate", "give exactly one of command (a list: program and arguments) or url")
     return policy.model_copy(update={"source": source, "selectors": tuple(selectors)})
 
 

@@ -77,6 +77,62 @@ def stage_show(ctx: click.Context, name: str, output: str) -> None:
     console.print(table)
 
 
+@stage.command("deploy")
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), required=True)
+@click.option("--lock-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="the AMI lock file whose newest images the stage's unpinned pools boot (default: the running local "
+                   "region's own, else the stack's platformctl:imageLock)")
+@OUTPUT
+@click.pass_context
+def stage_deploy(ctx: click.Context, stage_name: str, lock_file: Path | None, output: str) -> None:
+    """Run the stage's Pulumi program again with the lock file's images: new launch template versions, no node moved."""
+    import json
+
+    from platformctl.server import control
+
+    st = load_stage(stage_name, ctx.obj["infra_dir"])
+    info = control.running()
+    if info is not None and info["stage"] != stage_name:
+        raise PlatformError(f"the local region running here is stage {info['stage']}, not {stage_name}: stop it "
+                            "(`platformctl local down`) or start the region of this stage", field="--stage")
+    if lock_file is not None:
+        try:
+            json.loads(lock_file.read_text())
+        except OSError as exc:
+            raise PlatformError(f"cannot read the lock file ({exc.strerror})", file=str(lock_file), field="--lock-file") from None
+        except ValueError:
+            raise PlatformError("not valid JSON", file=str(lock_file), field="--lock-file") from None
+    if info is not None:
+        from infra.deploy import LocalDeployer
+
+        control.use_for_aws()
+        deployer: Any = LocalDeployer(Path(info["checkpoint"]), f"the local region (AWS {info['aws_endpoint']})")
+        lock = lock_file or Path(info["image_lock"])
+    else:
+        from infra.deploy import PulumiDeployer
+        from infra.settings import parse_settings
+        from platformctl.topology import read_stack_config
+
+        infra_dir = Path(st.source).parent
+        deployer = PulumiDeployer(infra_dir)
+        lock = lock_file or infra_dir / parse_settings(read_stack_config(Path(st.source)), stage_name, st.source).image_lock
+    result = deployer.deploy(st, lock)
+    if output == "json":
+        _emit_json(result.to_dict())
+        return
+    out = _console()
+    data = result.to_dict()
+    out.print(f"[bold]{st.name}[/] deployed to {result.target} with {result.lock_file}: "
+              + ", ".join(f"{n} {a}" for a, n in sorted(data["summary"].items())))
+    for change in data["changes"]:
+        out.print(f"  {change['action']:<11} {change['type']} {change['name']}  {change['detail']}")
+    table = Table("node pool", "boots")
+    for key, image in sorted(result.images.items()):
+        table.add_row(key, image)
+    out.print(table)
+    out.print("Nodes move onto new images only when rotated: `platformctl rotate run --stage " + st.name + " --policy …`")
+
+
 # ---------------------------------------------------------------------------------------- snapshot
 
 

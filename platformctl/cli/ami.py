@@ -152,21 +152,30 @@ def ami_plan(names: tuple[str, ...], manifest_dir: Path | None, region: str | No
 @click.argument("names", nargs=-1)
 @MANIFESTS
 @_regions
-@click.option("--lock-file", type=click.Path(dir_okay=False, path_type=Path), default=Path("ami/images.lock.json"),
-              show_default=True, help="where the image ids are recorded for the stacks and the release pipeline")
+@click.option("--lock-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="where the image ids are recorded for the stacks and the release pipeline (default: the running "
+                   "local region's own lock file when building into it, else ami/images.lock.json)")
 @click.option("--workers", type=click.IntRange(1, 16), default=4, show_default=True, help="images built at once")
 @OUTPUT
 def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | None, copy_to: tuple[str, ...],
-              lock_file: Path, workers: int, output: str) -> None:
+              lock_file: Path | None, workers: int, output: str) -> None:
     """Build what the plan says (parents first, independent branches at once), publish, and write the lock file."""
     from ami.build import build_images, plan_builds, write_lock
     from ami.manifest import load_manifests
+    from platformctl.server.control import use_for_aws
 
     manifests = load_manifests(manifest_dir)
+    local = use_for_aws()
+    if lock_file is None:
+        lock_file = Path(local["image_lock"]) if local else Path("ami/images.lock.json")
+    if not lock_file.parent.is_dir():
+        raise PlatformError(f"folder {lock_file.parent} does not exist", file=str(lock_file), field="--lock-file")
     store = _store(region, copy_to)
     quiet = output == "json"
     out = console()
     with _aws_errors():
+        if not quiet:
+            out.print(f"building into {_target(local, store.region)}")
         plan = plan_builds(manifests, store, names)
         report = build_images(manifests, plan, store, workers, progress=(lambda _: None) if quiet else out.print)
         write_lock(lock_file, manifests, store, report.ids)
@@ -180,6 +189,18 @@ def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | N
         out.print(f"{image.name} {image.version}: {'built' if image.built else 'already built'} {image.image_id}"
                   + (f" (copies: {', '.join(f'{r} {i}' for r, i in image.copies.items())})" if image.copies else ""))
     out.print(f"wrote {lock_file}")
+
+
+def _target(local: dict[str, Any] | None, region: str) -> str:
+    """Where AWS calls go: the local region, another endpoint, or an account (asked of STS)."""
+    if local is not None:
+        return f"the local region of stage {local['stage']} (AWS endpoint {local['aws_endpoint']}), region {region}"
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        return f"AWS endpoint {os.environ['AWS_ENDPOINT_URL']}, region {region}"
+    from platformctl import aws
+
+    account = aws.client("sts", region).get_caller_identity()["Account"]
+    return f"AWS account {account}, region {region}"
 
 
 def _duration(ctx: click.Context | None, param: click.Parameter | None, value: str) -> Any:

@@ -10,6 +10,8 @@ full lifecycle (images, rotation, release, canaries).
 
 from __future__ import annotations
 
+import functools
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -127,21 +129,23 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
         table.add_row(cluster.name, kind, ",".join(cluster.zones), pools)
     say(table)
 
-    def build_image_tree(st: Stage) -> dict[str, str]:
-        """Build the image tree in the local region's AWS; the launch templates boot what it built."""
-        from ami.build import ImageStore, build_images, plan_builds
+    lock = Path(tempfile.mkdtemp(prefix="platformctl-demo-")) / "images.lock.json"
+
+    def build_image_tree(st: Stage) -> None:
+        """Build the image tree in the local region's AWS, into the region's own lock file: the stage's
+        unpinned pools boot the newest build the lock names, as `pulumi up` would."""
+        from ami.build import ImageStore, build_images, plan_builds, write_lock
         from ami.manifest import load_manifests
 
         manifests = load_manifests()
         store = ImageStore(st.region)
         built = build_images(manifests, plan_builds(manifests, store), store, workers=2)
+        write_lock(lock, manifests, store, built.ids)
         report.images = {n: built.ids[n] for n in manifests.order()}
         say(f"\n[bold]Images[/]: built {', '.join(f'{n} {built.ids[n]}' for n in manifests.order())} from ami/manifests, "
             "parents first, and published them under /platformctl/ami/.")
-        # The stage's pools boot the image of their family (the manifest named after the family).
-        return {family: built.ids[family] for family in ("general", "ml", "custom") if family in built.ids}
 
-    with LocalRegion(stage, provisioner=materialize, prepare=build_image_tree) as region:
+    with LocalRegion(stage, provisioner=functools.partial(materialize, image_lock=lock), prepare=build_image_tree) as region:
         report.virtual_start = region.clock.now()
         say(f"\n[bold]Local region[/]: AWS is moto. Ran {stage.name}'s Pulumi program (infra/) under Pulumi's mock "
             f"engine, creating what it declares: VPC {region.vpc_id}, {len(region.subnets)} private subnets, "

@@ -16,7 +16,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from platformctl.cli.output import console, emit_json
+from platformctl.cli.output import OUTPUT, console, emit_json
 from platformctl.cluster.model import Snapshot, load_snapshot
 from platformctl.errors import PlatformError
 from platformctl.topology import STAGES, HostCluster, load_stage
@@ -172,3 +172,350 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
         _print_cluster_plan(result)
     if output != "text":
         console().print(f"wrote {output}")
+
+
+# ---------------------------------------------------------------------------------------- carrying rotations out
+
+STATE_HELP = "the state store: PATH, sqlite:///PATH or dynamodb://TABLE (default: $PLATFORMCTL_STATE, else .platformctl/state.db)"
+
+
+def _clusters(ctx: click.Context, context: str | None, stage_name: str | None, command: str) -> tuple[list[str], Any]:
+    """The clusters a command acts on: one context, or every cluster of a stage. Returns (names, stage)."""
+    if (context is None) == (stage_name is None):
+        raise PlatformError("give exactly one of --context NAME or --stage NAME", field=f"rotate {command}")
+    if context is not None:
+        return [context], None
+    stage = load_stage(stage_name or "", ctx.obj["infra_dir"])
+    return [c.name for c in stage.clusters()], stage
+
+
+def _connect(names: list[str], kubeconfig: str | None, region: str | None) -> dict[str, Any]:
+    """A ``Target`` per cluster: the official client via kubeconfig, Auto Scaling via boto3. Each API is
+    asked once here, so an unreachable one is a one-line error before anything changes."""
+    from platformctl.cluster.live import LiveCluster
+    from platformctl.nodegroups.aws import AutoScalingNodeGroups
+    from platformctl.server.control import default_kubeconfig, use_for_aws
+    from upgrade_service.execute import Target
+
+    use_for_aws()
+    config = default_kubeconfig(kubeconfig)
+    targets = {}
+    groups = None
+    for name in names:
+        live = LiveCluster.from_kubeconfig(config, name)
+        nodes = live.list_nodes()
+        if region is None:
+            zones = sorted({n.zone for n in nodes if n.zone})
+            region = zones[0][:-1] if zones else None
+        if groups is None:
+            groups = AutoScalingNodeGroups(region)
+            groups.probe()
+        targets[name] = Target(name, live, groups)
+    return targets
+
+
+def _progress_printer(output: str) -> Any:
+    """Live progress: a rich table on a terminal, a line per change otherwise (quiet with -o json)."""
+    import threading
+
+    from rich.live import Live
+
+    lock = threading.Lock()
+    views: dict[str, Any] = {}
+    last: dict[str, str] = {}
+    if output == "json":
+        return (lambda view: None), None
+    if sys.stdout.isatty():
+        live = Live(console=console(), refresh_per_second=4, transient=False)
+
+        def render() -> Table:
+            table = Table("cluster", "wave", "phase", "nodes in flight", "evictions", "waiting", "", box=None)
+            for name, v in sorted(views.items()):
+                d = v.drain
+                waiting = ""
+                if d is not None and (d.waiting_on_budget or d.waiting_other):
+                    top = (d.waiting_on_budget + d.waiting_other).most_common(2)
+                    waiting = ", ".join(f"{n} on {why}" for why, n in top)
+                table.add_row(name, f"{v.wave} of {v.waves}" if v.waves else "-", v.phase, str(len(v.in_flight)),
+                              str(d.evictions) if d else "-", waiting, v.message)
+            return table
+
+        def show(view: Any) -> None:
+            with lock:
+                views[view.cluster] = view
+                live.update(render())
+
+        return show, live
+
+    def line(view: Any) -> None:
+        text = f"{view.cluster}: wave {view.wave} of {view.waves}: {view.phase}: {view.message}"
+        with lock:
+            if last.get(view.cluster) != text:
+                last[view.cluster] = text
+                click.echo(text)
+
+    return line, None
+
+
+def _print_outcome(outcome: Any) -> None:
+    out = console()
+    report = outcome.report
+    colour = {"done": "green", "paused": "yellow"}.get(outcome.status, "red")
+    out.print(f"[bold]{outcome.cluster}[/]: [{colour}]{outcome.status}[/] — {outcome.reason}")
+    if not report or report.get("status") == "never-run":
+        return
+    if report.get("waves"):
+        table = Table("wave", "zone", "nodes", "estimate", "actual", "evictions", "refused", "failed")
+        for w in report["waves"]:
+            table.add_row(str(w["wave"]), w["zone"] or "-", str(len(w["nodes"])), _duration(w["estimated_seconds"] or 0),
+                          _duration(w["actual_seconds"]) if w["actual_seconds"] is not None else "running",
+                          str(w["evictions"]), str(w["refused_evictions"]), str(len(w["failed"])))
+        out.print(table)
+    lowest = report.get("lowest_budget_headroom")
+    out.print(f"  {report['nodes_rotated']} nodes rotated in {_duration(report['duration_seconds'])} "
+              f"(plan estimate {_duration(report['estimated_seconds'] or 0)}); {report['evictions']} evictions, "
+              f"{report['refused_evictions']} refused; {report['pods_disrupted_more_than_once']} pods disrupted more than once; "
+              f"lowest budget headroom {lowest['headroom']} ({lowest['budget']})" if lowest else "lowest budget headroom: no budget involved")
+    for item in report.get("nodes_failed", []):
+        out.print(f"  [red]failed[/] {item['node']}: {item['reason']}")
+    for item in report.get("nodes_blocked", [])[:20]:
+        out.print(f"  [yellow]blocked[/] {item['node']}: {item['reason']}")
+    for name in report.get("nodes_unmanaged", []):
+        out.print(f"  [yellow]not in any auto scaling group[/] {name}: cannot be replaced")
+    if report.get("cordoned_by_this_run"):
+        out.print(f"  left cordoned: {', '.join(report['cordoned_by_this_run'])}")
+    if report.get("tainted_by_this_run"):
+        out.print(f"  carrying the rotation taint: {len(report['tainted_by_this_run'])} nodes (`rotate abort` removes it)")
+
+
+EXIT_CODES_HELP = "exit 0 done, 1 halted or failed, 2 bad input, 3 another run holds the lease, 4 paused"
+
+
+@rotate.command("run", epilog=EXIT_CODES_HELP)
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="the rotation policy (YAML)")
+@click.option("--context", default=None, help="rotate one cluster: this kubeconfig context")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="kubeconfig (default: $KUBECONFIG, else the running local region's, else ~/.kube/config)")
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None,
+              help="rotate a whole stage: its clusters in the stage plan's order, one zone at a time")
+@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
+@click.option("--region", default=None, help="AWS region of the clusters' auto scaling groups (default: the stage's, "
+              "else the nodes' zone)")
+@click.option("--lease-ttl", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
+              help="seconds a run's lease outlives its last renewal; a run that died is taken over after it")
+@click.option("--dry-run", is_flag=True, help="read, resolve targets and plan; change nothing and take no lease")
+@OUTPUT
+@click.pass_context
+def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubeconfig: str | None, stage_name: str | None,
+               state_spec: str | None, region: str | None, lease_ttl: float, dry_run: bool, output: str) -> None:
+    """Carry a rotation out: wave by wave, journalled, resumable, halted by health gates."""
+    from platformctl.state import open_store
+    from platformctl.state.lease import holder_id
+    from upgrade_service.execute import EXIT_PAUSED, Options, run_cluster, run_stage
+    from upgrade_service.gate import check_gate_exists
+    from upgrade_service.order import ClusterPlace, cluster_steps
+    from upgrade_service.policy import load_policy
+
+    policy = load_policy(policy_file)
+    names, stage = _clusters(ctx, context, stage_name, "run")
+    if stage is not None and policy.cluster is not None:
+        raise PlatformError(f"names cluster {policy.cluster!r}, but a stage rotation applies the policy to every cluster "
+                            "of the stage: remove `cluster`", file=policy.source, field="cluster")
+    if policy.health_gate is not None:
+        check_gate_exists(policy.health_gate, policy.source)
+    store = open_store(state_spec)
+    targets = _connect(names, kubeconfig, region or (stage.region if stage else None))
+    options = Options(lease_ttl=lease_ttl, stage=stage.name if stage else None)
+
+    if dry_run:
+        _dry_run(targets, policy, store, options, output)
+        return
+    show, live = _progress_printer(output)
+    try:
+        if live is not None:
+            live.start()
+        if stage is not None:
+            places = [ClusterPlace(c.name, None if isinstance(c, HostCluster) else c.zones[0]) for c in stage.clusters()]
+            steps, _ = cluster_steps(places, policy.host_cluster)
+            outcomes = run_stage([[targets[n] for n in step] for step in steps], policy, store, options, holder_id(), show)
+        else:
+            outcomes = [run_cluster(targets[names[0]], policy, store, options, holder_id(), show)]
+    finally:
+        if live is not None:
+            live.stop()
+    codes = [o.exit_code for o in outcomes]
+    code = 3 if 3 in codes else 1 if 1 in codes else EXIT_PAUSED if EXIT_PAUSED in codes else 0
+    if output == "json":
+        emit_json({"exit_code": code, "clusters": [o.to_dict() for o in outcomes]})
+    else:
+        for outcome in outcomes:
+            _print_outcome(outcome)
+    sys.exit(code)
+
+
+def _dry_run(targets: dict[str, Any], policy: Any, store: Any, options: Any, output: str) -> None:
+    from upgrade_service.execute import Executor
+
+    data = []
+    for name, target in targets.items():
+        executor = Executor(target, policy, store, options)
+        read = executor.read(first=True)
+        plan = executor.plan(read)
+        state = executor.state
+        data.append({"cluster": name, "targets": read.targets, "run": state.status, "paused": state.paused is not None,
+                     "unmanaged": read.unmanaged, "warnings": read.warnings, "plan": plan.to_dict()})
+        if output != "json":
+            console().print(f"[bold]{name}[/]: would rotate onto {', '.join(f'{p}={i}' for p, i in sorted(read.targets.items())) or 'nothing'}"
+                            f" (journal: {state.status}{', paused' if state.paused else ''})")
+            _print_cluster_plan(plan)
+    if output == "json":
+        emit_json({"dry_run": True, "clusters": data})
+
+
+@rotate.command("status")
+@click.option("--context", default=None, help="one cluster (its kubeconfig context name)")
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None, help="every cluster of a stage")
+@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
+@OUTPUT
+@click.pass_context
+def rotate_status(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, output: str) -> None:
+    """What the rotations of a cluster or stage are doing, from the state store (no cluster access needed)."""
+    from platformctl.state import open_store
+    from upgrade_service.journal import read_state, stream_of
+    from upgrade_service.report import build_report
+
+    names, _ = _clusters(ctx, context, stage_name, "status")
+    store = open_store(state_spec)
+    clusters = []
+    for name in names:
+        report = build_report(read_state(store, name))
+        lease = store.lease(stream_of(name))
+        import time as _time
+
+        live = lease is not None and not lease.expired(_time.time())
+        report["lease"] = {"holder": lease.holder, "expires": lease.expires, "live": live} if lease else None
+        clusters.append(report)
+    if output == "json":
+        emit_json({"state": store.location, "clusters": clusters})
+        return
+    out = console()
+    for report in clusters:
+        status = report["status"]
+        lease = report.get("lease")
+        who = f", running under {lease['holder']}" if lease and lease["live"] else ""
+        paused = report.get("paused")
+        out.print(f"[bold]{report['cluster']}[/]: {status}{who}" + (f"; paused by {paused['by']}" if paused else ""))
+        if report.get("reason"):
+            out.print(f"  {report['reason']}")
+        if status != "never-run":
+            done = sum(1 for w in report["waves"] if w["finished"])
+            out.print(f"  {done} waves done, {report['nodes_rotated']} nodes rotated, {report['evictions']} evictions, "
+                      f"{len(report['nodes_failed'])} failed, {len(report['nodes_blocked'])} blocked; "
+                      f"{_duration(report['duration_seconds'])} so far (estimate {_duration(report['estimated_seconds'] or 0)})")
+
+
+def _control(ctx: click.Context, action: str, context: str | None, stage_name: str | None, state_spec: str | None,
+             reason: str, output: str) -> list[dict[str, Any]]:
+    import getpass
+    import socket
+    import time as _time
+
+    from platformctl.state import open_store
+    from upgrade_service.journal import control, read_state
+
+    names, _ = _clusters(ctx, context, stage_name, action)
+    store = open_store(state_spec)
+    states = {name: read_state(store, name) for name in names}
+    if action == "resume" and not any(s.paused for s in states.values()):
+        raise PlatformError(f"nothing is paused ({', '.join(names)})", field="rotate resume")
+    if action == "abort" and not any(s.open for s in states.values()):
+        raise PlatformError(f"no rotation is in progress to abort ({', '.join(names)})", field="rotate abort")
+    by = f"{getpass.getuser()}@{socket.gethostname()}"
+    done = []
+    for name, state in states.items():
+        if action == "resume" and not state.paused:
+            continue
+        if action == "abort" and not state.open:
+            continue
+        control(store, name, action, by, reason, _time.time())
+        done.append({"cluster": name, "action": action, "by": by})
+    return done
+
+
+@rotate.command("pause")
+@click.option("--context", default=None)
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None)
+@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
+@click.option("--reason", default="", help="why, for whoever reads `rotate status`")
+@OUTPUT
+@click.pass_context
+def rotate_pause(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, reason: str,
+                 output: str) -> None:
+    """Pause rotations: a running one stops after its current wave (exit 4), later ones do not start."""
+    done = _control(ctx, "pause", context, stage_name, state_spec, reason, output)
+    if output == "json":
+        emit_json({"paused": done})
+    else:
+        for d in done:
+            console().print(f"{d['cluster']}: paused (a running rotation stops after its current wave; "
+                            "`platformctl rotate resume` lets rotations go on)")
+
+
+@rotate.command("resume")
+@click.option("--context", default=None)
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None)
+@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
+@click.option("--reason", default="")
+@OUTPUT
+@click.pass_context
+def rotate_resume(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, reason: str,
+                  output: str) -> None:
+    """Lift a pause; the next `rotate run` (or the scheduled job) goes on where the rotation stopped."""
+    done = _control(ctx, "resume", context, stage_name, state_spec, reason, output)
+    if output == "json":
+        emit_json({"resumed": done})
+    else:
+        for d in done:
+            console().print(f"{d['cluster']}: resumed; the next `platformctl rotate run` continues it")
+
+
+@rotate.command("abort")
+@click.option("--context", default=None)
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None)
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None)
+@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
+@click.option("--reason", default="")
+@OUTPUT
+@click.pass_context
+def rotate_abort(ctx: click.Context, context: str | None, stage_name: str | None, kubeconfig: str | None,
+                 state_spec: str | None, reason: str, output: str) -> None:
+    """End a rotation: the running one stops at its next step and puts back what it holds (uncordon,
+    untaint); with no run alive, this command puts them back itself."""
+    from platformctl.state import LeaseHeld, open_store
+    from platformctl.state.lease import LeaseKeeper, holder_id
+    from upgrade_service.execute import put_back
+    from upgrade_service.journal import Journal, stream_of
+
+    done = _control(ctx, "abort", context, stage_name, state_spec, reason, output)
+    store = open_store(state_spec)
+    results = []
+    for d in done:
+        name = d["cluster"]
+        keeper = LeaseKeeper(store, stream_of(name), holder_id(), 30.0)
+        try:
+            keeper.acquire()
+        except LeaseHeld as held:
+            results.append({**d, "result": f"requested: the running rotation ({held.lease.holder}) stops at its next step"})
+            continue
+        try:
+            target = _connect([name], kubeconfig, None)[name]
+            why = put_back(Journal(store, name, target.cluster.clock), target.cluster)
+            results.append({**d, "result": f"{why}; uncordoned and untainted what it held"})
+        finally:
+            keeper.release()
+    if output == "json":
+        emit_json({"aborted": results})
+    else:
+        for r in results:
+            console().print(f"{r['cluster']}: {r['result']}")

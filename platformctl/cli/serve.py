@@ -6,13 +6,22 @@ program as what provisions it. ``platformctl local up`` starts this; the server 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
+from ami.build import ensure_stage_images
+from ami.manifest import load_manifests
 from infra.materialize import materialize
 from platformctl.server.process import main as serve
+from platformctl.topology import Stage
+
+
+def build_images(stage: Stage, lock: Path) -> None:
+    """A fresh region builds the checkout's image tree into its AWS first, so the stage's pools boot real images."""
+    ensure_stage_images(stage, lock, load_manifests())
 
 
 def main(argv: list[str] | None = None) -> int:
-    return serve(argv, provisioner=materialize)
+    return serve(argv, provisioner=materialize, prepare=build_images)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from platformctl.clock import Clock
-from platformctl.cluster.model import EvictionResult, Node, Pod, PodDisruptionBudget
+from platformctl.cluster.model import EvictionResult, Node, Pod, PodDisruptionBudget, Taint
 
 
 @runtime_checkable
@@ -31,6 +31,14 @@ class Cluster(Protocol):
         ...
 
     def cordon(self, name: str, unschedulable: bool = True) -> Node: ...
+
+    def taint(self, name: str, taint: Taint) -> Node:
+        """Add ``taint`` to the node (replacing one with the same key and effect); the node's other taints stay."""
+        ...
+
+    def untaint(self, name: str, key: str) -> Node:
+        """Remove every taint with ``key``; the node's other taints stay."""
+        ...
 
     def delete_node(self, name: str) -> None: ...
 

@@ -16,6 +16,7 @@ from platformctl.cluster.model import (
     Node,
     Pod,
     PodDisruptionBudget,
+    Taint,
     parse_node,
     parse_pdb,
     parse_pod,
@@ -88,6 +89,30 @@ class LiveCluster:
     def cordon(self, name: str, unschedulable: bool = True) -> Node:
         data = self._call(self._core.patch_node, name, {"spec": {"unschedulable": unschedulable}}, what=f"node {name}")
         return parse_node(data, "node", name)
+
+    def _set_taints(self, name: str, change: Any) -> Node:
+        """Read the node, change its taint list, and write it back only if nobody changed the node in
+        between (``metadata.resourceVersion`` in the patch: the API answers 409 otherwise, and we read again)."""
+        from kubernetes.client.exceptions import ApiException
+
+        for _ in range(10):
+            node = self.get_node(name)
+            taints = [t.to_kube() for t in change(node.taints)]
+            body = {"metadata": {"resourceVersion": str(node.resource_version)}, "spec": {"taints": taints}}
+            try:
+                data = self._call(self._core.patch_node, name, body, what=f"node {name}")
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue
+                raise
+            return parse_node(data, "node", name)
+        raise PlatformError(f"node {name} kept changing while its taints were written", file=self.source, field=f"node {name}")
+
+    def taint(self, name: str, taint: Taint) -> Node:
+        return self._set_taints(name, lambda ts: (*[t for t in ts if (t.key, t.effect) != (taint.key, taint.effect)], taint))
+
+    def untaint(self, name: str, key: str) -> Node:
+        return self._set_taints(name, lambda ts: tuple(t for t in ts if t.key != key))
 
     def delete_node(self, name: str) -> None:
         self._call(self._core.delete_node, name, what=f"node {name}")

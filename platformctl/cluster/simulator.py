@@ -115,6 +115,7 @@ class NodePoolSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     region: str = "us-east-1"
+    max_size: int | None = None  # None: no ceiling
 
 
 def build_node(
@@ -305,6 +306,11 @@ def _predicate(pod: Pod) -> Callable[[Node], bool]:
     return eligible
 
 
+def _prefers_not(node: Node, pod: Pod) -> bool:
+    """Whether ``node`` has a PreferNoSchedule taint that ``pod`` does not tolerate."""
+    return any(t.effect == "PreferNoSchedule" and not any(tol.tolerates(t) for tol in pod.tolerations) for t in node.taints)
+
+
 def _healthy(pod: Pod) -> bool:
     return pod.ready and pod.deletion_time is None
 
@@ -332,6 +338,9 @@ class SimulatedCluster:
         self._rv = 0
         self._launched = 0
         self._pool_counts: dict[str, int] = {}
+        self._by_instance: dict[str, str] = {}  # instance id (from providerID) -> node name
+        # Images whose nodes never turn Ready (a kubelet that cannot start): a bad image, as a test makes one.
+        self.broken_images: set[str] = set()
         self.events: list[Event] = []
 
     # ------------------------------------------------------------------ basics
@@ -378,6 +387,8 @@ class SimulatedCluster:
                        created=node.created or self.now())
         state = _NodeState(node, pool)
         self._nodes[node.name] = state
+        if node.instance_id:
+            self._by_instance[node.instance_id] = node.name
         if pool is not None:
             self._pool_counts[pool] = self._pool_counts.get(pool, 0) + 1
         for cls in self._classes.values():
@@ -394,7 +405,7 @@ class SimulatedCluster:
         return node
 
     def _node_ready(self, state: _NodeState) -> None:
-        if not state.alive or state.node.ready:
+        if not state.alive or state.node.ready or state.node.image in self.broken_images:
             return
         state.node = replace(state.node, ready=True, resource_version=self._next_rv())
         self._record(NODE_READY, "", state.node.name)
@@ -420,6 +431,13 @@ class SimulatedCluster:
 
     def cordon(self, name: str, unschedulable: bool = True) -> Node:
         return self.update_node(name, unschedulable=unschedulable)
+
+    def taint(self, name: str, taint: Taint) -> Node:
+        kept = tuple(t for t in self.get_node(name).taints if (t.key, t.effect) != (taint.key, taint.effect))
+        return self.update_node(name, taints=(*kept, taint))
+
+    def untaint(self, name: str, key: str) -> Node:
+        return self.update_node(name, taints=tuple(t for t in self.get_node(name).taints if t.key != key))
 
     def update_node(self, name: str, *, unschedulable: bool | None = None, labels: Mapping[str, str] | None = None,
                     taints: tuple[Taint, ...] | None = None) -> Node:
@@ -451,6 +469,8 @@ class SimulatedCluster:
         if state is None:
             raise NotFoundError(f'nodes "{name}" not found', field="node")
         state.alive = False
+        if state.node.instance_id:
+            self._by_instance.pop(state.node.instance_id, None)
         for cls in self._classes.values():
             if cls.predicate(state.node):
                 cls.dead += 1
@@ -480,6 +500,17 @@ class SimulatedCluster:
             return self._pools[name]
         except KeyError:
             raise NotFoundError(f"no node pool {name!r}", field="pool") from None
+
+    def pool_names(self) -> list[str]:
+        return list(self._pools)
+
+    def pool_of(self, node_name: str) -> str | None:
+        """The simulated pool that manages the node, if any."""
+        state = self._nodes.get(node_name)
+        return state.pool if state is not None else None
+
+    def node_of_instance(self, instance_id: str) -> str | None:
+        return self._by_instance.get(instance_id)
 
     def pool_nodes(self, name: str) -> list[Node]:
         return [s.node for s in self._nodes.values() if s.pool == name]
@@ -869,15 +900,24 @@ class SimulatedCluster:
             nodes = cls.nodes
             n = len(nodes)
             start = cls.cursor
-            target = None
+            target = fallback = None
+            fallback_idx = 0
             for i in range(n):
                 idx = (start + i) % n
                 state = nodes[idx]
                 node = state.node
                 if state.alive and node.ready and not node.unschedulable and state.fits(r):
+                    if node.taints and _prefers_not(node, pod):
+                        if fallback is None:
+                            fallback, fallback_idx = state, idx
+                        continue
                     target = state
                     cls.cursor = idx + 1
                     break
+            if target is None and fallback is not None:
+                # Only nodes whose PreferNoSchedule taints the pod does not tolerate have room: the
+                # scheduler's TaintToleration score prefers, it does not forbid.
+                target, cls.cursor = fallback, fallback_idx + 1
             if target is None:
                 failed[key] = r
                 continue
@@ -1066,6 +1106,8 @@ class SimulatedCluster:
         sim._rv = max(versions, default=0)  # objects keep their versions; changes count on from here
         for node in snapshot.nodes:
             sim._nodes[node.name] = _NodeState(node, None)
+            if node.instance_id:
+                sim._by_instance[node.instance_id] = node.name
         for pdb in snapshot.pdbs:
             sim.create_pdb(pdb, keep_version=True)
         by_owner: dict[str, list[Pod]] = {}

@@ -36,7 +36,7 @@ from werkzeug.wrappers import Request, Response
 
 from platformctl.cluster.model import Node, Pod, Taint
 from platformctl.errors import NotFoundError, PlatformError
-from platformctl.server.state import (
+from platformctl.server.objects import (
     RESOURCES,
     STORED,
     WORKLOADS,
@@ -82,6 +82,8 @@ _ROUTES = Map([
     Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>/<name>", endpoint="item"),
     Rule("/platformctl/v1/status", endpoint="control_status"),
     Rule("/platformctl/v1/time", endpoint="control_time"),
+    Rule("/platformctl/v1/aws-calls", endpoint="control_aws_calls"),
+    Rule("/platformctl/v1/clusters/<cluster>/invariants", endpoint="control_invariants"),
 ])
 
 
@@ -153,7 +155,7 @@ class KubeAPI:
     """The WSGI application. ``cond`` guards every cluster; ``stopping`` ends open watches."""
 
     def __init__(self, clusters: dict[str, ClusterState], cond: threading.Condition,
-                 control: Callable[[str], dict[str, Any]] | None = None, stopping: threading.Event | None = None) -> None:
+                 control: Callable[..., dict[str, Any]] | None = None, stopping: threading.Event | None = None) -> None:
         self.clusters = clusters
         self.cond = cond
         self.control = control
@@ -190,7 +192,7 @@ class KubeAPI:
             if self.control is None:
                 raise ApiError(404, "NotFound", "no control endpoint")
             with self.cond:
-                return _json(self.control(endpoint.removeprefix("control_")))
+                return _json(self.control(endpoint.removeprefix("control_"), {**request.args.to_dict(), **args}))
         name = args.pop("cluster")
         cluster = self.clusters.get(name)
         if cluster is None:
@@ -467,6 +469,7 @@ class KubeAPI:
         try:
             if res.plural == "pods":
                 pod = cluster.sim.delete_pod(ns or "default", name, grace_seconds=self._grace(request))
+                cluster.record_delete(pod)
                 return _json(_pod_object(pod))
             if res.plural == "nodes":
                 node = cluster.sim.get_node(name)
@@ -511,6 +514,11 @@ class KubeAPI:
                 raise ApiError(422, "Invalid", f"the JSON patch could not be applied: {exc}") from None
         if not isinstance(patched, dict) or (patched.get("metadata") or {}).get("name") != name:
             raise bad_request("the patch may not change the node's name")
+        # A patch that carries a resourceVersion is a compare-and-swap, as on the API server.
+        if (patched.get("metadata") or {}).get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
+                           "please apply your changes to the latest version and try again",
+                           {"name": name, "kind": "nodes"})
         spec = patched.get("spec") or {}
         meta = patched.get("metadata") or {}
         unschedulable = spec.get("unschedulable", False)

@@ -20,6 +20,7 @@ SIGTERM or SIGINT stops it cleanly and removes ``server.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -27,17 +28,18 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from platformctl.cluster.model import format_time
-from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion, Provisioner
+from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion
 from platformctl.server.control import EXTENSION
 from platformctl.server.kubeapi import KubeAPI
-from platformctl.server.state import ApiError, ClusterState
-from platformctl.topology import HostCluster, load_stage
+from platformctl.server.objects import ApiError, ClusterState
+from platformctl.topology import HostCluster, Stage, load_stage
 
 TICK_SECONDS = 0.05
 log = logging.getLogger("platformctl.server")
@@ -67,9 +69,10 @@ def kubeconfig(stage: str, base_url: str, clusters: list[str], current: str) -> 
 
 class Server:
     def __init__(self, stage_name: str, state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool, seed: int,
-                 provisioner: Provisioner) -> None:
+                 provisioner: Callable[..., Any], prepare: Callable[[Stage, Path], Any] | None = None) -> None:
         self.stage = load_stage(stage_name, infra_dir)
         self.provisioner = provisioner
+        self.prepare = prepare
         self.state_dir = state_dir
         self.speed = speed
         self.workloads = workloads
@@ -84,24 +87,33 @@ class Server:
     # ---------------------------------------------------------------- start
 
     def start(self) -> None:
-        from moto.moto_server.threaded_moto_server import ThreadedMotoServer
         from werkzeug.serving import make_server
+
+        from platformctl.server.awslog import AwsCallLog, RecordingMotoServer
 
         from platformctl import moto_extensions
 
         moto_extensions.install()  # AMI deprecation, which `ami prune` uses
         os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"  # the program attaches AWS managed policies
-        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.moto = RecordingMotoServer(lambda app: AwsCallLog(app, self._virtual_now), ip_address="127.0.0.1", port=0,
+                                        verbose=False)
         self.moto.start()
         aws_endpoint = "http://{}:{}".format(*self.moto.get_host_and_port())
         os.environ.update(FAKE_CREDENTIALS)
         os.environ["AWS_ENDPOINT_URL"] = aws_endpoint
         os.environ.setdefault("AWS_REGION", self.stage.region)
 
+        # The region's own lock file of the images built into its AWS: launch templates boot what it names.
+        lock = self.state_dir / "images.lock.json"
+        prepare = functools.partial(self.prepare, lock=lock) if self.prepare is not None else None
         # Nodes follow their instances every minute of virtual time, or every 0.2 s of wall time at high speed.
-        region = LocalRegion(self.stage, provisioner=self.provisioner, seed=self.seed, sync_seconds=max(10.0, self.speed * 0.2))
+        region = LocalRegion(self.stage, provisioner=functools.partial(self.provisioner, image_lock=lock), seed=self.seed,
+                             sync_seconds=max(10.0, self.speed * 0.2), prepare=prepare)
         region.__enter__()
         self.region = region
+        # The stack's state, as Pulumi would keep it: what `platformctl stage deploy` compares the program against.
+        write_atomically(self.state_dir / f"stack-{self.stage.name}.json",
+                         json.dumps({"stage": self.stage.name, "resources": region.checkpoint}) + "\n")
         region.wait_until_ready()
         if self.workloads:
             region.populate_workloads(seed=self.seed + 4)
@@ -128,6 +140,7 @@ class Server:
             "pid": os.getpid(), "stage": self.stage.name, "region": self.stage.region, "speed": self.speed,
             "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
             "clusters": list(self.clusters), "started": format_time(self.started_wall), "log": str((self.state_dir / "server.log").resolve()),
+            "image_lock": str(lock.resolve()), "checkpoint": str((self.state_dir / f"stack-{self.stage.name}.json").resolve()),
         }
         self.ticker = threading.Thread(target=self._tick_forever, name="virtual-clock", daemon=True)
         self.ticker.start()
@@ -135,6 +148,11 @@ class Server:
         log.info("local region %s ready: AWS %s, Kubernetes %s", self.stage.name, aws_endpoint, base)
 
     # ---------------------------------------------------------------- time
+
+    def _virtual_now(self) -> float:
+        if self.region is None:
+            raise RuntimeError("no clock yet")
+        return self.region.clock.now()
 
     def _tick_forever(self) -> None:
         assert self.region is not None
@@ -153,9 +171,19 @@ class Server:
             except Exception:  # keep time moving; the log has the fault
                 log.exception("virtual clock tick failed")
 
-    def control(self, what: str) -> dict[str, Any]:
+    def control(self, what: str, args: dict[str, str] | None = None) -> dict[str, Any]:
         assert self.region is not None
         now = self.region.clock.now()
+        args = args or {}
+        if what == "aws_calls":
+            log = self.moto.log
+            calls = log.query(args.get("action")) if log is not None else []
+            return {"kind": "AwsCallList", "calls": calls}
+        if what == "invariants":
+            state = self.clusters.get(args.get("cluster", ""))
+            if state is None:
+                return {"error": f"no cluster {args.get('cluster')!r}"}
+            return state.invariants()
         if what == "time":
             return {"virtual_time": now, "virtual_time_iso": format_time(now), "speed": self.speed, "wall_time": time.time()}
         clusters = []
@@ -187,7 +215,7 @@ class Server:
             log.info("stopped")
 
 
-def main(argv: list[str] | None, provisioner: Provisioner) -> int:
+def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="platformctl-local-region")
     parser.add_argument("--stage", required=True)
     parser.add_argument("--state-dir", type=Path, required=True)
@@ -199,7 +227,7 @@ def main(argv: list[str] | None, provisioner: Provisioner) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     args.state_dir.mkdir(parents=True, exist_ok=True)
-    server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner)
+    server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner, prepare)
     try:
         server.start()
     except Exception as exc:

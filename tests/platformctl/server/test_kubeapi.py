@@ -9,7 +9,7 @@ import pytest
 from werkzeug.test import Client
 
 from platformctl.cluster.model import LABEL_NODEGROUP, parse_time
-from platformctl.server.state import ApiError
+from platformctl.server.objects import ApiError
 from tests.platformctl.server.conftest import TABLE, Api
 
 R = "/clusters/rules"

@@ -19,7 +19,7 @@ from platformctl.cli import cli
 from platformctl.cluster.live import LiveCluster
 from platformctl.cluster.model import LABEL_NODEGROUP
 from platformctl.errors import NotFoundError
-from platformctl.server.state import ChangeLog
+from platformctl.server.objects import ChangeLog
 from tests.platformctl.server.conftest import Served
 
 

@@ -16,18 +16,9 @@ from typing import Any
 import pytest
 
 from platformctl.topology import load_stage
+from tests.process import run
 
 KUBECTL = shutil.which("kubectl")
-
-
-def run(home: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "KUBECONFIG"}
-    environment.update({"PLATFORMCTL_HOME": str(home), **(env or {})})
-    result = subprocess.run([sys.executable, "-m", "platformctl", *args], capture_output=True, text=True, env=environment,
-                            timeout=300)
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -201,16 +192,20 @@ def test_changes_made_by_a_killed_client_are_all_there_for_the_next(region: dict
     assert json.loads(check.stdout) == {"cordoned": True, "evicted": True, "ssm": "written-before-the-kill"}
 
 
-def test_ami_build_twice_from_two_processes_builds_once(region: dict[str, Any], tmp_path: Path) -> None:
-    lock = tmp_path / "images.lock.json"
-    first = json.loads(run(region["home"], "ami", "build", "--lock-file", str(lock), "-o", "json").stdout)
-    second = json.loads(run(region["home"], "ami", "build", "--lock-file", str(lock), "-o", "json").stdout)
-    assert [b["name"] for b in first["built"]] == ["base", "general", "ml", "custom"]
-    assert second["built"] == []
-    # Both ran against the region's AWS: the images are in its moto server, found by the second process.
+def test_the_region_boots_the_images_it_built_and_ami_build_finds_them(region: dict[str, Any], tmp_path: Path) -> None:
+    from platformctl.cluster.live import LiveCluster
+
+    # `local up` built the image tree into its own AWS and lock file (dev pins no images): the nodes boot it.
+    lock = json.loads(Path(region["image_lock"]).read_text())
+    newest = {name: next(iter(versions.values()))["us-west-2"] for name, versions in lock["images"].items()}
+    member = LiveCluster.from_kubeconfig(region["kubeconfig"], context=region["clusters"][1]["name"])
+    assert {n.image for n in member.list_nodes()} == {newest["general"], newest["ml"]}
+    # Another process building the same manifests finds every image already built, in the region's moto server.
+    out = tmp_path / "images.lock.json"
+    again = json.loads(run(region["home"], "ami", "build", "--lock-file", str(out), "-o", "json").stdout)
+    assert again["built"] == [] and {s["name"]: s["image_id"] for s in again["skipped"]} == newest
     plan = json.loads(run(region["home"], "ami", "plan", "-o", "json").stdout)
-    assert plan["build"] == []
-    assert {u["name"]: u["image_id"] for u in plan["unchanged"]} == {b["name"]: b["image_id"] for b in first["built"]}
+    assert plan["build"] == [] and {u["name"]: u["image_id"] for u in plan["unchanged"]} == newest
 
 
 def test_ami_prune_deprecates_through_the_regions_aws_and_a_later_run_waits(region: dict[str, Any], tmp_path: Path) -> None:

@@ -264,6 +264,7 @@ class ClusterState:
         self.workloads: dict[str, dict[tuple[str, str], Workload]] = {r: {} for r in WORKLOADS}
         self.stored: dict[str, dict[tuple[str, str], dict[str, Any]]] = {r: {} for r in STORED}
         self._adopted = -1
+        self.deleted: list[dict[str, Any]] = []  # pods a client deleted directly (not by eviction)
         for ns in SYSTEM_NAMESPACES:
             self._adopt_namespace(ns)
         self.changes = ChangeLog(sim)
@@ -271,6 +272,22 @@ class ClusterState:
     @property
     def name(self) -> str:
         return self.sim.name
+
+    def record_delete(self, pod: Pod) -> None:
+        self.deleted.append({"time": self.now(), "pod": f"{pod.namespace}/{pod.name}", "node": pod.node_name,
+                             "phase": pod.phase, "owner": f"{pod.owner.kind}/{pod.owner.name}" if pod.owner else None})
+
+    def invariants(self) -> dict[str, Any]:
+        """What the event log says about every disruption so far: budgets broken by evictions, pods that went
+        down with their node, pods a client deleted without the eviction API, and how often each thing happened."""
+        from collections import Counter
+
+        from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
+
+        events = self.sim.events
+        return {"cluster": self.name, "budget_violations": eviction_budget_violations(events),
+                "lost_pods": lost_pods(events), "deleted_without_eviction": list(self.deleted),
+                "events": dict(Counter(e.kind for e in events)), "virtual_time": self.now()}
 
     def now(self) -> float:
         return self.sim.now()

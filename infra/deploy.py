@@ -1,0 +1,141 @@
+"""Deploying a stage's program again: the two implementations of ``platformctl.deployer.Deployer``.
+
+``LocalDeployer`` re-runs the program under the mock engine against the local region's AWS, with
+the checkpoint of the previous run as the stack's state, and changes what ``pulumi up`` would:
+a resource whose inputs are unchanged is left alone; a launch template whose inputs changed (a new
+image) gets a new version, made the default, which its auto scaling group (on ``$Latest``) launches
+new instances from; a group's sizes, subnets or template are updated in place; a resource the
+program newly declares is created. Any other change (one Pulumi would replace) is refused on one
+line rather than half-made, and a Kubernetes object that changed is reported, not applied.
+
+``PulumiDeployer`` is the same step on a real account: Pulumi's Automation API runs ``pulumi up``
+on the stage's stack in ``infra/``, with ``platformctl:imageLock`` pointing at the lock file for
+the run (and put back after it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from pathlib import Path
+from typing import Any
+
+from infra.materialize import IMAGE_LOCK_KEY, MotoBackend, checkpoint_of, stage_config
+from infra.mocked import run_stage
+from platformctl.deployer import DeployResult, ResourceChange
+from platformctl.errors import PlatformError
+from platformctl.topology import Stage
+
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+GROUP = "aws:autoscaling/group:Group"
+IGNORED_GROUP_INPUTS = ("desiredCapacity",)  # the program's ignore_changes: capacity belongs to the upgrade service
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return sorted(k for k in {*old, *new} if _canonical(old.get(k)) != _canonical(new.get(k)))
+
+
+class DeployBackend:
+    """The engine's provider for a deploy: compares every declaration with the checkpoint, then acts."""
+
+    def __init__(self, region: str, previous: list[dict[str, Any]]) -> None:
+        self.moto = MotoBackend(region)
+        self.previous = {(r["type"], r["name"]): r for r in previous}
+        self.changes: list[ResourceChange] = []
+
+    def create(self, type_: str, name: str, inputs: dict[str, Any], provider: str) -> tuple[str, dict[str, Any]]:
+        new = json.loads(json.dumps(inputs, default=str))
+        old = self.previous.get((type_, name))
+        if old is None:
+            if type_.startswith("kubernetes:"):
+                self.changes.append(ResourceChange("not-applied", type_, name, "new Kubernetes object: apply it with kubectl"))
+                meta = new.get("metadata") or {}
+                return (f"{meta.get('namespace')}/{meta['name']}" if meta.get("namespace") else str(meta.get("name"))), {}
+            made = self.moto.create(type_, name, inputs, provider)
+            self.changes.append(ResourceChange("create", type_, name))
+            return made
+        keys = _changed_keys(old["inputs"], new)
+        if type_ == GROUP:
+            keys = [k for k in keys if k not in IGNORED_GROUP_INPUTS]
+        if not keys:
+            self.changes.append(ResourceChange("unchanged", type_, name))
+            return old["id"], old["state"]
+        if type_ == LAUNCH_TEMPLATE and "name" not in keys:
+            outputs = self.moto.update_launch_template(old["id"], inputs)
+            detail = ", ".join(f"{k}: {old['inputs'].get(k)} -> {new.get(k)}" if k == "imageId" else k for k in keys)
+            self.changes.append(ResourceChange("update", type_, name, f"version {outputs['latestVersion']} ({detail})"))
+            return old["id"], outputs
+        if type_ == GROUP and "name" not in keys:
+            self.moto.update_auto_scaling_group(old["id"], inputs)
+            self.changes.append(ResourceChange("update", type_, name, ", ".join(keys)))
+            return old["id"], old["state"]
+        if type_.startswith("kubernetes:"):
+            self.changes.append(ResourceChange("not-applied", type_, name, f"changed ({', '.join(keys)}): apply it with kubectl"))
+            return old["id"], old["state"]
+        if type_.startswith(("platformctl:infra:", "pulumi:providers:")):
+            return old["id"], old["state"]
+        raise PlatformError(f"{type_} {name} changed ({', '.join(keys)}), which Pulumi would replace: the local region "
+                            "does not replace resources (`platformctl local down` and `local up` start it afresh)",
+                            field="stage deploy")
+
+
+class LocalDeployer:
+    """``stage deploy`` in the local region; the checkpoint file is the stack's state."""
+
+    def __init__(self, checkpoint: Path, target: str) -> None:
+        self.checkpoint = checkpoint
+        self.target = target
+
+    def deploy(self, stage: Stage, image_lock: Path) -> DeployResult:
+        lock_path = self.checkpoint.with_name(self.checkpoint.name + ".lock")
+        with open(lock_path, "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # one deploy at a time, as Pulumi locks a stack
+            try:
+                previous = json.loads(self.checkpoint.read_text())
+            except (OSError, ValueError):
+                raise PlatformError("the local region has no readable checkpoint of its stack (start it again with "
+                                    "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
+            backend = DeployBackend(stage.region, previous["resources"])
+            run = run_stage(stage.name, backend, config=stage_config(stage, image_lock), source=Path(stage.source))
+            tmp = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
+            tmp.write_text(json.dumps({"stage": stage.name, "resources": checkpoint_of(run)}) + "\n")
+            tmp.replace(self.checkpoint)
+        images = {key: pool["image"] for key, pool in run.outputs["nodePools"].items()}
+        return DeployResult(stage.name, self.target, str(image_lock), images, backend.changes)
+
+
+class PulumiDeployer:
+    """``stage deploy`` on a real account: ``pulumi up`` on the stage's stack through the Automation API."""
+
+    def __init__(self, infra_dir: Path) -> None:
+        self.infra_dir = infra_dir
+
+    def deploy(self, stage: Stage, image_lock: Path) -> DeployResult:
+        from pulumi import automation as auto
+
+        try:
+            stack = auto.select_stack(stack_name=stage.name, work_dir=str(self.infra_dir))
+        except FileNotFoundError:
+            raise PlatformError("the Pulumi CLI is not installed: a real account is deployed with `pulumi up` "
+                                "(https://www.pulumi.com/docs/install/); the local region needs neither",
+                                field="stage deploy") from None
+        except auto.errors.CommandError as exc:
+            raise PlatformError(f"cannot select Pulumi stack {stage.name}: {str(exc).strip().splitlines()[-1]}",
+                                file=str(self.infra_dir), field="stage deploy") from None
+        before = stack.get_all_config().get(IMAGE_LOCK_KEY)
+        stack.set_config(IMAGE_LOCK_KEY, auto.ConfigValue(str(image_lock.resolve())))
+        try:
+            result = stack.up(on_output=print)
+        finally:
+            if before is None:
+                stack.remove_config(IMAGE_LOCK_KEY)
+            else:
+                stack.set_config(IMAGE_LOCK_KEY, before)
+        pools = result.outputs.get("nodePools")
+        images = {key: pool["image"] for key, pool in (pools.value if pools else {}).items()}
+        changes = [ResourceChange(action, "", "", str(count)) for action, count in (result.summary.resource_changes or {}).items()]
+        return DeployResult(stage.name, f"pulumi stack {stack.name}", str(image_lock), images, changes)

@@ -1,0 +1,32 @@
+"""Failpoints: named places where a crash test may have the process killed, as etcd's gofail and TiKV's fail-rs do.
+
+``PLATFORMCTL_FAILPOINT=NAME#N`` makes the process SIGKILL itself the N-th time it passes ``NAME``
+(N defaults to 1). Unset — always, outside crash tests — ``hit()`` is one dictionary lookup. Killing at a
+named place, rather than after a timer, is what lets a test hit the narrow windows that matter (an
+instance terminated and the journal not yet told) every time instead of by luck; the kill is a real
+SIGKILL of the real process, so nothing gets a chance to clean up.
+
+Names used: ``intent:<op>`` (the intent is journalled, the call not made), ``call:<op>`` (the call
+returned, its result not journalled), ``phase:<phase>`` (a wave phase was journalled), ``wait:<what>``
+(inside a wait, each poll).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_ENV = "PLATFORMCTL_FAILPOINT"
+_spec = os.environ.get(_ENV, "")
+_name, _, _count = _spec.partition("#")
+_target = int(_count or 1) if _spec else 0
+_hits = 0
+
+
+def hit(name: str) -> None:
+    global _hits
+    if not _spec or name != _name:
+        return
+    _hits += 1
+    if _hits == _target:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,55 @@
+"""Node groups: the seam to whatever owns a cluster's instances (capacity, termination, what new ones boot).
+
+``NodeGroups`` is the Protocol; ``AutoScalingNodeGroups`` implements it with EC2 Auto Scaling
+through the project's boto3 clients (moto locally), and ``SimulatedNodeGroups`` with the
+simulator's own pools (what the 3,000-node benchmark rotates). Nothing above it knows which.
+
+A node maps to its instance by ``spec.providerID`` (``Node.instance_id``) and an instance to its
+group by asking the owner (``DescribeAutoScalingInstances``), never by a naming convention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class InstanceState:
+    instance_id: str
+    group: str
+    lifecycle: str  # InService, Pending, Terminating, ...
+
+    @property
+    def leaving(self) -> bool:
+        return self.lifecycle.startswith("Terminat") or self.lifecycle.startswith("Detach")
+
+
+@dataclass(frozen=True)
+class GroupState:
+    name: str
+    desired: int
+    min_size: int
+    max_size: int
+    instances: tuple[str, ...]  # members not on their way out
+    image: str | None  # the image the group's launch template boots new instances from, now
+
+
+@runtime_checkable
+class NodeGroups(Protocol):
+    def instances(self, instance_ids: Sequence[str]) -> dict[str, InstanceState]:
+        """The group and lifecycle of each instance that belongs to a group; others are left out."""
+        ...
+
+    def describe(self, group: str) -> GroupState: ...
+
+    def set_desired(self, group: str, desired: int) -> None: ...
+
+    def terminate(self, instance_id: str, decrement: bool) -> None:
+        """Terminate one instance of a group; ``decrement`` lowers the desired capacity with it, else
+        the group launches a replacement from its launch template."""
+        ...
+
+
+__all__ = ["GroupState", "InstanceState", "NodeGroups"]

@@ -1,0 +1,99 @@
+"""Node groups as EC2 Auto Scaling groups, through the project's boto3 clients.
+
+What a group boots now is read from AWS, not assumed: its launch template version (``$Latest``,
+``$Default`` or a number, also inside a mixed-instances policy) or launch configuration, and the
+``ImageId`` in it (an SSM ``resolve:ssm:`` reference is resolved as EC2 would resolve it at launch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from platformctl import aws
+from platformctl.errors import PlatformError
+from platformctl.nodegroups import GroupState, InstanceState
+
+
+class NodeGroupError(Exception):
+    """Auto Scaling refused a call (the message is AWS's)."""
+
+
+class AutoScalingNodeGroups:
+    def __init__(self, region: str | None = None) -> None:
+        # Made here, once: boto3's default session is not safe to make clients from on several threads.
+        self.region = region
+        self._asg = aws.client("autoscaling", region)
+        self._ec2 = aws.client("ec2", region)
+        self._ssm = aws.client("ssm", region)
+
+    def _call(self, fn: Any, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(**kwargs)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise NodeGroupError(f"{exc.operation_name}: {error.get('Code', '')}: {error.get('Message', '')}") from None
+        except BotoCoreError as exc:
+            raise PlatformError(f"cannot reach AWS Auto Scaling ({exc})", field="AWS_ENDPOINT_URL") from None
+
+    def probe(self) -> None:
+        """One cheap call, so that an unreachable or unauthorised AWS is a one-line error before anything changes."""
+        try:
+            self._call(self._asg.describe_auto_scaling_groups, MaxRecords=1)
+        except NodeGroupError as exc:
+            raise PlatformError(f"AWS Auto Scaling refused the first call ({exc})", field="AWS credentials") from None
+
+    def instances(self, instance_ids: Sequence[str]) -> dict[str, InstanceState]:
+        out: dict[str, InstanceState] = {}
+        ids = list(dict.fromkeys(instance_ids))
+        for start in range(0, len(ids), 50):  # the API's limit per call
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {"InstanceIds": ids[start:start + 50], "MaxRecords": 50}
+                if token:
+                    kwargs["NextToken"] = token
+                page = self._call(self._asg.describe_auto_scaling_instances, **kwargs)
+                for inst in page["AutoScalingInstances"]:
+                    out[inst["InstanceId"]] = InstanceState(inst["InstanceId"], inst["AutoScalingGroupName"], inst["LifecycleState"])
+                token = page.get("NextToken")
+                if not token:
+                    break
+        return out
+
+    def describe(self, group: str) -> GroupState:
+        found = self._call(self._asg.describe_auto_scaling_groups, AutoScalingGroupNames=[group])["AutoScalingGroups"]
+        if not found:
+            raise NodeGroupError(f"no auto scaling group {group!r}")
+        g = found[0]
+        members = tuple(i["InstanceId"] for i in g.get("Instances", [])
+                        if not i["LifecycleState"].startswith(("Terminat", "Detach")))
+        return GroupState(g["AutoScalingGroupName"], g["DesiredCapacity"], g["MinSize"], g["MaxSize"], members, self._image(g))
+
+    def _image(self, group: dict[str, Any]) -> str | None:
+        spec = group.get("LaunchTemplate") or \
+            ((group.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}).get("LaunchTemplateSpecification")
+        if spec:
+            ref = {"LaunchTemplateId": spec["LaunchTemplateId"]} if spec.get("LaunchTemplateId") else \
+                {"LaunchTemplateName": spec["LaunchTemplateName"]}
+            versions = self._call(self._ec2.describe_launch_template_versions, **ref,
+                                  Versions=[str(spec.get("Version") or "$Default")])["LaunchTemplateVersions"]
+            image = versions[0]["LaunchTemplateData"].get("ImageId") if versions else None
+        elif group.get("LaunchConfigurationName"):
+            configs = self._call(self._asg.describe_launch_configurations,
+                                 LaunchConfigurationNames=[group["LaunchConfigurationName"]])["LaunchConfigurations"]
+            image = configs[0]["ImageId"] if configs else None
+        else:
+            return None
+        if image and image.startswith("resolve:ssm:"):
+            name = image.removeprefix("resolve:ssm:")
+            image = self._call(self._ssm.get_parameter, Name=name)["Parameter"]["Value"]
+        return image
+
+    def set_desired(self, group: str, desired: int) -> None:
+        self._call(self._asg.set_desired_capacity, AutoScalingGroupName=group, DesiredCapacity=desired, HonorCooldown=False)
+
+    def terminate(self, instance_id: str, decrement: bool) -> None:
+        self._call(self._asg.terminate_instance_in_auto_scaling_group, InstanceId=instance_id,
+                   ShouldDecrementDesiredCapacity=decrement)

@@ -1,0 +1,123 @@
+"""The state store: append-only streams of records, and leases. One seam, two implementations.
+
+Every subsystem that must remember what it did keeps it here: the rotation executor's journal, the
+canaries' results, the release pipeline's ledger. What it offers is deliberately small:
+
+- **streams**: ``append(stream, data)`` adds a record with the next sequence number of its stream
+  (1, 2, 3, ...; two writers never get the same one), ``read(stream, after=seq)`` returns the
+  records after a sequence number, oldest first, and ``last(stream)`` the newest;
+- **leases**: ``acquire(name, holder, ttl)`` succeeds when nobody holds the lease or its holder let
+  it expire, and raises ``LeaseHeld`` otherwise; ``renew`` extends it for its holder only (``LeaseLost``
+  when someone took it over), ``release`` gives it up. Each acquisition gets a new ``token``, so a
+  holder that stalled past its TTL can tell that the lease it renews is no longer its own.
+
+``SQLiteStore`` (a file; WAL mode, so readers never wait for the writer) is the default, at
+``$PLATFORMCTL_HOME/state.db`` or ``.platformctl/state.db``; ``DynamoDBStore`` (a table shared by
+operators, conditional writes) is reached through the project's boto3 factory. ``open_store`` picks
+one from ``--state PATH | sqlite:///PATH | dynamodb://TABLE`` or ``$PLATFORMCTL_STATE``. Lease times
+are wall-clock seconds: a lease is about whether a process is alive, which only wall time tells.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from platformctl.errors import PlatformError
+
+ENV = "PLATFORMCTL_STATE"
+
+
+@dataclass(frozen=True)
+class Record:
+    stream: str
+    seq: int
+    time: float  # wall-clock seconds when the store wrote it
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Lease:
+    name: str
+    holder: str
+    token: str  # new at every acquisition
+    acquired: float
+    expires: float
+
+    def expired(self, now: float) -> bool:
+        return now >= self.expires
+
+
+class LeaseHeld(Exception):
+    """Someone else holds the lease and it has not expired."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        super().__init__(f"lease {lease.name} is held by {lease.holder} until {lease.expires:.0f}")
+
+
+class LeaseLost(Exception):
+    """The lease is no longer the caller's: it expired and someone else took it, or it was released."""
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    location: str  # how the user named it: a path, sqlite:///..., dynamodb://...
+
+    def append(self, stream: str, data: Mapping[str, Any]) -> Record: ...
+
+    def read(self, stream: str, after: int = 0, limit: int | None = None) -> list[Record]:
+        """Records of ``stream`` with a sequence number above ``after``, oldest first."""
+        ...
+
+    def last(self, stream: str) -> Record | None: ...
+
+    def streams(self, prefix: str = "") -> list[str]:
+        """Names of the streams that start with ``prefix``, sorted."""
+        ...
+
+    def acquire(self, name: str, holder: str, ttl: float) -> Lease: ...
+
+    def renew(self, lease: Lease, ttl: float) -> Lease: ...
+
+    def release(self, lease: Lease) -> None: ...
+
+    def lease(self, name: str) -> Lease | None:
+        """The lease as last written (possibly expired), or None when nobody ever held it or it was released."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def default_path() -> Path:
+    return Path(os.environ.get("PLATFORMCTL_HOME") or ".platformctl") / "state.db"
+
+
+def open_store(spec: str | None = None) -> StateStore:
+    """The store ``spec`` names (else ``$PLATFORMCTL_STATE``, else the default SQLite file)."""
+    given = spec or os.environ.get(ENV) or ""
+    where = "--state" if spec else ENV
+    if given.startswith("dynamodb://"):
+        from platformctl.state.dynamodb import DynamoDBStore
+
+        table = given.removeprefix("dynamodb://").strip("/")
+        if not table:
+            raise PlatformError("dynamodb:// needs a table name (dynamodb://TABLE)", file=given, field=where)
+        return DynamoDBStore(table, location=given)
+    from platformctl.state.sqlite import SQLiteStore
+
+    if not given:
+        path = default_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return SQLiteStore(path, location=str(path))
+    if "://" in given and not given.startswith("sqlite:///"):
+        raise PlatformError("expected PATH, sqlite:///PATH or dynamodb://TABLE", file=given, field=where)
+    # sqlite:///relative/path and sqlite:////absolute/path, as SQLAlchemy spells them.
+    path = Path(given.removeprefix("sqlite:///")) if given.startswith("sqlite:///") else Path(given)
+    return SQLiteStore(path, location=given)
+
+
+__all__ = ["ENV", "Lease", "LeaseHeld", "LeaseLost", "Record", "StateStore", "default_path", "open_store"]

@@ -1,0 +1,212 @@
+"""One contract for the state store, run against both implementations: SQLite and DynamoDB (moto's server).
+
+DynamoDB runs behind moto's threaded server on 127.0.0.1, so separate processes share one table as
+operators' machines would share the real one; the races below are between real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+from platformctl.errors import PlatformError
+from platformctl.state import LeaseHeld, LeaseLost, StateStore, open_store
+from platformctl.state.dynamodb import DynamoDBStore, create_table
+from platformctl.state.sqlite import SQLiteStore
+
+
+class SettableClock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    env = {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_REGION": "us-west-2"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+_tables = iter(range(10_000))
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """How a user names the store: a path, or dynamodb://TABLE (a fresh table each test)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state.db'}"
+    request.getfixturevalue("aws_env")
+    table = f"platformctl-state-{next(_tables)}"
+    create_table(table)
+    return f"dynamodb://{table}"
+
+
+def with_clock(spec: str, clock: SettableClock) -> StateStore:
+    store = open_store(spec)
+    store.clock = clock  # type: ignore[attr-defined]
+    return store
+
+
+def test_append_numbers_each_stream_from_one_and_reads_from_a_sequence_on(spec: str) -> None:
+    store = open_store(spec)
+    assert store.last("rotation/a") is None and store.read("rotation/a") == []
+    made = [store.append("rotation/a", {"n": i, "what": "cordon"}) for i in range(1, 6)]
+    store.append("rotation/b", {"n": 1})
+    assert [r.seq for r in made] == [1, 2, 3, 4, 5]
+    assert [r.data["n"] for r in store.read("rotation/a", after=2)] == [3, 4, 5]
+    assert [r.seq for r in store.read("rotation/a", after=1, limit=2)] == [2, 3]
+    last = store.last("rotation/a")
+    assert last is not None and last.seq == 5 and last.data == {"n": 5, "what": "cordon"}
+    assert store.streams("rotation/") == ["rotation/a", "rotation/b"] and store.streams("canary/") == []
+    # Another handle (another process, another operator) sees the same records.
+    again = open_store(spec)
+    assert [r.data for r in again.read("rotation/a")] == [r.data for r in made]
+
+
+def test_concurrent_writers_never_share_a_sequence_number(spec: str) -> None:
+    store = open_store(spec)
+    seqs: list[int] = []
+    lock = threading.Lock()
+
+    def write(writer: int) -> None:
+        mine = open_store(spec)
+        for i in range(10):
+            record = mine.append("shared", {"writer": writer, "i": i})
+            with lock:
+                seqs.append(record.seq)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(seqs) == list(range(1, 41))
+    records = store.read("shared")
+    assert [r.seq for r in records] == list(range(1, 41))
+    # Each writer's records keep their order.
+    for w in range(4):
+        assert [r.data["i"] for r in records if r.data["writer"] == w] == list(range(10))
+
+
+def test_a_lease_is_one_holders_until_it_expires(spec: str) -> None:
+    clock = SettableClock()
+    a, b = with_clock(spec, clock), with_clock(spec, clock)
+    lease = a.acquire("rotation/c1", "run-a", ttl=30)
+    assert lease.holder == "run-a" and lease.expires == clock.t + 30
+    with pytest.raises(LeaseHeld) as held:
+        b.acquire("rotation/c1", "run-b", ttl=30)
+    assert held.value.lease.holder == "run-a"
+    clock.t += 20
+    lease = a.renew(lease, ttl=30)  # renewed: good for 30 s from now
+    clock.t += 20
+    with pytest.raises(LeaseHeld):
+        b.acquire("rotation/c1", "run-b", ttl=30)
+    assert b.acquire("rotation/other", "run-b", ttl=30).holder == "run-b"  # leases are independent
+    clock.t += 11  # a stopped renewing: its lease ran out
+    taken = b.acquire("rotation/c1", "run-b", ttl=30)
+    assert taken.token != lease.token
+    with pytest.raises(LeaseLost):
+        a.renew(lease, ttl=30)  # the stalled holder learns it lost the lease
+    a.release(lease)  # releasing a lease that is no longer yours changes nothing
+    current = b.lease("rotation/c1")
+    assert current is not None and current.holder == "run-b"
+    b.release(taken)
+    assert b.lease("rotation/c1") is None
+    assert a.acquire("rotation/c1", "run-a", ttl=30).holder == "run-a"
+
+
+_RACER = textwrap.dedent("""
+    import json, sys, time
+    from platformctl.state import LeaseHeld, open_store
+    store = open_store(sys.argv[1])
+    start = float(sys.argv[3])
+    while time.time() < start:
+        time.sleep(0.001)
+    try:
+        lease = store.acquire("rotation/race", sys.argv[2], ttl=300)
+        store.append("race-log", {"won": sys.argv[2]})
+        print(json.dumps({"won": True, "holder": lease.holder}))
+    except LeaseHeld as exc:
+        print(json.dumps({"won": False, "holder": exc.lease.holder}))
+""")
+
+
+def test_processes_racing_for_one_lease_one_wins(spec: str, tmp_path: Path) -> None:
+    script = tmp_path / "racer.py"
+    script.write_text(_RACER)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
+    start = time.time() + 3.0  # every process is up and waiting before the race starts
+    racers = [subprocess.Popen([sys.executable, str(script), spec, f"racer-{i}", str(start)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env) for i in range(6)]
+    results = []
+    for proc in racers:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    winners = [r for r in results if r["won"]]
+    assert len(winners) == 1
+    # Every loser was told who holds it, and the store agrees.
+    assert {r["holder"] for r in results} == {winners[0]["holder"]}
+    store = open_store(spec)
+    lease = store.lease("rotation/race")
+    assert lease is not None and lease.holder == winners[0]["holder"]
+    assert [r.data["won"] for r in store.read("race-log")] == [winners[0]["holder"]]
+
+
+def test_stores_that_cannot_be_opened_say_so_in_one_line(tmp_path: Path, aws_env: dict[str, str]) -> None:
+    with pytest.raises(PlatformError, match="folder .* does not exist"):
+        open_store(str(tmp_path / "missing" / "state.db"))
+    with pytest.raises(PlatformError, match="is a folder"):
+        open_store(str(tmp_path))
+    (tmp_path / "garbage.db").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(PlatformError, match="cannot open the state store"):
+        open_store(str(tmp_path / "garbage.db"))
+    with pytest.raises(PlatformError, match="no DynamoDB table 'nope'"):
+        open_store("dynamodb://nope")
+    with pytest.raises(PlatformError, match="expected PATH"):
+        open_store("postgres://db/state")
+
+
+def test_the_default_store_is_a_file_under_platformctl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLATFORMCTL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PLATFORMCTL_STATE", raising=False)
+    store = open_store()
+    assert isinstance(store, SQLiteStore) and store.path == tmp_path / "home" / "state.db"
+    store.append("x", {})
+    conn_mode = store._conn().execute("PRAGMA journal_mode").fetchone()[0]
+    assert conn_mode == "wal"
+    monkeypatch.setenv("PLATFORMCTL_STATE", f"sqlite:///{tmp_path / 'env.db'}")
+    assert isinstance(open_store(), SQLiteStore) and open_store().path == tmp_path / "env.db"
+
+
+def test_dynamodb_store_is_named_by_its_table(aws_env: dict[str, str]) -> None:
+    create_table("named")
+    store = open_store("dynamodb://named")
+    assert isinstance(store, DynamoDBStore) and store.table == "named" and store.location == "dynamodb://named"

@@ -1,0 +1,76 @@
+"""A simulated cluster whose pools stand in for auto scaling groups, workloads on it, and a rotation run on it.
+
+The executor runs against ``SimulatedCluster`` through the cluster interface and against its pools
+through ``SimulatedNodeGroups`` (the second implementation of the node-group seam), with the real
+journal in a SQLite store; what happened is read from the simulator's event log.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from platformctl.cluster import simulator as sim_events
+from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
+from platformctl.cluster.model import ANNOTATION_START_SECONDS, Container, Pod, PodDisruptionBudget, Resources
+from platformctl.cluster.selectors import IntOrPercent, LabelSelector
+from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.nodegroups.simulated import SimulatedNodeGroups
+from platformctl.state.sqlite import SQLiteStore
+from upgrade_service.execute import Executor, Options, Outcome, Target
+from upgrade_service.policy import parse_policy
+
+OLD, NEW = "ami-0old", "ami-0new"
+MIB = 1024**2
+
+
+def cluster(pools: dict[str, int] | None = None, boot: float = 120.0, max_size: int | None = None,
+            zone: str = "us-east-1a") -> SimulatedCluster:
+    sim = SimulatedCluster("test")
+    for name, count in (pools or {"general": 4}).items():
+        sim.add_pool(NodePoolSpec(name, zone, "m6i.2xlarge", OLD, count, boot, "general", {}, (), zone[:-1], max_size))
+    return sim
+
+
+def service(sim: SimulatedCluster, name: str, replicas: int, *, ns: str = "app", min_available: int | None = None,
+            start: float = 10, grace: int = 30, cpu: int = 500, annotations: dict[str, str] | None = None,
+            node_selector: dict[str, str] | None = None, kind: str = "ReplicaSet") -> None:
+    requests = Resources(cpu, 256 * MIB)
+    template = Pod(ns, name, "", labels={"app": name}, annotations={ANNOTATION_START_SECONDS: str(start), **(annotations or {})},
+                   containers=(Container("main", "img", requests),), requests=requests, grace_seconds=grace,
+                   node_selector=node_selector or {})
+    sim.create_workload(kind, template, replicas)
+    if min_available is not None:
+        selector = LabelSelector.parse({"matchLabels": {"app": name}}, "selector", None)
+        sim.create_pdb(PodDisruptionBudget(ns, name, f"pdb-{name}", selector, min_available=IntOrPercent(min_available)))
+
+
+def new_image(sim: SimulatedCluster, image: str = NEW) -> None:
+    """What `stage deploy` does to a group: new instances boot ``image`` from now on."""
+    for pool in sim.pool_names():
+        sim.set_pool_image(pool, image)
+
+
+def executor(sim: SimulatedCluster, tmp_path: Path, policy: dict[str, Any] | None = None, **options: Any) -> Executor:
+    store = SQLiteStore(tmp_path / "state.db")
+    return Executor(Target("test", sim, SimulatedNodeGroups(sim)), parse_policy(policy or {}, "policy.yaml"), store,
+                    Options(**options))
+
+
+def rotate(sim: SimulatedCluster, tmp_path: Path, policy: dict[str, Any] | None = None, **options: Any) -> Outcome:
+    return executor(sim, tmp_path, policy, **options).run()
+
+
+def harm(sim: SimulatedCluster) -> dict[str, Any]:
+    """What the event log says was done to applications: evictions that broke a budget, pods lost with
+    their node, and pods deleted without the eviction API."""
+    return {"violations": eviction_budget_violations(sim.events), "lost": lost_pods(sim.events),
+            "deleted": [e.name for e in sim.events if e.kind == sim_events.POD_TERMINATING]}
+
+
+def events(sim: SimulatedCluster) -> Counter[str]:
+    return Counter(e.kind for e in sim.events)
+
+
+NO_HARM = {"violations": [], "lost": [], "deleted": []}

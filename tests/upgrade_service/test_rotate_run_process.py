@@ -1,0 +1,275 @@
+"""``platformctl rotate run`` as a scheduled job runs it: a separate process against the local region server.
+
+The region (``local up``) is a separate process too. Each test moves the stage onto new images the
+way an operator does — change a manifest, ``ami build``, ``stage deploy`` — and then checks what the
+rotation did from the outside only: nodes through the Kubernetes API, groups and their launch
+templates through AWS (the region's moto), the simulator's event log and the region's record of
+AWS calls through the server's control endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import sqlite3
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from ami.manifest import MANIFEST_DIR
+from platformctl.cluster.live import LiveCluster
+from platformctl.topology import load_stage
+from tests.process import run, start
+
+STAGE = load_stage("dev")
+CLUSTERS = [c.name for c in STAGE.clusters()]
+TAINT_KEY = "platformctl.io/rotation"
+LEASE = "2"  # seconds: a killed run's lease is taken over this soon
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("home")
+    info = json.loads(run(home, "local", "up", "--stage", "dev", "-o", "json").stdout)
+    info["home"] = home
+    info["manifests"] = home / "manifests"
+    MANIFEST_DIR_COPY = info["manifests"]
+    MANIFEST_DIR_COPY.mkdir()
+    for path in MANIFEST_DIR.glob("*.yaml"):
+        (MANIFEST_DIR_COPY / path.name).write_text(path.read_text())
+    policy = home / "policy.yaml"
+    policy.write_text("maxInFlight: 3\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")
+    info["policy"] = str(policy)
+    info["groups"] = desired(info)
+    yield info
+    run(home, "local", "down", check=False)
+
+
+def get(region: dict[str, Any], path: str) -> Any:
+    with urllib.request.urlopen(f"{region['kubernetes_endpoint']}{path}", timeout=30) as response:
+        return json.loads(response.read())
+
+
+def asg(region: dict[str, Any]) -> Any:
+    return boto3.client("autoscaling", endpoint_url=region["aws_endpoint"], region_name=region["region"],
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+def desired(region: dict[str, Any]) -> dict[str, int]:
+    groups = asg(region).describe_auto_scaling_groups()["AutoScalingGroups"]
+    return {g["AutoScalingGroupName"]: g["DesiredCapacity"] for g in groups}
+
+
+def new_images(region: dict[str, Any], version: str) -> dict[str, str]:
+    """An operator's change: a new base image version (everything inherits it), built and deployed to dev."""
+    base = region["manifests"] / "base.yaml"
+    text = base.read_text()
+    current = next(line for line in text.splitlines() if line.startswith("version:"))
+    base.write_text(text.replace(current, f"version: {version}", 1))
+    for name in ("general", "ml", "custom"):  # each child gets a new version of its own as well
+        path = region["manifests"] / f"{name}.yaml"
+        lines = path.read_text().splitlines()
+        i = next(i for i, line in enumerate(lines) if line.startswith("version:"))
+        major, minor, patch = lines[i].split(":", 1)[1].strip().split(".")
+        lines[i] = f"version: {major}.{minor}.{int(patch) + 1}"
+        path.write_text("\n".join(lines) + "\n")
+    run(region["home"], "ami", "build", "--manifests", str(region["manifests"]))
+    deployed = json.loads(run(region["home"], "stage", "deploy", "--stage", "dev", "-o", "json").stdout)
+    assert deployed["summary"].get("update") == 7  # one new launch template version per pool
+    return deployed["images"]
+
+
+def rotate(region: dict[str, Any], *args: str, env: dict[str, str] | None = None, check: bool = False) -> Any:
+    return run(region["home"], "rotate", "run", "--stage", "dev", "--policy", region["policy"], "--lease-ttl", LEASE,
+               *args, env=env, check=check, timeout=600)
+
+
+def world(region: dict[str, Any]) -> dict[str, Any]:
+    """The region as its users see it, from outside."""
+    nodes = {c: LiveCluster.from_kubeconfig(region["kubeconfig"], context=c).list_nodes() for c in CLUSTERS}
+    invariants = {c: get(region, f"/platformctl/v1/clusters/{c}/invariants") for c in CLUSTERS}
+    terminated = Counter(call["params"]["InstanceId"] for call in
+                         get(region, "/platformctl/v1/aws-calls?action=TerminateInstanceInAutoScalingGroup")["calls"])
+    return {"nodes": nodes, "invariants": invariants, "terminated": terminated, "desired": desired(region)}
+
+
+def assert_rotated_without_harm(region: dict[str, Any], images: dict[str, str], before: dict[str, Any]) -> None:
+    after = world(region)
+    for cluster, nodes in after["nodes"].items():
+        for node in nodes:
+            pool = node.labels["eks.amazonaws.com/nodegroup"]
+            assert node.image == images[f"{cluster}/{pool}"], f"{cluster} {node.name} still runs {node.image}"
+            assert not node.unschedulable, f"{node.name} left cordoned"
+            assert all(t.key != TAINT_KEY for t in node.taints), f"{node.name} left tainted"
+        report = after["invariants"][cluster]
+        assert report["budget_violations"] == [] and report["lost_pods"] == []
+        assert report["deleted_without_eviction"] == []
+    assert after["desired"] == region["groups"]  # surged capacity given back
+    old = {n.instance_id for nodes in before["nodes"].values() for n in nodes}
+    newly = after["terminated"] - before["terminated"]
+    assert set(newly) == old  # every old instance terminated
+    assert max(after["terminated"].values()) == 1  # and none of them twice, ever
+
+
+def test_a_stage_rotation_moves_every_node_onto_its_template_with_no_harm_and_one_run_at_a_time(region: dict[str, Any]) -> None:
+    images = new_images(region, "1.5.0")
+    before = world(region)
+    # The scheduled job and an operator start a rotation at the same moment: exactly one goes ahead.
+    runs = [start(region["home"], "rotate", "run", "--stage", "dev", "--policy", region["policy"], "--lease-ttl", LEASE,
+                  "-o", "json") for _ in range(2)]
+    done = sorted(((p.wait(timeout=600), p.communicate()) for p in runs), key=lambda r: r[0])
+    assert [code for code, _ in done] == [0, 3], [err for _, (_, err) in done]
+    out = done[0][1][0]
+    assert "another rotation of dev-usw2a-01 is running" in json.loads(done[1][1][0])["clusters"][0]["reason"]
+    assert_rotated_without_harm(region, images, before)
+    result = json.loads(out)
+    assert [c["status"] for c in result["clusters"]] == ["done"] * 3
+    # One zone at a time, the host cluster last: each cluster's first wave starts after the one before finished.
+    order = [c["cluster"] for c in result["clusters"]]
+    assert order == ["dev-usw2a-01", "dev-usw2b-01", "dev-usw2-host"]
+    status = json.loads(run(region["home"], "rotate", "status", "--stage", "dev", "-o", "json").stdout)
+    by_name = {c["cluster"]: c for c in status["clusters"]}
+    assert all(by_name[c]["status"] == "done" and by_name[c]["lease"] is None for c in CLUSTERS)
+    spans = [(by_name[c]["waves"][0]["started"], by_name[c]["waves"][-1]["finished_at"]) for c in order]
+    assert spans[0][1] <= spans[1][0] and spans[1][1] <= spans[2][0]
+    assert sum(by_name[c]["nodes_rotated"] for c in CLUSTERS) == sum(len(v) for v in before["nodes"].values())
+
+
+# Where a crash test kills `rotate run` (SIGKILL, at a named failpoint), in the order a run meets them:
+# every phase of a wave, right after each kind of call, and inside each wait.
+FAILPOINTS = [
+    "intent:taint#2", "call:cordon#1", "intent:set-desired#1", "call:set-desired#1", "phase:surged#1",
+    "wait:new-nodes#2", "phase:new-nodes-ready#1", "intent:evict#1", "call:evict#3", "wait:drain#2", "drained#1",
+    "phase:drain-done#1", "intent:terminate#1", "call:terminate#1", "call:terminate#2", "phase:terminated#1",
+    "wait:new-nodes#3", "wait:pods#1", "phase:pods-ready#1", "wave-finished#1", "call:cordon#3", "intent:terminate#3",
+    "call:untaint#1",
+]
+
+
+def test_a_rotation_killed_at_any_moment_resumes_and_still_does_no_harm(region: dict[str, Any]) -> None:
+    images = new_images(region, "1.6.0")
+    before = world(region)
+    kills = 0
+    where: Counter[str] = Counter()  # the journal's last word when each kill landed
+    state = Path(region["home"]) / "state.db"
+    for point in FAILPOINTS:
+        result = rotate(region, env={"PLATFORMCTL_FAILPOINT": point})
+        if result.returncode == -signal.SIGKILL:
+            kills += 1
+            where[_last_word(state)] += 1
+        else:
+            assert result.returncode in (0, 3), result.stderr
+        time.sleep(float(LEASE) + 0.3)  # the dead run's lease runs out
+    # And a few kills at moments nobody chose: a timer, not a failpoint.
+    rng = random.Random(4)
+    for _ in range(4):
+        proc = start(region["home"], "rotate", "run", "--stage", "dev", "--policy", region["policy"], "--lease-ttl", LEASE)
+        time.sleep(rng.uniform(1.5, 4.0))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+            proc.communicate(timeout=60)
+            where[_last_word(state)] += 1
+        else:
+            proc.communicate(timeout=60)
+        time.sleep(float(LEASE) + 0.3)
+    final = rotate(region, "-o", "json")
+    assert final.returncode == 0, final.stderr
+    assert kills >= 20
+    # Spread over every phase: after a cordon, mid-drain, right after a termination call, waiting for new nodes.
+    assert {"intent terminate", "intent set-desired", "intent evict", "phase surged", "phase drain-done",
+            "phase terminated"} <= set(where), where
+    assert len(where) >= 10, where
+    assert_rotated_without_harm(region, images, before)
+
+
+def _last_word(db: Path) -> str:
+    """The newest record of any rotation journal: where the run was when it died."""
+    with sqlite3.connect(db) as conn:
+        (data,) = conn.execute("SELECT data FROM records WHERE stream LIKE 'rotation/%' ORDER BY time DESC LIMIT 1").fetchone()
+    d = json.loads(data)
+    return f"{d['kind']} {d.get('op') or d.get('phase') or ''}".strip()
+
+
+def test_pause_resume_and_abort_work_from_other_processes(region: dict[str, Any]) -> None:
+    images = new_images(region, "1.7.0")
+    before = world(region)
+    home = region["home"]
+    running = start(home, "rotate", "run", "--stage", "dev", "--policy", region["policy"], "-o", "json")
+    _wait_for(home, lambda status: status["dev-usw2a-01"].get("waves"))
+    run(home, "rotate", "pause", "--stage", "dev", "--reason", "checking a dashboard")
+    out, err = running.communicate(timeout=600)
+    assert running.returncode == 4, err
+    # The first zone's cluster stopped after the wave it was in; the rest of the stage never started.
+    assert [(c["cluster"], c["status"]) for c in json.loads(out)["clusters"]] == [("dev-usw2a-01", "paused")]
+    status = json.loads(run(home, "rotate", "status", "--stage", "dev", "-o", "json").stdout)
+    assert {c["cluster"]: c["paused"]["reason"] for c in status["clusters"]} == dict.fromkeys(CLUSTERS, "checking a dashboard")
+    assert rotate(region).returncode == 4  # the scheduled job does not override a pause
+    run(home, "rotate", "resume", "--stage", "dev")
+    again = run(home, "rotate", "resume", "--stage", "dev", check=False)
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "nothing is paused" in again.stderr
+    # Go on, then abort from another process mid-way: what the run held is given back.
+    running = start(home, "rotate", "run", "--stage", "dev", "--policy", region["policy"], "-o", "json")
+    _wait_for(home, lambda status: len(status["dev-usw2a-01"].get("waves") or []) >= 2)
+    run(home, "rotate", "abort", "--stage", "dev", "--reason", "wrong image")
+    out, err = running.communicate(timeout=600)
+    assert running.returncode == 1, err
+    aborted = json.loads(out)["clusters"]
+    assert [(c["cluster"], c["status"]) for c in aborted] == [("dev-usw2a-01", "aborted")]
+    assert aborted[0]["reason"].endswith("wrong image")
+    nodes = LiveCluster.from_kubeconfig(region["kubeconfig"], context="dev-usw2a-01").list_nodes()
+    assert not any(n.unschedulable or any(t.key == TAINT_KEY for t in n.taints) for n in nodes)
+    nothing = run(home, "rotate", "abort", "--context", "dev-usw2a-01", check=False)
+    assert nothing.returncode == 2 and "no rotation is in progress" in nothing.stderr
+    # A new run finishes the job.
+    assert rotate(region).returncode == 0
+    assert_rotated_without_harm(region, images, before)
+
+
+def _wait_for(home: Path, condition: Any, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = json.loads(run(home, "rotate", "status", "--stage", "dev", "-o", "json").stdout)
+        if condition({c["cluster"]: c for c in status["clusters"]}):
+            return
+        time.sleep(0.2)
+    raise AssertionError("the rotation never got there")
+
+
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(region: dict[str, Any], tmp_path: Path) -> None:
+    home = region["home"]
+    state = tmp_path / "state.db"
+    bad_policy = tmp_path / "bad.yaml"
+    bad_policy.write_text("maxInFlight: 0\n")
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("targets: {general: ami-0typo}\n")
+    unreachable = tmp_path / "kubeconfig"
+    unreachable.write_text(Path(region["kubeconfig"]).read_text().replace(region["kubernetes_endpoint"], "http://127.0.0.1:9"))
+    before = world(region)
+    cases = [
+        (["rotate", "run", "--context", "dev-usw2a-01", "--policy", str(bad_policy)], "bad.yaml: maxInFlight"),
+        (["rotate", "run", "--context", "dev-usw2z-99", "--policy", region["policy"]], "dev-usw2z-99"),
+        (["rotate", "run", "--context", "dev-usw2a-01", "--kubeconfig", str(unreachable), "--policy", region["policy"]],
+         "cannot reach the Kubernetes API at http://127.0.0.1:9"),
+        (["rotate", "run", "--context", "dev-usw2a-01", "--policy", region["policy"], "--state", str(tmp_path / "no" / "s.db")],
+         "folder"),
+        (["rotate", "run", "--context", "dev-usw2a-01", "--policy", str(typo), "--state", str(state)],
+         "typo.yaml: targets.general: pool general should run ami-0typo"),
+        (["rotate", "resume", "--context", "dev-usw2a-01", "--state", str(state)], "nothing is paused"),
+        (["rotate", "run", "--policy", region["policy"]], "give exactly one of --context NAME or --stage NAME"),
+    ]
+    for args, message in cases:
+        result = run(home, *args, check=False)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.count("\n") == 1 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    after = world(region)
+    assert after["terminated"] == before["terminated"] and after["desired"] == before["desired"]
+    assert all(not n.unschedulable for nodes in after["nodes"].values() for n in nodes)
+    assert not state.exists() or sqlite3.connect(state).execute("SELECT count(*) FROM records").fetchone() == (0,)

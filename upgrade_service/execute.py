@@ -1,0 +1,656 @@
+"""The rotation executor: carries a rotation out, wave by wave, durably. It acts; the planner plans.
+
+``Executor.run`` rotates one cluster. Each turn it reads the cluster, resolves what every pool
+should run (the policy's ``targets``, or with none what each node's auto scaling group's launch
+template boots now), plans what is left with ``plan_cluster`` (reality drifts: nodes fail, pods
+move, budgets change), asks the health gate, paces itself under ``maxMutationsPerMinute``, and
+carries out the first wave of that plan:
+
+1. cordon every node of the wave (evicted pods never land on a node about to go); outdated nodes
+   also carry a ``PreferNoSchedule`` taint from the start of the run, so evicted pods prefer
+   current nodes;
+2. ``surge``: raise each group's desired capacity by its share of the wave (within its max) and
+   wait until that many new nodes are Ready on the target image;
+3. drain through the eviction API only (``WaveDrain``);
+4. terminate the drained nodes' instances: the surged share with a capacity decrement, the rest
+   without, so the group launches their replacements from its current template (``replace`` is
+   all of the latter), and wait until the replacements are Ready;
+5. wait until the evicted pods' workloads are Ready again, and for the one-at-a-time workloads'
+   settle time.
+
+Every side effect is journalled before and after (``upgrade_service.journal``); a run killed at any
+moment and started again folds the journal, settles the side effects it never confirmed by looking
+at the world (an instance is terminated again only if it is still in service), and finishes the wave
+it was in. It starts no new wave — and says why — when new nodes do not turn Ready, when more than
+``maxFailedNodes`` nodes failed, when evicted pods do not come back, or when the gate says stop;
+it paces instead of failing when the next wave would break the mutation SLO. ``rotate pause``,
+``resume`` and ``abort`` reach it through the journal.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from platformctl.cluster.drain import drain_blocks_on
+from platformctl.cluster.interface import Cluster
+from platformctl.cluster.model import Node, Pod, Snapshot, Taint
+from platformctl import failpoints
+from platformctl.errors import NotFoundError, PlatformError
+from platformctl.nodegroups import NodeGroups
+from platformctl.state import LeaseHeld, LeaseLost, StateStore
+from platformctl.state.lease import LeaseKeeper
+from upgrade_service import journal as j
+from upgrade_service.gate import Verdict, ask
+from upgrade_service.journal import Journal, RunState, WaveState
+from upgrade_service.pacing import MutationPacer
+from upgrade_service.plan import RotationPlan, Wave, plan_cluster
+from upgrade_service.policy import RotationPolicy
+from upgrade_service.report import build_report
+from upgrade_service.targets import resolve as resolve_targets
+from upgrade_service.wave_drain import DrainStatus, WaveDrain
+
+TAINT = Taint("platformctl.io/rotation", "outdated", "PreferNoSchedule")
+SCALABLE = ("ReplicaSet", "StatefulSet")
+
+# Exit codes of `rotate run`, documented in the README.
+EXIT_DONE, EXIT_HALTED, EXIT_BAD_INPUT, EXIT_LEASE_HELD, EXIT_PAUSED = 0, 1, 2, 3, 4
+
+
+@dataclass
+class Target:
+    """One cluster to rotate and the owner of its instances."""
+
+    name: str
+    cluster: Cluster
+    groups: NodeGroups
+
+
+@dataclass(frozen=True)
+class Options:
+    poll_seconds: float = 5.0
+    lease_ttl: float = 60.0
+    gate_poll_seconds: float = 30.0
+    stage: str | None = None
+
+
+@dataclass
+class Progress:
+    """What the live display shows for one cluster."""
+
+    cluster: str
+    phase: str = "starting"
+    wave: int = 0
+    waves: int = 0
+    in_flight: list[str] = field(default_factory=list)
+    drain: DrainStatus | None = None
+    message: str = ""
+
+
+@dataclass
+class Outcome:
+    cluster: str
+    status: str  # done | incomplete | halted | paused | aborted | lease-held | lost-lease
+    exit_code: int
+    reason: str
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "status": self.status, "exit_code": self.exit_code, "reason": self.reason,
+                "report": self.report}
+
+
+class Halt(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class Aborted(Exception):
+    pass
+
+
+@dataclass
+class ClusterRead:
+    """The cluster as read for one turn, with each node's instance and group."""
+
+    nodes: list[Node]
+    pods: list[Pod]
+    snapshot: Snapshot
+    targets: dict[str, str]
+    group_of: dict[str, str]  # node -> auto scaling group
+    unmanaged: list[str]  # outdated nodes no group owns: cannot be replaced
+    warnings: list[str]
+
+
+class Executor:
+    def __init__(self, target: Target, policy: RotationPolicy, store: StateStore, options: Options,
+                 keeper: LeaseKeeper | None = None, progress: Callable[[Progress], None] | None = None) -> None:
+        self.target = target
+        self.cluster = target.cluster
+        self.groups = target.groups
+        self.policy = policy
+        self.store = store
+        self.options = options
+        self.keeper = keeper
+        self.clock = target.cluster.clock
+        self.journal = Journal(store, target.name, self.clock)
+        self.pacer = MutationPacer(policy.max_mutations_per_minute, self.clock)
+        self._group_cache: dict[str, str] = {}  # instance id -> group
+        self._progress = progress
+        self.view = Progress(target.name)
+        self.gate_verdict: Verdict | None = None
+
+    # ---------------------------------------------------------------- small helpers
+
+    @property
+    def state(self) -> RunState:
+        return self.journal.state
+
+    def _show(self, phase: str | None = None, message: str | None = None, drain: DrainStatus | None = None) -> None:
+        if phase is not None:
+            self.view.phase = phase
+        if message is not None:
+            self.view.message = message
+        self.view.drain = drain
+        if self._progress is not None:
+            self._progress(self.view)
+
+    def _check(self) -> None:
+        """Before every side effect: still ours to act on, and not aborted."""
+        if self.keeper is not None:
+            self.keeper.check()
+        state = self.journal.refresh()
+        if state.abort is not None:
+            raise Aborted()
+
+    def _op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
+        """One side effect, journalled before and after."""
+        self._check()
+        key = self.journal.intent(op, **args)
+        failpoints.hit(f"intent:{op}")
+        try:
+            result = action()
+        except NotFoundError as exc:
+            self.journal.done(key, ok=False, error=str(exc))
+            raise
+        failpoints.hit(f"call:{op}")
+        self.journal.done(key)
+        return result
+
+    def _mutate(self) -> None:
+        self.pacer.take()
+
+    # ---------------------------------------------------------------- reading the cluster
+
+    def _groups_of(self, nodes: Sequence[Node]) -> dict[str, str]:
+        unknown = [n.instance_id for n in nodes if n.instance_id and n.instance_id not in self._group_cache]
+        if unknown:
+            for instance_id, inst in self.groups.instances(unknown).items():
+                self._group_cache[instance_id] = inst.group
+        return {n.name: self._group_cache[n.instance_id] for n in nodes if n.instance_id in self._group_cache}
+
+    def read(self, first: bool = False) -> ClusterRead:
+        """The cluster for planning: the nodes this run still has to deal with, and what each pool should run."""
+        state = self.state
+        policy = self.policy
+        nodes = self.cluster.list_nodes()
+        gone = state.terminated
+        nodes = [n for n in nodes if n.instance_id not in gone and n.name not in state.failed]
+        pods = self.cluster.list_pods()
+        pdbs = self.cluster.list_pdbs()
+        group_of = self._groups_of(nodes)
+        images = {g: self.groups.describe(g).image for g in sorted(set(group_of.values()))}
+        resolved = resolve_targets(policy, nodes, group_of, images)
+        for pool, message in resolved.mismatches.items():
+            if first:
+                raise PlatformError(message, file=policy.source, field=f"targets.{pool}")
+            raise Halt("target-mismatch", message)
+        targets, warnings = resolved.images, resolved.warnings
+        unmanaged = []
+        keep = []
+        for node in nodes:
+            pool = node.labels.get(policy.pool_label)
+            outdated = pool in targets and node.labels.get(policy.image_label) != targets[pool]
+            if outdated and node.name not in group_of:
+                unmanaged.append(node.name)
+                continue
+            keep.append(node)
+        snapshot = Snapshot(tuple(keep), tuple(pods), tuple(pdbs), source=f"cluster {self.target.name}")
+        return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings)
+
+    def plan(self, read: ClusterRead) -> RotationPlan:
+        return plan_cluster(read.snapshot, self.policy.with_targets(read.targets), self.clock.now(), cluster=self.target.name)
+
+    # ---------------------------------------------------------------- the run
+
+    def run(self) -> Outcome:
+        state = self.journal.refresh()
+        if state.paused is not None:
+            p = state.paused
+            return self._outcome("paused", EXIT_PAUSED, f"rotations of {self.target.name} are paused by {p.get('by')}"
+                                 f"{': ' + p['reason'] if p.get('reason') else ''}; `platformctl rotate resume` lets them go on")
+        holder = self.keeper.holder if self.keeper else "local"
+        if state.open and state.abort is not None:
+            return self._abort()
+        first = not state.open
+        read = self.read(first=True)  # a policy that cannot work fails here, before anything is touched
+        if first:
+            run_id = f"{self.target.name}-{int(self.clock.now())}"
+            # Capacity an earlier run added and never gave back (it was aborted, or a node failed) is spent first.
+            inherited = {g: n for g, n in state.capacity.items() if n > 0}
+            self.journal.write(j.RUN_STARTED, run=run_id, holder=holder, inherited=inherited, policy=self.policy.source,
+                               strategy=self.policy.strategy, targets=read.targets or None,
+                               follows_launch_templates=self.policy.follows_launch_templates, stage=self.options.stage)
+        else:
+            self.journal.write(j.RUN_CONTINUED, holder=holder, after=state.status)
+        try:
+            self._settle_unconfirmed()
+            wave = self.state.current_wave
+            if wave is not None:
+                self._show("resuming", f"resuming wave {wave.number}")
+                self._run_wave(wave)
+            while True:
+                self._check()
+                if self.state.paused is not None:
+                    self.journal.write(j.PAUSED, by=self.state.paused.get("by"))
+                    return self._outcome("paused", EXIT_PAUSED, f"paused by {self.state.paused.get('by')} after wave "
+                                         f"{len(self.state.waves)}; `platformctl rotate resume` lets it go on")
+                if len(self.state.failed) > self.policy.max_failed_nodes:
+                    raise Halt("circuit-breaker", f"{len(self.state.failed)} nodes failed, more than maxFailedNodes "
+                               f"{self.policy.max_failed_nodes}: " + "; ".join(f"{n}: {r}" for n, r in sorted(self.state.failed.items())[:3]))
+                read = self.read()
+                plan = self.plan(read)
+                self._record_plan(plan, read)
+                self._taint_outdated(plan)
+                if not plan.waves:
+                    return self._finish(plan, read)
+                self.view.waves = len(self.state.waves) + len(plan.waves)
+                self._gate(plan.waves[0])
+                self._pace(plan.waves[0], read)
+                self._run_wave(self._start_wave(plan.waves[0], plan, read))
+        except Halt as halt:
+            self.journal.write(j.HALTED, reason=halt.reason, detail=halt.detail)
+            self._show("halted", halt.detail)
+            return self._outcome("halted", EXIT_HALTED, halt.detail)
+        except Aborted:
+            return self._abort()
+        except LeaseLost as exc:
+            return Outcome(self.target.name, "lost-lease", EXIT_HALTED, f"stopped: {exc} (another run took over after its TTL)")
+
+    def _outcome(self, status: str, code: int, reason: str) -> Outcome:
+        return Outcome(self.target.name, status, code, reason, build_report(self.journal.refresh()))
+
+    def _record_plan(self, plan: RotationPlan, read: ClusterRead) -> None:
+        self.journal.write(j.PLAN, waves=len(plan.waves), nodes=sum(len(w.nodes) for w in plan.waves),
+                           estimated_seconds=plan.estimated_seconds, targets=read.targets,
+                           first_wave=list(plan.waves[0].nodes) if plan.waves else [],
+                           blocked=[b.to_dict() for b in plan.blocked[:100]], unmanaged=read.unmanaged[:100],
+                           warnings=(read.warnings + plan.warnings)[:20])
+
+    def _settle_unconfirmed(self) -> None:
+        """Side effects a killed run started but never confirmed: look at the world and record what happened."""
+        for key, intent in list(self.state.pending.items()):
+            if intent["op"] == "terminate":
+                found = self.groups.instances([intent["instance"]]).get(intent["instance"])
+                happened = found is None or found.leaving
+                self.journal.done(key, ok=happened, recovered=True,
+                                  result="instance already terminating or gone" if happened else "call never took effect")
+            elif intent["op"] == "set-desired":
+                happened = self.groups.describe(intent["group"]).desired >= int(intent["desired"])
+                self.journal.done(key, ok=happened, recovered=True,
+                                  result="capacity already raised" if happened else "call never took effect")
+            else:
+                # Cordons, taints, capacity changes and evictions are redone (or found done) by the steps that
+                # follow; closing the intent keeps the journal's pairs whole.
+                self.journal.done(key, ok=False, recovered=True, result="interrupted; the step is redone if still needed")
+
+    def _taint_outdated(self, plan: RotationPlan) -> None:
+        outdated = {n for w in plan.waves for n in w.nodes} | {b.node for b in plan.blocked}
+        for name in sorted(outdated - self.state.tainted):
+            try:
+                node = self.cluster.get_node(name)
+            except NotFoundError:
+                continue
+            if TAINT in node.taints:
+                continue
+            self._mutate()
+            self._op("taint", lambda n=name: self.cluster.taint(n, TAINT), node=name)
+
+    # ---------------------------------------------------------------- gate and pacing
+
+    def _gate(self, wave: Wave) -> None:
+        gate = self.policy.health_gate
+        if gate is None:
+            return
+        number = len(self.state.waves) + 1
+        context = {"cluster": self.target.name, "wave": str(number), "stage": self.options.stage or ""}
+        deadline = self.clock.now() + self.policy.gate_timeout_seconds
+        while True:
+            self._check()
+            self._show("gate", "asking the health gate")
+            verdict = ask(gate, context)
+            self.gate_verdict = verdict
+            if verdict.verdict == "pass":
+                return
+            if verdict.verdict == "fail":
+                raise Halt("gate-fail", f"the health gate says fail before wave {number}: {verdict.reason}")
+            if self.clock.now() >= deadline:
+                raise Halt("gate-inconclusive", f"the health gate stayed inconclusive for gateTimeoutSeconds "
+                           f"{self.policy.gate_timeout_seconds} before wave {number}: {verdict.reason}")
+            self._show("gate", f"health gate inconclusive ({verdict.reason}); asking again")
+            self.clock.sleep(min(self.options.gate_poll_seconds, max(deadline - self.clock.now(), 0.0)))
+
+    def _pace(self, wave: Wave, read: ClusterRead) -> None:
+        nodes = set(wave.nodes)
+        evictions = sum(1 for p in read.pods if p.node_name in nodes and drain_blocks_on(p))
+        calls = evictions + 2 * len(nodes)  # evictions, cordons, and their eventual untaint or uncordon
+        waited = self.pacer.wait_for(calls)
+        if waited > 0:
+            self._show("pacing", f"waited {waited:.0f} s so that wave's ~{calls} mutating calls stay under "
+                       f"maxMutationsPerMinute {self.policy.max_mutations_per_minute}")
+
+    # ---------------------------------------------------------------- one wave
+
+    def _start_wave(self, wave: Wave, plan: RotationPlan, read: ClusterRead) -> WaveState:
+        number = len(self.state.waves) + 1
+        nodes = list(wave.nodes)
+        by_name = {n.name: n for n in read.nodes}
+        groups: dict[str, dict[str, Any]] = {}
+        decrement: dict[str, bool] = {}
+        for g in sorted({read.group_of[n] for n in nodes}):
+            gs = self.groups.describe(g)
+            members = [n for n in nodes if read.group_of[n] == g]
+            # Capacity added earlier and not given back stands in for this wave's nodes first, except what
+            # stands in for nodes of this run that failed to drain (they still hold their slot, cordoned).
+            standing_in = sum(1 for w in self.state.waves.values() for n in w.failed
+                              if n in w.started["decrement"] and any(n in gi["nodes"] for h, gi in w.started["groups"].items() if h == g))
+            absorb = min(max(self.state.capacity.get(g, 0) - standing_in, 0), len(members))
+            surge = min(len(members) - absorb, max(gs.max_size - gs.desired, 0)) if self.policy.strategy == "surge" else 0
+            pool = by_name[members[0]].labels.get(self.policy.pool_label, "")
+            groups[g] = {"desired": gs.desired, "max": gs.max_size, "members": list(gs.instances), "nodes": members,
+                         "surge": surge, "absorb": absorb, "image": read.targets.get(pool)}
+            for i, n in enumerate(members):
+                decrement[n] = i < surge + absorb
+        # Each evicted pod's workload must be as Ready after the wave as before it.
+        owners: dict[str, dict[str, Any]] = {}
+        moving = [p for p in read.pods if p.node_name in set(nodes) and drain_blocks_on(p) and p.owner is not None
+                  and p.owner.kind in SCALABLE]
+        uids = {p.owner.uid for p in moving if p.owner}
+        ready = Counter(p.owner.uid for p in read.pods if p.owner is not None and p.owner.uid in uids and p.ready
+                        and not p.terminating)
+        for p in moving:
+            assert p.owner is not None
+            owners[p.owner.uid] = {"namespace": p.namespace, "owner": f"{p.owner.kind} {p.namespace}/{p.owner.name}",
+                                   "ready": ready[p.owner.uid]}
+        self.journal.write(j.WAVE_STARTED, wave=number, nodes=nodes, instances={n: by_name[n].instance_id for n in nodes},
+                           groups=groups, decrement=decrement, owners=owners, estimated_seconds=wave.estimated_seconds,
+                           estimate=wave.to_dict()["estimate"], zone=wave.segment.zone or None,
+                           pools=list(wave.segment.pools), reasons=list(wave.reasons[:6]))
+        return self.state.waves[number]
+
+    def _run_wave(self, wave: WaveState) -> None:
+        number = wave.number
+        info = wave.started
+        nodes: list[str] = list(info["nodes"])
+        self.view.wave = number
+        self.view.in_flight = nodes
+        # 1. cordon
+        self._show("cordon", f"wave {number}: cordoning {len(nodes)} nodes")
+        for name in nodes:
+            if name in wave.cordoned or info["instances"][name] in wave.terminated or name in wave.failed:
+                continue
+            self._mutate()
+            try:
+                self._op("cordon", lambda n=name: self.cluster.cordon(n), node=name, wave=number)
+            except NotFoundError:
+                continue  # the node went away by itself: its instance is gone too
+        # 2. surge
+        groups: dict[str, dict[str, Any]] = info["groups"]
+        if j.SURGED not in wave.phases:
+            for g, gi in groups.items():
+                if gi["surge"]:
+                    want = gi["desired"] + gi["surge"]
+                    current = self.groups.describe(g).desired
+                    if current < want:
+                        self._show("surge", f"wave {number}: raising {g} from {current} to {want}")
+                        self._op("set-desired", lambda g=g, want=want: self.groups.set_desired(g, want), group=g,
+                                 desired=want, before=current, wave=number)
+            self.journal.write(j.PHASE, wave=number, phase=j.SURGED)
+        if any(gi["surge"] for gi in groups.values()) and j.NEW_NODES_READY not in wave.phases:
+            missing = self._wait_new_nodes(wave, {g: gi["surge"] for g, gi in groups.items() if gi["surge"]})
+            if missing:
+                for name in nodes:  # nothing was drained: give the nodes back until the run goes on
+                    if name in wave.cordoned:
+                        self._mutate()
+                        self._op("uncordon", lambda n=name: self.cluster.cordon(n, False), node=name, wave=number)
+                raise Halt("new-node-not-ready", f"wave {number}: {missing}")
+            self.journal.write(j.PHASE, wave=number, phase=j.NEW_NODES_READY)
+        # 3. drain
+        if j.DRAIN_DONE not in wave.phases:
+            self._show("drain", f"wave {number}: draining {len(nodes)} nodes")
+            drain = WaveDrain(self.cluster, self.policy, self.journal, self.pacer, wave=number,
+                              poll_seconds=self.options.poll_seconds, check=self._check,
+                              progress=lambda status: self._show(drain=status))
+            todo = [n for n in nodes if n not in wave.drained and n not in wave.failed
+                    and info["instances"][n] not in wave.terminated]
+            outcome = drain.run(todo, self.policy.drain_timeout_seconds)
+            for name, why in outcome.failed.items():
+                self.journal.write(j.NODE_FAILED, wave=number, node=name, reason=why)
+            self.journal.write(j.PHASE, wave=number, phase=j.DRAIN_DONE, settle=outcome.settle_seconds,
+                               lowest_headroom=list(outcome.status.lowest_headroom) if outcome.status.lowest_headroom else None)
+        # 4. terminate
+        self._show("terminate", f"wave {number}: terminating drained nodes")
+        for name in nodes:
+            instance = info["instances"][name]
+            if name not in wave.drained or instance in wave.terminated or name in wave.failed:
+                continue
+            g = next(g for g, gi in groups.items() if name in gi["nodes"])
+            self._terminate(wave, name, instance, g, bool(info["decrement"][name]))
+        if j.TERMINATED not in wave.phases:
+            self.journal.write(j.PHASE, wave=number, phase=j.TERMINATED)
+        # 5. replacements, then the evicted pods, then settle
+        expected = {}
+        for g, gi in groups.items():
+            replaced = sum(1 for n in gi["nodes"] if info["instances"][n] in wave.terminated and not info["decrement"][n])
+            if gi["surge"] + replaced:
+                expected[g] = gi["surge"] + replaced
+        if expected and j.REPLACEMENTS_READY not in wave.phases:
+            missing = self._wait_new_nodes(wave, expected)
+            if missing:
+                raise Halt("new-node-not-ready", f"wave {number}: {missing}")
+            self.journal.write(j.PHASE, wave=number, phase=j.REPLACEMENTS_READY)
+        if j.PODS_READY not in wave.phases:
+            # A workload with pods still on a node that failed to drain cannot be whole while that node is
+            # held: the failure is what gets reported, not the workload.
+            held = set()
+            for name in wave.failed:
+                try:
+                    held |= {p.owner.uid for p in self.cluster.list_pods(node_name=name) if p.owner is not None}
+                except NotFoundError:
+                    continue
+            late = self._wait_pods_ready({uid: o for uid, o in info["owners"].items() if uid not in held})
+            if late:
+                raise Halt("pods-not-ready", f"wave {number}: evicted pods were not Ready again within "
+                           f"podReadyTimeoutSeconds {self.policy.pod_ready_timeout_seconds}: {late}")
+            self.journal.write(j.PHASE, wave=number, phase=j.PODS_READY)
+        drained_at = wave.phases.get(j.DRAIN_DONE) or {}
+        if j.SETTLED not in wave.phases:
+            settle = int(drained_at.get("settle") or 0)
+            remaining = settle - (self.clock.now() - drained_at.get("at", self.clock.now()))
+            if remaining > 0:
+                self._show("settle", f"wave {number}: letting one-at-a-time workloads settle for {remaining:.0f} s")
+                self.clock.sleep(remaining)
+            self.journal.write(j.PHASE, wave=number, phase=j.SETTLED)
+        self.journal.write(j.WAVE_FINISHED, wave=number, seconds=self.clock.now() - info["at"],
+                           estimated_seconds=info["estimated_seconds"], evictions=wave.evictions, refused=wave.refused,
+                           failed=dict(wave.failed), lowest_headroom=drained_at.get("lowest_headroom"))
+
+    def _terminate(self, wave: WaveState, node: str, instance: str, group: str, decrement: bool) -> None:
+        found = self.groups.instances([instance]).get(instance)
+        if found is None or found.leaving:
+            # Gone already (it failed, or a run before us terminated it): record it, never call twice.
+            key = self.journal.intent("terminate", node=node, instance=instance, group=group, decrement=decrement,
+                                      wave=wave.number)
+            self.journal.done(key, ok=True, not_called=True, result="already gone; not called again")
+            return
+        self._op("terminate", lambda: self.groups.terminate(instance, decrement), node=node, instance=instance,
+                 group=group, decrement=decrement, wave=wave.number)
+
+    def _wait_new_nodes(self, wave: WaveState, expected: dict[str, int]) -> str | None:
+        """Wait until each group has ``expected`` Ready nodes on its target image that were not its members
+        when the wave started. Returns what is missing after ``nodeReadyTimeoutSeconds``, or None."""
+        groups = wave.started["groups"]
+        deadline = self.clock.now() + self.policy.node_ready_timeout_seconds
+        self._show("boot", f"wave {wave.number}: waiting for " + ", ".join(f"{n} new node(s) in {g}" for g, n in expected.items()))
+        while True:
+            self._check()
+            nodes = self.cluster.list_nodes()
+            group_of = self._groups_of(nodes)
+            short = []
+            for g, want in expected.items():
+                before = set(groups[g]["members"])
+                image = groups[g]["image"]
+                new = [n for n in nodes if group_of.get(n.name) == g and n.instance_id not in before]
+                good = [n for n in new if n.ready and n.labels.get(self.policy.image_label) == image]
+                if len(good) < want:
+                    others = [f"{n.name} ({'Ready' if n.ready else 'NotReady'}, image {n.labels.get(self.policy.image_label)})"
+                              for n in new if n not in good]
+                    short.append(f"group {g}: {len(good)} of {want} new nodes Ready on {image}"
+                                 + (f"; also {', '.join(others[:3])}" if others else ""))
+            if not short:
+                return None
+            failpoints.hit("wait:new-nodes")
+            if self.clock.now() >= deadline:
+                return (f"new nodes not Ready on the target image within nodeReadyTimeoutSeconds "
+                        f"{self.policy.node_ready_timeout_seconds}: " + "; ".join(short))
+            self.clock.sleep(self.options.poll_seconds)
+
+    def _wait_pods_ready(self, owners: dict[str, dict[str, Any]]) -> str | None:
+        if not owners:
+            return None
+        deadline = self.clock.now() + self.policy.pod_ready_timeout_seconds
+        self._show("pods", f"waiting for the pods of {len(owners)} workloads to be Ready again")
+        while True:
+            self._check()
+            ready: Counter[str] = Counter()
+            for ns in sorted({o["namespace"] for o in owners.values()}):
+                for p in self.cluster.list_pods(namespace=ns):
+                    if p.owner is not None and p.owner.uid in owners and p.ready and not p.terminating:
+                        ready[p.owner.uid] += 1
+            short = [f"{o['owner']} has {ready[uid]} Ready of {o['ready']}" for uid, o in owners.items() if ready[uid] < o["ready"]]
+            if not short:
+                return None
+            failpoints.hit("wait:pods")
+            if self.clock.now() >= deadline:
+                return "; ".join(short[:5]) + (f" and {len(short) - 5} more" if len(short) > 5 else "")
+            self.clock.sleep(self.options.poll_seconds)
+
+    # ---------------------------------------------------------------- ending
+
+    def _untaint_all(self) -> None:
+        for name in sorted(self.state.tainted):
+            self._mutate()
+            try:
+                self._op("untaint", lambda n=name: self.cluster.untaint(n, TAINT.key), node=name)
+            except NotFoundError:
+                continue
+
+    def _finish(self, plan: RotationPlan, read: ClusterRead) -> Outcome:
+        self._untaint_all()
+        left = len(plan.blocked) + len(read.unmanaged) + len(self.state.failed)
+        status = "done" if left == 0 else "incomplete"
+        reason = "every outdated node was rotated" if left == 0 else (
+            f"{left} outdated node(s) were not rotated: {len(plan.blocked)} blocked, {len(self.state.failed)} failed, "
+            f"{len(read.unmanaged)} in no auto scaling group")
+        self.journal.write(j.FINISHED, status=status, reason=reason)
+        report = build_report(self.journal.refresh())
+        self._show("done", reason)
+        return Outcome(self.target.name, status, EXIT_DONE if left == 0 else EXIT_HALTED, reason, report)
+
+    def _abort(self) -> Outcome:
+        self._show("abort", "aborting: uncordoning and untainting what this run touched")
+        reason = put_back(self.journal, self.cluster)
+        return self._outcome("aborted", EXIT_HALTED, reason)
+
+
+def put_back(journal: Journal, cluster: Cluster) -> str:
+    """End an open run as aborted: uncordon and untaint every node it still holds (journalled). The
+    capacity it added stays: lowering a group's desired count would let the group pick which instance
+    goes, and it may pick a node with pods on it."""
+    state = journal.refresh()
+    request = state.abort or {}
+    for op, names, undo in (("uncordon", state.cordoned, lambda n: cluster.cordon(n, False)),
+                            ("untaint", state.tainted, lambda n: cluster.untaint(n, TAINT.key))):
+        for name in sorted(names):
+            key = journal.intent(op, node=name)
+            try:
+                undo(name)
+            except NotFoundError as exc:
+                journal.done(key, ok=False, error=str(exc))
+                continue
+            journal.done(key)
+    reason = f"aborted by {request.get('by', 'an operator')}" + (f": {request['reason']}" if request.get("reason") else "")
+    journal.write(j.ABORTED, by=request.get("by"), reason=reason)
+    return reason
+
+
+def run_cluster(target: Target, policy: RotationPolicy, store: StateStore, options: Options, holder: str,
+                progress: Callable[[Progress], None] | None = None) -> Outcome:
+    """Rotate one cluster under its lease (exit 3 when another run holds it)."""
+    keeper = LeaseKeeper(store, j.stream_of(target.name), holder, options.lease_ttl)
+    try:
+        keeper.acquire()
+    except LeaseHeld as held:
+        return lease_held(target.name, held)
+    try:
+        return Executor(target, policy, store, options, keeper, progress).run()
+    finally:
+        keeper.release()
+
+
+def lease_held(cluster: str, held: LeaseHeld) -> Outcome:
+    lease = held.lease
+    return Outcome(cluster, "lease-held", EXIT_LEASE_HELD,
+                   f"another rotation of {cluster} is running (lease held by {lease.holder}, good until "
+                   f"{_iso(lease.expires)}): not starting a second one")
+
+
+def _iso(epoch: float) -> str:
+    from platformctl.cluster.model import format_time
+
+    return format_time(epoch)
+
+
+def run_stage(steps: Sequence[Sequence[Target]], policy: RotationPolicy, store: StateStore, options: Options, holder: str,
+              progress: Callable[[Progress], None] | None = None) -> list[Outcome]:
+    """Rotate a stage: steps one after another (a zone's member clusters together), stopping after a
+    step in which any cluster did not finish. Every cluster's lease is taken first."""
+    keepers: list[LeaseKeeper] = []
+    outcomes: list[Outcome] = []
+    try:
+        for step in steps:
+            for target in step:
+                keeper = LeaseKeeper(store, j.stream_of(target.name), holder, options.lease_ttl)
+                try:
+                    keeper.acquire()
+                except LeaseHeld as held:
+                    return [lease_held(target.name, held)]
+                keepers.append(keeper)
+        by_name = {k.name: k for k in keepers}
+        for step in steps:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(len(step), 1)) as pool:
+                futures = [pool.submit(Executor(t, policy, store, options, by_name[j.stream_of(t.name)], progress).run)
+                           for t in step]
+                done = [f.result() for f in futures]
+            outcomes += done
+            if any(o.exit_code != EXIT_DONE for o in done):
+                break
+        return outcomes
+    finally:
+        for keeper in keepers:
+            keeper.release()

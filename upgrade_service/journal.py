@@ -1,0 +1,278 @@
+"""The rotation journal: what a run of ``rotate run`` did to one cluster, in the state store.
+
+One stream per cluster, ``rotation/<cluster>``. The executor writes a record before and after every
+side effect (``intent`` / ``done``, paired by ``id``), a record when a wave starts (everything a
+resumed run needs to finish it: its nodes, their instances and groups, each group's capacity before
+the wave, how many nodes it surges, which terminations lower capacity), one per phase a wave
+completes, and one when the run halts, pauses, finishes or is aborted. Other processes append
+``control`` records (pause, resume, abort) that the running executor reads between steps.
+
+``fold`` reads the stream back into a ``RunState``: the open run and its waves, what is cordoned
+and tainted because of it, which instances were terminated, which side effects were started but
+never confirmed (the ones a run killed mid-call left behind), and whether rotations of the cluster
+are paused. The executor resumes from it and ``rotate status`` reports it; nothing else is kept.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from platformctl import failpoints
+from platformctl.clock import Clock
+from platformctl.state import Record, StateStore
+
+# Record kinds.
+RUN_STARTED = "run-started"
+RUN_CONTINUED = "run-continued"
+WAVE_STARTED = "wave-started"
+INTENT = "intent"
+DONE = "done"
+PHASE = "phase"
+DRAINED = "drained"
+NODE_FAILED = "node-failed"
+WAVE_FINISHED = "wave-finished"
+PLAN = "plan"
+HALTED = "halted"
+PAUSED = "paused"
+FINISHED = "finished"
+ABORTED = "aborted"
+CONTROL = "control"
+
+# Wave phases, in order.
+SURGED = "surged"
+NEW_NODES_READY = "new-nodes-ready"
+DRAIN_DONE = "drain-done"
+TERMINATED = "terminated"
+REPLACEMENTS_READY = "replacements-ready"
+PODS_READY = "pods-ready"
+SETTLED = "settled"
+
+
+def stream_of(cluster: str) -> str:
+    return f"rotation/{cluster}"
+
+
+@dataclass
+class WaveState:
+    """One wave as the journal tells it."""
+
+    number: int
+    started: Mapping[str, Any]  # the wave-started record
+    phases: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # phase -> its record
+    cordoned: set[str] = field(default_factory=set)
+    drained: set[str] = field(default_factory=set)
+    terminated: set[str] = field(default_factory=set)  # instance ids
+    failed: dict[str, str] = field(default_factory=dict)  # node -> why
+    evictions: int = 0
+    refused: int = 0
+    finished: Mapping[str, Any] | None = None
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self.started["nodes"])
+
+
+@dataclass
+class RunState:
+    """The cluster's rotation history folded into what matters now."""
+
+    cluster: str
+    last_seq: int = 0
+    run: str | None = None  # the open (or last) run's id
+    started: Mapping[str, Any] | None = None
+    ended: Mapping[str, Any] | None = None  # finished or aborted record of the last run
+    halted: Mapping[str, Any] | None = None  # the open run's latest halt, until it continues
+    waves: dict[int, WaveState] = field(default_factory=dict)
+    cordoned: set[str] = field(default_factory=set)
+    tainted: set[str] = field(default_factory=set)
+    terminated: set[str] = field(default_factory=set)  # instance ids this run terminated
+    pending: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # intent id -> intent without a done
+    failed: dict[str, str] = field(default_factory=dict)
+    # group -> instances the run (and the runs it inherited from) added that no decrement has given back:
+    # raised by capacity changes, lowered by terminations with a decrement.
+    capacity: Counter[str] = field(default_factory=Counter)
+    evicted: Counter[str] = field(default_factory=Counter)  # namespace/name -> times this run evicted it
+    evicted_again: int = 0  # evicted pods this run had already moved once (created after the run began)
+    refused: int = 0
+    first_plan: Mapping[str, Any] | None = None  # the plan the run started with: its estimate is the report's
+    last_plan: Mapping[str, Any] | None = None
+    paused: Mapping[str, Any] | None = None  # the pause control record in force
+    abort: Mapping[str, Any] | None = None  # an abort requested for the open run
+    holder: str | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.run is not None and self.ended is None
+
+    @property
+    def current_wave(self) -> WaveState | None:
+        if not self.open or not self.waves:
+            return None
+        last = self.waves[max(self.waves)]
+        return last if last.finished is None else None
+
+    @property
+    def status(self) -> str:
+        if self.run is None:
+            return "never-run"
+        if self.ended is not None:
+            return self.ended["kind"]
+        if self.halted is not None:
+            return "halted"
+        return "running"
+
+
+def fold(cluster: str, records: Iterable[Record]) -> RunState:
+    state = RunState(cluster)
+    for record in records:
+        apply(state, record)
+    return state
+
+
+def apply(state: RunState, record: Record) -> None:
+    d = record.data
+    kind = d.get("kind")
+    state.last_seq = record.seq
+    if kind == CONTROL:
+        action = d.get("action")
+        if action == "pause":
+            state.paused = d
+        elif action == "resume":
+            state.paused = None
+        elif action == "abort" and state.open:
+            state.abort = d
+        return
+    if kind == RUN_STARTED:
+        # A new run: forget the previous one's details, keep the stream-level pause.
+        paused = state.paused
+        new = RunState(state.cluster, last_seq=record.seq, run=d["run"], started=d, paused=paused, holder=d.get("holder"),
+                       capacity=Counter(d.get("inherited") or {}))
+        state.__dict__.update(new.__dict__)
+        return
+    if d.get("run") != state.run:
+        return  # a record of an older run
+    if kind == RUN_CONTINUED:
+        state.halted = None
+        state.holder = d.get("holder")
+    elif kind == PLAN:
+        state.first_plan = state.first_plan or d
+        state.last_plan = d
+    elif kind == WAVE_STARTED:
+        state.waves[d["wave"]] = WaveState(d["wave"], d)
+    elif kind == INTENT:
+        state.pending[d["id"]] = d
+    elif kind == DONE:
+        intent = state.pending.pop(d["id"], None)
+        if intent is None or not d.get("ok", True):
+            return
+        op, wave = intent["op"], state.waves.get(intent.get("wave", -1))
+        node = intent.get("node")
+        if op == "cordon":
+            state.cordoned.add(node)
+            if wave is not None:
+                wave.cordoned.add(node)
+        elif op == "uncordon":
+            state.cordoned.discard(node)
+            if wave is not None:
+                wave.cordoned.discard(node)
+        elif op == "taint":
+            state.tainted.add(node)
+        elif op == "untaint":
+            state.tainted.discard(node)
+        elif op == "set-desired":
+            state.capacity[intent["group"]] += int(intent["desired"]) - int(intent["before"])
+        elif op == "terminate":
+            if intent.get("decrement") and not d.get("not_called"):
+                state.capacity[intent["group"]] -= 1
+            state.terminated.add(intent["instance"])
+            state.cordoned.discard(node)
+            state.tainted.discard(node)
+            if wave is not None:
+                wave.terminated.add(intent["instance"])
+        elif op == "evict":
+            born = state.started.get("at", 0.0) if state.started else 0.0
+            for pod in d.get("evicted", ()):
+                state.evicted[pod["pod"]] += 1
+                if pod.get("created", 0.0) > born:
+                    state.evicted_again += 1
+            refused = sum(d.get("refused", {}).values())
+            state.refused += refused
+            if wave is not None:
+                wave.evictions += len(d.get("evicted", ()))
+                wave.refused += refused
+    elif kind == PHASE:
+        wave = state.waves.get(d["wave"])
+        if wave is not None:
+            wave.phases[d["phase"]] = d
+    elif kind == DRAINED:
+        wave = state.waves.get(d["wave"])
+        if wave is not None:
+            wave.drained.add(d["node"])
+    elif kind == NODE_FAILED:
+        state.failed[d["node"]] = d["reason"]
+        wave = state.waves.get(d["wave"])
+        if wave is not None:
+            wave.failed[d["node"]] = d["reason"]
+    elif kind == WAVE_FINISHED:
+        wave = state.waves.get(d["wave"])
+        if wave is not None:
+            wave.finished = d
+    elif kind == HALTED:
+        state.halted = d
+    elif kind in (FINISHED, ABORTED):
+        state.ended = d
+        state.abort = None
+
+
+class Journal:
+    """Appends this cluster's records, stamped with the cluster's time, and keeps the folded state current."""
+
+    def __init__(self, store: StateStore, cluster: str, clock: Clock) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.stream = stream_of(cluster)
+        self.clock = clock
+        self.state = fold(cluster, store.read(self.stream))
+
+    def refresh(self) -> RunState:
+        """Read what other processes appended (control records) since the last look."""
+        for record in self.store.read(self.stream, after=self.state.last_seq):
+            apply(self.state, record)
+        return self.state
+
+    def write(self, kind: str, **data: Any) -> Record:
+        body = {"kind": kind, "at": self.clock.now(), **data}
+        if self.state.run is not None and "run" not in body and kind not in (CONTROL,):
+            body["run"] = self.state.run
+        record = self.store.append(self.stream, body)
+        # Records of other writers may have come in between: fold everything up to ours.
+        if record.seq != self.state.last_seq + 1:
+            self.refresh()
+        else:
+            apply(self.state, record)
+        if kind == PHASE:
+            failpoints.hit(f"phase:{data.get('phase')}")
+        elif kind in (WAVE_STARTED, DRAINED, WAVE_FINISHED):
+            failpoints.hit(kind)
+        return record
+
+    def intent(self, op: str, **args: Any) -> str:
+        key = uuid.uuid4().hex[:12]
+        self.write(INTENT, id=key, op=op, **args)
+        return key
+
+    def done(self, key: str, ok: bool = True, **result: Any) -> None:
+        self.write(DONE, id=key, ok=ok, **result)
+
+
+def control(store: StateStore, cluster: str, action: str, by: str, reason: str, at: float) -> Record:
+    """A pause, resume or abort request, written by another process."""
+    return store.append(stream_of(cluster), {"kind": CONTROL, "action": action, "by": by, "reason": reason, "at": at})
+
+
+def read_state(store: StateStore, cluster: str) -> RunState:
+    return fold(cluster, store.read(stream_of(cluster)))

@@ -1,0 +1,88 @@
+"""A rotation's report, made from its journal alone: what ``rotate run`` prints at the end and ``rotate status`` shows.
+
+Reading only the journal means a report looks the same from the process that ran the rotation,
+from another operator's ``rotate status``, and after a crash and resume.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from platformctl.cluster.model import format_time
+from upgrade_service.journal import RunState
+
+
+def build_report(state: RunState) -> dict[str, Any]:
+    if state.run is None or state.started is None:
+        return {"cluster": state.cluster, "status": "never-run",
+                "paused": _pause(state)}
+    started = float(state.started["at"])
+    waves = []
+    lowest: tuple[int, str] | None = None
+    end = started
+    for number in sorted(state.waves):
+        wave = state.waves[number]
+        info = wave.started
+        finished = wave.finished or {}
+        headroom = finished.get("lowest_headroom") or (wave.phases.get("drain-done") or {}).get("lowest_headroom")
+        if headroom is not None and (lowest is None or headroom[0] < lowest[0]):
+            lowest = (int(headroom[0]), str(headroom[1]))
+        end = max(end, float(finished.get("at", info["at"])))
+        waves.append({
+            "wave": number,
+            "nodes": list(info["nodes"]),
+            "zone": info.get("zone"),
+            "pools": info.get("pools", []),
+            "started": format_time(float(info["at"])),
+            "finished_at": format_time(float(finished["at"])) if "at" in finished else None,
+            "estimated_seconds": info.get("estimated_seconds"),
+            "actual_seconds": round(float(finished["seconds"]), 1) if "seconds" in finished else None,
+            "evictions": wave.evictions,
+            "refused_evictions": wave.refused,
+            "failed": dict(wave.failed),
+            "finished": wave.finished is not None,
+        })
+    ended = state.ended
+    if ended is not None:
+        end = max(end, float(ended["at"]))
+    elif state.halted is not None:
+        end = max(end, float(state.halted["at"]))
+    plan = state.last_plan or {}
+    first = state.first_plan or {}
+    status = state.status
+    if ended is not None and ended.get("kind") == "finished":
+        status = ended.get("status", "done")
+    return {
+        "cluster": state.cluster,
+        "run": state.run,
+        "status": status,
+        "reason": (ended or {}).get("reason") or (state.halted or {}).get("detail"),
+        "started": format_time(started),
+        "last_activity": format_time(end),
+        "duration_seconds": round(end - started, 1),
+        "estimated_seconds": first.get("estimated_seconds"),
+        "targets": plan.get("targets") or first.get("targets") or {},
+        "waves": waves,
+        "nodes_rotated": len(state.terminated),
+        "nodes_failed": [{"node": n, "reason": r} for n, r in sorted(state.failed.items())],
+        "nodes_blocked": [{"node": b["node"], "reason": b["reason"]} for b in plan.get("blocked", [])],
+        "nodes_unmanaged": list(plan.get("unmanaged", [])),
+        "evictions": sum(state.evicted.values()),
+        "refused_evictions": state.refused,
+        "pods_disrupted_more_than_once": state.evicted_again,
+        "lowest_budget_headroom": {"headroom": lowest[0], "budget": lowest[1]} if lowest else None,
+        "halted": {"reason": state.halted.get("reason"), "detail": state.halted.get("detail")} if state.halted else None,
+        # Instances added (surged) that no termination gave back: standing in for nodes that failed to drain,
+        # or left by an abort. The next run spends them first.
+        "capacity_kept": {g: n for g, n in sorted(state.capacity.items()) if n > 0},
+        "cordoned_by_this_run": sorted(state.cordoned),
+        "tainted_by_this_run": sorted(state.tainted),
+        "holder": state.holder,
+        "paused": _pause(state),
+    }
+
+
+def _pause(state: RunState) -> dict[str, Any] | None:
+    if state.paused is None:
+        return None
+    return {"by": state.paused.get("by"), "reason": state.paused.get("reason"), "at": format_time(float(state.paused["at"]))}

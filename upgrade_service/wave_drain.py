@@ -1,0 +1,245 @@
+"""Draining one wave's nodes through the eviction API, the way the rotation policy asks. It acts; it plans nothing.
+
+Every poll it lists what is left on the wave's (cordoned) nodes and evicts what may go now:
+
+- a pod under one budget is evicted only while the budget's ``disruptionsAllowed`` (as the
+  disruption controller wrote it) has room, at most that many per poll, so the drain spends the
+  budget instead of hammering the API with evictions it knows will be refused; the API still has
+  the last word, and a 429 puts the pod in backoff (the ``retryAfterSeconds`` it names, else
+  doubling from the poll interval up to a minute);
+- ``wait-for-completion`` pods are left to finish until ``maxWaitSeconds`` after they started;
+- a ``one-at-a-time`` workload loses one pod at a time: the next goes only once the last one is
+  gone and the workload has as many Ready pods as before;
+- a pod is never deleted directly, and a node counts as drained only when its last pod is gone
+  (each pod's grace period runs its course);
+- every round of evictions is journalled before and after (``intent``/``done``), and every
+  eviction waits its turn under the mutation pacer.
+
+A node whose pods are still refused when the wave's ``drainTimeoutSeconds`` runs out is reported
+as failed with what held it; it stays cordoned, and nothing forces it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from platformctl import failpoints
+from platformctl.clock import Clock
+from platformctl.cluster.drain import drain_blocks_on
+from platformctl.cluster.interface import Cluster
+from platformctl.cluster.model import Pod, PodDisruptionBudget
+from platformctl.errors import NotFoundError
+from upgrade_service.disruption import Protocol, protocol_of, workload_of
+from upgrade_service.journal import DRAINED, Journal
+from upgrade_service.pacing import MutationPacer
+from upgrade_service.policy import RotationPolicy
+
+MAX_BACKOFF_SECONDS = 60.0
+
+
+@dataclass
+class DrainStatus:
+    """What a drain is waiting for now, for the live display."""
+
+    pods_left: int = 0
+    evictions: int = 0
+    refused: int = 0
+    waiting_on_budget: Counter[str] = field(default_factory=Counter)  # budget -> pods waiting for room
+    waiting_other: Counter[str] = field(default_factory=Counter)  # why -> pods
+    lowest_headroom: tuple[int, str] | None = None  # (currentHealthy - desiredHealthy, budget)
+
+
+@dataclass
+class DrainOutcome:
+    drained: list[str]
+    failed: dict[str, str]  # node -> what held it
+    status: DrainStatus
+    settle_seconds: int  # the longest settle time of the one-at-a-time workloads it moved
+
+
+@dataclass
+class _InFlight:
+    """A one-at-a-time workload's pod that was evicted and whose workload has not recovered yet."""
+
+    namespace: str
+    name: str
+    uid: str
+    ready_before: int
+
+
+class WaveDrain:
+    def __init__(self, cluster: Cluster, policy: RotationPolicy, journal: Journal, pacer: MutationPacer, *,
+                 wave: int, poll_seconds: float, check: Callable[[], None],
+                 progress: Callable[[DrainStatus], None] | None = None) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.journal = journal
+        self.pacer = pacer
+        self.clock: Clock = cluster.clock
+        self.wave = wave
+        self.poll = poll_seconds
+        self.check = check
+        self.progress = progress
+        self.status = DrainStatus()
+        self.backoff: dict[str, tuple[float, float]] = {}  # pod uid -> (retry at, last delay)
+        self.in_flight: dict[str, _InFlight] = {}  # one-at-a-time workload -> its pod on the way out
+        self.settle = 0
+
+    # ---------------------------------------------------------------- one-at-a-time workloads
+
+    def _workload_pods(self, namespace: str, workload: str) -> list[Pod]:
+        out = []
+        for pod in self.cluster.list_pods(namespace=namespace):
+            protocol = protocol_of(pod, self.policy)
+            if isinstance(protocol, Protocol) and protocol.workload == workload and not pod.is_finished:
+                out.append(pod)
+        return out
+
+    def _recovered(self, workload: str) -> bool:
+        flight = self.in_flight[workload]
+        try:
+            pod = self.cluster.get_pod(flight.namespace, flight.name)
+            if pod.uid == flight.uid:
+                return False  # still terminating
+        except NotFoundError:
+            pass
+        pods = self._workload_pods(flight.namespace, workload)
+        ready = sum(1 for p in pods if p.ready and not p.terminating)
+        if ready >= flight.ready_before and all(p.ready for p in pods if not p.terminating):
+            del self.in_flight[workload]
+            return True
+        return False
+
+    # ---------------------------------------------------------------- the loop
+
+    def run(self, nodes: Sequence[str], timeout_seconds: float) -> DrainOutcome:
+        deadline = self.clock.now() + timeout_seconds
+        left = list(dict.fromkeys(nodes))
+        drained: list[str] = []
+        while True:
+            self.check()
+            now = self.clock.now()
+            pods_of: dict[str, list[Pod]] = {}
+            for node in left:
+                try:
+                    pods = [p for p in self.cluster.list_pods(node_name=node) if drain_blocks_on(p)]
+                except NotFoundError:
+                    pods = []
+                if pods:
+                    pods_of[node] = pods
+                else:
+                    drained.append(node)
+                    self.journal.write(DRAINED, wave=self.wave, node=node)
+            left = list(pods_of)
+            self.status.pods_left = sum(len(p) for p in pods_of.values())
+            if not left:
+                return DrainOutcome(drained, {}, self.status, self.settle)
+            if now >= deadline:
+                failed = {node: self._why_stuck(node, pods, timeout_seconds) for node, pods in pods_of.items()}
+                return DrainOutcome(drained, failed, self.status, self.settle)
+            self._round(now, [p for pods in pods_of.values() for p in pods])
+            failpoints.hit("wait:drain")
+            if self.progress is not None:
+                self.progress(self.status)
+            self.clock.sleep(self.poll)
+
+    def _budgets(self, pods: list[Pod]) -> tuple[dict[tuple[str, str], list[PodDisruptionBudget]], dict[tuple[str, str], PodDisruptionBudget]]:
+        by_ns = {ns: self.cluster.list_pdbs(namespace=ns) for ns in sorted({p.namespace for p in pods})}
+        covering = {p.key: [b for b in by_ns[p.namespace] if b.selects(p)] for p in pods}
+        budgets = {b.key: b for found in by_ns.values() for b in found}
+        return covering, budgets
+
+    def _round(self, now: float, pods: list[Pod]) -> None:
+        status = self.status
+        status.waiting_on_budget.clear()
+        status.waiting_other.clear()
+        covering, budgets = self._budgets(pods)
+        room = {key: b.status.disruptions_allowed for key, b in budgets.items()}
+        for key in {b.key for found in covering.values() for b in found}:
+            b = budgets[key]
+            headroom = (b.status.current_healthy - b.status.desired_healthy, f"{b.namespace}/{b.name}")
+            if status.lowest_headroom is None or headroom[0] < status.lowest_headroom[0]:
+                status.lowest_headroom = headroom
+        for workload in list(self.in_flight):
+            self._recovered(workload)
+        chosen: list[Pod] = []
+        taken: set[str] = set()  # one-at-a-time workloads with a pod chosen this round
+        for pod in pods:
+            if pod.terminating:
+                status.waiting_other["terminating (grace period)"] += 1
+                continue
+            retry_at = self.backoff.get(pod.uid, (0.0, 0.0))[0]
+            if retry_at > now:
+                status.waiting_other["backing off after 429"] += 1
+                continue
+            protocol = protocol_of(pod, self.policy)
+            if not isinstance(protocol, Protocol):
+                protocol = None  # a malformed annotation: the planner blocked such nodes; evict as kubectl would
+            if protocol is not None and protocol.mode == "skip":
+                status.waiting_other[f"rotation: skip ({protocol.source})"] += 1
+                continue
+            if protocol is not None and protocol.mode == "wait-for-completion" and pod.phase in ("Running", "Pending"):
+                started = pod.started if pod.started is not None else pod.created
+                if now < started + protocol.max_wait_seconds:
+                    status.waiting_other["wait-for-completion"] += 1
+                    continue
+            if protocol is not None and protocol.mode == "one-at-a-time":
+                if protocol.workload in self.in_flight or protocol.workload in taken:
+                    status.waiting_other[f"one-at-a-time {protocol.workload}"] += 1
+                    continue
+            found = covering[pod.key]
+            if len(found) > 1:
+                status.waiting_other["under two PodDisruptionBudgets (the API refuses with 500)"] += 1
+                continue
+            if found and pod.ready:
+                key = found[0].key
+                if room.get(key, 0) <= 0:
+                    status.waiting_on_budget[f"{key[0]}/{key[1]}"] += 1
+                    continue
+                room[key] -= 1
+            if protocol is not None and protocol.mode == "one-at-a-time":
+                taken.add(protocol.workload)
+            chosen.append(pod)
+        if chosen:
+            self._evict(now, chosen)
+
+    def _evict(self, now: float, pods: list[Pod]) -> None:
+        key = self.journal.intent("evict", wave=self.wave, pods=[f"{p.namespace}/{p.name}" for p in pods])
+        failpoints.hit("intent:evict")
+        evicted: list[dict[str, object]] = []
+        refused: Counter[str] = Counter()
+        for pod in pods:
+            self.check()
+            protocol = protocol_of(pod, self.policy)
+            ready_before = 0
+            if isinstance(protocol, Protocol) and protocol.mode == "one-at-a-time":
+                ready_before = sum(1 for p in self._workload_pods(pod.namespace, protocol.workload) if p.ready and not p.terminating)
+            self.pacer.take()
+            result = self.cluster.evict(pod.namespace, pod.name)
+            failpoints.hit("call:evict")
+            if result.allowed:
+                self.status.evictions += 1
+                self.backoff.pop(pod.uid, None)
+                evicted.append({"pod": f"{pod.namespace}/{pod.name}", "uid": pod.uid, "created": pod.created,
+                                "owner": workload_of(pod)})
+                if isinstance(protocol, Protocol) and protocol.mode == "one-at-a-time":
+                    self.in_flight[protocol.workload] = _InFlight(pod.namespace, pod.name, pod.uid, ready_before)
+                    self.settle = max(self.settle, protocol.settle_seconds)
+            elif result.code == 404:
+                continue  # gone already
+            else:
+                self.status.refused += 1
+                why = result.causes[0][1] if result.causes else result.message
+                refused[f"{result.code} {why}"[:200]] += 1
+                delay = float(result.retry_after_seconds) if result.retry_after_seconds else \
+                    min(max(self.backoff.get(pod.uid, (0.0, self.poll / 2))[1] * 2, self.poll), MAX_BACKOFF_SECONDS)
+                self.backoff[pod.uid] = (now + delay, delay)
+        self.journal.done(key, evicted=evicted, refused=dict(refused))
+
+    def _why_stuck(self, node: str, pods: list[Pod], timeout: float) -> str:
+        waits = self.status.waiting_on_budget + self.status.waiting_other
+        holding = ", ".join(f"{reason} ({n})" for reason, n in waits.most_common(3)) or "pods still terminating"
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in pods[:3]) + (f" and {len(pods) - 3} more" if len(pods) > 3 else "")
+        return f"drain did not finish within drainTimeoutSeconds {timeout:.0f}: {len(pods)} pods left ({names}); waiting on {holding}"

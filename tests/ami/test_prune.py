@@ -155,9 +155,9 @@ REFERENCES: dict[str, Callable[[str, str, Path], dict[str, Any]]] = {
         (tmp / "lock.json").write_text(json.dumps({"images": {"ml": {"3.0.2": {REGION: old}}}})),
         {"lock_files": [tmp / "lock.json"]})[1],
     "stack file pin": lambda old, new, tmp: (
-        (tmp / "Pulumi.dev.yaml").write_text((default_infra_dir() / "Pulumi.dev.yaml").read_text().replace(
+        (tmp / "Pulumi.staging.yaml").write_text((default_infra_dir() / "Pulumi.staging.yaml").read_text().replace(
             "ml: ami-0a1f00c0ffee00002", f"ml: {old}")),
-        {"stack_files": [tmp / "Pulumi.dev.yaml"]})[1],
+        {"stack_files": [tmp / "Pulumi.staging.yaml"]})[1],
 }
 
 

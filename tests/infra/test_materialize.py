@@ -13,6 +13,7 @@ from infra.mocked import run_stage
 from platformctl import aws
 from platformctl.local_region import FAKE_CREDENTIALS, Provisioned
 from platformctl.topology import Stage, load_stage
+from tests.infra.images import image_for, stack_config
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def made() -> Iterator[tuple[Stage, Provisioned, list[tuple[str, dict]]]]:
 
 def test_the_groups_and_templates_in_aws_are_the_ones_the_program_declares(made) -> None:  # type: ignore[no-untyped-def]
     stage, result, _ = made
-    declared = run_stage(stage.name)
+    declared = run_stage(stage.name, config=stack_config(stage.name))
     declared_groups = {r.inputs["name"] for r in declared.of_type("aws:autoscaling/group:Group")}
     asg, ec2 = aws.client("autoscaling", stage.region), aws.client("ec2", stage.region)
     groups = {g["AutoScalingGroupName"]: g for g in asg.describe_auto_scaling_groups()["AutoScalingGroups"]}
@@ -52,7 +53,7 @@ def test_the_groups_and_templates_in_aws_are_the_ones_the_program_declares(made)
             assert tags["platformctl.io/cluster"] == member.name and tags["platformctl.io/node-pool"] == pool.name
             version = ec2.describe_launch_template_versions(LaunchTemplateName=group["AutoScalingGroupName"])["LaunchTemplateVersions"][0]
             data = version["LaunchTemplateData"]
-            assert data["ImageId"] == stage.topology.images[pool.image_family]
+            assert data["ImageId"] == image_for(stage, pool)
             assert data["MetadataOptions"]["HttpTokens"] == "required" and data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
             assert all(m["Ebs"]["Encrypted"] for m in data["BlockDeviceMappings"])
             # the instances the group launched are in the member's zone, with the pool's image

@@ -15,6 +15,8 @@ from infra.policy.rules import RULES, policies, violations
 from platformctl.errors import PlatformError
 from platformctl.topology import load_stage, read_stack_config
 
+from tests.infra.images import stack_config
+
 from .test_program import declared
 
 
@@ -94,7 +96,7 @@ def test_the_pack_serves_every_rule_as_a_mandatory_policy() -> None:
 
 
 def _broken(mutate: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    config = read_stack_config(Path(load_stage("dev").source))
+    config = stack_config("dev")
     mutate(config)
     return config
 
@@ -132,7 +134,7 @@ def test_prod_stages_refuse_public_endpoints(tmp_path: Path) -> None:
 
 
 def test_dev_with_public_cidrs_opens_the_endpoint_only_to_them() -> None:
-    config = read_stack_config(Path(load_stage("dev").source))
+    config = stack_config("dev")
     config["platformctl:publicAccessCidrs"] = ["203.0.113.0/24"]
     run = run_stage("dev", config=config, source=Path(load_stage("dev").source))
     for cluster in run.of_type(EKS):
@@ -143,7 +145,7 @@ def test_dev_with_public_cidrs_opens_the_endpoint_only_to_them() -> None:
 def test_images_come_from_the_lock_file_when_the_stage_names_none(tmp_path: Path) -> None:
     stage = load_stage("dev")
     config = read_stack_config(Path(stage.source))
-    del config["platformctl:topology"]["images"]
+    assert "images" not in config["platformctl:topology"]  # dev follows the lock file
     lock = tmp_path / "images.lock.json"
     lock.write_text(json.dumps({"images": {
         "general": {"2.1.0": {"us-west-2": "ami-general210"}, "2.10.0": {"us-west-2": "ami-general2100"},

@@ -20,6 +20,7 @@ from infra.components.kubernetes import CANARY_NAMESPACE, FEDERATION_NAMESPACE, 
 from infra.mocked import StageRun, run_main, run_stage
 from infra.policy.rules import TAGGABLE, tags_of, violations
 from platformctl.topology import STAGES, load_stage, read_stack_config
+from tests.infra.images import image_for, stack_config
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG = "aws:autoscaling/group:Group"
@@ -29,7 +30,7 @@ SUBNET = "aws:ec2/subnet:Subnet"
 
 @cache
 def declared(stage: str) -> StageRun:
-    return run_stage(stage)
+    return run_stage(stage, config=stack_config(stage))
 
 
 def zone_of_subnet(run: StageRun, subnet_id: str) -> str:
@@ -83,7 +84,7 @@ def test_every_pool_of_the_topology_is_a_template_and_a_group_of_its_size(stage_
         group, template = run.named(ASG, name).inputs, run.named(LT, name).inputs
         assert (group["minSize"], group["desiredCapacity"], group["maxSize"]) == (pool.min_size, pool.desired_size, pool.max_size)
         assert group["launchTemplate"] == {"id": run.named(LT, name).id, "version": "$Latest"}
-        assert template["imageId"] == stage.topology.images[pool.image_family]
+        assert template["imageId"] == image_for(stage, pool)
         assert template["instanceType"] == pool.instance_type
         assert template["metadataOptions"]["httpTokens"] == "required"
         assert template["metadataOptions"]["httpPutResponseHopLimit"] == 1
@@ -237,7 +238,7 @@ def test_subnets_are_disjoint_and_inside_the_vpc() -> None:
 
 
 def test_pulumi_entry_point_reports_a_bad_stack_file_in_one_line() -> None:
-    config = read_stack_config(Path(load_stage("dev").source))
+    config = stack_config("dev")
     config["platformctl:topology"]["memberClusters"][0]["zone"] = "us-west-2z"
     with pytest.raises(pulumi.RunError) as err:
         run_main("dev", config)
@@ -248,5 +249,5 @@ def test_pulumi_entry_point_reports_a_bad_stack_file_in_one_line() -> None:
 
 
 def test_pulumi_entry_point_declares_the_stage() -> None:
-    run = run_main("dev", read_stack_config(Path(load_stage("dev").source)))
+    run = run_main("dev", stack_config("dev"))
     assert len(run.of_type(ASG)) == sum(len(c.node_pools) for c in load_stage("dev").clusters())

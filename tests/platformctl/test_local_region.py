@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from infra.materialize import materialize
 from platformctl.local_region import LocalRegion
 from platformctl.topology import load_stage
+from tests.infra.images import LOCK, image_for
 
 
 @pytest.fixture(scope="module")
 def region():  # type: ignore[no-untyped-def]
-    with LocalRegion(load_stage("dev"), provisioner=materialize) as r:
+    with LocalRegion(load_stage("dev"), provisioner=functools.partial(materialize, image_lock=LOCK)) as r:
         r.wait_until_ready()
         yield r
 
@@ -31,7 +34,7 @@ def test_every_node_is_an_instance_of_its_pools_group(region: LocalRegion) -> No
             assert {n.instance_id for n in nodes} == instances
             assert len(nodes) == pool.desired_size
             assert all(n.ready and n.zone in cluster.zones and n.instance_type == pool.instance_type for n in nodes)
-            assert all(n.image == stage.image_for(pool) for n in nodes)
+            assert all(n.image == image_for(stage, pool) for n in nodes)
 
 
 def test_member_cluster_pools_live_in_their_zone_only(region: LocalRegion) -> None:

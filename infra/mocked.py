@@ -185,6 +185,8 @@ class Synthetic:
         if type_ == "aws:ec2/launchTemplate:LaunchTemplate":
             return f"lt-{h}", {"arn": f"arn:aws:ec2:{region}:{ACCOUNT}:launch-template/lt-{h}", "latestVersion": 1,
                                "defaultVersion": 1}
+        if type_ == "aws:dynamodb/table:Table":
+            return inputs["name"], {"arn": f"arn:aws:dynamodb:{region}:{ACCOUNT}:table/{inputs['name']}"}
         if type_ == "aws:autoscaling/group:Group":
             return inputs["name"], {"arn": f"arn:aws:autoscaling:{region}:{ACCOUNT}:autoScalingGroup:{h}:autoScalingGroupName/{inputs['name']}"}
         prefixes = {"vpc": "vpc", "subnet": "subnet", "internetGateway": "igw", "natGateway": "nat", "eip": "eipalloc",

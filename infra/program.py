@@ -7,7 +7,8 @@ and checks it with the same stage model platformctl uses, then ``provision()`` d
 - the ``HostCluster`` over three or more zones and one zonal ``MemberCluster`` per member, each
   with its IAM, KMS key, EKS control plane, OIDC provider and ``NodePool``s;
 - the IAM role of the scheduled rotation, which its service account on the host cluster assumes
-  and which every member cluster admits (access entry, group ``platformctl:rotation``);
+  and which every cluster admits (access entry, group ``platformctl:rotation``), and the DynamoDB
+  table of the state store its journal and leases live in (``StateTable``);
 - each cluster's Kubernetes objects (``ClusterObjects``).
 
 The stack outputs are what the rest of the toolkit reads: the clusters (endpoint, zones, OIDC
@@ -31,11 +32,13 @@ from infra.components.kubernetes import (
     ROTATION_SERVICE_ACCOUNT,
     SYSTEM_NAMESPACE,
     ClusterObjects,
+    Context,
     Registration,
     Rotation,
 )
 from infra.components.network import Network
-from infra.settings import InfraSettings, node_images, parse_settings
+from infra.components.state import StateTable
+from infra.settings import InfraSettings, node_images, parse_settings, state_table
 from platformctl.errors import PlatformError
 from platformctl.topology import REGION_KEY, Stage, parse_stage_config
 
@@ -46,6 +49,9 @@ ROTATION_ACTIONS = (
     "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions", "eks:DescribeCluster", "eks:ListClusters",
     "ssm:GetParameter", "ssm:GetParameters",
 )
+# What the job does with the state store's table: journal, read, lease (conditional writes), on that table only.
+STATE_ACTIONS = ("dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                 "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:Scan")
 # Stack config values that are text; every other platformctl: value is structured (YAML in the file, JSON to the program).
 TEXT_KEYS = ("kubernetesVersion", "imageLock")
 
@@ -87,8 +93,16 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
     members = [MemberCluster(m, stage_zones=stage.zones, private_subnets=network.private_subnets, **common)
                for m in stage.member_clusters]
 
+    table = StateTable(f"{name}-state", stage=name, table_name=state_table(settings, name))
     role = irsa_role(f"{stage.host_cluster.name}-rotation", name, host.oidc_provider_arn, host.oidc_issuer,
-                     SYSTEM_NAMESPACE, ROTATION_SERVICE_ACCOUNT, ROTATION_ACTIONS, parent=host)
+                     SYSTEM_NAMESPACE, ROTATION_SERVICE_ACCOUNT, ROTATION_ACTIONS, parent=host,
+                     scoped=[(STATE_ACTIONS, table.arn)])
+    # The job rotates the host cluster too: it is admitted there like on every member.
+    aws.eks.AccessEntry(f"{stage.host_cluster.name}-rotation", cluster_name=host.cluster_name, principal_arn=role.arn,
+                        type="STANDARD", kubernetes_groups=[ROTATION_GROUP],
+                        tags=tags(name, f"{stage.host_cluster.name}-rotation",
+                                  **{"platformctl.io/cluster": stage.host_cluster.name}),
+                        opts=pulumi.ResourceOptions(parent=host))
     for spec, member in zip(stage.member_clusters, members, strict=True):
         aws.eks.AccessEntry(f"{spec.name}-rotation", cluster_name=member.cluster_name, principal_arn=role.arn,
                             type="STANDARD", kubernetes_groups=[ROTATION_GROUP],
@@ -99,7 +113,11 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
     registrations = [Registration(spec.name, spec.zone, member.endpoint, member.certificate_authority,
                                   [p.name for p in spec.node_pools])
                      for spec, member in zip(stage.member_clusters, members, strict=True)]
-    rotation = Rotation(settings.rotation.image, settings.rotation.schedule, role.arn)
+    contexts = [Context(stage.host_cluster.name, host.endpoint, host.certificate_authority),
+                *[Context(spec.name, member.endpoint, member.certificate_authority)
+                  for spec, member in zip(stage.member_clusters, members, strict=True)]]
+    rotation = Rotation(settings.rotation.image, settings.rotation.schedule, role.arn, settings.rotation.policy,
+                        table.name, stage.region, contexts)
     ClusterObjects(f"{stage.host_cluster.name}-objects", provider=host.provider, stage=name, region=stage.region,
                    member=False, members=registrations, rotation=rotation, opts=pulumi.ResourceOptions(parent=host))
 
@@ -114,7 +132,7 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
                                                  "launchTemplate": pool.launch_template, "image": images[
                                                      next(p for p in spec.node_pools if p.name == pool_name).image_family]}
     return {"stage": name, "region": stage.region, "vpcId": network.vpc_id, "clusters": clusters, "nodePools": pools,
-            "rotationRoleArn": role.arn}
+            "rotationRoleArn": role.arn, "stateTable": table.name}
 
 
 def main() -> None:

@@ -52,10 +52,15 @@ Cidr = Annotated[str, AfterValidator(_cidr)]
 
 
 class Rotation(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     image: Annotated[str, Field(min_length=1)] = DEFAULT_ROTATION_IMAGE
     schedule: str = "0 3 * * 1-5"
+    # The rotation policy the scheduled job runs with (the YAML `rotate run --policy` reads, as a mapping).
+    # Empty: every pool follows what its launch template boots, with the policy's defaults.
+    policy: dict[str, Any] = Field(default_factory=dict)
+    # The DynamoDB table of the state store the job journals in (default platformctl-state-<stage>).
+    state_table: Annotated[str | None, Field(alias="stateTable", pattern=r"^[A-Za-z0-9_.-]{3,255}$")] = None
 
     @field_validator("schedule")
     @classmethod
@@ -86,7 +91,19 @@ def parse_settings(config: Mapping[str, Any], stage: str, source: str) -> InfraS
     if stage in PROD_STAGES and settings.public_access_cidrs:
         raise PlatformError(f"the {stage} stage keeps the clusters' public endpoints off; remove this key",
                             file=source, field=f"config.{PREFIX}publicAccessCidrs")
+    # The job's policy is checked now, by the parser `rotate run` uses, not at 3 a.m. when the job starts.
+    from upgrade_service.policy import parse_policy
+
+    try:
+        parse_policy(settings.rotation.policy, source)
+    except PlatformError as exc:
+        raise PlatformError(exc.detail, file=source,
+                            field=f"config.{PREFIX}rotation.policy" + (f".{exc.field}" if exc.field else "")) from None
     return settings
+
+
+def state_table(settings: InfraSettings, stage: str) -> str:
+    return settings.rotation.state_table or f"platformctl-state-{stage}"
 
 
 def node_images(stage: Stage, settings: InfraSettings, infra_dir: Path) -> dict[str, str]:

@@ -47,6 +47,7 @@ from upgrade_service import journal as j
 from upgrade_service.gate import Verdict, ask
 from upgrade_service.journal import Journal, RunState, WaveState
 from upgrade_service.pacing import MutationPacer
+from upgrade_service.disruption import view_cluster
 from upgrade_service.plan import RotationPlan, Wave, plan_cluster
 from upgrade_service.policy import RotationPolicy
 from upgrade_service.report import build_report
@@ -75,6 +76,7 @@ class Options:
     lease_ttl: float = 60.0
     gate_poll_seconds: float = 30.0
     stage: str | None = None
+    max_waves: int | None = None  # start at most this many waves in this run; the next run goes on
 
 
 @dataclass
@@ -125,6 +127,7 @@ class ClusterRead:
     group_of: dict[str, str]  # node -> auto scaling group
     unmanaged: list[str]  # outdated nodes no group owns: cannot be replaced
     warnings: list[str]
+    outdated: set[str]  # nodes not on their pool's target that a group owns: what the plan must cover
 
 
 class Executor:
@@ -141,6 +144,10 @@ class Executor:
         self.journal = Journal(store, target.name, self.clock)
         self.pacer = MutationPacer(policy.max_mutations_per_minute, self.clock)
         self._group_cache: dict[str, str] = {}  # instance id -> group
+        self._node_groups: dict[str, str] = {}  # node name -> group (a node's instance never changes)
+        self._plan: RotationPlan | None = None
+        self._plan_targets: dict[str, str] = {}
+        self._next_wave = 0  # the cached plan's waves before this one have been carried out
         self._progress = progress
         self.view = Progress(target.name)
         self.gate_verdict: Verdict | None = None
@@ -188,11 +195,17 @@ class Executor:
     # ---------------------------------------------------------------- reading the cluster
 
     def _groups_of(self, nodes: Sequence[Node]) -> dict[str, str]:
-        unknown = [n.instance_id for n in nodes if n.instance_id and n.instance_id not in self._group_cache]
-        if unknown:
-            for instance_id, inst in self.groups.instances(unknown).items():
+        known = self._node_groups
+        unknown = [n for n in nodes if n.name not in known]
+        ids = [n.instance_id for n in unknown if n.instance_id and n.instance_id not in self._group_cache]
+        if ids:
+            for instance_id, inst in self.groups.instances(ids).items():
                 self._group_cache[instance_id] = inst.group
-        return {n.name: self._group_cache[n.instance_id] for n in nodes if n.instance_id in self._group_cache}
+        for n in unknown:
+            group = self._group_cache.get(n.instance_id or "")
+            if group is not None:
+                known[n.name] = group
+        return {n.name: known[n.name] for n in nodes if n.name in known}
 
     def read(self, first: bool = False) -> ClusterRead:
         """The cluster for planning: the nodes this run still has to deal with, and what each pool should run."""
@@ -220,11 +233,39 @@ class Executor:
                 unmanaged.append(node.name)
                 continue
             keep.append(node)
-        snapshot = Snapshot(tuple(keep), tuple(pods), tuple(pdbs), source=f"cluster {self.target.name}")
-        return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings)
+        # Only the pods of outdated nodes matter to the plan (budgets carry their own status).
+        outdated = {n.name for n in keep if n.labels.get(policy.pool_label) in targets
+                    and n.labels.get(policy.image_label) != targets[n.labels[policy.pool_label]]}
+        snapshot = Snapshot(tuple(keep), tuple(p for p in pods if p.node_name in outdated), tuple(pdbs),
+                            source=f"cluster {self.target.name}")
+        return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings, outdated)
 
     def plan(self, read: ClusterRead) -> RotationPlan:
         return plan_cluster(read.snapshot, self.policy.with_targets(read.targets), self.clock.now(), cluster=self.target.name)
+
+    def _plan_for(self, read: ClusterRead) -> tuple[RotationPlan, list[Wave]]:
+        """The plan for what is left, and its waves still to go. The cluster was just read again; the plan is
+        made again whenever it no longer holds — a node came or went, a target changed, or the next wave's
+        nodes cannot be drained now — and once more before the run ends, so nothing blocked earlier is
+        forgotten. While it holds, its next wave is taken: planning a 3,000-node cluster costs seconds, and a
+        plan that still fits the cluster would come out the same."""
+        cached = self._plan
+        if cached is not None and read.targets == self._plan_targets:
+            left = cached.waves[self._next_wave:]
+            expected = {n for w in left for n in w.nodes} | {b.node for b in cached.blocked}
+            if left and expected == read.outdated and not self._blocked_now(left[0], read):
+                return cached, left
+        plan = self.plan(read)
+        self._plan, self._plan_targets, self._next_wave = plan, dict(read.targets), 0
+        self._record_plan(plan, read)
+        return plan, list(plan.waves)
+
+    def _blocked_now(self, wave: Wave, read: ClusterRead) -> bool:
+        nodes = set(wave.nodes)
+        snapshot = Snapshot(tuple(n for n in read.nodes if n.name in nodes),
+                            tuple(p for p in read.snapshot.pods if p.node_name in nodes), read.snapshot.pdbs)
+        view = view_cluster(snapshot, self.policy.with_targets(read.targets), self.clock.now())
+        return any(n.blocked for n in view.nodes) or {n.name for n in view.nodes} != nodes
 
     # ---------------------------------------------------------------- the run
 
@@ -250,6 +291,7 @@ class Executor:
             self.journal.write(j.RUN_CONTINUED, holder=holder, after=state.status)
         try:
             self._settle_unconfirmed()
+            started = 0
             wave = self.state.current_wave
             if wave is not None:
                 self._show("resuming", f"resuming wave {wave.number}")
@@ -264,15 +306,20 @@ class Executor:
                     raise Halt("circuit-breaker", f"{len(self.state.failed)} nodes failed, more than maxFailedNodes "
                                f"{self.policy.max_failed_nodes}: " + "; ".join(f"{n}: {r}" for n, r in sorted(self.state.failed.items())[:3]))
                 read = self.read()
-                plan = self.plan(read)
-                self._record_plan(plan, read)
+                plan, waves = self._plan_for(read)
                 self._taint_outdated(plan)
-                if not plan.waves:
+                if not waves:
                     return self._finish(plan, read)
-                self.view.waves = len(self.state.waves) + len(plan.waves)
-                self._gate(plan.waves[0])
-                self._pace(plan.waves[0], read)
-                self._run_wave(self._start_wave(plan.waves[0], plan, read))
+                self.view.waves = len(self.state.waves) + len(waves)
+                if self.options.max_waves is not None and started >= self.options.max_waves:
+                    self.journal.write(j.HALTED, reason="max-waves", detail=f"started {started} waves (--max-waves)")
+                    return self._outcome("partial", EXIT_DONE, f"stopped after {started} waves as --max-waves asked; "
+                                         f"{len(waves)} to go: the next `rotate run` goes on")
+                started += 1
+                self._gate(waves[0])
+                self._pace(waves[0], read)
+                self._next_wave += 1
+                self._run_wave(self._start_wave(waves[0], plan, read))
         except Halt as halt:
             self.journal.write(j.HALTED, reason=halt.reason, detail=halt.detail)
             self._show("halted", halt.detail)
@@ -464,6 +511,7 @@ class Executor:
             if missing:
                 raise Halt("new-node-not-ready", f"wave {number}: {missing}")
             self.journal.write(j.PHASE, wave=number, phase=j.REPLACEMENTS_READY)
+        lingering = self._wait_gone([n for n in nodes if info["instances"][n] in wave.terminated])
         if j.PODS_READY not in wave.phases:
             # A workload with pods still on a node that failed to drain cannot be whole while that node is
             # held: the failure is what gets reported, not the workload.
@@ -488,7 +536,7 @@ class Executor:
             self.journal.write(j.PHASE, wave=number, phase=j.SETTLED)
         self.journal.write(j.WAVE_FINISHED, wave=number, seconds=self.clock.now() - info["at"],
                            estimated_seconds=info["estimated_seconds"], evictions=wave.evictions, refused=wave.refused,
-                           failed=dict(wave.failed), lowest_headroom=drained_at.get("lowest_headroom"))
+                           failed=dict(wave.failed), lowest_headroom=drained_at.get("lowest_headroom"), lingering=lingering)
 
     def _terminate(self, wave: WaveState, node: str, instance: str, group: str, decrement: bool) -> None:
         found = self.groups.instances([instance]).get(instance)
@@ -529,6 +577,20 @@ class Executor:
                 return (f"new nodes not Ready on the target image within nodeReadyTimeoutSeconds "
                         f"{self.policy.node_ready_timeout_seconds}: " + "; ".join(short))
             self.clock.sleep(self.options.poll_seconds)
+
+    def _wait_gone(self, names: list[str]) -> list[str]:
+        """Wait until the nodes of terminated instances are deregistered (the cloud's node controller deletes
+        them), so that what the wave leaves behind is what the cluster shows. Returns any still there after
+        ``nodeReadyTimeoutSeconds``: reported, not a failure, since the instances are gone."""
+        deadline = self.clock.now() + self.policy.node_ready_timeout_seconds
+        while names:
+            present = {n.name for n in self.cluster.list_nodes()}
+            names = [n for n in names if n in present]
+            if not names or self.clock.now() >= deadline:
+                break
+            self._show("deregister", f"waiting for {len(names)} terminated node(s) to leave the cluster")
+            self.clock.sleep(self.options.poll_seconds)
+        return names
 
     def _wait_pods_ready(self, owners: dict[str, dict[str, Any]]) -> str | None:
         if not owners:

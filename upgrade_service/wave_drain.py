@@ -146,7 +146,15 @@ class WaveDrain:
             self.clock.sleep(self.poll)
 
     def _budgets(self, pods: list[Pod]) -> tuple[dict[tuple[str, str], list[PodDisruptionBudget]], dict[tuple[str, str], PodDisruptionBudget]]:
-        by_ns = {ns: self.cluster.list_pdbs(namespace=ns) for ns in sorted({p.namespace for p in pods})}
+        namespaces = {p.namespace for p in pods}
+        by_ns: dict[str, list[PodDisruptionBudget]] = {ns: [] for ns in namespaces}
+        if len(namespaces) <= 8:
+            for ns in namespaces:
+                by_ns[ns] = self.cluster.list_pdbs(namespace=ns)
+        else:
+            for b in self.cluster.list_pdbs():  # one call for all, rather than one per namespace
+                if b.namespace in by_ns:
+                    by_ns[b.namespace].append(b)
         covering = {p.key: [b for b in by_ns[p.namespace] if b.selects(p)] for p in pods}
         budgets = {b.key: b for found in by_ns.values() for b in found}
         return covering, budgets

@@ -71,12 +71,22 @@ class ClusterIam(pulumi.ComponentResource):
         return role
 
 
+def allow_each(grants: Sequence[tuple[Sequence[str], Sequence[str]]]) -> str:
+    """One statement per (actions, resources) pair."""
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": sorted(actions), "Resource": list(resources)} for actions, resources in grants]})
+
+
 def irsa_role(name: str, stage: str, provider_arn: pulumi.Input[str], issuer: pulumi.Input[str], namespace: str,
-              service_account: str, actions: Sequence[str], parent: pulumi.Resource) -> aws.iam.Role:
-    """A role one service account assumes through the cluster's OIDC provider, allowed exactly ``actions``."""
+              service_account: str, actions: Sequence[str], parent: pulumi.Resource,
+              scoped: Sequence[tuple[Sequence[str], pulumi.Input[str]]] = ()) -> aws.iam.Role:
+    """A role one service account assumes through the cluster's OIDC provider, allowed exactly ``actions``
+    (and each of ``scoped``'s actions on its one resource only)."""
     trust = pulumi.Output.all(provider_arn, issuer).apply(
         lambda a: web_identity_trust(a[0], a[1], namespace, service_account))
     role = aws.iam.Role(name, name=name, assume_role_policy=trust, tags=tags(stage, name), opts=child(parent))
-    aws.iam.RolePolicy(name, role=role.id, policy=allow(actions), opts=child(parent))
+    policy = pulumi.Output.all(*[arn for _, arn in scoped]).apply(
+        lambda arns: allow_each([(actions, ["*"]), *[(acts, [arn]) for (acts, _), arn in zip(scoped, arns, strict=True)]]))
+    aws.iam.RolePolicy(name, role=role.id, policy=policy, opts=child(parent))
     return role
 

@@ -7,12 +7,16 @@
   that lets the scheduled rotation (signed in through its access entry, in the group
   ``platformctl:rotation``) cordon, drain and evict.
 - The host cluster: the federation namespace, the ``MemberCluster`` CRD and one registration object
-  per member cluster, and the CronJob that runs ``platformctl rotate run`` with the image and
-  schedule of the stack config, as a service account bound to an IAM role.
+  per member cluster, and the CronJob that runs ``platformctl rotate run --stage`` with the image
+  and schedule of the stack config, as a service account bound to an IAM role. Its ConfigMap holds
+  the rotation policy of the stack config and a kubeconfig with a context per cluster of the stage
+  (``aws eks get-token`` as that role); it journals in the stage's DynamoDB state table. The host
+  gets the same rotation RBAC as the members, since the job rotates the host too.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,10 +63,40 @@ class Registration:
 
 
 @dataclass(frozen=True)
+class Context:
+    """One cluster as the scheduled rotation reaches it."""
+
+    name: str
+    endpoint: pulumi.Input[str]
+    certificate_authority: pulumi.Input[str]
+
+
+@dataclass(frozen=True)
 class Rotation:
     image: str
     schedule: str
     role_arn: pulumi.Input[str]
+    policy: Mapping[str, Any]
+    state_table: pulumi.Input[str]
+    region: str
+    contexts: Sequence[Context]
+
+
+ROTATION_CONFIG = "platformctl-rotation"
+CONFIG_DIR = "/etc/platformctl"
+
+
+def stage_kubeconfig(region: str, contexts: Sequence[tuple[str, str, str]]) -> str:
+    """A kubeconfig with one context per cluster, named after it, signed in with ``aws eks get-token``."""
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": contexts[0][0],
+        "clusters": [{"name": n, "cluster": {"server": e, "certificate-authority-data": ca}} for n, e, ca in contexts],
+        "contexts": [{"name": n, "context": {"cluster": n, "user": n}} for n, _, _ in contexts],
+        "users": [{"name": n, "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", n, "--region", region, "--output", "json"]}}}
+            for n, _, _ in contexts],
+    }, indent=2)
 
 
 class ClusterObjects(pulumi.ComponentResource):
@@ -83,6 +117,7 @@ class ClusterObjects(pulumi.ComponentResource):
         else:
             self._federation(stage, region, members)
             if rotation is not None:
+                self._rotation_rbac()
                 self._scheduled_rotation(stage, rotation)
         self.register_outputs({})
 
@@ -127,13 +162,23 @@ class ClusterObjects(pulumi.ComponentResource):
             f"{self._name}-rotation", opts=self._opts(depends_on=[namespace]),
             metadata=pulumi.Output.from_input(rotation.role_arn).apply(
                 lambda arn: _meta(ROTATION_SERVICE_ACCOUNT, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
+        contexts = pulumi.Output.all(*[pulumi.Output.all(c.name, c.endpoint, c.certificate_authority) for c in rotation.contexts])
+        config = k8s.core.v1.ConfigMap(
+            f"{self._name}-rotation-config", metadata=_meta(ROTATION_CONFIG, SYSTEM_NAMESPACE),
+            data=contexts.apply(lambda cs: {"policy.yaml": json.dumps(dict(rotation.policy), indent=2, sort_keys=True),
+                                            "kubeconfig": stage_kubeconfig(rotation.region, [tuple(c) for c in cs])}),
+            opts=self._opts(depends_on=[namespace]))
+        spec = pulumi.Output.from_input(rotation.state_table).apply(
+            lambda table: rotation_cronjob_spec(stage, rotation.image, rotation.schedule, table, rotation.region))
         k8s.batch.v1.CronJob(
             f"{self._name}-rotate", metadata=_meta("platformctl-rotate", SYSTEM_NAMESPACE),
-            spec=rotation_cronjob_spec(stage, rotation.image, rotation.schedule), opts=self._opts(depends_on=[account]))
+            spec=spec, opts=self._opts(depends_on=[account, config]))
 
 
-def rotation_cronjob_spec(stage: str, image: str, schedule: str) -> dict[str, Any]:
-    """One rotation at a time (``Forbid``), never a pile of missed runs, and a bounded history."""
+def rotation_cronjob_spec(stage: str, image: str, schedule: str, state_table: str, region: str) -> dict[str, Any]:
+    """One rotation at a time (``Forbid``), never a pile of missed runs, and a bounded history. The job
+    rotates the whole stage with the stack's policy, journals in the stage's state table, and exits
+    with `rotate run`'s codes (a paused stage exits 4, which the job records as failed: visible)."""
     return {
         "schedule": schedule, "timeZone": "Etc/UTC", "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 600,
         "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3,
@@ -142,9 +187,14 @@ def rotation_cronjob_spec(stage: str, image: str, schedule: str) -> dict[str, An
             "spec": {
                 "serviceAccountName": ROTATION_SERVICE_ACCOUNT, "restartPolicy": "Never",
                 "priorityClassName": "system-cluster-critical",
+                "volumes": [{"name": "config", "configMap": {"name": ROTATION_CONFIG}}],
                 "containers": [{
                     "name": "rotate", "image": image,
-                    "args": ["rotate", "run", "--stage", stage, "--output", "json"],
+                    "args": ["rotate", "run", "--stage", stage, "--policy", f"{CONFIG_DIR}/policy.yaml",
+                             "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--state", f"dynamodb://{state_table}",
+                             "--output", "json"],
+                    "env": [{"name": "AWS_REGION", "value": region}],
+                    "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
                     "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
                     "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
                                         "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},

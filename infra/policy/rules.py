@@ -39,7 +39,7 @@ TAGGABLE = frozenset({
     "aws:ec2/natGateway:NatGateway", "aws:ec2/routeTable:RouteTable", "aws:ec2/securityGroup:SecurityGroup",
     "aws:kms/key:Key", "aws:iam/role:Role", "aws:iam/instanceProfile:InstanceProfile",
     "aws:iam/openIdConnectProvider:OpenIdConnectProvider", EKS_CLUSTER, "aws:eks/accessEntry:AccessEntry",
-    LAUNCH_TEMPLATE, "aws:autoscaling/group:Group", EBS_VOLUME,
+    LAUNCH_TEMPLATE, "aws:autoscaling/group:Group", EBS_VOLUME, "aws:dynamodb/table:Table",
 })
 
 

@@ -234,7 +234,7 @@ def demo(ctx: click.Context, stage_name: str, minutes: int, save_snapshots: Path
     report = run_demo(st, minutes, _console(), quiet=output == "json", save_dir=save_snapshots)
     if output == "json":
         _emit_json(report.as_dict())
-    if report.budget_violations:
+    if report.budget_violations or report.rotation.get("harm") or not report.rotation.get("all_on_new_images"):
         sys.exit(1)
 
 

@@ -3,14 +3,17 @@
 It reads the stage from its stack file, provisions the local region (moto and one simulated
 cluster per cluster of the stage), fills the member clusters with workloads, and lives through an
 hour of virtual time: batch jobs come and go, an instance fails and its auto scaling group replaces
-it, and an operator drains a node through the eviction API while the budgets pace it. It ends with
-what happened and the invariants checked on the event log. Later issues extend this story into the
-full lifecycle (images, rotation, release, canaries).
+it, and an operator drains a node through the eviction API while the budgets pace it. Then a new
+image reaches every node the way it does in production: a manifest change, ``ami build``,
+``stage deploy`` (new launch template versions), and ``rotate run --stage`` (the executor, wave by
+wave under the budgets). It ends with what happened and the invariants checked on the event log.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -25,7 +28,7 @@ from rich.table import Table
 from infra.materialize import materialize
 from platformctl.cluster import simulator as sim_events
 from platformctl.cluster.drain import drain
-from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
+from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
 from platformctl.cluster.model import (
     ANNOTATION_RUN_SECONDS,
     ANNOTATION_START_SECONDS,
@@ -57,6 +60,7 @@ class DemoReport:
     nodes_replaced: int = 0
     snapshots: list[str] = field(default_factory=list)
     images: dict[str, str] = field(default_factory=dict)  # image name -> the AMI the demo built
+    rotation: dict[str, Any] = field(default_factory=dict)  # the new images' build, deploy and rotation
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +79,7 @@ class DemoReport:
             "pods_lost_with_node": self.pods_lost_with_node,
             "nodes_replaced": self.nodes_replaced,
             "snapshots": self.snapshots,
+            "rotation": self.rotation,
         }
 
 
@@ -114,6 +119,91 @@ def _replace_node(region: LocalRegion, target: SimulatedCluster, group: str, rep
         f"({result.evictions} pods evicted, {sum(result.refusals.values())} evictions refused by budgets and retried, "
         f"{outcome} in {result.seconds:.0f} s) and terminated its instance")
     return old.name
+
+
+def _bump_patch(path: Path) -> str:
+    text = path.read_text()
+    line = next(line for line in text.splitlines() if line.startswith("version:"))
+    major, minor, patch = line.split(":", 1)[1].strip().split(".")
+    version = f"{major}.{minor}.{int(patch) + 1}"
+    path.write_text(text.replace(line, f"version: {version}", 1))
+    return version
+
+
+def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, console: Console, quiet: bool) -> dict[str, Any]:
+    """A new image, the way it reaches nodes: a manifest change, `ami build`, `stage deploy`, `rotate run --stage`."""
+    from ami.build import ImageStore, build_images, plan_builds, write_lock
+    from ami.manifest import MANIFEST_DIR, load_manifests
+    from infra.deploy import LocalDeployer
+    from platformctl.nodegroups.aws import AutoScalingNodeGroups
+    from platformctl.state.sqlite import SQLiteStore
+    from upgrade_service.execute import Options, Target, run_stage
+    from upgrade_service.order import ClusterPlace, cluster_steps
+    from upgrade_service.policy import parse_policy
+
+    folder = lock.parent
+    manifests_dir = folder / "manifests"
+    shutil.copytree(MANIFEST_DIR, manifests_dir, dirs_exist_ok=True)
+    version = _bump_patch(manifests_dir / "general.yaml")
+    manifests = load_manifests(manifests_dir)
+    store = ImageStore(stage.region)
+    plan = plan_builds(manifests, store)
+    built = build_images(manifests, plan, store, workers=2)
+    write_lock(lock, manifests, store, built.ids)
+    rebuilt = [s.name for s in plan.build]
+    say(f"\n[bold]A new image[/]: an operator bumps general to {version} in ami/manifests/general.yaml. `ami build` "
+        f"rebuilds {' and '.join(rebuilt)} (what inherits from general) and records them in the lock file.")
+
+    checkpoint = folder / "stack.json"
+    checkpoint.write_text(json.dumps({"stage": stage.name, "resources": region.checkpoint}))
+    deployed = LocalDeployer(checkpoint, "the local region").deploy(stage, lock)
+    updates = [c for c in deployed.changes if c.action == "update"]
+    say(f"`stage deploy` runs the Pulumi program again: {len(updates)} launch templates get a new version booting the "
+        f"new images ({sum(1 for c in deployed.changes if c.action == 'unchanged')} resources unchanged); no node moves yet.")
+
+    boot = {p.name: p.boot_seconds for c in stage.clusters() for p in c.node_pools}
+    policy = parse_policy({"maxInFlight": 3, "durations": {"nodeBootSeconds": boot, "podStartSeconds": 20}}, "demo policy")
+    places = [ClusterPlace(c.name, None if isinstance(c, HostCluster) else c.zones[0]) for c in stage.clusters()]
+    steps, _ = cluster_steps(places, policy.host_cluster)
+    groups = AutoScalingNodeGroups(stage.region)
+    began = {name: len(sim.events) for name, sim in region.clusters.items()}
+    start = region.clock.now()
+    say("`rotate run --stage dev` (no targets in its policy: each pool follows what its launch template boots now), "
+        "one zone at a time, the host cluster last:")
+    outcomes = run_stage([[Target(n, region.cluster(n), groups) for n in step] for step in steps], policy,
+                         SQLiteStore(folder / "state.db"), Options(), "demo")
+    clusters = {}
+    table = Table("cluster", "waves", "nodes rotated", "estimate", "actual", "evictions", "refused", "disrupted twice",
+                  "lowest headroom", title="Rotation onto the new images")
+    for outcome in outcomes:
+        r = outcome.report
+        sim = region.cluster(outcome.cluster)
+        events = sim.events[began[outcome.cluster]:]
+        images = Counter(n.image for n in sim.list_nodes())
+        clusters[outcome.cluster] = {
+            "status": outcome.status, "waves": len(r["waves"]), "nodes_rotated": r["nodes_rotated"],
+            "estimated_seconds": r["estimated_seconds"], "seconds": r["duration_seconds"], "evictions": r["evictions"],
+            "refused_evictions": r["refused_evictions"], "pods_disrupted_more_than_once": r["pods_disrupted_more_than_once"],
+            "lowest_budget_headroom": r["lowest_budget_headroom"], "images": dict(images),
+            "budget_violations": eviction_budget_violations(sim.events), "pods_lost_with_node": lost_pods(events),
+            "deleted_without_eviction": deleted_without_eviction(events),
+            "cordoned": [n.name for n in sim.list_nodes() if n.unschedulable],
+        }
+        lowest = r["lowest_budget_headroom"]
+        table.add_row(outcome.cluster, str(len(r["waves"])), str(r["nodes_rotated"]), f"{(r['estimated_seconds'] or 0) / 60:.0f} min",
+                      f"{r['duration_seconds'] / 60:.0f} min", str(r["evictions"]), str(r["refused_evictions"]),
+                      str(r["pods_disrupted_more_than_once"]), f"{lowest['headroom']} ({lowest['budget']})" if lowest else "-")
+    say(table)
+    harm = sum(len(c["budget_violations"]) + len(c["pods_lost_with_node"]) + len(c["deleted_without_eviction"])
+               for c in clusters.values())
+    on_new = all(set(c["images"]) <= set(deployed.images.values()) for c in clusters.values())
+    verdict = "[green]no eviction broke a budget, no pod went down with its node, none was deleted without the eviction API[/]" \
+        if harm == 0 else f"[red]{harm} harmful events[/]"
+    say(f"Every node on its launch template's image: {'yes' if on_new else '[red]no[/]'}; nothing left cordoned: "
+        f"{'yes' if not any(c['cordoned'] for c in clusters.values()) else '[red]no[/]'}. From the event log: {verdict}. "
+        f"{(region.clock.now() - start) / 60:.0f} virtual minutes.")
+    return {"version": version, "rebuilt": rebuilt, "launch_templates_updated": len(updates), "images": deployed.images,
+            "clusters": clusters, "all_on_new_images": on_new, "harm": harm}
 
 
 def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir: Path | None = None) -> DemoReport:
@@ -201,6 +291,7 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
                 region.advance(step)
                 progress.update(task, completed=min((region.clock.now() - start) / 60, minutes))
 
+        report.rotation = _rotation_chapter(region, stage, lock, say, console, quiet)
         report.virtual_end = region.clock.now()
         for name, sim in region.clusters.items():
             happened = Counter(e.kind for e in sim.events)
@@ -230,7 +321,7 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
         console.print()
         for line in report.story:
             console.print(f"• {line}")
-        table = Table("cluster", "nodes (Ready)", "pods running", "pending", "pods started", "pods completed", title="After the hour")
+        table = Table("cluster", "nodes (Ready)", "pods running", "pending", "pods started", "pods completed", title="At the end")
         for name, c in report.clusters.items():
             table.add_row(name, f"{c['nodes']} ({c['nodes_ready']})", str(c["pods_running"]), str(c["pods_pending"]),
                           str(c["pods_started"]), str(c["pods_succeeded"]))

@@ -62,3 +62,8 @@ def lost_pods(events: Iterable[sim.Event], include_daemonsets: bool = False) -> 
     """Pods that went down with their node instead of being moved off it first (a DaemonSet's pods
     belong to their node and are left out unless asked for)."""
     return [f"{e.namespace}/{e.name}" for e in events if e.kind == sim.POD_LOST and (include_daemonsets or not e.detail[1])]
+
+
+def deleted_without_eviction(events: Iterable[sim.Event]) -> list[str]:
+    """Running pods a client deleted directly, bypassing the eviction API and every budget."""
+    return [f"{e.namespace}/{e.name}" for e in events if e.kind == sim.POD_DELETE_REQUESTED]

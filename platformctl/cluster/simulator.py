@@ -95,7 +95,8 @@ POD_SCHEDULED = "PodScheduled"  # detail: (uid, node)
 POD_READY = "PodReady"
 POD_SUCCEEDED = "PodSucceeded"
 POD_EVICTED = "PodEvicted"  # detail: (uid, was_ready, budget key or None, desired healthy)
-POD_TERMINATING = "PodTerminating"  # deleted without eviction
+POD_TERMINATING = "PodTerminating"  # deleted without eviction (by a client or a controller)
+POD_DELETE_REQUESTED = "PodDeleteRequested"  # a client deleted it directly, not through the eviction API
 POD_DELETED = "PodDeleted"
 POD_LOST = "PodLost"  # its node went away; detail: (uid, owned by a DaemonSet)
 EVICTION_REFUSED = "EvictionRefused"  # detail: (code, message)
@@ -599,6 +600,8 @@ class SimulatedCluster:
         pod = self._pods.get((namespace, name))
         if pod is None:
             raise NotFoundError(f'pods "{name}" not found', field="pod")
+        if pod.deletion_time is None and not pod.is_finished:
+            self._record(POD_DELETE_REQUESTED, pod.namespace, pod.name, (pod.uid, pod.node_name))
         pod = self._begin_termination(pod, evicted=False)
         if grace_seconds == 0:
             self._remove_pod(pod)

@@ -469,7 +469,6 @@ class KubeAPI:
         try:
             if res.plural == "pods":
                 pod = cluster.sim.delete_pod(ns or "default", name, grace_seconds=self._grace(request))
-                cluster.record_delete(pod)
                 return _json(_pod_object(pod))
             if res.plural == "nodes":
                 node = cluster.sim.get_node(name)

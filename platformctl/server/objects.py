@@ -102,6 +102,7 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("jobs", "Job", "batch", "v1", True, ("create", "delete", "get", "list"), ()),
     Resource("cronjobs", "CronJob", "batch", "v1", True, ("create", "delete", "get", "list"), ("cj",)),
     Resource("serviceaccounts", "ServiceAccount", "", "v1", True, ("create", "delete", "get", "list"), ("sa",)),
+    Resource("configmaps", "ConfigMap", "", "v1", True, ("create", "delete", "get", "list"), ("cm",)),
     Resource("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("create", "delete", "get", "list"), ("pc",)),
     Resource("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", False, ("create", "delete", "get", "list")),
     Resource("clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", False,
@@ -110,7 +111,8 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
              ("create", "delete", "get", "list"), ("crd", "crds")),
 )}
 # Kinds the server keeps as written (no controller acts on them): what the Pulumi program applies besides namespaces and workloads.
-STORED = ("serviceaccounts", "priorityclasses", "clusterroles", "clusterrolebindings", "customresourcedefinitions")
+STORED = ("serviceaccounts", "configmaps", "priorityclasses", "clusterroles", "clusterrolebindings",
+          "customresourcedefinitions")
 WORKLOADS = ("deployments", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs")
 # Which simulator controller runs each workload kind (a Deployment runs through its ReplicaSet).
 _SIM_KIND = {"deployments": "ReplicaSet", "daemonsets": "DaemonSet", "statefulsets": "StatefulSet", "jobs": "Job"}
@@ -264,7 +266,6 @@ class ClusterState:
         self.workloads: dict[str, dict[tuple[str, str], Workload]] = {r: {} for r in WORKLOADS}
         self.stored: dict[str, dict[tuple[str, str], dict[str, Any]]] = {r: {} for r in STORED}
         self._adopted = -1
-        self.deleted: list[dict[str, Any]] = []  # pods a client deleted directly (not by eviction)
         for ns in SYSTEM_NAMESPACES:
             self._adopt_namespace(ns)
         self.changes = ChangeLog(sim)
@@ -273,20 +274,16 @@ class ClusterState:
     def name(self) -> str:
         return self.sim.name
 
-    def record_delete(self, pod: Pod) -> None:
-        self.deleted.append({"time": self.now(), "pod": f"{pod.namespace}/{pod.name}", "node": pod.node_name,
-                             "phase": pod.phase, "owner": f"{pod.owner.kind}/{pod.owner.name}" if pod.owner else None})
-
     def invariants(self) -> dict[str, Any]:
         """What the event log says about every disruption so far: budgets broken by evictions, pods that went
         down with their node, pods a client deleted without the eviction API, and how often each thing happened."""
         from collections import Counter
 
-        from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
+        from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
 
         events = self.sim.events
         return {"cluster": self.name, "budget_violations": eviction_budget_violations(events),
-                "lost_pods": lost_pods(events), "deleted_without_eviction": list(self.deleted),
+                "lost_pods": lost_pods(events), "deleted_without_eviction": deleted_without_eviction(events),
                 "events": dict(Counter(e.kind for e in events)), "virtual_time": self.now()}
 
     def now(self) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import inspect
 import re
 from collections import Counter
@@ -177,18 +178,51 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert cron["spec"]["schedule"] == rotation.get("schedule", "0 3 * * 1-5")
     assert container["image"] == rotation.get("image", "ghcr.io/platformctl/platformctl:0.1.0")
-    assert container["args"][:4] == ["rotate", "run", "--stage", stage_name]
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    # It runs `rotate run` as the CLI parses it: the stage, the stack's policy and a kubeconfig from its
+    # ConfigMap, the stage's state table.
+    table = run.outputs["stateTable"]
+    assert table == f"platformctl-state-{stage_name}"
+    assert container["args"] == ["rotate", "run", "--stage", stage_name, "--policy", "/etc/platformctl/policy.yaml",
+                                 "--kubeconfig", "/etc/platformctl/kubeconfig", "--state", f"dynamodb://{table}",
+                                 "--output", "json"]
+    from platformctl.cli import cli
+
+    run_command = cli.get_command(None, "rotate").get_command(None, "run")  # type: ignore[union-attr]
+    assert run_command.make_context("run", container["args"][2:]).params["state_spec"] == f"dynamodb://{table}"
+    [configmap] = k8s_objects(run, host, "ConfigMap")
+    from upgrade_service.policy import parse_policy
+
+    assert parse_policy(json.loads(configmap["data"]["policy.yaml"]), "policy.yaml").model_dump() == \
+        parse_policy(rotation.get("policy", {}), "policy.yaml").model_dump()
+    kubeconfig = yaml.safe_load(configmap["data"]["kubeconfig"])
+    assert sorted(c["name"] for c in kubeconfig["contexts"]) == sorted(c.name for c in stage.clusters())
+    servers = {c["name"]: c["cluster"]["server"] for c in kubeconfig["clusters"]}
+    assert servers == {c.name: run.named(EKS, c.name).outputs["endpoint"] for c in stage.clusters()}
+    assert all(u["user"]["exec"]["args"][:2] == ["eks", "get-token"] for u in kubeconfig["users"])
+    mounts = container["volumeMounts"]
+    assert mounts[0]["mountPath"] == "/etc/platformctl" and mounts[0]["readOnly"]
     # The job's service account assumes the rotation role, which only that account may assume and
-    # which every member cluster admits into the group its RBAC names.
+    # which every cluster (the host too: the job rotates it) admits into the group its RBAC names.
     [account] = [o for o in k8s_objects(run, host, "ServiceAccount") if o["metadata"]["namespace"] == SYSTEM_NAMESPACE]
     role_arn = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
     assert role_arn == run.outputs["rotationRoleArn"]
     entries = [r.inputs for r in run.of_type("aws:eks/accessEntry:AccessEntry") if r.inputs["principalArn"] == role_arn]
-    assert sorted(e["clusterName"] for e in entries) == sorted(m.name for m in stage.member_clusters)
-    for member in stage.member_clusters:
-        [binding] = k8s_objects(run, member.name, "ClusterRoleBinding")
+    assert sorted(e["clusterName"] for e in entries) == sorted(c.name for c in stage.clusters())
+    for cluster in stage.clusters():
+        [binding] = k8s_objects(run, cluster.name, "ClusterRoleBinding")
         assert binding["subjects"][0]["name"] == entries[0]["kubernetesGroups"][0]
+        [role] = k8s_objects(run, cluster.name, "ClusterRole")
+        assert {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]} in role["rules"]
+    # Its AWS permissions: the rotation's named actions anywhere, the state store's on its table only.
+    [policy] = [r.inputs for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{host}-rotation"]
+    statements = json.loads(policy["policy"])["Statement"]
+    [state] = [st for st in statements if any(a.startswith("dynamodb:") for a in st["Action"])]
+    assert state["Resource"] == [run.named("aws:dynamodb/table:Table", f"{stage_name}-state").outputs["arn"]]
+    assert "dynamodb:PutItem" in state["Action"] and "dynamodb:DeleteTable" not in state["Action"]
+    declared_table = run.named("aws:dynamodb/table:Table", f"{stage_name}-state").inputs
+    assert (declared_table["hashKey"], declared_table["rangeKey"]) == ("pk", "sk")
+    assert declared_table["pointInTimeRecovery"]["enabled"] and declared_table["serverSideEncryption"]["enabled"]
 
 
 @stages

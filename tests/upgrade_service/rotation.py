@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from platformctl.cluster import simulator as sim_events
-from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
+from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
 from platformctl.cluster.model import ANNOTATION_START_SECONDS, Container, Pod, PodDisruptionBudget, Resources
 from platformctl.cluster.selectors import IntOrPercent, LabelSelector
 from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
@@ -66,7 +66,7 @@ def harm(sim: SimulatedCluster) -> dict[str, Any]:
     """What the event log says was done to applications: evictions that broke a budget, pods lost with
     their node, and pods deleted without the eviction API."""
     return {"violations": eviction_budget_violations(sim.events), "lost": lost_pods(sim.events),
-            "deleted": [e.name for e in sim.events if e.kind == sim_events.POD_TERMINATING]}
+            "deleted": deleted_without_eviction(sim.events)}
 
 
 def events(sim: SimulatedCluster) -> Counter[str]:

@@ -1,0 +1,132 @@
+"""Benchmark: the rotation executor (`rotate run`) on a 3,000-node, ~120,000-pod simulated cluster.
+
+Builds the synthetic cluster, points every pool at a new image (what `stage deploy` does to the
+launch templates) and rotates it with the real executor — plan, gate, pacing, surge, drain through
+the eviction API, terminate, journal in a SQLite store — through the simulator's pools (the second
+implementation of the node-group seam), in virtual time. Measured side by side in one run, on
+clusters built from the same seed:
+
+- virtual duration / the plan's estimate (target within 1 +/- 0.15);
+- virtual duration / a one-node-at-a-time rotation of the same cluster (maxInFlight 1; run for its
+  first ``--baseline-waves`` waves and extrapolated per node, since all 3,000 would take hours of wall
+  time) (target <= 0.2);
+- wall time / the foundation's ``rotate_full_cluster.py`` rotation (surge 5 % of a pool at a time,
+  no planning, no journal);
+- peak memory, and the invariants from the event log (exits non-zero if a budget was broken, a pod
+  went down with its node, or a pod was deleted without the eviction API).
+
+Not part of the test run.
+
+    .venv/bin/python benchmarks/rotate_run.py [--nodes 3000] [--max-in-flight 20] [--baseline-waves 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.rotate_full_cluster import rotate_every_node  # noqa: E402
+from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods  # noqa: E402
+from platformctl.cluster.simulator import SimulatedCluster  # noqa: E402
+from platformctl.cluster.synthetic import POOL_SHAPES, synthetic_cluster  # noqa: E402
+from platformctl.nodegroups.simulated import SimulatedNodeGroups  # noqa: E402
+from platformctl.state.sqlite import SQLiteStore  # noqa: E402
+from upgrade_service.execute import Executor, Options, Outcome, Target  # noqa: E402
+from upgrade_service.policy import parse_policy  # noqa: E402
+
+NEW_IMAGE = "ami-0b2e00c0ffee00099"
+
+
+def policy_document(max_in_flight: int) -> dict[str, object]:
+    """No targets: every pool follows what its group launches now. Durations are this cluster's own
+    (its pools' boot times, its pods' start times), as an operator sets them for theirs."""
+    return {
+        "poolOrder": {"general": ["system"], "custom": ["system"], "ml": ["general"]},
+        "maxInFlight": max_in_flight,
+        "maxInFlightPerPool": {"ml": 2, "system": 2},
+        "durations": {"nodeBootSeconds": {pool: int(shape[2]) for pool, shape in POOL_SHAPES.items()}, "podStartSeconds": 20},
+        "workloadRules": [{"selector": {"matchLabels": {"tier": "storage"}}, "mode": "one-at-a-time", "settleSeconds": 300}],
+        "drainTimeoutSeconds": 7200,
+        "podReadyTimeoutSeconds": 3600,
+    }
+
+
+def rotate(sim: SimulatedCluster, max_in_flight: int, folder: Path, max_waves: int | None = None) -> tuple[Outcome, float, float]:
+    for pool in sim.pool_names():
+        sim.set_pool_image(pool, NEW_IMAGE)
+    store = SQLiteStore(folder / f"state-{max_in_flight}.db")
+    executor = Executor(Target("synthetic", sim, SimulatedNodeGroups(sim)), parse_policy(policy_document(max_in_flight),
+                        "benchmark policy"), store, Options(max_waves=max_waves))
+    start_virtual, start_wall = sim.now(), time.perf_counter()
+    outcome = executor.run()
+    return outcome, sim.now() - start_virtual, time.perf_counter() - start_wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=3000)
+    parser.add_argument("--max-in-flight", type=int, default=20)
+    parser.add_argument("--baseline-waves", type=int, default=40)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="rotate-run-"))
+
+    # The foundation's rotation, for the wall-time ratio.
+    sim, _ = synthetic_cluster(args.nodes)
+    t0 = time.perf_counter()
+    rotate_every_node(sim, 5.0)
+    foundation_wall = time.perf_counter() - t0
+    del sim
+    gc.collect()
+
+    # The executor's rotation of the whole cluster.
+    t0 = time.perf_counter()
+    sim, summary = synthetic_cluster(args.nodes)
+    build = time.perf_counter() - t0
+    pods = len(sim.list_pods())
+    outcome, virtual, wall = rotate(sim, args.max_in_flight, folder)
+    report = outcome.report
+    estimate = float(report["estimated_seconds"] or 0)
+    violations = eviction_budget_violations(sim.events)
+    lost = lost_pods(sim.events)
+    deleted = len(deleted_without_eviction(sim.events))
+    nodes = sim.list_nodes()
+    old = sum(1 for n in nodes if n.image != NEW_IMAGE)
+    rotated = report["nodes_rotated"]
+    del sim
+    gc.collect()
+
+    # One node at a time, for its first waves.
+    sim, _ = synthetic_cluster(args.nodes)
+    single, single_virtual, single_wall = rotate(sim, 1, folder, max_waves=args.baseline_waves)
+    per_node = single_virtual / max(single.report["nodes_rotated"], 1)
+    del sim
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    print(f"cluster: {args.nodes} nodes, {pods} pods, {summary.pdbs} PDBs (built in {build:.1f} s)")
+    print(f"rotate run: {outcome.status}, {rotated} nodes rotated in {len(report['waves'])} waves, "
+          f"{virtual / 3600:.1f} virtual hours, {report['evictions']} evictions, {report['refused_evictions']} refused, "
+          f"{report['pods_disrupted_more_than_once']} pods disrupted more than once; {wall:.1f} s wall")
+    print(f"plan estimate at the start: {estimate / 3600:.1f} h")
+    print(f"ratio virtual duration / plan estimate: {virtual / estimate:.2f}   (target 1 +/- 0.15)")
+    print(f"one node at a time: {single.report['nodes_rotated']} nodes in {single_virtual / 3600:.1f} virtual hours "
+          f"({per_node / 60:.1f} min a node, {single_wall:.1f} s wall); all {args.nodes}: {per_node * args.nodes / 3600:.0f} h")
+    print(f"ratio virtual duration / one node at a time: {virtual / (per_node * args.nodes):.3f}   (target <= 0.2)")
+    print(f"foundation rotate_full_cluster.py: {foundation_wall:.1f} s wall")
+    print(f"ratio wall time / foundation's: {wall / foundation_wall:.1f}x")
+    print(f"peak memory: {peak_mib:.0f} MiB")
+    print(f"nodes still on the old image: {old}; blocked: {len(report['nodes_blocked'])}; failed: {len(report['nodes_failed'])}")
+    print(f"evictions that broke a PDB: {len(violations)}; pods lost with a node: {len(lost)}; deleted without eviction: {deleted}")
+    if violations or lost or deleted:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -22,6 +22,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/resolve_manifests.py
 	$(BIN)/python benchmarks/plan_rotation.py
 	$(BIN)/python benchmarks/rotate_full_cluster.py
+	$(BIN)/python benchmarks/rotate_run.py
 
 clean:
 	rm -rf $(VENV) .platformctl .pytest_cache

@@ -6,7 +6,8 @@ a resource whose inputs are unchanged is left alone; a launch template whose inp
 image) gets a new version, made the default, which its auto scaling group (on ``$Latest``) launches
 new instances from; a group's sizes, subnets or template are updated in place; a resource the
 program newly declares is created. Any other change (one Pulumi would replace) is refused on one
-line rather than half-made, and a Kubernetes object that changed is reported, not applied.
+line rather than half-made (a role policy's document is updated in place too), and a Kubernetes
+object that changed is reported, not applied.
 
 ``PulumiDeployer`` is the same step on a real account: Pulumi's Automation API runs ``pulumi up``
 on the stage's stack in ``infra/``, with ``platformctl:imageLock`` pointing at the lock file for
@@ -28,6 +29,7 @@ from platformctl.topology import Stage
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 GROUP = "aws:autoscaling/group:Group"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 IGNORED_GROUP_INPUTS = ("desiredCapacity",)  # the program's ignore_changes: capacity belongs to the upgrade service
 
 
@@ -46,8 +48,28 @@ class DeployBackend:
         self.moto = MotoBackend(region)
         self.previous = {(r["type"], r["name"]): r for r in previous}
         self.changes: list[ResourceChange] = []
+        # What each declaration came to, so that a deploy that fails half-way still records what it made.
+        self.answered: dict[tuple[str, str], dict[str, Any]] = {}
 
     def create(self, type_: str, name: str, inputs: dict[str, Any], provider: str) -> tuple[str, dict[str, Any]]:
+        from botocore.exceptions import ClientError
+
+        try:
+            id_, outputs = self._create(type_, name, inputs, provider)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise PlatformError(f"{type_} {name}: AWS answered {error.get('Code')}: {error.get('Message')}",
+                                field="stage deploy") from None
+        self.answered[(type_, name)] = json.loads(json.dumps(
+            {"type": type_, "name": name, "id": id_, "inputs": inputs, "state": {**inputs, **outputs}}, default=str))
+        return id_, outputs
+
+    def checkpoint(self) -> list[dict[str, Any]]:
+        """The previous state with every answered declaration in it: what is true now, even after a failure."""
+        merged = {**self.previous, **self.answered}
+        return list(merged.values())
+
+    def _create(self, type_: str, name: str, inputs: dict[str, Any], provider: str) -> tuple[str, dict[str, Any]]:
         new = json.loads(json.dumps(inputs, default=str))
         old = self.previous.get((type_, name))
         if old is None:
@@ -73,14 +95,19 @@ class DeployBackend:
             self.moto.update_auto_scaling_group(old["id"], inputs)
             self.changes.append(ResourceChange("update", type_, name, ", ".join(keys)))
             return old["id"], old["state"]
+        if type_ == ROLE_POLICY and set(keys) <= {"policy"}:
+            self.moto.clients["iam"].put_role_policy(RoleName=new["role"], PolicyName=old["state"].get("name") or name,
+                                                     PolicyDocument=new["policy"])
+            self.changes.append(ResourceChange("update", type_, name, "policy"))
+            return old["id"], {**old["state"], "policy": new["policy"]}
         if type_.startswith("kubernetes:"):
             self.changes.append(ResourceChange("not-applied", type_, name, f"changed ({', '.join(keys)}): apply it with kubectl"))
             return old["id"], old["state"]
         if type_.startswith(("platformctl:infra:", "pulumi:providers:")):
             return old["id"], old["state"]
-        raise PlatformError(f"{type_} {name} changed ({', '.join(keys)}), which Pulumi would replace: the local region "
-                            "does not replace resources (`platformctl local down` and `local up` start it afresh)",
-                            field="stage deploy")
+        raise PlatformError(f"{type_} {name} changed ({', '.join(keys)}): the local region updates launch templates, "
+                            "auto scaling groups and role policies in place, nothing else (`platformctl local down` and "
+                            "`local up` start it afresh from the program)", field="stage deploy")
 
 
 class LocalDeployer:
@@ -100,12 +127,19 @@ class LocalDeployer:
                 raise PlatformError("the local region has no readable checkpoint of its stack (start it again with "
                                     "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
             backend = DeployBackend(stage.region, previous["resources"])
-            run = run_stage(stage.name, backend, config=stage_config(stage, image_lock), source=Path(stage.source))
-            tmp = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
-            tmp.write_text(json.dumps({"stage": stage.name, "resources": checkpoint_of(run)}) + "\n")
-            tmp.replace(self.checkpoint)
+            try:
+                run = run_stage(stage.name, backend, config=stage_config(stage, image_lock), source=Path(stage.source))
+            except BaseException:
+                self._save(stage, backend.checkpoint())  # what was made before the failure stays known, as Pulumi keeps it
+                raise
+            self._save(stage, checkpoint_of(run))
         images = {key: pool["image"] for key, pool in run.outputs["nodePools"].items()}
         return DeployResult(stage.name, self.target, str(image_lock), images, backend.changes)
+
+    def _save(self, stage: Stage, resources: list[dict[str, Any]]) -> None:
+        tmp = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
+        tmp.write_text(json.dumps({"stage": stage.name, "resources": resources}) + "\n")
+        tmp.replace(self.checkpoint)
 
 
 class PulumiDeployer:

@@ -138,6 +138,12 @@ def _in_engine(stack: str, config: Mapping[str, Any], mocks: _Mocks, program: Ca
         except BaseException as exc:  # re-raised on the caller's thread
             failure.append(exc)
         finally:
+            # A program that failed leaves the engine's RPCs pending: end them quietly before the loop goes.
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
     thread = threading.Thread(target=body, name=f"pulumi-{stack}")

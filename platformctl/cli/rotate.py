@@ -45,6 +45,23 @@ def _live_snapshot(kubeconfig: str | None, context: str | None) -> tuple[Snapsho
     return snap, live.name, live.clock.now()
 
 
+def _launch_template_targets(snap: Snapshot, policy: Any, region: str | None) -> dict[str, str]:
+    """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets."""
+    from platformctl.nodegroups.aws import AutoScalingNodeGroups
+    from platformctl.server.control import use_for_aws
+    from upgrade_service.targets import resolve
+
+    use_for_aws()
+    if region is None:
+        zones = sorted({n.zone for n in snap.nodes if n.zone})
+        region = zones[0][:-1] if zones else None
+    groups = AutoScalingNodeGroups(region)
+    found = groups.instances([n.instance_id for n in snap.nodes if n.instance_id])
+    group_of = {n.name: found[n.instance_id].group for n in snap.nodes if n.instance_id in found}
+    images = {g: groups.describe(g).image for g in sorted(set(group_of.values()))}
+    return resolve(policy, list(snap.nodes), group_of, images).images
+
+
 def _print_cluster_plan(plan: Any, show_waves: bool = True) -> None:
     out = console()
     nodes = sum(len(w.nodes) for w in plan.waves)
@@ -110,6 +127,10 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
     policy = load_policy(policy_file)
     if output is None:
         output = "text" if sys.stdout.isatty() else "json"
+    if policy.targets is None and snapshot_file is not None:
+        raise PlatformError("names no targets, so every pool follows its launch template, which a snapshot does not "
+                            "show: name targets, or plan the live cluster (--context or --stage)", file=policy.source,
+                            field="targets")
 
     if stage_name is not None:
         if policy.cluster is not None:
@@ -125,6 +146,11 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
                 now = max(now, _snapshot_time(snapshots[place.name]))
             else:
                 snapshots[place.name], _, now = _live_snapshot(kubeconfig, place.name)
+        if policy.targets is None:
+            targets: dict[str, str] = {}
+            for snap in snapshots.values():
+                targets.update(_launch_template_targets(snap, policy, stage.region))
+            policy = policy.with_targets(targets)
         result: Any = plan_region(stage.name, stage.region, places, snapshots, policy, now)
     else:
         if snapshot_file is not None:
@@ -132,6 +158,8 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
             name, now = policy.cluster or snapshot_file.stem, _snapshot_time(snap)
         else:
             snap, name, now = _live_snapshot(kubeconfig, context)
+            if policy.targets is None:
+                policy = policy.with_targets(_launch_template_targets(snap, policy, None))
         result = plan_cluster(snap, policy, now, cluster=name)
 
     if explain_node is not None:

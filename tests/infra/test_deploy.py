@@ -1,0 +1,94 @@
+"""``stage deploy`` in the local region: the program again, against what it made last time, changing what `pulumi up` would."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from moto import mock_aws
+
+from infra.deploy import LocalDeployer
+from infra.materialize import materialize
+from platformctl import aws, moto_extensions
+from platformctl.errors import PlatformError
+from platformctl.local_region import FAKE_CREDENTIALS
+from platformctl.topology import load_stage
+from tests.infra.images import LOCK
+
+STAGE = load_stage("dev")
+
+
+@pytest.fixture
+def region(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LocalDeployer, Path]]:
+    for key, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    moto_extensions.install()
+    lock = tmp_path / "images.lock.json"
+    lock.write_text(LOCK.read_text())
+    with mock_aws(config={"iam": {"load_aws_managed_policies": True}}):
+        made = materialize(STAGE, image_lock=lock)
+        checkpoint = tmp_path / "stack.json"
+        checkpoint.write_text(json.dumps({"stage": "dev", "resources": made.checkpoint}))
+        yield LocalDeployer(checkpoint, "the local region"), lock
+
+
+def versions(name: str) -> list[dict]:
+    ec2 = aws.client("ec2", STAGE.region)
+    return sorted(ec2.describe_launch_template_versions(LaunchTemplateName=name)["LaunchTemplateVersions"],
+                  key=lambda v: v["VersionNumber"])
+
+
+def test_deploying_the_same_images_changes_nothing(region: tuple[LocalDeployer, Path]) -> None:
+    deployer, lock = region
+    result = deployer.deploy(STAGE, lock)
+    assert {c.action for c in result.changes} == {"unchanged"}
+    assert len(versions("dev-usw2a-01-general")) == 1
+
+
+def test_a_new_image_is_a_new_launch_template_version_that_new_instances_boot(region: tuple[LocalDeployer, Path]) -> None:
+    deployer, lock = region
+    data = json.loads(lock.read_text())
+    data["images"]["general"]["2.2.0"] = {"us-west-2": "ami-0ge0000000000220"}
+    lock.write_text(json.dumps(data))
+    result = deployer.deploy(STAGE, lock)
+    updated = sorted(c.name for c in result.changes if c.action == "update")
+    general = sorted(f"{c.name}-{p.name}" for c in STAGE.clusters() for p in c.node_pools if p.image_family == "general")
+    assert updated == general  # the general family's pools, and nothing else
+    assert {c.action for c in result.changes} == {"update", "unchanged"}
+    assert result.images["dev-usw2a-01/general"] == "ami-0ge0000000000220" and result.images["dev-usw2a-01/ml"] == "ami-0m10000000000302"
+    new = versions("dev-usw2a-01-general")
+    assert [v["LaunchTemplateData"]["ImageId"] for v in new] == ["ami-0ge0000000000210", "ami-0ge0000000000220"]
+    assert new[1]["DefaultVersion"] is True
+    assert len(versions("dev-usw2a-01-ml")) == 1
+    # The group, on $Latest, launches the new image; its existing instances keep theirs until rotated.
+    asg = aws.client("autoscaling", STAGE.region)
+    group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=["dev-usw2a-01-general"])["AutoScalingGroups"][0]
+    before = {i["InstanceId"] for i in group["Instances"]}
+    asg.set_desired_capacity(AutoScalingGroupName="dev-usw2a-01-general", DesiredCapacity=group["DesiredCapacity"] + 1)
+    after = asg.describe_auto_scaling_groups(AutoScalingGroupNames=["dev-usw2a-01-general"])["AutoScalingGroups"][0]
+    ec2 = aws.client("ec2", STAGE.region)
+    images = {i["InstanceId"]: i["ImageId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
+    assert {images[i["InstanceId"]] for i in after["Instances"] if i["InstanceId"] not in before} == {"ami-0ge0000000000220"}
+    assert {images[i] for i in before} == {"ami-0ge0000000000210"}
+    # Deploying again is a no-op: the checkpoint holds what the last deploy made.
+    assert {c.action for c in deployer.deploy(STAGE, lock).changes} == {"unchanged"}
+
+
+def test_a_change_the_region_cannot_make_is_one_line_and_the_checkpoint_stays_usable(region: tuple[LocalDeployer, Path],
+                                                                                     tmp_path: Path) -> None:
+    deployer, lock = region
+    source = Path(STAGE.source).read_text().replace("vpcCidr: 10.10.0.0/16", "vpcCidr: 10.20.0.0/16")
+    changed_file = tmp_path / "Pulumi.dev.yaml"
+    changed_file.write_text(source)
+    from platformctl.topology import parse_stage_file
+
+    changed = parse_stage_file(changed_file, "dev")
+    with pytest.raises(PlatformError) as err:
+        deployer.deploy(changed, lock)
+    assert "aws:ec2/vpc:Vpc dev-vpc changed (cidrBlock)" in str(err.value) and "\n" not in str(err.value)
+    assert {c.action for c in deployer.deploy(STAGE, lock).changes} == {"unchanged"}
+    assert os.path.getsize(deployer.checkpoint) > 0

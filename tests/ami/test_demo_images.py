@@ -1,4 +1,5 @@
-"""`platformctl demo` builds the image tree first, and the stage's nodes boot what it built."""
+"""`platformctl demo` builds the image tree first, the stage's nodes boot what it built, and a new general
+image reaches exactly the pools of its family through `ami build`, `stage deploy` and `rotate run`."""
 
 from __future__ import annotations
 
@@ -15,8 +16,15 @@ def test_demo_nodes_boot_the_images_it_built(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["demo", "--minutes", "5", "--save-snapshots", str(tmp_path), "-o", "json"],
                                 catch_exceptions=False)
     assert result.exit_code == 0
-    images = json.loads(result.stdout)["images"]
+    report = json.loads(result.stdout)
+    images, rotation = report["images"], report["rotation"]
     assert list(images) == ["base", "general", "custom", "ml"] and len(set(images.values())) == 4
-    snap = load_snapshot(tmp_path / "dev-usw2a-01.json")
-    by_pool = {n.pool: n.image for n in snap.nodes}
-    assert by_pool["general"] == images["general"] and by_pool["ml"] == images["ml"]
+    assert rotation["rebuilt"] == ["general", "custom"] and rotation["all_on_new_images"] and rotation["harm"] == 0
+    new_general = rotation["images"]["dev-usw2a-01/general"]
+    assert new_general != images["general"]
+    for cluster in ("dev-usw2a-01", "dev-usw2b-01", "dev-usw2-host"):
+        by_pool = {n.pool: n.image for n in load_snapshot(tmp_path / f"{cluster}.json").nodes}
+        assert by_pool["system"] == new_general  # rotated onto the new build
+        assert by_pool.get("ml", images["ml"]) == images["ml"]  # not of its family: never rotated
+    assert {n.image for n in load_snapshot(tmp_path / "dev-usw2b-01.json").nodes if n.pool == "custom"} == \
+        {rotation["images"]["dev-usw2b-01/custom"]} != {images["custom"]}

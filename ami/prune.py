@@ -37,7 +37,7 @@ import semver
 from ami.build import TAG, ImageStore, tags_of
 from platformctl import aws
 from platformctl.errors import PlatformError
-from platformctl.server.tables import human_duration
+from platformctl.humanize import human_duration
 from platformctl.topology import parse_stage_file
 
 PRUNED_IMAGE = f"{TAG}pruned-image"

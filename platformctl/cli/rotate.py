@@ -19,13 +19,8 @@ from rich.table import Table
 from platformctl.cli.output import OUTPUT, console, emit_json
 from platformctl.cluster.model import Snapshot, load_snapshot
 from platformctl.errors import PlatformError
+from platformctl.humanize import hms
 from platformctl.topology import STAGES, HostCluster, load_stage
-
-
-def _duration(seconds: int) -> str:
-    h, rest = divmod(int(seconds), 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
 def _snapshot_time(snapshot: Snapshot) -> float:
@@ -66,14 +61,14 @@ def _print_cluster_plan(plan: Any, show_waves: bool = True) -> None:
     out = console()
     nodes = sum(len(w.nodes) for w in plan.waves)
     out.print(f"[bold]{plan.cluster}[/] ({plan.source}): {nodes} nodes in {len(plan.waves)} waves, "
-              f"{len(plan.blocked)} blocked; estimated {_duration(plan.estimated_seconds)} "
+              f"{len(plan.blocked)} blocked; estimated {hms(plan.estimated_seconds)} "
               f"(strategy {plan.policy.strategy}, policy {plan.policy.source})")
     if show_waves and plan.waves:
         table = Table("wave", "zone", "pools", "nodes", "first node", "boot", "drain", "settle", "wait", "estimate")
         for w in plan.waves:
             table.add_row(str(w.index), w.segment.zone or "-", ",".join(w.segment.pools), str(len(w.nodes)), w.nodes[0],
                           str(w.boot_seconds), str(w.drain_seconds), str(w.settle_seconds), str(w.wait_seconds),
-                          _duration(w.estimated_seconds))
+                          hms(w.estimated_seconds))
         out.print(table)
         out.print("[dim]seconds per wave; `--explain NODE` says why a node is in its wave, `-o json` lists every node "
                   "and reason[/]")
@@ -185,10 +180,10 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
     if stage_name is not None:
         out = console()
         out.print(f"[bold]{result.stage}[/] in {result.region}: {len(result.steps)} steps, "
-                  f"estimated {_duration(result.estimated_seconds)}")
+                  f"estimated {hms(result.estimated_seconds)}")
         table = Table("step", "clusters", "estimate", "why")
         for step in data["steps"]:
-            table.add_row(str(step["index"]), ", ".join(step["clusters"]), _duration(step["estimated_seconds"]),
+            table.add_row(str(step["index"]), ", ".join(step["clusters"]), hms(step["estimated_seconds"]),
                           "; ".join(step["reasons"]) or "first")
         out.print(table)
         for step in result.steps:
@@ -295,13 +290,13 @@ def _print_outcome(outcome: Any) -> None:
     if report.get("waves"):
         table = Table("wave", "zone", "nodes", "estimate", "actual", "evictions", "refused", "failed")
         for w in report["waves"]:
-            table.add_row(str(w["wave"]), w["zone"] or "-", str(len(w["nodes"])), _duration(w["estimated_seconds"] or 0),
-                          _duration(w["actual_seconds"]) if w["actual_seconds"] is not None else "running",
+            table.add_row(str(w["wave"]), w["zone"] or "-", str(len(w["nodes"])), hms(w["estimated_seconds"] or 0),
+                          hms(w["actual_seconds"]) if w["actual_seconds"] is not None else "running",
                           str(w["evictions"]), str(w["refused_evictions"]), str(len(w["failed"])))
         out.print(table)
     lowest = report.get("lowest_budget_headroom")
-    out.print(f"  {report['nodes_rotated']} nodes rotated in {_duration(report['duration_seconds'])} "
-              f"(plan estimate {_duration(report['estimated_seconds'] or 0)}); {report['evictions']} evictions, "
+    out.print(f"  {report['nodes_rotated']} nodes rotated in {hms(report['duration_seconds'])} "
+              f"(plan estimate {hms(report['estimated_seconds'] or 0)}); {report['evictions']} evictions, "
               f"{report['refused_evictions']} refused; {report['pods_disrupted_more_than_once']} pods disrupted more than once; "
               f"lowest budget headroom {lowest['headroom']} ({lowest['budget']})" if lowest else "lowest budget headroom: no budget involved")
     for item in report.get("nodes_failed", []):
@@ -440,7 +435,7 @@ def rotate_status(ctx: click.Context, context: str | None, stage_name: str | Non
             done = sum(1 for w in report["waves"] if w["finished"])
             out.print(f"  {done} waves done, {report['nodes_rotated']} nodes rotated, {report['evictions']} evictions, "
                       f"{len(report['nodes_failed'])} failed, {len(report['nodes_blocked'])} blocked; "
-                      f"{_duration(report['duration_seconds'])} so far (estimate {_duration(report['estimated_seconds'] or 0)})")
+                      f"{hms(report['duration_seconds'])} so far (estimate {hms(report['estimated_seconds'] or 0)})")
 
 
 def _control(ctx: click.Context, action: str, context: str | None, stage_name: str | None, state_spec: str | None,

@@ -11,33 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from platformctl.cluster.model import parse_time
-
-
-def human_duration(seconds: float) -> str:
-    """Kubernetes' ``duration.HumanDuration``: 45s, 3m20s, 5h12m, 3d4h, 2y10d."""
-    if seconds < -1:
-        return "<invalid>"
-    s = max(int(seconds), 0)
-    if s < 120:
-        return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    days = hours // 24
-    if hours < 24 * 365 * 8:
-        return f"{days // 365}y{days % 365}d" if days % 365 else f"{days // 365}y"
-    return f"{days // 365}y"
+from platformctl.humanize import human_duration
 
 
 def ip_for(name: str, prefix: str = "10.0") -> str:

@@ -1,0 +1,37 @@
+"""Durations as people read them, shared by every part that prints one (the server's tables, `ami prune`, `rotate`)."""
+
+from __future__ import annotations
+
+
+def human_duration(seconds: float) -> str:
+    """Kubernetes' ``duration.HumanDuration``: 45s, 3m20s, 5h12m, 3d4h, 2y10d."""
+    if seconds < -1:
+        return "<invalid>"
+    s = max(int(seconds), 0)
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    days = hours // 24
+    if hours < 24 * 365 * 8:
+        return f"{days // 365}y{days % 365}d" if days % 365 else f"{days // 365}y"
+    return f"{days // 365}y"
+
+
+def hms(seconds: float) -> str:
+    """A plan's or a rotation's length: ``1h02m30s``, ``4m05s``."""
+    h, rest = divmod(int(seconds), 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"

@@ -273,7 +273,7 @@ def _read(path: Path) -> tuple[ManifestFile, dict[str, Any]]:
     try:
         manifest = ManifestFile.model_validate(_unwrap(raw))
     except ValidationError as exc:
-        raise validation_error(exc, source) from None
+        raise validation_error(exc, source, model=ManifestFile) from None
     if manifest.name != path.stem:
         raise PlatformError(f"name {manifest.name!r} must match the file name ({path.stem}.yaml)", file=source, field="name")
     own = {k: v for k, v in raw.items() if k not in ("name", "version", "family", "parent", "source", "description")}
@@ -318,7 +318,7 @@ def load_manifests(folder: Path | None = None) -> ManifestSet:
         try:  # the merged configuration must still be a valid one (a replaced map keeps its shape)
             ImageConfig.model_validate(config)
         except ValidationError as exc:
-            raise validation_error(exc, str(path)) from None
+            raise validation_error(exc, str(path), model=ImageConfig) from None
         images[name] = ImageManifest(name, manifest.version, manifest.family, manifest.parent, manifest.source,
                                      str(path), config, origin)
     return ManifestSet(images, graph)

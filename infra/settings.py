@@ -87,7 +87,7 @@ def parse_settings(config: Mapping[str, Any], stage: str, source: str) -> InfraS
     try:
         settings = InfraSettings.model_validate(raw)
     except ValidationError as exc:
-        raise validation_error(exc, source, ("config",)) from None
+        raise validation_error(exc, source, ("config",), model=InfraSettings) from None
     if stage in PROD_STAGES and settings.public_access_cidrs:
         raise PlatformError(f"the {stage} stage keeps the clusters' public endpoints off; remove this key",
                             file=source, field=f"config.{PREFIX}publicAccessCidrs")

@@ -21,3 +21,12 @@ class PlatformError(Exception):
 
 class NotFoundError(PlatformError):
     """A named object (node, pod, cluster, stage) does not exist."""
+
+
+class ApiRefused(PlatformError):
+    """An API answered a request with an error other than not-found (403 RBAC, 409 conflict, 500): said on one
+    line with the API's own status, and never a traceback."""
+
+    def __init__(self, message: str, status: int, *, file: str | None = None, field: str | None = None) -> None:
+        super().__init__(message, file=file, field=field)
+        self.status = status

@@ -166,7 +166,7 @@ def parse_stage_config(config: Mapping[str, Any], stage: str, source: str) -> St
     try:
         topology = Topology.model_validate(raw)
     except ValidationError as exc:
-        raise validation_error(exc, source, ("config", TOPOLOGY_KEY)) from None
+        raise validation_error(exc, source, ("config", TOPOLOGY_KEY), model=Topology) from None
     _check_topology(topology, region, source)
     return Stage(name=stage, region=region, topology=topology, source=source)
 

@@ -41,6 +41,7 @@ from platformctl.cluster.model import Node, Pod, Snapshot, Taint
 from platformctl import failpoints
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.nodegroups import NodeGroups
+from platformctl.nodegroups.aws import NodeGroupError
 from platformctl.state import LeaseHeld, LeaseLost, StateStore
 from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as j
@@ -328,6 +329,13 @@ class Executor:
             return self._abort()
         except LeaseLost as exc:
             return Outcome(self.target.name, "lost-lease", EXIT_HALTED, f"stopped: {exc} (another run took over after its TTL)")
+        except (NodeGroupError, PlatformError) as exc:
+            # Mid-run, an API that refuses or stops answering is a fault to stop for, not a user's mistake:
+            # halted, journalled, resumable. The call it was making stays unconfirmed and is settled on resume.
+            detail = f"stopped by an error from {'AWS' if isinstance(exc, NodeGroupError) else 'the cluster'}: {exc}"
+            self.journal.write(j.HALTED, reason="api-error", detail=detail)
+            self._show("halted", detail)
+            return self._outcome("halted", EXIT_HALTED, detail)
 
     def _outcome(self, status: str, code: int, reason: str) -> Outcome:
         return Outcome(self.target.name, status, code, reason, build_report(self.journal.refresh()))

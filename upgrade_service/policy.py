@@ -148,7 +148,7 @@ def parse_policy(document: Any, source: str) -> RotationPolicy:
     try:
         policy = RotationPolicy.model_validate(document)
     except ValidationError as exc:
-        raise validation_error(exc, source) from None
+        raise validation_error(exc, source, model=RotationPolicy) from None
 
     def fail(field: str, message: str) -> PlatformError:
         return PlatformError(message, file=source, field=field)

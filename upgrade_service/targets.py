@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from platformctl.cluster.model import Node
+from platformctl.errors import PlatformError
 from upgrade_service.policy import RotationPolicy
 
 
@@ -48,3 +49,12 @@ def resolve(policy: RotationPolicy, nodes: Sequence[Node], group_of: Mapping[str
                                         f"{group_images.get(g)}: new nodes would not run the target (point the launch "
                                         "template at it first: `platformctl stage deploy`)")
     return out
+
+
+def check_pools(policy: RotationPolicy, pools_present: set[str] | frozenset[str], where: str) -> None:
+    """A target pool that no node of anything planned belongs to is a typo, not a no-op: a CI check of a
+    policy must fail on it. Said on one line, with the pools that do exist."""
+    for pool in policy.targets or ():
+        if pool not in pools_present:
+            raise PlatformError(f"no node of {where} is in pool {pool!r} (label {policy.pool_label}; pools: "
+                                f"{', '.join(sorted(pools_present)) or 'none'})", file=policy.source, field=f"targets.{pool}")

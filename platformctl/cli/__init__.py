@@ -50,7 +50,7 @@ def stage() -> None:
 
 
 @stage.command("show")
-@click.argument("name", type=click.Choice(STAGES), default="dev")
+@click.argument("name", type=click.Choice(STAGES), default="dev", metavar="STAGE")
 @OUTPUT
 @click.pass_context
 def stage_show(ctx: click.Context, name: str, output: str) -> None:
@@ -202,9 +202,11 @@ def snapshot_inspect(file: Path, output: str) -> None:
 @OUTPUT
 def snapshot_generate(nodes: int, pods_per_node: float, seed: int, blocking_pdbs: int, out: Path, output: str) -> None:
     """Write a synthetic cluster's snapshot: services with budgets, stateful sets, jobs, GPU training, daemons."""
+    from platformctl.cli.output import writable_file
     from platformctl.cluster.model import save_snapshot
     from platformctl.cluster.synthetic import synthetic_cluster
 
+    writable_file(out, "--out")
     sim, summary = synthetic_cluster(nodes, seed=seed, pods_per_node=pods_per_node, blocking_pdbs=blocking_pdbs)
     save_snapshot(sim.snapshot(), out)
     made = summary.as_dict()
@@ -229,8 +231,11 @@ def snapshot_generate(nodes: int, pods_per_node: float, seed: int, blocking_pdbs
 def demo(ctx: click.Context, stage_name: str, minutes: int, save_snapshots: Path | None, output: str) -> None:
     """Tell a short story of a stage on the embedded local region."""
     from platformctl.cli.demo import run_demo
+    from platformctl.cli.output import writable_folder
 
     st = load_stage(stage_name, ctx.obj["infra_dir"])
+    if save_snapshots is not None:
+        writable_folder(save_snapshots, "--save-snapshots")
     report = run_demo(st, minutes, _console(), quiet=output == "json", save_dir=save_snapshots)
     if output == "json":
         _emit_json(report.as_dict())
@@ -248,4 +253,19 @@ cli.add_command(rotate)
 
 
 def main() -> None:
-    cli(prog_name="platformctl")
+    """The command, with every mistake on one line: click's own usage errors too (an unknown stage names the
+    stages, a missing option names the option), not its four-line usage block."""
+    try:
+        code = cli.main(prog_name="platformctl", standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path.removeprefix("platformctl").strip() if exc.ctx else ""
+        message = exc.format_message().replace("\n", " ")
+        click.echo(f"platformctl: error: {where + ': ' if where else ''}{message}", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"platformctl: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("platformctl: aborted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -17,7 +17,7 @@ import click
 from rich.table import Table
 from rich.tree import Tree
 
-from platformctl.cli.output import OUTPUT, console, emit_json
+from platformctl.cli.output import OUTPUT, console, emit_json, writable_file
 from platformctl.errors import PlatformError
 
 MANIFESTS = click.option("--manifests", "manifest_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -168,8 +168,7 @@ def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | N
     local = use_for_aws()
     if lock_file is None:
         lock_file = Path(local["image_lock"]) if local else Path("ami/images.lock.json")
-    if not lock_file.parent.is_dir():
-        raise PlatformError(f"folder {lock_file.parent} does not exist", file=str(lock_file), field="--lock-file")
+    writable_file(lock_file, "--lock-file")
     store = _store(region, copy_to)
     quiet = output == "json"
     out = console()

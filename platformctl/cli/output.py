@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -20,3 +21,25 @@ def console() -> Console:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def writable_file(path: Path, option: str) -> Path:
+    """An output file's folder must exist and the path must not be a folder: checked before any work."""
+    from platformctl.errors import PlatformError
+
+    if path.is_dir():
+        raise PlatformError("is a folder, not a file", file=str(path), field=option)
+    if not path.parent.is_dir():
+        raise PlatformError(f"folder {path.parent} does not exist", file=str(path), field=option)
+    return path
+
+
+def writable_folder(path: Path, option: str) -> Path:
+    """An output folder is made if missing (its parent must exist); a file in its place is an error."""
+    from platformctl.errors import PlatformError
+
+    if path.exists() and not path.is_dir():
+        raise PlatformError("is a file, not a folder", file=str(path), field=option)
+    if not path.parent.is_dir():
+        raise PlatformError(f"folder {path.parent} does not exist", file=str(path), field=option)
+    return path

@@ -122,6 +122,10 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
     policy = load_policy(policy_file)
     if output is None:
         output = "text" if sys.stdout.isatty() else "json"
+    if output not in ("text", "json"):
+        from platformctl.cli.output import writable_file
+
+        writable_file(Path(output), "--output")
     if policy.targets is None and snapshot_file is not None:
         raise PlatformError("names no targets, so every pool follows its launch template, which a snapshot does not "
                             "show: name targets, or plan the live cluster (--context or --stage)", file=policy.source,
@@ -157,6 +161,13 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
                 policy = policy.with_targets(_launch_template_targets(snap, policy, None))
         result = plan_cluster(snap, policy, now, cluster=name)
 
+    from upgrade_service.targets import check_pools
+
+    if stage_name is not None:
+        present = {n.labels[policy.pool_label] for s in snapshots.values() for n in s.nodes if policy.pool_label in n.labels}
+        check_pools(policy, present, f"stage {stage_name}")
+    else:
+        check_pools(policy, result.view.pools_present, f"cluster {result.cluster}")
     if explain_node is not None:
         lines = result.explain(explain_node)
         if output == "json":
@@ -349,6 +360,11 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
         check_gate_exists(policy.health_gate, policy.source)
     store = open_store(state_spec)
     targets = _connect(names, kubeconfig, region or (stage.region if stage else None))
+    from upgrade_service.targets import check_pools
+
+    present = {n.labels[policy.pool_label] for t in targets.values() for n in t.cluster.list_nodes()
+               if policy.pool_label in n.labels}
+    check_pools(policy, present, f"stage {stage.name}" if stage else f"cluster {names[0]}")
     options = Options(lease_ttl=lease_ttl, stage=stage.name if stage else None)
 
     if dry_run:

@@ -8,6 +8,7 @@ refusals come back as the API's ``Status`` body, turned into an ``EvictionResult
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from platformctl.clock import Clock, WallClock
@@ -22,7 +23,7 @@ from platformctl.cluster.model import (
     parse_pod,
     snapshot_document,
 )
-from platformctl.errors import NotFoundError, PlatformError
+from platformctl.errors import ApiRefused, NotFoundError, PlatformError
 
 
 class LiveCluster:
@@ -42,12 +43,21 @@ class LiveCluster:
         from kubernetes import config
         from kubernetes.config.config_exception import ConfigException
 
+        where = path or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        try:
+            contexts = [c["name"] for c in config.list_kube_config_contexts(config_file=path)[0]]
+        except (ConfigException, FileNotFoundError, OSError) as exc:
+            raise PlatformError(f"cannot read the kubeconfig ({str(exc).splitlines()[0]})", file=where,
+                                field="--kubeconfig") from None
+        if context is not None and context not in contexts:
+            raise PlatformError(f"no context {context!r} (contexts: {', '.join(contexts) or 'none'})", file=where,
+                                field="--context")
         try:
             api_client = config.new_client_from_config(config_file=path, context=context)
             if context is None:
                 context = config.list_kube_config_contexts(config_file=path)[1]["name"]
         except (ConfigException, FileNotFoundError) as exc:
-            raise PlatformError(str(exc).splitlines()[0], file=path or "~/.kube/config", field=f"contexts.{context}" if context else "current-context") from None
+            raise PlatformError(str(exc).splitlines()[0], file=where, field=f"contexts.{context}" if context else "current-context") from None
         if clock is None:
             # A context of the local region carries where its virtual clock is read.
             from platformctl.server.control import clock_for_context
@@ -74,10 +84,18 @@ class LiveCluster:
         except ApiException as exc:
             if exc.status == 404:
                 raise NotFoundError(f"{what} not found", field=what.split(" ")[0]) from None
-            raise
+            raise self._refused(exc, what) from None
         except HTTPError as exc:
             raise self._unreachable(exc) from None
         return json.loads(response.data)
+
+    def _refused(self, exc: Any, what: str) -> ApiRefused:
+        try:
+            message = json.loads(exc.body or "{}").get("message") or exc.reason
+        except ValueError:
+            message = exc.reason
+        return ApiRefused(f"the Kubernetes API answered {exc.status} to {what}: {message}", exc.status or 500,
+                          file=self.source, field=f"context {self.name}")
 
     def list_nodes(self, label_selector: str | None = None) -> list[Node]:
         data = self._call(self._core.list_node, what="nodes", label_selector=label_selector or "")
@@ -93,15 +111,13 @@ class LiveCluster:
     def _set_taints(self, name: str, change: Any) -> Node:
         """Read the node, change its taint list, and write it back only if nobody changed the node in
         between (``metadata.resourceVersion`` in the patch: the API answers 409 otherwise, and we read again)."""
-        from kubernetes.client.exceptions import ApiException
-
         for _ in range(10):
             node = self.get_node(name)
             taints = [t.to_kube() for t in change(node.taints)]
             body = {"metadata": {"resourceVersion": str(node.resource_version)}, "spec": {"taints": taints}}
             try:
                 data = self._call(self._core.patch_node, name, body, what=f"node {name}")
-            except ApiException as exc:
+            except ApiRefused as exc:
                 if exc.status == 409:
                     continue
                 raise

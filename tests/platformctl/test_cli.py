@@ -89,3 +89,48 @@ def test_user_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr == f"platformctl: error: {bad}: items[0].spec.containers: a pod needs at least one container\n"
     assert proc.stdout == ""
+
+
+def test_every_output_path_is_checked_before_any_work(tmp_path: Path) -> None:
+    import time
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("targets: {general: ami-1}\n")
+    missing = tmp_path / "missing-dir"
+    cases = [
+        (["snapshot", "generate", "--nodes", "3000", "--out", str(missing / "x.json")], "--out: folder"),
+        (["rotate", "plan", "--snapshot", str(FIXTURES / "eviction_rules.json"), "--policy", str(policy), "-o",
+          str(missing / "plan.json")], "--output: folder"),
+        (["demo", "--save-snapshots", str(missing / "snaps")], "--save-snapshots: folder"),
+        (["ami", "build", "--lock-file", str(missing / "images.lock.json")], "--lock-file: folder"),
+        (["snapshot", "generate", "--out", str(tmp_path)], "is a directory"),
+    ]
+    for args, message in cases:
+        began = time.monotonic()
+        result = subprocess.run([sys.executable, "-m", "platformctl", *args], capture_output=True, text=True, timeout=120,
+                                env={k: v for k, v in __import__("os").environ.items() if not k.startswith("AWS_")})
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.count("\n") == 1 and message in result.stderr and "Traceback" not in result.stderr
+        assert time.monotonic() - began < 20  # refused up front, not after building a 3,000-node cluster
+    assert not missing.exists()
+
+
+def test_usage_mistakes_are_one_line_naming_what_is_allowed(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "a",
+                                      "clusters": [{"name": "a", "cluster": {"server": "http://127.0.0.1:9"}}],
+                                      "contexts": [{"name": n, "context": {"cluster": "a", "user": "u"}} for n in ("a", "b")],
+                                      "users": [{"name": "u", "user": {"token": "t"}}]}))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("targets: {general: ami-1}\n")
+    cases = [
+        (["stage", "show", "qa"], "'qa' is not one of 'dev', 'staging', 'prod-canary', 'prod'"),
+        (["rotate", "run", "--stage", "qa", "--policy", str(policy)], "rotate run: Invalid value for '--stage'"),
+        (["rotate", "run", "--stage", "dev"], "rotate run: Missing option '--policy'"),
+        (["rotate", "plan", "--policy", str(policy), "--context", "c", "--kubeconfig", str(kubeconfig)],
+         "--context: no context 'c' (contexts: a, b)"),
+    ]
+    for args, message in cases:
+        result = subprocess.run([sys.executable, "-m", "platformctl", *args], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr

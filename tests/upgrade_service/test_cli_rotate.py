@@ -91,15 +91,17 @@ def test_stage_plan_orders_clusters_zone_by_zone_host_last(stage_dir: Path, poli
     assert member["nodes_to_rotate"] == 7 and not member["blocked"]
     order = [w["pools"] for w in member["waves"]]
     assert order.index(["system"]) < order.index(["general"]) < order.index(["ml"])
-    # The policy targets ml and custom, which only some clusters have: no warning. A pool no cluster has is one.
+    # The policy targets ml and custom, which only some clusters have: no warning.
     assert plan["warnings"] == [] and all(c["warnings"] == [] for c in plan["clusters"].values())
     text = run("rotate", "plan", "--stage", "dev", "--snapshot-dir", str(stage_dir), "--policy", str(policy), "-o", "text")
     assert "one zone at a time: zone us-west-2b follows zone us-west-2a" in text.stdout
     typo = policy.parent / "typo.yaml"
     typo.write_text(POLICY.replace("ml: ami-0newgpu}", "ml: ami-0newgpu, gpu: ami-0newgpu}"))
-    warned = json.loads(run("rotate", "plan", "--stage", "dev", "--snapshot-dir", str(stage_dir), "--policy", str(typo)).stdout)
-    assert warned["warnings"] == [f"{typo}: targets.gpu: no node of any cluster of stage dev is in pool 'gpu' "
-                                  "(label eks.amazonaws.com/nodegroup)"]
+    # A target pool no cluster has is a typo: a CI check of the policy fails on it, naming the pools there are.
+    failed = run("rotate", "plan", "--stage", "dev", "--snapshot-dir", str(stage_dir), "--policy", str(typo))
+    assert failed.exit_code == 2 and failed.stdout == ""
+    assert failed.stderr == (f"platformctl: error: {typo}: targets.gpu: no node of stage dev is in pool 'gpu' (label "
+                             "eks.amazonaws.com/nodegroup; pools: custom, general, ml, system)\n")
 
 
 def test_stage_plan_mistakes(stage_dir: Path, policy: Path, tmp_path: Path) -> None:
@@ -146,3 +148,27 @@ def test_live_cluster_that_cannot_be_reached_is_one_line(policy: Path, tmp_path:
     assert result.exit_code == 2
     assert "cannot reach the Kubernetes API at http://127.0.0.1:9" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_target_pool_no_node_is_in_fails_the_plan(blocking_snapshot: Path, tmp_path: Path) -> None:
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("targets: {genral: ami-0new}\n")
+    result = run("rotate", "plan", "--snapshot", str(blocking_snapshot), "--policy", str(typo))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "typo.yaml: targets.genral: no node of cluster cluster is in pool 'genral'" in result.stderr
+    assert "pools: custom, general, ml, system" in result.stderr
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("targets: {general: ami-1}\nmaxInflight: 3\n", "maxInflight: unknown field (did you mean maxInFlight?)"),
+    ("targets: {general: ami-1}\ndurations: {nodeBootSeconds: {general: -5}}\n",
+     "durations.nodeBootSeconds.general: Input should be greater than or equal to 0 (got -5)"),
+    ("targets: {general: ami-1}\nworkloadRules: [{selector: {matchLabels: {a: b}}, mode: skip, setleSeconds: 1}]\n",
+     "workloadRules[0].setleSeconds: unknown field (did you mean settleSeconds?)"),
+])
+def test_policy_mistakes_read_as_the_file_spells_them(blocking_snapshot: Path, tmp_path: Path, text: str, message: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    result = run("rotate", "plan", "--snapshot", str(blocking_snapshot), "--policy", str(bad))
+    assert result.exit_code == 2 and result.stderr.strip() == f"platformctl: error: {bad}: {message}"
+    assert "constrained" not in result.stderr

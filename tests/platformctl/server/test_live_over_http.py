@@ -114,3 +114,30 @@ def test_rotate_plan_runs_against_a_live_context(served: Served, tmp_path: Path)
     plan = json.loads(result.output)
     planned = {n for w in plan["waves"] for n in w["nodes"]} | {b["node"] for b in plan["blocked"]}
     assert planned == {n.name for n in served.synth.list_nodes() if n.pool == pool}
+
+
+def test_taints_are_added_and_removed_without_touching_the_nodes_others(served: Served) -> None:
+    from platformctl.cluster.model import Taint
+
+    live = _live(served, "synth")
+    sim = served.synth
+    node = sim.list_nodes()[0].name
+    theirs = Taint("team.example.com/dedicated", "batch", "NoSchedule")
+    sim.update_node(node, taints=(theirs,))
+    ours = Taint("platformctl.io/rotation", "outdated", "PreferNoSchedule")
+    assert live.taint(node, ours).taints == (theirs, ours) and sim.get_node(node).taints == (theirs, ours)
+    assert live.taint(node, ours).taints == (theirs, ours)  # again: the same, not twice
+    assert live.untaint(node, ours.key).taints == (theirs,) and sim.get_node(node).taints == (theirs,)
+
+
+def test_a_node_patch_that_names_a_stale_resource_version_is_refused_with_409(served: Served) -> None:
+    from platformctl.errors import ApiRefused
+
+    live = _live(served, "synth")
+    node = served.synth.list_nodes()[0]
+    live.cordon(node.name)  # the node moves on: its resourceVersion changes
+    body = {"metadata": {"resourceVersion": str(node.resource_version)}, "spec": {"taints": []}}
+    with pytest.raises(ApiRefused) as refused:
+        live._call(live._core.patch_node, node.name, body, what=f"node {node.name}")
+    assert refused.value.status == 409 and "the object has been modified" in str(refused.value)
+    assert "\n" not in str(refused.value)

@@ -34,7 +34,14 @@ from pydantic.alias_generators import to_camel
 from platformctl.errors import PlatformError
 from platformctl.yamlfile import validation_error
 
-MANIFEST_DIR = Path(__file__).resolve().parent / "manifests"
+MANIFEST_DIR = Path(__file__).resolve().parent / "manifests"  # the manifests shipped with this package (tests read them)
+
+
+def default_manifest_dir() -> Path:
+    """``ami/manifests/`` of the checkout the current directory is in, never silently the package's."""
+    from platformctl.checkout import find
+
+    return find("ami/manifests", None, "--manifests")
 SEMVER = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 # The configuration an image applies; inherited and merged by the rules above.
@@ -281,7 +288,7 @@ def _read(path: Path) -> tuple[ManifestFile, dict[str, Any]]:
 
 
 def load_manifests(folder: Path | None = None) -> ManifestSet:
-    folder = folder or MANIFEST_DIR
+    folder = folder or default_manifest_dir()
     paths = sorted(folder.glob("*.yaml"))
     if not paths:
         raise PlatformError("no image manifests (*.yaml) here", file=str(folder))

@@ -130,8 +130,10 @@ def stage_file(stage: str, infra_dir: Path) -> Path:
 
 
 def default_infra_dir() -> Path:
-    """``infra/`` of the checkout this package runs from."""
-    return Path(__file__).resolve().parent.parent / "infra"
+    """``infra/`` of the checkout the current directory is in (see ``platformctl.checkout``)."""
+    from platformctl.checkout import find
+
+    return find("infra", "Pulumi.yaml", "--infra-dir")
 
 
 def load_stage(stage: str, infra_dir: Path | None = None) -> Stage:

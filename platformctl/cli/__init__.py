@@ -34,7 +34,7 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="platformctl")
 @click.option("--infra-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="folder of the Pulumi stack files (default: infra/ of this checkout)")
+              help="folder of the Pulumi stack files (default: infra/ of the checkout the current directory is in)")
 @click.pass_context
 def cli(ctx: click.Context, infra_dir: Path | None) -> None:
     """Run the lifecycle of a Kubernetes compute platform on AWS."""

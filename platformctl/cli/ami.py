@@ -21,7 +21,7 @@ from platformctl.cli.output import OUTPUT, console, emit_json, writable_file
 from platformctl.errors import PlatformError
 
 MANIFESTS = click.option("--manifests", "manifest_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-                         help="folder of image manifests (default: ami/manifests of this checkout)")
+                         help="folder of image manifests (default: ami/manifests of the checkout the current directory is in)")
 REGIONS = [
     click.option("--region", default=None, help="where images are built (default: $AWS_REGION, else the running local region's, else us-west-2)"),
     click.option("--copy-to", "copy_to", multiple=True, metavar="REGION", help="also copy every image to REGION (repeatable)"),
@@ -131,15 +131,17 @@ def ami_graph(manifest_dir: Path | None, output: str) -> None:
 def ami_plan(names: tuple[str, ...], manifest_dir: Path | None, region: str | None, copy_to: tuple[str, ...], output: str) -> None:
     """List what a build would do and why; unchanged images are never rebuilt."""
     from ami.build import plan_builds
-    from ami.manifest import load_manifests
+    from ami.manifest import default_manifest_dir, load_manifests
 
-    manifests = load_manifests(manifest_dir)
+    folder = manifest_dir or default_manifest_dir()
+    manifests = load_manifests(folder)
     with _aws_errors():
         plan = plan_builds(manifests, _store(region, copy_to), names)
     if output == "json":
-        emit_json(plan.to_dict())
+        emit_json({"manifests": str(folder), **plan.to_dict()})
         return
     out = console()
+    out.print(f"manifests: {folder}")
     table = Table("image", "version", "action", "why")
     for step in plan.build:
         table.add_row(step.name, manifests.images[step.name].version, "build", step.reason)
@@ -161,24 +163,26 @@ def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | N
               lock_file: Path | None, workers: int, output: str) -> None:
     """Build what the plan says (parents first, independent branches at once), publish, and write the lock file."""
     from ami.build import build_images, plan_builds, write_lock
-    from ami.manifest import load_manifests
+    from ami.manifest import default_manifest_dir, load_manifests
+    from platformctl.checkout import root
     from platformctl.server.control import use_for_aws
 
-    manifests = load_manifests(manifest_dir)
+    folder = manifest_dir or default_manifest_dir()
+    manifests = load_manifests(folder)
     local = use_for_aws()
     if lock_file is None:
-        lock_file = Path(local["image_lock"]) if local else Path("ami/images.lock.json")
+        lock_file = Path(local["image_lock"]) if local else root("--lock-file") / "ami" / "images.lock.json"
     writable_file(lock_file, "--lock-file")
     store = _store(region, copy_to)
     quiet = output == "json"
     out = console()
     with _aws_errors():
         if not quiet:
-            out.print(f"building into {_target(local, store.region)}")
+            out.print(f"building {folder} into {_target(local, store.region)}")
         plan = plan_builds(manifests, store, names)
         report = build_images(manifests, plan, store, workers, progress=(lambda _: None) if quiet else out.print)
         write_lock(lock_file, manifests, store, report.ids)
-    data = report.to_dict() | {"lock_file": str(lock_file)}
+    data = report.to_dict() | {"lock_file": str(lock_file), "manifests": str(folder)}
     if quiet:
         emit_json(data)
         return
@@ -238,8 +242,11 @@ def ami_prune(ctx: click.Context, names: tuple[str, ...], region: str | None, co
     from ami.prune import prune_images
     from platformctl.topology import default_infra_dir
 
-    if not lock_files and Path("ami/images.lock.json").exists():
-        lock_files = (Path("ami/images.lock.json"),)
+    if not lock_files:
+        from platformctl.checkout import root
+
+        default = root("--lock-file") / "ami" / "images.lock.json"
+        lock_files = (default,) if default.exists() else ()
     if not stack_files:
         infra_dir = (ctx.find_root().obj or {}).get("infra_dir") or default_infra_dir()
         stack_files = tuple(sorted(Path(infra_dir).glob("Pulumi.*.yaml")))

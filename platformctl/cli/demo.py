@@ -133,7 +133,7 @@ def _bump_patch(path: Path) -> str:
 def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, console: Console, quiet: bool) -> dict[str, Any]:
     """A new image, the way it reaches nodes: a manifest change, `ami build`, `stage deploy`, `rotate run --stage`."""
     from ami.build import ImageStore, build_images, plan_builds, write_lock
-    from ami.manifest import MANIFEST_DIR, load_manifests
+    from ami.manifest import default_manifest_dir, load_manifests
     from infra.deploy import LocalDeployer
     from platformctl.nodegroups.aws import AutoScalingNodeGroups
     from platformctl.state.sqlite import SQLiteStore
@@ -143,7 +143,7 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
 
     folder = lock.parent
     manifests_dir = folder / "manifests"
-    shutil.copytree(MANIFEST_DIR, manifests_dir, dirs_exist_ok=True)
+    shutil.copytree(default_manifest_dir(), manifests_dir, dirs_exist_ok=True)
     version = _bump_patch(manifests_dir / "general.yaml")
     manifests = load_manifests(manifests_dir)
     store = ImageStore(stage.region)

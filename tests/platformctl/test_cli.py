@@ -134,3 +134,35 @@ def test_usage_mistakes_are_one_line_naming_what_is_allowed(tmp_path: Path) -> N
         result = subprocess.run([sys.executable, "-m", "platformctl", *args], capture_output=True, text=True, timeout=120)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_defaults_come_from_the_checkout_the_operator_stands_in(tmp_path: Path) -> None:
+    """Run from a second checkout (here: a copy of this one's ami/ and infra/), its files are read, not the
+    package's; from a folder in no checkout, that is said instead of falling back."""
+    repo = Path(__file__).resolve().parents[2]
+    second = tmp_path / "second"
+    shutil.copytree(repo / "ami" / "manifests", second / "ami" / "manifests")
+    shutil.copytree(repo / "infra", second / "infra", ignore=shutil.ignore_patterns("__pycache__"))
+    (second / "ami" / "manifests" / "general.yaml").write_text(
+        (second / "ami" / "manifests" / "general.yaml").read_text().replace("net.core.somaxconn: 32768", "net.core.somaxconn: 65535", 1))
+    base = second / "ami" / "manifests" / "base.yaml"
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("AWS_")}
+
+    def platformctl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "platformctl", *args], capture_output=True, text=True, cwd=cwd,
+                              env=env, timeout=120)
+
+    resolved = platformctl("ami", "resolve", "general", "-o", "json", cwd=second / "infra")  # from a subfolder too
+    assert resolved.returncode == 0, resolved.stderr
+    assert json.loads(resolved.stdout)["image"]["sysctls"]["net.core.somaxconn"] == 65535
+    stage = platformctl("stage", "show", "dev", "-o", "json", cwd=second)
+    assert json.loads(stage.stdout)["source"] == str(second / "infra" / "Pulumi.dev.yaml")
+    base.write_text(base.read_text().replace("source:", "parent: custom\nsource:", 1))
+    cycle = platformctl("ami", "graph", cwd=second)
+    assert cycle.returncode == 2 and str(second / "ami" / "manifests") in cycle.stderr
+    nowhere = tmp_path / "nowhere"
+    nowhere.mkdir()
+    for args, option in ((["ami", "graph"], "--manifests"), (["stage", "show", "dev"], "--infra-dir")):
+        result = platformctl(*args, cwd=nowhere)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert f"no {'ami/manifests' if option == '--manifests' else 'infra'}/" in result.stderr and option in result.stderr

@@ -385,9 +385,9 @@ class Executor:
         number = len(self.state.waves) + 1
         context = {"cluster": self.target.name, "wave": str(number), "stage": self.options.stage or ""}
         deadline = self.clock.now() + self.policy.gate_timeout_seconds
+        self._show("gate", f"asking the health gate before wave {number}")
         while True:
             self._check()
-            self._show("gate", "asking the health gate")
             verdict = ask(gate, context)
             self.gate_verdict = verdict
             if verdict.verdict == "pass":
@@ -397,7 +397,8 @@ class Executor:
             if self.clock.now() >= deadline:
                 raise Halt("gate-inconclusive", f"the health gate stayed inconclusive for gateTimeoutSeconds "
                            f"{self.policy.gate_timeout_seconds} before wave {number}: {verdict.reason}")
-            self._show("gate", f"health gate inconclusive ({verdict.reason}); asking again")
+            self._show("gate", f"health gate inconclusive ({verdict.reason}); asking every "
+                       f"{self.options.gate_poll_seconds:.0f} s for up to {self.policy.gate_timeout_seconds} s")
             self.clock.sleep(min(self.options.gate_poll_seconds, max(deadline - self.clock.now(), 0.0)))
 
     def _pace(self, wave: Wave, read: ClusterRead) -> None:

@@ -13,6 +13,7 @@ import json
 import random
 import signal
 import sqlite3
+import sys
 import time
 import urllib.request
 from collections import Counter
@@ -228,18 +229,30 @@ def test_pause_resume_and_abort_work_from_other_processes(region: dict[str, Any]
     run(home, "rotate", "resume", "--stage", "dev")
     again = run(home, "rotate", "resume", "--stage", "dev", check=False)
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "nothing is paused" in again.stderr
-    # Go on, then abort from another process mid-way: what the run held is given back.
-    running = start(home, "rotate", "run", "--stage", "dev", "--policy", region["policy"], "-o", "json")
-    _wait_for(home, lambda status: len(status["dev-usw2a-01"].get("waves") or []) >= 2)
+    # Go on, then abort from another process mid-way: what the run held is given back. The health gate passes
+    # one wave and then cannot tell, which holds the run (asking again and again) until the abort arrives.
+    count = home / "gate-count"
+    gate = home / "gate.py"
+    gate.write_text(f"import json, pathlib\np = pathlib.Path({str(count)!r})\nn = int(p.read_text()) if p.exists() else 0\n"
+                    f"p.write_text(str(n + 1))\nprint(json.dumps({{'verdict': 'pass' if n < 1 else 'inconclusive', "
+                    f"'reason': 'dashboards loading'}}))\n")
+    gated = home / "gated.yaml"
+    gated.write_text(Path(region["policy"]).read_text() + f"gateTimeoutSeconds: 86400\nhealthGate: {{command: [{sys.executable}, {gate}]}}\n")
+    running = start(home, "rotate", "run", "--stage", "dev", "--policy", str(gated), "-o", "json")
+    deadline = time.monotonic() + 180
+    while not (count.exists() and count.read_text().strip() and int(count.read_text()) >= 3):
+        assert time.monotonic() < deadline and running.poll() is None, running.communicate()
+        time.sleep(0.2)
     run(home, "rotate", "abort", "--stage", "dev", "--reason", "wrong image")
     out, err = running.communicate(timeout=600)
     assert running.returncode == 1, err
-    aborted = json.loads(out)["clusters"]
-    assert [(c["cluster"], c["status"]) for c in aborted] == [("dev-usw2a-01", "aborted")]
-    assert aborted[0]["reason"].endswith("wrong image")
-    nodes = LiveCluster.from_kubeconfig(region["kubeconfig"], context="dev-usw2a-01").list_nodes()
-    assert not any(n.unschedulable or any(t.key == TAINT_KEY for t in n.taints) for n in nodes)
-    nothing = run(home, "rotate", "abort", "--context", "dev-usw2a-01", check=False)
+    outcomes = json.loads(out)["clusters"]
+    assert outcomes[-1]["status"] == "aborted" and outcomes[-1]["reason"].endswith("wrong image")
+    assert all(o["status"] == "done" for o in outcomes[:-1])  # clusters before it finished; none after it began
+    for cluster in CLUSTERS:
+        nodes = LiveCluster.from_kubeconfig(region["kubeconfig"], context=cluster).list_nodes()
+        assert not any(n.unschedulable or any(t.key == TAINT_KEY for t in n.taints) for n in nodes)
+    nothing = run(home, "rotate", "abort", "--context", outcomes[-1]["cluster"], check=False)
     assert nothing.returncode == 2 and "no rotation is in progress" in nothing.stderr
     # A new run finishes the job.
     assert rotate(region).returncode == 0

@@ -56,7 +56,8 @@ def test_unknown_context_names_the_kubeconfig(tmp_path: Path) -> None:
     path = _kubeconfig(tmp_path, _closed_port())
     with pytest.raises(PlatformError) as err:
         LiveCluster.from_kubeconfig(str(path), context="prod-use1a-01")
-    assert err.value.file == str(path) and err.value.field == "contexts.prod-use1a-01"
+    assert err.value.file == str(path) and err.value.field == "--context"
+    assert err.value.detail == "no context 'prod-use1a-01' (contexts: local)"  # names the ones that exist
 
 
 def test_eviction_status_bodies_become_results_unchanged() -> None:

@@ -100,6 +100,7 @@ POD_DELETE_REQUESTED = "PodDeleteRequested"  # a client deleted it directly, not
 POD_DELETED = "PodDeleted"
 POD_LOST = "PodLost"  # its node went away; detail: (uid, owned by a DaemonSet)
 EVICTION_REFUSED = "EvictionRefused"  # detail: (code, message)
+POD_UNSCHEDULABLE = "PodUnschedulable"  # the scheduler found no node for it (once per time it is pending)
 
 
 @dataclass
@@ -342,6 +343,7 @@ class SimulatedCluster:
         self._by_instance: dict[str, str] = {}  # instance id (from providerID) -> node name
         # Images whose nodes never turn Ready (a kubelet that cannot start): a bad image, as a test makes one.
         self.broken_images: set[str] = set()
+        self._unschedulable: set[tuple[str, str]] = set()  # pending pods the scheduler already said it could not place
         self.events: list[Event] = []
 
     # ------------------------------------------------------------------ basics
@@ -470,6 +472,7 @@ class SimulatedCluster:
         if state is None:
             raise NotFoundError(f'nodes "{name}" not found', field="node")
         state.alive = False
+        self._rv += 1
         if state.node.instance_id:
             self._by_instance.pop(state.node.instance_id, None)
         for cls in self._classes.values():
@@ -803,8 +806,10 @@ class SimulatedCluster:
         if self._pods.get(key) is not pod:
             return
         del self._pods[key]
+        self._rv += 1  # a deletion is a change: watchers and the API's change log must see it
         self._pods_by_ns[pod.namespace].discard(key)
         self._pending.pop(key, None)
+        self._unschedulable.discard(key)
         for b in self._pod_budgets.pop(key, ()):
             b.remove(pod)
         state = self._nodes.get(pod.node_name or "")
@@ -898,6 +903,7 @@ class SimulatedCluster:
                 and r.memory_bytes >= smallest_failure.memory_bytes
                 and r.gpus >= smallest_failure.gpus
             ):
+                self._note_unschedulable(pod)
                 continue  # a pod no larger already found no room in this pass
             cls = self._class_for(pod, key)
             nodes = cls.nodes
@@ -923,11 +929,45 @@ class SimulatedCluster:
                 target, cls.cursor = fallback, fallback_idx + 1
             if target is None:
                 failed[key] = r
+                self._note_unschedulable(pod)
                 continue
             self._bind(pod, target)
 
+    def _note_unschedulable(self, pod: Pod) -> None:
+        if pod.key not in self._unschedulable:
+            self._unschedulable.add(pod.key)
+            self._record(POD_UNSCHEDULABLE, pod.namespace, pod.name, pod.uid)
+
+    def why_unschedulable(self, pod: Pod) -> str:
+        """What the scheduler says of a pod it cannot place, counted over the nodes as kube-scheduler counts them."""
+        reasons: dict[str, int] = {}
+        eligible = _predicate(pod)
+        nodes = [s for s in self._nodes.values() if s.alive]
+        for state in nodes:
+            node = state.node
+            if not node.ready:
+                why = ["node(s) had untolerated taint {node.kubernetes.io/not-ready: }"]
+            elif node.unschedulable:
+                why = ["node(s) were unschedulable"]
+            elif not eligible(node):
+                untolerated = [t for t in node.taints if t.effect != "PreferNoSchedule"
+                               and not any(tol.tolerates(t) for tol in pod.tolerations)]
+                why = [f"node(s) had untolerated taint {{{untolerated[0].key}: {untolerated[0].value}}}"] if untolerated \
+                    else ["node(s) didn't match Pod's node affinity/selector"]
+            else:
+                r = pod.requests
+                why = [text for short, text in ((state.cpu < r.cpu_millis, "Insufficient cpu"),
+                                                (state.mem < r.memory_bytes, "Insufficient memory"),
+                                                (state.gpu < r.gpus, "Insufficient nvidia.com/gpu"),
+                                                (state.npods <= 0, "Too many pods")) if short]
+            for text in why:
+                reasons[text] = reasons.get(text, 0) + 1
+        detail = ", ".join(f"{n} {text}" for text, n in sorted(reasons.items())) or "no node fits it"
+        return f"0/{len(nodes)} nodes are available: {detail}."
+
     def _bind(self, pod: Pod, state: _NodeState) -> None:
         del self._pending[pod.key]
+        self._unschedulable.discard(pod.key)
         pod = self._set_pod(pod, node_name=state.node.name, phase=pod.phase, ready=pod.ready, deletion_time=None,
                             started=pod.started, evicted=pod.evicted)
         state.pods.add(pod.key)

@@ -36,7 +36,10 @@ from werkzeug.wrappers import Request, Response
 
 from platformctl.cluster.model import Node, Pod, Taint
 from platformctl.errors import NotFoundError, PlatformError
+from platformctl.server.events import FIELDS as EVENT_FIELDS
+from platformctl.server.events import as_events_v1
 from platformctl.server.objects import (
+    EVENTS_V1,
     RESOURCES,
     STORED,
     WORKLOADS,
@@ -214,7 +217,7 @@ class KubeAPI:
         return response
 
     def _resource(self, group: str, version: str, plural: str, ns: str | None) -> Any:
-        res = RESOURCES.get(plural)
+        res = EVENTS_V1 if (group, plural) == (EVENTS_V1.group, EVENTS_V1.plural) else RESOURCES.get(plural)
         if res is None or res.group != group or res.version != version or (ns is not None and not res.namespaced):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return res
@@ -233,7 +236,7 @@ class KubeAPI:
 
     def _resource_list(self, group_version: str, group: str) -> dict[str, Any]:
         resources = []
-        for res in RESOURCES.values():
+        for res in [*RESOURCES.values(), EVENTS_V1]:
             if res.group != group:
                 continue
             entry: dict[str, Any] = {"name": res.plural, "singularName": res.singular, "namespaced": res.namespaced,
@@ -252,21 +255,22 @@ class KubeAPI:
         return self._resource_list("v1", "")
 
     def _groups(self, cluster: ClusterState, request: Request) -> dict[str, Any]:
-        groups = sorted({r.group for r in RESOURCES.values() if r.group})
+        groups = sorted({r.group for r in [*RESOURCES.values(), EVENTS_V1] if r.group})
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
             {"name": g, "versions": [{"groupVersion": f"{g}/v1", "version": "v1"}],
              "preferredVersion": {"groupVersion": f"{g}/v1", "version": "v1"}} for g in groups]}
 
     def _group_resources(self, cluster: ClusterState, request: Request, group: str, version: str) -> dict[str, Any]:
-        if version != "v1" or group not in {r.group for r in RESOURCES.values()}:
+        if version != "v1" or group not in {r.group for r in [*RESOURCES.values(), EVENTS_V1]}:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         return self._resource_list(f"{group}/{version}", group)
 
     def _openapi_root(self, cluster: ClusterState, request: Request) -> dict[str, Any]:
         """OpenAPI v3 discovery: one document per group version, as kubectl fetches them before it writes."""
         versions = sorted({r.api_version for r in RESOURCES.values()})
+        prefix = "" if request.environ.get("platformctl.own_endpoint") else f"/clusters/{cluster.name}"
         return {"paths": {("api/" if gv == "v1" else "apis/") + gv: {
-            "serverRelativeURL": f"/clusters/{cluster.name}/openapi/v3/{'api/' if gv == 'v1' else 'apis/'}{gv}?hash=local"}
+            "serverRelativeURL": f"{prefix}/openapi/v3/{'api/' if gv == 'v1' else 'apis/'}{gv}?hash=local"}
             for gv in versions}}
 
     def _openapi_group(self, cluster: ClusterState, request: Request, gv: str) -> dict[str, Any]:
@@ -305,6 +309,13 @@ class KubeAPI:
             match = field_selector(fields_text, _POD_FIELDS)
             pods = [p for p in cluster.sim.list_pods(ns) if match(p) and (labels is None or labels(p.labels))]
             return [_pod_object(p) for p in sorted(pods, key=lambda p: p.key)]
+        if plural == "events":
+            v1 = request.path.find("/apis/events.k8s.io/") >= 0
+            fields = {**EVENT_FIELDS, **{k.replace("involvedObject.", "regarding."): f for k, f in EVENT_FIELDS.items()
+                                         if k.startswith("involvedObject.")}}
+            match = field_selector(fields_text, fields)
+            events = [e for e in cluster.recorder.list(ns) if match(e)]
+            return [as_events_v1(e) for e in events] if v1 else events
         match = field_selector(fields_text, _OBJECT_FIELDS)
         if plural == "poddisruptionbudgets":
             objects = [b.to_kube() for b in sorted(cluster.sim.list_pdbs(ns), key=lambda b: b.key)]
@@ -318,6 +329,11 @@ class KubeAPI:
 
     def _get_object(self, cluster: ClusterState, plural: str, ns: str | None, name: str) -> dict[str, Any]:
         group = RESOURCES[plural].group
+        if plural == "events":
+            found = [e for e in cluster.recorder.list(ns) if e["metadata"]["name"] == name]
+            if not found:
+                raise not_found("events", name)
+            return found[0]
         try:
             if plural == "nodes":
                 return _node_object(cluster.sim.get_node(name), cluster.kubernetes_version)
@@ -538,8 +554,10 @@ class KubeAPI:
     # ---------------------------------------------------------------- watch
 
     def _watch(self, cluster: ClusterState, plural: str, request: Request, ns: str | None) -> Response:
+        if plural == "events":
+            return self._watch_events(cluster, request, ns)
         if plural not in ("nodes", "pods"):
-            raise ApiError(405, "MethodNotAllowed", f"watch is served for nodes and pods, not {plural}")
+            raise ApiError(405, "MethodNotAllowed", f"watch is served for nodes, pods and events, not {plural}")
         labels = label_selector(request.args.get("labelSelector"))
         match = field_selector(request.args.get("fieldSelector") or "", _NODE_FIELDS if plural == "nodes" else _POD_FIELDS)
 
@@ -600,3 +618,47 @@ class KubeAPI:
 
         return Response(stream(), mimetype="application/json", direct_passthrough=True)
 
+
+    def _watch_events(self, cluster: ClusterState, request: Request, ns: str | None) -> Response:
+        """Events as they are recorded (ADDED), and again when a Pending pod's FailedScheduling is counted (MODIFIED)."""
+        v1 = "/apis/events.k8s.io/" in request.path
+        match = field_selector(request.args.get("fieldSelector") or "", EVENT_FIELDS)
+        try:
+            timeout = min(float(request.args.get("timeoutSeconds") or WATCH_TIMEOUT), WATCH_TIMEOUT)
+        except ValueError:
+            raise bad_request("timeoutSeconds: must be a number") from None
+        rv_text = request.args.get("resourceVersion") or ""
+        with self.cond:
+            events = cluster.recorder.list(ns)
+            cursor = int(rv_text) if rv_text.isdigit() and rv_text != "0" else None
+            initial = [e for e in events if match(e)] if cursor is None else []
+            cursor = cursor or cluster.sim.resource_version
+        as_table = self._wants_table(request)
+        sent: set[str] = set()
+
+        def encode(kind: str, event: dict[str, Any]) -> bytes:
+            obj = as_events_v1(event) if v1 else event
+            if as_table:
+                obj = table("events", [obj], cluster.now(), obj["metadata"]["resourceVersion"])
+            return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+        def stream() -> Iterator[bytes]:
+            nonlocal cursor
+            for event in initial:
+                sent.add(event["metadata"]["uid"])
+                yield encode("ADDED", event)
+            deadline = time.monotonic() + timeout
+            while not self.stopping.is_set() and time.monotonic() < deadline:
+                with self.cond:
+                    fresh = [e for e in cluster.recorder.list(ns) if int(e["metadata"]["resourceVersion"]) > cursor]
+                    if not fresh:
+                        self.cond.wait(min(deadline - time.monotonic(), 1.0))
+                        continue
+                    cursor = max(int(e["metadata"]["resourceVersion"]) for e in fresh)
+                for event in sorted(fresh, key=lambda e: int(e["metadata"]["resourceVersion"])):
+                    if match(event):
+                        kind = "MODIFIED" if event["metadata"]["uid"] in sent else "ADDED"
+                        sent.add(event["metadata"]["uid"])
+                        yield encode(kind, event)
+
+        return Response(stream(), mimetype="application/json", direct_passthrough=True)

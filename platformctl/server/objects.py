@@ -103,6 +103,7 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("cronjobs", "CronJob", "batch", "v1", True, ("create", "delete", "get", "list"), ("cj",)),
     Resource("serviceaccounts", "ServiceAccount", "", "v1", True, ("create", "delete", "get", "list"), ("sa",)),
     Resource("configmaps", "ConfigMap", "", "v1", True, ("create", "delete", "get", "list"), ("cm",)),
+    Resource("events", "Event", "", "v1", True, ("get", "list", "watch"), ("ev",)),
     Resource("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("create", "delete", "get", "list"), ("pc",)),
     Resource("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", False, ("create", "delete", "get", "list")),
     Resource("clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", False,
@@ -110,6 +111,8 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("customresourcedefinitions", "CustomResourceDefinition", "apiextensions.k8s.io", "v1", False,
              ("create", "delete", "get", "list"), ("crd", "crds")),
 )}
+# The same events as events.k8s.io/v1 serves them (RESOURCES is keyed by plural, so it lives beside it).
+EVENTS_V1 = Resource("events", "Event", "events.k8s.io", "v1", True, ("get", "list", "watch"), ("ev",))
 # Kinds the server keeps as written (no controller acts on them): what the Pulumi program applies besides namespaces and workloads.
 STORED = ("serviceaccounts", "configmaps", "priorityclasses", "clusterroles", "clusterrolebindings",
           "customresourcedefinitions")
@@ -164,15 +167,23 @@ class ChangeLog:
                               ("pods", {p.key: p for p in sim.list_pods()})):
             seen = self._seen[kind]
             new: list[Change] = []
+            replaced = []
             for key, obj in current.items():
                 old = seen.get(key)
                 if old is None:
                     new.append(Change(obj.resource_version, "ADDED", obj))
+                elif old.uid != obj.uid:
+                    replaced.append((old, obj))
                 elif old.resource_version != obj.resource_version:
                     new.append(Change(obj.resource_version, "MODIFIED", obj))
             new.sort(key=lambda c: c.rv)
             for key in seen.keys() - current.keys():
                 new.append(Change(sim.next_resource_version(), "DELETED", seen[key]))
+            for old, obj in replaced:
+                # Gone and made again under the same name (a StatefulSet's pod) between two looks: to a watcher
+                # that is the old object DELETED, then a new one ADDED, never one object MODIFIED.
+                new.append(Change(sim.next_resource_version(), "DELETED", old))
+                new.append(Change(sim.next_resource_version(), "ADDED", obj))
             self._seen[kind] = current
             if initial or not new:
                 continue
@@ -268,6 +279,9 @@ class ClusterState:
         self._adopted = -1
         for ns in SYSTEM_NAMESPACES:
             self._adopt_namespace(ns)
+        from platformctl.server.events import EventRecorder
+
+        self.recorder = EventRecorder(sim)
         self.changes = ChangeLog(sim)
 
     @property
@@ -669,6 +683,7 @@ class ClusterState:
         """The controllers' turn after the clock moved; returns whether any node or pod changed."""
         self.run_cronjobs()
         self.forget_finished_jobs()
+        self.recorder.sync()
         return self.changes.observe()
 
 

@@ -28,12 +28,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from platformctl.clock import VirtualClock
 from platformctl.cluster.model import format_time
 from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion
 from platformctl.server.control import EXTENSION
@@ -51,20 +52,36 @@ def write_atomically(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def kubeconfig(stage: str, base_url: str, clusters: list[str], current: str) -> dict[str, Any]:
-    """One context per cluster, each with its own server URL under the one port, and where to read the time."""
+def kubeconfig(stage: str, base_url: str, clusters: Mapping[str, str] | Sequence[str], current: str) -> dict[str, Any]:
+    """One context per cluster, each with its own server URL (given, or under the one port), and where to read the time."""
+    servers = dict(clusters) if isinstance(clusters, Mapping) else {c: f"{base_url}/clusters/{c}" for c in clusters}
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "preferences": {},
         "clusters": [{"name": name, "cluster": {
-            "server": f"{base_url}/clusters/{name}",
+            "server": server,
             "extensions": [{"name": EXTENSION, "extension": {"stage": stage, "time": f"{base_url}/platformctl/v1/time"}}],
-        }} for name in clusters],
+        }} for name, server in servers.items()],
         "users": [{"name": "platformctl-local", "user": {"token": "local-region"}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": "platformctl-local"}} for name in clusters],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": "platformctl-local"}} for name in servers],
         "current-context": current,
     }
+
+
+class ClusterEndpoint:
+    """One cluster's own endpoint: the shared API with this cluster's path prefix put in front."""
+
+    def __init__(self, app: KubeAPI, cluster: str) -> None:
+        self.app = app
+        self.prefix = f"/clusters/{cluster}"
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if not path.startswith((self.prefix + "/", "/platformctl/")) and path != self.prefix:
+            environ["PATH_INFO"] = self.prefix + path
+            environ["platformctl.own_endpoint"] = True  # links the API gives out carry no prefix here
+        return self.app(environ, start_response)
 
 
 class Server:
@@ -81,6 +98,8 @@ class Server:
         self.cond = threading.Condition(threading.RLock())
         self.region: LocalRegion | None = None
         self.clusters: dict[str, ClusterState] = {}
+        self.endpoints: dict[str, Any] = {}
+        self.servers: dict[str, str] = {}
         self.started_wall = time.time()
         self.info: dict[str, Any] = {}
 
@@ -103,12 +122,14 @@ class Server:
         os.environ["AWS_ENDPOINT_URL"] = aws_endpoint
         os.environ.setdefault("AWS_REGION", self.stage.region)
 
+        # The virtual clock starts at the wall-clock time of `local up`, so ages and timestamps read as today's.
+        clock = VirtualClock(time.time())
         # The region's own lock file of the images built into its AWS: launch templates boot what it names.
         lock = self.state_dir / "images.lock.json"
         prepare = functools.partial(self.prepare, lock=lock) if self.prepare is not None else None
         # Nodes follow their instances every minute of virtual time, or every 0.2 s of wall time at high speed.
         region = LocalRegion(self.stage, provisioner=functools.partial(self.provisioner, image_lock=lock), seed=self.seed,
-                             sync_seconds=max(10.0, self.speed * 0.2), prepare=prepare)
+                             sync_seconds=max(10.0, self.speed * 0.2), prepare=prepare, clock=clock)
         region.__enter__()
         self.region = region
         # The stack's state, as Pulumi would keep it: what `platformctl stage deploy` compares the program against.
@@ -131,11 +152,18 @@ class Server:
         for line in skipped:
             log.info("not applied: %s", line)
 
-        self.http = make_server("127.0.0.1", 0, KubeAPI(self.clusters, self.cond, self.control, self.stopping), threaded=True)
+        app = KubeAPI(self.clusters, self.cond, self.control, self.stopping)
+        self.http = make_server("127.0.0.1", 0, app, threaded=True)
         base = f"http://127.0.0.1:{self.http.server_port}"
+        # Each cluster also gets an endpoint of its own, as EKS gives each cluster its own: paths there are the
+        # API server's own (`kubectl get --raw /version`), with no /clusters/<name> prefix.
+        self.endpoints = {name: make_server("127.0.0.1", 0, ClusterEndpoint(app, name), threaded=True) for name in self.clusters}
+        for name, server in self.endpoints.items():
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name=f"api {name}", daemon=True).start()
+        self.servers = {name: f"http://127.0.0.1:{server.server_port}" for name, server in self.endpoints.items()}
         host = next(c.name for c in self.stage.clusters() if isinstance(c, HostCluster))
         config_path = self.state_dir / "kubeconfig"
-        write_atomically(config_path, yaml.safe_dump(kubeconfig(self.stage.name, base, list(self.clusters), host), sort_keys=False))
+        write_atomically(config_path, yaml.safe_dump(kubeconfig(self.stage.name, base, self.servers, host), sort_keys=False))
         self.info = {
             "pid": os.getpid(), "stage": self.stage.name, "region": self.stage.region, "speed": self.speed,
             "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
@@ -189,7 +217,7 @@ class Server:
         clusters = []
         for name, state in self.clusters.items():
             nodes = state.sim.list_nodes()
-            clusters.append({"name": name, "server": f"{self.info['kubernetes_endpoint']}/clusters/{name}",
+            clusters.append({"name": name, "server": self.servers[name],
                              "nodes": len(nodes), "nodes_ready": sum(n.ready for n in nodes),
                              "pods": len(state.sim.list_pods())})
         return {**self.info, "running": True, "clusters": clusters, "virtual_time": format_time(now), "virtual_epoch": now}
@@ -200,7 +228,8 @@ class Server:
         def stop(signum: int, frame: Any) -> None:
             log.info("signal %d: stopping", signum)
             self.stopping.set()
-            threading.Thread(target=self.http.shutdown, daemon=True).start()
+            for server in [self.http, *self.endpoints.values()]:
+                threading.Thread(target=server.shutdown, daemon=True).start()
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)

@@ -134,6 +134,19 @@ def _priority_class_row(obj: dict[str, Any], now: float) -> list[Any]:
             obj.get("preemptionPolicy", "PreemptLowerPriority"), _age(obj, now)]
 
 
+def _event_row(obj: dict[str, Any], now: float) -> list[Any]:
+    involved = obj.get("involvedObject") or obj.get("regarding") or {}
+    last = obj.get("lastTimestamp") or obj.get("deprecatedLastTimestamp") or obj["metadata"]["creationTimestamp"]
+    first = obj.get("firstTimestamp") or obj.get("deprecatedFirstTimestamp") or last
+    source = obj.get("source", {}).get("component") or obj.get("reportingController", "")
+    host = obj.get("source", {}).get("host") or obj.get("reportingInstance", "")
+    return [human_duration(now - parse_time(last, "lastTimestamp", None)), obj.get("type", ""), obj.get("reason", ""),
+            f"{involved.get('kind', '').lower()}/{involved.get('name', '')}", obj.get("message") or obj.get("note", ""),
+            involved.get("fieldPath", ""), f"{source}, {host}" if host else source,
+            human_duration(now - parse_time(first, "firstTimestamp", None)), obj.get("count") or obj.get("deprecatedCount", 1),
+            obj["metadata"]["name"]]
+
+
 NAME = _col("Name", fmt="name")
 AGE = _col("Age")
 TABLES: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any], float], list[Any]]]] = {
@@ -162,6 +175,9 @@ TABLES: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any], float], 
     "clusterroles": ([NAME, AGE], _name_age_row),
     "clusterrolebindings": ([NAME, AGE], _name_age_row),
     "customresourcedefinitions": ([NAME, AGE], _name_age_row),
+    "events": ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message"),
+                _col("Subobject", priority=1), _col("Source", priority=1), _col("First Seen", priority=1),
+                _col("Count", "integer", priority=1), _col("Name", fmt="name", priority=1)], _event_row),
 }
 
 

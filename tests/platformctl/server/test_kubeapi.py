@@ -50,7 +50,8 @@ def test_discovery_lists_the_served_kinds_and_the_eviction_subresource(client: C
     assert core["pods/eviction"]["group"] == "policy" and core["pods/eviction"]["kind"] == "Eviction"
     assert "watch" in core["nodes"]["verbs"] and core["nodes"]["namespaced"] is False
     groups = {g["name"] for g in body(client.get(f"{R}/apis"))["groups"]}
-    assert groups == {"apps", "batch", "policy", "scheduling.k8s.io", "rbac.authorization.k8s.io", "apiextensions.k8s.io"}
+    assert groups == {"apps", "batch", "policy", "scheduling.k8s.io", "rbac.authorization.k8s.io", "apiextensions.k8s.io",
+                      "events.k8s.io"}
     apps = {r["name"] for r in body(client.get(f"{R}/apis/apps/v1"))["resources"]}
     assert {"deployments", "daemonsets", "statefulsets", "replicasets"} <= apps
     openapi = body(client.get(f"{R}/openapi/v3"))["paths"]
@@ -431,3 +432,87 @@ def test_apply_creates_what_the_program_declares_once(api: Api) -> None:
     with pytest.raises(ApiError) as err:
         state.apply({"apiVersion": "federation.platformctl.io/v1alpha1", "kind": "MemberCluster", "metadata": {"name": "m"}})
     assert err.value.code == 404
+
+
+# ------------------------------------------------------------------------------------ events
+
+
+def _events(client: Client, path: str) -> list[dict[str, Any]]:
+    return body(client.get(path))["items"]
+
+
+def test_a_pod_no_node_fits_gets_the_schedulers_failed_scheduling_event(api: Api, client: Client) -> None:
+    huge = _pod("huge")
+    huge["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500"
+    assert client.post(f"{S}/api/v1/namespaces/default/pods", json=huge).status_code == 201
+    api.synth.advance(1)
+    state = api.states["synth"]
+    state.tick()
+    uid = api.synth.get_pod("default", "huge").uid
+    selector = f"involvedObject.name=huge,involvedObject.namespace=default,involvedObject.uid={uid}"  # as describe asks
+    [failed] = _events(client, f"{S}/api/v1/namespaces/default/events?fieldSelector={selector}")
+    nodes = len(api.synth.list_nodes())
+    assert (failed["type"], failed["reason"], failed["source"]["component"]) == ("Warning", "FailedScheduling", "default-scheduler")
+    assert failed["message"].startswith(f"0/{nodes} nodes are available: ") and "Insufficient cpu" in failed["message"]
+    assert failed["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "huge", "uid": uid, "namespace": "default"}
+    # Still Pending a minute later: counted again, as the scheduler keeps trying.
+    api.synth.advance(120)
+    state.tick()
+    [again] = _events(client, f"{S}/api/v1/namespaces/default/events?fieldSelector=reason%3DFailedScheduling")
+    assert again["count"] == 2 and parse_time(again["lastTimestamp"], "t", None) > parse_time(again["firstTimestamp"], "t", None)
+    # events.k8s.io serves the same event in its own shape.
+    [v1] = _events(client, f"{S}/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector=reason%3DFailedScheduling")
+    assert (v1["apiVersion"], v1["note"], v1["regarding"]["name"], v1["deprecatedCount"]) == \
+        ("events.k8s.io/v1", again["message"], "huge", 2)
+    table = body(client.get(f"{S}/api/v1/events", headers=TABLE))
+    assert [c["name"] for c in table["columnDefinitions"][:5]] == ["Last Seen", "Type", "Reason", "Object", "Message"]
+    assert ["Warning", "FailedScheduling", "pod/huge"] in [row["cells"][1:4] for row in table["rows"]]
+
+
+def test_cordons_evictions_and_deletions_are_recorded_as_the_kubelet_records_them(api: Api, client: Client) -> None:
+    state = api.states["synth"]
+    node = api.synth.list_nodes()[0]
+    client.patch(f"{S}/api/v1/nodes/{node.name}", json={"spec": {"unschedulable": True}},
+                 headers={"Content-Type": "application/merge-patch+json"})
+    victim = next(p for p in api.synth.list_pods(node_name=node.name) if p.owner and p.owner.kind == "ReplicaSet")
+    client.post(f"{S}/api/v1/namespaces/{victim.namespace}/pods/{victim.name}/eviction",
+                json={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim.name}})
+    api.synth.advance(60)
+    state.tick()
+    on_node = _events(client, f"{S}/api/v1/events?fieldSelector=involvedObject.kind%3DNode,involvedObject.name%3D{node.name}")
+    assert ("NodeNotSchedulable", f"Node {node.name} status is now: NodeNotSchedulable") in \
+        [(e["reason"], e["message"]) for e in on_node]
+    assert all(e["metadata"]["namespace"] == "default" for e in on_node)  # node events live in default
+    on_pod = _events(client, f"{S}/api/v1/namespaces/{victim.namespace}/events?fieldSelector=involvedObject.name%3D{victim.name}")
+    assert "Killing" in [e["reason"] for e in on_pod]
+
+
+def test_a_watch_sees_a_pod_go_even_when_nothing_else_changes(api: Api, client: Client) -> None:
+    """`kubectl delete pod` waits on a watch for the pod's DELETED: the removal itself must reach the watch."""
+    state = api.states["synth"]
+    assert client.post(f"{S}/api/v1/namespaces/default/pods", json=_pod("lonely")).status_code == 201  # no controller
+    api.synth.advance(60)
+    state.tick()
+    rv = api.synth.resource_version
+    client.delete(f"{S}/api/v1/namespaces/default/pods/lonely")
+    state.tick()
+    api.synth.advance(31)  # the grace period runs out; nothing else happens in the cluster
+    assert state.tick()
+    changes = [c.type for c in state.changes.since("pods", rv) if c.obj.name == "lonely"]
+    assert changes == ["MODIFIED", "DELETED"]
+
+
+def test_a_stateful_pod_made_again_under_its_name_is_deleted_then_added(api: Api, client: Client) -> None:
+    state = api.states["synth"]
+    sts = _deployment("kv", replicas=1) | {"apiVersion": "apps/v1", "kind": "StatefulSet"}
+    assert client.post(f"{S}/apis/apps/v1/namespaces/default/statefulsets", json=sts).status_code == 201
+    api.synth.advance(30)
+    pod = api.synth.get_pod("default", "kv-0")
+    state.tick()
+    rv = api.synth.resource_version
+    api.synth.delete_pod("default", "kv-0", grace_seconds=0)  # gone, and its controller makes it again at once
+    again = api.synth.get_pod("default", "kv-0")
+    assert again.uid != pod.uid
+    state.tick()
+    seen = [(c.type, c.obj.uid) for c in state.changes.since("pods", rv) if c.obj.name == "kv-0"]
+    assert seen[:2] == [("DELETED", pod.uid), ("ADDED", again.uid)]

@@ -24,8 +24,10 @@ KUBECTL = shutil.which("kubectl")
 @pytest.fixture(scope="module")
 def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("home")
+    up_wall = time.time()
     info = json.loads(run(home, "local", "up", "--stage", "dev", "-o", "json").stdout)
     info["home"] = home
+    info["up_wall"] = up_wall
     yield info
     run(home, "local", "down", check=False)
 
@@ -35,7 +37,11 @@ def test_status_names_the_endpoints_the_clusters_and_the_virtual_time(region: di
     assert status["aws_endpoint"].startswith("http://127.0.0.1:") and Path(status["kubeconfig"]).is_file()
     assert [c["name"] for c in status["clusters"]] == [c.name for c in load_stage("dev").clusters()]
     assert all(c["nodes"] == c["nodes_ready"] > 0 for c in status["clusters"])
-    assert status["virtual_time"].startswith("2026-")
+    # The cluster's clock started at the wall-clock time of `local up`, so ages read as today's.
+    assert 0 <= status["virtual_epoch"] - region["up_wall"] < 3 * 24 * 3600
+    # Each cluster has an endpoint of its own, as EKS gives it: its paths are the API server's own.
+    servers = [c["server"] for c in status["clusters"]]
+    assert len(set(servers)) == len(servers) and all("/clusters/" not in s for s in servers)
 
 
 def test_a_second_up_reports_the_running_region(region: dict[str, Any]) -> None:
@@ -274,3 +280,41 @@ def test_a_stage_rotation_plan_reads_the_running_region(region: dict[str, Any], 
     member = region["clusters"][1]
     planned = plan["clusters"][member["name"]]
     assert planned["waves"] and planned["source"] == f"context {member['name']}"
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (.ci/run installs it)")
+def test_kubectl_can_diagnose_the_region(region: dict[str, Any], tmp_path: Path) -> None:
+    """What an operator reaches for when something is stuck: the API's own paths, events, describe, delete."""
+    config = region["kubeconfig"]
+    member = region["clusters"][1]["name"]
+
+    def kubectl(*args: str, timeout: float = 60) -> str:
+        result = subprocess.run([KUBECTL, "--kubeconfig", config, "--context", member, *args], capture_output=True,
+                                text=True, timeout=timeout)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert json.loads(kubectl("get", "--raw", "/version"))["gitVersion"].startswith("v1.32")
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: too-big, namespace: default}\nspec:\n"
+                    "  containers: [{name: main, image: busybox, resources: {requests: {cpu: '500'}}}]\n")
+    kubectl("create", "-f", str(huge))
+    deadline = time.monotonic() + 30
+    while "FailedScheduling" not in (events := kubectl("get", "events", "-n", "default", "--field-selector",
+                                                       "involvedObject.name=too-big")):
+        assert time.monotonic() < deadline, events
+        time.sleep(0.2)
+    assert "Insufficient cpu" in events and "pod/too-big" in events
+    described = kubectl("describe", "pod", "too-big", "-n", "default")
+    assert "FailedScheduling" in described and "default-scheduler" in described
+    started = time.monotonic()
+    assert 'pod "too-big" deleted' in kubectl("delete", "pod", "too-big", "-n", "default", timeout=30)
+    assert time.monotonic() - started < 20  # the watch it waits on sees the pod go
+    node = kubectl("get", "nodes", "-o", "name").split()[0]
+    kubectl("cordon", node)
+    deadline = time.monotonic() + 30
+    while "NodeNotSchedulable" not in (on_node := kubectl("get", "events", "-n", "default", "--field-selector",
+                                                          f"involvedObject.name={node.split('/')[1]}")):
+        assert time.monotonic() < deadline, on_node
+        time.sleep(0.2)
+    kubectl("uncordon", node)

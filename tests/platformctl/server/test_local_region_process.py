@@ -318,3 +318,12 @@ def test_kubectl_can_diagnose_the_region(region: dict[str, Any], tmp_path: Path)
         assert time.monotonic() < deadline, on_node
         time.sleep(0.2)
     kubectl("uncordon", node)
+
+
+def test_ami_build_says_where_it_builds_and_keeps_the_regions_ids_out_of_the_checkout(region: dict[str, Any]) -> None:
+    checkout_lock = Path(__file__).resolve().parents[3] / "ami" / "images.lock.json"
+    existed = checkout_lock.exists()
+    built = run(region["home"], "ami", "build")
+    assert f"into the local region of stage dev (AWS endpoint {region['aws_endpoint']}), region us-west-2" in built.stdout
+    assert f"wrote {region['image_lock']}" in built.stdout
+    assert checkout_lock.exists() == existed  # the region's moto ids went to the region's own lock file

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import sqlite3
 import sys
@@ -122,6 +123,16 @@ def assert_rotated_without_harm(region: dict[str, Any], images: dict[str, str], 
 def test_a_stage_rotation_moves_every_node_onto_its_template_with_no_harm_and_one_run_at_a_time(region: dict[str, Any]) -> None:
     images = new_images(region, "1.5.0")
     before = world(region)
+    # A policy with no targets follows the launch templates: a dry run and a plan read them from AWS, change nothing.
+    dry = json.loads(rotate(region, "--dry-run", "-o", "json").stdout)
+    for cluster in dry["clusters"]:
+        pools = {n.labels["eks.amazonaws.com/nodegroup"] for n in before["nodes"][cluster["cluster"]]}
+        assert cluster["targets"] == {p: images[f"{cluster['cluster']}/{p}"] for p in pools}
+        assert cluster["plan"]["nodes_to_rotate"] == len(before["nodes"][cluster["cluster"]])
+    planned = json.loads(run(region["home"], "rotate", "plan", "--stage", "dev", "--policy", region["policy"], "-o", "json").stdout)
+    assert sum(c["nodes_to_rotate"] for c in planned["clusters"].values()) == sum(len(v) for v in before["nodes"].values())
+    assert world(region)["terminated"] == before["terminated"] and get(region, "/platformctl/v1/clusters/dev-usw2a-01/invariants")[
+        "events"].get("NodeCordoned", 0) == before["invariants"]["dev-usw2a-01"]["events"].get("NodeCordoned", 0)
     # The scheduled job and an operator start a rotation at the same moment: exactly one goes ahead.
     runs = [start(region["home"], "rotate", "run", "--stage", "dev", "--policy", region["policy"], "--lease-ttl", LEASE,
                   "-o", "json") for _ in range(2)]
@@ -277,7 +288,8 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(region: dict[str, Any]
     typo = tmp_path / "typo.yaml"
     typo.write_text("targets: {general: ami-0typo}\n")
     unreachable = tmp_path / "kubeconfig"
-    unreachable.write_text(Path(region["kubeconfig"]).read_text().replace(region["kubernetes_endpoint"], "http://127.0.0.1:9"))
+    unreachable.write_text(re.sub(r"server: http://127\.0\.0\.1:\d+", "server: http://127.0.0.1:9",
+                                  Path(region["kubeconfig"]).read_text()))
     before = world(region)
     cases = [
         (["rotate", "run", "--context", "dev-usw2a-01", "--policy", str(bad_policy)], "bad.yaml: maxInFlight"),

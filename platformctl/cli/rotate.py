@@ -482,13 +482,21 @@ def _control(ctx: click.Context, action: str, context: str | None, stage_name: s
     return done
 
 
+def _control_options(fn: Any) -> Any:
+    """What pause, resume and abort take: which clusters, the store, why, and the output."""
+    for option in reversed([
+        click.option("--context", default=None, help="one cluster (its kubeconfig context name)"),
+        click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None, help="every cluster of a stage"),
+        click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP),
+        click.option("--reason", default="", help="why, for whoever reads `rotate status`"),
+        OUTPUT,
+    ]):
+        fn = option(fn)
+    return click.pass_context(fn)
+
+
 @rotate.command("pause")
-@click.option("--context", default=None)
-@click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None)
-@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
-@click.option("--reason", default="", help="why, for whoever reads `rotate status`")
-@OUTPUT
-@click.pass_context
+@_control_options
 def rotate_pause(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, reason: str,
                  output: str) -> None:
     """Pause rotations: a running one stops after its current wave (exit 4), later ones do not start."""
@@ -502,12 +510,7 @@ def rotate_pause(ctx: click.Context, context: str | None, stage_name: str | None
 
 
 @rotate.command("resume")
-@click.option("--context", default=None)
-@click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None)
-@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
-@click.option("--reason", default="")
-@OUTPUT
-@click.pass_context
+@_control_options
 def rotate_resume(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, reason: str,
                   output: str) -> None:
     """Lift a pause; the next `rotate run` (or the scheduled job) goes on where the rotation stopped."""
@@ -520,14 +523,10 @@ def rotate_resume(ctx: click.Context, context: str | None, stage_name: str | Non
 
 
 @rotate.command("abort")
-@click.option("--context", default=None)
-@click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None)
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None)
-@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
-@click.option("--reason", default="")
-@OUTPUT
-@click.pass_context
-def rotate_abort(ctx: click.Context, context: str | None, stage_name: str | None, kubeconfig: str | None,
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="kubeconfig, for when no run is alive and this command puts things back itself")
+@_control_options
+def rotate_abort(ctx: click.Context, kubeconfig: str | None, context: str | None, stage_name: str | None,
                  state_spec: str | None, reason: str, output: str) -> None:
     """End a rotation: the running one stops at its next step and puts back what it holds (uncordon,
     untaint); with no run alive, this command puts them back itself."""

@@ -154,6 +154,13 @@ _OBJECT_FIELDS: dict[str, Callable[[Any], str]] = {
 }
 
 
+def _watch_timeout(request: Request) -> float:
+    try:
+        return min(float(request.args.get("timeoutSeconds") or WATCH_TIMEOUT), WATCH_TIMEOUT)
+    except ValueError:
+        raise bad_request("timeoutSeconds: must be a number") from None
+
+
 class KubeAPI:
     """The WSGI application. ``cond`` guards every cluster; ``stopping`` ends open watches."""
 
@@ -566,10 +573,7 @@ class KubeAPI:
                 return False
             return match(obj) and (labels is None or labels(obj.labels))
 
-        try:
-            timeout = min(float(request.args.get("timeoutSeconds") or WATCH_TIMEOUT), WATCH_TIMEOUT)
-        except ValueError:
-            raise bad_request("timeoutSeconds: must be a number") from None
+        timeout = _watch_timeout(request)
         rv_text = request.args.get("resourceVersion") or ""
         with self.cond:
             cluster.changes.observe()
@@ -623,10 +627,7 @@ class KubeAPI:
         """Events as they are recorded (ADDED), and again when a Pending pod's FailedScheduling is counted (MODIFIED)."""
         v1 = "/apis/events.k8s.io/" in request.path
         match = field_selector(request.args.get("fieldSelector") or "", EVENT_FIELDS)
-        try:
-            timeout = min(float(request.args.get("timeoutSeconds") or WATCH_TIMEOUT), WATCH_TIMEOUT)
-        except ValueError:
-            raise bad_request("timeoutSeconds: must be a number") from None
+        timeout = _watch_timeout(request)
         rv_text = request.args.get("resourceVersion") or ""
         with self.cond:
             events = cluster.recorder.list(ns)

@@ -11,7 +11,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from platformctl.cluster import simulator as sim_events
 from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
 from platformctl.cluster.model import ANNOTATION_START_SECONDS, Container, Pod, PodDisruptionBudget, Resources
 from platformctl.cluster.selectors import IntOrPercent, LabelSelector
@@ -50,6 +49,17 @@ def new_image(sim: SimulatedCluster, image: str = NEW) -> None:
     """What `stage deploy` does to a group: new instances boot ``image`` from now on."""
     for pool in sim.pool_names():
         sim.set_pool_image(pool, image)
+
+
+def serving(nodes: int = 4, replicas: int | None = None, min_available: int | None = None, **pool: Any) -> SimulatedCluster:
+    """A pool of ``nodes`` nodes serving one budgeted service (one pod a node by default, one disruption at a
+    time), settled, and its group already launching the new image: a cluster ready to be rotated."""
+    sim = cluster({"general": nodes}, **pool)
+    replicas = nodes if replicas is None else replicas
+    service(sim, "web", replicas, min_available=replicas - 1 if min_available is None else min_available)
+    sim.run_until_settled()
+    new_image(sim)
+    return sim
 
 
 def executor(sim: SimulatedCluster, tmp_path: Path, policy: dict[str, Any] | None = None, **options: Any) -> Executor:

@@ -17,7 +17,19 @@ import pytest
 from platformctl.cluster import simulator as sim_events
 from platformctl.errors import PlatformError
 from platformctl.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, events, executor, harm, new_image, rotate, service
+from tests.upgrade_service.rotation import (
+    NEW,
+    NO_HARM,
+    OLD,
+    cluster,
+    events,
+    executor,
+    harm,
+    new_image,
+    rotate,
+    service,
+    serving,
+)
 from upgrade_service.execute import EXIT_DONE, EXIT_HALTED, EXIT_PAUSED, TAINT
 from upgrade_service.journal import control, read_state
 from upgrade_service.report import build_report
@@ -54,10 +66,7 @@ def test_a_surge_rotation_replaces_every_node_once_and_hurts_no_application(tmp_
 
 
 def test_every_wave_is_cordoned_before_its_first_eviction_and_surged_nodes_are_ready_first(tmp_path: Path) -> None:
-    sim = cluster({"general": 4})
-    service(sim, "web", 8, min_available=6)
-    sim.run_until_settled()
-    new_image(sim)
+    sim = serving(4, replicas=8, min_available=6)
     assert rotate(sim, tmp_path, {"maxInFlight": 2}).status == "done"
     log = sim.events
     cordoned: dict[str, float] = {e.name: e.time for e in log if e.kind == sim_events.NODE_CORDONED}
@@ -74,10 +83,7 @@ def test_every_wave_is_cordoned_before_its_first_eviction_and_surged_nodes_are_r
 
 
 def test_replace_terminates_without_decrement_and_waits_for_the_replacement(tmp_path: Path) -> None:
-    sim = cluster({"general": 4})
-    service(sim, "web", 4, min_available=3)
-    sim.run_until_settled()
-    new_image(sim)
+    sim = serving(4)
     outcome = rotate(sim, tmp_path, {"strategy": "replace", "maxInFlight": 1, "minZoneCapacityPercent": 50})
     assert outcome.status == "done" and harm(sim) == NO_HARM
     assert sim.pool("general").desired == 4 and len(nodes_on(sim, NEW)) == 4
@@ -100,10 +106,7 @@ def test_a_group_at_its_max_size_rotates_without_surging(tmp_path: Path) -> None
 
 
 def test_outdated_nodes_carry_the_prefer_no_schedule_taint_until_they_go(tmp_path: Path) -> None:
-    sim = cluster({"general": 4})
-    service(sim, "web", 8, min_available=7)
-    sim.run_until_settled()
-    new_image(sim)
+    sim = serving(4, replicas=8)
     run = executor(sim, tmp_path, {"maxInFlight": 1, "healthGate": {"command": [sys.executable, "-c",
                    "import json; print(json.dumps({'verdict': 'pass', 'reason': 'ok'}))"]}})
     seen: list[int] = []
@@ -152,10 +155,7 @@ def test_max_failed_nodes_lets_the_run_go_on_and_end_incomplete(tmp_path: Path) 
 
 
 def test_a_bad_image_halts_the_rotation_before_anything_is_drained(tmp_path: Path) -> None:
-    sim = cluster({"general": 4})
-    service(sim, "web", 4, min_available=3)
-    sim.run_until_settled()
-    new_image(sim)
+    sim = serving(4)
     sim.broken_images.add(NEW)  # nodes booted from it never turn Ready
     outcome = rotate(sim, tmp_path, {"maxInFlight": 2, "nodeReadyTimeoutSeconds": 600})
     assert (outcome.status, outcome.exit_code) == ("halted", EXIT_HALTED)
@@ -183,10 +183,7 @@ def _gate(tmp_path: Path, *verdicts: str) -> list[str]:
 
 
 def test_a_failing_gate_halts_before_the_next_wave(tmp_path: Path) -> None:
-    sim = cluster({"general": 4})
-    service(sim, "web", 4, min_available=3)
-    sim.run_until_settled()
-    new_image(sim)
+    sim = serving(4)
     outcome = rotate(sim, tmp_path, {"maxInFlight": 2, "healthGate": {"command": _gate(tmp_path, "pass", "fail")}})
     assert (outcome.status, outcome.exit_code) == ("halted", EXIT_HALTED)
     assert outcome.reason == "the health gate says fail before wave 2: check 2"
@@ -267,10 +264,7 @@ def test_wait_for_completion_pods_finish_before_their_node_goes(tmp_path: Path) 
 
 
 def test_pause_stops_after_the_current_wave_and_resume_lets_the_next_run_go_on(tmp_path: Path) -> None:
-    sim = cluster({"general": 4})
-    service(sim, "web", 4, min_available=3)
-    sim.run_until_settled()
-    new_image(sim)
+    sim = serving(4)
     run = executor(sim, tmp_path, {"maxInFlight": 1})
     paused = []
 
@@ -293,10 +287,7 @@ def test_pause_stops_after_the_current_wave_and_resume_lets_the_next_run_go_on(t
 
 
 def test_abort_uncordons_and_untaints_what_the_run_held(tmp_path: Path) -> None:
-    sim = cluster({"general": 3})
-    service(sim, "web", 3, min_available=2)
-    sim.run_until_settled()
-    new_image(sim)
+    sim = serving(3)
     run = executor(sim, tmp_path, {"maxInFlight": 1})
 
     def abort_in_drain(view):  # noqa: ANN001, ANN202
@@ -331,10 +322,7 @@ def test_targets_no_group_launches_are_refused_before_anything_changes(tmp_path:
 
 
 def test_nodes_failing_mid_run_are_replanned_around(tmp_path: Path) -> None:
-    sim = cluster({"general": 4})
-    service(sim, "web", 4, min_available=3)
-    sim.run_until_settled()
-    new_image(sim)
+    sim = serving(4)
     run = executor(sim, tmp_path, {"maxInFlight": 1})
     failed = []
 

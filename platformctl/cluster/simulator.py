@@ -959,11 +959,13 @@ class SimulatedCluster:
                 why = [text for short, text in ((state.cpu < r.cpu_millis, "Insufficient cpu"),
                                                 (state.mem < r.memory_bytes, "Insufficient memory"),
                                                 (state.gpu < r.gpus, "Insufficient nvidia.com/gpu"),
-                                                (state.npods <= 0, "Too many pods")) if short]
+                                                (state.npods <= 0, "Insufficient pods")) if short]
             for text in why:
                 reasons[text] = reasons.get(text, 0) + 1
         detail = ", ".join(f"{n} {text}" for text, n in sorted(reasons.items())) or "no node fits it"
-        return f"0/{len(nodes)} nodes are available: {detail}."
+        # The simulator does not preempt: what kube-scheduler says when preemption finds no victim either.
+        return (f"0/{len(nodes)} nodes are available: {detail}. preemption: 0/{len(nodes)} nodes are available: "
+                f"{len(nodes)} Preemption is not helpful for scheduling.")
 
     def _bind(self, pod: Pod, state: _NodeState) -> None:
         del self._pending[pod.key]

@@ -45,7 +45,7 @@ from platformctl.nodegroups.aws import NodeGroupError
 from platformctl.state import LeaseHeld, LeaseLost, StateStore
 from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as j
-from upgrade_service.gate import Verdict, ask
+from upgrade_service.gate import ask
 from upgrade_service.journal import Journal, RunState, WaveState
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.disruption import view_cluster
@@ -96,7 +96,7 @@ class Progress:
 @dataclass
 class Outcome:
     cluster: str
-    status: str  # done | incomplete | halted | paused | aborted | lease-held | lost-lease
+    status: str  # done | partial (--max-waves) | incomplete | halted | paused | aborted | lease-held | lost-lease
     exit_code: int
     reason: str
     report: dict[str, Any] = field(default_factory=dict)
@@ -151,7 +151,6 @@ class Executor:
         self._next_wave = 0  # the cached plan's waves before this one have been carried out
         self._progress = progress
         self.view = Progress(target.name)
-        self.gate_verdict: Verdict | None = None
 
     # ---------------------------------------------------------------- small helpers
 
@@ -225,18 +224,18 @@ class Executor:
                 raise PlatformError(message, file=policy.source, field=f"targets.{pool}")
             raise Halt("target-mismatch", message)
         targets, warnings = resolved.images, resolved.warnings
-        unmanaged = []
-        keep = []
+        unmanaged: list[str] = []
+        keep: list[Node] = []
+        outdated: set[str] = set()
         for node in nodes:
             pool = node.labels.get(policy.pool_label)
-            outdated = pool in targets and node.labels.get(policy.image_label) != targets[pool]
-            if outdated and node.name not in group_of:
-                unmanaged.append(node.name)
-                continue
+            if pool in targets and node.labels.get(policy.image_label) != targets[pool]:
+                if node.name not in group_of:
+                    unmanaged.append(node.name)
+                    continue
+                outdated.add(node.name)
             keep.append(node)
         # Only the pods of outdated nodes matter to the plan (budgets carry their own status).
-        outdated = {n.name for n in keep if n.labels.get(policy.pool_label) in targets
-                    and n.labels.get(policy.image_label) != targets[n.labels[policy.pool_label]]}
         snapshot = Snapshot(tuple(keep), tuple(p for p in pods if p.node_name in outdated), tuple(pdbs),
                             source=f"cluster {self.target.name}")
         return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings, outdated)
@@ -280,7 +279,7 @@ class Executor:
         if state.open and state.abort is not None:
             return self._abort()
         first = not state.open
-        read = self.read(first=True)  # a policy that cannot work fails here, before anything is touched
+        read: ClusterRead | None = self.read(first=True)  # a policy that cannot work fails here, before anything is touched
         if first:
             run_id = f"{self.target.name}-{int(self.clock.now())}"
             # Capacity an earlier run added and never gave back (it was aborted, or a node failed) is spent first.
@@ -291,12 +290,15 @@ class Executor:
         else:
             self.journal.write(j.RUN_CONTINUED, holder=holder, after=state.status)
         try:
-            self._settle_unconfirmed()
+            if self.state.pending:
+                self._settle_unconfirmed()
+                read = None  # what it settles (an instance found terminated) changes what is left
             started = 0
             wave = self.state.current_wave
             if wave is not None:
                 self._show("resuming", f"resuming wave {wave.number}")
                 self._run_wave(wave)
+                read = None
             while True:
                 self._check()
                 if self.state.paused is not None:
@@ -306,21 +308,23 @@ class Executor:
                 if len(self.state.failed) > self.policy.max_failed_nodes:
                     raise Halt("circuit-breaker", f"{len(self.state.failed)} nodes failed, more than maxFailedNodes "
                                f"{self.policy.max_failed_nodes}: " + "; ".join(f"{n}: {r}" for n, r in sorted(self.state.failed.items())[:3]))
-                read = self.read()
+                read = read or self.read()  # the first turn plans from the read above when nothing changed since
                 plan, waves = self._plan_for(read)
                 self._taint_outdated(plan)
                 if not waves:
                     return self._finish(plan, read)
                 self.view.waves = len(self.state.waves) + len(waves)
                 if self.options.max_waves is not None and started >= self.options.max_waves:
-                    self.journal.write(j.HALTED, reason="max-waves", detail=f"started {started} waves (--max-waves)")
-                    return self._outcome("partial", EXIT_DONE, f"stopped after {started} waves as --max-waves asked; "
+                    waves_started = f"{started} wave{'s' if started != 1 else ''}"
+                    self.journal.write(j.HALTED, reason="max-waves", detail=f"started {waves_started} (--max-waves)")
+                    return self._outcome("partial", EXIT_DONE, f"stopped after {waves_started} as --max-waves asked; "
                                          f"{len(waves)} to go: the next `rotate run` goes on")
                 started += 1
                 self._gate(waves[0])
                 self._pace(waves[0], read)
                 self._next_wave += 1
                 self._run_wave(self._start_wave(waves[0], plan, read))
+                read = None
         except Halt as halt:
             self.journal.write(j.HALTED, reason=halt.reason, detail=halt.detail)
             self._show("halted", halt.detail)
@@ -389,7 +393,6 @@ class Executor:
         while True:
             self._check()
             verdict = ask(gate, context)
-            self.gate_verdict = verdict
             if verdict.verdict == "pass":
                 return
             if verdict.verdict == "fail":
@@ -719,7 +722,7 @@ def run_stage(steps: Sequence[Sequence[Target]], policy: RotationPolicy, store: 
                            for t in step]
                 done = [f.result() for f in futures]
             outcomes += done
-            if any(o.exit_code != EXIT_DONE for o in done):
+            if any(o.status != "done" for o in done):  # the next zone starts only once this one is through
                 break
         return outcomes
     finally:

@@ -121,8 +121,8 @@ class RunState:
             return "never-run"
         if self.ended is not None:
             return self.ended["kind"]
-        if self.halted is not None:
-            return "halted"
+        if self.halted is not None:  # a run that stopped where --max-waves asked is not a fault
+            return "partial" if self.halted.get("reason") == "max-waves" else "halted"
         return "running"
 
 

@@ -294,7 +294,7 @@ def _progress_printer(output: str) -> Any:
 def _print_outcome(outcome: Any) -> None:
     out = console()
     report = outcome.report
-    colour = {"done": "green", "paused": "yellow"}.get(outcome.status, "red")
+    colour = {"done": "green", "paused": "yellow", "partial": "yellow"}.get(outcome.status, "red")
     out.print(f"[bold]{outcome.cluster}[/]: [{colour}]{outcome.status}[/] — {outcome.reason}")
     if not report or report.get("status") == "never-run":
         return
@@ -338,11 +338,15 @@ EXIT_CODES_HELP = "exit 0 done, 1 halted or failed, 2 bad input, 3 another run h
               "else the nodes' zone)")
 @click.option("--lease-ttl", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
               help="seconds a run's lease outlives its last renewal; a run that died is taken over after it")
+@click.option("--max-waves", type=click.IntRange(min=1), default=None, metavar="N",
+              help="start at most N waves per cluster, then stop (exit 0; a stage stops at that cluster) and let the "
+              "next run go on: for a maintenance window")
 @click.option("--dry-run", is_flag=True, help="read, resolve targets and plan; change nothing and take no lease")
 @OUTPUT
 @click.pass_context
 def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubeconfig: str | None, stage_name: str | None,
-               state_spec: str | None, region: str | None, lease_ttl: float, dry_run: bool, output: str) -> None:
+               state_spec: str | None, region: str | None, lease_ttl: float, max_waves: int | None, dry_run: bool,
+               output: str) -> None:
     """Carry a rotation out: wave by wave, journalled, resumable, halted by health gates."""
     from platformctl.state import open_store
     from platformctl.state.lease import holder_id
@@ -365,7 +369,7 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
     present = {n.labels[policy.pool_label] for t in targets.values() for n in t.cluster.list_nodes()
                if policy.pool_label in n.labels}
     check_pools(policy, present, f"stage {stage.name}" if stage else f"cluster {names[0]}")
-    options = Options(lease_ttl=lease_ttl, stage=stage.name if stage else None)
+    options = Options(lease_ttl=lease_ttl, stage=stage.name if stage else None, max_waves=max_waves)
 
     if dry_run:
         _dry_run(targets, policy, store, options, output)

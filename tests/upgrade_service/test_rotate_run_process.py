@@ -265,6 +265,18 @@ def test_pause_resume_and_abort_work_from_other_processes(region: dict[str, Any]
         assert not any(n.unschedulable or any(t.key == TAINT_KEY for t in n.taints) for n in nodes)
     nothing = run(home, "rotate", "abort", "--context", outcomes[-1]["cluster"], check=False)
     assert nothing.returncode == 2 and "no rotation is in progress" in nothing.stderr
+    # A maintenance window: one wave, then exit 0; the stage goes no further than the cluster it stopped in.
+    window = rotate(region, "--max-waves", "1", "-o", "json")
+    assert window.returncode == 0, window.stderr
+    outcomes = json.loads(window.stdout)["clusters"]
+    stopped = outcomes[-1]
+    assert stopped["status"] == "partial" and stopped["reason"].startswith("stopped after 1 wave as --max-waves asked")
+    assert len(stopped["report"]["waves"]) == 1 and all(o["status"] == "done" for o in outcomes[:-1])
+    status = json.loads(run(home, "rotate", "status", "--stage", "dev", "-o", "json").stdout)
+    assert {c["cluster"]: c["status"] for c in status["clusters"]}[stopped["cluster"]] == "partial"
+    left = [n for n in LiveCluster.from_kubeconfig(region["kubeconfig"], context=stopped["cluster"]).list_nodes()
+            if n.image != images[f"{stopped['cluster']}/{n.labels['eks.amazonaws.com/nodegroup']}"]]
+    assert left and not any(n.unschedulable for n in left)  # what is left waits, schedulable, for the next run
     # A new run finishes the job.
     assert rotate(region).returncode == 0
     assert_rotated_without_harm(region, images, before)

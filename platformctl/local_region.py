@@ -91,6 +91,10 @@ class LocalRegion:
         # Run once AWS is in place, before anything is provisioned (the image tree is built here, so
         # that the launch templates boot what was built).
         self._prepare = prepare
+        # Faults an operator injected (`platformctl local fault`), newest last, as `local fault list` shows them.
+        self.faults: list[dict[str, Any]] = []
+        self._no_join: dict[str, int] = {}  # auto scaling group -> how many of its next instances never join
+        self._never_joined: set[str] = set()  # instances that booted and never registered a node
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -101,6 +105,7 @@ class LocalRegion:
             from platformctl import moto_extensions
 
             moto_extensions.install()
+            moto_extensions.use_clock(self.clock.now)
             for key, value in FAKE_CREDENTIALS.items():
                 self._saved_env[key] = os.environ.get(key)
                 os.environ[key] = value
@@ -177,7 +182,16 @@ class LocalRegion:
                 if any(n.name == node for n in sim.list_nodes()):
                     sim.delete_node(node)
         registered = {(c, n) for c, n in self._nodes_by_instance.values()}
-        missing = [i for i in in_groups if i not in self._nodes_by_instance]
+        missing = []
+        for instance_id, binding in in_groups.items():
+            if instance_id in self._nodes_by_instance or instance_id in self._never_joined:
+                continue
+            if self._no_join.get(binding.asg_name, 0) > 0:  # its bootstrap fails: the kubelet never registers
+                self._no_join[binding.asg_name] -= 1
+                self._never_joined.add(instance_id)
+                continue
+            missing.append(instance_id)
+        self._never_joined &= set(in_groups)
         for instance_id, (cluster, node) in self._nodes_by_instance.items():
             sim = self.clusters[cluster]
             try:
@@ -209,6 +223,70 @@ class LocalRegion:
         )
         self.clusters[binding.cluster].add_node(node, ready_after=30.0 if rejoin else float(pool.boot_seconds))
         self._nodes_by_instance[inst["InstanceId"]] = (binding.cluster, name)
+
+    # ------------------------------------------------------------------ faults
+
+    def _find_node(self, name: str) -> tuple[str, SimulatedCluster]:
+        for cluster, sim in self.clusters.items():
+            if any(n.name == name for n in sim.list_nodes()):
+                return cluster, sim
+        raise NotFoundError(f"no node {name!r} in any cluster of the local {self.stage.name} region", field="NODE")
+
+    def _find_pool(self, name: str) -> PoolBinding:
+        """A pool by ``CLUSTER/POOL``, by its auto scaling group's name, or by its name alone when only one cluster has it."""
+        found = [b for g, b in self.pools.items() if name in (g, f"{b.cluster}/{b.pool.name}", b.pool.name)]
+        if len(found) == 1:
+            return found[0]
+        names = sorted(f"{b.cluster}/{b.pool.name}" for b in (found or self.pools.values()))
+        raise NotFoundError(f"{'more than one' if found else 'no'} pool {name!r} in the local {self.stage.name} region "
+                            f"(name one of {', '.join(names)})", field="POOL")
+
+    def fault(self, kind: str, **args: Any) -> dict[str, Any]:
+        """Break something as it breaks in production; the clusters and AWS show it as a real node or account would.
+
+        ``node-notready NODE [status=Unknown|False]``, ``node-condition NODE TYPE [status] [reason]``,
+        ``instance-no-join POOL [count]`` (the pool's next ``count`` instances never register a node).
+        """
+        now = self.clock.now()
+        if kind == "node-notready":
+            cluster, sim = self._find_node(str(args.get("node")))
+            status = str(args.get("status") or "Unknown")
+            sim.stop_kubelet(str(args["node"]), status)
+            entry = {"kind": kind, "cluster": cluster, "node": args["node"], "status": status}
+        elif kind == "node-condition":
+            cluster, sim = self._find_node(str(args.get("node")))
+            type_ = str(args.get("type") or "")
+            if not type_:
+                raise PlatformError("needs a condition TYPE", field="TYPE")
+            status = str(args.get("status") or "True")
+            sim.set_node_condition(str(args["node"]), type_, status, str(args.get("reason") or ""), str(args.get("message") or ""))
+            entry = {"kind": kind, "cluster": cluster, "node": args["node"], "type": type_, "status": status}
+        elif kind == "instance-no-join":
+            binding = self._find_pool(str(args.get("pool")))
+            count = int(args.get("count") or 1)
+            if count < 1:
+                raise PlatformError("count must be at least 1", field="--count")
+            self._no_join[binding.asg_name] = self._no_join.get(binding.asg_name, 0) + count
+            entry = {"kind": kind, "cluster": binding.cluster, "pool": binding.pool.name, "group": binding.asg_name,
+                     "count": count}
+        else:
+            raise PlatformError(f"unknown fault {kind!r} (node-notready, node-condition, instance-no-join)", field="KIND")
+        entry["since"] = now
+        self.faults.append(entry)
+        return entry
+
+    def clear_faults(self) -> list[dict[str, Any]]:
+        """End every fault: nodes recover, and instances that never joined register now. Returns what was cleared."""
+        cleared, self.faults = self.faults, []
+        for entry in cleared:
+            if entry["kind"] in ("node-notready", "node-condition"):
+                sim = self.clusters[entry["cluster"]]
+                if any(n.name == entry["node"] for n in sim.list_nodes()):
+                    sim.restore_node(entry["node"])
+        self._no_join.clear()
+        self._never_joined.clear()
+        self.sync()
+        return cleared
 
     # ------------------------------------------------------------------ conveniences
 

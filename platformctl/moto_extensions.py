@@ -81,3 +81,15 @@ def install() -> None:
                          ("disable_image_deprecation", _disable_image_deprecation)):
         if not hasattr(AmisResponse, name):
             setattr(AmisResponse, name, action)
+
+
+def use_clock(now: Any) -> None:
+    """Stamp new EC2 instances' ``LaunchTime`` with ``now()`` (epoch seconds): the local region's virtual
+    time, so that an instance's age reads the same in EC2 as its node's in Kubernetes (moto stamps wall time,
+    which in a region running at 300 times wall time would make every instance look brand new)."""
+    import moto.ec2.models.instances as instances
+
+    def virtual_utcnow() -> datetime:
+        return datetime.fromtimestamp(now(), timezone.utc).replace(tzinfo=None)  # naive UTC, as moto's own
+
+    instances.utcnow = virtual_utcnow  # type: ignore[attr-defined]

@@ -17,6 +17,11 @@ Every poll it lists what is left on the wave's (cordoned) nodes and evicts what 
 
 A node whose pods are still refused when the wave's ``drainTimeoutSeconds`` runs out is reported
 as failed with what held it; it stays cordoned, and nothing forces it.
+
+Remediation drains broken nodes with the same loop. On a node whose kubelet is gone (Ready Unknown),
+an evicted pod stays Terminating until the node object goes, since no kubelet confirms its containers
+stopped: ``skip_wait_for_delete`` names such nodes, and their terminating pods then no longer hold the
+drain (``kubectl drain --skip-wait-for-delete-timeout``, which Cluster API sets for unreachable nodes).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+from typing import Protocol as Interface
 
 from platformctl import failpoints
 from platformctl.clock import Clock
@@ -32,7 +39,7 @@ from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Pod, PodDisruptionBudget
 from platformctl.errors import NotFoundError
 from upgrade_service.disruption import Protocol, protocol_of, workload_of
-from upgrade_service.journal import DRAINED, Journal
+from upgrade_service.journal import DRAINED
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.policy import RotationPolicy
 
@@ -69,10 +76,21 @@ class _InFlight:
     ready_before: int
 
 
+class Journalled(Interface):
+    """Where a drain records what it does: the rotation's journal, or remediation's."""
+
+    def intent(self, op: str, **args: Any) -> str: ...
+
+    def done(self, key: str, ok: bool = True, **result: Any) -> None: ...
+
+    def write(self, kind: str, **data: Any) -> Any: ...
+
+
 class WaveDrain:
-    def __init__(self, cluster: Cluster, policy: RotationPolicy, journal: Journal, pacer: MutationPacer, *,
+    def __init__(self, cluster: Cluster, policy: RotationPolicy, journal: Journalled, pacer: MutationPacer, *,
                  wave: int, poll_seconds: float, check: Callable[[], None],
-                 progress: Callable[[DrainStatus], None] | None = None) -> None:
+                 progress: Callable[[DrainStatus], None] | None = None,
+                 skip_wait_for_delete: Callable[[str], bool] | None = None) -> None:
         self.cluster = cluster
         self.policy = policy
         self.journal = journal
@@ -86,6 +104,7 @@ class WaveDrain:
         self.backoff: dict[str, tuple[float, float]] = {}  # pod uid -> (retry at, last delay)
         self.in_flight: dict[str, _InFlight] = {}  # one-at-a-time workload -> its pod on the way out
         self.settle = 0
+        self.skip_wait_for_delete = skip_wait_for_delete
 
     # ---------------------------------------------------------------- one-at-a-time workloads
 
@@ -127,6 +146,8 @@ class WaveDrain:
                     pods = [p for p in self.cluster.list_pods(node_name=node) if drain_blocks_on(p)]
                 except NotFoundError:
                     pods = []
+                if pods and self.skip_wait_for_delete is not None and self.skip_wait_for_delete(node):
+                    pods = [p for p in pods if not p.terminating]
                 if pods:
                     pods_of[node] = pods
                 else:

@@ -86,3 +86,90 @@ def local_down(output: str) -> None:
     else:
         console().print(f"stopped the local region of stage {info['stage']} (pid {info['pid']})")
 
+
+
+# ---------------------------------------------------------------------------------------- faults
+
+def _show_faults(answer: dict[str, Any], output: str, headline: str) -> None:
+    if output == "json":
+        emit_json(answer)
+        return
+    out = console()
+    out.print(headline)
+    for f in answer.get("faults", []):
+        what = ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("kind", "since"))
+        out.print(f"  {f['kind']}: {what}")
+
+
+@local.group("fault")
+def local_fault() -> None:
+    """Break the running local region as production breaks: it shows through the Kubernetes API and AWS exactly
+    as a real node's or instance's fault would (conditions, taints, events, pods marked not Ready)."""
+
+
+@local_fault.command("node-notready")
+@click.argument("node")
+@click.option("--status", type=click.Choice(["Unknown", "False"]), default="Unknown", show_default=True,
+              help="Unknown: the kubelet stops posting status (hung instance, lost network); False: it posts NotReady "
+              "(container runtime down)")
+@OUTPUT
+def fault_node_notready(node: str, status: str, output: str) -> None:
+    """NODE stops being Ready: tainted, its pods marked not Ready, and after 300 s deleted by the taint manager."""
+    from platformctl.server import control
+
+    answer = control.faults("POST", {"kind": "node-notready", "node": node, "status": status})
+    _show_faults(answer, output, f"{node}: kubelet fault (Ready {status})")
+
+
+@local_fault.command("node-condition")
+@click.argument("node")
+@click.argument("type_", metavar="TYPE")
+@click.option("--status", type=click.Choice(["True", "False", "Unknown"]), default="True", show_default=True)
+@click.option("--reason", default="", help="the condition's reason (default: TYPE + Detected)")
+@click.option("--message", default="", help="the condition's message")
+@OUTPUT
+def fault_node_condition(node: str, type_: str, status: str, reason: str, message: str, output: str) -> None:
+    """NODE reports condition TYPE (DiskPressure, MemoryPressure, PIDPressure, NetworkUnavailable, or a
+    node-problem-detector's such as KernelDeadlock)."""
+    from platformctl.server import control
+
+    answer = control.faults("POST", {"kind": "node-condition", "node": node, "type": type_, "status": status,
+                                     "reason": reason, "message": message})
+    _show_faults(answer, output, f"{node}: {type_}={status}")
+
+
+@local_fault.command("instance-no-join")
+@click.argument("pool")
+@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True,
+              help="how many of the pool's next instances never join")
+@OUTPUT
+def fault_instance_no_join(pool: str, count: int, output: str) -> None:
+    """POOL's next instances boot and never register a node (a failed bootstrap). POOL is CLUSTER/POOL, the auto
+    scaling group's name, or a pool name only one cluster has."""
+    from platformctl.server import control
+
+    answer = control.faults("POST", {"kind": "instance-no-join", "pool": pool, "count": count})
+    _show_faults(answer, output, f"{pool}: the next {count} instance(s) will not join")
+
+
+@local_fault.command("clear")
+@OUTPUT
+def fault_clear(output: str) -> None:
+    """End every fault: nodes recover, instances that never joined register."""
+    from platformctl.server import control
+
+    answer = control.faults("DELETE")
+    if output == "json":
+        emit_json(answer)
+    else:
+        console().print(f"cleared {len(answer.get('cleared', []))} fault(s)")
+
+
+@local_fault.command("list")
+@OUTPUT
+def fault_list(output: str) -> None:
+    """The faults in force."""
+    from platformctl.server import control
+
+    answer = control.faults("GET")
+    _show_faults(answer, output, f"{len(answer.get('faults', []))} fault(s) in force")

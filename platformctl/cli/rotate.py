@@ -216,7 +216,7 @@ STATE_HELP = "the state store: PATH, sqlite:///PATH or dynamodb://TABLE (default
 def _clusters(ctx: click.Context, context: str | None, stage_name: str | None, command: str) -> tuple[list[str], Any]:
     """The clusters a command acts on: one context, or every cluster of a stage. Returns (names, stage)."""
     if (context is None) == (stage_name is None):
-        raise PlatformError("give exactly one of --context NAME or --stage NAME", field=f"rotate {command}")
+        raise PlatformError("give exactly one of --context NAME or --stage NAME", field=command if " " in command else f"rotate {command}")
     if context is not None:
         return [context], None
     stage = load_stage(stage_name or "", ctx.obj["infra_dir"])

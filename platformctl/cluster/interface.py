@@ -53,6 +53,11 @@ class Cluster(Protocol):
 
     def evict(self, namespace: str, name: str) -> EvictionResult: ...
 
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> Pod:
+        """Delete a pod directly, past every budget (``grace_seconds=0``: at once, as ``--force`` does).
+        Only for pods that are not running anyway: everything else goes through ``evict``."""
+        ...
+
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]: ...
 
     def snapshot(self) -> dict[str, Any]:

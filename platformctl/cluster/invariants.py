@@ -38,7 +38,7 @@ def eviction_budget_violations(events: Iterable[sim.Event]) -> list[str]:
         elif kind == sim.POD_READY:
             for key in budgets_of.get(ev.detail, ()):
                 healthy.setdefault(key, set()).add(ev.detail)
-        elif kind in (sim.POD_TERMINATING, sim.POD_SUCCEEDED):
+        elif kind in (sim.POD_TERMINATING, sim.POD_SUCCEEDED, sim.POD_NOT_READY):
             unhealthy(ev.detail)
         elif kind == sim.POD_LOST:
             unhealthy(ev.detail[0])

@@ -163,6 +163,11 @@ class LiveCluster:
             return EvictionResult.from_status(status, exc.status or 500)
         return EvictionResult.from_status(json.loads(response.data or b"{}"), response.status)
 
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> Pod:
+        kwargs: dict[str, Any] = {} if grace_seconds is None else {"grace_period_seconds": grace_seconds}
+        data = self._call(self._core.delete_namespaced_pod, name, namespace, what=f"pod {namespace}/{name}", **kwargs)
+        return parse_pod(data, "pod", name)  # the API answers with the pod as the deletion left it
+
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:
         if namespace:
             data = self._call(self._policy.list_namespaced_pod_disruption_budget, namespace, what="poddisruptionbudgets")

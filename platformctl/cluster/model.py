@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from functools import lru_cache
@@ -207,6 +207,30 @@ class Container:
         return {"name": self.name, "image": self.image, "resources": {"requests": self.requests.to_kube()}}
 
 
+# The conditions a kubelet always reports besides Ready; a node shows them False while all is well.
+KUBELET_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
+_HEALTHY_REASONS = {"MemoryPressure": ("KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                    "DiskPressure": ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                    "PIDPressure": ("KubeletHasSufficientPID", "kubelet has sufficient PID available")}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCondition:
+    """One entry of a node's ``status.conditions``: Ready, the kubelet's pressures, or a node-problem-detector's."""
+
+    type: str
+    status: str  # True | False | Unknown
+    reason: str = ""
+    message: str = ""
+    since: float = 0.0  # lastTransitionTime
+    heartbeat: float | None = None  # lastHeartbeatTime; None: the same as ``since``
+
+    def to_kube(self) -> dict[str, Any]:
+        return {"type": self.type, "status": self.status, "reason": self.reason, "message": self.message,
+                "lastHeartbeatTime": format_time(self.since if self.heartbeat is None else self.heartbeat),
+                "lastTransitionTime": format_time(self.since)}
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
@@ -220,6 +244,42 @@ class Node:
     taints: tuple[Taint, ...] = ()
     created: float = 0.0
     resource_version: int = 0
+    # ``status.conditions`` as last reported, Ready included; empty: a Ready condition made from ``ready``
+    # (and the kubelet's pressures all False) since the node was created. ``ready`` always agrees with Ready.
+    conditions: tuple[NodeCondition, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+
+    def condition(self, type_: str) -> NodeCondition | None:
+        for c in self.conditions:
+            if c.type == type_:
+                return c
+        if type_ == "Ready":
+            return NodeCondition("Ready", "True" if self.ready else "False",
+                                 "KubeletReady" if self.ready else "KubeletNotReady",
+                                 "kubelet is posting ready status" if self.ready else "container runtime status check may not have completed yet",
+                                 self.created)
+        if type_ in KUBELET_CONDITIONS:
+            reason, message = _HEALTHY_REASONS[type_]
+            return NodeCondition(type_, "False", reason, message, self.created)
+        return None
+
+    def all_conditions(self) -> list[NodeCondition]:
+        """What ``status.conditions`` shows: the kubelet's pressures, any others reported, then Ready."""
+        out = [c for t in KUBELET_CONDITIONS if (c := self.condition(t)) is not None]
+        out += [c for c in self.conditions if c.type not in KUBELET_CONDITIONS and c.type != "Ready"]
+        ready = self.condition("Ready")
+        assert ready is not None
+        return [*out, ready]
+
+    def with_condition(self, condition: NodeCondition) -> Node:
+        """This node with ``condition`` replacing any of its type (``ready`` follows a Ready condition)."""
+        kept = tuple(c for c in self.conditions if c.type != condition.type)
+        ready = condition.status == "True" if condition.type == "Ready" else self.ready
+        if condition.type != "Ready" and not any(c.type == "Ready" for c in kept):
+            current = self.condition("Ready")
+            assert current is not None
+            kept = (*kept, current)
+        return replace(self, conditions=(*kept, condition), ready=ready)
 
     @property
     def pool(self) -> str | None:
@@ -251,30 +311,24 @@ class Node:
             spec["unschedulable"] = True
         if self.taints:
             spec["taints"] = [t.to_kube() for t in self.taints]
-        stamp = format_time(self.created)
+        metadata: dict[str, Any] = {
+            "name": self.name,
+            "uid": self.uid,
+            "labels": dict(self.labels),
+            "creationTimestamp": format_time(self.created),
+            "resourceVersion": str(self.resource_version),
+        }
+        if self.annotations:
+            metadata["annotations"] = dict(self.annotations)
         return {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {
-                "name": self.name,
-                "uid": self.uid,
-                "labels": dict(self.labels),
-                "creationTimestamp": stamp,
-                "resourceVersion": str(self.resource_version),
-            },
+            "metadata": metadata,
             "spec": spec,
             "status": {
                 "allocatable": allocatable,
                 "capacity": allocatable,
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True" if self.ready else "False",
-                        "reason": "KubeletReady" if self.ready else "KubeletNotReady",
-                        "lastHeartbeatTime": stamp,
-                        "lastTransitionTime": stamp,
-                    }
-                ],
+                "conditions": [c.to_kube() for c in self.all_conditions()],
             },
         }
 
@@ -677,7 +731,22 @@ def parse_node(raw: Any, where: str = "node", file: str | None = None) -> Node:
         taints=tuple(taints),
         created=_created(meta, where, file),
         resource_version=_resource_version(meta),
+        conditions=_node_conditions(status, f"{where}.status.conditions", file),
+        annotations=_str_map(meta.get("annotations"), f"{where}.metadata.annotations", file),
     )
+
+
+def _node_conditions(status: dict[str, Any], where: str, file: str | None) -> tuple[NodeCondition, ...]:
+    out = []
+    for i, c in enumerate(_list(status.get("conditions"), where, file)):
+        c = _obj(c, f"{where}[{i}]", file)
+        since = c.get("lastTransitionTime")
+        beat = c.get("lastHeartbeatTime")
+        out.append(NodeCondition(
+            _str(c.get("type"), f"{where}[{i}].type", file), str(c.get("status", "Unknown")), str(c.get("reason") or ""),
+            str(c.get("message") or ""), parse_time(since, f"{where}[{i}].lastTransitionTime", file) if since else 0.0,
+            parse_time(beat, f"{where}[{i}].lastHeartbeatTime", file) if beat else None))
+    return tuple(out)
 
 
 def _tolerations(raw: Any, where: str, file: str | None) -> tuple[Toleration, ...]:

@@ -49,6 +49,7 @@ from platformctl.cluster.model import (
     REFUSE_TWO_BUDGETS,
     EvictionResult,
     Node,
+    NodeCondition,
     OwnerReference,
     PDBStatus,
     Pod,
@@ -101,6 +102,21 @@ POD_DELETED = "PodDeleted"
 POD_LOST = "PodLost"  # its node went away; detail: (uid, owned by a DaemonSet)
 EVICTION_REFUSED = "EvictionRefused"  # detail: (code, message)
 POD_UNSCHEDULABLE = "PodUnschedulable"  # the scheduler found no node for it (once per time it is pending)
+NODE_NOT_READY = "NodeNotReady"  # detail: (status, reason): the node controller's or the kubelet's verdict
+NODE_CONDITION = "NodeCondition"  # detail: (type, status, reason): a kubelet or node-problem-detector condition changed
+POD_NOT_READY = "PodNotReady"  # the node controller marked a running pod not Ready (its node is not Ready)
+POD_TAINT_EVICTED = "PodTaintEvicted"  # the taint manager deleted it: its node's NoExecute taint outlived its toleration
+
+# How the control plane treats a node whose kubelet stops: kube-controller-manager's
+# --node-monitor-grace-period, then the NoExecute taint that evicts pods after the
+# DefaultTolerationSeconds admission plugin's 300 s (DaemonSet pods tolerate it forever).
+NODE_MONITOR_GRACE_SECONDS = 40.0
+DEFAULT_TOLERATION_SECONDS = 300.0
+TAINT_UNREACHABLE = "node.kubernetes.io/unreachable"
+TAINT_NOT_READY = "node.kubernetes.io/not-ready"
+# Conditions that TaintNodesByCondition turns into NoSchedule taints.
+CONDITION_TAINTS = {"MemoryPressure": "node.kubernetes.io/memory-pressure", "DiskPressure": "node.kubernetes.io/disk-pressure",
+                    "PIDPressure": "node.kubernetes.io/pid-pressure", "NetworkUnavailable": "node.kubernetes.io/network-unavailable"}
 
 
 @dataclass
@@ -165,7 +181,7 @@ def build_node(
 
 
 class _NodeState:
-    __slots__ = ("node", "alive", "cpu", "mem", "gpu", "npods", "pods", "waiting", "pool")
+    __slots__ = ("node", "alive", "cpu", "mem", "gpu", "npods", "pods", "waiting", "pool", "kubelet_down", "stuck", "epoch")
 
     def __init__(self, node: Node, pool: str | None) -> None:
         self.node = node
@@ -178,6 +194,9 @@ class _NodeState:
         self.pods: set[tuple[str, str]] = set()
         self.waiting: list[tuple[str, str]] = []  # bound pods waiting for the node to be Ready
         self.pool = pool  # the simulated pool managing this node, if any
+        self.kubelet_down = False  # the kubelet stopped posting status: pods on the node cannot finish terminating
+        self.stuck: list[tuple[str, str]] = []  # pods deleted while the kubelet was down, still Terminating
+        self.epoch = 0  # moves at every fault or recovery, so that timers of an older one do nothing
 
     def charge(self, r: Resources, sign: int) -> None:
         self.cpu -= sign * r.cpu_millis
@@ -410,7 +429,11 @@ class SimulatedCluster:
     def _node_ready(self, state: _NodeState) -> None:
         if not state.alive or state.node.ready or state.node.image in self.broken_images:
             return
-        state.node = replace(state.node, ready=True, resource_version=self._next_rv())
+        if state.kubelet_down:  # it booted into a kubelet fault: Ready once the fault is over
+            self._clock.call_later(NODE_MONITOR_GRACE_SECONDS, self._node_ready, state)
+            return
+        ready = NodeCondition("Ready", "True", "KubeletReady", "kubelet is posting ready status", self.now())
+        state.node = replace(state.node.with_condition(ready), resource_version=self._next_rv())
         self._record(NODE_READY, "", state.node.name)
         waiting, state.waiting = state.waiting, []
         for key in waiting:
@@ -443,8 +466,8 @@ class SimulatedCluster:
         return self.update_node(name, taints=tuple(t for t in self.get_node(name).taints if t.key != key))
 
     def update_node(self, name: str, *, unschedulable: bool | None = None, labels: Mapping[str, str] | None = None,
-                    taints: tuple[Taint, ...] | None = None) -> Node:
-        """Change what a client may change on a node: ``spec.unschedulable``, labels, taints."""
+                    taints: tuple[Taint, ...] | None = None, annotations: Mapping[str, str] | None = None) -> Node:
+        """Change what a client may change on a node: ``spec.unschedulable``, labels, annotations, taints."""
         state = self._nodes.get(name)
         if state is None:
             raise NotFoundError(f'nodes "{name}" not found', field="node")
@@ -454,6 +477,7 @@ class SimulatedCluster:
             unschedulable=old.unschedulable if unschedulable is None else unschedulable,
             labels=old.labels if labels is None else dict(labels),
             taints=old.taints if taints is None else taints,
+            annotations=old.annotations if annotations is None else dict(annotations),
         )
         if new == old:
             return old
@@ -489,6 +513,128 @@ class SimulatedCluster:
                 self._remove_pod(pod, node_gone=True)
         if state.pool is not None:
             self._replenish(state.pool)
+
+    # ------------------------------------------------------------------ node faults, as a real node shows them
+
+    def _state(self, name: str) -> _NodeState:
+        state = self._nodes.get(name)
+        if state is None:
+            raise NotFoundError(f'nodes "{name}" not found', field="node")
+        return state
+
+    def stop_kubelet(self, name: str, status: str = "Unknown") -> None:
+        """The node's kubelet fails. ``Unknown``: it stops posting status (a hung instance, a lost network);
+        the node controller marks Ready Unknown after its grace period. ``False``: it keeps posting, NotReady
+        (a dead container runtime). Either way the node is tainted, its pods are marked not Ready, and after
+        their 300 s toleration the taint manager deletes them (they stay Terminating while no kubelet confirms)."""
+        if status not in ("Unknown", "False"):
+            raise PlatformError(f"a kubelet fault is Unknown or False, not {status!r}", field="status")
+        state = self._state(name)
+        state.epoch += 1
+        if status == "Unknown":
+            state.kubelet_down = True
+            self._clock.call_later(NODE_MONITOR_GRACE_SECONDS, self._lost_contact, state, state.epoch, self.now())
+        else:
+            self._not_ready(state, NodeCondition("Ready", "False", "KubeletNotReady",
+                                                 "container runtime network not ready: NetworkReady=false "
+                                                 "reason:NetworkPluginNotReady message:container runtime is down", self.now()),
+                            TAINT_NOT_READY)
+
+    def _lost_contact(self, state: _NodeState, epoch: int, last_heartbeat: float) -> None:
+        if not state.alive or state.epoch != epoch:
+            return
+        self._not_ready(state, NodeCondition("Ready", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.",
+                                             self.now(), last_heartbeat), TAINT_UNREACHABLE)
+
+    def _not_ready(self, state: _NodeState, ready: NodeCondition, taint_key: str) -> None:
+        node = state.node.with_condition(ready)
+        others = tuple(t for t in node.taints if t.key not in (TAINT_UNREACHABLE, TAINT_NOT_READY))
+        taints = (*others, Taint(taint_key, "", "NoSchedule"), Taint(taint_key, "", "NoExecute"))
+        state.node = replace(node, taints=taints, resource_version=self._next_rv())
+        self._classes.clear()
+        self._record(NODE_NOT_READY, "", state.node.name, (ready.status, ready.reason))
+        for key in list(state.pods):  # the node lifecycle controller's MarkPodsNotReady
+            pod = self._pods.get(key)
+            if pod is not None and pod.ready and not pod.is_finished:
+                self._set_pod(pod, node_name=pod.node_name, phase=pod.phase, ready=False, deletion_time=pod.deletion_time,
+                              started=pod.started, evicted=pod.evicted)
+                self._record(POD_NOT_READY, pod.namespace, pod.name, pod.uid)
+        self._clock.call_later(DEFAULT_TOLERATION_SECONDS, self._taint_evict, state, state.epoch, Taint(taint_key, "", "NoExecute"))
+
+    def _taint_evict(self, state: _NodeState, epoch: int, taint: Taint) -> None:
+        if not state.alive or state.epoch != epoch:
+            return
+        for key in list(state.pods):
+            pod = self._pods.get(key)
+            if pod is None or pod.is_daemonset or pod.is_mirror or pod.is_finished or pod.terminating:
+                continue
+            if any(t.tolerates(taint) for t in pod.tolerations):
+                continue  # a toleration without tolerationSeconds: it stays
+            self._record(POD_TAINT_EVICTED, pod.namespace, pod.name, (pod.uid, taint.key))
+            self._begin_termination(pod, evicted=False)
+
+    def set_node_condition(self, name: str, type_: str, status: str = "True", reason: str = "", message: str = "") -> Node:
+        """A condition the kubelet (``MemoryPressure``, ``DiskPressure``, ``PIDPressure``), the CNI
+        (``NetworkUnavailable``) or a node-problem-detector reports. The kubelet's own are tainted NoSchedule
+        while True (TaintNodesByCondition); Ready goes through ``stop_kubelet``."""
+        if type_ == "Ready":
+            raise PlatformError("Ready is the kubelet's own: use a kubelet fault", field="type")
+        if status not in ("True", "False", "Unknown"):
+            raise PlatformError(f"a condition's status is True, False or Unknown, not {status!r}", field="status")
+        state = self._state(name)
+        old = state.node.condition(type_)
+        since = old.since if old is not None and old.status == status else self.now()
+        node = state.node.with_condition(NodeCondition(type_, status, reason or f"{type_}{'Detected' if status == 'True' else 'Resolved'}",
+                                                       message, since))
+        key = CONDITION_TAINTS.get(type_)
+        if key is not None:
+            kept = tuple(t for t in node.taints if t.key != key)
+            node = replace(node, taints=(*kept, Taint(key, "", "NoSchedule")) if status == "True" else kept)
+            self._classes.clear()
+        state.node = replace(node, resource_version=self._next_rv())
+        self._record(NODE_CONDITION, "", name, (type_, status, node.condition(type_).reason if node.condition(type_) else reason))
+        self._schedule_soon()
+        return state.node
+
+    def restore_node(self, name: str) -> Node:
+        """Every fault of the node is over: the kubelet posts Ready again, its conditions are healthy, the
+        control plane's taints go, its pods are Ready again, and pods deleted meanwhile finish terminating."""
+        state = self._state(name)
+        state.epoch += 1
+        state.kubelet_down = False
+        node = state.node
+        for c in node.conditions:
+            if c.type != "Ready" and (c.status != "False" or c.type in CONDITION_TAINTS):
+                self.set_node_condition(name, c.type, "False", "")
+        node = state.node
+        drop = {TAINT_UNREACHABLE, TAINT_NOT_READY}
+        node = replace(node, taints=tuple(t for t in node.taints if t.key not in drop))
+        was_ready = node.ready
+        # A node that never finished booting has no Ready condition of its own yet: its boot goes on.
+        if not was_ready and any(c.type == "Ready" for c in node.conditions) and node.image not in self.broken_images:
+            node = node.with_condition(NodeCondition("Ready", "True", "KubeletReady", "kubelet is posting ready status", self.now()))
+        state.node = replace(node, resource_version=self._next_rv())
+        self._classes.clear()
+        if state.node.ready and not was_ready:
+            self._record(NODE_READY, "", name)
+            for key in list(state.pods):
+                pod = self._pods.get(key)
+                if pod is not None and pod.phase == "Running" and not pod.ready and not pod.terminating:
+                    self._set_pod(pod, node_name=pod.node_name, phase=pod.phase, ready=True, deletion_time=None,
+                                  started=pod.started, evicted=pod.evicted)
+                    self._record(POD_READY, pod.namespace, pod.name, pod.uid)
+            waiting, state.waiting = state.waiting, []
+            for key in waiting:
+                pod = self._pods.get(key)
+                if pod is not None and pod.node_name == name:
+                    self._start_pod_timer(pod)
+        stuck, state.stuck = state.stuck, []
+        for key in stuck:
+            pod = self._pods.get(key)
+            if pod is not None and pod.terminating:
+                self._remove_pod(pod)
+        self._schedule_soon()
+        return state.node
 
     # ------------------------------------------------------------------ pools (pure simulation)
 
@@ -798,6 +944,10 @@ class SimulatedCluster:
     def _finish_termination(self, key: tuple[str, str], uid: str) -> None:
         pod = self._pods.get(key)
         if pod is None or pod.uid != uid:
+            return
+        state = self._nodes.get(pod.node_name or "")
+        if state is not None and state.kubelet_down:
+            state.stuck.append(key)  # no kubelet to confirm the containers stopped: Terminating until it returns
             return
         self._remove_pod(pod)
 

@@ -36,6 +36,16 @@ class GroupState:
     image: str | None  # the image the group's launch template boots new instances from, now
 
 
+@dataclass(frozen=True)
+class Member:
+    """An instance of a group, with when it was launched (what a node-startup timeout counts from)."""
+
+    instance_id: str
+    lifecycle: str
+    launched: float  # epoch seconds
+    zone: str | None = None
+
+
 @runtime_checkable
 class NodeGroups(Protocol):
     def instances(self, instance_ids: Sequence[str]) -> dict[str, InstanceState]:
@@ -46,10 +56,18 @@ class NodeGroups(Protocol):
 
     def set_desired(self, group: str, desired: int) -> None: ...
 
+    def cluster_groups(self, cluster: str) -> list[str]:
+        """The groups whose instances join ``cluster`` (EKS's ``eks:cluster-name`` tag), sorted."""
+        ...
+
+    def members(self, group: str) -> list[Member]:
+        """The group's instances not on their way out, with their launch times."""
+        ...
+
     def terminate(self, instance_id: str, decrement: bool) -> None:
         """Terminate one instance of a group; ``decrement`` lowers the desired capacity with it, else
         the group launches a replacement from its launch template."""
         ...
 
 
-__all__ = ["GroupState", "InstanceState", "NodeGroups"]
+__all__ = ["GroupState", "InstanceState", "Member", "NodeGroups"]

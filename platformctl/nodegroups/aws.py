@@ -12,7 +12,10 @@ from typing import Any
 
 from platformctl import aws
 from platformctl.errors import PlatformError
-from platformctl.nodegroups import GroupState, InstanceState
+from platformctl.nodegroups import GroupState, InstanceState, Member
+
+
+CLUSTER_TAG = "eks:cluster-name"  # on every group of an EKS cluster's nodes, as EKS and the stage's program tag them
 
 
 class NodeGroupError(Exception):
@@ -97,3 +100,29 @@ class AutoScalingNodeGroups:
     def terminate(self, instance_id: str, decrement: bool) -> None:
         self._call(self._asg.terminate_instance_in_auto_scaling_group, InstanceId=instance_id,
                    ShouldDecrementDesiredCapacity=decrement)
+
+    def cluster_groups(self, cluster: str) -> list[str]:
+        names: list[str] = []
+        kwargs: dict[str, Any] = {"Filters": [{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]}]}
+        while True:
+            page = self._call(self._asg.describe_auto_scaling_groups, **kwargs)
+            names += [g["AutoScalingGroupName"] for g in page["AutoScalingGroups"]]
+            if not page.get("NextToken"):
+                return sorted(names)
+            kwargs["NextToken"] = page["NextToken"]
+
+    def members(self, group: str) -> list[Member]:
+        found = self._call(self._asg.describe_auto_scaling_groups, AutoScalingGroupNames=[group])["AutoScalingGroups"]
+        if not found:
+            raise NodeGroupError(f"no auto scaling group {group!r}")
+        lifecycle = {i["InstanceId"]: i["LifecycleState"] for i in found[0].get("Instances", [])
+                     if not i["LifecycleState"].startswith(("Terminat", "Detach"))}
+        out: list[Member] = []
+        ids = sorted(lifecycle)
+        for start in range(0, len(ids), 100):
+            answer = self._call(self._ec2.describe_instances, InstanceIds=ids[start:start + 100])
+            for reservation in answer["Reservations"]:
+                for inst in reservation["Instances"]:
+                    out.append(Member(inst["InstanceId"], lifecycle[inst["InstanceId"]], inst["LaunchTime"].timestamp(),
+                                      (inst.get("Placement") or {}).get("AvailabilityZone")))
+        return sorted(out, key=lambda m: m.instance_id)

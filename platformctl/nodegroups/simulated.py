@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from platformctl.cluster.simulator import SimulatedCluster
-from platformctl.nodegroups import GroupState, InstanceState
+from platformctl.nodegroups import GroupState, InstanceState, Member
 
 
 class SimulatedNodeGroups:
@@ -41,3 +41,9 @@ class SimulatedNodeGroups:
         if node is None:
             raise KeyError(f"no instance {instance_id} in any pool")
         self.sim.terminate_instance(node, decrement_desired=decrement)
+
+    def cluster_groups(self, cluster: str) -> list[str]:
+        return sorted(self.sim.pool_names())
+
+    def members(self, group: str) -> list[Member]:
+        return [Member(n.instance_id or n.name, "InService", n.created, n.zone) for n in self.sim.pool_nodes(group)]

@@ -207,3 +207,21 @@ def down() -> dict[str, Any] | None:
         _terminate(pid)
     (folder / "server.json").unlink(missing_ok=True)
     return info
+
+
+def faults(method: str = "GET", body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Inject (POST), list (GET) or clear (DELETE) the running region's faults. A fault the region refuses
+    (an unknown node or pool) is a ``PlatformError`` with the region's own words."""
+    info = running()
+    if info is None:
+        raise PlatformError("no local region is running (start one with `platformctl local up`)", field="local fault")
+    data = json.dumps(body or {}).encode() if method == "POST" else None
+    request = urllib.request.Request(f"{info['kubernetes_endpoint']}/platformctl/v1/faults", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 (our own loopback server)
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        answer = json.loads(exc.read() or b"{}")
+        raise PlatformError(answer.get("error") or f"the local region answered {exc.code}",
+                            field=answer.get("field") or "local fault") from None

@@ -46,6 +46,12 @@ FIELDS: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
+# What the kubelet says when one of its own conditions changes: (while False, while True).
+_KUBELET_REASONS = {"MemoryPressure": ("NodeHasSufficientMemory", "NodeHasInsufficientMemory"),
+                    "DiskPressure": ("NodeHasNoDiskPressure", "NodeHasDiskPressure"),
+                    "PIDPressure": ("NodeHasSufficientPID", "NodeHasInsufficientPID")}
+
+
 class EventRecorder:
     def __init__(self, cluster: sim.SimulatedCluster) -> None:
         self.sim = cluster
@@ -115,6 +121,24 @@ class EventRecorder:
         elif kind == sim.NODE_READY:
             self._add(at, "Node", "", e.name, self._node_uid(e.name), "NodeReady",
                       f"Node {e.name} status is now: NodeReady", "kubelet", e.name)
+        elif kind == sim.NODE_NOT_READY:
+            self._add(at, "Node", "", e.name, self._node_uid(e.name), "NodeNotReady",
+                      f"Node {e.name} status is now: NodeNotReady", "node-controller", type_="Normal")
+        elif kind == sim.NODE_CONDITION:
+            type_, status, reason = e.detail
+            if type_ in _KUBELET_REASONS:
+                said = _KUBELET_REASONS[type_][status == "True"]
+                self._add(at, "Node", "", e.name, self._node_uid(e.name), said, f"Node {e.name} status is now: {said}",
+                          "kubelet", e.name)
+            else:  # a node-problem-detector's condition: it records the problem as a warning on the node
+                self._add(at, "Node", "", e.name, self._node_uid(e.name), reason, f"Node condition {type_} is now: {status}, "
+                          f"reason: {reason}", "node-problem-detector", e.name, type_="Warning" if status == "True" else "Normal")
+        elif kind == sim.POD_NOT_READY:
+            self._add(at, "Pod", e.namespace, e.name, e.detail, "NodeNotReady", "Node is not ready", "node-controller",
+                      type_="Warning")
+        elif kind == sim.POD_TAINT_EVICTED:
+            self._add(at, "Pod", e.namespace, e.name, e.detail[0], "TaintManagerEviction",
+                      f"Marking for deletion Pod {e.namespace}/{e.name}", "taint-eviction-controller")
         elif kind in (sim.NODE_CORDONED, sim.NODE_UNCORDONED):
             status = "NodeNotSchedulable" if kind == sim.NODE_CORDONED else "NodeSchedulable"
             self._add(at, "Node", "", e.name, self._node_uid(e.name), status, f"Node {e.name} status is now: {status}",

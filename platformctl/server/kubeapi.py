@@ -87,6 +87,7 @@ _ROUTES = Map([
     Rule("/platformctl/v1/time", endpoint="control_time"),
     Rule("/platformctl/v1/aws-calls", endpoint="control_aws_calls"),
     Rule("/platformctl/v1/clusters/<cluster>/invariants", endpoint="control_invariants"),
+    Rule("/platformctl/v1/faults", endpoint="control_faults", methods=["GET", "POST", "DELETE"]),
 ])
 
 
@@ -201,8 +202,14 @@ class KubeAPI:
         if endpoint.startswith("control_"):
             if self.control is None:
                 raise ApiError(404, "NotFound", "no control endpoint")
+            body = self._body(request) if request.method == "POST" else {}
             with self.cond:
-                return _json(self.control(endpoint.removeprefix("control_"), {**request.args.to_dict(), **args}))
+                answer = self.control(endpoint.removeprefix("control_"),
+                                      {**request.args.to_dict(), **args, **body, "method": request.method})
+                for state in self.clusters.values():  # a fault changes objects: open watches must hear of it
+                    state.changes.observe()
+                self.cond.notify_all()
+            return _json(answer, int(answer.pop("code", 200)) if isinstance(answer, dict) else 200)
         name = args.pop("cluster")
         cluster = self.clusters.get(name)
         if cluster is None:
@@ -549,13 +556,17 @@ class KubeAPI:
         labels = meta.get("labels") or {}
         if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
             raise invalid("Node", name, "metadata.labels", "Invalid value: labels map strings to strings")
+        annotations = meta.get("annotations") or {}
+        if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
+            raise invalid("Node", name, "metadata.annotations", "Invalid value: annotations map strings to strings")
         taints = []
         for i, t in enumerate(spec.get("taints") or []):
             if not isinstance(t, dict) or not t.get("key") or t.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
                 raise invalid("Node", name, f"spec.taints[{i}]", "Invalid value: a taint needs a key and an effect of "
                               "NoSchedule, PreferNoSchedule or NoExecute")
             taints.append(Taint(t["key"], str(t.get("value", "")), t["effect"]))
-        node = cluster.sim.update_node(name, unschedulable=unschedulable, labels=labels, taints=tuple(taints))
+        node = cluster.sim.update_node(name, unschedulable=unschedulable, labels=labels, taints=tuple(taints),
+                                       annotations=annotations)
         return _json(_node_object(node, cluster.kubernetes_version))
 
     # ---------------------------------------------------------------- watch

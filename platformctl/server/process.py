@@ -36,6 +36,7 @@ import yaml
 
 from platformctl.clock import VirtualClock
 from platformctl.cluster.model import format_time
+from platformctl.errors import PlatformError
 from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion
 from platformctl.server.control import EXTENSION
 from platformctl.server.kubeapi import KubeAPI
@@ -130,6 +131,7 @@ class Server:
         # Nodes follow their instances every minute of virtual time, or every 0.2 s of wall time at high speed.
         region = LocalRegion(self.stage, provisioner=functools.partial(self.provisioner, image_lock=lock), seed=self.seed,
                              sync_seconds=max(10.0, self.speed * 0.2), prepare=prepare, clock=clock)
+        moto_extensions.use_clock(clock.now)  # instances' LaunchTime in the region's time, as their nodes' ages are
         region.__enter__()
         self.region = region
         # The stack's state, as Pulumi would keep it: what `platformctl stage deploy` compares the program against.
@@ -212,6 +214,20 @@ class Server:
             if state is None:
                 return {"error": f"no cluster {args.get('cluster')!r}"}
             return state.invariants()
+        if what == "faults":
+            try:
+                if args.get("method") == "POST":
+                    kind = str(args.pop("kind", ""))
+                    fault = self.region.fault(kind, **{k: v for k, v in args.items() if k != "method"})
+                    log.info("fault injected: %s", fault)
+                    return {"kind": "FaultList", "faults": self.region.faults, "added": fault}
+                if args.get("method") == "DELETE":
+                    cleared = self.region.clear_faults()
+                    log.info("faults cleared: %d", len(cleared))
+                    return {"kind": "FaultList", "faults": [], "cleared": cleared}
+            except PlatformError as exc:
+                return {"code": 422, "error": exc.detail, "field": exc.field}
+            return {"kind": "FaultList", "faults": self.region.faults}
         if what == "time":
             return {"virtual_time": now, "virtual_time_iso": format_time(now), "speed": self.speed, "wall_time": time.time()}
         clusters = []

@@ -1,0 +1,160 @@
+"""``platformctl remediate``: replace broken nodes, rate-limited, behind a circuit breaker; and ``remediate status``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from platformctl.cli.output import OUTPUT, console, emit_json
+from platformctl.cli.rotate import STATE_HELP, _clusters, _connect
+from platformctl.cluster.model import format_time
+from platformctl.errors import PlatformError
+from platformctl.topology import STAGES
+
+EXIT_CODES_HELP = ("exit 0 nothing to do or every broken node replaced, 1 circuit breaker open or a remediation failed, "
+                   "2 bad input, 3 another run holds the lease")
+
+
+def _print(outcome: Any) -> None:
+    out = console()
+    colour = {"ok": "green", "dry-run": "green"}.get(outcome.status, "red")
+    out.print(f"[bold]{outcome.cluster}[/]: [{colour}]{outcome.status}[/] — {outcome.reason}")
+    for r in outcome.remediated:
+        mark = "[green]replaced[/]" if r["result"] == "replaced" else f"[yellow]{r['result']}[/]"
+        out.print(f"  {mark} {r['subject']}: {r['detail']}")
+    for d in outcome.decisions:
+        if d["action"] == "skip":
+            out.print(f"  [yellow]skipped[/] {d['subject']}: {d['why']} ({d['problem']['reason']})")
+        elif outcome.status == "dry-run":
+            out.print(f"  would remediate {d['subject']}: {d['why']}")
+    for p in outcome.pending[:10]:
+        out.print(f"  [dim]watching {p['subject']}: {p['reason']} (unhealthy from {format_time(p['due'])})[/]")
+    if outcome.incident:
+        for line in outcome.incident.get("scopes", []):
+            out.print(f"  [red]breaker[/] {line}")
+
+
+@click.group(invoke_without_command=True, epilog=EXIT_CODES_HELP)
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="the remediation policy (YAML)")
+@click.option("--context", default=None, help="one cluster: this kubeconfig context")
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None, help="every cluster of a stage")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="kubeconfig (default: $KUBECONFIG, else the running local region's, else ~/.kube/config)")
+@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
+@click.option("--region", default=None, help="AWS region of the clusters' auto scaling groups")
+@click.option("--once/--watch", default=True, show_default=True,
+              help="one pass, or look again every intervalSeconds of the policy until interrupted")
+@click.option("--lease-ttl", type=click.FloatRange(min=1.0), default=60.0, show_default=True)
+@click.option("--dry-run", is_flag=True, help="say what would be remediated and why; change nothing, write nothing")
+@OUTPUT
+@click.pass_context
+def remediate(ctx: click.Context, policy_file: Path | None, context: str | None, stage_name: str | None,
+              kubeconfig: str | None, state_spec: str | None, region: str | None, once: bool, lease_ttl: float,
+              dry_run: bool, output: str) -> None:
+    """Replace broken nodes (NotReady, under pressure, flagged, never joined) through the eviction API and
+    their auto scaling groups, at most maxPerHour, and nothing while too many are broken at once."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from platformctl.state import open_store
+    from platformctl.state.lease import holder_id
+    from upgrade_service.remediate import run
+    from upgrade_service.remediation_policy import load_remediation_policy
+
+    if policy_file is None:
+        raise PlatformError("missing option --policy FILE (the remediation policy)", field="remediate")
+    policy = load_remediation_policy(policy_file)
+    names, stage = _clusters(ctx, context, stage_name, "remediate run")
+    if stage is not None and policy.cluster is not None:
+        raise PlatformError(f"names cluster {policy.cluster!r}, but --stage applies the policy to every cluster: remove "
+                            "`cluster`", file=policy.source, field="cluster")
+    if policy.cluster is not None and context is not None and policy.cluster != context:
+        raise PlatformError(f"is for cluster {policy.cluster!r}, not {context!r}", file=policy.source, field="cluster")
+    store = open_store(state_spec)
+    targets = _connect(names, kubeconfig, region or (stage.region if stage else None))
+    holder = holder_id()
+    quiet = output == "json"
+
+    def say(message: str) -> None:
+        if not quiet:
+            click.echo(message)
+
+    code = 0
+    try:
+        while True:
+            outcomes = [run(name, t.cluster, t.groups, policy, store, holder, lease_ttl, dry_run, say)
+                        for name, t in targets.items()]
+            codes = [o.exit_code for o in outcomes]
+            code = 3 if 3 in codes else 1 if 1 in codes else 0
+            if output == "json":
+                emit_json({"exit_code": code, "dry_run": dry_run, "clusters": [o.to_dict() for o in outcomes]})
+            else:
+                for outcome in outcomes:
+                    _print(outcome)
+            if once or dry_run:
+                break
+            next(iter(targets.values())).cluster.clock.sleep(policy.interval_seconds)
+    except KeyboardInterrupt:
+        pass
+    sys.exit(code)
+
+
+@remediate.command("status")
+@click.option("--context", default=None, help="one cluster (its kubeconfig context name)")
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None, help="every cluster of a stage")
+@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
+@click.option("--last", type=click.IntRange(min=1), default=10, show_default=True, help="how many decisions to show")
+@OUTPUT
+@click.pass_context
+def remediate_status(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, last: int,
+                     output: str) -> None:
+    """What remediation did and why, from the state store: the breaker, the hourly limit, the newest decisions."""
+    from platformctl.state import open_store
+    from upgrade_service.remediate import HOUR, read_state, stream_of
+
+    names, _ = _clusters(ctx, context, stage_name, "remediate status")
+    store = open_store(state_spec)
+    clusters = []
+    for name in names:
+        state = read_state(store, name)
+        newest = max([float(r.get("at", 0)) for r in state.recent] + [0.0])
+        now = max(time.time(), newest)  # the cluster's time runs ahead of the wall in a local region
+        lease = store.lease(stream_of(name))
+        clusters.append({
+            "cluster": name,
+            "breaker": "open" if state.incident else "closed",
+            "incident": state.incident,
+            "remediations_last_hour": sum(1 for t in state.started_at if t > now - HOUR),
+            "in_progress": [o.started for o in state.open.values()],
+            "recent": state.recent[-last:],
+            "lease": {"holder": lease.holder, "live": not lease.expired(time.time())} if lease else None,
+        })
+    if output == "json":
+        emit_json({"state": store.location, "clusters": clusters})
+        return
+    out = console()
+    for c in clusters:
+        colour = "red" if c["breaker"] == "open" else "green"
+        out.print(f"[bold]{c['cluster']}[/]: breaker [{colour}]{c['breaker']}[/], {c['remediations_last_hour']} "
+                  f"remediation(s) in the last hour, {len(c['in_progress'])} in progress")
+        if c["incident"]:
+            for line in c["incident"].get("scopes", []):
+                out.print(f"  [red]{line}[/]")
+            for u in c["incident"].get("unhealthy", [])[:20]:
+                out.print(f"    {u['subject']}: {u['reason']}")
+        if not c["recent"]:
+            out.print("  no decisions recorded")
+            continue
+        table = Table("when", "decision", "node", "why")
+        for r in c["recent"]:
+            what = {"remediation-started": "remediating", "remediation-finished": r.get("result", "finished"),
+                    "skipped": f"skipped ({r.get('code')})", "breaker-open": "breaker open",
+                    "breaker-closed": "breaker closed"}.get(r["kind"], r["kind"])
+            why = r.get("reason") or r.get("detail") or r.get("why") or "; ".join(r.get("scopes", []))
+            table.add_row(format_time(float(r["at"])), what, r.get("subject") or "-", why)
+        out.print(table)

@@ -1,0 +1,533 @@
+"""Node remediation: replace broken nodes through the rotation's own machinery, and stop when "a few" becomes "many".
+
+``Remediator.run_once`` looks at one cluster (``health.assess``), decides (``health.decide``) and acts:
+for each node it replaces it cordons the node, drains it through the eviction API with the rotation's
+drain loop (budgets honoured; the eviction API's own rule lets unready pods go while their budget is
+whole), terminates its instance without a capacity decrement so its auto scaling group launches a
+replacement, and waits for that replacement to be Ready. An instance that never joined is terminated
+the same way. What it never does:
+
+- act while the circuit breaker is open (more unhealthy nodes than ``maxUnhealthy`` in the cluster,
+  a zone or a pool): it records an incident naming every unhealthy node and why, and exits 1;
+- replace more than ``maxPerHour`` in any hour, counted in the state store, so separate runs (a
+  CronJob every minute) share the limit;
+- touch a node a rotation is handling (the rotation journal's open wave, what it cordoned, a step
+  it started and never confirmed);
+- delete a pod without the eviction API, except where the policy says so (``forceAfterSeconds``: the
+  node's kubelet has been gone that long, so its pods are not running, and evictions stayed refused
+  for ``drainTimeoutSeconds``).
+
+Every decision is a record in the stream ``remediation/<cluster>`` (``remediate status`` reads it), and
+every side effect is journalled before and after, so a run killed at any point and started again
+finishes what it began (an instance is terminated again only if it is still in service) and gives
+back what it holds (a node that recovered meanwhile is uncordoned).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from platformctl import failpoints
+from platformctl.clock import Clock
+from platformctl.cluster.interface import Cluster
+from platformctl.cluster.model import Node
+from platformctl.errors import NotFoundError, PlatformError
+from platformctl.nodegroups import Member, NodeGroups
+from platformctl.nodegroups.aws import NodeGroupError
+from platformctl.state import LeaseHeld, LeaseLost, Record, StateStore
+from platformctl.state.lease import LeaseKeeper
+from upgrade_service import journal as rotation_journal
+from upgrade_service.health import Assessment, Decision, Problem, assess, decide
+from upgrade_service.pacing import MutationPacer
+from upgrade_service.policy import RotationPolicy
+from upgrade_service.remediation_policy import RemediationPolicy
+from upgrade_service.wave_drain import WaveDrain
+
+# Record kinds of the remediation stream.
+STARTED = "remediation-started"
+FINISHED = "remediation-finished"
+SKIPPED = "skipped"
+INCIDENT = "breaker-open"
+CLEARED = "breaker-closed"
+INTENT = "intent"
+DONE = "done"
+DRAINED = rotation_journal.DRAINED
+
+HOUR = 3600.0
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LEASE_HELD = 0, 1, 2, 3
+
+
+def stream_of(cluster: str) -> str:
+    return f"remediation/{cluster}"
+
+
+@dataclass
+class Open:
+    """A remediation started and not finished."""
+
+    started: dict[str, Any]
+    cordoned: bool = False  # this remediation cordoned the node (and must give it back if it stops short)
+    drained: bool = False
+    terminated: bool = False
+
+
+@dataclass
+class RemediationState:
+    cluster: str
+    last_seq: int = 0
+    open: dict[str, Open] = field(default_factory=dict)  # remediation id -> what it did so far
+    started_at: list[float] = field(default_factory=list)  # cluster time of every remediation started
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)  # intent id -> intent without a done
+    incident: dict[str, Any] | None = None  # the breaker-open record in force
+    last_skip: dict[str, str] = field(default_factory=dict)  # subject -> the last reason it was skipped for
+    recent: list[dict[str, Any]] = field(default_factory=list)  # the newest decisions, for `remediate status`
+    terminated: set[str] = field(default_factory=set)  # instance ids remediation terminated
+
+
+def fold(cluster: str, records: Iterable[Record]) -> RemediationState:
+    state = RemediationState(cluster)
+    for record in records:
+        apply(state, record)
+    return state
+
+
+def apply(state: RemediationState, record: Record) -> None:
+    d = dict(record.data)
+    kind = d.get("kind")
+    state.last_seq = record.seq
+    if kind == STARTED:
+        state.open[d["id"]] = Open(d)
+        state.started_at.append(float(d["at"]))
+        state.last_skip.pop(d["subject"], None)
+    elif kind == FINISHED:
+        state.open.pop(d["id"], None)
+    elif kind == INTENT:
+        state.pending[d["key"]] = d
+    elif kind == DONE:
+        intent = state.pending.pop(d["key"], None)
+        if intent is None or not d.get("ok", True):
+            return
+        current = state.open.get(intent.get("remediation", ""))
+        if intent["op"] == "cordon" and current is not None:
+            current.cordoned = True
+        elif intent["op"] == "uncordon" and current is not None:
+            current.cordoned = False
+        elif intent["op"] == "terminate":
+            state.terminated.add(intent["instance"])
+            if current is not None:
+                current.terminated = True
+    elif kind == DRAINED:
+        current = state.open.get(str(d.get("wave", "")))
+        if current is not None:
+            current.drained = True
+    elif kind == SKIPPED:
+        state.last_skip[d["subject"]] = d["code"]
+    elif kind == INCIDENT:
+        state.incident = d
+    elif kind == CLEARED:
+        state.incident = None
+    if kind in (STARTED, FINISHED, SKIPPED, INCIDENT, CLEARED):
+        state.recent = [*state.recent[-49:], d]
+
+
+def read_state(store: StateStore, cluster: str) -> RemediationState:
+    return fold(cluster, store.read(stream_of(cluster)))
+
+
+class Log:
+    """Appends this cluster's remediation records, stamped with the cluster's time (the drain writes here too)."""
+
+    def __init__(self, store: StateStore, cluster: str, clock: Clock) -> None:
+        self.store = store
+        self.stream = stream_of(cluster)
+        self.clock = clock
+        self.state = read_state(store, cluster)
+        self.remediation = ""  # the remediation the next intents belong to
+
+    def refresh(self) -> RemediationState:
+        for record in self.store.read(self.stream, after=self.state.last_seq):
+            apply(self.state, record)
+        return self.state
+
+    def write(self, kind: str, **data: Any) -> Record:
+        record = self.store.append(self.stream, {"kind": kind, "at": self.clock.now(), **data})
+        if record.seq != self.state.last_seq + 1:
+            self.refresh()
+        else:
+            apply(self.state, record)
+        failpoints.hit(f"remediation:{kind}")
+        return record
+
+    def intent(self, op: str, **args: Any) -> str:
+        key = uuid.uuid4().hex[:12]
+        args.setdefault("remediation", self.remediation)
+        self.write(INTENT, key=key, op=op, **args)
+        return key
+
+    def done(self, key: str, ok: bool = True, **result: Any) -> None:
+        self.write(DONE, key=key, ok=ok, **result)
+
+
+@dataclass
+class Outcome:
+    cluster: str
+    status: str  # ok | breaker-open | failed | lease-held | lost-lease | dry-run
+    exit_code: int
+    reason: str
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    remediated: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    incident: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "status": self.status, "exit_code": self.exit_code, "reason": self.reason,
+                "decisions": self.decisions, "remediated": self.remediated, "pending": self.pending,
+                "incident": self.incident}
+
+
+class Stop(Exception):
+    pass
+
+
+def rotation_holds(store: StateStore, cluster: str) -> dict[str, str]:
+    """Node -> what the cluster's rotation is doing with it: its open wave's nodes, what it cordoned, any
+    step it started and never confirmed. Such nodes are the rotation's, whatever their health."""
+    state = rotation_journal.read_state(store, cluster)
+    out: dict[str, str] = {}
+    if not state.open:
+        return out
+    wave = state.current_wave
+    if wave is not None:
+        for node in wave.nodes:
+            if wave.started["instances"].get(node) not in wave.terminated:
+                out[node] = f"wave {wave.number} of rotation {state.run}"
+    for node in state.cordoned:
+        out.setdefault(node, f"cordoned by rotation {state.run}")
+    for intent in state.pending.values():
+        if intent.get("node"):
+            out.setdefault(intent["node"], f"rotation {state.run} has an unconfirmed {intent['op']} on it")
+    return out
+
+
+class Remediator:
+    def __init__(self, name: str, cluster: Cluster, groups: NodeGroups, policy: RemediationPolicy, store: StateStore, *,
+                 keeper: LeaseKeeper | None = None, poll_seconds: float = 5.0,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.name = name
+        self.cluster = cluster
+        self.groups = groups
+        self.policy = policy
+        self.store = store
+        self.keeper = keeper
+        self.poll = poll_seconds
+        self.clock = cluster.clock
+        self.log = Log(store, name, self.clock)
+        self.pacer = MutationPacer(policy.max_mutations_per_minute, self.clock)
+        self.progress = progress or (lambda message: None)
+        self._group_of: dict[str, str] = {}  # instance -> group
+
+    # ---------------------------------------------------------------- reading
+
+    def _check(self) -> None:
+        if self.keeper is not None:
+            self.keeper.check()
+
+    def read(self) -> tuple[list[Node], dict[str, str], Assessment]:
+        nodes = self.cluster.list_nodes()
+        unknown = [n.instance_id for n in nodes if n.instance_id and n.instance_id not in self._group_of]
+        if unknown:
+            for instance_id, inst in self.groups.instances(unknown).items():
+                self._group_of[instance_id] = inst.group
+        group_of = {n.name: self._group_of[n.instance_id] for n in nodes if n.instance_id in self._group_of}
+        names = set(group_of.values()) | set(self.groups.cluster_groups(self.name))
+        members: dict[str, list[Member]] = {g: self.groups.members(g) for g in sorted(names)}
+        return nodes, group_of, assess(nodes, members, group_of, self.clock.now(), self.policy)
+
+    # ---------------------------------------------------------------- one pass
+
+    def run_once(self, dry_run: bool = False) -> Outcome:
+        state = self.log.refresh()
+        if not dry_run and state.pending:
+            self._settle_unconfirmed()
+        nodes, group_of, seen = self.read()
+        now = self.clock.now()
+        failed: list[str] = []
+        remediated: list[dict[str, Any]] = []
+        if not dry_run:
+            for rid, current in list(self.log.state.open.items()):
+                result = self._resume(rid, current, seen)
+                remediated.append(result)
+                if result["result"] not in ("replaced", "recovered", "gone"):
+                    failed.append(f"{result['subject']}: {result['detail']}")
+            if remediated:
+                nodes, group_of, seen = self.read()
+                now = self.clock.now()
+        window = [t for t in self.log.state.started_at if t > now - HOUR]
+        next_slot = min(window) + HOUR if window else None
+        holds = rotation_holds(self.store, self.name)
+        decisions = decide(seen, under_rotation=holds, in_progress=set(), used_last_hour=len(window), next_slot=next_slot,
+                           policy=self.policy)
+        pending = [p.to_dict() for p in seen.pending]
+        if dry_run:
+            status = "breaker-open" if seen.breaker_open else "dry-run"
+            return Outcome(self.name, status, EXIT_FAILED if seen.breaker_open else EXIT_OK,
+                           _summary(seen, decisions), [d.to_dict() for d in decisions], [], pending,
+                           {"scopes": seen.breaker} if seen.breaker_open else None)
+        if seen.breaker_open:
+            self._incident(seen)
+            for d in decisions:
+                self._skip(d)
+            incident = self.log.state.incident
+            return Outcome(self.name, "breaker-open", EXIT_FAILED, "circuit breaker open, nothing remediated: "
+                           + "; ".join(seen.breaker), [d.to_dict() for d in decisions], remediated, pending, incident)
+        if self.log.state.incident is not None:
+            self.log.write(CLEARED, unhealthy=len(seen.unhealthy), total=seen.total)
+        for d in decisions:
+            if d.action != "remediate":
+                self._skip(d)
+                continue
+            result = self._remediate(d.problem, group_of)
+            remediated.append(result)
+            if result["result"] not in ("replaced", "recovered", "gone"):
+                failed.append(f"{result['subject']}: {result['detail']}")
+        if failed:
+            return Outcome(self.name, "failed", EXIT_FAILED, "; ".join(failed), [d.to_dict() for d in decisions],
+                           remediated, pending)
+        return Outcome(self.name, "ok", EXIT_OK, _summary(seen, decisions), [d.to_dict() for d in decisions], remediated,
+                       pending)
+
+    def _incident(self, seen: Assessment) -> None:
+        current = self.log.state.incident
+        unhealthy = sorted(p.subject for p in seen.unhealthy)
+        if current is not None and current.get("scopes") == seen.breaker and current.get("subjects") == unhealthy:
+            return  # the same incident, still open: recorded once
+        self.log.write(INCIDENT, scopes=seen.breaker, subjects=unhealthy, total=seen.total,
+                       unhealthy=[{"subject": p.subject, "reason": p.reason, "zone": p.zone, "pool": p.pool,
+                                   "since": p.since} for p in seen.unhealthy])
+
+    def _skip(self, d: Decision) -> None:
+        code = _code(d.why)
+        if self.log.state.last_skip.get(d.problem.subject) == code:
+            return  # said already; said again only when the reason changes
+        self.log.write(SKIPPED, subject=d.problem.subject, code=code, why=d.why, problem=d.problem.reason)
+
+    # ---------------------------------------------------------------- acting
+
+    def _op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
+        self._check()
+        key = self.log.intent(op, **args)
+        failpoints.hit(f"intent:{op}")
+        try:
+            result = action()
+        except NotFoundError as exc:
+            self.log.done(key, ok=False, error=str(exc))
+            raise
+        failpoints.hit(f"call:{op}")
+        self.log.done(key)
+        return result
+
+    def _settle_unconfirmed(self) -> None:
+        """Side effects a killed run started and never confirmed: look at the world and record what happened."""
+        for key, intent in list(self.log.state.pending.items()):
+            if intent["op"] == "terminate":
+                found = self.groups.instances([intent["instance"]]).get(intent["instance"])
+                happened = found is None or found.leaving
+                self.log.done(key, ok=happened, recovered=True,
+                              result="instance already terminating or gone" if happened else "call never took effect")
+            elif intent["op"] == "cordon":
+                try:
+                    happened = self.cluster.get_node(intent["node"]).unschedulable
+                except NotFoundError:
+                    happened = False
+                self.log.done(key, ok=happened, recovered=True)
+            else:
+                self.log.done(key, ok=False, recovered=True, result="interrupted; redone if still needed")
+
+    def _remediate(self, problem: Problem, group_of: dict[str, str]) -> dict[str, Any]:
+        rid = f"{self.name}-{uuid.uuid4().hex[:8]}"
+        members = self.groups.describe(problem.group or "").instances if problem.group else ()
+        self.log.write(STARTED, id=rid, subject=problem.subject, node=problem.subject if problem.joined else None,
+                       instance=problem.instance, group=problem.group, pool=problem.pool, zone=problem.zone,
+                       reason=problem.reason, since=problem.since, members=list(members),
+                       kubelet_gone_since=problem.kubelet_gone_since)
+        self.progress(f"{self.name}: remediating {problem.subject}: {problem.reason}")
+        return self._carry_out(rid, self.log.state.open[rid])
+
+    def _resume(self, rid: str, current: Open, seen: Assessment) -> dict[str, Any]:
+        info = current.started
+        subject = info["subject"]
+        still = any(p.subject == subject for p in seen.unhealthy + seen.pending)
+        if not current.terminated and (not still or seen.breaker_open):
+            why = "it recovered before it was replaced" if not still else "circuit breaker open: " + "; ".join(seen.breaker)
+            self._give_back(rid, current)
+            result = "recovered" if not still else "stopped"
+            self.log.write(FINISHED, id=rid, subject=subject, result=result, detail=why)
+            return {"subject": subject, "result": result, "detail": why, "id": rid}
+        self.progress(f"{self.name}: resuming the remediation of {subject}")
+        return self._carry_out(rid, current)
+
+    def _give_back(self, rid: str, current: Open) -> None:
+        node = current.started.get("node")
+        if current.cordoned and node:
+            self.log.remediation = rid
+            try:
+                self._op("uncordon", lambda: self.cluster.cordon(node, False), node=node)
+            except NotFoundError:
+                pass
+
+    def _carry_out(self, rid: str, current: Open) -> dict[str, Any]:
+        info = current.started
+        self.log.remediation = rid
+        subject, node, instance, group = info["subject"], info.get("node"), info.get("instance"), info.get("group")
+
+        def finish(result: str, detail: str, **extra: Any) -> dict[str, Any]:
+            self.log.write(FINISHED, id=rid, subject=subject, result=result, detail=detail, **extra)
+            return {"subject": subject, "result": result, "detail": detail, "id": rid, **extra}
+
+        if not current.terminated:
+            if node:
+                try:
+                    live = self.cluster.get_node(node)
+                except NotFoundError:
+                    live = None
+                if live is None and not (instance and self._in_service(instance)):
+                    return finish("gone", "the node and its instance went away by themselves")
+                if live is not None:
+                    if not live.unschedulable and not current.cordoned:
+                        self.pacer.take()
+                        self._op("cordon", lambda: self.cluster.cordon(node), node=node)
+                    if not current.drained:
+                        held = self._drain(rid, node, info)
+                        if held is not None:
+                            return finish("drain-failed", held + "; left cordoned for a person to look at")
+            if instance:
+                self._terminate(instance, group, subject)
+        replacement = self._wait_replacement(info)
+        if replacement is None:
+            return finish("replacement-not-ready", f"its instance was terminated, but {group} had no new Ready node within "
+                          f"nodeStartupTimeoutSeconds {self.policy.node_startup_timeout_seconds}")
+        return finish("replaced", f"replaced by {replacement}", replacement=replacement)
+
+    def _in_service(self, instance: str) -> bool:
+        found = self.groups.instances([instance]).get(instance)
+        return found is not None and not found.leaving
+
+    def _drain(self, rid: str, node: str, info: dict[str, Any]) -> str | None:
+        """Drain through the eviction API; returns what held the node when it could not, else None."""
+        def unreachable(name: str) -> bool:
+            try:
+                ready = self.cluster.get_node(name).condition("Ready")
+            except NotFoundError:
+                return True
+            return ready is not None and ready.status == "Unknown"
+
+        self.progress(f"{self.name}: draining {node}")
+        drain = WaveDrain(self.cluster, RotationPolicy(), self.log, self.pacer, wave=rid, poll_seconds=self.poll,  # type: ignore[arg-type]
+                          check=self._check, skip_wait_for_delete=unreachable)
+        outcome = drain.run([node], self.policy.drain_timeout_seconds)
+        if not outcome.failed:
+            return None
+        why = outcome.failed[node]
+        force = self.policy.force_after_seconds
+        gone = self._kubelet_gone_since(node)
+        if force is None or gone is None or self.clock.now() - gone < force:
+            return why
+        pods = [p for p in self.cluster.list_pods(node_name=node) if not (p.is_daemonset or p.is_mirror or p.is_finished)]
+        names = [f"{p.namespace}/{p.name}" for p in pods]
+        self.progress(f"{self.name}: {node}'s kubelet has been gone {self.clock.now() - gone:.0f} s: deleting {len(pods)} pods")
+
+        def delete() -> None:
+            for p in pods:
+                try:
+                    self.cluster.delete_pod(p.namespace, p.name, grace_seconds=0)
+                except NotFoundError:
+                    continue
+
+        self._op("force-delete", delete, node=node, pods=names,
+                 why=f"kubelet gone since {gone:.0f}, over forceAfterSeconds {force}; evictions refused: {why}")
+        self.log.write(DRAINED, wave=rid, node=node, forced=len(pods))
+        return None
+
+    def _kubelet_gone_since(self, node: str) -> float | None:
+        try:
+            ready = self.cluster.get_node(node).condition("Ready")
+        except NotFoundError:
+            return None
+        return ready.since if ready is not None and ready.status == "Unknown" else None
+
+    def _terminate(self, instance: str, group: str | None, subject: str) -> None:
+        found = self.groups.instances([instance]).get(instance)
+        if found is None or found.leaving:
+            key = self.log.intent("terminate", instance=instance, group=group, node=subject)
+            self.log.done(key, ok=True, not_called=True, result="already gone; not called again")
+            return
+        self.pacer.take()
+        self.progress(f"{self.name}: terminating {instance} ({subject}); {group} launches its replacement")
+        self._op("terminate", lambda: self.groups.terminate(instance, False), instance=instance, group=group, node=subject)
+
+    def _wait_replacement(self, info: dict[str, Any]) -> str | None:
+        group = info.get("group")
+        if not group:
+            return None
+        before = set(info.get("members") or ()) | {info.get("instance")}
+        deadline = self.clock.now() + self.policy.node_startup_timeout_seconds
+        self.progress(f"{self.name}: waiting for {group}'s replacement to be Ready")
+        while True:
+            self._check()
+            for node in self.cluster.list_nodes():
+                if node.instance_id and node.instance_id not in before and node.ready and not node.unschedulable:
+                    if self._group_of.get(node.instance_id) is None:
+                        found = self.groups.instances([node.instance_id]).get(node.instance_id)
+                        if found is not None:
+                            self._group_of[node.instance_id] = found.group
+                    if self._group_of.get(node.instance_id) == group:
+                        return node.name
+            failpoints.hit("wait:replacement")
+            if self.clock.now() >= deadline:
+                return None
+            self.clock.sleep(self.poll)
+
+
+def _code(why: str) -> str:
+    for prefix, code in (("circuit breaker", "breaker-open"), ("rate limit", "rate-limit"), ("a rotation", "under-rotation"),
+                         ("in no auto scaling", "unmanaged"), ("a remediation", "in-progress")):
+        if why.startswith(prefix):
+            return code
+    return "other"
+
+
+def _summary(seen: Assessment, decisions: Sequence[Decision]) -> str:
+    acts = Counter(d.action for d in decisions)
+    if not seen.unhealthy:
+        going = f"; {len(seen.pending)} going bad, not for long enough yet" if seen.pending else ""
+        return f"all {seen.total} nodes healthy{going}"
+    return (f"{len(seen.unhealthy)} of {seen.total} unhealthy: {acts['remediate']} to remediate, {acts['skip']} skipped"
+            + (f"; {len(seen.pending)} going bad" if seen.pending else ""))
+
+
+def run(name: str, cluster: Cluster, groups: NodeGroups, policy: RemediationPolicy, store: StateStore, holder: str,
+        lease_ttl: float = 60.0, dry_run: bool = False, progress: Callable[[str], None] | None = None) -> Outcome:
+    """One pass over one cluster under its remediation lease (exit 3 when another run holds it)."""
+    if dry_run:
+        return Remediator(name, cluster, groups, policy, store, progress=progress).run_once(dry_run=True)
+    keeper = LeaseKeeper(store, stream_of(name), holder, lease_ttl)
+    try:
+        keeper.acquire()
+    except LeaseHeld as held:
+        return Outcome(name, "lease-held", EXIT_LEASE_HELD, f"another remediation of {name} is running (lease held by "
+                       f"{held.lease.holder}): not starting a second one")
+    try:
+        return Remediator(name, cluster, groups, policy, store, keeper=keeper, progress=progress).run_once()
+    except LeaseLost as exc:
+        return Outcome(name, "lost-lease", EXIT_FAILED, f"stopped: {exc}")
+    except (NodeGroupError, PlatformError) as exc:
+        # An API that refuses mid-run is a fault to stop for, not a user's mistake: what was started stays
+        # journalled and the next run finishes it.
+        return Outcome(name, "failed", EXIT_FAILED, f"stopped by an error from "
+                       f"{'AWS' if isinstance(exc, NodeGroupError) else 'the cluster'}: {exc}")
+    finally:
+        keeper.release()

@@ -9,6 +9,7 @@ and checks it with the same stage model platformctl uses, then ``provision()`` d
 - the IAM role of the scheduled rotation, which its service account on the host cluster assumes
   and which every cluster admits (access entry, group ``platformctl:rotation``), and the DynamoDB
   table of the state store its journal and leases live in (``StateTable``);
+- the IAM role of each cluster's remediation job, assumed through that cluster's own OIDC provider;
 - each cluster's Kubernetes objects (``ClusterObjects``).
 
 The stack outputs are what the rest of the toolkit reads: the clusters (endpoint, zones, OIDC
@@ -28,12 +29,14 @@ from infra.components.cluster import HostCluster, MemberCluster
 from infra.components.common import tags
 from infra.components.iam import irsa_role
 from infra.components.kubernetes import (
+    REMEDIATION_SERVICE_ACCOUNT,
     ROTATION_GROUP,
     ROTATION_SERVICE_ACCOUNT,
     SYSTEM_NAMESPACE,
     ClusterObjects,
     Context,
     Registration,
+    Remediation,
     Rotation,
 )
 from infra.components.network import Network
@@ -46,8 +49,13 @@ INFRA_DIR = Path(__file__).resolve().parent
 ROTATION_ACTIONS = (
     "autoscaling:DescribeAutoScalingGroups", "autoscaling:SetDesiredCapacity", "autoscaling:SuspendProcesses",
     "autoscaling:ResumeProcesses", "autoscaling:TerminateInstanceInAutoScalingGroup",
-    "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions", "eks:DescribeCluster", "eks:ListClusters",
+    "autoscaling:DescribeAutoScalingInstances", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions", "eks:DescribeCluster", "eks:ListClusters",
     "ssm:GetParameter", "ssm:GetParameters",
+)
+# What each cluster's remediation job calls: find its groups and their instances, terminate one.
+REMEDIATION_ACTIONS = (
+    "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
+    "autoscaling:TerminateInstanceInAutoScalingGroup", "ec2:DescribeInstances",
 )
 # What the job does with the state store's table: journal, read, lease (conditional writes), on that table only.
 STATE_ACTIONS = ("dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
@@ -103,13 +111,20 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
                         tags=tags(name, f"{stage.host_cluster.name}-rotation",
                                   **{"platformctl.io/cluster": stage.host_cluster.name}),
                         opts=pulumi.ResourceOptions(parent=host))
+    def remediation(spec: Any, cluster: Any) -> Remediation:
+        """Each cluster's remediation job, as its own service account through the cluster's own OIDC provider."""
+        own = irsa_role(f"{spec.name}-remediation", name, cluster.oidc_provider_arn, cluster.oidc_issuer, SYSTEM_NAMESPACE,
+                        REMEDIATION_SERVICE_ACCOUNT, REMEDIATION_ACTIONS, parent=cluster, scoped=[(STATE_ACTIONS, table.arn)])
+        r = settings.remediation
+        return Remediation(r.image, r.schedule, own.arn, r.policy, table.name, stage.region, spec.name)
+
     for spec, member in zip(stage.member_clusters, members, strict=True):
         aws.eks.AccessEntry(f"{spec.name}-rotation", cluster_name=member.cluster_name, principal_arn=role.arn,
                             type="STANDARD", kubernetes_groups=[ROTATION_GROUP],
                             tags=tags(name, f"{spec.name}-rotation", **{"platformctl.io/cluster": spec.name}),
                             opts=pulumi.ResourceOptions(parent=member))
         ClusterObjects(f"{spec.name}-objects", provider=member.provider, stage=name, region=stage.region, member=True,
-                       opts=pulumi.ResourceOptions(parent=member))
+                       remediation=remediation(spec, member), opts=pulumi.ResourceOptions(parent=member))
     registrations = [Registration(spec.name, spec.zone, member.endpoint, member.certificate_authority,
                                   [p.name for p in spec.node_pools])
                      for spec, member in zip(stage.member_clusters, members, strict=True)]
@@ -119,7 +134,8 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
     rotation = Rotation(settings.rotation.image, settings.rotation.schedule, role.arn, settings.rotation.policy,
                         table.name, stage.region, contexts)
     ClusterObjects(f"{stage.host_cluster.name}-objects", provider=host.provider, stage=name, region=stage.region,
-                   member=False, members=registrations, rotation=rotation, opts=pulumi.ResourceOptions(parent=host))
+                   member=False, members=registrations, rotation=rotation,
+                   remediation=remediation(stage.host_cluster, host), opts=pulumi.ResourceOptions(parent=host))
 
     clusters: dict[str, Any] = {}
     pools: dict[str, Any] = {}

@@ -10,6 +10,9 @@ model of ``platformctl.topology``):
     endpoint off; in ``prod`` and ``prod-canary`` it must stay empty.
 ``platformctl:rotation``
     ``image`` and ``schedule`` (cron, UTC) of the host cluster's scheduled rotation CronJob.
+``platformctl:remediation``
+    ``image``, ``schedule`` and ``policy`` (a remediation policy, checked by the parser ``remediate``
+    uses) of the remediation CronJob every cluster runs.
 ``platformctl:imageLock``
     The AMI lock file ``platformctl ami build`` writes, relative to ``infra/`` (default
     ``../ami/images.lock.json``). A node pool boots ``topology.images.<family>`` when the stage
@@ -70,6 +73,22 @@ class Rotation(BaseModel):
         return value
 
 
+class Remediation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    image: Annotated[str, Field(min_length=1)] = DEFAULT_ROTATION_IMAGE
+    schedule: str = "*/5 * * * *"  # every cluster looks every five minutes; maxPerHour paces the replacements
+    # The remediation policy each cluster's job runs with (the YAML `remediate --policy` reads, as a mapping).
+    policy: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a cron schedule")
+        return value
+
+
 class InfraSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -77,6 +96,7 @@ class InfraSettings(BaseModel):
     kubernetes_version: Annotated[str, Field(alias=f"{PREFIX}kubernetesVersion", pattern=r"^1\.[0-9]{2}$")] = "1.32"
     public_access_cidrs: Annotated[tuple[Cidr, ...], Field(alias=f"{PREFIX}publicAccessCidrs")] = ()
     rotation: Annotated[Rotation, Field(alias=f"{PREFIX}rotation")] = Rotation()
+    remediation: Annotated[Remediation, Field(alias=f"{PREFIX}remediation")] = Remediation()
     image_lock: Annotated[str, Field(alias=f"{PREFIX}imageLock")] = "../ami/images.lock.json"
 
 
@@ -99,6 +119,13 @@ def parse_settings(config: Mapping[str, Any], stage: str, source: str) -> InfraS
     except PlatformError as exc:
         raise PlatformError(exc.detail, file=source,
                             field=f"config.{PREFIX}rotation.policy" + (f".{exc.field}" if exc.field else "")) from None
+    from upgrade_service.remediation_policy import parse_remediation_policy
+
+    try:
+        parse_remediation_policy(settings.remediation.policy, source)
+    except PlatformError as exc:
+        raise PlatformError(exc.detail, file=source,
+                            field=f"config.{PREFIX}remediation.policy" + (f".{exc.field}" if exc.field else "")) from None
     return settings
 
 

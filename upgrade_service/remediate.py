@@ -1,11 +1,15 @@
 """Node remediation: replace broken nodes through the rotation's own machinery, and stop when "a few" becomes "many".
 
 ``Remediator.run_once`` looks at one cluster (``health.assess``), decides (``health.decide``) and acts:
-for each node it replaces it cordons the node, drains it through the eviction API with the rotation's
-drain loop (budgets honoured; the eviction API's own rule lets unready pods go while their budget is
-whole), terminates its instance without a capacity decrement so its auto scaling group launches a
-replacement, and waits for that replacement to be Ready. An instance that never joined is terminated
-the same way. What it never does:
+for each node it replaces it cordons the node; raises its auto scaling group's desired capacity by one
+when the group has room, and waits for that replacement to be Ready (a full cluster has nowhere else
+for the evicted pods to go: a surge, as the rotation's); drains it through the eviction API with the
+rotation's drain loop (budgets honoured; the eviction API's own rule lets unready pods go while their
+budget is whole); and terminates its instance, with a capacity decrement after a surge, else without
+one so that the group launches the replacement, which it waits to see Ready. An instance that never
+joined is terminated the same way. A surge that stands in for a node left cordoned (its drain failed)
+or that recovered is kept, not scaled in: lowering the capacity would let the group choose which
+instance goes. What it never does:
 
 - act while the circuit breaker is open (more unhealthy nodes than ``maxUnhealthy`` in the cluster,
   a zone or a pool): it records an incident naming every unhealthy node and why, and exits 1;
@@ -71,6 +75,7 @@ class Open:
 
     started: dict[str, Any]
     cordoned: bool = False  # this remediation cordoned the node (and must give it back if it stops short)
+    surged: bool = False  # it raised its group's desired capacity by one: the termination lowers it again
     drained: bool = False
     terminated: bool = False
 
@@ -86,6 +91,8 @@ class RemediationState:
     last_skip: dict[str, str] = field(default_factory=dict)  # subject -> the last reason it was skipped for
     recent: list[dict[str, Any]] = field(default_factory=list)  # the newest decisions, for `remediate status`
     terminated: set[str] = field(default_factory=set)  # instance ids remediation terminated
+    # node left cordoned -> the remediation whose surge stands in for it (its started record)
+    standing_in: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def fold(cluster: str, records: Iterable[Record]) -> RemediationState:
@@ -100,11 +107,14 @@ def apply(state: RemediationState, record: Record) -> None:
     kind = d.get("kind")
     state.last_seq = record.seq
     if kind == STARTED:
-        state.open[d["id"]] = Open(d)
+        state.open[d["id"]] = Open(d, surged=bool(d.get("surged")))
+        state.standing_in.pop(d["subject"], None)
         state.started_at.append(float(d["at"]))
         state.last_skip.pop(d["subject"], None)
     elif kind == FINISHED:
-        state.open.pop(d["id"], None)
+        ended = state.open.pop(d["id"], None)
+        if ended is not None and ended.surged and not ended.terminated and d.get("result") == "drain-failed":
+            state.standing_in[d["subject"]] = ended.started
     elif kind == INTENT:
         state.pending[d["key"]] = d
     elif kind == DONE:
@@ -116,6 +126,8 @@ def apply(state: RemediationState, record: Record) -> None:
             current.cordoned = True
         elif intent["op"] == "uncordon" and current is not None:
             current.cordoned = False
+        elif intent["op"] == "set-desired" and current is not None:
+            current.surged = True
         elif intent["op"] == "terminate":
             state.terminated.add(intent["instance"])
             if current is not None:
@@ -338,6 +350,10 @@ class Remediator:
                 happened = found is None or found.leaving
                 self.log.done(key, ok=happened, recovered=True,
                               result="instance already terminating or gone" if happened else "call never took effect")
+            elif intent["op"] == "set-desired":
+                happened = self.groups.describe(intent["group"]).desired >= int(intent["desired"])
+                self.log.done(key, ok=happened, recovered=True,
+                              result="capacity already raised" if happened else "call never took effect")
             elif intent["op"] == "cordon":
                 try:
                     happened = self.cluster.get_node(intent["node"]).unschedulable
@@ -349,11 +365,16 @@ class Remediator:
 
     def _remediate(self, problem: Problem, group_of: dict[str, str]) -> dict[str, Any]:
         rid = f"{self.name}-{uuid.uuid4().hex[:8]}"
-        members = self.groups.describe(problem.group or "").instances if problem.group else ()
+        earlier = self.log.state.standing_in.get(problem.subject)
+        if earlier is not None:  # an earlier surge stands in for it: that surge's node is its replacement
+            members = tuple(earlier.get("members") or ())
+        else:
+            members = self.groups.describe(problem.group or "").instances if problem.group else ()
         self.log.write(STARTED, id=rid, subject=problem.subject, node=problem.subject if problem.joined else None,
                        instance=problem.instance, group=problem.group, pool=problem.pool, zone=problem.zone,
                        reason=problem.reason, since=problem.since, members=list(members),
-                       kubelet_gone_since=problem.kubelet_gone_since)
+                       kubelet_gone_since=problem.kubelet_gone_since,
+                       surged=earlier is not None)
         self.progress(f"{self.name}: remediating {problem.subject}: {problem.reason}")
         return self._carry_out(rid, self.log.state.open[rid])
 
@@ -400,12 +421,16 @@ class Remediator:
                     if not live.unschedulable and not current.cordoned:
                         self.pacer.take()
                         self._op("cordon", lambda: self.cluster.cordon(node), node=node)
+                    if not current.drained and not current.surged and group:
+                        self._surge(current, group)
+                    if not current.drained and current.surged:
+                        self._wait_replacement(info)  # the evicted pods' new room; the drain goes on either way
                     if not current.drained:
                         held = self._drain(rid, node, info)
                         if held is not None:
                             return finish("drain-failed", held + "; left cordoned for a person to look at")
             if instance:
-                self._terminate(instance, group, subject)
+                self._terminate(instance, group, subject, decrement=current.surged)
         replacement = self._wait_replacement(info)
         if replacement is None:
             return finish("replacement-not-ready", f"its instance was terminated, but {group} had no new Ready node within "
@@ -459,15 +484,28 @@ class Remediator:
             return None
         return ready.since if ready is not None and ready.status == "Unknown" else None
 
-    def _terminate(self, instance: str, group: str | None, subject: str) -> None:
+    def _surge(self, current: Open, group: str) -> None:
+        """A replacement boots before the drain, as a surge rotation's does, when the group has room: a full
+        cluster has nowhere else for the evicted pods to go. The termination then lowers the capacity again."""
+        state = self.groups.describe(group)
+        if state.desired >= state.max_size:
+            return  # no room to surge: the drain goes ahead, and the group replaces the node after it
+        want = state.desired + 1
+        self.progress(f"{self.name}: raising {group} from {state.desired} to {want} so the replacement boots first")
+        self._op("set-desired", lambda: self.groups.set_desired(group, want), group=group, desired=want, before=state.desired)
+        self.log.refresh()
+
+    def _terminate(self, instance: str, group: str | None, subject: str, decrement: bool = False) -> None:
         found = self.groups.instances([instance]).get(instance)
         if found is None or found.leaving:
-            key = self.log.intent("terminate", instance=instance, group=group, node=subject)
+            key = self.log.intent("terminate", instance=instance, group=group, node=subject, decrement=decrement)
             self.log.done(key, ok=True, not_called=True, result="already gone; not called again")
             return
         self.pacer.take()
-        self.progress(f"{self.name}: terminating {instance} ({subject}); {group} launches its replacement")
-        self._op("terminate", lambda: self.groups.terminate(instance, False), instance=instance, group=group, node=subject)
+        self.progress(f"{self.name}: terminating {instance} ({subject})" + (
+            "; the surged replacement takes its place" if decrement else f"; {group} launches its replacement"))
+        self._op("terminate", lambda: self.groups.terminate(instance, decrement), instance=instance, group=group,
+                 node=subject, decrement=decrement)
 
     def _wait_replacement(self, info: dict[str, Any]) -> str | None:
         group = info.get("group")

@@ -76,7 +76,7 @@ def _limit(value: Any) -> int | str | None:
         if match is None:
             raise ValueError(f"{value!r} is neither a count of nodes nor a percentage such as '20%'")
         if int(match.group(1)) > 100:
-            raise ValueError(f"{value!r}: a percentage cannot be over 100%")
+            raise ValueError("a percentage cannot be over 100%")
         return value.strip()
     raise ValueError("a count of nodes or a percentage such as '20%'")
 

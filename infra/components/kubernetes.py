@@ -6,6 +6,11 @@
   ``ondemand``, the default, above ``preemptible``, which never preempts anything), and the RBAC
   that lets the scheduled rotation (signed in through its access entry, in the group
   ``platformctl:rotation``) cordon, drain and evict.
+- Every cluster: node remediation, a CronJob in ``platformctl-system`` running ``platformctl
+  remediate --context <cluster> --once`` with the stack's remediation policy, as a service account
+  bound to its own IAM role (through that cluster's OIDC provider) and to a ClusterRole that may
+  read nodes and pods, cordon, evict, and delete pods (the policy's ``forceAfterSeconds`` only). It
+  reaches its own cluster in-cluster and shares the stage's state table, where the hourly limit lives.
 - The host cluster: the federation namespace, the ``MemberCluster`` CRD and one registration object
   per member cluster, and the CronJob that runs ``platformctl rotate run --stage`` with the image
   and schedule of the stack config, as a service account bound to an IAM role. Its ConfigMap holds
@@ -84,6 +89,32 @@ class Rotation:
 
 ROTATION_CONFIG = "platformctl-rotation"
 CONFIG_DIR = "/etc/platformctl"
+REMEDIATION_SERVICE_ACCOUNT = "platformctl-remediation"
+REMEDIATION_CONFIG = "platformctl-remediation"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass(frozen=True)
+class Remediation:
+    image: str
+    schedule: str
+    role_arn: pulumi.Input[str]
+    policy: Mapping[str, Any]
+    state_table: pulumi.Input[str]
+    region: str
+    cluster: str
+
+
+def in_cluster_kubeconfig(cluster: str) -> str:
+    """A kubeconfig whose one context (named after the cluster) is the pod's own API server, signed in as its
+    service account: what `remediate --context <cluster>` reads inside the cluster."""
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": cluster,
+        "clusters": [{"name": cluster, "cluster": {"server": "https://kubernetes.default.svc",
+                                                   "certificate-authority": f"{SERVICE_ACCOUNT_DIR}/ca.crt"}}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": cluster}}],
+        "users": [{"name": cluster, "user": {"tokenFile": f"{SERVICE_ACCOUNT_DIR}/token"}}],
+    }, indent=2)
 
 
 def stage_kubeconfig(region: str, contexts: Sequence[tuple[str, str, str]]) -> str:
@@ -102,10 +133,11 @@ def stage_kubeconfig(region: str, contexts: Sequence[tuple[str, str, str]]) -> s
 class ClusterObjects(pulumi.ComponentResource):
     def __init__(self, name: str, *, provider: k8s.Provider, stage: str, region: str, member: bool,
                  members: Sequence[Registration] = (), rotation: Rotation | None = None,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+                 remediation: Remediation | None = None, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("platformctl:infra:ClusterObjects", name, None, opts)
         self._provider = provider
         self._name = name
+        self._system: k8s.core.v1.Namespace | None = None
         canary = self._namespace(CANARY_NAMESPACE)
         k8s.core.v1.ServiceAccount(f"{name}-canary", metadata=_meta(CANARY_SERVICE_ACCOUNT, CANARY_NAMESPACE),
                                    opts=self._opts(depends_on=[canary]))
@@ -119,6 +151,8 @@ class ClusterObjects(pulumi.ComponentResource):
             if rotation is not None:
                 self._rotation_rbac()
                 self._scheduled_rotation(stage, rotation)
+        if remediation is not None:
+            self._remediation(remediation)
         self.register_outputs({})
 
     def _opts(self, **kwargs: Any) -> pulumi.ResourceOptions:
@@ -126,6 +160,41 @@ class ClusterObjects(pulumi.ComponentResource):
 
     def _namespace(self, namespace: str) -> k8s.core.v1.Namespace:
         return k8s.core.v1.Namespace(f"{self._name}-{namespace}", metadata=_meta(namespace), opts=self._opts())
+
+    def _system_namespace(self) -> k8s.core.v1.Namespace:
+        if self._system is None:
+            self._system = self._namespace(SYSTEM_NAMESPACE)
+        return self._system
+
+    def _remediation(self, remediation: Remediation) -> None:
+        namespace = self._system_namespace()
+        account = k8s.core.v1.ServiceAccount(
+            f"{self._name}-remediation", opts=self._opts(depends_on=[namespace]),
+            metadata=pulumi.Output.from_input(remediation.role_arn).apply(
+                lambda arn: _meta(REMEDIATION_SERVICE_ACCOUNT, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
+        rules = [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+            {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+            {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
+        ]
+        role = k8s.rbac.v1.ClusterRole(f"{self._name}-remediation", metadata=_meta("platformctl:remediation"), rules=rules,
+                                       opts=self._opts())
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{self._name}-remediation", metadata=_meta("platformctl:remediation"),
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "platformctl:remediation"},
+            subjects=[{"kind": "ServiceAccount", "name": REMEDIATION_SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}],
+            opts=self._opts(depends_on=[role, account]))
+        config = k8s.core.v1.ConfigMap(
+            f"{self._name}-remediation-config", metadata=_meta(REMEDIATION_CONFIG, SYSTEM_NAMESPACE),
+            data={"policy.yaml": json.dumps(dict(remediation.policy), indent=2, sort_keys=True),
+                  "kubeconfig": in_cluster_kubeconfig(remediation.cluster)},
+            opts=self._opts(depends_on=[namespace]))
+        spec = pulumi.Output.from_input(remediation.state_table).apply(
+            lambda table: remediation_cronjob_spec(remediation.cluster, remediation.image, remediation.schedule, table,
+                                                   remediation.region))
+        k8s.batch.v1.CronJob(f"{self._name}-remediate", metadata=_meta("platformctl-remediate", SYSTEM_NAMESPACE),
+                             spec=spec, opts=self._opts(depends_on=[account, config]))
 
     def _rotation_rbac(self) -> None:
         rules = [
@@ -157,7 +226,7 @@ class ClusterObjects(pulumi.ComponentResource):
                 opts=self._opts(depends_on=[crd, namespace]))
 
     def _scheduled_rotation(self, stage: str, rotation: Rotation) -> None:
-        namespace = self._namespace(SYSTEM_NAMESPACE)
+        namespace = self._system_namespace()
         account = k8s.core.v1.ServiceAccount(
             f"{self._name}-rotation", opts=self._opts(depends_on=[namespace]),
             metadata=pulumi.Output.from_input(rotation.role_arn).apply(
@@ -196,6 +265,33 @@ def rotation_cronjob_spec(stage: str, image: str, schedule: str, state_table: st
                     "env": [{"name": "AWS_REGION", "value": region}],
                     "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
                     "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+                    "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
+                                        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }],
+            }}}},
+    }
+
+
+def remediation_cronjob_spec(cluster: str, image: str, schedule: str, state_table: str, region: str) -> dict[str, Any]:
+    """One pass at a time (``Forbid``); runs that overlap or pile up could only race each other for the lease.
+    Exit 1 (breaker open) marks the job failed: an incident shows on the cluster, not only in the store."""
+    return {
+        "schedule": schedule, "timeZone": "Etc/UTC", "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 120,
+        "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 5,
+        "jobTemplate": {"spec": {"backoffLimit": 0, "activeDeadlineSeconds": 3600, "template": {
+            "metadata": {"labels": {**LABELS, "app.kubernetes.io/name": "platformctl-remediate"}},
+            "spec": {
+                "serviceAccountName": REMEDIATION_SERVICE_ACCOUNT, "restartPolicy": "Never",
+                "priorityClassName": "system-cluster-critical",
+                "volumes": [{"name": "config", "configMap": {"name": REMEDIATION_CONFIG}}],
+                "containers": [{
+                    "name": "remediate", "image": image,
+                    "args": ["remediate", "--context", cluster, "--policy", f"{CONFIG_DIR}/policy.yaml",
+                             "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--state", f"dynamodb://{state_table}",
+                             "--once", "--output", "json"],
+                    "env": [{"name": "AWS_REGION", "value": region}],
+                    "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "192Mi"}, "limits": {"memory": "384Mi"}},
                     "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
                                         "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                 }],

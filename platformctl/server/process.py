@@ -206,8 +206,8 @@ class Server:
         now = self.region.clock.now()
         args = args or {}
         if what == "aws_calls":
-            log = self.moto.log
-            calls = log.query(args.get("action")) if log is not None else []
+            record = self.moto.log
+            calls = record.query(args.get("action")) if record is not None else []
             return {"kind": "AwsCallList", "calls": calls}
         if what == "invariants":
             state = self.clusters.get(args.get("cluster", ""))

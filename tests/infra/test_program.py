@@ -173,7 +173,7 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     for member in stage.member_clusters:
         assert registered[member.name]["zone"] == member.zone
         assert registered[member.name]["endpoint"] == run.named(EKS, member.name).outputs["endpoint"]
-    [cron] = k8s_objects(run, host, "CronJob")
+    [cron] = [o for o in k8s_objects(run, host, "CronJob") if o["metadata"]["name"] == "platformctl-rotate"]
     rotation = config.get("platformctl:rotation", {})
     container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert cron["spec"]["schedule"] == rotation.get("schedule", "0 3 * * 1-5")
@@ -190,7 +190,7 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
 
     run_command = cli.get_command(None, "rotate").get_command(None, "run")  # type: ignore[union-attr]
     assert run_command.make_context("run", container["args"][2:]).params["state_spec"] == f"dynamodb://{table}"
-    [configmap] = k8s_objects(run, host, "ConfigMap")
+    [configmap] = [o for o in k8s_objects(run, host, "ConfigMap") if o["metadata"]["name"] == "platformctl-rotation"]
     from upgrade_service.policy import parse_policy
 
     assert parse_policy(json.loads(configmap["data"]["policy.yaml"]), "policy.yaml").model_dump() == \
@@ -204,15 +204,16 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     assert mounts[0]["mountPath"] == "/etc/platformctl" and mounts[0]["readOnly"]
     # The job's service account assumes the rotation role, which only that account may assume and
     # which every cluster (the host too: the job rotates it) admits into the group its RBAC names.
-    [account] = [o for o in k8s_objects(run, host, "ServiceAccount") if o["metadata"]["namespace"] == SYSTEM_NAMESPACE]
+    [account] = [o for o in k8s_objects(run, host, "ServiceAccount") if o["metadata"]["name"] == "platformctl-rotation"]
     role_arn = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
     assert role_arn == run.outputs["rotationRoleArn"]
     entries = [r.inputs for r in run.of_type("aws:eks/accessEntry:AccessEntry") if r.inputs["principalArn"] == role_arn]
     assert sorted(e["clusterName"] for e in entries) == sorted(c.name for c in stage.clusters())
     for cluster in stage.clusters():
-        [binding] = k8s_objects(run, cluster.name, "ClusterRoleBinding")
+        [binding] = [o for o in k8s_objects(run, cluster.name, "ClusterRoleBinding")
+                     if o["metadata"]["name"] == "platformctl:rotation"]
         assert binding["subjects"][0]["name"] == entries[0]["kubernetesGroups"][0]
-        [role] = k8s_objects(run, cluster.name, "ClusterRole")
+        [role] = [o for o in k8s_objects(run, cluster.name, "ClusterRole") if o["metadata"]["name"] == "platformctl:rotation"]
         assert {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]} in role["rules"]
     # Its AWS permissions: the rotation's named actions anywhere, the state store's on its table only.
     [policy] = [r.inputs for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{host}-rotation"]
@@ -223,6 +224,43 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     declared_table = run.named("aws:dynamodb/table:Table", f"{stage_name}-state").inputs
     assert (declared_table["hashKey"], declared_table["rangeKey"]) == ("pk", "sk")
     assert declared_table["pointInTimeRecovery"]["enabled"] and declared_table["serverSideEncryption"]["enabled"]
+
+
+@stages
+def test_every_cluster_runs_remediation_as_its_own_account_with_the_stacks_policy(stage_name: str) -> None:
+    from platformctl.cli import cli
+    from upgrade_service.remediation_policy import parse_remediation_policy
+
+    stage, run = load_stage(stage_name), declared(stage_name)
+    config = read_stack_config(Path(stage.source)).get("platformctl:remediation", {})
+    command = cli.get_command(None, "remediate")
+    assert command is not None
+    table = run.outputs["stateTable"]
+    for cluster in stage.clusters():
+        [cron] = [o for o in k8s_objects(run, cluster.name, "CronJob") if o["metadata"]["name"] == "platformctl-remediate"]
+        assert cron["spec"]["concurrencyPolicy"] == "Forbid" and cron["spec"]["schedule"] == config.get("schedule", "*/5 * * * *")
+        pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        args = pod["containers"][0]["args"]
+        params = command.make_context("remediate", args[1:]).params  # what the CLI makes of them
+        assert (params["context"], params["state_spec"], params["once"]) == (cluster.name, f"dynamodb://{table}", True)
+        [configmap] = [o for o in k8s_objects(run, cluster.name, "ConfigMap") if o["metadata"]["name"] == "platformctl-remediation"]
+        assert parse_remediation_policy(json.loads(configmap["data"]["policy.yaml"]), "p").model_dump() == \
+            parse_remediation_policy(config.get("policy", {}), "p").model_dump()
+        kubeconfig = yaml.safe_load(configmap["data"]["kubeconfig"])
+        assert [c["name"] for c in kubeconfig["contexts"]] == [cluster.name]  # in-cluster, as its service account
+        assert kubeconfig["users"][0]["user"]["tokenFile"].endswith("/serviceaccount/token")
+        [account] = [o for o in k8s_objects(run, cluster.name, "ServiceAccount") if o["metadata"]["name"] == pod["serviceAccountName"]]
+        role_arn = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+        [role] = [r for r in run.of_type("aws:iam/role:Role") if r.outputs.get("arn") == role_arn]
+        trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
+        assert f"system:serviceaccount:{SYSTEM_NAMESPACE}:{pod['serviceAccountName']}" in json.dumps(trust["Condition"])
+        [policy] = [r.inputs for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{cluster.name}-remediation"]
+        actions = {a for st in json.loads(policy["policy"])["Statement"] for a in st["Action"]}
+        assert "autoscaling:TerminateInstanceInAutoScalingGroup" in actions and "autoscaling:SetDesiredCapacity" not in actions
+        [binding] = [o for o in k8s_objects(run, cluster.name, "ClusterRoleBinding") if o["metadata"]["name"] == "platformctl:remediation"]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": SYSTEM_NAMESPACE}]
+        [rbac] = [o for o in k8s_objects(run, cluster.name, "ClusterRole") if o["metadata"]["name"] == "platformctl:remediation"]
+        assert {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]} in rbac["rules"]
 
 
 @stages

@@ -34,11 +34,11 @@ def cluster(pools: dict[str, int] | None = None, boot: float = 120.0, max_size: 
 
 def service(sim: SimulatedCluster, name: str, replicas: int, *, ns: str = "app", min_available: int | None = None,
             start: float = 10, grace: int = 30, cpu: int = 500, annotations: dict[str, str] | None = None,
-            node_selector: dict[str, str] | None = None, kind: str = "ReplicaSet") -> None:
+            node_selector: dict[str, str] | None = None, kind: str = "ReplicaSet", tolerations: tuple[Any, ...] = ()) -> None:
     requests = Resources(cpu, 256 * MIB)
     template = Pod(ns, name, "", labels={"app": name}, annotations={ANNOTATION_START_SECONDS: str(start), **(annotations or {})},
                    containers=(Container("main", "img", requests),), requests=requests, grace_seconds=grace,
-                   node_selector=node_selector or {})
+                   node_selector=node_selector or {}, tolerations=tolerations)
     sim.create_workload(kind, template, replicas)
     if min_available is not None:
         selector = LabelSelector.parse({"matchLabels": {"app": name}}, "selector", None)

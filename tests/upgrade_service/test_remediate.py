@@ -167,10 +167,14 @@ def test_a_node_in_a_rotation_wave_is_left_to_the_rotation(tmp_path: Path) -> No
 
 
 def test_force_deletes_only_where_the_policy_says_and_the_kubelet_is_gone(tmp_path: Path) -> None:
-    # Three pods of a budget that wants all three on one node: the eviction API refuses the unready pods
-    # (the budget is not whole), so only deleting them frees the node.
+    # Pods of a budget that wants all of them, tolerating an unreachable node forever (as stateful systems
+    # that manage their own failover do): the eviction API refuses them once their node is gone (the budget
+    # is not whole) and the taint manager never deletes them, so only deleting them frees the node.
+    from platformctl.cluster.model import Toleration
+
     sim = cluster({"general": 3})
-    service(sim, "db", 3, min_available=3, node_selector={})
+    service(sim, "db", 3, min_available=3,
+            tolerations=(Toleration("node.kubernetes.io/unreachable", "Exists", "", "NoExecute"),))
     sim.run_until_settled()
     node = with_pods(sim)
     sim.stop_kubelet(node)
@@ -183,7 +187,10 @@ def test_force_deletes_only_where_the_policy_says_and_the_kubelet_is_gone(tmp_pa
     assert harm(sim)["deleted"] == []
     forced = remediate(sim, tmp_path, {**policy, "forceAfterSeconds": 60})
     assert [r["result"] for r in forced.remediated] == ["replaced"], forced.reason
-    assert sorted(harm(sim)["deleted"]) and harm(sim)["violations"] == []
+    deleted = harm(sim)["deleted"]
+    assert deleted and all(d.startswith("app/db-") for d in deleted) and harm(sim)["violations"] == []
+    assert events(sim)[sim_events.NODE_DELETED] == 1
+    assert sim.pool("general").desired == 3  # one surge, given back by the termination: as many nodes as before
 
 
 @pytest.mark.parametrize(("document", "field", "says"), [

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from croniter import croniter
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ami.lock import newest_in_lock
 from platformctl.errors import PlatformError
@@ -54,39 +54,34 @@ def _cidr(value: str) -> str:
 Cidr = Annotated[str, AfterValidator(_cidr)]
 
 
+def _cron(value: str) -> str:
+    if not croniter.is_valid(value):
+        raise ValueError(f"{value!r} is not a cron schedule")
+    return value
+
+
+Schedule = Annotated[str, AfterValidator(_cron)]
+
+
 class Rotation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     image: Annotated[str, Field(min_length=1)] = DEFAULT_ROTATION_IMAGE
-    schedule: str = "0 3 * * 1-5"
+    schedule: Schedule = "0 3 * * 1-5"
     # The rotation policy the scheduled job runs with (the YAML `rotate run --policy` reads, as a mapping).
     # Empty: every pool follows what its launch template boots, with the policy's defaults.
     policy: dict[str, Any] = Field(default_factory=dict)
     # The DynamoDB table of the state store the job journals in (default platformctl-state-<stage>).
     state_table: Annotated[str | None, Field(alias="stateTable", pattern=r"^[A-Za-z0-9_.-]{3,255}$")] = None
 
-    @field_validator("schedule")
-    @classmethod
-    def _cron(cls, value: str) -> str:
-        if not croniter.is_valid(value):
-            raise ValueError(f"{value!r} is not a cron schedule")
-        return value
-
 
 class Remediation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     image: Annotated[str, Field(min_length=1)] = DEFAULT_ROTATION_IMAGE
-    schedule: str = "*/5 * * * *"  # every cluster looks every five minutes; maxPerHour paces the replacements
+    schedule: Schedule = "*/5 * * * *"  # every cluster looks every five minutes; maxPerHour paces the replacements
     # The remediation policy each cluster's job runs with (the YAML `remediate --policy` reads, as a mapping).
     policy: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("schedule")
-    @classmethod
-    def _cron(cls, value: str) -> str:
-        if not croniter.is_valid(value):
-            raise ValueError(f"{value!r} is not a cron schedule")
-        return value
 
 
 class InfraSettings(BaseModel):

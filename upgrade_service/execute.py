@@ -178,16 +178,7 @@ class Executor:
     def _op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
         """One side effect, journalled before and after."""
         self._check()
-        key = self.journal.intent(op, **args)
-        failpoints.hit(f"intent:{op}")
-        try:
-            result = action()
-        except NotFoundError as exc:
-            self.journal.done(key, ok=False, error=str(exc))
-            raise
-        failpoints.hit(f"call:{op}")
-        self.journal.done(key)
-        return result
+        return j.journalled(self.journal, op, action, **args)
 
     def _mutate(self) -> None:
         self.pacer.take()

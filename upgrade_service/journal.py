@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from platformctl import failpoints
 from platformctl.clock import Clock
+from platformctl.errors import NotFoundError
 from platformctl.state import Record, StateStore
 
 # Record kinds.
@@ -267,6 +268,27 @@ class Journal:
 
     def done(self, key: str, ok: bool = True, **result: Any) -> None:
         self.write(DONE, id=key, ok=ok, **result)
+
+
+class Writes(Protocol):
+    def intent(self, op: str, **args: Any) -> str: ...
+
+    def done(self, key: str, ok: bool = True, **result: Any) -> None: ...
+
+
+def journalled(journal: Writes, op: str, action: Callable[[], Any], **args: Any) -> Any:
+    """One side effect, journalled before (``intent``) and after (``done``), with the failpoints a crash test
+    kills at in between: the rotation's and remediation's every call that changes the world goes through here."""
+    key = journal.intent(op, **args)
+    failpoints.hit(f"intent:{op}")
+    try:
+        result = action()
+    except NotFoundError as exc:
+        journal.done(key, ok=False, error=str(exc))
+        raise
+    failpoints.hit(f"call:{op}")
+    journal.done(key)
+    return result
 
 
 def control(store: StateStore, cluster: str, action: str, by: str, reason: str, at: float) -> Record:

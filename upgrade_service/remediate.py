@@ -331,16 +331,7 @@ class Remediator:
 
     def _op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
         self._check()
-        key = self.log.intent(op, **args)
-        failpoints.hit(f"intent:{op}")
-        try:
-            result = action()
-        except NotFoundError as exc:
-            self.log.done(key, ok=False, error=str(exc))
-            raise
-        failpoints.hit(f"call:{op}")
-        self.log.done(key)
-        return result
+        return rotation_journal.journalled(self.log, op, action, **args)
 
     def _settle_unconfirmed(self) -> None:
         """Side effects a killed run started and never confirmed: look at the world and record what happened."""

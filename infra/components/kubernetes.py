@@ -77,14 +77,21 @@ class Context:
 
 
 @dataclass(frozen=True)
-class Rotation:
+class ScheduledJob:
+    """A CronJob of platformctl's: its image and schedule, the IAM role its service account assumes, the policy
+    it runs with, the state table it journals in."""
+
     image: str
     schedule: str
     role_arn: pulumi.Input[str]
     policy: Mapping[str, Any]
     state_table: pulumi.Input[str]
     region: str
-    contexts: Sequence[Context]
+
+
+@dataclass(frozen=True)
+class Rotation(ScheduledJob):
+    contexts: Sequence[Context] = ()
 
 
 ROTATION_CONFIG = "platformctl-rotation"
@@ -95,14 +102,8 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @dataclass(frozen=True)
-class Remediation:
-    image: str
-    schedule: str
-    role_arn: pulumi.Input[str]
-    policy: Mapping[str, Any]
-    state_table: pulumi.Input[str]
-    region: str
-    cluster: str
+class Remediation(ScheduledJob):
+    cluster: str = ""
 
 
 def in_cluster_kubeconfig(cluster: str) -> str:

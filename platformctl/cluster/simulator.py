@@ -108,9 +108,9 @@ POD_NOT_READY = "PodNotReady"  # the node controller marked a running pod not Re
 POD_TAINT_EVICTED = "PodTaintEvicted"  # the taint manager deleted it: its node's NoExecute taint outlived its toleration
 
 # How the control plane treats a node whose kubelet stops: kube-controller-manager's
-# --node-monitor-grace-period, then the NoExecute taint that evicts pods after the
+# --node-monitor-grace-period (50 s since 1.29), then the NoExecute taint that evicts pods after the
 # DefaultTolerationSeconds admission plugin's 300 s (DaemonSet pods tolerate it forever).
-NODE_MONITOR_GRACE_SECONDS = 40.0
+NODE_MONITOR_GRACE_SECONDS = 50.0  # 40 s before Kubernetes 1.29 (kubernetes/kubernetes#121793)
 DEFAULT_TOLERATION_SECONDS = 300.0
 TAINT_UNREACHABLE = "node.kubernetes.io/unreachable"
 TAINT_NOT_READY = "node.kubernetes.io/not-ready"

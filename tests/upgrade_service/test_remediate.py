@@ -59,7 +59,7 @@ def test_a_notready_node_is_replaced_once_past_its_threshold_without_harm(tmp_pa
     early = remediate(sim, tmp_path)
     assert early.exit_code == EXIT_OK and not early.remediated
     assert [p["subject"] for p in early.pending] == [broken]
-    sim.advance(260)  # past unhealthyAfterSeconds 300 from when Ready went Unknown (40 s after the kubelet stopped)
+    sim.advance(260)  # past unhealthyAfterSeconds 300 from when Ready went Unknown (50 s after the kubelet stopped)
     outcome = remediate(sim, tmp_path)
     assert (outcome.status, outcome.exit_code) == ("ok", EXIT_OK), outcome.reason
     assert [r["result"] for r in outcome.remediated] == ["replaced"]
@@ -81,7 +81,7 @@ def test_before_the_taint_manager_acts_unready_pods_leave_through_the_eviction_a
     broken = with_pods(sim)
     on_it = {p.uid for p in sim.list_pods(node_name=broken)}
     sim.stop_kubelet(broken)
-    sim.advance(160)  # Ready Unknown for 120 s; the taint manager would act at 300
+    sim.advance(180)  # Ready Unknown for 130 s; the taint manager would act at 300
     outcome = remediate(sim, tmp_path, {"conditions": [{"type": "Ready", "unhealthyAfterSeconds": 120}]})
     assert [r["result"] for r in outcome.remediated] == ["replaced"], outcome.reason
     evicted = {e.detail[0] for e in sim.events if e.kind == sim_events.POD_EVICTED}
@@ -178,7 +178,7 @@ def test_force_deletes_only_where_the_policy_says_and_the_kubelet_is_gone(tmp_pa
     sim.run_until_settled()
     node = with_pods(sim)
     sim.stop_kubelet(node)
-    sim.advance(100)  # Ready Unknown for 60 s: before the taint manager's 300 s
+    sim.advance(100)  # Ready Unknown for 50 s: before the taint manager's 300 s
     policy = {"conditions": [{"type": "Ready", "unhealthyAfterSeconds": 30}], "drainTimeoutSeconds": 60,
               "maxUnhealthy": 1, "maxUnhealthyPerZone": None}
     held = remediate(sim, tmp_path, policy)

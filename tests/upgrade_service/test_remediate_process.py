@@ -106,7 +106,7 @@ def test_a_notready_node_is_replaced_within_one_run_past_its_threshold(region: d
     first = answer(remediate(region, cluster, policy=str(patient)))
     assert first["status"] == "ok" and first["remediated"] == []  # not for long enough yet
     assert [p["subject"] for p in first["pending"]] == [node]
-    wait_virtual(region, 40 + 120)  # the node controller's grace period, then unhealthyAfterSeconds
+    wait_virtual(region, 50 + 120)  # the node controller's grace period, then unhealthyAfterSeconds
     shown = {n.name: n for n in nodes(region, cluster)}[node]
     assert shown.condition("Ready").status == "Unknown"  # as kubectl shows a node whose kubelet stopped
     result = remediate(region, cluster)

@@ -23,6 +23,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/plan_rotation.py
 	$(BIN)/python benchmarks/rotate_full_cluster.py
 	$(BIN)/python benchmarks/rotate_run.py
+	$(BIN)/python benchmarks/judge_aa.py
 
 clean:
 	rm -rf $(VENV) .platformctl .pytest_cache

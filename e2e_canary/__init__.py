@@ -1,2 +1,3 @@
-"""e2e_canary: canary workloads that act like a user, what they measure, the judgement of those
-measurements, and the dashboard. Filled by the canary issues."""
+"""e2e_canary: canary workloads that act like a platform user, what they measure, and the judgement of
+those measurements. So far the judge (``judge.py``); the canary definitions, the runner and the verdict
+over stored results follow."""

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from scipy import stats
 
 from platformctl.errors import PlatformError
-from platformctl.yamlfile import read_yaml, validation_error
+from platformctl.yamlfile import read_yaml, validate
 
 OUTCOMES = ("ok", "fail", "timeout", "disrupted", "infra_error")
 EXACT_PAIRS = 2_000_000  # up to this many pairwise differences the Hodges-Lehmann numbers are computed directly
@@ -86,14 +86,7 @@ class JudgeConfig(_Value):
 
 
 def parse_config(document: Any, source: str) -> JudgeConfig:
-    if document is None:
-        document = {}
-    if not isinstance(document, dict):
-        raise PlatformError("a judge configuration is a mapping of fields", file=source)
-    try:
-        config = JudgeConfig.model_validate(document)
-    except ValidationError as exc:
-        raise validation_error(exc, source, model=JudgeConfig) from None
+    config = validate(JudgeConfig, document, source, "judge configuration", empty=True)
     return config.model_copy(update={"source": source})
 
 

@@ -37,6 +37,22 @@ def read_yaml(path: Path, what: str) -> Any:
         raise PlatformError(f"not valid YAML ({where})", file=source) from None
 
 
+Model = typing.TypeVar("Model", bound=BaseModel)
+
+
+def validate(model: type[Model], document: Any, source: str, what: str, empty: bool = False) -> Model:
+    """``document`` (parsed YAML) as ``model``; not a mapping, or any field wrong, is a ``PlatformError``
+    naming ``source`` and the key. ``empty``: an empty file means every default."""
+    if document is None and empty:
+        document = {}
+    if not isinstance(document, dict):
+        raise PlatformError(f"a {what} is a mapping of fields", file=source)
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        raise validation_error(exc, source, model=model) from None
+
+
 def validation_error(exc: ValidationError, file: str, prefix: tuple[Any, ...] = (),
                      model: type[BaseModel] | None = None) -> PlatformError:
     """Pydantic's error as a ``PlatformError`` naming the file and the key path as the file spells it.

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Pod
 from platformctl.cluster.selectors import LabelSelector
 from platformctl.errors import PlatformError
-from platformctl.yamlfile import read_yaml, validation_error
+from platformctl.yamlfile import read_yaml, validate
 
 Mode = Literal["one-at-a-time", "wait-for-completion", "skip"]
 MODES: tuple[str, ...] = ("one-at-a-time", "wait-for-completion", "skip")
@@ -143,12 +143,7 @@ class RotationPolicy(_Value):
 
 def parse_policy(document: Any, source: str) -> RotationPolicy:
     """A ``RotationPolicy`` from its parsed YAML; every mistake names ``source`` and the key."""
-    if not isinstance(document, dict):
-        raise PlatformError("a rotation policy is a mapping of fields", file=source)
-    try:
-        policy = RotationPolicy.model_validate(document)
-    except ValidationError as exc:
-        raise validation_error(exc, source, model=RotationPolicy) from None
+    policy = validate(RotationPolicy, document, source, "rotation policy")
 
     def fail(field: str, message: str) -> PlatformError:
         return PlatformError(message, file=source, field=field)

@@ -29,12 +29,12 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from platformctl.cluster.model import LABEL_NODEGROUP
 from platformctl.errors import PlatformError
-from platformctl.yamlfile import read_yaml, validation_error
+from platformctl.yamlfile import read_yaml, validate
 
 # The kubelet's, the CNI's, and those node-problem-detector's stock configurations set (kernel-monitor,
 # docker-monitor, systemd-monitor, health-checker, custom-plugin-monitor's ntp).
@@ -122,14 +122,7 @@ def allowed(limit: int | str | None, total: int) -> int | None:
 
 
 def parse_remediation_policy(document: Any, source: str) -> RemediationPolicy:
-    if document is None:
-        document = {}
-    if not isinstance(document, dict):
-        raise PlatformError("a remediation policy is a mapping of fields", file=source)
-    try:
-        policy = RemediationPolicy.model_validate(document)
-    except ValidationError as exc:
-        raise validation_error(exc, source, model=RemediationPolicy) from None
+    policy = validate(RemediationPolicy, document, source, "remediation policy", empty=True)
     known = set(KNOWN_CONDITIONS) | set(policy.custom_condition_types)
     seen: set[str] = set()
     for i, rule in enumerate(policy.conditions):

@@ -1,4 +1,4 @@
-"""``platformctl canary``: the canaries' judge (and, as their issue lands, their runner and verdicts)."""
+"""``platformctl canary``: the canaries' definitions and their judge (the runner and verdicts follow)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import sys
 from pathlib import Path
 
 import click
+from rich.table import Table
 
-from platformctl.cli.output import emit_json
+from platformctl.cli.output import OUTPUT, console, emit_json
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_CODES_HELP = "exit 0 pass, 1 fail, 2 bad input, 3 inconclusive"
@@ -35,3 +36,22 @@ def canary_judge(baseline_file: Path, experiment_file: Path, config_file: Path |
     verdict = judge(baseline, experiment, config)
     emit_json(verdict.to_dict())
     sys.exit({"pass": EXIT_PASS, "fail": EXIT_FAIL}.get(verdict.verdict, EXIT_INCONCLUSIVE))
+
+
+@canary.command("list")
+@click.option("--canaries", "folder", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="folder of canary definitions (default: e2e_canary/canaries of the checkout the current directory is in)")
+@OUTPUT
+def canary_list(folder: Path | None, output: str) -> None:
+    """The canaries defined, checked: an unknown kind, a bad cron expression or a field of another kind is one line, exit 2."""
+    from e2e_canary.definitions import default_canary_dir, load_canaries
+
+    folder = folder or default_canary_dir()
+    canaries = load_canaries(folder)
+    if output == "json":
+        emit_json({"canaries": [c.to_dict() for c in canaries]})
+        return
+    table = Table("canary", "kind", "every", "deadline", "namespace", "what it does", title=f"canaries in {folder}")
+    for c in canaries:
+        table.add_row(c.name, c.kind, f"{c.interval} s", f"{c.deadline} s", c.namespace, c.description)
+    console().print(table)

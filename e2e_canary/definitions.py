@@ -1,0 +1,176 @@
+"""Canary definitions: one YAML file per canary under ``e2e_canary/canaries/``; a new canary needs no code.
+
+A canary behaves like a user of the platform: it submits a workload the way users do, waits for it,
+checks it works, and cleans up. Five kinds:
+
+- ``service``: a Deployment of ``replicas`` with a PodDisruptionBudget; wait until all are Ready, roll it to
+  a new version and check availability never fell below the budget during the roll, scale it, delete it;
+- ``batch``: a Job of ``parallelism`` pods, checked for completion and exit status;
+- ``cron``: a CronJob on ``schedule`` (cron, parsed with croniter), checked for firing within ``toleranceSeconds``;
+- ``daemon``: a DaemonSet, checked for a Ready pod on every schedulable node within ``readyDeadlineSeconds``;
+- ``node-pool``: pods pinned to each node pool and to each image version present in it, so that mid-rotation
+  the new image and the old one are two arms measured side by side (same zone, same instance type).
+
+Every canary runs in its own namespace (``canary-<name>``), labelled ``platformctl.io/canary=<name>``, so
+that the next run reaps whatever a crashed run left. Parsed once, at the edge: every mistake (an
+unknown kind, a bad cron expression, a duration that is not one) names the file and the key.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from croniter import croniter
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from platformctl.errors import PlatformError
+from platformctl.yamlfile import read_yaml, validate
+
+CANARY_DIR = Path(__file__).resolve().parent / "canaries"  # the canaries shipped with this package (tests read them)
+LABEL = "platformctl.io/canary"
+KINDS = ("service", "batch", "cron", "daemon", "node-pool")
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=50)]
+Count = Annotated[int, Field(ge=1)]
+
+
+def seconds(value: Any) -> int:
+    """A duration as a number of seconds or as ``1h30m``, ``5m``, ``45s``."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a text such as 5m or 1h30m")
+    if isinstance(value, int | float) and value >= 0:
+        return int(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value.strip())
+        if match and any(match.groups()):
+            h, m, s = (int(g or 0) for g in match.groups())
+            return h * 3600 + m * 60 + s
+    raise ValueError(f"{value!r} is not a duration (a number of seconds, or a text such as 5m or 1h30m)")
+
+
+Duration = Annotated[int, Field(ge=0)]
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+class Resources(_Value):
+    cpu: str = "50m"
+    memory: str = "64Mi"
+
+
+class Canary(_Value):
+    name: Name
+    kind: Literal["service", "batch", "cron", "daemon", "node-pool"]
+    description: str = ""
+    interval: Duration = 300  # between attempts
+    jitter: Duration = 30  # each attempt starts up to this much later, so canaries of many clusters do not align
+    deadline: Duration = 600  # an attempt that takes longer is a timeout
+    image: str = "registry.k8s.io/pause:3.10"
+    resources: Resources = Resources()
+    clusters: tuple[str, ...] = ()  # empty: every cluster of the stage
+
+    # service
+    replicas: Count = 3
+    min_available: int | None = None  # the budget; default replicas - 1
+    new_image: str | None = None  # what the roll goes to (default: the same image with a changed annotation)
+    max_surge: Annotated[int, Field(ge=0)] = 1
+    max_unavailable: Annotated[int, Field(ge=0)] = 0
+    scale_to: Count | None = None
+    # batch
+    parallelism: Count = 3
+    completions: Count | None = None
+    run_seconds: Duration = 10
+    # cron
+    schedule: str = "*/5 * * * *"
+    tolerance_seconds: Duration = 60
+    runs: Count = 1  # how many firings one attempt watches
+    # daemon
+    ready_deadline_seconds: Duration = 300
+    # node-pool
+    pools: tuple[str, ...] = ()  # empty: every pool
+    pods_per_arm: Count = 1
+
+    source: str = Field(default="canary", exclude=True)
+
+    @field_validator("interval", "jitter", "deadline", "run_seconds", "tolerance_seconds", "ready_deadline_seconds",
+                     mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> int:
+        return seconds(value)
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a cron schedule (minute hour day-of-month month day-of-week)")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Canary:
+        if self.min_available is not None and not 0 <= self.min_available <= self.replicas:
+            raise ValueError(f"minAvailable {self.min_available} must be between 0 and replicas {self.replicas}")
+        if self.max_surge == 0 and self.max_unavailable == 0:
+            raise ValueError("maxSurge and maxUnavailable cannot both be 0: the roll could never make progress")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The definition as the file would spell it in full: the common fields and its own kind's."""
+        others = {n for kind, names in OWN_FIELDS.items() if kind != self.kind for n in names}
+        return {**self.model_dump(mode="json", by_alias=True, exclude=others), "namespace": self.namespace,
+                "source": self.source}
+
+    @property
+    def namespace(self) -> str:
+        return f"canary-{self.name}"
+
+    @property
+    def budget(self) -> int:
+        return self.replicas - 1 if self.min_available is None else self.min_available
+
+
+# Fields that belong to one kind: a canary of another kind naming one is a mistake, not a no-op.
+OWN_FIELDS = {
+    "service": ("replicas", "min_available", "new_image", "max_surge", "max_unavailable", "scale_to"),
+    "batch": ("parallelism", "completions", "run_seconds"),
+    "cron": ("schedule", "tolerance_seconds", "runs"),
+    "daemon": ("ready_deadline_seconds",),
+    "node-pool": ("pools", "pods_per_arm"),
+}
+
+
+def parse_canary(document: Any, source: str) -> Canary:
+    canary = validate(Canary, document, source, "canary")
+    for kind, names in OWN_FIELDS.items():
+        if kind == canary.kind:
+            continue
+        for name in names:
+            alias = Canary.model_fields[name].alias or name
+            if name in canary.model_fields_set:  # named in the file
+                raise PlatformError(f"applies to {kind} canaries, not {canary.kind}", file=source, field=alias)
+    stem = Path(source).stem
+    if stem != canary.name and Path(source).suffix in (".yaml", ".yml"):
+        raise PlatformError(f"{canary.name!r} must match the file name {stem!r}", file=source, field="name")
+    return canary.model_copy(update={"source": source})
+
+
+def default_canary_dir() -> Path:
+    """``e2e_canary/canaries/`` of the checkout the current directory is in, never silently the package's."""
+    from platformctl.checkout import find
+
+    return find("e2e_canary/canaries", None, "--canaries")
+
+
+def load_canaries(folder: Path | None = None) -> list[Canary]:
+    folder = folder or default_canary_dir()
+    if not folder.is_dir():
+        raise PlatformError("no such folder of canaries", file=str(folder), field="--canaries")
+    canaries = [parse_canary(read_yaml(path, "canary"), str(path)) for path in sorted(folder.glob("*.yaml"))]
+    if not canaries:
+        raise PlatformError("holds no canary (*.yaml)", file=str(folder), field="--canaries")
+    return canaries

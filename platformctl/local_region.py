@@ -241,11 +241,25 @@ class LocalRegion:
         raise NotFoundError(f"{'more than one' if found else 'no'} pool {name!r} in the local {self.stage.name} region "
                             f"(name one of {', '.join(names)})", field="POOL")
 
+    def _known_image(self, image: str) -> None:
+        if not image.startswith("ami-"):
+            raise PlatformError(f"{image!r} is not an AMI id (ami-…)", field="AMI")
+        if any(n.image == image for sim in self.clusters.values() for n in sim.list_nodes()):
+            return
+        try:
+            self.ec2().describe_images(ImageIds=[image])
+        except Exception:  # noqa: BLE001 (moto's InvalidAMIID.NotFound / .Malformed)
+            raise PlatformError(f"no image {image} in the local {self.stage.name} region (its nodes boot "
+                                f"{', '.join(sorted({n.image or '' for sim in self.clusters.values() for n in sim.list_nodes()}))})",
+                                field="AMI") from None
+
     def fault(self, kind: str, **args: Any) -> dict[str, Any]:
         """Break something as it breaks in production; the clusters and AWS show it as a real node or account would.
 
         ``node-notready NODE [status=Unknown|False]``, ``node-condition NODE TYPE [status] [reason]``,
-        ``instance-no-join POOL [count]`` (the pool's next ``count`` instances never register a node).
+        ``instance-no-join POOL [count]`` (the pool's next ``count`` instances never register a node),
+        ``bad-image AMI`` (containers never start on nodes booted from it: ``CreateContainerError``),
+        ``slow-start AMI SECONDS`` (they start that much late), ``api-errors CLUSTER RATE`` (creates answered 503).
         """
         now = self.clock.now()
         if kind == "node-notready":
@@ -269,8 +283,35 @@ class LocalRegion:
             self._no_join[binding.asg_name] = self._no_join.get(binding.asg_name, 0) + count
             entry = {"kind": kind, "cluster": binding.cluster, "pool": binding.pool.name, "group": binding.asg_name,
                      "count": count}
+        elif kind in ("bad-image", "slow-start"):
+            image = str(args.get("image") or "")
+            self._known_image(image)
+            delay: float | None = None
+            if kind == "slow-start":
+                try:
+                    delay = float(args.get("seconds", ""))
+                except ValueError:
+                    raise PlatformError(f"{args.get('seconds')!r} is not a number of seconds", field="SECONDS") from None
+                if delay < 0:
+                    raise PlatformError("cannot be negative", field="SECONDS")
+            for sim in self.clusters.values():
+                sim.set_image_fault(image, delay)
+            entry = {"kind": kind, "image": image, **({"seconds": delay} if delay is not None else {})}
+        elif kind == "api-errors":
+            cluster = str(args.get("cluster") or "")
+            sim = self.cluster(cluster)
+            raw = str(args.get("rate", "")).strip()
+            try:
+                rate = float(raw.rstrip("%")) / (100 if raw.endswith("%") else 1)
+            except ValueError:
+                raise PlatformError(f"{raw!r} is not a rate (0.2 or 20%)", field="RATE") from None
+            if not 0 <= rate <= 1:
+                raise PlatformError(f"{raw!r} is not a rate between 0 and 1 (or 0% and 100%)", field="RATE")
+            sim.api_error_rate = rate
+            entry = {"kind": kind, "cluster": cluster, "rate": rate}
         else:
-            raise PlatformError(f"unknown fault {kind!r} (node-notready, node-condition, instance-no-join)", field="KIND")
+            raise PlatformError(f"unknown fault {kind!r} (node-notready, node-condition, instance-no-join, bad-image, "
+                                "slow-start, api-errors)", field="KIND")
         entry["since"] = now
         self.faults.append(entry)
         return entry
@@ -283,6 +324,9 @@ class LocalRegion:
                 sim = self.clusters[entry["cluster"]]
                 if any(n.name == entry["node"] for n in sim.list_nodes()):
                     sim.restore_node(entry["node"])
+        for sim in self.clusters.values():
+            sim.clear_image_faults()
+            sim.api_error_rate = 0.0
         self._no_join.clear()
         self._never_joined.clear()
         self.sync()

@@ -152,6 +152,40 @@ def fault_instance_no_join(pool: str, count: int, output: str) -> None:
     _show_faults(answer, output, f"{pool}: the next {count} instance(s) will not join")
 
 
+@local_fault.command("bad-image")
+@click.argument("image", metavar="AMI")
+@OUTPUT
+def fault_bad_image(image: str, output: str) -> None:
+    """Containers on nodes booted from AMI never start (CreateContainerError), as with a broken container runtime."""
+    from platformctl.server import control
+
+    _show_faults(control.faults("POST", {"kind": "bad-image", "image": image}), output, f"{image}: containers will not start")
+
+
+@local_fault.command("slow-start")
+@click.argument("image", metavar="AMI")
+@click.argument("seconds", type=click.FloatRange(min=0))
+@OUTPUT
+def fault_slow_start(image: str, seconds: float, output: str) -> None:
+    """Containers on nodes booted from AMI start SECONDS late (a slow image pull, a slow runtime)."""
+    from platformctl.server import control
+
+    answer = control.faults("POST", {"kind": "slow-start", "image": image, "seconds": seconds})
+    _show_faults(answer, output, f"{image}: containers start {seconds:g} s late")
+
+
+@local_fault.command("api-errors")
+@click.argument("cluster")
+@click.argument("rate", metavar="RATE")
+@OUTPUT
+def fault_api_errors(cluster: str, rate: str, output: str) -> None:
+    """CLUSTER's API server answers creates 503 at RATE (0.2 or 20%)."""
+    from platformctl.server import control
+
+    answer = control.faults("POST", {"kind": "api-errors", "cluster": cluster, "rate": rate})
+    _show_faults(answer, output, f"{cluster}: creates answered 503 at {rate}")
+
+
 @local_fault.command("clear")
 @OUTPUT
 def fault_clear(output: str) -> None:

@@ -357,6 +357,8 @@ class Pod:
     started: float | None = None
     evicted: bool = False
     resource_version: int = 0
+    scheduled: float | None = None  # when it was bound to its node (PodScheduled's lastTransitionTime)
+    waiting: str = ""  # why its containers are not running, when the kubelet says more than ContainerCreating
 
     @property
     def key(self) -> tuple[str, str]:
@@ -374,18 +376,21 @@ class Pod:
     ) -> Pod:
         """This pod with a new binding and status (the simulator's hot path: no ``replace()``)."""
         return self._copy(self.name, self.uid, self.owner, node_name, phase, ready, deletion_time, self.created,
-                          started, evicted, resource_version)
+                          started, evicted, resource_version, self.scheduled, self.waiting)
 
     def spawn(self, name: str, uid: str, owner: OwnerReference, node_name: str | None, created: float, resource_version: int) -> Pod:
         """A new pending pod made from this one as a controller's template."""
-        return self._copy(name, uid, owner, node_name, "Pending", False, None, created, None, False, resource_version)
+        return self._copy(name, uid, owner, node_name, "Pending", False, None, created, None, False, resource_version,
+                          created if node_name else None, "")
 
     def _copy(self, name: str, uid: str, owner: OwnerReference | None, node_name: str | None, phase: str, ready: bool,
-              deletion_time: float | None, created: float, started: float | None, evicted: bool, resource_version: int) -> Pod:
+              deletion_time: float | None, created: float, started: float | None, evicted: bool, resource_version: int,
+              scheduled: float | None, waiting: str) -> Pod:
         return Pod(
             self.namespace, name, uid, self.labels, self.annotations, owner, node_name, self.containers, self.requests,
             self.priority, self.priority_class_name, self.grace_seconds, self.node_selector, self.tolerations,
             self.required_node_terms, phase, ready, deletion_time, created, started, evicted, resource_version,
+            scheduled, waiting,
         )
 
     @property
@@ -447,10 +452,15 @@ class Pod:
                 }
             }
         conditions: list[dict[str, Any]] = []
+        bound = format_time(self.scheduled if self.scheduled is not None else self.created)
         if self.node_name:
-            conditions.append({"type": "PodScheduled", "status": "True"})
+            conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": bound})
+            conditions.append({"type": "Initialized", "status": "True", "lastTransitionTime": bound})
         if self.phase in ("Running", "Succeeded", "Failed") or self.node_name:
-            conditions.append({"type": "Ready", "status": "True" if self.ready else "False"})
+            since = format_time(self.started) if self.ready and self.started is not None else bound
+            for kind in ("ContainersReady", "Ready"):
+                conditions.append({"type": kind, "status": "True" if self.ready else "False", "lastTransitionTime": since,
+                                   **({} if self.ready else {"reason": "ContainersNotReady"})})
         if self.evicted:
             conditions.append(
                 {
@@ -463,7 +473,21 @@ class Pod:
         status: dict[str, Any] = {"phase": self.phase, "conditions": conditions}
         if self.started is not None:
             status["startTime"] = format_time(self.started)
+        if self.node_name:
+            status["containerStatuses"] = [self._container_status(c) for c in self.containers]
         return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
+
+    def _container_status(self, container: Container) -> dict[str, Any]:
+        if self.phase in ("Succeeded", "Failed"):
+            state: dict[str, Any] = {"terminated": {"exitCode": 0 if self.phase == "Succeeded" else 1,
+                                                    "reason": "Completed" if self.phase == "Succeeded" else "Error",
+                                                    **({"startedAt": format_time(self.started)} if self.started else {})}}
+        elif self.phase == "Running" and self.started is not None:
+            state = {"running": {"startedAt": format_time(self.started)}}
+        else:
+            state = {"waiting": {"reason": self.waiting or "ContainerCreating"}}
+        return {"name": container.name, "image": container.image, "imageID": "", "ready": self.ready, "restartCount": 0,
+                "started": "running" in state, "state": state}
 
 
 @dataclass(frozen=True, slots=True)
@@ -840,7 +864,24 @@ def parse_pod(raw: Any, where: str = "pod", file: str | None = None) -> Pod:
         started=parse_time(started, f"{where}.status.startTime", file) if started else None,
         evicted=any(isinstance(c, dict) and c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions),
         resource_version=_resource_version(meta),
+        scheduled=_scheduled(conditions, f"{where}.status.conditions", file),
+        waiting=_waiting(status),
     )
+
+
+def _scheduled(conditions: list[Any], where: str, file: str | None) -> float | None:
+    for i, c in enumerate(conditions):
+        if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "True" and c.get("lastTransitionTime"):
+            return parse_time(c["lastTransitionTime"], f"{where}[{i}].lastTransitionTime", file)
+    return None
+
+
+def _waiting(status: dict[str, Any]) -> str:
+    for c in status.get("containerStatuses") or []:
+        reason = ((c or {}).get("state") or {}).get("waiting", {}).get("reason") if isinstance(c, dict) else None
+        if reason and reason != "ContainerCreating":
+            return str(reason)
+    return ""
 
 
 def parse_pdb(raw: Any, where: str = "pdb", file: str | None = None) -> PodDisruptionBudget:

@@ -105,6 +105,7 @@ POD_UNSCHEDULABLE = "PodUnschedulable"  # the scheduler found no node for it (on
 NODE_NOT_READY = "NodeNotReady"  # detail: (status, reason): the node controller's or the kubelet's verdict
 NODE_CONDITION = "NodeCondition"  # detail: (type, status, reason): a kubelet or node-problem-detector condition changed
 POD_NOT_READY = "PodNotReady"  # the node controller marked a running pod not Ready (its node is not Ready)
+POD_CREATE_FAILED = "PodCreateFailed"  # detail: (uid, reason): the kubelet could not create its containers
 POD_TAINT_EVICTED = "PodTaintEvicted"  # the taint manager deleted it: its node's NoExecute taint outlived its toleration
 
 # How the control plane treats a node whose kubelet stops: kube-controller-manager's
@@ -362,6 +363,10 @@ class SimulatedCluster:
         self._by_instance: dict[str, str] = {}  # instance id (from providerID) -> node name
         # Images whose nodes never turn Ready (a kubelet that cannot start): a bad image, as a test makes one.
         self.broken_images: set[str] = set()
+        # Images whose nodes run pods late (seconds) or never (None): `local fault slow-start|bad-image`.
+        self.image_faults: dict[str, float | None] = {}
+        # The share of creates the simulated API server answers 503 (`local fault api-errors`).
+        self.api_error_rate = 0.0
         self._unschedulable: set[tuple[str, str]] = set()  # pending pods the scheduler already said it could not place
         self.events: list[Event] = []
 
@@ -825,6 +830,8 @@ class SimulatedCluster:
     def _add_pod(self, pod: Pod, ctrl: _Controller | None = None, keep_version: bool = False) -> Pod:
         if ctrl is None and not keep_version:
             pod = replace(pod, resource_version=self._next_rv())
+        if pod.node_name is not None and pod.scheduled is None:
+            pod = replace(pod, scheduled=pod.created)  # created bound (a DaemonSet's, or a snapshot's)
         key = pod.key
         self._pods[key] = pod
         self._pods_by_ns.setdefault(pod.namespace, set()).add(key)
@@ -892,7 +899,29 @@ class SimulatedCluster:
     def _start_pod_timer(self, pod: Pod) -> None:
         ctrl = self._controllers.get(pod.owner.uid) if pod.owner else None
         delay = ctrl.start_seconds if ctrl else _annotation_seconds(pod, ANNOTATION_START_SECONDS, DEFAULT_START_SECONDS)
+        if self.image_faults:
+            state = self._nodes.get(pod.node_name or "")
+            fault = self.image_faults.get(state.node.image or "", 0.0) if state is not None else 0.0
+            if fault is None:  # the image's runtime cannot create containers: the kubelet retries, in vain
+                self._rv += 1
+                self._pods[pod.key] = replace(pod, waiting="CreateContainerError", resource_version=self._rv)
+                self._record(POD_CREATE_FAILED, pod.namespace, pod.name, (pod.uid, "CreateContainerError"))
+                return
+            delay += fault
         self._clock.call_later(delay, self._pod_started, pod.key, pod.uid)
+
+    def set_image_fault(self, image: str, extra_start_seconds: float | None) -> None:
+        """Containers on nodes booted from ``image`` start ``extra_start_seconds`` late, or never (``None``:
+        ``CreateContainerError``). Pods already stuck on it retry when the fault is lifted."""
+        self.image_faults[image] = extra_start_seconds
+
+    def clear_image_faults(self) -> None:
+        self.image_faults.clear()
+        for pod in list(self._pods.values()):
+            if pod.waiting and pod.node_name and pod.deletion_time is None:
+                self._rv += 1
+                pod = self._pods[pod.key] = replace(pod, waiting="", resource_version=self._rv)
+                self._start_pod_timer(pod)
 
     def _pod_started(self, key: tuple[str, str], uid: str) -> None:
         pod = self._pods.get(key)
@@ -1122,6 +1151,7 @@ class SimulatedCluster:
         self._unschedulable.discard(pod.key)
         pod = self._set_pod(pod, node_name=state.node.name, phase=pod.phase, ready=pod.ready, deletion_time=None,
                             started=pod.started, evicted=pod.evicted)
+        pod = self._pods[pod.key] = replace(pod, scheduled=self.now())  # the same change: PodScheduled's time
         state.pods.add(pod.key)
         state.charge(pod.requests, 1)
         self._record(POD_SCHEDULED, pod.namespace, pod.name, (pod.uid, state.node.name))

@@ -136,6 +136,10 @@ class EventRecorder:
         elif kind == sim.POD_NOT_READY:
             self._add(at, "Pod", e.namespace, e.name, e.detail, "NodeNotReady", "Node is not ready", "node-controller",
                       type_="Warning")
+        elif kind == sim.POD_CREATE_FAILED:
+            pod = self._pod(e.namespace, e.name, e.detail[0])
+            self._add(at, "Pod", e.namespace, e.name, e.detail[0], "Failed", f"Error: {e.detail[1]}", "kubelet",
+                      (pod.node_name or "") if pod is not None else "", type_="Warning")
         elif kind == sim.POD_TAINT_EVICTED:
             self._add(at, "Pod", e.namespace, e.name, e.detail[0], "TaintManagerEviction",
                       f"Marking for deletion Pod {e.namespace}/{e.name}", "taint-eviction-controller")

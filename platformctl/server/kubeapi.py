@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -222,6 +223,10 @@ class KubeAPI:
         res = self._resource(args["group"], args["version"], args["plural"], args.get("ns"))
         if endpoint == "collection" and request.args.get("watch") in ("1", "t", "T", "true", "True", "TRUE"):
             return self._watch(cluster, res.plural, request, args.get("ns"))
+        if request.method == "POST" and endpoint == "collection" and cluster.sim.api_error_rate > 0 \
+                and random.random() < cluster.sim.api_error_rate:  # `local fault api-errors`: an overloaded API server
+            raise ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the request",
+                           {"causes": [{"reason": "UnexpectedServerResponse", "message": "unknown"}], "retryAfterSeconds": 1})
         with self.cond:
             cluster.changes.observe()
             response = getattr(self, f"_{endpoint}")(cluster, res, request, **{k: v for k, v in args.items()

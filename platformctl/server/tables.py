@@ -66,7 +66,9 @@ def _pod_row(obj: dict[str, Any], now: float) -> list[Any]:
     elif phase == "Failed":
         reason = "Error"
     elif phase == "Pending" and obj["spec"].get("nodeName"):
-        reason = "ContainerCreating"
+        # As kubectl's printer: a waiting container's reason, else ContainerCreating.
+        waiting = [((c.get("state") or {}).get("waiting") or {}).get("reason") for c in status.get("containerStatuses", [])]
+        reason = next((w for w in waiting if w), "ContainerCreating")
     return [obj["metadata"]["name"], f"{len(containers) if ready else 0}/{len(containers)}", reason, 0, _age(obj, now),
             status.get("podIP", "<none>"), obj["spec"].get("nodeName", "<none>"), "<none>", "<none>"]
 

@@ -359,6 +359,21 @@ class Pod:
     resource_version: int = 0
     scheduled: float | None = None  # when it was bound to its node (PodScheduled's lastTransitionTime)
     waiting: str = ""  # why its containers are not running, when the kubelet says more than ContainerCreating
+    running: float | None = None  # when the last of its containers started running (containerStatuses), when read
+    ready_since: float | None = None  # Ready's lastTransitionTime, when read and Ready
+
+    @property
+    def ready_at(self) -> float | None:
+        if not self.ready:
+            return None
+        return self.ready_since if self.ready_since is not None else self.started
+
+    @property
+    def running_at(self) -> float | None:
+        """When all its containers were running: read from the API, or in the simulator its start."""
+        if self.running is not None:
+            return self.running
+        return self.started if self.phase in ("Running", "Succeeded", "Failed") else None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -866,14 +881,33 @@ def parse_pod(raw: Any, where: str = "pod", file: str | None = None) -> Pod:
         resource_version=_resource_version(meta),
         scheduled=_scheduled(conditions, f"{where}.status.conditions", file),
         waiting=_waiting(status),
+        running=_running(status, f"{where}.status.containerStatuses", file),
+        ready_since=_since(conditions, "Ready", f"{where}.status.conditions", file),
     )
 
 
-def _scheduled(conditions: list[Any], where: str, file: str | None) -> float | None:
+def _running(status: dict[str, Any], where: str, file: str | None) -> float | None:
+    """When every container was running: the latest ``startedAt``, or None while one is not running."""
+    times = []
+    statuses = status.get("containerStatuses") or []
+    for i, c in enumerate(statuses):
+        started = ((c or {}).get("state") or {}).get("running", {}).get("startedAt") if isinstance(c, dict) else None
+        if not started:
+            return None
+        times.append(parse_time(started, f"{where}[{i}].state.running.startedAt", file))
+    return max(times) if times else None
+
+
+def _since(conditions: list[Any], kind: str, where: str, file: str | None) -> float | None:
+    """When condition ``kind`` turned True, or None while it is not."""
     for i, c in enumerate(conditions):
-        if isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "True" and c.get("lastTransitionTime"):
+        if isinstance(c, dict) and c.get("type") == kind and c.get("status") == "True" and c.get("lastTransitionTime"):
             return parse_time(c["lastTransitionTime"], f"{where}[{i}].lastTransitionTime", file)
     return None
+
+
+def _scheduled(conditions: list[Any], where: str, file: str | None) -> float | None:
+    return _since(conditions, "PodScheduled", where, file)
 
 
 def _waiting(status: dict[str, Any]) -> str:

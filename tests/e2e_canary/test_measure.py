@@ -1,0 +1,49 @@
+"""Pod startup latency and its phases, read from pods as the local region's API serves them (slow-start on one
+image), and from pods that never start or were evicted."""
+
+from __future__ import annotations
+
+from platformctl.cluster.model import Container, Pod, Resources, parse_pod
+from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
+from e2e_canary.measure import NotStarted, Startup, startup
+
+
+def cluster() -> SimulatedCluster:
+    sim = SimulatedCluster("c")
+    sim.add_pool(NodePoolSpec("old", "us-east-1a", "m6i.2xlarge", "ami-old", 1))
+    sim.add_pool(NodePoolSpec("new", "us-east-1a", "m6i.2xlarge", "ami-new", 1))
+    return sim
+
+
+def pod(name: str, pool: str) -> Pod:
+    return Pod("canary", name, "", labels={"app": name}, node_selector={"eks.amazonaws.com/nodegroup": pool},
+               containers=(Container("main", "pause", Resources(10, 1 << 20)),), requests=Resources(10, 1 << 20),
+               annotations={"sim.platformctl.io/start-seconds": "2"})
+
+
+def test_phases_from_the_pod_as_the_api_shows_it_and_a_slow_image_is_slower() -> None:
+    sim = cluster()
+    sim.set_image_fault("ami-new", 30.0)
+    sim.create_pod(pod("a", "old"))
+    sim.create_pod(pod("b", "new"))
+    sim.advance(60)
+    # Read back through the API's own form (what a live cluster's client parses), not the simulator's object.
+    old, new = (parse_pod(sim.get_pod("canary", n).to_kube()) for n in ("a", "b"))
+    a, b = startup(old), startup(new)
+    assert isinstance(a, Startup) and isinstance(b, Startup)
+    assert a.seconds == 2 and a.scheduled == 0 and a.started == 2 and a.ready == 0
+    assert b.seconds == 32 and b.started == 32
+    assert startup(old, observed_running=old.created + 5).seconds == 5  # the watch saw it later: the SLI's clock
+    assert startup(old, pull_seconds=1.5).seconds == 0.5  # image pulling is not the platform's latency
+
+
+def test_a_pod_that_never_starts_has_a_reason_not_a_latency_and_evicted_is_disrupted() -> None:
+    sim = cluster()
+    sim.set_image_fault("ami-new", None)
+    sim.create_pod(pod("stuck", "new"))
+    sim.create_pod(pod("gone", "old"))
+    sim.advance(60)
+    assert startup(parse_pod(sim.get_pod("canary", "stuck").to_kube())) == NotStarted("waiting: CreateContainerError")
+    sim.evict("canary", "gone")
+    assert startup(parse_pod(sim.get_pod("canary", "gone").to_kube())) == NotStarted("disrupted")
+    assert startup(Pod("canary", "p", "u")) == NotStarted("unscheduled")

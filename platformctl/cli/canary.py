@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -55,3 +56,141 @@ def canary_list(folder: Path | None, output: str) -> None:
     for c in canaries:
         table.add_row(c.name, c.kind, f"{c.interval} s", f"{c.deadline} s", c.namespace, c.description)
     console().print(table)
+
+
+STATE_HELP = "the state store: PATH, sqlite:///PATH or dynamodb://TABLE (default: $PLATFORMCTL_STATE, else .platformctl/state.db)"
+RUN_EXIT_HELP = "exit 0 every check ok, 1 a check failed or timed out, 2 bad input, 3 another runner holds a cluster's lease"
+
+
+@canary.command("run", epilog=RUN_EXIT_HELP)
+@click.option("--stage", "stage_name", required=True, help="the stage whose clusters the canaries run on")
+@click.option("--cluster", "only", default=None, help="one cluster of the stage (its kubeconfig context name)")
+@click.option("--once", is_flag=True, help="each canary once, then exit (else each on its interval until interrupted)")
+@click.option("--canaries", "folder", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="folder of canary definitions (default: e2e_canary/canaries of the checkout)")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
+              help="kubeconfig (default: $KUBECONFIG, else the running local region's, else ~/.kube/config)")
+@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
+@click.option("--lease-ttl", type=click.FloatRange(min=1.0), default=60.0, show_default=True)
+@OUTPUT
+@click.pass_context
+def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool, folder: Path | None,
+               kubeconfig: str | None, state_spec: str | None, lease_ttl: float, output: str) -> None:
+    """Run the canaries on a stage's clusters as a user would: reap what a crashed run left, then carry each out and
+    record every pod's outcome and startup latency in the state store."""
+    import random
+
+    from e2e_canary.definitions import default_canary_dir, load_canaries
+    from e2e_canary.runner import Runner, stream_of
+    from platformctl.cluster.live import LiveCluster
+    from platformctl.errors import PlatformError
+    from platformctl.server.control import default_kubeconfig
+    from platformctl.state import LeaseHeld, open_store
+    from platformctl.state.lease import LeaseKeeper, holder_id
+    from platformctl.topology import STAGES, load_stage
+
+    if stage_name not in STAGES:
+        raise PlatformError(f"unknown stage {stage_name!r} (stages: {', '.join(STAGES)})", field="--stage")
+    stage = load_stage(stage_name, ctx.obj["infra_dir"])
+    names = [c.name for c in stage.clusters()]
+    if only is not None and only not in names:
+        raise PlatformError(f"no cluster {only!r} in stage {stage_name} (clusters: {', '.join(names)})", field="--cluster")
+    canaries = load_canaries(folder or default_canary_dir())
+    store = open_store(state_spec)
+    config = default_kubeconfig(kubeconfig)
+    clusters = {n: LiveCluster.from_kubeconfig(config, n) for n in ([only] if only else names)}
+    quiet = output == "json"
+    say = (lambda m: None) if quiet else click.echo
+    holder = holder_id()
+    keepers = []
+    report: dict[str, Any] = {"stage": stage_name, "clusters": []}
+    code = 0
+    try:
+        runners = {}
+        for name, cluster in clusters.items():
+            keeper = LeaseKeeper(store, stream_of(stage_name, name), holder, lease_ttl)
+            try:
+                keeper.acquire()
+            except LeaseHeld as held:
+                report["clusters"].append({"cluster": name, "lease_held_by": held.lease.holder})
+                code = 3
+                continue
+            keepers.append(keeper)
+            runners[name] = Runner(stage_name, name, cluster, store, progress=say)
+        entries = {name: {"cluster": name, "reaped": runner.reap(), "canaries": []} for name, runner in runners.items()}
+        due = {(n, c.name): 0.0 for n in runners for c in canaries}
+        while runners:
+            for name, runner in runners.items():
+                for c in canaries:
+                    if runner.clock.now() < due[(name, c.name)]:
+                        continue
+                    for keeper in keepers:
+                        keeper.check()
+                    attempt = runner.run(c)
+                    due[(name, c.name)] = runner.clock.now() + c.interval + random.uniform(0, c.jitter)
+                    entries[name]["canaries"].append({"canary": c.name, "namespace": attempt.namespace,
+                                                      "outcomes": dict(attempt.outcomes), "skipped": attempt.skipped,
+                                                      "results": attempt.results})
+                    if attempt.outcomes.get("fail") or attempt.outcomes.get("timeout"):
+                        code = max(code, 1) if code != 3 else code
+                    if not quiet:
+                        _print_attempt(name, attempt)
+            if once:
+                break
+            next(iter(runners.values())).clock.sleep(5.0)
+        report["clusters"] += list(entries.values())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for keeper in keepers:
+            keeper.release()
+    if quiet:
+        emit_json({**report, "exit_code": code})
+    sys.exit(code)
+
+
+def _print_attempt(cluster: str, attempt: Any) -> None:
+    out = console()
+    if attempt.skipped:
+        out.print(f"[dim]{cluster} {attempt.canary}: {attempt.skipped}[/]")
+        return
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(attempt.outcomes.items())) or "no results"
+    colour = "green" if set(attempt.outcomes) <= {"ok", "disrupted"} else "red"
+    out.print(f"[bold]{cluster}[/] {attempt.canary}: [{colour}]{counts}[/]")
+    for r in attempt.results:
+        if r["outcome"] != "ok":
+            out.print(f"  {r['outcome']} {r['pool']}/{r['image']}: {r['reason']}")
+
+
+@canary.command("verdict", epilog=EXIT_CODES_HELP)
+@click.option("--stage", "stage_name", required=True)
+@click.option("--window", default="30m", show_default=True, help="how far back results count (seconds, or 30m, 2h)")
+@click.option("--baseline", default=None, metavar="ARM",
+              help="an image (ami-…): each other image's node-pool arm is judged against it (default: this window "
+              "against the one before)")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="the judge's thresholds (YAML)")
+@click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
+def canary_verdict(stage_name: str, window: str, baseline: str | None, config_file: Path | None, state_spec: str | None) -> None:
+    """The stage's verdict from the canaries' stored results, as JSON."""
+    import time
+
+    from e2e_canary.definitions import seconds
+    from e2e_canary.judge import load_config
+    from e2e_canary.runner import results
+    from e2e_canary.verdict import stage_verdict
+    from platformctl.errors import PlatformError
+    from platformctl.state import open_store
+
+    try:
+        span = float(seconds(window))
+    except ValueError as exc:
+        raise PlatformError(str(exc), field="--window") from None
+    if span <= 0:
+        raise PlatformError("must be longer than 0", field="--window")
+    config = load_config(config_file)
+    rows = results(open_store(state_spec), stage_name)
+    now = max([time.time()] + [float(r["at"]) for r in rows])  # a local region's clock runs ahead of the wall
+    verdict = stage_verdict(rows, now, span, baseline, config)
+    emit_json({"stage": stage_name, **verdict})
+    sys.exit({"pass": EXIT_PASS, "fail": EXIT_FAIL}.get(verdict["verdict"], EXIT_INCONCLUSIVE))

@@ -9,6 +9,7 @@ subresource does (201, 429 with a budget cause, 500 for a pod under two budgets,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from platformctl.clock import Clock
@@ -59,6 +60,20 @@ class Cluster(Protocol):
         ...
 
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]: ...
+
+    def create_pod(self, pod: Pod) -> Pod:
+        """Create ``pod`` as a user's client does (its namespace must exist on a real cluster)."""
+        ...
+
+    def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        """Create a namespace; one that exists already is left as it is."""
+        ...
+
+    def list_namespaces(self, label_selector: str | None = None) -> list[str]: ...
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete a namespace and so everything in it (one already gone is not an error)."""
+        ...
 
     def snapshot(self) -> dict[str, Any]:
         """The cluster as ``kubectl get nodes,pods,pdb -A -o json`` prints it."""

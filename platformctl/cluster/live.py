@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from platformctl.clock import Clock, WallClock
@@ -167,6 +168,32 @@ class LiveCluster:
         kwargs: dict[str, Any] = {} if grace_seconds is None else {"grace_period_seconds": grace_seconds}
         data = self._call(self._core.delete_namespaced_pod, name, namespace, what=f"pod {namespace}/{name}", **kwargs)
         return parse_pod(data, "pod", name)  # the API answers with the pod as the deletion left it
+
+    def create_pod(self, pod: Pod) -> Pod:
+        body = pod.to_kube()
+        body.pop("status", None)
+        for key in ("uid", "resourceVersion", "creationTimestamp"):
+            body["metadata"].pop(key, None)
+        data = self._call(self._core.create_namespaced_pod, pod.namespace, body, what=f"pod {pod.namespace}/{pod.name}")
+        return parse_pod(data, "pod", pod.name)
+
+    def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}}
+        try:
+            self._call(self._core.create_namespace, body, what=f"namespace {name}")
+        except ApiRefused as exc:
+            if exc.status != 409:  # AlreadyExists: as it is
+                raise
+
+    def list_namespaces(self, label_selector: str | None = None) -> list[str]:
+        data = self._call(self._core.list_namespace, what="namespaces", label_selector=label_selector or "")
+        return sorted(item["metadata"]["name"] for item in data["items"])
+
+    def delete_namespace(self, name: str) -> None:
+        try:
+            self._call(self._core.delete_namespace, name, what=f"namespace {name}")
+        except NotFoundError:
+            pass
 
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:
         if namespace:

@@ -367,6 +367,7 @@ class SimulatedCluster:
         self.image_faults: dict[str, float | None] = {}
         # The share of creates the simulated API server answers 503 (`local fault api-errors`).
         self.api_error_rate = 0.0
+        self._namespaces: dict[str, dict[str, str]] = {}
         self._unschedulable: set[tuple[str, str]] = set()  # pending pods the scheduler already said it could not place
         self.events: list[Event] = []
 
@@ -746,20 +747,40 @@ class SimulatedCluster:
             raise PlatformError(f'pods "{pod.name}" already exists', field="metadata.name")
         return self._add_pod(replace(pod, created=pod.created or self.now()))
 
-    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> Pod:
-        """Delete a pod directly (no budget check), with its grace period or ``grace_seconds``.
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None, controller: bool = False) -> Pod:
+        """Delete a pod directly (no budget check), with its grace period or ``grace_seconds``; ``controller``:
+        a controller deletes it (the namespace controller emptying a deleted namespace), not a client.
 
         Returns the pod as it is after the call: terminating, or already gone with a grace of 0.
         """
         pod = self._pods.get((namespace, name))
         if pod is None:
             raise NotFoundError(f'pods "{name}" not found', field="pod")
-        if pod.deletion_time is None and not pod.is_finished:
+        if pod.deletion_time is None and not pod.is_finished and not controller:
             self._record(POD_DELETE_REQUESTED, pod.namespace, pod.name, (pod.uid, pod.node_name))
         pod = self._begin_termination(pod, evicted=False)
         if grace_seconds == 0:
             self._remove_pod(pod)
         return pod
+
+    # Namespaces, for the clients that make their own (canaries): the simulator keeps their labels only.
+    def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        self._namespaces[name] = dict(labels or {})
+
+    def list_namespaces(self, label_selector: str | None = None) -> list[str]:
+        names = set(self._namespaces) | {ns for ns, keys in self._pods_by_ns.items() if keys}
+        if not label_selector:
+            return sorted(names)
+        selector = self._selector(label_selector)
+        return sorted(n for n in names if selector.matches(self._namespaces.get(n, {})))
+
+    def delete_namespace(self, name: str) -> None:
+        """As the namespace controller does: every pod of it is deleted (by a controller, not a client)."""
+        self._namespaces.pop(name, None)
+        for key in list(self._pods_by_ns.get(name, ())):
+            pod = self._pods.get(key)
+            if pod is not None:
+                self.delete_pod(pod.namespace, pod.name, controller=True)
 
     def delete_workload(self, uid: str) -> None:
         """Delete a controller and, as the garbage collector does, every pod it owns."""

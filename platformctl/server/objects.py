@@ -379,7 +379,7 @@ class ClusterState:
         for pdb in self.sim.list_pdbs(name):
             self.sim.delete_pdb(name, pdb.name)
         for pod in self.sim.list_pods(name):
-            self.sim.delete_pod(name, pod.name)
+            self.sim.delete_pod(name, pod.name, controller=True)  # the namespace controller's, not a client's
         self.terminating.add(name)
         return {**self.namespaces[name], "status": {"phase": "Terminating"}}
 

@@ -1,0 +1,225 @@
+"""Carrying canaries out against one cluster, through the cluster interface only, and recording what they saw.
+
+The same code runs against the simulator in process, the local region over HTTP, and a live cluster via
+kubeconfig. Each attempt gets a namespace of its own, ``canary-<name>-<attempt>``, labelled
+``platformctl.io/canary=<name>``; a run starts by deleting every such namespace a crashed run left (under
+the cluster's canary lease, so that two runners never reap each other's). Every pod of an attempt is one
+result in the state store's stream ``canary/<stage>/<cluster>``: stage, cluster, zone, pool, image and
+canary, an outcome (``ok | fail | timeout | disrupted | infra_error``) with a reason, and its pod startup
+latency and phases (``e2e_canary.measure``) plus the time of the whole check.
+
+Kinds carried out so far: ``node-pool`` (pods pinned to each pool and to each image in it: the arms a
+rotation's verdict compares). The other kinds are defined and checked (``canary list``) and reported as
+not run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from platformctl.cluster.interface import Cluster
+from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Resources, Toleration
+from platformctl.errors import ApiRefused, NotFoundError, PlatformError
+from platformctl.state import StateStore
+from e2e_canary.definitions import LABEL, Canary
+from e2e_canary.measure import NotStarted, Startup, startup
+
+RUNNABLE = ("node-pool",)
+ATTEMPT_LABEL = "platformctl.io/canary-attempt"
+# The simulator's start time for the probe container (a real kubelet ignores the annotation): a pause
+# container starts in about a second on a warm node.
+SIM_START = {"sim.platformctl.io/start-seconds": "1"}
+
+
+def stream_of(stage: str, cluster: str) -> str:
+    return f"canary/{stage}/{cluster}"
+
+
+@dataclass
+class Arm:
+    pool: str
+    image: str
+    zone: str | None
+    nodes: int
+
+
+@dataclass
+class AttemptReport:
+    canary: str
+    cluster: str
+    namespace: str
+    results: list[dict[str, Any]] = field(default_factory=list)
+    skipped: str = ""
+
+    @property
+    def outcomes(self) -> Counter[str]:
+        return Counter(r["outcome"] for r in self.results)
+
+
+class Runner:
+    def __init__(self, stage: str, name: str, cluster: Cluster, store: StateStore, *, poll_seconds: float = 2.0,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.stage = stage
+        self.name = name
+        self.cluster = cluster
+        self.store = store
+        self.clock = cluster.clock
+        self.poll = poll_seconds
+        self.progress = progress or (lambda message: None)
+
+    def reap(self) -> list[str]:
+        """Delete every canary namespace left on the cluster (by a run that crashed); returns their names."""
+        left = self.cluster.list_namespaces(LABEL)
+        for namespace in left:
+            self.progress(f"{self.name}: reaping {namespace}, left by an earlier run")
+            self.cluster.delete_namespace(namespace)
+        return left
+
+    def arms(self) -> list[Arm]:
+        found: dict[tuple[str, str], Arm] = {}
+        for node in self.cluster.list_nodes():
+            pool, image = node.labels.get(LABEL_NODEGROUP), node.labels.get(LABEL_NODEGROUP_IMAGE)
+            if pool is None or image is None:
+                continue
+            arm = found.setdefault((pool, image), Arm(pool, image, node.zone, 0))
+            arm.nodes += 1
+        return [found[k] for k in sorted(found)]
+
+    def run(self, canary: Canary) -> AttemptReport:
+        attempt = uuid.uuid4().hex[:8]
+        namespace = f"{canary.namespace}-{attempt}"
+        report = AttemptReport(canary.name, self.name, namespace)
+        if canary.kind not in RUNNABLE:
+            report.skipped = f"kind {canary.kind} is defined but not carried out by this version"
+            return report
+        if canary.clusters and self.name not in canary.clusters:
+            report.skipped = f"not for this cluster (clusters: {', '.join(canary.clusters)})"
+            return report
+        try:
+            self.cluster.create_namespace(namespace, {LABEL: canary.name, ATTEMPT_LABEL: attempt})
+        except ApiRefused as exc:
+            report.results.append(self._record(canary, attempt, None, "fail" if exc.status >= 500 else "infra_error",
+                                               f"creating namespace {namespace}: {exc.detail}", {}))
+            return report
+        try:
+            report.results = self._node_pool(canary, attempt, namespace)
+        finally:
+            self.cluster.delete_namespace(namespace)
+        return report
+
+    # ---------------------------------------------------------------- node-pool
+
+    def _pod(self, canary: Canary, attempt: str, namespace: str, arm: Arm, i: int, retry: bool = False) -> Pod:
+        requests = Resources(_millis(canary.resources.cpu), _bytes(canary.resources.memory))
+        name = f"{arm.pool}-{arm.image.removeprefix('ami-')[-8:]}-{i}{'-r' if retry else ''}"
+        return Pod(namespace, name, str(uuid.uuid4()), labels={LABEL: canary.name, ATTEMPT_LABEL: attempt, "arm-pool": arm.pool},
+                   annotations=dict(SIM_START), node_selector={LABEL_NODEGROUP: arm.pool, LABEL_NODEGROUP_IMAGE: arm.image},
+                   tolerations=(Toleration(operator="Exists", effect="NoSchedule"),
+                                Toleration(operator="Exists", effect="PreferNoSchedule")),
+                   containers=(Container("probe", canary.image, requests),), requests=requests, grace_seconds=0)
+
+    def _node_pool(self, canary: Canary, attempt: str, namespace: str) -> list[dict[str, Any]]:
+        start = self.clock.now()
+        deadline = start + canary.deadline
+        arms = {}
+        results: list[dict[str, Any]] = []
+        for arm in self.arms():
+            for i in range(canary.pods_per_arm):
+                pod = self._pod(canary, attempt, namespace, arm, i)
+                try:
+                    self.cluster.create_pod(pod)
+                except ApiRefused as exc:
+                    outcome = "fail" if exc.status >= 500 else "infra_error"
+                    results.append(self._record(canary, attempt, arm, outcome,
+                                                f"the API server answered {exc.status} to creating pod {pod.name}: {exc.detail}", {}))
+                    continue
+                arms[pod.name] = (arm, i, False)
+        self.progress(f"{self.name}: {canary.name}: {len(arms)} pods on {len(self.arms())} arms, waiting up to {canary.deadline} s")
+        done: dict[str, dict[str, Any]] = {}
+        while True:
+            pods = {p.name: p for p in self.cluster.list_pods(namespace=namespace)}
+            for name, (arm, i, retried) in list(arms.items()):
+                if name in done:
+                    continue
+                pod = pods.get(name)
+                if pod is None:
+                    continue
+                seen = startup(pod)  # from the kubelet's own startedAt: a poll's lag is not the platform's
+                if isinstance(seen, Startup):
+                    ready = pod.ready_at
+                    metrics = {**seen.to_dict(), "check_seconds": (ready if ready is not None else self.clock.now()) - start}
+                    done[name] = self._record(canary, attempt, arm, "ok", "", metrics)
+                elif seen.reason == "disrupted":
+                    done[name] = self._record(canary, attempt, arm, "disrupted",
+                                              f"pod {name} was evicted or preempted by the platform", {})
+                    if not retried:  # retried once: a disruption is the platform's doing, not the image's
+                        again = self._pod(canary, attempt, namespace, arm, i, retry=True)
+                        try:
+                            self.cluster.create_pod(again)
+                            arms[again.name] = (arm, i, True)
+                        except (ApiRefused, PlatformError):
+                            pass
+            if len(done) == len(arms) or self.clock.now() >= deadline:
+                break
+            self.clock.sleep(self.poll)
+        for name, (arm, _, _) in arms.items():
+            if name in done:
+                results.append(done[name])
+                continue
+            pod = pods.get(name)
+            seen = startup(pod) if pod is not None else NotStarted("gone")
+            reason = seen.reason if isinstance(seen, NotStarted) else "not running"
+            if reason.startswith("waiting: "):  # the kubelet says why: a failure, not slowness
+                results.append(self._record(canary, attempt, arm, "fail", f"pod {name} on image {arm.image}: "
+                                            f"{reason.removeprefix('waiting: ')} for {canary.deadline} s", {}))
+            else:
+                results.append(self._record(canary, attempt, arm, "timeout", f"pod {name} on image {arm.image} not "
+                                            f"running within the deadline {canary.deadline} s ({reason})", {}))
+        return results
+
+    def _record(self, canary: Canary, attempt: str, arm: Arm | None, outcome: str, reason: str,
+                metrics: dict[str, Any]) -> dict[str, Any]:
+        data = {"kind": "result", "canary": canary.name, "canary_kind": canary.kind, "attempt": attempt,
+                "stage": self.stage, "cluster": self.name, "zone": arm.zone if arm else None,
+                "pool": arm.pool if arm else None, "image": arm.image if arm else None, "outcome": outcome,
+                "reason": reason, "metrics": metrics, "at": self.clock.now()}
+        self.store.append(stream_of(self.stage, self.name), data)
+        return data
+
+
+def _millis(cpu: str) -> int:
+    return int(cpu[:-1]) if cpu.endswith("m") else int(float(cpu) * 1000)
+
+
+def _bytes(memory: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    for suffix, factor in units.items():
+        if memory.endswith(suffix):
+            return int(float(memory[: -len(suffix)]) * factor)
+    return int(memory)
+
+
+def results(store: StateStore, stage: str, since: float | None = None) -> list[dict[str, Any]]:
+    """Every result of the stage's canaries (at or after ``since``, in the clusters' time), oldest first."""
+    out: list[dict[str, Any]] = []
+    for stream in store.streams(f"canary/{stage}/"):
+        out += [dict(r.data) for r in store.read(stream) if r.data.get("kind") == "result"
+                and (since is None or float(r.data.get("at", 0)) >= since)]
+    return sorted(out, key=lambda r: r["at"])
+
+
+def arm_of(rows: Sequence[dict[str, Any]]) -> Any:
+    """The judge's arm of some results: startup samples and check times of the ok ones, and every outcome."""
+    from e2e_canary.judge import Arm as JudgeArm
+
+    samples: dict[str, list[float]] = {"pod_startup_seconds": [], "check_seconds": []}
+    for r in rows:
+        if r["outcome"] == "ok":
+            for metric in samples:
+                if r["metrics"].get(metric) is not None:
+                    samples[metric].append(float(r["metrics"][metric]))
+    return JudgeArm(samples, dict(Counter(r["outcome"] for r in rows)))

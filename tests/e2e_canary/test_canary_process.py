@@ -1,0 +1,129 @@
+"""`platformctl canary run` and `canary verdict` as separate processes against the local region server:
+a healthy stage passes, each fault fails the matching canary with a reason that names it, a runner killed
+mid-check leaves nothing behind once the next run has reaped, and bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from platformctl.cluster.live import LiveCluster
+from tests.process import run, start
+
+CLUSTER = "dev-usw2a-01"
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("home")
+    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-workloads", "-o", "json").stdout)
+    info["home"] = home
+    canaries = home / "canaries"
+    canaries.mkdir()
+    (canaries / "node-pool.yaml").write_text("name: node-pool\nkind: node-pool\npodsPerArm: 8\ndeadline: 2m\ninterval: 1m\n")
+    (canaries / "service.yaml").write_text("name: service\nkind: service\n")
+    info["canaries"] = str(canaries)
+    yield info
+    run(home, "local", "down", check=False)
+
+
+def canary(region: dict[str, Any], *args: str, env: dict[str, str] | None = None) -> Any:
+    return run(region["home"], "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
+               "--lease-ttl", "2", *args, check=False, env=env, timeout=300)
+
+
+def results(out: Any) -> list[dict[str, Any]]:
+    report = json.loads(out.stdout)
+    return [r for c in report["clusters"] for a in c["canaries"] for r in a["results"]]
+
+
+def images(region: dict[str, Any]) -> dict[str, str]:
+    live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=CLUSTER)
+    return {n.pool: n.image for n in live.list_nodes()}  # type: ignore[misc]
+
+
+def test_a_healthy_stage_passes(region: dict[str, Any]) -> None:
+    for _ in range(3):
+        out = canary(region, "--once", "-o", "json")
+        assert out.returncode == 0, out.stderr
+        rows = results(out)
+        assert rows and {r["outcome"] for r in rows} == {"ok"}
+        assert {r["pool"] for r in rows} == set(images(region))
+    report = json.loads(out.stdout)
+    assert [a["skipped"] for a in report["clusters"][0]["canaries"] if a["canary"] == "service"] == \
+        ["kind service is defined but not carried out by this version"]
+    verdict = run(region["home"], "canary", "verdict", "--stage", "dev", "--baseline", images(region)["ml"], check=False)
+    assert verdict.returncode == 0, verdict.stdout
+    assert json.loads(verdict.stdout)["verdict"] == "pass"
+
+
+def test_a_bad_image_fails_its_arm_with_the_kubelets_reason_and_the_verdict_names_it(region: dict[str, Any]) -> None:
+    bad = images(region)["general"]  # the system pool boots it too: every arm of it must fail
+    good = next(image for image in images(region).values() if image != bad)
+    run(region["home"], "local", "fault", "bad-image", bad)
+    for _ in range(3):
+        out = canary(region, "--once", "-o", "json")
+        assert out.returncode == 1
+        rows = results(out)
+        assert {r["outcome"] for r in rows if r["image"] == bad} == {"fail"}
+        assert {r["outcome"] for r in rows if r["image"] != bad} == {"ok"}
+        assert all("CreateContainerError" in r["reason"] for r in rows if r["image"] == bad)
+    verdict = run(region["home"], "canary", "verdict", "--stage", "dev", "--baseline", good, "--window", "20m", check=False)
+    said = json.loads(verdict.stdout)
+    assert verdict.returncode == 1 and said["verdict"] == "fail" and bad in said["reason"]
+    run(region["home"], "local", "fault", "clear")
+
+
+def test_api_errors_fail_the_canary_naming_the_503(region: dict[str, Any]) -> None:
+    run(region["home"], "local", "fault", "api-errors", CLUSTER, "100%")
+    out = canary(region, "--once", "-o", "json")
+    run(region["home"], "local", "fault", "clear")
+    assert out.returncode == 1
+    rows = results(out)
+    assert rows and {r["outcome"] for r in rows} == {"fail"} and all("503" in r["reason"] for r in rows)
+
+
+def _canary_namespaces(region: dict[str, Any]) -> list[str]:
+    url = f"{region['kubernetes_endpoint']}/clusters/{CLUSTER}/api/v1/namespaces?labelSelector=platformctl.io/canary"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return [n["metadata"]["name"] for n in json.loads(response.read())["items"]
+                if n.get("status", {}).get("phase") != "Terminating"]
+
+
+def test_a_runner_killed_mid_check_leaves_nothing_once_the_next_run_reaps(region: dict[str, Any]) -> None:
+    slow = images(region)["general"]
+    run(region["home"], "local", "fault", "slow-start", slow, "90")  # so that the kill lands mid-check
+    proc = start(region["home"], "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
+                 "--lease-ttl", "2", "--once")
+    deadline = time.monotonic() + 60
+    while not _canary_namespaces(region) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _canary_namespaces(region)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert left, "the kill landed mid-check"
+    assert _canary_namespaces(region) == left  # the dead runner's namespace, and its pods, are still there
+    run(region["home"], "local", "fault", "clear")
+    time.sleep(2.3)  # its lease runs out
+    out = canary(region, "--once", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["clusters"][0]["reaped"] == left
+    assert _canary_namespaces(region) == []
+    live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=CLUSTER)
+    time.sleep(0.5)
+    assert not [p for p in live.list_pods(label_selector="platformctl.io/canary") if not p.terminating]
+
+
+def test_bad_input_is_one_line_exit_2(region: dict[str, Any], tmp_path: Path) -> None:
+    (tmp_path / "web.yaml").write_text("name: web\nkind: webapp\n")
+    out = run(region["home"], "canary", "run", "--stage", "dev", "--once", "--canaries", str(tmp_path), check=False)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and f"{tmp_path / 'web.yaml'}: kind:" in out.stderr
+    out = run(region["home"], "canary", "run", "--stage", "dev", "--cluster", "dev-usw2z-01", "--once", check=False)
+    assert out.returncode == 2 and "no cluster 'dev-usw2z-01'" in out.stderr

@@ -388,10 +388,12 @@ class Pod:
         started: float | None,
         evicted: bool,
         resource_version: int,
+        scheduled: float | None = None,
     ) -> Pod:
         """This pod with a new binding and status (the simulator's hot path: no ``replace()``)."""
         return self._copy(self.name, self.uid, self.owner, node_name, phase, ready, deletion_time, self.created,
-                          started, evicted, resource_version, self.scheduled, self.waiting)
+                          started, evicted, resource_version, self.scheduled if scheduled is None else scheduled,
+                          self.waiting)
 
     def spawn(self, name: str, uid: str, owner: OwnerReference, node_name: str | None, created: float, resource_version: int) -> Pod:
         """A new pending pod made from this one as a controller's template."""

@@ -905,10 +905,11 @@ class SimulatedCluster:
         deletion_time: float | None,
         started: float | None,
         evicted: bool,
+        scheduled: float | None = None,
     ) -> Pod:
         """Store a pod's new binding or status and keep the budgets' healthy counts in step."""
         self._rv += 1
-        new = old.with_status(node_name, phase, ready, deletion_time, started, evicted, self._rv)
+        new = old.with_status(node_name, phase, ready, deletion_time, started, evicted, self._rv, scheduled)
         self._pods[new.key] = new
         was, now = _healthy(old), _healthy(new)
         if was != now:
@@ -1171,8 +1172,7 @@ class SimulatedCluster:
         del self._pending[pod.key]
         self._unschedulable.discard(pod.key)
         pod = self._set_pod(pod, node_name=state.node.name, phase=pod.phase, ready=pod.ready, deletion_time=None,
-                            started=pod.started, evicted=pod.evicted)
-        pod = self._pods[pod.key] = replace(pod, scheduled=self.now())  # the same change: PodScheduled's time
+                            started=pod.started, evicted=pod.evicted, scheduled=self.now())
         state.pods.add(pod.key)
         state.charge(pod.requests, 1)
         self._record(POD_SCHEDULED, pod.namespace, pod.name, (pod.uid, state.node.name))

@@ -45,6 +45,8 @@ def seconds(value: Any) -> int:
     if isinstance(value, int | float) and value >= 0:
         return int(value)
     if isinstance(value, str):
+        if value.strip().isdigit():
+            return int(value.strip())
         match = _DURATION.match(value.strip())
         if match and any(match.groups()):
             h, m, s = (int(g or 0) for g in match.groups())

@@ -10,6 +10,7 @@ import click
 from rich.table import Table
 
 from platformctl.cli.output import OUTPUT, console, emit_json
+from platformctl.topology import STAGES
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_CODES_HELP = "exit 0 pass, 1 fail, 2 bad input, 3 inconclusive"
@@ -63,7 +64,8 @@ RUN_EXIT_HELP = "exit 0 every check ok, 1 a check failed or timed out, 2 bad inp
 
 
 @canary.command("run", epilog=RUN_EXIT_HELP)
-@click.option("--stage", "stage_name", required=True, help="the stage whose clusters the canaries run on")
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), required=True,
+              help="the stage whose clusters the canaries run on")
 @click.option("--cluster", "only", default=None, help="one cluster of the stage (its kubeconfig context name)")
 @click.option("--once", is_flag=True, help="each canary once, then exit (else each on its interval until interrupted)")
 @click.option("--canaries", "folder", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -87,10 +89,8 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
     from platformctl.server.control import default_kubeconfig
     from platformctl.state import LeaseHeld, open_store
     from platformctl.state.lease import LeaseKeeper, holder_id
-    from platformctl.topology import STAGES, load_stage
+    from platformctl.topology import load_stage
 
-    if stage_name not in STAGES:
-        raise PlatformError(f"unknown stage {stage_name!r} (stages: {', '.join(STAGES)})", field="--stage")
     stage = load_stage(stage_name, ctx.obj["infra_dir"])
     names = [c.name for c in stage.clusters()]
     if only is not None and only not in names:
@@ -163,7 +163,7 @@ def _print_attempt(cluster: str, attempt: Any) -> None:
 
 
 @canary.command("verdict", epilog=EXIT_CODES_HELP)
-@click.option("--stage", "stage_name", required=True)
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), required=True, help="the stage whose results are judged")
 @click.option("--window", default="30m", show_default=True, help="how far back results count (seconds, or 30m, 2h)")
 @click.option("--baseline", default=None, metavar="ARM",
               help="an image (ami-…): each other image's node-pool arm is judged against it (default: this window "

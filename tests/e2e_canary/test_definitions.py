@@ -45,7 +45,7 @@ def test_mistakes_name_the_file_and_the_key(text: str, field: str | None, says: 
 
 
 def test_durations() -> None:
-    assert [seconds(v) for v in (90, "90s", "5m", "1h30m", "2h")] == [90, 90, 300, 5400, 7200]
+    assert [seconds(v) for v in (90, "90", "90s", "5m", "1h30m", "2h")] == [90, 90, 90, 300, 5400, 7200]
 
 
 def test_the_command_lists_them_and_a_bad_one_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def environment(home: Path, env: dict[str, str] | None = None) -> dict[str, str]:
@@ -27,3 +29,11 @@ def run(home: Path, *args: str, check: bool = True, env: dict[str, str] | None =
 def start(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "platformctl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=environment(home, env))
+
+
+def local_region(home: Path, *args: str) -> dict[str, Any]:
+    """`platformctl local up --stage dev ARGS…` in ``home``: the region's status, with ``home`` added (stop it
+    with ``run(home, "local", "down")``)."""
+    info = json.loads(run(home, "local", "up", "--stage", "dev", *args, "-o", "json").stdout)
+    info["home"] = home
+    return info

@@ -345,16 +345,7 @@ class Executor:
     def _settle_unconfirmed(self) -> None:
         """Side effects a killed run started but never confirmed: look at the world and record what happened."""
         for key, intent in list(self.state.pending.items()):
-            if intent["op"] == "terminate":
-                found = self.groups.instances([intent["instance"]]).get(intent["instance"])
-                happened = found is None or found.leaving
-                self.journal.done(key, ok=happened, recovered=True,
-                                  result="instance already terminating or gone" if happened else "call never took effect")
-            elif intent["op"] == "set-desired":
-                happened = self.groups.describe(intent["group"]).desired >= int(intent["desired"])
-                self.journal.done(key, ok=happened, recovered=True,
-                                  result="capacity already raised" if happened else "call never took effect")
-            else:
+            if not j.settle_with_groups(self.journal, key, intent, self.groups):
                 # Cordons, taints, capacity changes and evictions are redone (or found done) by the steps that
                 # follow; closing the intent keeps the journal's pairs whole.
                 self.journal.done(key, ok=False, recovered=True, result="interrupted; the step is redone if still needed")

@@ -291,6 +291,23 @@ def journalled(journal: Writes, op: str, action: Callable[[], Any], **args: Any)
     return result
 
 
+def settle_with_groups(journal: Writes, key: str, intent: Mapping[str, Any], groups: Any) -> bool:
+    """Close an unconfirmed ``terminate`` or ``set-desired`` by asking the node groups what happened (an instance
+    terminated only if still in service; a capacity raised if the group shows it). False for any other op."""
+    if intent["op"] == "terminate":
+        found = groups.instances([intent["instance"]]).get(intent["instance"])
+        happened = found is None or found.leaving
+        journal.done(key, ok=happened, recovered=True,
+                     result="instance already terminating or gone" if happened else "call never took effect")
+        return True
+    if intent["op"] == "set-desired":
+        happened = groups.describe(intent["group"]).desired >= int(intent["desired"])
+        journal.done(key, ok=happened, recovered=True,
+                     result="capacity already raised" if happened else "call never took effect")
+        return True
+    return False
+
+
 def control(store: StateStore, cluster: str, action: str, by: str, reason: str, at: float) -> Record:
     """A pause, resume or abort request, written by another process."""
     return store.append(stream_of(cluster), {"kind": CONTROL, "action": action, "by": by, "reason": reason, "at": at})

@@ -336,16 +336,9 @@ class Remediator:
     def _settle_unconfirmed(self) -> None:
         """Side effects a killed run started and never confirmed: look at the world and record what happened."""
         for key, intent in list(self.log.state.pending.items()):
-            if intent["op"] == "terminate":
-                found = self.groups.instances([intent["instance"]]).get(intent["instance"])
-                happened = found is None or found.leaving
-                self.log.done(key, ok=happened, recovered=True,
-                              result="instance already terminating or gone" if happened else "call never took effect")
-            elif intent["op"] == "set-desired":
-                happened = self.groups.describe(intent["group"]).desired >= int(intent["desired"])
-                self.log.done(key, ok=happened, recovered=True,
-                              result="capacity already raised" if happened else "call never took effect")
-            elif intent["op"] == "cordon":
+            if rotation_journal.settle_with_groups(self.log, key, intent, self.groups):
+                continue
+            if intent["op"] == "cordon":
                 try:
                     happened = self.cluster.get_node(intent["node"]).unschedulable
                 except NotFoundError:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from platformctl.cluster.live import LiveCluster
-from tests.process import run, start
+from tests.process import local_region, run, start
 
 CLUSTER = "dev-usw2a-01"
 
@@ -23,8 +23,7 @@ CLUSTER = "dev-usw2a-01"
 @pytest.fixture(scope="module")
 def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("home")
-    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-workloads", "-o", "json").stdout)
-    info["home"] = home
+    info = local_region(home, "--no-workloads")
     canaries = home / "canaries"
     canaries.mkdir()
     (canaries / "node-pool.yaml").write_text("name: node-pool\nkind: node-pool\npodsPerArm: 8\ndeadline: 2m\ninterval: 1m\n")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from platformctl.cluster.model import parse_time
-from tests.process import run
+from tests.process import local_region, run
 
 KUBECTL = shutil.which("kubectl")
 CLUSTER = "dev-usw2a-01"
@@ -27,8 +27,7 @@ CLUSTER = "dev-usw2a-01"
 @pytest.fixture(scope="module")
 def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("home")
-    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-workloads", "-o", "json").stdout)
-    info["home"] = home
+    info = local_region(home, "--no-workloads")
     info["api"] = f"{info['kubernetes_endpoint']}/clusters/{CLUSTER}"
     yield info
     run(home, "local", "down", check=False)

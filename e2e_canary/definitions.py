@@ -26,6 +26,8 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from platformctl.cluster.model import Resources as PodResources
+from platformctl.cluster.model import parse_quantity
 from platformctl.errors import PlatformError
 from platformctl.yamlfile import read_yaml, validate
 
@@ -64,6 +66,19 @@ class _Value(BaseModel):
 class Resources(_Value):
     cpu: str = "50m"
     memory: str = "64Mi"
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _quantity(cls, value: str) -> str:
+        try:
+            parse_quantity(value, "", None)
+        except PlatformError:
+            raise ValueError(f"{value!r} is not a Kubernetes quantity") from None
+        return value
+
+    def requests(self) -> PodResources:
+        """As the model counts them: millicores and bytes (the quantities were checked at load)."""
+        return PodResources(int(parse_quantity(self.cpu, "cpu", None) * 1000), int(parse_quantity(self.memory, "memory", None)))
 
 
 class Canary(_Value):

@@ -272,6 +272,12 @@ def _number(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _too_little(b: dict[str, Any], e: dict[str, Any], minimum: int, what: str, key: str) -> str:
+    """Why the arms hold too little to judge ("" when they hold enough)."""
+    short = [f"{arm} has {s['n']}" for arm, s in (("baseline", b), ("experiment", e)) if s["n"] < minimum]
+    return f"too little data: {', '.join(short)} {what}, fewer than {key} {minimum}" if short else ""
+
+
 def _judge_metric(name: str, baseline: Sequence[float], experiment: Sequence[float], config: JudgeConfig,
                   alpha: float) -> MetricVerdict:
     rule = config.rule(name)
@@ -284,9 +290,8 @@ def _judge_metric(name: str, baseline: Sequence[float], experiment: Sequence[flo
     if empty:
         out.reason = f"no data in the {' and '.join(empty)} arm{'s' if len(empty) > 1 else ''}: nothing to judge, never a pass"
         return out
-    short = [f"{arm} has {s['n']}" for arm, s in (("baseline", b), ("experiment", e)) if s["n"] < config.min_samples]
-    if short:
-        out.reason = f"too little data: {', '.join(short)} samples, fewer than minSamples {config.min_samples}"
+    out.reason = _too_little(b, e, config.min_samples, "samples", "minSamples")
+    if out.reason:
         return out
     worse = "greater" if rule.direction == "increase" else "less"
     test = stats.mannwhitneyu(experiment, baseline, alternative=worse)
@@ -323,9 +328,8 @@ def _judge_rate(name: str, k_b: int, n_b: int, k_e: int, n_e: int, rule: RateRul
     out = MetricVerdict(name, "inconclusive", "", b, e, threshold={"material_increase": rule.material_increase,
                                                                    "budget": rule.budget, "alpha": alpha,
                                                                    "min_attempts": config.min_attempts})
-    short = [f"{arm} has {s['n']}" for arm, s in (("baseline", b), ("experiment", e)) if s["n"] < config.min_attempts]
-    if short:
-        out.reason = f"too little data: {', '.join(short)} attempts, fewer than minAttempts {config.min_attempts}"
+    out.reason = _too_little(b, e, config.min_attempts, "attempts", "minAttempts")
+    if out.reason:
         return out
     table = [[k_e, n_e - k_e], [k_b, n_b - k_b]]
     test = stats.fisher_exact(table, alternative="greater")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from platformctl.cluster.interface import Cluster
-from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Resources, Toleration
+from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Toleration
 from platformctl.errors import ApiRefused, NotFoundError, PlatformError
 from platformctl.state import StateStore
 from e2e_canary.definitions import LABEL, Canary
@@ -114,7 +114,7 @@ class Runner:
     # ---------------------------------------------------------------- node-pool
 
     def _pod(self, canary: Canary, attempt: str, namespace: str, arm: Arm, i: int, retry: bool = False) -> Pod:
-        requests = Resources(_millis(canary.resources.cpu), _bytes(canary.resources.memory))
+        requests = canary.resources.requests()
         name = f"{arm.pool}-{arm.image.removeprefix('ami-')[-8:]}-{i}{'-r' if retry else ''}"
         return Pod(namespace, name, str(uuid.uuid4()), labels={LABEL: canary.name, ATTEMPT_LABEL: attempt, "arm-pool": arm.pool},
                    annotations=dict(SIM_START), node_selector={LABEL_NODEGROUP: arm.pool, LABEL_NODEGROUP_IMAGE: arm.image},
@@ -127,7 +127,8 @@ class Runner:
         deadline = start + canary.deadline
         arms = {}
         results: list[dict[str, Any]] = []
-        for arm in self.arms():
+        present = self.arms()
+        for arm in present:
             for i in range(canary.pods_per_arm):
                 pod = self._pod(canary, attempt, namespace, arm, i)
                 try:
@@ -138,7 +139,7 @@ class Runner:
                                                 f"the API server answered {exc.status} to creating pod {pod.name}: {exc.detail}", {}))
                     continue
                 arms[pod.name] = (arm, i, False)
-        self.progress(f"{self.name}: {canary.name}: {len(arms)} pods on {len(self.arms())} arms, waiting up to {canary.deadline} s")
+        self.progress(f"{self.name}: {canary.name}: {len(arms)} pods on {len(present)} arms, waiting up to {canary.deadline} s")
         done: dict[str, dict[str, Any]] = {}
         while True:
             pods = {p.name: p for p in self.cluster.list_pods(namespace=namespace)}
@@ -189,18 +190,6 @@ class Runner:
                 "reason": reason, "metrics": metrics, "at": self.clock.now()}
         self.store.append(stream_of(self.stage, self.name), data)
         return data
-
-
-def _millis(cpu: str) -> int:
-    return int(cpu[:-1]) if cpu.endswith("m") else int(float(cpu) * 1000)
-
-
-def _bytes(memory: str) -> int:
-    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
-    for suffix, factor in units.items():
-        if memory.endswith(suffix):
-            return int(float(memory[: -len(suffix)]) * factor)
-    return int(memory)
 
 
 def results(store: StateStore, stage: str, since: float | None = None) -> list[dict[str, Any]]:

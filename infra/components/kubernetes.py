@@ -245,59 +245,50 @@ class ClusterObjects(pulumi.ComponentResource):
             spec=spec, opts=self._opts(depends_on=[account, config]))
 
 
+def _cronjob_spec(name: str, account: str, config: str, image: str, schedule: str, args: list[str], region: str, *,
+                  starting_deadline: int, failed_history: int, cpu: str, memory: str, limit: str,
+                  active_deadline: int | None = None) -> dict[str, Any]:
+    """A platformctl CronJob: one run at a time (``Forbid``), never a pile of missed runs, a bounded history,
+    the policy and kubeconfig from its ConfigMap, locked down (non-root, read-only, no capabilities)."""
+    job: dict[str, Any] = {"backoffLimit": 0}
+    if active_deadline is not None:
+        job["activeDeadlineSeconds"] = active_deadline
+    job["template"] = {
+        "metadata": {"labels": {**LABELS, "app.kubernetes.io/name": name}},
+        "spec": {
+            "serviceAccountName": account, "restartPolicy": "Never", "priorityClassName": "system-cluster-critical",
+            "volumes": [{"name": "config", "configMap": {"name": config}}],
+            "containers": [{
+                "name": name.removeprefix("platformctl-"), "image": image, "args": args,
+                "env": [{"name": "AWS_REGION", "value": region}],
+                "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+                "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": limit}},
+                "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
+                                    "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }],
+        }}
+    return {"schedule": schedule, "timeZone": "Etc/UTC", "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": starting_deadline, "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": failed_history, "jobTemplate": {"spec": job}}
+
+
 def rotation_cronjob_spec(stage: str, image: str, schedule: str, state_table: str, region: str) -> dict[str, Any]:
-    """One rotation at a time (``Forbid``), never a pile of missed runs, and a bounded history. The job
-    rotates the whole stage with the stack's policy, journals in the stage's state table, and exits
+    """The job rotates the whole stage with the stack's policy, journals in the stage's state table, and exits
     with `rotate run`'s codes (a paused stage exits 4, which the job records as failed: visible)."""
-    return {
-        "schedule": schedule, "timeZone": "Etc/UTC", "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 600,
-        "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3,
-        "jobTemplate": {"spec": {"backoffLimit": 0, "template": {
-            "metadata": {"labels": {**LABELS, "app.kubernetes.io/name": "platformctl-rotate"}},
-            "spec": {
-                "serviceAccountName": ROTATION_SERVICE_ACCOUNT, "restartPolicy": "Never",
-                "priorityClassName": "system-cluster-critical",
-                "volumes": [{"name": "config", "configMap": {"name": ROTATION_CONFIG}}],
-                "containers": [{
-                    "name": "rotate", "image": image,
-                    "args": ["rotate", "run", "--stage", stage, "--policy", f"{CONFIG_DIR}/policy.yaml",
-                             "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--state", f"dynamodb://{state_table}",
-                             "--output", "json"],
-                    "env": [{"name": "AWS_REGION", "value": region}],
-                    "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
-                    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
-                    "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
-                                        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                }],
-            }}}},
-    }
+    args = ["rotate", "run", "--stage", stage, "--policy", f"{CONFIG_DIR}/policy.yaml", "--kubeconfig",
+            f"{CONFIG_DIR}/kubeconfig", "--state", f"dynamodb://{state_table}", "--output", "json"]
+    return _cronjob_spec("platformctl-rotate", ROTATION_SERVICE_ACCOUNT, ROTATION_CONFIG, image, schedule, args, region,
+                         starting_deadline=600, failed_history=3, cpu="250m", memory="256Mi", limit="512Mi")
 
 
 def remediation_cronjob_spec(cluster: str, image: str, schedule: str, state_table: str, region: str) -> dict[str, Any]:
-    """One pass at a time (``Forbid``); runs that overlap or pile up could only race each other for the lease.
-    Exit 1 (breaker open) marks the job failed: an incident shows on the cluster, not only in the store."""
-    return {
-        "schedule": schedule, "timeZone": "Etc/UTC", "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 120,
-        "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 5,
-        "jobTemplate": {"spec": {"backoffLimit": 0, "activeDeadlineSeconds": 3600, "template": {
-            "metadata": {"labels": {**LABELS, "app.kubernetes.io/name": "platformctl-remediate"}},
-            "spec": {
-                "serviceAccountName": REMEDIATION_SERVICE_ACCOUNT, "restartPolicy": "Never",
-                "priorityClassName": "system-cluster-critical",
-                "volumes": [{"name": "config", "configMap": {"name": REMEDIATION_CONFIG}}],
-                "containers": [{
-                    "name": "remediate", "image": image,
-                    "args": ["remediate", "--context", cluster, "--policy", f"{CONFIG_DIR}/policy.yaml",
-                             "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--state", f"dynamodb://{state_table}",
-                             "--once", "--output", "json"],
-                    "env": [{"name": "AWS_REGION", "value": region}],
-                    "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
-                    "resources": {"requests": {"cpu": "100m", "memory": "192Mi"}, "limits": {"memory": "384Mi"}},
-                    "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
-                                        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                }],
-            }}}},
-    }
+    """One pass at a time: runs that overlap could only race each other for the lease. Exit 1 (breaker open)
+    marks the job failed: an incident shows on the cluster, not only in the store."""
+    args = ["remediate", "--context", cluster, "--policy", f"{CONFIG_DIR}/policy.yaml", "--kubeconfig",
+            f"{CONFIG_DIR}/kubeconfig", "--state", f"dynamodb://{state_table}", "--once", "--output", "json"]
+    return _cronjob_spec("platformctl-remediate", REMEDIATION_SERVICE_ACCOUNT, REMEDIATION_CONFIG, image, schedule, args,
+                         region, starting_deadline=120, failed_history=5, cpu="100m", memory="192Mi", limit="384Mi",
+                         active_deadline=3600)
 
 
 def member_cluster_crd_spec() -> Mapping[str, Any]:

@@ -101,6 +101,12 @@ def _show_faults(answer: dict[str, Any], output: str, headline: str) -> None:
         out.print(f"  {f['kind']}: {what}")
 
 
+def _inject(body: dict[str, Any], output: str, headline: str) -> None:
+    from platformctl.server import control
+
+    _show_faults(control.faults("POST", body), output, headline)
+
+
 @local.group("fault")
 def local_fault() -> None:
     """Break the running local region as production breaks: it shows through the Kubernetes API and AWS exactly
@@ -115,10 +121,7 @@ def local_fault() -> None:
 @OUTPUT
 def fault_node_notready(node: str, status: str, output: str) -> None:
     """NODE stops being Ready: tainted, its pods marked not Ready, and after 300 s deleted by the taint manager."""
-    from platformctl.server import control
-
-    answer = control.faults("POST", {"kind": "node-notready", "node": node, "status": status})
-    _show_faults(answer, output, f"{node}: kubelet fault (Ready {status})")
+    _inject({"kind": "node-notready", "node": node, "status": status}, output, f"{node}: kubelet fault (Ready {status})")
 
 
 @local_fault.command("node-condition")
@@ -131,11 +134,8 @@ def fault_node_notready(node: str, status: str, output: str) -> None:
 def fault_node_condition(node: str, type_: str, status: str, reason: str, message: str, output: str) -> None:
     """NODE reports condition TYPE (DiskPressure, MemoryPressure, PIDPressure, NetworkUnavailable, or a
     node-problem-detector's such as KernelDeadlock)."""
-    from platformctl.server import control
-
-    answer = control.faults("POST", {"kind": "node-condition", "node": node, "type": type_, "status": status,
-                                     "reason": reason, "message": message})
-    _show_faults(answer, output, f"{node}: {type_}={status}")
+    _inject({"kind": "node-condition", "node": node, "type": type_, "status": status, "reason": reason,
+             "message": message}, output, f"{node}: {type_}={status}")
 
 
 @local_fault.command("instance-no-join")
@@ -146,10 +146,8 @@ def fault_node_condition(node: str, type_: str, status: str, reason: str, messag
 def fault_instance_no_join(pool: str, count: int, output: str) -> None:
     """POOL's next instances boot and never register a node (a failed bootstrap). POOL is CLUSTER/POOL, the auto
     scaling group's name, or a pool name only one cluster has."""
-    from platformctl.server import control
-
-    answer = control.faults("POST", {"kind": "instance-no-join", "pool": pool, "count": count})
-    _show_faults(answer, output, f"{pool}: the next {count} instance(s) will not join")
+    _inject({"kind": "instance-no-join", "pool": pool, "count": count}, output,
+            f"{pool}: the next {count} instance(s) will not join")
 
 
 @local_fault.command("bad-image")
@@ -157,9 +155,7 @@ def fault_instance_no_join(pool: str, count: int, output: str) -> None:
 @OUTPUT
 def fault_bad_image(image: str, output: str) -> None:
     """Containers on nodes booted from AMI never start (CreateContainerError), as with a broken container runtime."""
-    from platformctl.server import control
-
-    _show_faults(control.faults("POST", {"kind": "bad-image", "image": image}), output, f"{image}: containers will not start")
+    _inject({"kind": "bad-image", "image": image}, output, f"{image}: containers will not start")
 
 
 @local_fault.command("slow-start")
@@ -168,10 +164,7 @@ def fault_bad_image(image: str, output: str) -> None:
 @OUTPUT
 def fault_slow_start(image: str, seconds: float, output: str) -> None:
     """Containers on nodes booted from AMI start SECONDS late (a slow image pull, a slow runtime)."""
-    from platformctl.server import control
-
-    answer = control.faults("POST", {"kind": "slow-start", "image": image, "seconds": seconds})
-    _show_faults(answer, output, f"{image}: containers start {seconds:g} s late")
+    _inject({"kind": "slow-start", "image": image, "seconds": seconds}, output, f"{image}: containers start {seconds:g} s late")
 
 
 @local_fault.command("api-errors")
@@ -180,10 +173,7 @@ def fault_slow_start(image: str, seconds: float, output: str) -> None:
 @OUTPUT
 def fault_api_errors(cluster: str, rate: str, output: str) -> None:
     """CLUSTER's API server answers creates 503 at RATE (0.2 or 20%)."""
-    from platformctl.server import control
-
-    answer = control.faults("POST", {"kind": "api-errors", "cluster": cluster, "rate": rate})
-    _show_faults(answer, output, f"{cluster}: creates answered 503 at {rate}")
+    _inject({"kind": "api-errors", "cluster": cluster, "rate": rate}, output, f"{cluster}: creates answered 503 at {rate}")
 
 
 @local_fault.command("clear")

@@ -35,6 +35,7 @@ def test_a_new_canary_is_a_file(tmp_path: Path) -> None:
     ("name: x\nkind: service\ninterval: soon\n", "interval", "'soon' is not a duration"),
     ("name: x\nkind: service\nreplicas: 2\nminAvailable: 3\n", None, "minAvailable 3 must be between 0 and replicas 2"),
     ("name: x\nkind: service\nreplica: 2\n", "replica", "did you mean replicas"),
+    ("name: x\nkind: node-pool\nresources: {cpu: lots}\n", "resources.cpu", "'lots' is not a Kubernetes quantity"),
 ])
 def test_mistakes_name_the_file_and_the_key(text: str, field: str | None, says: str) -> None:
     import yaml

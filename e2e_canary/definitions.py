@@ -18,7 +18,6 @@ unknown kind, a bad cron expression, a duration that is not one) names the file 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,31 +28,15 @@ from pydantic.alias_generators import to_camel
 from platformctl.cluster.model import Resources as PodResources
 from platformctl.cluster.model import parse_quantity
 from platformctl.errors import PlatformError
+from platformctl.humanize import parse_duration as seconds
 from platformctl.yamlfile import read_yaml, validate
 
 CANARY_DIR = Path(__file__).resolve().parent / "canaries"  # the canaries shipped with this package (tests read them)
 LABEL = "platformctl.io/canary"
 KINDS = ("service", "batch", "cron", "daemon", "node-pool")
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=50)]
 Count = Annotated[int, Field(ge=1)]
-
-
-def seconds(value: Any) -> int:
-    """A duration as a number of seconds or as ``1h30m``, ``5m``, ``45s``."""
-    if isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or a text such as 5m or 1h30m")
-    if isinstance(value, int | float) and value >= 0:
-        return int(value)
-    if isinstance(value, str):
-        if value.strip().isdigit():
-            return int(value.strip())
-        match = _DURATION.match(value.strip())
-        if match and any(match.groups()):
-            h, m, s = (int(g or 0) for g in match.groups())
-            return h * 3600 + m * 60 + s
-    raise ValueError(f"{value!r} is not a duration (a number of seconds, or a text such as 5m or 1h30m)")
 
 
 Duration = Annotated[int, Field(ge=0)]

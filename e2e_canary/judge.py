@@ -328,16 +328,20 @@ def _judge_rate(name: str, k_b: int, n_b: int, k_e: int, n_e: int, rule: RateRul
     out = MetricVerdict(name, "inconclusive", "", b, e, threshold={"material_increase": rule.material_increase,
                                                                    "budget": rule.budget, "alpha": alpha,
                                                                    "min_attempts": config.min_attempts})
-    out.reason = _too_little(b, e, config.min_attempts, "attempts", "minAttempts")
-    if out.reason:
+    short = _too_little(b, e, config.min_attempts, "attempts", "minAttempts")
+    if n_e == 0:
+        out.reason = short
         return out
-    table = [[k_e, n_e - k_e], [k_b, n_b - k_b]]
-    test = stats.fisher_exact(table, alternative="greater")
-    shift = k_e / n_e - k_b / n_b
-    lower, upper = newcombe(k_e, n_e, k_b, n_b, config.confidence)
-    out.u_statistic, out.p_value = None, float(test.pvalue)
-    out.shift, out.shift_ci = shift, [lower, upper]
-    said = f"{k_e}/{n_e} against {k_b}/{n_b}, difference {shift:+.2%} ({int(config.confidence * 100)}% CI {lower:+.2%} to {upper:+.2%})"
+    # Fisher's and the binomial test are exact at any size: a significant regression on few attempts is a
+    # fail (a broken image is caught on its first attempts), but a pass needs minAttempts in each arm.
+    said = f"{k_e}/{n_e} against the baseline's {k_b}/{n_b}"
+    if n_b:
+        test = stats.fisher_exact([[k_e, n_e - k_e], [k_b, n_b - k_b]], alternative="greater")
+        shift = k_e / n_e - k_b / n_b
+        lower, upper = newcombe(k_e, n_e, k_b, n_b, config.confidence)
+        out.u_statistic, out.p_value = None, float(test.pvalue)
+        out.shift, out.shift_ci = shift, [lower, upper]
+        said = f"{k_e}/{n_e} against {k_b}/{n_b}, difference {shift:+.2%} ({int(config.confidence * 100)}% CI {lower:+.2%} to {upper:+.2%})"
     if rule.budget is not None:
         over = stats.binomtest(k_e, n_e, rule.budget, alternative="greater")
         out.threshold["budget_p_value"] = float(over.pvalue)
@@ -345,9 +349,13 @@ def _judge_rate(name: str, k_b: int, n_b: int, k_e: int, n_e: int, rule: RateRul
             out.verdict = "fail"
             out.reason = f"{k_e / n_e:.2%} is significantly over its budget {rule.budget:.2%} (p={over.pvalue:.2g}); {said}"
             return out
-    if out.p_value < alpha and shift > rule.material_increase:
+    if out.p_value is None:
+        out.reason = short
+    elif out.p_value < alpha and (out.shift or 0.0) > rule.material_increase:
         out.verdict = "fail"
         out.reason = f"significantly higher (Fisher p={out.p_value:.2g}) by more than {rule.material_increase:.2%}: {said}"
+    elif short:
+        out.reason = f"{short} ({said})"
     elif out.p_value < alpha:
         out.verdict = "pass"
         out.reason = f"significantly higher (p={out.p_value:.2g}) but under the material {rule.material_increase:.2%}: {said}"

@@ -83,8 +83,8 @@ class Runner:
         found: dict[tuple[str, str], Arm] = {}
         for node in self.cluster.list_nodes():
             pool, image = node.labels.get(LABEL_NODEGROUP), node.labels.get(LABEL_NODEGROUP_IMAGE)
-            if pool is None or image is None:
-                continue
+            if pool is None or image is None or node.unschedulable or not node.ready:
+                continue  # a cordoned or broken node is the rotation's or remediation's: no user can land there
             arm = found.setdefault((pool, image), Arm(pool, image, node.zone, 0))
             arm.nodes += 1
         return [found[k] for k in sorted(found)]

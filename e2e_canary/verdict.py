@@ -1,13 +1,15 @@
 """The stage's canary verdict over stored results: this window against the one before, or each image's arm
-against a baseline image's (mid-rotation, the new image against the old). It judges; it runs nothing."""
+against a baseline image's (mid-rotation, the new image against the old); and the rotation's canary gate.
+It judges; it runs nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from platformctl.humanize import human_duration
 from e2e_canary.judge import JudgeConfig, judge
-from e2e_canary.runner import arm_of
+from e2e_canary.runner import arm_of, results
 
 ORDER = {"fail": 2, "inconclusive": 1, "pass": 0}
 
@@ -35,3 +37,64 @@ def stage_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, bas
         f"every image passes against {baseline}"
     return {"verdict": verdict, "reason": reason, "baseline": baseline, "arms": arms, "window_seconds": window,
             "results": {"baseline": len(base), **{image: len(r) for image, r in by_image.items()}}}
+
+
+def rotation_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, cluster: str, targets: Mapping[str, str],
+                     present: Collection[str], config: JudgeConfig | None = None) -> dict[str, Any]:
+    """The canary health gate of one cluster's rotation, before its next wave: may more nodes boot the target images?
+
+    ``rows``: the cluster's canary results; ``targets``: pool -> the image the rotation moves it onto;
+    ``present``: the images nodes of the cluster boot now. Each target image that nodes already boot is
+    judged, its node-pool arm against every other image's (the ones it replaces, side by side in the same
+    pools), over the window. Before any node boots one (the first wave), the stage's canaries are checked
+    against their failure budget instead. No results, or a target image on nodes with none of its own yet,
+    is ``inconclusive``: a gate that cannot tell does not let a wave through.
+    """
+    current = [r for r in rows if now - window <= float(r["at"]) <= now]
+    span = f"the last {human_duration(window)}"
+    if not current:
+        return {"verdict": "inconclusive", "reason": f"no canary result for {cluster} in {span}: is `platformctl canary run` "
+                "running for it, with the same state store?", "arms": {}, "window_seconds": window}
+    new = set(targets.values())
+    tried = sorted(new & set(present))
+    old = [r for r in current if r.get("image") and r["image"] not in new]
+    if not tried:
+        verdict = judge(arm_of([]), arm_of(current), config)  # the experiment alone: its failure budget
+        rate = verdict.metrics["failure_rate"]
+        if rate.verdict == "fail":
+            return {"verdict": "fail", "reason": f"no node boots a target image yet, and {cluster}'s canaries fail already: "
+                    f"{rate.reason}", "arms": {}, "window_seconds": window}
+        if rate.experiment["n"] < (config or JudgeConfig()).min_attempts:
+            return {"verdict": "inconclusive", "reason": f"no node boots a target image yet; {cluster}'s canaries have "
+                    f"{rate.reason}", "arms": {}, "window_seconds": window}
+        return {"verdict": "pass", "reason": f"no node boots a target image yet; {cluster}'s canaries are within their "
+                f"failure budget ({rate.experiment['events']}/{rate.experiment['n']} failed in {span})", "arms": {},
+                "window_seconds": window}
+    arms: dict[str, dict[str, Any]] = {}
+    for image in tried:
+        mine = [r for r in current if r.get("image") == image]
+        if not mine:
+            arms[image] = {"verdict": "inconclusive", "reason": f"nodes boot {image} but no canary result of it in {span} yet"}
+            continue
+        arms[image] = judge(arm_of(old), arm_of(mine), config).to_dict()
+        arms[image]["results"] = len(mine)
+    worst_image, worst = max(arms.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
+    if worst["verdict"] == "pass":
+        reason = f"{', '.join(tried)} pass against the images they replace ({len(old)} results of those in {span})"
+    else:
+        reason = f"target image {worst_image} against the images it replaces: {worst['reason']}"
+    return {"verdict": worst["verdict"], "reason": reason, "arms": arms, "baseline_results": len(old), "window_seconds": window}
+
+
+def canary_gate(store: Any, window: float, config: JudgeConfig | None = None) -> Callable[[Any], dict[str, Any]]:
+    """The rotation executor's canary health gate over ``store``: asked with a question (``cluster``, ``now``,
+    ``targets``, ``present``), it reads that cluster's results and answers ``rotation_verdict``'s JSON."""
+
+    def ask(question: Any) -> dict[str, Any]:
+        since = question.now - window
+        rows = [r for r in results(store, question.stage, since) if r.get("cluster") == question.cluster] if question.stage \
+            else [dict(rec.data) for stream in store.streams("canary/") if stream.endswith(f"/{question.cluster}")
+                  for rec in store.read(stream) if rec.data.get("kind") == "result" and float(rec.data.get("at", 0)) >= since]
+        return rotation_verdict(rows, question.now, window, question.cluster, question.targets, question.present, config)
+
+    return ask

@@ -1,6 +1,11 @@
-"""Durations as people read them, shared by every part that prints one (the server's tables, `ami prune`, `rotate`)."""
+"""Durations as people read them and write them, shared by every part that prints or parses one (the server's tables, `ami prune`, `rotate`, canaries, policies)."""
 
 from __future__ import annotations
+
+import re
+from typing import Any
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 def human_duration(seconds: float) -> str:
@@ -35,3 +40,19 @@ def hms(seconds: float) -> str:
     h, rest = divmod(int(seconds), 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def parse_duration(value: Any) -> int:
+    """A duration as a number of seconds or as ``1h30m``, ``5m``, ``45s``."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a text such as 5m or 1h30m")
+    if isinstance(value, int | float) and value >= 0:
+        return int(value)
+    if isinstance(value, str):
+        if value.strip().isdigit():
+            return int(value.strip())
+        match = _DURATION.match(value.strip())
+        if match and any(match.groups()):
+            h, m, s = (int(g or 0) for g in match.groups())
+            return h * 3600 + m * 60 + s
+    raise ValueError(f"{value!r} is not a duration (a number of seconds, or a text such as 5m or 1h30m)")

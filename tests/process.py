@@ -37,3 +37,30 @@ def local_region(home: Path, *args: str) -> dict[str, Any]:
     info = json.loads(run(home, "local", "up", "--stage", "dev", *args, "-o", "json").stdout)
     info["home"] = home
     return info
+
+
+def new_images(region: dict[str, Any], version: str) -> dict[str, str]:
+    """An operator's change: a new base image version (everything inherits it), built and deployed to dev; returns
+    ``cluster/pool`` -> its new image. The region's manifests are a copy of the checkout's, in its home."""
+    from ami.manifest import MANIFEST_DIR
+
+    region["manifests"] = region["home"] / "manifests"
+    if not region["manifests"].is_dir():
+        region["manifests"].mkdir()
+        for path in MANIFEST_DIR.glob("*.yaml"):
+            (region["manifests"] / path.name).write_text(path.read_text())
+    base = region["manifests"] / "base.yaml"
+    text = base.read_text()
+    current = next(line for line in text.splitlines() if line.startswith("version:"))
+    base.write_text(text.replace(current, f"version: {version}", 1))
+    for name in ("general", "ml", "custom"):  # each child gets a new version of its own as well
+        path = region["manifests"] / f"{name}.yaml"
+        lines = path.read_text().splitlines()
+        i = next(i for i, line in enumerate(lines) if line.startswith("version:"))
+        major, minor, patch = lines[i].split(":", 1)[1].strip().split(".")
+        lines[i] = f"version: {major}.{minor}.{int(patch) + 1}"
+        path.write_text("\n".join(lines) + "\n")
+    run(region["home"], "ami", "build", "--manifests", str(region["manifests"]))
+    deployed = json.loads(run(region["home"], "stage", "deploy", "--stage", "dev", "-o", "json").stdout)
+    assert deployed["summary"].get("update") == 7  # one new launch template version per pool
+    return deployed["images"]

@@ -45,7 +45,7 @@ from platformctl.nodegroups.aws import NodeGroupError
 from platformctl.state import LeaseHeld, LeaseLost, StateStore
 from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as j
-from upgrade_service.gate import ask
+from upgrade_service.gate import Question, ask
 from upgrade_service.journal import Journal, RunState, WaveState
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.disruption import view_cluster
@@ -78,6 +78,7 @@ class Options:
     gate_poll_seconds: float = 30.0
     stage: str | None = None
     max_waves: int | None = None  # start at most this many waves in this run; the next run goes on
+    canary: Any = None  # the canary verdict (upgrade_service.gate.CanaryVerdict) a `canary` health gate asks
 
 
 @dataclass
@@ -311,7 +312,7 @@ class Executor:
                     return self._outcome("partial", EXIT_DONE, f"stopped after {waves_started} as --max-waves asked; "
                                          f"{len(waves)} to go: the next `rotate run` goes on")
                 started += 1
-                self._gate(waves[0])
+                self._gate(read)
                 self._pace(waves[0], read)
                 self._next_wave += 1
                 self._run_wave(self._start_wave(waves[0], plan, read))
@@ -364,17 +365,23 @@ class Executor:
 
     # ---------------------------------------------------------------- gate and pacing
 
-    def _gate(self, wave: Wave) -> None:
+    def _gate(self, read: ClusterRead) -> None:
         gate = self.policy.health_gate
         if gate is None:
             return
         number = len(self.state.waves) + 1
         context = {"cluster": self.target.name, "wave": str(number), "stage": self.options.stage or ""}
+        present = frozenset(n.image for n in read.nodes if n.image)
         deadline = self.clock.now() + self.policy.gate_timeout_seconds
         self._show("gate", f"asking the health gate before wave {number}")
+        said = None
         while True:
             self._check()
-            verdict = ask(gate, context)
+            question = Question(self.target.name, self.options.stage or "", number, self.clock.now(), dict(read.targets), present)
+            verdict = ask(gate, context, self.options.canary, question)
+            if (verdict.verdict, verdict.reason) != said:
+                said = (verdict.verdict, verdict.reason)
+                self.journal.write(j.GATE, wave=number, verdict=verdict.verdict, reason=verdict.reason)
             if verdict.verdict == "pass":
                 return
             if verdict.verdict == "fail":

@@ -1,6 +1,7 @@
 """The health gate: may the next wave start?
 
-A policy names a command or a URL (``healthGate: {command: [...]}`` or ``{url: ...}``) that answers
+A policy names the stage's canaries (``healthGate: {canary: {window: 30m}}``: the canary verdict over the
+state store, the rotation's target images judged against the images they replace), or a command or a URL (``healthGate: {command: [...]}`` or ``{url: ...}``) that answers
 JSON ``{"verdict": "pass" | "fail" | "inconclusive", "reason": "..."}``. The executor asks before
 every wave. An answer it cannot read (a command that crashed, a URL that is down, JSON without a
 verdict) is ``inconclusive``, never ``pass``: a gate that cannot tell must not let a wave through.
@@ -17,7 +18,8 @@ import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from platformctl.errors import PlatformError
@@ -34,6 +36,22 @@ class Verdict:
 
     def to_dict(self) -> dict[str, str]:
         return {"verdict": self.verdict, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Question:
+    """What the canary gate is asked before a wave: which cluster, and which images it is moving onto."""
+
+    cluster: str
+    stage: str
+    wave: int
+    now: float
+    targets: Mapping[str, str] = field(default_factory=dict)  # pool -> the image it rotates onto
+    present: frozenset[str] = frozenset()  # the images the cluster's nodes boot now
+
+
+# Answers a Question with the canary verdict's JSON ({"verdict": ..., "reason": ...}); the command gives it.
+CanaryVerdict = Callable[[Question], Mapping[str, Any]]
 
 
 def check_gate_exists(gate: HealthGate, source: str) -> None:
@@ -53,9 +71,16 @@ def _read(text: str, what: str) -> Verdict:
     return Verdict(body["verdict"], str(body.get("reason") or "no reason given"))
 
 
-def ask(gate: HealthGate | None, context: dict[str, str]) -> Verdict:
+def ask(gate: HealthGate | None, context: dict[str, str], canary: CanaryVerdict | None = None,
+        question: Question | None = None) -> Verdict:
     if gate is None:
         return Verdict("pass", "no health gate in the policy")
+    if gate.canary is not None:
+        if canary is None or question is None:
+            return Verdict("inconclusive", "the policy's gate is the canary verdict, and this run was given no state "
+                           "store of canary results to judge")
+        answer = canary(question)
+        return Verdict(str(answer["verdict"]), str(answer["reason"]))
     if gate.command is not None:
         env = {**os.environ, **{f"PLATFORMCTL_{k.upper()}": v for k, v in context.items()}}
         what = f"health gate command {gate.command[0]}"

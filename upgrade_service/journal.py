@@ -42,6 +42,7 @@ PAUSED = "paused"
 FINISHED = "finished"
 ABORTED = "aborted"
 CONTROL = "control"
+GATE = "gate"  # the health gate's answer before a wave (written when it changes)
 
 # Wave phases, in order.
 SURGED = "surged"

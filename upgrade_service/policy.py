@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Pod
 from platformctl.cluster.selectors import LabelSelector
 from platformctl.errors import PlatformError
+from platformctl.humanize import parse_duration
 from platformctl.yamlfile import read_yaml, validate
 
 Mode = Literal["one-at-a-time", "wait-for-completion", "skip"]
@@ -56,10 +57,23 @@ class WorkloadRule(_Value):
     max_wait_seconds: Seconds | None = None
 
 
-class HealthGate(_Value):
-    """What the executor asks before every wave: a command or a URL that answers JSON
-    ``{"verdict": "pass" | "fail" | "inconclusive", "reason": "..."}``."""
+class CanaryGate(_Value):
+    """The stage's canaries, judged natively: the rotation's target images against the images they replace."""
 
+    window: Annotated[int, Field(ge=60)] = 1800  # seconds of results judged (``30m``, ``1h`` or a number)
+    config: str | None = None  # a judge configuration file (e2e_canary.judge); the judge's defaults without one
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> int:
+        return parse_duration(value)
+
+
+class HealthGate(_Value):
+    """What the executor asks before every wave: the canary verdict (``canary: {window: 30m}``), or a command or
+    a URL that answers JSON ``{"verdict": "pass" | "fail" | "inconclusive", "reason": "..."}``."""
+
+    canary: CanaryGate | None = None
     command: Annotated[tuple[str, ...], Field(min_length=1)] | None = None
     url: Annotated[str, Field(pattern=r"^https?://")] | None = None
 
@@ -185,8 +199,8 @@ def parse_policy(document: Any, source: str) -> RotationPolicy:
             raise fail(f"workloadRules[{i}].maxWaitSeconds", "maxWaitSeconds applies to wait-for-completion workloads only")
         selectors.append(selector)
     gate = policy.health_gate
-    if gate is not None and (gate.command is None) == (gate.url is None):
-        raise fail("healthGate", "give exactly one of command (a list: program and arguments) or url")
+    if gate is not None and sum(x is not None for x in (gate.canary, gate.command, gate.url)) != 1:
+        raise fail("healthGate", "give exactly one of canary ({window: 30m}), command (a list: program and arguments) or url")
     return policy.model_copy(update={"source": source, "selectors": tuple(selectors)})
 
 

@@ -103,6 +103,12 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
     say = (lambda m: None) if quiet else click.echo
     holder = holder_id()
     keepers = []
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:  # a Deployment's pod is stopped with SIGTERM: clean up as on ^C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     report: dict[str, Any] = {"stage": stage_name, "clusters": []}
     code = 0
     try:
@@ -128,9 +134,10 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
                         keeper.check()
                     attempt = runner.run(c)
                     due[(name, c.name)] = runner.clock.now() + c.interval + random.uniform(0, c.jitter)
-                    entries[name]["canaries"].append({"canary": c.name, "namespace": attempt.namespace,
-                                                      "outcomes": dict(attempt.outcomes), "skipped": attempt.skipped,
-                                                      "results": attempt.results})
+                    if once:  # a runner that runs for months keeps its results in the store, not in memory
+                        entries[name]["canaries"].append({"canary": c.name, "namespace": attempt.namespace,
+                                                          "outcomes": dict(attempt.outcomes), "skipped": attempt.skipped,
+                                                          "results": attempt.results})
                     if attempt.outcomes.get("fail") or attempt.outcomes.get("timeout"):
                         code = max(code, 1) if code != 3 else code
                     if not quiet:

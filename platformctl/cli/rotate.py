@@ -360,8 +360,10 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
     if stage is not None and policy.cluster is not None:
         raise PlatformError(f"names cluster {policy.cluster!r}, but a stage rotation applies the policy to every cluster "
                             "of the stage: remove `cluster`", file=policy.source, field="cluster")
+    canary_config = None
     if policy.health_gate is not None:
         check_gate_exists(policy.health_gate, policy.source)
+        canary_config = _canary_config(policy)
     store = open_store(state_spec)
     targets = _connect(names, kubeconfig, region or (stage.region if stage else None))
     from upgrade_service.targets import check_pools
@@ -369,7 +371,12 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
     present = {n.labels[policy.pool_label] for t in targets.values() for n in t.cluster.list_nodes()
                if policy.pool_label in n.labels}
     check_pools(policy, present, f"stage {stage.name}" if stage else f"cluster {names[0]}")
-    options = Options(lease_ttl=lease_ttl, stage=stage.name if stage else None, max_waves=max_waves)
+    canary = None
+    if policy.health_gate is not None and policy.health_gate.canary is not None:
+        from e2e_canary.verdict import canary_gate
+
+        canary = canary_gate(store, policy.health_gate.canary.window, canary_config)
+    options = Options(lease_ttl=lease_ttl, stage=stage.name if stage else None, max_waves=max_waves, canary=canary)
 
     if dry_run:
         _dry_run(targets, policy, store, options, output)
@@ -395,6 +402,22 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
         for outcome in outcomes:
             _print_outcome(outcome)
     sys.exit(code)
+
+
+def _canary_config(policy: Any) -> Any:
+    """The judge configuration a canary gate names, read before anything is touched (relative to the policy)."""
+    gate = policy.health_gate.canary
+    if gate is None or gate.config is None:
+        return None
+    from e2e_canary.judge import load_config
+
+    path = Path(gate.config)
+    if not path.is_absolute():
+        path = Path(policy.source).parent / path
+    if not path.is_file():
+        raise PlatformError(f"names a judge configuration {str(path)!r} that does not exist", file=policy.source,
+                            field="healthGate.canary.config")
+    return load_config(path)
 
 
 def _dry_run(targets: dict[str, Any], policy: Any, store: Any, options: Any, output: str) -> None:

@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from platformctl.cluster.live import LiveCluster
-from tests.process import local_region, run, start
+from tests.process import local_region, new_images, run, start
 
 CLUSTER = "dev-usw2a-01"
 
@@ -126,3 +127,38 @@ def test_bad_input_is_one_line_exit_2(region: dict[str, Any], tmp_path: Path) ->
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and f"{tmp_path / 'web.yaml'}: kind:" in out.stderr
     out = run(region["home"], "canary", "run", "--stage", "dev", "--cluster", "dev-usw2z-01", "--once", check=False)
     assert out.returncode == 2 and "no cluster 'dev-usw2z-01'" in out.stderr
+
+
+def test_a_rotation_onto_a_bad_image_with_the_canary_gate_halts_after_its_first_wave(region: dict[str, Any]) -> None:
+    """The loop DESIGN.md names: how few nodes ever boot a bad image before it is stopped. The runner runs on its
+    own, as its Deployment does; the rotation asks the canary verdict before every wave. (Last in this module: it
+    moves the cluster's pools onto new images.)"""
+    home = region["home"]
+    before = {n.instance_id for n in LiveCluster.from_kubeconfig(region["kubeconfig"], context=CLUSTER).list_nodes()}
+    images = new_images(region, "9.0.0")
+    bad = sorted({ami for key, ami in images.items() if key.startswith(f"{CLUSTER}/")})
+    for ami in bad:
+        run(home, "local", "fault", "bad-image", ami)
+    policy = home / "canary-gate.yaml"
+    policy.write_text("maxInFlight: 2\nhealthGate: {canary: {window: 10m}}\ngateTimeoutSeconds: 3600\n"
+                      "durations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")
+    runner = start(home, "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
+                   "--lease-ttl", "2")
+    try:
+        out = run(home, "rotate", "run", "--context", CLUSTER, "--policy", str(policy), "-o", "json", check=False, timeout=600)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.communicate(timeout=120)
+        run(home, "local", "fault", "clear")
+    said = json.loads(out.stdout)["clusters"][0]
+    assert out.returncode == 1 and said["status"] == "halted", out.stdout[-2000:]
+    assert "before wave 2" in said["reason"] and any(ami in said["reason"] for ami in bad), said["reason"]
+    # Every instance the rotation launched booted a bad image: exactly the first wave's surge, no more.
+    ec2 = boto3.client("ec2", endpoint_url=region["aws_endpoint"], region_name=region["region"],
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    launched = [i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+                if i["ImageId"] in bad and {"Key": "eks:cluster-name", "Value": CLUSTER} in i.get("Tags", [])]
+    assert len(launched) == len(said["report"]["waves"][0]["nodes"]) <= 2, launched  # the first wave's, nothing after
+    after = LiveCluster.from_kubeconfig(region["kubeconfig"], context=CLUSTER).list_nodes()
+    assert len({n.instance_id for n in after} & before) >= len(before) - 2  # the rest never left the old image
+    assert not [n for n in after if n.unschedulable]  # the halted run left nothing cordoned

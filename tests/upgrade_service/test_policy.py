@@ -63,7 +63,7 @@ def test_defaults_keep_capacity_and_go_zone_by_zone(tmp_path: Path) -> None:
      "policy.yaml: poolOrder: pool order has a cycle: "),
     ("targets: {general: ami-1}\npoolOrder: {general: [general]}\n", "policy.yaml: poolOrder.general: pool 'general' cannot wait for itself"),
     ("targets: {}\n", "policy.yaml: targets: an empty targets rotates nothing"),
-    ("healthGate: {command: [gate-check], url: 'http://x'}\n", "policy.yaml: healthGate: give exactly one of command"),
+    ("healthGate: {command: [gate-check], url: 'http://x'}\n", "policy.yaml: healthGate: give exactly one of canary"),
     ("healthGate: {url: 'ftp://x'}\n", "policy.yaml: healthGate.url: String should match pattern"),
     ("maxMutationsPerMinute: 0\n", "policy.yaml: maxMutationsPerMinute: Input should be greater than or equal to 1"),
     ("drainTimeoutSeconds: -1\n", "policy.yaml: drainTimeoutSeconds: Input should be greater than or equal to 1"),

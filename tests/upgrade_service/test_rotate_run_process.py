@@ -25,10 +25,9 @@ from typing import Any
 import boto3
 import pytest
 
-from ami.manifest import MANIFEST_DIR
 from platformctl.cluster.live import LiveCluster
 from platformctl.topology import load_stage
-from tests.process import run, start
+from tests.process import new_images, run, start
 
 STAGE = load_stage("dev")
 CLUSTERS = [c.name for c in STAGE.clusters()]
@@ -41,11 +40,6 @@ def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     home = tmp_path_factory.mktemp("home")
     info = json.loads(run(home, "local", "up", "--stage", "dev", "-o", "json").stdout)
     info["home"] = home
-    info["manifests"] = home / "manifests"
-    MANIFEST_DIR_COPY = info["manifests"]
-    MANIFEST_DIR_COPY.mkdir()
-    for path in MANIFEST_DIR.glob("*.yaml"):
-        (MANIFEST_DIR_COPY / path.name).write_text(path.read_text())
     policy = home / "policy.yaml"
     policy.write_text("maxInFlight: 3\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")
     info["policy"] = str(policy)
@@ -67,25 +61,6 @@ def asg(region: dict[str, Any]) -> Any:
 def desired(region: dict[str, Any]) -> dict[str, int]:
     groups = asg(region).describe_auto_scaling_groups()["AutoScalingGroups"]
     return {g["AutoScalingGroupName"]: g["DesiredCapacity"] for g in groups}
-
-
-def new_images(region: dict[str, Any], version: str) -> dict[str, str]:
-    """An operator's change: a new base image version (everything inherits it), built and deployed to dev."""
-    base = region["manifests"] / "base.yaml"
-    text = base.read_text()
-    current = next(line for line in text.splitlines() if line.startswith("version:"))
-    base.write_text(text.replace(current, f"version: {version}", 1))
-    for name in ("general", "ml", "custom"):  # each child gets a new version of its own as well
-        path = region["manifests"] / f"{name}.yaml"
-        lines = path.read_text().splitlines()
-        i = next(i for i, line in enumerate(lines) if line.startswith("version:"))
-        major, minor, patch = lines[i].split(":", 1)[1].strip().split(".")
-        lines[i] = f"version: {major}.{minor}.{int(patch) + 1}"
-        path.write_text("\n".join(lines) + "\n")
-    run(region["home"], "ami", "build", "--manifests", str(region["manifests"]))
-    deployed = json.loads(run(region["home"], "stage", "deploy", "--stage", "dev", "-o", "json").stdout)
-    assert deployed["summary"].get("update") == 7  # one new launch template version per pool
-    return deployed["images"]
 
 
 def rotate(region: dict[str, Any], *args: str, env: dict[str, str] | None = None, check: bool = False) -> Any:

@@ -33,13 +33,14 @@ class Startup:
 @dataclass(frozen=True)
 class NotStarted:
     reason: str  # disrupted | waiting: <reason> | pending | unscheduled
+    disruption: str = ""  # the pod's DisruptionTarget reason, when disrupted
 
 
 def startup(pod: Pod, observed_running: float | None = None, pull_seconds: float = 0.0) -> Startup | NotStarted:
     """``observed_running``: when a watch first saw it running (the SLI's own clock), else the kubelet's
     ``startedAt``; ``pull_seconds``: its image pulls (the kubelet's ``Pulled`` events), excluded."""
-    if pod.evicted:
-        return NotStarted("disrupted")
+    if pod.disruption_reason:
+        return NotStarted("disrupted", pod.disruption_reason)
     if pod.node_name is None or pod.scheduled is None:
         return NotStarted("unscheduled")
     running = pod.running_at

@@ -35,6 +35,18 @@ ATTEMPT_LABEL = "platformctl.io/canary-attempt"
 SIM_START = {"sim.platformctl.io/start-seconds": "1"}
 
 
+# What each DisruptionTarget reason means for a canary: the platform took the pod away, the image is not to blame.
+DISRUPTED_BY = {"EvictionByEvictionAPI": "evicted through the eviction API (a drain)",
+                "PreemptionByScheduler": "preempted by the scheduler for a higher-priority pod",
+                "DeletionByTaintManager": "deleted by the taint manager (its node went NotReady or unreachable)",
+                "DeletionByPodGC": "deleted by pod GC (its node is gone)",
+                "TerminationByKubelet": "terminated by the kubelet (node pressure)"}
+
+
+def disrupted(pod: str, reason: str) -> str:
+    return f"pod {pod} was {DISRUPTED_BY.get(reason, 'disrupted by the platform')} ({reason}); retried once"
+
+
 def stream_of(stage: str, cluster: str) -> str:
     return f"canary/{stage}/{cluster}"
 
@@ -155,8 +167,7 @@ class Runner:
                     metrics = {**seen.to_dict(), "check_seconds": (ready if ready is not None else self.clock.now()) - start}
                     done[name] = self._record(canary, attempt, arm, "ok", "", metrics)
                 elif seen.reason == "disrupted":
-                    done[name] = self._record(canary, attempt, arm, "disrupted",
-                                              f"pod {name} was evicted or preempted by the platform", {})
+                    done[name] = self._record(canary, attempt, arm, "disrupted", disrupted(name, seen.disruption), {})
                     if not retried:  # retried once: a disruption is the platform's doing, not the image's
                         again = self._pod(canary, attempt, namespace, arm, i, retry=True)
                         try:

@@ -333,6 +333,16 @@ class Node:
         }
 
 
+# The DisruptionTarget condition's messages, as the component that sets each reason writes it.
+DISRUPTION_MESSAGES = {
+    "EvictionByEvictionAPI": "Eviction API: evicting",
+    "PreemptionByScheduler": "Preempted by a higher-priority pod",
+    "DeletionByTaintManager": "Taint manager: deleting due to NoExecute taint",
+    "DeletionByPodGC": "PodGC: node no longer exists",
+    "TerminationByKubelet": "The node was low on resource",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Pod:
     namespace: str
@@ -361,6 +371,14 @@ class Pod:
     waiting: str = ""  # why its containers are not running, when the kubelet says more than ContainerCreating
     running: float | None = None  # when the last of its containers started running (containerStatuses), when read
     ready_since: float | None = None  # Ready's lastTransitionTime, when read and Ready
+    # Its DisruptionTarget condition's reason when the platform is taking it away (PreemptionByScheduler,
+    # DeletionByTaintManager, DeletionByPodGC, TerminationByKubelet); an eviction sets ``evicted`` instead.
+    disruption: str = ""
+
+    @property
+    def disruption_reason(self) -> str:
+        """Why the platform took it away, as its DisruptionTarget condition says ("" when it did not)."""
+        return self.disruption or ("EvictionByEvictionAPI" if self.evicted else "")
 
     @property
     def ready_at(self) -> float | None:
@@ -407,7 +425,7 @@ class Pod:
             self.namespace, name, uid, self.labels, self.annotations, owner, node_name, self.containers, self.requests,
             self.priority, self.priority_class_name, self.grace_seconds, self.node_selector, self.tolerations,
             self.required_node_terms, phase, ready, deletion_time, created, started, evicted, resource_version,
-            scheduled, waiting,
+            scheduled, waiting, disruption=self.disruption,
         )
 
     @property
@@ -478,15 +496,9 @@ class Pod:
             for kind in ("ContainersReady", "Ready"):
                 conditions.append({"type": kind, "status": "True" if self.ready else "False", "lastTransitionTime": since,
                                    **({} if self.ready else {"reason": "ContainersNotReady"})})
-        if self.evicted:
-            conditions.append(
-                {
-                    "type": "DisruptionTarget",
-                    "status": "True",
-                    "reason": "EvictionByEvictionAPI",
-                    "message": "Eviction API: evicting",
-                }
-            )
+        if self.disruption_reason:
+            conditions.append({"type": "DisruptionTarget", "status": "True", "reason": self.disruption_reason,
+                               "message": DISRUPTION_MESSAGES.get(self.disruption_reason, self.disruption_reason)})
         status: dict[str, Any] = {"phase": self.phase, "conditions": conditions}
         if self.started is not None:
             status["startTime"] = format_time(self.started)
@@ -879,13 +891,21 @@ def parse_pod(raw: Any, where: str = "pod", file: str | None = None) -> Pod:
         deletion_time=parse_time(deletion, f"{where}.metadata.deletionTimestamp", file) if deletion else None,
         created=_created(meta, where, file),
         started=parse_time(started, f"{where}.status.startTime", file) if started else None,
-        evicted=any(isinstance(c, dict) and c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conditions),
+        evicted=_disruption(conditions) == "EvictionByEvictionAPI",
+        disruption="" if _disruption(conditions) == "EvictionByEvictionAPI" else _disruption(conditions),
         resource_version=_resource_version(meta),
         scheduled=_scheduled(conditions, f"{where}.status.conditions", file),
         waiting=_waiting(status),
         running=_running(status, f"{where}.status.containerStatuses", file),
         ready_since=_since(conditions, "Ready", f"{where}.status.conditions", file),
     )
+
+
+def _disruption(conditions: list[Any]) -> str:
+    for c in conditions:
+        if isinstance(c, dict) and c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+            return str(c.get("reason") or "EvictionByEvictionAPI")
+    return ""
 
 
 def _running(status: dict[str, Any], where: str, file: str | None) -> float | None:

@@ -577,6 +577,8 @@ class SimulatedCluster:
             if any(t.tolerates(taint) for t in pod.tolerations):
                 continue  # a toleration without tolerationSeconds: it stays
             self._record(POD_TAINT_EVICTED, pod.namespace, pod.name, (pod.uid, taint.key))
+            self._rv += 1
+            pod = self._pods[key] = replace(pod, disruption="DeletionByTaintManager", resource_version=self._rv)
             self._begin_termination(pod, evicted=False)
 
     def set_node_condition(self, name: str, type_: str, status: str = "True", reason: str = "", message: str = "") -> Node:

@@ -3,6 +3,8 @@ image), and from pods that never start or were evicted."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from platformctl.cluster.model import Container, Pod, Resources, parse_pod
 from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
 from e2e_canary.measure import NotStarted, Startup, startup
@@ -45,5 +47,27 @@ def test_a_pod_that_never_starts_has_a_reason_not_a_latency_and_evicted_is_disru
     sim.advance(60)
     assert startup(parse_pod(sim.get_pod("canary", "stuck").to_kube())) == NotStarted("waiting: CreateContainerError")
     sim.evict("canary", "gone")
-    assert startup(parse_pod(sim.get_pod("canary", "gone").to_kube())) == NotStarted("disrupted")
+    assert startup(parse_pod(sim.get_pod("canary", "gone").to_kube())) == NotStarted("disrupted", "EvictionByEvictionAPI")
     assert startup(Pod("canary", "p", "u")) == NotStarted("unscheduled")
+
+
+def test_the_disruption_target_condition_says_who_took_the_pod_away() -> None:
+    """Evicted by a drain and deleted by the taint manager are both the platform's doing, told apart by the
+    pod's DisruptionTarget reason as the API shows it."""
+    sim = cluster()
+    sim.create_pod(pod("drained", "old"))
+    sim.create_pod(pod("stranded", "new"))
+    sim.advance(60)
+    sim.evict("canary", "drained")
+
+    def target(name: str) -> list[dict[str, Any]]:
+        return [c for c in sim.get_pod("canary", name).to_kube()["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+
+    assert [c["reason"] for c in target("drained")] == ["EvictionByEvictionAPI"]
+    node = sim.get_pod("canary", "stranded").node_name
+    assert node is not None and target("stranded") == []
+    sim.stop_kubelet(node)
+    sim.advance(400)  # the node monitor's grace, then the taint manager after the default 300 s toleration
+    assert [c["reason"] for c in target("stranded")] == ["DeletionByTaintManager"]
+    seen = parse_pod(sim.get_pod("canary", "stranded").to_kube())
+    assert startup(seen) == NotStarted("disrupted", "DeletionByTaintManager")

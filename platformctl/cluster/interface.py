@@ -75,6 +75,28 @@ class Cluster(Protocol):
         """Delete a namespace and so everything in it (one already gone is not an error)."""
         ...
 
+    # Workload objects as the API's JSON (kinds Deployment, ReplicaSet, DaemonSet, StatefulSet, Job, CronJob,
+    # PodDisruptionBudget), read back with the status their controllers write.
+    def create_object(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+
+    def get_object(self, kind: str, namespace: str, name: str) -> dict[str, Any]: ...
+
+    def replace_object(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """PUT: a ``metadata.resourceVersion`` in ``obj`` makes it a compare-and-swap (409 when stale)."""
+        ...
+
+    def patch_object(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch."""
+        ...
+
+    def scale(self, kind: str, namespace: str, name: str, replicas: int) -> dict[str, Any]:
+        """The ``scale`` subresource; returns the ``autoscaling/v1`` Scale."""
+        ...
+
+    def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        """Delete it and, in the background, what it owns (a Deployment's ReplicaSets and pods)."""
+        ...
+
     def snapshot(self) -> dict[str, Any]:
         """The cluster as ``kubectl get nodes,pods,pdb -A -o json`` prints it."""
         ...

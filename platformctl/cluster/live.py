@@ -195,6 +195,53 @@ class LiveCluster:
         except NotFoundError:
             pass
 
+    # ---------------------------------------------------------------- workload objects, as JSON
+
+    def _object(self, method: str, kind: str, namespace: str, name: str | None, body: Any = None, sub: str = "",
+                content_type: str = "application/json") -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        from platformctl.cluster.apiobjects import RESOURCES
+        from platformctl.cluster.workloads import plural_of
+
+        res = RESOURCES[plural_of(kind)]
+        base = f"/apis/{res.group}/{res.version}" if res.group else "/api/v1"
+        path = f"{base}/namespaces/{namespace}/{res.plural}" + (f"/{name}" if name else "") + (f"/{sub}" if sub else "")
+        what = f"{res.singular} {namespace}/{name or (body or {}).get('metadata', {}).get('name', '')}"
+        try:
+            response = self._api.call_api(path, method, header_params={"Accept": "application/json", "Content-Type": content_type},
+                                          body=body, auth_settings=["BearerToken"], _preload_content=False,
+                                          _request_timeout=30)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise NotFoundError(f"{what} not found", field="metadata.name") from None
+            raise self._refused(exc, what) from None
+        except HTTPError as exc:
+            raise self._unreachable(exc) from None
+        data = response[0] if isinstance(response, tuple) else response
+        return json.loads(data.data or b"{}")
+
+    def create_object(self, obj: dict[str, Any]) -> dict[str, Any]:
+        namespace = obj["metadata"].get("namespace") or "default"
+        return self._object("POST", obj["kind"], namespace, None, obj)
+
+    def get_object(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        return self._object("GET", kind, namespace, name)
+
+    def replace_object(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._object("PUT", obj["kind"], obj["metadata"].get("namespace") or "default", obj["metadata"]["name"], obj)
+
+    def patch_object(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._object("PATCH", kind, namespace, name, patch, content_type="application/merge-patch+json")
+
+    def scale(self, kind: str, namespace: str, name: str, replicas: int) -> dict[str, Any]:
+        return self._object("PATCH", kind, namespace, name, {"spec": {"replicas": replicas}}, sub="scale",
+                            content_type="application/merge-patch+json")
+
+    def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        self._object("DELETE", kind, namespace, name, {"propagationPolicy": "Background"})
+
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:
         if namespace:
             data = self._call(self._policy.list_namespaced_pod_disruption_budget, namespace, what="poddisruptionbudgets")

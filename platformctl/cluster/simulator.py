@@ -60,6 +60,7 @@ from platformctl.cluster.model import (
     eviction_decision,
     snapshot_document,
 )
+from platformctl.cluster.controllers import daemonset, job, replicaset, statefulset
 from platformctl.cluster.selectors import LabelSelector, parse_selector_string
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.instance_types import INSTANCE_TYPES
@@ -212,7 +213,7 @@ class _NodeState:
 class _Controller:
     __slots__ = (
         "kind", "namespace", "name", "uid", "template", "replicas", "pods", "active",
-        "completions", "succeeded", "ttl_seconds", "start_seconds", "run_seconds", "sched_key", "done",
+        "completions", "succeeded", "ttl_seconds", "start_seconds", "run_seconds", "sched_key", "done", "done_at", "created",
     )
 
     def __init__(self, kind: str, namespace: str, name: str, uid: str, template: Pod, replicas: int) -> None:
@@ -231,6 +232,8 @@ class _Controller:
         self.run_seconds = _annotation_seconds(template, ANNOTATION_RUN_SECONDS, DEFAULT_RUN_SECONDS)
         self.sched_key = _sched_key(template)
         self.done = False
+        self.done_at: float | None = None  # when a Job completed
+        self.created = 0.0
 
 
 class _Budget:
@@ -370,8 +373,20 @@ class SimulatedCluster:
         self._namespaces: dict[str, dict[str, str]] = {}
         self._unschedulable: set[tuple[str, str]] = set()  # pending pods the scheduler already said it could not place
         self.events: list[Event] = []
+        self._api_objects: Any = None
+        self.job_done_hooks: list[Callable[[str], None]] = []  # called with a Job controller's uid when it completes
 
     # ------------------------------------------------------------------ basics
+
+    @property
+    def api_objects(self) -> Any:
+        """The workload objects (Deployments, Jobs, CronJobs …) as the API holds them, with their controllers:
+        ``platformctl.cluster.workloads.Workloads``, made on first use."""
+        if self._api_objects is None:
+            from platformctl.cluster.workloads import Workloads
+
+            self._api_objects = Workloads(self)
+        return self._api_objects
 
     @property
     def clock(self) -> VirtualClock:
@@ -425,9 +440,7 @@ class SimulatedCluster:
         self._record(NODE_ADDED, "", node.name, node.labels.get(LABEL_NODEGROUP_IMAGE))
         if ready_after is not None:
             self._clock.call_later(ready_after, self._node_ready, state)
-        for ctrl in list(self._controllers.values()):
-            if ctrl.kind == "DaemonSet" and _predicate(ctrl.template)(node):
-                self._create_owned_pod(ctrl, node_name=node.name)
+        daemonset.node_added(self, node)
         if node.ready:
             self._schedule_soon()
         return node
@@ -730,18 +743,27 @@ class SimulatedCluster:
             raise PlatformError(f"unsupported workload kind {kind!r}", field="kind")
         uid = self._uid()
         ctrl = _Controller(kind, template.namespace, template.name, uid, template, replicas)
+        ctrl.created = self.now()
         if kind == "Job":
             ctrl.completions = completions if completions is not None else replicas
             ctrl.ttl_seconds = ttl_seconds
         self._controllers[uid] = ctrl
         if kind == "DaemonSet":
-            eligible = _predicate(template)
-            for state in list(self._nodes.values()):
-                if eligible(state.node):
-                    self._create_owned_pod(ctrl, node_name=state.node.name)
+            daemonset.start(self, ctrl)
         else:
             self._reconcile(ctrl)
         return uid
+
+    def scale_workload(self, uid: str, replicas: int) -> None:
+        """Set a ReplicaSet's or StatefulSet's replicas (a Job's parallelism): its controller creates or deletes
+        pods to match."""
+        ctrl = self._controllers.get(uid)
+        if ctrl is None:
+            raise NotFoundError(f"no workload with uid {uid}", field="metadata.uid")
+        if ctrl.kind == "DaemonSet":
+            raise PlatformError("a DaemonSet has no replicas to scale", field="spec.replicas")
+        ctrl.replicas = replicas
+        self._reconcile(ctrl)
 
     def create_pod(self, pod: Pod) -> Pod:
         """Create a pod as given (a bare pod, or one whose owner the simulator does not run)."""
@@ -777,12 +799,45 @@ class SimulatedCluster:
         return sorted(n for n in names if selector.matches(self._namespaces.get(n, {})))
 
     def delete_namespace(self, name: str) -> None:
-        """As the namespace controller does: every pod of it is deleted (by a controller, not a client)."""
+        """As the namespace controller does: every workload, budget and pod of it is deleted (by a controller, not
+        a client)."""
         self._namespaces.pop(name, None)
+        if self._api_objects is not None:
+            for plural, objects in self._api_objects.objects.items():
+                for ns, wname in list(objects):
+                    if ns == name and (ns, wname) in objects:
+                        self._api_objects.delete(plural, ns, wname)
+        for budget in list(self._budgets_by_ns.get(name, ())):
+            self.delete_pdb(name, budget.pdb.name)
         for key in list(self._pods_by_ns.get(name, ())):
             pod = self._pods.get(key)
             if pod is not None:
                 self.delete_pod(pod.namespace, pod.name, controller=True)
+
+    # Workload objects (Deployments, Jobs, CronJobs, DaemonSets, budgets …) as a client writes them: the API's
+    # JSON, the API's answers (platformctl.cluster.workloads), the same calls LiveCluster makes over HTTP.
+    def create_object(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._object_api().create(obj)
+
+    def get_object(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        return self._object_api().get(kind, namespace, name)
+
+    def replace_object(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._object_api().replace(obj)
+
+    def patch_object(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self._object_api().patch(kind, namespace, name, patch)
+
+    def scale(self, kind: str, namespace: str, name: str, replicas: int) -> dict[str, Any]:
+        return self._object_api().scale(kind, namespace, name, replicas)
+
+    def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        self._object_api().delete(kind, namespace, name)
+
+    def _object_api(self) -> Any:
+        from platformctl.cluster.workloads import ObjectApi
+
+        return ObjectApi(self)
 
     def delete_workload(self, uid: str) -> None:
         """Delete a controller and, as the garbage collector does, every pod it owns."""
@@ -797,11 +852,11 @@ class SimulatedCluster:
     def has_workload(self, uid: str) -> bool:
         return uid in self._controllers
 
-    def workload_status(self, uid: str) -> dict[str, int | bool]:
+    def workload_status(self, uid: str) -> dict[str, Any]:
         """What a controller would write into its status: its pods, the ready ones, the finished ones."""
         ctrl = self._controllers.get(uid)
         if ctrl is None:
-            return {"replicas": 0, "ready": 0, "active": 0, "succeeded": 0, "complete": False}
+            return {"replicas": 0, "ready": 0, "active": 0, "succeeded": 0, "complete": False, "completed_at": None}
         pods = [self._pods[k] for k in ctrl.pods if k in self._pods]
         live = [p for p in pods if p.deletion_time is None and not p.is_finished]
         return {
@@ -810,6 +865,7 @@ class SimulatedCluster:
             "active": ctrl.active,
             "succeeded": ctrl.succeeded,
             "complete": ctrl.done,
+            "completed_at": ctrl.done_at,
         }
 
     def get_pod(self, namespace: str, name: str) -> Pod:
@@ -1029,36 +1085,23 @@ class SimulatedCluster:
         if pod.deletion_time is None and not pod.is_finished:
             ctrl.active -= 1  # lost without terminating first
         if ctrl.kind == "DaemonSet":
-            if not node_gone and state is not None and state.alive:
-                self._create_owned_pod(ctrl, node_name=state.node.name)
+            daemonset.pod_gone(self, ctrl, state.node.name if state is not None else None,
+                               not node_gone and state is not None and state.alive)
         elif ctrl.kind == "StatefulSet":
             self._reconcile(ctrl, recreate=pod.name)
         else:
             self._reconcile(ctrl)
 
     def _reconcile(self, ctrl: _Controller, recreate: str | None = None) -> None:
+        """The owner's controller (``platformctl.cluster.controllers``) brings its pods in line with its spec."""
         if ctrl.done or ctrl.kind == "DaemonSet":
             return
         if ctrl.kind == "StatefulSet":
-            if recreate is not None:
-                if (ctrl.namespace, recreate) not in self._pods:
-                    self._create_owned_pod(ctrl, name=recreate)
-                return
-            for i in range(ctrl.replicas):
-                name = f"{ctrl.name}-{i}"
-                if (ctrl.namespace, name) not in self._pods:
-                    self._create_owned_pod(ctrl, name=name)
-            return
-        if ctrl.kind == "Job":
-            while ctrl.active < ctrl.replicas and ctrl.succeeded + ctrl.active < ctrl.completions:
-                self._create_owned_pod(ctrl)
-            if ctrl.succeeded >= ctrl.completions and not ctrl.done:
-                ctrl.done = True
-                if ctrl.ttl_seconds is not None:
-                    self._clock.call_later(ctrl.ttl_seconds, self._delete_controller, ctrl.uid)
-            return
-        while ctrl.active < ctrl.replicas:
-            self._create_owned_pod(ctrl)
+            statefulset.reconcile(self, ctrl, recreate)
+        elif ctrl.kind == "Job":
+            job.reconcile(self, ctrl)
+        else:
+            replicaset.reconcile(self, ctrl)
 
     def _delete_controller(self, uid: str) -> None:
         ctrl = self._controllers.pop(uid, None)

@@ -36,6 +36,8 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from platformctl.cluster.model import Node, Pod, Taint
+from platformctl.cluster.workloads import SCALABLE
+from platformctl.cluster.workloads import merge_patch as _merge_patch
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.server.events import FIELDS as EVENT_FIELDS
 from platformctl.server.events import as_events_v1
@@ -84,6 +86,7 @@ _ROUTES = Map([
     Rule(f"{_P}/apis/<group>/<version>/<plural>/<name>", endpoint="item", defaults={"ns": None}),
     Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>", endpoint="collection"),
     Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>/<name>", endpoint="item"),
+    Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>/<name>/<sub>", endpoint="subresource"),
     Rule("/platformctl/v1/status", endpoint="control_status"),
     Rule("/platformctl/v1/time", endpoint="control_time"),
     Rule("/platformctl/v1/aws-calls", endpoint="control_aws_calls"),
@@ -99,21 +102,6 @@ def _json(body: Any, code: int = 200) -> Response:
 def _success(name: str, kind: str, uid: str = "") -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
             "details": {"name": name, "kind": kind, "uid": uid}}
-
-
-def _merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch (a strategic merge patch of the fields served here means the same)."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if key.startswith("$"):
-            continue  # strategic-merge directives: nothing served here needs them
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge_patch(out.get(key), value)
-    return out
 
 
 def _node_object(node: Node, version: str) -> dict[str, Any]:
@@ -268,6 +256,12 @@ class KubeAPI:
             if res.plural == "pods":
                 resources.append({"name": "pods/eviction", "singularName": "", "namespaced": True, "group": "policy",
                                   "version": "v1", "kind": "Eviction", "verbs": ["create"]})
+            if res.plural in SCALABLE:
+                resources.append({"name": f"{res.plural}/scale", "singularName": "", "namespaced": True,
+                                  "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]})
+            if res.plural in WORKLOADS:
+                resources.append({"name": f"{res.plural}/status", "singularName": "", "namespaced": True,
+                                  "kind": res.kind, "verbs": ["get"]})
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
     def _core_resources(self, cluster: ClusterState, request: Request) -> dict[str, Any]:
@@ -415,9 +409,55 @@ class KubeAPI:
             return self._delete(cluster, res, request, ns, name)
         if request.method == "PATCH" and res.plural == "nodes":
             return self._patch_node(cluster, request, name)
+        if request.method in ("PUT", "PATCH") and res.plural in WORKLOADS:
+            if request.method == "PUT":
+                workload = cluster.objects.replace(res.plural, ns or "default", name, self._body(request))
+            else:
+                patch, json_patch = self._patch_body(request)
+                workload = cluster.objects.patch(res.plural, ns or "default", name, patch, json_patch)
+            return _json(cluster.workload_object(workload))
         raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {res.plural}")
 
+    def _patch_body(self, request: Request) -> tuple[Any, bool]:
+        """A PATCH's body and whether it is a JSON patch (else a merge or strategic merge patch)."""
+        kind = request.mimetype
+        if kind not in ("application/merge-patch+json", "application/strategic-merge-patch+json", "application/json-patch+json"):
+            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted "
+                           f"media types include: application/json-patch+json, application/merge-patch+json, "
+                           f"application/strategic-merge-patch+json (got {kind!r})")
+        try:
+            return json.loads(request.get_data(cache=False) or b"null"), kind == "application/json-patch+json"
+        except ValueError as exc:
+            raise bad_request(f"the body of the request was in an unknown format: {exc}") from None
+
+    def _scale(self, cluster: ClusterState, res: Any, request: Request, name: str, ns: str) -> Response:
+        """The ``scale`` subresource of Deployments, ReplicaSets and StatefulSets (``kubectl scale``)."""
+        objects = cluster.objects
+        workload = objects.get(res.plural, ns, name)
+        if request.method == "GET":
+            return _json(objects.scale_object(workload))
+        if request.method == "PUT":
+            wanted = self._body(request)
+        elif request.method == "PATCH":
+            patch, json_patch = self._patch_body(request)
+            current = objects.scale_object(workload)
+            if json_patch:
+                try:
+                    wanted = jsonpatch.apply_patch(current, patch)
+                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as exc:
+                    raise ApiError(422, "Invalid", f"the JSON patch could not be applied: {exc}") from None
+            else:
+                wanted = _merge_patch(current, patch)
+        else:
+            raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {res.plural}/scale")
+        replicas = ((wanted or {}).get("spec") or {}).get("replicas")
+        return _json(objects.scale_object(objects.scale(res.plural, ns, name, replicas)))
+
     def _subresource(self, cluster: ClusterState, res: Any, request: Request, name: str, sub: str, ns: str) -> Response:
+        if sub == "scale" and res.plural in SCALABLE:
+            return self._scale(cluster, res, request, name, ns)
+        if sub == "status" and res.plural in WORKLOADS and request.method == "GET":
+            return _json(cluster.workload_object(cluster.get_workload(res.plural, ns, name)))
         if res.plural != "pods" or sub != "eviction":
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if request.method != "POST":

@@ -357,15 +357,20 @@ def test_cronjob_starts_jobs_on_the_virtual_clock_and_keeps_three(api: Api, clie
         state.tick()
     jobs = body(client.get(f"{S}/apis/batch/v1/namespaces/default/jobs"))["items"]
     assert all(j["metadata"]["ownerReferences"][0]["name"] == "probe" for j in jobs)
-    # Six runs in the hour: the three newest finished ones are kept (successfulJobsHistoryLimit), and the run
-    # that started on the hour is still active.
+    # Six runs in the hour, each started at its scheduled time (the controller fires on the clock) and finished
+    # 70 s later: the three newest finished ones are kept (successfulJobsHistoryLimit), pruned as each finishes.
     finished = [j["metadata"]["name"] for j in jobs if j["status"]["succeeded"] == 1]
     active = [j["metadata"]["name"] for j in jobs if j["status"]["active"] == 1]
     status = body(client.get(f"{S}/apis/batch/v1/namespaces/default/cronjobs/probe"))["status"]
     assert status["lastScheduleTime"].endswith("0:00Z")
     minute = int(parse_time(status["lastScheduleTime"], "lastScheduleTime", None) // 60)
-    assert finished == [f"probe-{minute - m}" for m in (30, 20, 10)] and active == [f"probe-{minute}"]
-    assert status["active"][0]["name"] == f"probe-{minute}"
+    newest_done = minute if api.synth.now() >= minute * 60 + 70 else minute - 10
+    assert finished == [f"probe-{newest_done - m}" for m in (20, 10, 0)]
+    assert active == ([] if newest_done == minute else [f"probe-{minute}"])
+    assert [a["name"] for a in status.get("active", [])] == active
+    for job in jobs:  # each started at its scheduled minute
+        scheduled = int(job["metadata"]["name"].rsplit("-", 1)[1]) * 60
+        assert parse_time(job["status"]["startTime"], "startTime", None) == scheduled
     table = body(client.get(f"{S}/apis/batch/v1/namespaces/default/cronjobs", headers=TABLE))
     assert table["rows"][0]["cells"][1] == "*/10 * * * *"
 

@@ -33,6 +33,8 @@ from platformctl.yamlfile import read_yaml, validate
 
 CANARY_DIR = Path(__file__).resolve().parent / "canaries"  # the canaries shipped with this package (tests read them)
 LABEL = "platformctl.io/canary"
+PAUSE = "registry.k8s.io/pause:3.10"
+BUSYBOX = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1"  # runs `sleep runSeconds` for batch and cron
 KINDS = ("service", "batch", "cron", "daemon", "node-pool")
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=50)]
@@ -71,7 +73,7 @@ class Canary(_Value):
     interval: Duration = 300  # between attempts
     jitter: Duration = 30  # each attempt starts up to this much later, so canaries of many clusters do not align
     deadline: Duration = 600  # an attempt that takes longer is a timeout
-    image: str = "registry.k8s.io/pause:3.10"
+    image: str | None = None  # default: pause (it never exits), or busybox with `sleep` for batch and cron
     resources: Resources = Resources()
     clusters: tuple[str, ...] = ()  # empty: every cluster of the stage
 
@@ -124,6 +126,12 @@ class Canary(_Value):
         others = {n for kind, names in OWN_FIELDS.items() if kind != self.kind for n in names}
         return {**self.model_dump(mode="json", by_alias=True, exclude=others), "namespace": self.namespace,
                 "source": self.source}
+
+    @property
+    def pod_image(self) -> str:
+        if self.image is not None:
+            return self.image
+        return BUSYBOX if self.kind in ("batch", "cron") else PAUSE
 
     @property
     def namespace(self) -> str:

@@ -8,9 +8,10 @@ result in the state store's stream ``canary/<stage>/<cluster>``: stage, cluster,
 canary, an outcome (``ok | fail | timeout | disrupted | infra_error``) with a reason, and its pod startup
 latency and phases (``e2e_canary.measure``) plus the time of the whole check.
 
-Kinds carried out so far: ``node-pool`` (pods pinned to each pool and to each image in it: the arms a
-rotation's verdict compares). The other kinds are defined and checked (``canary list``) and reported as
-not run.
+Kinds: ``node-pool`` (here: pods pinned to each pool and to each image in it, the arms a rotation's
+verdict compares, each pod a result) and ``service``, ``batch``, ``cron``, ``daemon`` (``e2e_canary.checks``:
+a Deployment rolled, scaled and deleted; a Job; a CronJob's firings; a DaemonSet on every node). A check the
+platform disrupted is recorded as ``disrupted`` and carried out once more.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from typing import Any
 
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Toleration
-from platformctl.errors import ApiRefused, NotFoundError, PlatformError
+from platformctl.errors import ApiRefused, PlatformError
 from platformctl.state import StateStore
 from e2e_canary.definitions import LABEL, Canary
 from e2e_canary.measure import NotStarted, Startup, startup
 
-RUNNABLE = ("node-pool",)
+RUNNABLE = ("node-pool", "service", "batch", "cron", "daemon")
 ATTEMPT_LABEL = "platformctl.io/canary-attempt"
 # The simulator's start time for the probe container (a real kubelet ignores the annotation): a pause
 # container starts in about a second on a warm node.
@@ -44,6 +45,9 @@ DISRUPTED_BY = {"EvictionByEvictionAPI": "evicted through the eviction API (a dr
 
 
 def disrupted(pod: str, reason: str) -> str:
+    if not reason:
+        return (f"pod {pod} was deleted before it ran, by the platform (an eviction, a preemption, or its node went "
+                "away, between two looks); retried once")
     return f"pod {pod} was {DISRUPTED_BY.get(reason, 'disrupted by the platform')} ({reason}); retried once"
 
 
@@ -118,10 +122,39 @@ class Runner:
                                                f"creating namespace {namespace}: {exc.detail}", {}))
             return report
         try:
-            report.results = self._node_pool(canary, attempt, namespace)
+            if canary.kind == "node-pool":
+                report.results = self._node_pool(canary, attempt, namespace)
+            else:
+                report.results = self._workload(canary, attempt, namespace)
+                if any(r["outcome"] == "disrupted" for r in report.results):  # the platform's doing: once more
+                    self.cluster.delete_namespace(namespace)
+                    namespace = report.namespace = f"{namespace}-r"
+                    self.cluster.create_namespace(namespace, {LABEL: canary.name, ATTEMPT_LABEL: attempt})
+                    report.results += self._workload(canary, attempt, namespace)
         finally:
             self.cluster.delete_namespace(namespace)
         return report
+
+    def _workload(self, canary: Canary, attempt: str, namespace: str) -> list[dict[str, Any]]:
+        from e2e_canary.checks import CHECKS, Check, CheckFailed
+
+        check = Check(canary, namespace, self.cluster, self.poll, {LABEL: canary.name, ATTEMPT_LABEL: attempt})
+        check.started = self.clock.now()
+        check.deadline = check.started + canary.deadline
+        self.progress(f"{self.name}: {canary.name}: {canary.kind} check in {namespace}, up to {canary.deadline} s")
+        try:
+            rows = CHECKS[canary.kind](check)
+        except CheckFailed as failed:
+            rows = [{"outcome": failed.outcome, "reason": failed.reason, "metrics": {}}]
+        except ApiRefused as exc:  # a call mid-check the API refused: the platform's failure when it is a 5xx
+            rows = [{"outcome": "fail" if exc.status >= 500 else "infra_error", "reason": str(exc.detail), "metrics": {}}]
+        return [self.record(canary, attempt, None, row) for row in rows]
+
+    def record(self, canary: Canary, attempt: str, arm: Arm | None, row: dict[str, Any]) -> dict[str, Any]:
+        """A check's row, where it ran (the row's own zone, pool and image, else the arm's) and when."""
+        data = self._record(canary, attempt, arm, row["outcome"], row.get("reason", ""), row.get("metrics", {}),
+                            where={k: row[k] for k in ("zone", "pool", "image") if k in row})
+        return data
 
     # ---------------------------------------------------------------- node-pool
 
@@ -132,7 +165,7 @@ class Runner:
                    annotations=dict(SIM_START), node_selector={LABEL_NODEGROUP: arm.pool, LABEL_NODEGROUP_IMAGE: arm.image},
                    tolerations=(Toleration(operator="Exists", effect="NoSchedule"),
                                 Toleration(operator="Exists", effect="PreferNoSchedule")),
-                   containers=(Container("probe", canary.image, requests),), requests=requests, grace_seconds=0)
+                   containers=(Container("probe", canary.pod_image, requests),), requests=requests, grace_seconds=0)
 
     def _node_pool(self, canary: Canary, attempt: str, namespace: str) -> list[dict[str, Any]]:
         start = self.clock.now()
@@ -159,11 +192,11 @@ class Runner:
                 if name in done:
                     continue
                 pod = pods.get(name)
-                if pod is None:
-                    continue
-                seen = startup(pod)  # from the kubelet's own startedAt: a poll's lag is not the platform's
+                # from the kubelet's own startedAt: a poll's lag is not the platform's. A pod gone before this
+                # canary saw it run was taken away between two polls (evicted, preempted, its node gone).
+                seen = startup(pod) if pod is not None else NotStarted("disrupted", "")
                 if isinstance(seen, Startup):
-                    ready = pod.ready_at
+                    ready = pod.ready_at if pod is not None else None
                     metrics = {**seen.to_dict(), "check_seconds": (ready if ready is not None else self.clock.now()) - start}
                     done[name] = self._record(canary, attempt, arm, "ok", "", metrics)
                 elif seen.reason == "disrupted":
@@ -194,11 +227,11 @@ class Runner:
         return results
 
     def _record(self, canary: Canary, attempt: str, arm: Arm | None, outcome: str, reason: str,
-                metrics: dict[str, Any]) -> dict[str, Any]:
+                metrics: dict[str, Any], where: dict[str, Any] | None = None) -> dict[str, Any]:
         data = {"kind": "result", "canary": canary.name, "canary_kind": canary.kind, "attempt": attempt,
                 "stage": self.stage, "cluster": self.name, "zone": arm.zone if arm else None,
-                "pool": arm.pool if arm else None, "image": arm.image if arm else None, "outcome": outcome,
-                "reason": reason, "metrics": metrics, "at": self.clock.now()}
+                "pool": arm.pool if arm else None, "image": arm.image if arm else None, **(where or {}),
+                "outcome": outcome, "reason": reason, "metrics": metrics, "at": self.clock.now()}
         self.store.append(stream_of(self.stage, self.name), data)
         return data
 
@@ -220,6 +253,9 @@ def arm_of(rows: Sequence[dict[str, Any]]) -> Any:
     for r in rows:
         if r["outcome"] == "ok":
             for metric in samples:
-                if r["metrics"].get(metric) is not None:
-                    samples[metric].append(float(r["metrics"][metric]))
+                value = r["metrics"].get(metric)
+                if isinstance(value, list):  # a check's every pod
+                    samples[metric] += [float(v) for v in value]
+                elif value is not None:
+                    samples[metric].append(float(value))
     return JudgeArm(samples, dict(Counter(r["outcome"] for r in rows)))

@@ -1,6 +1,11 @@
 """The stage's canary verdict over stored results: this window against the one before, or each image's arm
 against a baseline image's (mid-rotation, the new image against the old); and the rotation's canary gate.
-It judges; it runs nothing."""
+It judges; it runs nothing.
+
+Arms are compared canary by canary (a Deployment's check time is not a node-pool pod's, and the mix of
+canaries differs between images), and the canaries share the verdict's alpha (Bonferroni again), so
+identical arms still fail at most ``alpha`` of the time however many canaries there are.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,31 @@ from e2e_canary.runner import arm_of, results
 ORDER = {"fail": 2, "inconclusive": 1, "pass": 0}
 
 
+def judge_canaries(baseline: Sequence[dict[str, Any]], experiment: Sequence[dict[str, Any]],
+                   config: JudgeConfig | None = None) -> dict[str, Any]:
+    """Each canary's results in one arm against its results in the other; the worst verdict, with its reason."""
+    config = config or JudgeConfig()
+    names = sorted({r["canary"] for r in (*baseline, *experiment)})
+    if not names:
+        return {"verdict": "inconclusive", "reason": "no canary results in either arm: nothing to judge, never a pass",
+                "canaries": {}}
+    shared = config.model_copy(update={"alpha": config.alpha / len(names)})
+    canaries = {name: judge(arm_of([r for r in baseline if r["canary"] == name]),
+                            arm_of([r for r in experiment if r["canary"] == name]), shared).to_dict() for name in names}
+    worst_name, worst = max(canaries.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
+    if worst["verdict"] == "pass":
+        reason = f"no significant and material regression in {len(names)} canar{'ies' if len(names) > 1 else 'y'}"
+    else:
+        reason = f"canary {worst_name}: {worst['reason']}"
+    return {"verdict": worst["verdict"], "reason": reason, "canaries": canaries}
+
+
 def stage_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, baseline: str | None = None,
                   config: JudgeConfig | None = None) -> dict[str, Any]:
     current = [r for r in rows if now - window <= float(r["at"]) <= now]
     if baseline is None:
         before = [r for r in rows if now - 2 * window <= float(r["at"]) < now - window]
-        result = judge(arm_of(before), arm_of(current), config).to_dict()
+        result = judge_canaries(before, current, config)
         return {**result, "baseline": "the window before", "experiment": "this window", "window_seconds": window,
                 "results": {"baseline": len(before), "experiment": len(current)}}
     by_image: dict[str, list[dict[str, Any]]] = {}
@@ -30,7 +54,7 @@ def stage_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, bas
     if not by_image:
         return {"verdict": "inconclusive", "reason": f"no image other than {baseline} has results in the window",
                 "baseline": baseline, "arms": {}, "window_seconds": window}
-    arms = {image: judge(arm_of(base), arm_of(rows_of), config).to_dict() for image, rows_of in sorted(by_image.items())}
+    arms = {image: judge_canaries(base, rows_of, config) for image, rows_of in sorted(by_image.items())}
     worst = max(arms.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
     verdict = worst[1]["verdict"]
     reason = f"image {worst[0]} against {baseline}: {worst[1]['reason']}" if verdict != "pass" else \
@@ -76,7 +100,7 @@ def rotation_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, 
         if not mine:
             arms[image] = {"verdict": "inconclusive", "reason": f"nodes boot {image} but no canary result of it in {span} yet"}
             continue
-        arms[image] = judge(arm_of(old), arm_of(mine), config).to_dict()
+        arms[image] = judge_canaries(old, mine, config)
         arms[image]["results"] = len(mine)
     worst_image, worst = max(arms.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
     if worst["verdict"] == "pass":

@@ -173,16 +173,18 @@ def _print_attempt(cluster: str, attempt: Any) -> None:
 @click.option("--stage", "stage_name", type=click.Choice(STAGES), required=True, help="the stage whose results are judged")
 @click.option("--window", default="30m", show_default=True, help="how far back results count (seconds, or 30m, 2h)")
 @click.option("--baseline", default=None, metavar="ARM",
-              help="an image (ami-…): each other image's node-pool arm is judged against it (default: this window "
-              "against the one before)")
+              help="an image (ami-…): each other image's results (node-pool and daemon canaries) are judged against "
+              "its, canary by canary (default: this window against the one before)")
+@click.option("--canary", "only", multiple=True, metavar="NAME", help="judge only this canary's results (repeatable)")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="the judge's thresholds (YAML)")
 @click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
-def canary_verdict(stage_name: str, window: str, baseline: str | None, config_file: Path | None, state_spec: str | None) -> None:
+def canary_verdict(stage_name: str, window: str, baseline: str | None, only: tuple[str, ...], config_file: Path | None,
+                   state_spec: str | None) -> None:
     """The stage's verdict from the canaries' stored results, as JSON."""
     import time
 
-    from e2e_canary.definitions import seconds
+    from platformctl.humanize import parse_duration as seconds
     from e2e_canary.judge import load_config
     from e2e_canary.runner import results
     from e2e_canary.verdict import stage_verdict
@@ -197,6 +199,11 @@ def canary_verdict(stage_name: str, window: str, baseline: str | None, config_fi
         raise PlatformError("must be longer than 0", field="--window")
     config = load_config(config_file)
     rows = results(open_store(state_spec), stage_name)
+    if only:
+        unknown = sorted(set(only) - {r["canary"] for r in rows})
+        if unknown:
+            raise PlatformError(f"no result of canary {unknown[0]!r} in stage {stage_name}", field="--canary")
+        rows = [r for r in rows if r["canary"] in only]
     now = max([time.time()] + [float(r["at"]) for r in rows])  # a local region's clock runs ahead of the wall
     verdict = stage_verdict(rows, now, span, baseline, config)
     emit_json({"stage": stage_name, **verdict})

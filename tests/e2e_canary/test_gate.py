@@ -16,7 +16,7 @@ def rows(image: str, outcome: str, n: int, latency: float = 1.0, at: float = NOW
     def metrics(i: int) -> dict[str, float]:
         return {"pod_startup_seconds": latency + i * 0.01, "check_seconds": latency + 1 + i * 0.01} if outcome == "ok" else {}
 
-    return [{"image": image, "pool": "general", "outcome": outcome, "metrics": metrics(i), "at": at, "reason": ""}
+    return [{"canary": "node-pool", "image": image, "pool": "general", "outcome": outcome, "metrics": metrics(i), "at": at, "reason": ""}
             for i in range(n)]
 
 

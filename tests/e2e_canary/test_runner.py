@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from e2e_canary.definitions import parse_canary
+from e2e_canary.definitions import CANARY_DIR, load_canaries, parse_canary
 from e2e_canary.runner import Runner, results
 from e2e_canary.verdict import stage_verdict
 from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
@@ -44,7 +44,7 @@ def test_a_bad_image_fails_its_own_arm_and_the_verdict_names_it(tmp_path: Path) 
     assert sim.list_namespaces("platformctl.io/canary") == [] and not sim.list_pods(namespace=report.namespace)
     verdict = stage_verdict(results(store, "dev"), sim.now(), 3600, baseline=OLD)
     assert verdict["verdict"] == "fail" and NEW in verdict["reason"]
-    assert verdict["arms"][NEW]["metrics"]["failure_rate"]["verdict"] == "fail"
+    assert verdict["arms"][NEW]["canaries"]["node-pool"]["metrics"]["failure_rate"]["verdict"] == "fail"
 
 
 def test_a_healthy_stage_passes_and_a_crashed_runs_leftovers_are_reaped(tmp_path: Path) -> None:
@@ -59,3 +59,67 @@ def test_a_healthy_stage_passes_and_a_crashed_runs_leftovers_are_reaped(tmp_path
     sim.create_pod(runner._pod(CANARY, "dead", "canary-node-pool-dead", runner.arms()[0], 0))
     assert runner.reap() == ["canary-node-pool-dead"]
     assert sim.list_namespaces("platformctl.io/canary") == []
+
+
+def test_every_kind_passes_on_a_healthy_cluster_and_leaves_nothing(tmp_path: Path) -> None:
+    sim = cluster()
+    runner = Runner("dev", "c1", sim, SQLiteStore(tmp_path / "state.db"))
+    canaries = {c.name: c for c in load_canaries(CANARY_DIR)}
+    reports = {name: runner.run(c) for name, c in canaries.items()}
+    for name, report in reports.items():
+        assert report.results and {r["outcome"] for r in report.results} == {"ok"}, (name, report.results)
+    service = reports["service"].results[0]["metrics"]
+    assert service["min_available"] >= canaries["service"].budget and service["roll_seconds"] > 0
+    assert len(service["pod_startup_seconds"]) >= canaries["service"].replicas * 2  # the first pods and the rolled ones
+    assert [r["metrics"]["fire_lateness_seconds"] for r in reports["cron"].results] == [0.0] * canaries["cron"].runs
+    daemon = reports["daemon"].results
+    assert sorted((r["image"], r["pool"]) for r in daemon) == sorted((n.image, n.pool) for n in sim.list_nodes())
+    sim.advance(1)
+    assert sim.list_namespaces("platformctl.io/canary") == [] and not sim.list_pods()
+    assert sim.api_objects.namespaces_in_use() == set()
+
+
+def test_a_bad_image_fails_the_daemon_on_its_own_nodes_and_the_service_naming_it(tmp_path: Path) -> None:
+    sim = cluster()
+    sim.set_image_fault(NEW, None)
+    runner = Runner("dev", "c1", sim, SQLiteStore(tmp_path / "state.db"))
+    canaries = {c.name: c for c in load_canaries(CANARY_DIR)}
+    daemon = runner.run(canaries["daemon"]).results
+    assert {(r["image"], r["outcome"]) for r in daemon} == {(OLD, "ok"), (NEW, "fail")}
+    assert all("CreateContainerError" in r["reason"] and NEW in r["reason"] for r in daemon if r["outcome"] == "fail")
+    service = runner.run(canaries["service"]).results
+    assert [r["outcome"] for r in service] == ["fail"]
+    assert "CreateContainerError" in service[0]["reason"] and NEW in service[0]["reason"]
+
+
+def test_a_pod_the_platform_evicted_is_disrupted_not_failed_and_retried_once(tmp_path: Path) -> None:
+    sim = cluster()
+    runner = Runner("dev", "c1", sim, SQLiteStore(tmp_path / "state.db"))
+
+    def evict_first(namespace_prefix: str) -> None:
+        for pod in sim.list_pods():
+            if pod.namespace.startswith(namespace_prefix) and not pod.terminating:
+                assert sim.evict(pod.namespace, pod.name).code == 201
+                return
+
+    sim.clock.call_later(0.5, evict_first, "canary-node-pool-")  # its grace period is 0: gone before the next look
+    rows = runner.run(CANARY).results
+    disrupted = [r for r in rows if r["outcome"] == "disrupted"]
+    assert len(disrupted) == 1 and "was deleted before it ran, by the platform" in disrupted[0]["reason"]
+    assert {r["outcome"] for r in rows} == {"ok", "disrupted"} and len(rows) == 2 * 10 + 1  # every pod, and the retry
+    # A Deployment's pod drained mid-check: the Deployment replaces it, as it should; the check passes.
+    service = next(c for c in load_canaries(CANARY_DIR) if c.name == "service")
+    sim.clock.call_later(3, evict_first, "canary-service-")
+    assert [r["outcome"] for r in runner.run(service).results] == ["ok"]
+
+
+def test_a_slow_image_fails_the_node_pool_verdict_on_startup_latency(tmp_path: Path) -> None:
+    sim = cluster()
+    sim.set_image_fault(NEW, 8.0)
+    store = SQLiteStore(tmp_path / "state.db")
+    runner = Runner("dev", "c1", sim, store)
+    for _ in range(3):
+        assert {r["outcome"] for r in runner.run(CANARY).results} == {"ok"}
+    verdict = stage_verdict(results(store, "dev"), sim.now(), 3600, baseline=OLD)
+    latency = verdict["arms"][NEW]["canaries"]["node-pool"]["metrics"]["pod_startup_seconds"]
+    assert verdict["verdict"] == "fail" and latency["verdict"] == "fail" and latency["experiment"]["p99"] > 5

@@ -1,0 +1,365 @@
+"""The workload canaries: what a user of the platform does with a Deployment, a Job, a CronJob and a DaemonSet.
+
+Each check submits its workload through the cluster interface (``create_object`` and its kin: the same
+calls on the simulator, the local region and a live cluster), waits for it as a user would, and returns
+result rows (``Runner.record`` fills in stage and cluster):
+
+- ``service``: a PodDisruptionBudget and a Deployment; all replicas Ready; a roll to a new template whose
+  availability is sampled every poll and must never fall below the budget's ``minAvailable``; a scale to
+  ``scaleTo``; a delete whose pods must go. One row: ``pod_startup_seconds`` of every pod it started,
+  ``check_seconds``, ``roll_seconds`` and ``min_available``.
+- ``batch``: a Job of ``parallelism`` pods; it must complete and every pod must have exited 0. One row.
+- ``cron``: a CronJob; each of ``runs`` firings must make its Job within ``toleranceSeconds`` of the
+  scheduled time (``fire_lateness_seconds``) and the Job must complete. A row per firing.
+- ``daemon``: a DaemonSet tolerating every taint; every schedulable, Ready node must have a Ready pod of it
+  within ``readyDeadlineSeconds``. A row per node, with the node's zone, pool and image: a bad image is
+  named by its own rows.
+
+A pod that failed says why (the kubelet's waiting reason, such as ``CreateContainerError``, with the node
+and its image). A check that ran out of time after the platform disrupted one of its pods (evicted,
+preempted, deleted by the taint manager: the pod's ``DisruptionTarget``) is ``disrupted``, not a failure;
+the runner retries it once.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from croniter import croniter
+
+from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
+from platformctl.errors import ApiRefused, NotFoundError
+from e2e_canary.definitions import Canary
+from e2e_canary.measure import Startup, startup
+
+SIM_START = "sim.platformctl.io/start-seconds"
+SIM_RUN = "sim.platformctl.io/run-seconds"
+ROLL_ANNOTATION = "platformctl.io/canary-roll"
+
+Row = dict[str, Any]
+
+
+class CheckFailed(Exception):
+    """The check is over: ``outcome`` (fail, timeout or disrupted) and why."""
+
+    def __init__(self, outcome: str, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.reason = reason
+
+
+@dataclass
+class Check:
+    """One attempt of one workload canary in its own namespace."""
+
+    canary: Canary
+    namespace: str
+    cluster: Any
+    poll: float
+    labels: dict[str, str]
+    started: float = 0.0
+    deadline: float = 0.0
+    disrupted: dict[str, str] = field(default_factory=dict)  # pod -> DisruptionTarget reason, as seen
+    nodes: dict[str, Node] = field(default_factory=dict)
+
+    @property
+    def clock(self) -> Any:
+        return self.cluster.clock
+
+    # ---------------------------------------------------------------- objects
+
+    def template(self, *, run_seconds: int | None = None, restart: str | None = None, tolerate_all: bool = False,
+                 extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+        c = self.canary
+        container: dict[str, Any] = {"name": "probe", "image": c.pod_image,
+                                     "resources": {"requests": {"cpu": c.resources.cpu, "memory": c.resources.memory}}}
+        annotations = {SIM_START: "1"}
+        if run_seconds is not None:
+            container["command"] = ["sleep", str(run_seconds)]
+            annotations[SIM_RUN] = str(run_seconds)
+        spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 0}
+        if restart:
+            spec["restartPolicy"] = restart
+        if tolerate_all:
+            spec["tolerations"] = [{"operator": "Exists"}]
+        return {"metadata": {"labels": {**self.labels, **(extra_labels or {})}, "annotations": annotations}, "spec": spec}
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        obj["metadata"] = {**obj.get("metadata", {}), "namespace": self.namespace,
+                           "labels": {**self.labels, **obj.get("metadata", {}).get("labels", {})}}
+        try:
+            return self.cluster.create_object(obj)
+        except ApiRefused as exc:
+            raise CheckFailed("fail" if exc.status >= 500 else "infra_error",
+                              f"the API server answered {exc.status} to creating {obj['kind']} {obj['metadata']['name']}: "
+                              f"{exc.detail}") from None
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.cluster.get_object(kind, self.namespace, name)
+        except NotFoundError:
+            return None
+
+    # ---------------------------------------------------------------- pods
+
+    def pods(self, selector: str | None = None) -> list[Pod]:
+        pods = self.cluster.list_pods(namespace=self.namespace, label_selector=selector)
+        for pod in pods:
+            if pod.disruption_reason:
+                self.disrupted.setdefault(pod.name, pod.disruption_reason)
+        return pods
+
+    def node(self, name: str | None) -> Node | None:
+        if name is None:
+            return None
+        if name not in self.nodes:
+            try:
+                self.nodes[name] = self.cluster.get_node(name)
+            except NotFoundError:
+                return None
+        return self.nodes[name]
+
+    def stuck(self, pods: list[Pod]) -> list[str]:
+        """Why pods do not run, as the kubelet says it (with the node and its image), for a reason a person reads."""
+        out = []
+        for pod in pods:
+            if pod.waiting and pod.deletion_time is None:
+                node = self.node(pod.node_name)
+                image = f", image {node.image}" if node is not None and node.image else ""
+                out.append(f"pod {pod.name} on {pod.node_name}{image}: {pod.waiting}")
+        return out
+
+    def startups(self, pods: list[Pod], seen: dict[str, float]) -> None:
+        for pod in pods:
+            if pod.name not in seen:
+                s = startup(pod)
+                if isinstance(s, Startup):
+                    seen[pod.name] = s.seconds
+
+    def wait(self, what: str, done: Callable[[], bool], pods: Callable[[], list[Pod]], until: float | None = None) -> None:
+        """Poll ``done`` until it holds; past the deadline the check is a failure naming the stuck pods, a
+        timeout, or disrupted when the platform took some of its pods away meanwhile."""
+        end = min(until if until is not None else self.deadline, self.deadline)
+        while not done():
+            if self.clock.now() >= end:
+                stuck = self.stuck(pods())
+                if stuck:
+                    raise CheckFailed("fail", f"{what}: not done in {end - self.started:.0f} s; " + "; ".join(stuck[:3]))
+                if self.disrupted:
+                    name, reason = next(iter(self.disrupted.items()))
+                    raise CheckFailed("disrupted", f"{what}: not done in {end - self.started:.0f} s after the platform "
+                                      f"disrupted pod {name} ({reason})")
+                raise CheckFailed("timeout", f"{what}: not done within {end - self.started:.0f} s")
+            self.clock.sleep(self.poll)
+
+
+# -------------------------------------------------------------------------------------------- service
+
+
+def service(check: Check) -> list[Row]:
+    c = check.canary
+    name = c.name
+    selector = f"app={name}"
+    check.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+                  "spec": {"minAvailable": c.budget, "selector": {"matchLabels": {"app": name}}}})
+    template = check.template(extra_labels={"app": name})
+    check.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+                  "spec": {"replicas": c.replicas, "selector": {"matchLabels": {"app": name}}, "template": template,
+                           "strategy": {"type": "RollingUpdate",
+                                        "rollingUpdate": {"maxSurge": c.max_surge, "maxUnavailable": c.max_unavailable}}}})
+    seen: dict[str, float] = {}
+
+    def ready(count: int) -> Callable[[], bool]:
+        def done() -> bool:
+            live = [p for p in check.pods(selector) if p.deletion_time is None]
+            check.startups(live, seen)
+            obj = check.get("Deployment", name) or {}
+            status = obj.get("status") or {}
+            return status.get("updatedReplicas") == count and status.get("availableReplicas") == count and \
+                status.get("replicas") == count and sum(p.ready for p in live) == count
+        return done
+
+    check.wait(f"Deployment {name}: {c.replicas} replicas Ready", ready(c.replicas), lambda: check.pods(selector))
+    # The roll: a new template (a new image when the canary names one), availability sampled at every poll.
+    roll_start = check.clock.now()
+    patch: dict[str, Any] = {"spec": {"template": {"metadata": {"annotations": {ROLL_ANNOTATION: str(roll_start)}}}}}
+    if c.new_image:
+        patch["spec"]["template"]["spec"] = {"containers": [{"name": "probe", "image": c.new_image}]}
+    check.cluster.patch_object("Deployment", check.namespace, name, patch)
+    lowest = c.replicas
+
+    def rolled() -> bool:
+        nonlocal lowest
+        live = [p for p in check.pods(selector) if p.deletion_time is None]
+        check.startups(live, seen)
+        lowest = min(lowest, sum(p.ready for p in live))
+        return ready(c.replicas)() and all(p.annotations.get(ROLL_ANNOTATION) == str(roll_start) for p in live)
+
+    check.wait(f"Deployment {name}: rolled to its new template", rolled, lambda: check.pods(selector))
+    roll_seconds = check.clock.now() - roll_start
+    if lowest < c.budget:
+        raise CheckFailed("fail", f"Deployment {name}: availability fell to {lowest} Ready during the roll, below the "
+                          f"budget's minAvailable {c.budget}")
+    if c.scale_to is not None:
+        check.cluster.scale("Deployment", check.namespace, name, c.scale_to)
+        check.wait(f"Deployment {name}: scaled to {c.scale_to}", ready(c.scale_to), lambda: check.pods(selector))
+    check.cluster.delete_object("Deployment", check.namespace, name)
+    check.wait(f"Deployment {name}: deleted, its pods gone",
+               lambda: not [p for p in check.pods(selector) if p.deletion_time is None], lambda: [])
+    metrics = {"pod_startup_seconds": sorted(seen.values()), "check_seconds": check.clock.now() - check.started,
+               "roll_seconds": roll_seconds, "min_available": lowest}
+    return [{"outcome": "ok", "reason": "", "metrics": metrics}]
+
+
+# -------------------------------------------------------------------------------------------- batch
+
+
+def _job(check: Check, name: str) -> dict[str, Any]:
+    c = check.canary
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"parallelism": c.parallelism, "completions": c.completions or c.parallelism, "backoffLimit": 0,
+                     "template": check.template(run_seconds=c.run_seconds, restart="Never", extra_labels={"canary-job": name})}}
+
+
+def _finished(check: Check, name: str, seen: dict[str, float], until: float | None = None) -> None:
+    c = check.canary
+    selector = f"canary-job={name}"
+    completions = c.completions or c.parallelism
+
+    def done() -> bool:
+        pods = check.pods(selector)
+        check.startups(pods, seen)
+        failed = [p for p in pods if p.phase == "Failed"]
+        if failed:
+            raise CheckFailed("fail", f"Job {name}: pod {failed[0].name} exited non-zero (phase Failed)")
+        status = (check.get("Job", name) or {}).get("status") or {}
+        return status.get("succeeded", 0) >= completions and any(
+            cond.get("type") == "Complete" and cond.get("status") == "True" for cond in status.get("conditions") or [])
+
+    check.wait(f"Job {name}: {completions} completions", done, lambda: check.pods(selector), until)
+
+
+def batch(check: Check) -> list[Row]:
+    name = check.canary.name
+    check.create(_job(check, name))
+    seen: dict[str, float] = {}
+    _finished(check, name, seen)
+    return [{"outcome": "ok", "reason": "", "metrics": {"pod_startup_seconds": sorted(seen.values()),
+                                                        "check_seconds": check.clock.now() - check.started}}]
+
+
+# -------------------------------------------------------------------------------------------- cron
+
+
+def cron(check: Check) -> list[Row]:
+    c = check.canary
+    name = c.name
+    job = _job(check, name)
+    check.create({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
+                  "spec": {"schedule": c.schedule, "concurrencyPolicy": "Allow", "jobTemplate": {"spec": job["spec"]}}})
+    rows: list[Row] = []
+    times = croniter(c.schedule, check.clock.now())
+    for _ in range(c.runs):
+        due = times.get_next(float)
+        job_name = f"{name}-{int(due // 60)}"  # the CronJob controller's name for the run scheduled at ``due``
+        found: dict[str, Any] = {}
+
+        def fired(job_name: str = job_name, found: dict[str, Any] = found) -> bool:
+            obj = check.get("Job", job_name)
+            if obj is not None:
+                found.update(obj)
+            return obj is not None
+
+        try:
+            check.wait(f"CronJob {name}: the run scheduled at {due:.0f}", fired, lambda: [],
+                       until=due + c.tolerance_seconds)
+        except CheckFailed as failed:
+            rows.append({"outcome": "fail" if failed.outcome == "timeout" else failed.outcome,
+                         "reason": f"CronJob {name} did not fire within toleranceSeconds {c.tolerance_seconds} of its "
+                                   f"schedule {c.schedule!r}" if failed.outcome == "timeout" else failed.reason,
+                         "metrics": {}})
+            continue
+        from platformctl.cluster.model import parse_time
+
+        created = parse_time(found["metadata"]["creationTimestamp"], "creationTimestamp", None)
+        lateness = max(created - due, 0.0)
+        seen: dict[str, float] = {}
+        # the Job's pods carry the template's labels: this run's are told apart by job-name
+        job_selector = f"job-name={job_name}"
+
+        def done(job_name: str = job_name, seen: dict[str, float] = seen, selector: str = job_selector) -> bool:
+            pods = check.pods(selector)
+            check.startups(pods, seen)
+            status = (check.get("Job", job_name) or {}).get("status") or {}
+            return status.get("succeeded", 0) >= (c.completions or c.parallelism)
+
+        try:
+            check.wait(f"CronJob {name}: run {job_name} complete", done, lambda s=job_selector: check.pods(s))
+        except CheckFailed as failed:
+            rows.append({"outcome": failed.outcome, "reason": failed.reason,
+                         "metrics": {"fire_lateness_seconds": lateness}})
+            continue
+        if lateness > c.tolerance_seconds:
+            rows.append({"outcome": "fail", "reason": f"CronJob {name} fired {lateness:.0f} s after its schedule, more "
+                         f"than toleranceSeconds {c.tolerance_seconds}", "metrics": {"fire_lateness_seconds": lateness}})
+            continue
+        rows.append({"outcome": "ok", "reason": "", "metrics": {"fire_lateness_seconds": lateness,
+                                                                 "pod_startup_seconds": sorted(seen.values()),
+                                                                 "check_seconds": check.clock.now() - due}})
+    return rows
+
+
+# -------------------------------------------------------------------------------------------- daemon
+
+
+def daemon(check: Check) -> list[Row]:
+    c = check.canary
+    name = c.name
+    selector = f"app={name}"
+    check.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},
+                  "spec": {"selector": {"matchLabels": {"app": name}},
+                           "template": check.template(tolerate_all=True, extra_labels={"app": name})}})
+    expected = {n.name: n for n in check.cluster.list_nodes() if n.ready and not n.unschedulable}
+    check.nodes.update(expected)
+    until = check.started + c.ready_deadline_seconds
+    seen: dict[str, float] = {}
+    ready_at: dict[str, float] = {}
+
+    def everywhere() -> bool:
+        pods = check.pods(selector)
+        check.startups(pods, seen)
+        for pod in pods:
+            if pod.ready and pod.node_name in expected and pod.node_name not in ready_at:
+                ready_at[pod.node_name] = check.clock.now() - check.started
+        return set(ready_at) >= set(expected)
+
+    stuck: dict[str, str] = {}
+    try:
+        check.wait(f"DaemonSet {name}: a Ready pod on each of {len(expected)} nodes", everywhere,
+                   lambda: check.pods(selector), until)
+    except CheckFailed:
+        for pod in check.pods(selector):
+            if pod.node_name in expected and pod.node_name not in ready_at and pod.waiting:
+                stuck[pod.node_name] = pod.waiting
+    startups = {p.node_name: seen.get(p.name) for p in check.pods(selector)}
+    rows: list[Row] = []
+    for node_name, node in sorted(expected.items()):
+        where = {"zone": node.zone, "pool": node.labels.get(LABEL_NODEGROUP), "image": node.labels.get(LABEL_NODEGROUP_IMAGE)}
+        if node_name in ready_at:
+            latency = startups.get(node_name)
+            rows.append({**where, "outcome": "ok", "reason": "", "metrics": {
+                **({"pod_startup_seconds": latency} if latency is not None else {}), "check_seconds": ready_at[node_name]}})
+        elif node_name in stuck:
+            rows.append({**where, "outcome": "fail", "reason": f"DaemonSet {name}: its pod on {node_name} (image "
+                         f"{where['image']}): {stuck[node_name]} for {c.ready_deadline_seconds} s", "metrics": {}})
+        else:
+            rows.append({**where, "outcome": "timeout", "reason": f"DaemonSet {name}: no Ready pod on {node_name} within "
+                         f"readyDeadlineSeconds {c.ready_deadline_seconds}", "metrics": {}})
+    return rows
+
+
+CHECKS: dict[str, Callable[[Check], list[Row]]] = {"service": service, "batch": batch, "cron": cron, "daemon": daemon}

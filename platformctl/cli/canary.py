@@ -74,10 +74,14 @@ RUN_EXIT_HELP = "exit 0 every check ok, 1 a check failed or timed out, 2 bad inp
               help="kubeconfig (default: $KUBECONFIG, else the running local region's, else ~/.kube/config)")
 @click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
 @click.option("--lease-ttl", type=click.FloatRange(min=1.0), default=60.0, show_default=True)
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=9464, show_default=True,
+              help="serve Prometheus metrics here while running (not with --once); 0: none")
+@click.option("--metrics-address", default="127.0.0.1", show_default=True, help="the address the metrics are served on")
 @OUTPUT
 @click.pass_context
 def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool, folder: Path | None,
-               kubeconfig: str | None, state_spec: str | None, lease_ttl: float, output: str) -> None:
+               kubeconfig: str | None, state_spec: str | None, lease_ttl: float, metrics_port: int, metrics_address: str,
+               output: str) -> None:
     """Run the canaries on a stage's clusters as a user would: reap what a crashed run left, then carry each out and
     record every pod's outcome and startup latency in the state store."""
     import random
@@ -96,6 +100,12 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
     if only is not None and only not in names:
         raise PlatformError(f"no cluster {only!r} in stage {stage_name} (clusters: {', '.join(names)})", field="--cluster")
     canaries = load_canaries(folder or default_canary_dir())
+    from e2e_canary.metrics import CanaryMetrics, check_address, serve
+    from e2e_canary.verdict import judge_canaries
+
+    serving = metrics_port != 0 and not once
+    if serving:
+        check_address(metrics_address, metrics_port)
     store = open_store(state_spec)
     config = default_kubeconfig(kubeconfig)
     clusters = {n: LiveCluster.from_kubeconfig(config, n) for n in ([only] if only else names)}
@@ -125,6 +135,14 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
             runners[name] = Runner(stage_name, name, cluster, store, progress=say)
         entries = {name: {"cluster": name, "reaped": runner.reap(), "canaries": []} for name, runner in runners.items()}
         due = {(n, c.name): 0.0 for n in runners for c in canaries}
+        metrics = CanaryMetrics(stage_name)
+        for name, runner in runners.items():
+            for c in canaries:
+                metrics.watch(name, c.name, runner.clock)
+        recent: dict[str, list[dict[str, Any]]] = {name: [] for name in runners}
+        if serving and runners:
+            serve(metrics, metrics_address, metrics_port)
+            say(f"metrics on http://{metrics_address}:{metrics_port}/metrics")
         while runners:
             for name, runner in runners.items():
                 for c in canaries:
@@ -133,6 +151,10 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
                     for keeper in keepers:
                         keeper.check()
                     attempt = runner.run(c)
+                    metrics.observe(name, c.name, attempt.results)
+                    recent[name] = _recent(recent[name] + attempt.results, runner.clock.now())
+                    metrics.set_verdict(name, judge_canaries([r for r in recent[name] if r["at"] < runner.clock.now() - VERDICT_WINDOW],
+                                                             [r for r in recent[name] if r["at"] >= runner.clock.now() - VERDICT_WINDOW])["verdict"])
                     due[(name, c.name)] = runner.clock.now() + c.interval + random.uniform(0, c.jitter)
                     if once:  # a runner that runs for months keeps its results in the store, not in memory
                         entries[name]["canaries"].append({"canary": c.name, "namespace": attempt.namespace,
@@ -154,6 +176,13 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
     if quiet:
         emit_json({**report, "exit_code": code})
     sys.exit(code)
+
+
+VERDICT_WINDOW = 1800.0  # the metrics' verdict: the last 30 minutes against the 30 before
+
+
+def _recent(rows: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    return [r for r in rows if float(r["at"]) >= now - 2 * VERDICT_WINDOW]
 
 
 def _print_attempt(cluster: str, attempt: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import boto3
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from platformctl.cluster.live import LiveCluster
 from tests.process import local_region, new_images, run, start
@@ -137,6 +139,15 @@ def test_bad_input_is_one_line_exit_2(region: dict[str, Any], tmp_path: Path) ->
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and f"{tmp_path / 'web.yaml'}: kind:" in out.stderr
     out = run(region["home"], "canary", "run", "--stage", "dev", "--cluster", "dev-usw2z-01", "--once", check=False)
     assert out.returncode == 2 and "no cluster 'dev-usw2z-01'" in out.stderr
+    with socket.socket() as taken:  # the metrics port in use: said before any cluster is touched
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        out = run(region["home"], "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
+                  "--metrics-port", port, check=False)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and f"--metrics-port: cannot serve metrics on 127.0.0.1:{port}" \
+        in out.stderr, out.stderr
+    assert _canary_namespaces(region) == []
 
 
 def test_a_rotation_onto_a_bad_image_with_the_canary_gate_halts_after_its_first_wave(region: dict[str, Any]) -> None:
@@ -152,10 +163,15 @@ def test_a_rotation_onto_a_bad_image_with_the_canary_gate_halts_after_its_first_
     policy = home / "canary-gate.yaml"
     policy.write_text("maxInFlight: 2\nhealthGate: {canary: {window: 10m}}\ngateTimeoutSeconds: 3600\n"
                       "durations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     runner = start(home, "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
-                   "--lease-ttl", "2")
+                   "--lease-ttl", "2", "--metrics-port", str(port))
     try:
         out = run(home, "rotate", "run", "--context", CLUSTER, "--policy", str(policy), "-o", "json", check=False, timeout=600)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+            scraped = {s.name: s for s in text_string_to_metric_families(response.read().decode())}
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.communicate(timeout=120)
@@ -169,6 +185,16 @@ def test_a_rotation_onto_a_bad_image_with_the_canary_gate_halts_after_its_first_
     launched = [i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
                 if i["ImageId"] in bad and {"Key": "eks:cluster-name", "Value": CLUSTER} in i.get("Tags", [])]
     assert len(launched) == len(said["report"]["waves"][0]["nodes"]) <= 2, launched  # the first wave's, nothing after
+    # What Prometheus scraped from the runner meanwhile: the failures, the latency histogram, the verdict.
+    attempts = {(x.labels["canary"], x.labels["outcome"]): x.value for x in scraped["platformctl_canary_attempts"].samples
+                if x.name.endswith("_total")}
+    assert attempts[("node-pool", "ok")] > 0 and attempts[("node-pool", "fail")] > 0
+    assert attempts[("daemon", "fail")] > 0
+    counts = [x.value for x in scraped["platformctl_canary_pod_startup_seconds"].samples if x.name.endswith("_count")]
+    assert sum(counts) > 0
+    assert {x.labels["phase"] for x in scraped["platformctl_canary_phase_seconds"].samples} == {"scheduled", "started", "ready"}
+    assert {x.labels["cluster"] for x in scraped["platformctl_canary_verdict"].samples} == {CLUSTER}
+    assert all(x.value >= 0 for x in scraped["platformctl_canary_seconds_since_last_success"].samples)
     after = LiveCluster.from_kubeconfig(region["kubeconfig"], context=CLUSTER).list_nodes()
     assert len({n.instance_id for n in after} & before) >= len(before) - 2  # the rest never left the old image
     assert not [n for n in after if n.unschedulable]  # the halted run left nothing cordoned

@@ -9,7 +9,8 @@ and checks it with the same stage model platformctl uses, then ``provision()`` d
 - the IAM role of the scheduled rotation, which its service account on the host cluster assumes
   and which every cluster admits (access entry, group ``platformctl:rotation``), and the DynamoDB
   table of the state store its journal and leases live in (``StateTable``);
-- the IAM role of each cluster's remediation job, assumed through that cluster's own OIDC provider;
+- the IAM role of each cluster's remediation job and of its canary runner, each assumed through that
+  cluster's own OIDC provider;
 - each cluster's Kubernetes objects (``ClusterObjects``).
 
 The stack outputs are what the rest of the toolkit reads: the clusters (endpoint, zones, OIDC
@@ -29,10 +30,13 @@ from infra.components.cluster import HostCluster, MemberCluster
 from infra.components.common import tags
 from infra.components.iam import irsa_role
 from infra.components.kubernetes import (
+    CANARY_NAMESPACE,
+    CANARY_RUNNER,
     REMEDIATION_SERVICE_ACCOUNT,
     ROTATION_GROUP,
     ROTATION_SERVICE_ACCOUNT,
     SYSTEM_NAMESPACE,
+    CanaryRunner,
     ClusterObjects,
     Context,
     Registration,
@@ -41,7 +45,7 @@ from infra.components.kubernetes import (
 )
 from infra.components.network import Network
 from infra.components.state import StateTable
-from infra.settings import InfraSettings, node_images, parse_settings, state_table
+from infra.settings import InfraSettings, node_images, parse_settings, state_table, with_canaries
 from platformctl.errors import PlatformError
 from platformctl.topology import REGION_KEY, Stage, parse_stage_config
 
@@ -86,7 +90,7 @@ def stack_config() -> dict[str, Any]:
 def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path = INFRA_DIR) -> tuple[Stage, InfraSettings, dict[str, str]]:
     """The stage, its settings and its node images, or a ``PlatformError`` naming the file and key."""
     stage = parse_stage_config(config, stage_name, source)
-    settings = parse_settings(config, stage_name, source)
+    settings = with_canaries(parse_settings(config, stage_name, source), source, infra_dir)
     images = node_images(stage, settings, infra_dir)
     return stage, settings, images
 
@@ -118,13 +122,21 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
         r = settings.remediation
         return Remediation(r.image, r.schedule, own.arn, r.policy, table.name, stage.region, spec.name)
 
+    def canary_runner(spec: Any, cluster: Any) -> CanaryRunner:
+        """Each cluster's canary runner, as its own service account: the state table is all it reaches in AWS."""
+        own = irsa_role(f"{spec.name}-canary", name, cluster.oidc_provider_arn, cluster.oidc_issuer, CANARY_NAMESPACE,
+                        CANARY_RUNNER, (), parent=cluster, scoped=[(STATE_ACTIONS, table.arn)])
+        c = settings.canary
+        return CanaryRunner(c.image, own.arn, c.canaries, table.name, stage.region, name, spec.name, c.metrics_port)
+
     for spec, member in zip(stage.member_clusters, members, strict=True):
         aws.eks.AccessEntry(f"{spec.name}-rotation", cluster_name=member.cluster_name, principal_arn=role.arn,
                             type="STANDARD", kubernetes_groups=[ROTATION_GROUP],
                             tags=tags(name, f"{spec.name}-rotation", **{"platformctl.io/cluster": spec.name}),
                             opts=pulumi.ResourceOptions(parent=member))
         ClusterObjects(f"{spec.name}-objects", provider=member.provider, stage=name, region=stage.region, member=True,
-                       remediation=remediation(spec, member), opts=pulumi.ResourceOptions(parent=member))
+                       remediation=remediation(spec, member), canary_runner=canary_runner(spec, member),
+                       opts=pulumi.ResourceOptions(parent=member))
     registrations = [Registration(spec.name, spec.zone, member.endpoint, member.certificate_authority,
                                   [p.name for p in spec.node_pools])
                      for spec, member in zip(stage.member_clusters, members, strict=True)]
@@ -135,7 +147,8 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
                         table.name, stage.region, contexts)
     ClusterObjects(f"{stage.host_cluster.name}-objects", provider=host.provider, stage=name, region=stage.region,
                    member=False, members=registrations, rotation=rotation,
-                   remediation=remediation(stage.host_cluster, host), opts=pulumi.ResourceOptions(parent=host))
+                   remediation=remediation(stage.host_cluster, host), canary_runner=canary_runner(stage.host_cluster, host),
+                   opts=pulumi.ResourceOptions(parent=host))
 
     clusters: dict[str, Any] = {}
     pools: dict[str, Any] = {}

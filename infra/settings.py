@@ -13,6 +13,10 @@ model of ``platformctl.topology``):
 ``platformctl:remediation``
     ``image``, ``schedule`` and ``policy`` (a remediation policy, checked by the parser ``remediate``
     uses) of the remediation CronJob every cluster runs.
+``platformctl:canary``
+    ``image``, ``canaries`` (name -> a canary definition; default: the files of ``definitions``,
+    ``../e2e_canary/canaries`` relative to ``infra/``, checked by the parser ``canary run`` uses) and
+    ``metricsPort`` of the canary runner Deployment every cluster runs.
 ``platformctl:imageLock``
     The AMI lock file ``platformctl ami build`` writes, relative to ``infra/`` (default
     ``../ami/images.lock.json``). A node pool boots ``topology.images.<family>`` when the stage
@@ -84,6 +88,17 @@ class Remediation(BaseModel):
     policy: dict[str, Any] = Field(default_factory=dict)
 
 
+class Canary(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    image: Annotated[str, Field(min_length=1)] = DEFAULT_ROTATION_IMAGE
+    # The canary definitions each cluster's runner carries out, name -> definition (the YAML of a file under
+    # e2e_canary/canaries, as a mapping). Empty: the checkout's e2e_canary/canaries, as `pulumi up` finds them.
+    canaries: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    definitions: str = "../e2e_canary/canaries"  # relative to infra/, when ``canaries`` is empty
+    metrics_port: Annotated[int, Field(alias="metricsPort", ge=1024, le=65535)] = 9464
+
+
 class InfraSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -92,6 +107,7 @@ class InfraSettings(BaseModel):
     public_access_cidrs: Annotated[tuple[Cidr, ...], Field(alias=f"{PREFIX}publicAccessCidrs")] = ()
     rotation: Annotated[Rotation, Field(alias=f"{PREFIX}rotation")] = Rotation()
     remediation: Annotated[Remediation, Field(alias=f"{PREFIX}remediation")] = Remediation()
+    canary: Annotated[Canary, Field(alias=f"{PREFIX}canary")] = Canary()
     image_lock: Annotated[str, Field(alias=f"{PREFIX}imageLock")] = "../ami/images.lock.json"
 
 
@@ -122,6 +138,27 @@ def parse_settings(config: Mapping[str, Any], stage: str, source: str) -> InfraS
         raise PlatformError(exc.detail, file=source,
                             field=f"config.{PREFIX}remediation.policy" + (f".{exc.field}" if exc.field else "")) from None
     return settings
+
+
+def with_canaries(settings: InfraSettings, source: str, infra_dir: Path) -> InfraSettings:
+    """The settings with every canary the runners carry out, name -> definition, checked by the parser `canary run`
+    uses: the stack config's ``canaries``, else the files in ``definitions`` (relative to ``infra/``)."""
+    from e2e_canary.definitions import load_canaries, parse_canary
+    from platformctl.yamlfile import read_yaml
+
+    if settings.canary.canaries:
+        for name, document in sorted(settings.canary.canaries.items()):
+            try:
+                parse_canary(document, f"{name}.yaml")
+            except PlatformError as exc:
+                raise PlatformError(exc.detail, file=source, field=f"config.{PREFIX}canary.canaries.{name}"
+                                    + (f".{exc.field}" if exc.field else "")) from None
+        return settings
+    folder = (infra_dir / settings.canary.definitions).resolve()
+    if not folder.is_dir():
+        raise PlatformError(f"no folder of canary definitions at {folder}", file=source, field=f"config.{PREFIX}canary.definitions")
+    documents = {c.name: read_yaml(Path(c.source), "canary") for c in load_canaries(folder)}
+    return settings.model_copy(update={"canary": settings.canary.model_copy(update={"canaries": documents})})
 
 
 def state_table(settings: InfraSettings, stage: str) -> str:

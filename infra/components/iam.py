@@ -72,9 +72,9 @@ class ClusterIam(pulumi.ComponentResource):
 
 
 def allow_each(grants: Sequence[tuple[Sequence[str], Sequence[str]]]) -> str:
-    """One statement per (actions, resources) pair."""
+    """One statement per (actions, resources) pair (a pair without actions grants nothing and is left out)."""
     return json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": sorted(actions), "Resource": list(resources)} for actions, resources in grants]})
+        {"Effect": "Allow", "Action": sorted(actions), "Resource": list(resources)} for actions, resources in grants if actions]})
 
 
 def irsa_role(name: str, stage: str, provider_arn: pulumi.Input[str], issuer: pulumi.Input[str], namespace: str,

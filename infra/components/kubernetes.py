@@ -1,7 +1,11 @@
 """The Kubernetes objects every cluster gets, applied with pulumi-kubernetes through the cluster's provider.
 
 - Every cluster: the ``platformctl-canary`` namespace and the ``canary`` service account the
-  canary workloads run as.
+  canary workloads run as; and the canary runner, a Deployment there running ``platformctl canary run
+  --stage <stage> --cluster <cluster>`` with the stack's canary definitions (a ConfigMap), as a service
+  account bound to its own IAM role (the state table only: results and leases) and to a ClusterRole that
+  may make and delete namespaces and the workloads a user makes (Deployments and their scale, Jobs,
+  CronJobs, DaemonSets, budgets, pods) and read nodes; its Prometheus metrics on a named port.
 - Every member cluster: the PriorityClasses of the three resource tiers (``reserved`` above
   ``ondemand``, the default, above ``preemptible``, which never preempts anything), and the RBAC
   that lets the scheduled rotation (signed in through its access entry, in the group
@@ -106,6 +110,23 @@ class Remediation(ScheduledJob):
     cluster: str = ""
 
 
+@dataclass(frozen=True)
+class CanaryRunner:
+    """One cluster's canary runner: its image, the IAM role its account assumes, the canaries, where it records."""
+
+    image: str
+    role_arn: pulumi.Input[str]
+    canaries: Mapping[str, Mapping[str, Any]]
+    state_table: pulumi.Input[str]
+    region: str
+    stage: str
+    cluster: str
+    metrics_port: int = 9464
+
+
+CANARY_RUNNER = "platformctl-canary-runner"
+
+
 def in_cluster_kubeconfig(cluster: str) -> str:
     """A kubeconfig whose one context (named after the cluster) is the pod's own API server, signed in as its
     service account: what `remediate --context <cluster>` reads inside the cluster."""
@@ -134,7 +155,8 @@ def stage_kubeconfig(region: str, contexts: Sequence[tuple[str, str, str]]) -> s
 class ClusterObjects(pulumi.ComponentResource):
     def __init__(self, name: str, *, provider: k8s.Provider, stage: str, region: str, member: bool,
                  members: Sequence[Registration] = (), rotation: Rotation | None = None,
-                 remediation: Remediation | None = None, opts: pulumi.ResourceOptions | None = None) -> None:
+                 remediation: Remediation | None = None, canary_runner: CanaryRunner | None = None,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("platformctl:infra:ClusterObjects", name, None, opts)
         self._provider = provider
         self._name = name
@@ -154,6 +176,8 @@ class ClusterObjects(pulumi.ComponentResource):
                 self._scheduled_rotation(stage, rotation)
         if remediation is not None:
             self._remediation(remediation)
+        if canary_runner is not None:
+            self._canary_runner(canary_runner, canary)
         self.register_outputs({})
 
     def _opts(self, **kwargs: Any) -> pulumi.ResourceOptions:
@@ -196,6 +220,37 @@ class ClusterObjects(pulumi.ComponentResource):
                                                    remediation.region))
         k8s.batch.v1.CronJob(f"{self._name}-remediate", metadata=_meta("platformctl-remediate", SYSTEM_NAMESPACE),
                              spec=spec, opts=self._opts(depends_on=[account, config]))
+
+    def _canary_runner(self, runner: CanaryRunner, namespace: k8s.core.v1.Namespace) -> None:
+        account = k8s.core.v1.ServiceAccount(
+            f"{self._name}-canary-runner", opts=self._opts(depends_on=[namespace]),
+            metadata=pulumi.Output.from_input(runner.role_arn).apply(
+                lambda arn: _meta(CANARY_RUNNER, CANARY_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
+        write = ["get", "list", "watch", "create", "update", "patch", "delete"]
+        rules = [
+            {"apiGroups": [""], "resources": ["namespaces", "pods"], "verbs": write},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["deployments", "replicasets", "daemonsets"], "verbs": write},
+            {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "update", "patch"]},
+            {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": write},
+            {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": write},
+        ]
+        role = k8s.rbac.v1.ClusterRole(f"{self._name}-canary", metadata=_meta("platformctl:canary"), rules=rules,
+                                       opts=self._opts())
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{self._name}-canary", metadata=_meta("platformctl:canary"),
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "platformctl:canary"},
+            subjects=[{"kind": "ServiceAccount", "name": CANARY_RUNNER, "namespace": CANARY_NAMESPACE}],
+            opts=self._opts(depends_on=[role, account]))
+        config = k8s.core.v1.ConfigMap(
+            f"{self._name}-canary-config", metadata=_meta(CANARY_RUNNER, CANARY_NAMESPACE),
+            data={"kubeconfig": in_cluster_kubeconfig(runner.cluster),
+                  **{f"canary-{name}.yaml": json.dumps(dict(document), indent=2, sort_keys=True)
+                     for name, document in sorted(runner.canaries.items())}},
+            opts=self._opts(depends_on=[namespace]))
+        spec = pulumi.Output.from_input(runner.state_table).apply(lambda table: canary_runner_spec(runner, table))
+        k8s.apps.v1.Deployment(f"{self._name}-canary-runner", metadata=_meta(CANARY_RUNNER, CANARY_NAMESPACE), spec=spec,
+                               opts=self._opts(depends_on=[account, config]))
 
     def _rotation_rbac(self) -> None:
         rules = [
@@ -289,6 +344,40 @@ def remediation_cronjob_spec(cluster: str, image: str, schedule: str, state_tabl
     return _cronjob_spec("platformctl-remediate", REMEDIATION_SERVICE_ACCOUNT, REMEDIATION_CONFIG, image, schedule, args,
                          region, starting_deadline=120, failed_history=5, cpu="100m", memory="192Mi", limit="384Mi",
                          active_deadline=3600)
+
+
+def canary_runner_spec(runner: CanaryRunner, state_table: str) -> dict[str, Any]:
+    """One runner per cluster (``Recreate``: two would only wait on each other's lease), its canaries and
+    kubeconfig from its ConfigMap, its metrics on the port Prometheus scrapes, restarted when they stop
+    answering; locked down as the CronJobs are. SIGTERM lets it delete its attempt's namespace first."""
+    labels = {**LABELS, "app.kubernetes.io/name": CANARY_RUNNER}
+    args = ["canary", "run", "--stage", runner.stage, "--cluster", runner.cluster, "--canaries", f"{CONFIG_DIR}/canaries",
+            "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--state", f"dynamodb://{state_table}",
+            "--metrics-address", "0.0.0.0", "--metrics-port", str(runner.metrics_port)]
+    items = [{"key": "kubeconfig", "path": "kubeconfig"},
+             *[{"key": f"canary-{name}.yaml", "path": f"canaries/{name}.yaml"} for name in sorted(runner.canaries)]]
+    return {
+        "replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": {"app.kubernetes.io/name": CANARY_RUNNER}},
+        "template": {
+            "metadata": {"labels": labels, "annotations": {"prometheus.io/scrape": "true",
+                                                           "prometheus.io/port": str(runner.metrics_port)}},
+            "spec": {
+                "serviceAccountName": CANARY_RUNNER, "priorityClassName": "system-cluster-critical",
+                "terminationGracePeriodSeconds": 120,
+                "volumes": [{"name": "config", "configMap": {"name": CANARY_RUNNER, "items": items}}],
+                "containers": [{
+                    "name": "runner", "image": runner.image, "args": args,
+                    "env": [{"name": "AWS_REGION", "value": runner.region}],
+                    "ports": [{"name": "metrics", "containerPort": runner.metrics_port}],
+                    "livenessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"}, "periodSeconds": 30,
+                                      "failureThreshold": 4},
+                    "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "192Mi"}, "limits": {"memory": "384Mi"}},
+                    "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
+                                        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }],
+            }},
+    }
 
 
 def member_cluster_crd_spec() -> Mapping[str, Any]:

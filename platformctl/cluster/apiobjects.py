@@ -74,7 +74,7 @@ class Resource:
 
 
 _READ = ("get", "list", "watch")
-_WRITE = ("create", "delete", "get", "list", "patch", "update")  # workloads: no watch (only nodes, pods, events)
+_WRITE = ("create", "delete", "get", "list", "patch", "update", "watch")  # workloads
 RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("namespaces", "Namespace", "", "v1", False, ("create", "delete", "get", "list"), ("ns",)),
     Resource("nodes", "Node", "", "v1", False, ("delete", "get", "list", "patch", "watch"), ("no",)),

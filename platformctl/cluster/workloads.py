@@ -50,6 +50,7 @@ class Workload:
     sim_uid: str | None = None  # the simulator's controller (None for a Deployment or a CronJob)
     jobs: list[str] = field(default_factory=list)  # a CronJob's jobs, oldest first
     timer: Any = None  # a CronJob's next firing, a Deployment's next look
+    conditions: dict[str, tuple[bool, str]] = field(default_factory=dict)  # a Deployment's: state and since when
 
     @property
     def namespace(self) -> str:

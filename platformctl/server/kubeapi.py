@@ -619,8 +619,10 @@ class KubeAPI:
     def _watch(self, cluster: ClusterState, plural: str, request: Request, ns: str | None) -> Response:
         if plural == "events":
             return self._watch_events(cluster, request, ns)
+        if plural in WORKLOADS:
+            return self._watch_objects(cluster, plural, request, ns)
         if plural not in ("nodes", "pods"):
-            raise ApiError(405, "MethodNotAllowed", f"watch is served for nodes, pods and events, not {plural}")
+            raise ApiError(405, "MethodNotAllowed", f"watch is served for nodes, pods, events and workloads, not {plural}")
         labels = label_selector(request.args.get("labelSelector"))
         match = field_selector(request.args.get("fieldSelector") or "", _NODE_FIELDS if plural == "nodes" else _POD_FIELDS)
 
@@ -678,6 +680,46 @@ class KubeAPI:
 
         return Response(stream(), mimetype="application/json", direct_passthrough=True)
 
+
+    def _watch_objects(self, cluster: ClusterState, plural: str, request: Request, ns: str | None) -> Response:
+        """Workloads (``kubectl rollout status``, ``get -w``): every object at the start (ADDED; MODIFIED from a
+        client's resourceVersion, since its status may have moved after the list it read: a redundant event is
+        harmless, a missed one leaves the client waiting), then each one whose spec or status changed (MODIFIED),
+        appeared (ADDED) or went (DELETED), as the clock moves."""
+        timeout = _watch_timeout(request)
+        as_table = self._wants_table(request)
+        since_now = (request.args.get("resourceVersion") or "") not in ("", "0")
+
+        def current() -> dict[tuple[str, str], dict[str, Any]]:
+            with self.cond:
+                return {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
+                        for o in self._objects(cluster, plural, ns, request)}
+
+        def encode(kind: str, obj: dict[str, Any]) -> bytes:
+            obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(cluster.sim.resource_version)}}
+            if as_table:
+                obj = table(plural, [obj], cluster.now(), obj["metadata"]["resourceVersion"])
+            return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+        def stream() -> Iterator[bytes]:
+            seen = current()
+            for obj in seen.values():
+                yield encode("MODIFIED" if since_now else "ADDED", obj)
+            deadline = time.monotonic() + timeout
+            while not self.stopping.is_set() and time.monotonic() < deadline:
+                with self.cond:
+                    self.cond.wait(min(max(deadline - time.monotonic(), 0.0), 1.0))
+                now = current()
+                for key, obj in now.items():
+                    if key not in seen:
+                        yield encode("ADDED", obj)
+                    elif obj != seen[key]:
+                        yield encode("MODIFIED", obj)
+                for key in seen.keys() - now.keys():
+                    yield encode("DELETED", seen[key])
+                seen = now
+
+        return Response(stream(), mimetype="application/json", direct_passthrough=True)
 
     def _watch_events(self, cluster: ClusterState, request: Request, ns: str | None) -> Response:
         """Events as they are recorded (ADDED), and again when a Pending pod's FailedScheduling is counted (MODIFIED)."""

@@ -264,6 +264,58 @@ def test_every_cluster_runs_remediation_as_its_own_account_with_the_stacks_polic
 
 
 @stages
+def test_every_cluster_runs_the_canary_runner_with_the_checkouts_canaries(stage_name: str) -> None:
+    from e2e_canary.definitions import CANARY_DIR, load_canaries, parse_canary
+    from platformctl.cli import cli
+
+    stage, run = load_stage(stage_name), declared(stage_name)
+    canary = cli.get_command(None, "canary")
+    assert canary is not None
+    command = canary.get_command(None, "run")  # type: ignore[attr-defined]
+    table = run.outputs["stateTable"]
+    shipped = {c.name: c.model_dump() for c in load_canaries(CANARY_DIR)}
+    for cluster in stage.clusters():
+        [deployment] = [o for o in k8s_objects(run, cluster.name, "Deployment")
+                        if o["metadata"]["name"] == "platformctl-canary-runner"]
+        assert deployment["metadata"]["namespace"] == CANARY_NAMESPACE
+        assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+        pod = deployment["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        params = command.make_context("run", container["args"][2:]).params  # what the CLI makes of them
+        assert (params["stage_name"], params["only"], params["state_spec"], params["once"]) == \
+            (stage_name, cluster.name, f"dynamodb://{table}", False)
+        assert container["ports"][0]["containerPort"] == params["metrics_port"] and params["metrics_address"] == "0.0.0.0"
+        [configmap] = [o for o in k8s_objects(run, cluster.name, "ConfigMap") if o["metadata"]["name"] == "platformctl-canary-runner"]
+        mounted = {item["path"]: configmap["data"][item["key"]] for item in pod["volumes"][0]["configMap"]["items"]}
+        canaries = {path.removeprefix("canaries/").removesuffix(".yaml"): parse_canary(json.loads(text), path).model_dump()
+                    for path, text in mounted.items() if path.startswith("canaries/")}
+        assert canaries == shipped  # the checkout's definitions, as `canary run --canaries` reads them
+        assert yaml.safe_load(mounted["kubeconfig"])["current-context"] == cluster.name
+        [account] = [o for o in k8s_objects(run, cluster.name, "ServiceAccount") if o["metadata"]["name"] == pod["serviceAccountName"]]
+        role_arn = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+        [role] = [r for r in run.of_type("aws:iam/role:Role") if r.outputs.get("arn") == role_arn]
+        trust = json.dumps(json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Condition"])
+        assert f"system:serviceaccount:{CANARY_NAMESPACE}:{pod['serviceAccountName']}" in trust
+        [policy] = [r.inputs for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{cluster.name}-canary"]
+        [statement] = json.loads(policy["policy"])["Statement"]  # the state table, and nothing else in AWS
+        assert all(a.startswith("dynamodb:") for a in statement["Action"])
+        assert statement["Resource"] == [run.named("aws:dynamodb/table:Table", f"{stage_name}-state").outputs["arn"]]
+        [rbac] = [o for o in k8s_objects(run, cluster.name, "ClusterRole") if o["metadata"]["name"] == "platformctl:canary"]
+        assert {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "update", "patch"]} in rbac["rules"]
+        assert not any("pods/eviction" in r["resources"] or "secrets" in r["resources"] for r in rbac["rules"])
+
+
+def test_a_bad_canary_in_the_stack_config_names_the_key() -> None:
+    from infra.settings import parse_settings, with_canaries
+
+    settings = parse_settings({"platformctl:canary": {"canaries": {"web": {"name": "web", "kind": "webapp"}}}}, "dev",
+                              "Pulumi.dev.yaml")
+    with pytest.raises(Exception) as raised:
+        with_canaries(settings, "Pulumi.dev.yaml", Path("infra"))
+    assert "Pulumi.dev.yaml" in str(raised.value) and "config.platformctl:canary.canaries.web.kind" in str(raised.value)
+
+
+@stages
 def test_stack_outputs_name_every_cluster_and_pool(stage_name: str) -> None:
     stage, run = load_stage(stage_name), declared(stage_name)
     outputs = run.outputs

@@ -30,8 +30,23 @@ HASH_LABEL = "pod-template-hash"
 LOOK_SECONDS = 1.0
 
 
+def _normal(value: Any) -> Any:
+    """A template as the controller compares two (``EqualIgnoreHash``): empty and null fields are as good as absent,
+    and the ``pod-template-hash`` label is not part of it."""
+    if isinstance(value, dict):
+        out = {k: _normal(v) for k, v in value.items() if k != HASH_LABEL}
+        return {k: v for k, v in out.items() if v not in (None, {}, [])}
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    return value
+
+
 def template_hash(template: Any) -> str:
-    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+    return hashlib.sha256(json.dumps(_normal(template), sort_keys=True).encode()).hexdigest()[:10]
+
+
+def same_template(a: Any, b: Any) -> bool:
+    return _normal(a) == _normal(b)
 
 
 def _int_or_percent(value: Any, total: int, round_up: bool, field: str, name: str) -> int:
@@ -52,9 +67,28 @@ class DeploymentController:
 
     # ---------------------------------------------------------------- the spec
 
+    @staticmethod
+    def default(obj: dict[str, Any]) -> None:
+        """The API server's defaults for a Deployment's spec, written into the stored object as it writes them."""
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return
+        spec.setdefault("replicas", 1)
+        strategy = spec.setdefault("strategy", {})
+        if isinstance(strategy, dict):
+            strategy.setdefault("type", "RollingUpdate")
+            if strategy["type"] == "RollingUpdate":
+                rolling = strategy.setdefault("rollingUpdate", {})
+                if isinstance(rolling, dict):
+                    rolling.setdefault("maxSurge", "25%")
+                    rolling.setdefault("maxUnavailable", "25%")
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+
     def check(self, obj: dict[str, Any]) -> None:
         from platformctl.cluster.workloads import int_field, selector_of, template_pod
 
+        self.default(obj)
         spec, name = obj["spec"], obj["metadata"]["name"]
         pod = template_pod(obj, spec.get("template"), "spec.template", "Deployment")
         selector_of(spec, "Deployment", name, dict(pod.labels), "apps")
@@ -111,7 +145,7 @@ class DeploymentController:
         template = spec["template"]
         digest = template_hash(template)
         owned = self.w.owned_by("replicasets", deployment)
-        new = next((rs for rs in owned if rs.obj["metadata"].get("labels", {}).get(HASH_LABEL) == digest), None)
+        new = next((rs for rs in owned if same_template(rs.obj["spec"]["template"], template)), None)
         revisions = [int(rs.obj["metadata"].get("annotations", {}).get(REVISION, "0")) for rs in owned]
         if new is None:
             revision = max(revisions, default=0) + 1
@@ -207,21 +241,28 @@ class DeploymentController:
 
     # ---------------------------------------------------------------- status
 
+    def _since(self, deployment: Workload, states: dict[str, bool]) -> dict[str, str]:
+        """When each condition last changed: kept with the object, moved only by a transition."""
+        kept = deployment.conditions
+        for kind, state in states.items():
+            if kind not in kept or kept[kind][0] != state:
+                kept[kind] = (state, format_time(self.w.now()))
+        return {kind: kept[kind][1] for kind in states}
+
     def object(self, deployment: Workload) -> dict[str, Any]:
         obj = copy.deepcopy(deployment.obj)
         spec = obj["spec"]
         replicas = int(spec.get("replicas", 1))
-        digest = template_hash(spec["template"])
         owned = self.w.owned_by("replicasets", deployment)
         counts = {rs.name: self._counts(rs) for rs in owned}
-        new = [rs for rs in owned if rs.obj["metadata"].get("labels", {}).get(HASH_LABEL) == digest]
+        new = [rs for rs in owned if same_template(rs.obj["spec"]["template"], spec["template"])]
         total = sum(c["replicas"] for c in counts.values())
         ready = sum(c["ready"] for c in counts.values())
         updated = sum(counts[rs.name]["replicas"] for rs in new)
         _, unavailable = self.limits(spec, replicas, deployment.name)
-        now = format_time(self.w.now())
         available = ready >= replicas - unavailable
         done = updated == replicas and total == replicas and ready == replicas
+        since = self._since(deployment, {"Available": available, "Progressing": done})
         status: dict[str, Any] = {
             "observedGeneration": obj["metadata"].get("generation", 1), "replicas": total, "updatedReplicas": updated,
             "readyReplicas": ready, "availableReplicas": ready, "unavailableReplicas": max(replicas - ready, 0),
@@ -229,12 +270,13 @@ class DeploymentController:
                 {"type": "Available", "status": "True" if available else "False",
                  "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
                  "message": "Deployment has minimum availability." if available else
-                 "Deployment does not have minimum availability.", "lastUpdateTime": now, "lastTransitionTime": now},
+                 "Deployment does not have minimum availability.", "lastUpdateTime": since["Available"],
+                 "lastTransitionTime": since["Available"]},
                 {"type": "Progressing", "status": "True",
                  "reason": "NewReplicaSetAvailable" if done else "ReplicaSetUpdated",
                  "message": f'ReplicaSet "{new[0].name if new else deployment.name}" '
                             f'{"has successfully progressed." if done else "is progressing."}',
-                 "lastUpdateTime": now, "lastTransitionTime": now},
+                 "lastUpdateTime": since["Progressing"], "lastTransitionTime": since["Progressing"]},
             ],
         }
         if not total:

@@ -327,3 +327,43 @@ def test_ami_build_says_where_it_builds_and_keeps_the_regions_ids_out_of_the_che
     assert f"into the local region of stage dev (AWS endpoint {region['aws_endpoint']}), region us-west-2" in built.stdout
     assert f"wrote {region['image_lock']}" in built.stdout
     assert checkout_lock.exists() == existed  # the region's moto ids went to the region's own lock file
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (.ci/run installs it; the API is tested without it)")
+def test_kubectl_rolls_scales_and_waits_on_a_deployment(region: dict[str, Any], tmp_path: Path) -> None:
+    """What a user does with a Deployment: apply, set image and wait on the rollout (a watch of deployments), scale,
+    roll back; the ReplicaSets and revisions are the deployment controller's."""
+    config = region["kubeconfig"]
+    member = region["clusters"][1]["name"]
+
+    def kubectl(*args: str, timeout: float = 60) -> str:
+        result = subprocess.run([KUBECTL, "--kubeconfig", config, "--context", member, "-n", "shop", *args],
+                                capture_output=True, text=True, timeout=timeout)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def images() -> list[str]:  # of the pods not terminating (the rolled-out ones' grace periods may still run)
+        pods = json.loads(kubectl("get", "pods", "-l", "app=web", "-o", "json"))["items"]
+        return sorted(p["spec"]["containers"][0]["image"] for p in pods if not p["metadata"].get("deletionTimestamp"))
+
+    manifest = tmp_path / "shop.yaml"
+    manifest.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\napiVersion: apps/v1\n"
+                        "kind: Deployment\nmetadata: {name: web, namespace: shop}\nspec:\n  replicas: 3\n"
+                        "  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n"
+                        "    spec: {containers: [{name: web, image: 'nginx:1.27'}]}\n")
+    kubectl("apply", "-f", str(manifest))
+    kubectl("rollout", "status", "deployment/web", "--timeout=60s")
+    kubectl("set", "image", "deployment/web", "web=nginx:1.28")
+    assert "successfully rolled out" in kubectl("rollout", "status", "deployment/web", "--timeout=60s")
+    assert images() == ["nginx:1.28"] * 3
+    kubectl("scale", "deployment/web", "--replicas=5")
+    kubectl("rollout", "status", "deployment/web", "--timeout=60s")
+    assert kubectl("get", "deployment", "web", "-o", "jsonpath={.status.readyReplicas}") == "5"
+    kubectl("rollout", "undo", "deployment/web")
+    kubectl("rollout", "status", "deployment/web", "--timeout=60s")
+    assert images() == ["nginx:1.27"] * 5
+    history = kubectl("rollout", "history", "deployment/web")
+    assert [line.split()[0] for line in history.splitlines()[2:] if line.strip()] == ["2", "3"]
+    replica_sets = kubectl("get", "rs", "-o", "jsonpath={range .items[*]}{.spec.replicas} {end}").split()
+    assert sorted(replica_sets) == ["0", "5"]
+    kubectl("delete", "namespace", "shop")

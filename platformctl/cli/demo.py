@@ -6,7 +6,10 @@ hour of virtual time: batch jobs come and go, an instance fails and its auto sca
 it, and an operator drains a node through the eviction API while the budgets pace it. Then a new
 image reaches every node the way it does in production: a manifest change, ``ami build``,
 ``stage deploy`` (new launch template versions), and ``rotate run --stage`` (the executor, wave by
-wave under the budgets). It ends with what happened and the invariants checked on the event log.
+wave under the budgets) with the canary health gate: before each wave the cluster's canaries run (a
+node-pool canary: pods pinned to each pool and image, so the new image is measured beside the old)
+and their verdict decides whether the next wave starts. It ends with what happened, the canaries'
+verdicts, and the invariants checked on the event log.
 """
 
 from __future__ import annotations
@@ -162,7 +165,10 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
         f"new images ({sum(1 for c in deployed.changes if c.action == 'unchanged')} resources unchanged); no node moves yet.")
 
     boot = {p.name: p.boot_seconds for c in stage.clusters() for p in c.node_pools}
-    policy = parse_policy({"maxInFlight": 3, "durations": {"nodeBootSeconds": boot, "podStartSeconds": 20}}, "demo policy")
+    policy = parse_policy({"maxInFlight": 3, "durations": {"nodeBootSeconds": boot, "podStartSeconds": 20},
+                           "healthGate": {"canary": {"window": "30m"}}}, "demo policy")
+    store = SQLiteStore(folder / "state.db")
+    gate, asked = _canary_gate(region, stage, store)
     places = [ClusterPlace(c.name, None if isinstance(c, HostCluster) else c.zones[0]) for c in stage.clusters()]
     steps, _ = cluster_steps(places, policy.host_cluster)
     groups = AutoScalingNodeGroups(stage.region)
@@ -171,7 +177,7 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
     say("`rotate run --stage dev` (no targets in its policy: each pool follows what its launch template boots now), "
         "one zone at a time, the host cluster last:")
     outcomes = run_stage([[Target(n, region.cluster(n), groups) for n in step] for step in steps], policy,
-                         SQLiteStore(folder / "state.db"), Options(), "demo")
+                         store, Options(stage=stage.name, canary=gate), "demo")
     clusters = {}
     table = Table("cluster", "waves", "nodes rotated", "estimate", "actual", "evictions", "refused", "disrupted twice",
                   "lowest headroom", title="Rotation onto the new images")
@@ -202,8 +208,62 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
     say(f"Every node on its launch template's image: {'yes' if on_new else '[red]no[/]'}; nothing left cordoned: "
         f"{'yes' if not any(c['cordoned'] for c in clusters.values()) else '[red]no[/]'}. From the event log: {verdict}. "
         f"{(region.clock.now() - start) / 60:.0f} virtual minutes.")
+    canaries = _canary_summary(asked, store, stage, region, deployed.images, say)
     return {"version": version, "rebuilt": rebuilt, "launch_templates_updated": len(updates), "images": deployed.images,
-            "clusters": clusters, "all_on_new_images": on_new, "harm": harm}
+            "clusters": clusters, "all_on_new_images": on_new, "harm": harm, "canaries": canaries}
+
+
+DEMO_CANARY = {"name": "node-pool", "kind": "node-pool", "podsPerArm": 10, "deadline": "2m"}
+
+
+def _canary_gate(region: LocalRegion, stage: Stage, store: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """The rotation's canary gate, with the canaries run where the demo can: before each ask, the cluster's
+    node-pool canary runs once (in production `canary run` runs beside the rotation, on every cluster)."""
+    from e2e_canary.definitions import parse_canary
+    from e2e_canary.runner import Runner
+    from e2e_canary.verdict import canary_gate
+
+    canary = parse_canary(DEMO_CANARY, "demo canary")
+    runners = {c.name: Runner(stage.name, c.name, region.cluster(c.name), store) for c in stage.clusters()}
+    judge = canary_gate(store, 1800.0)
+    asked: list[dict[str, Any]] = []
+
+    def gate(question: Any) -> dict[str, Any]:
+        runners[question.cluster].run(canary)
+        answer = judge(question)
+        asked.append({"cluster": question.cluster, "wave": question.wave, "verdict": answer["verdict"],
+                      "reason": answer["reason"]})
+        return answer
+
+    return gate, asked
+
+
+def _canary_summary(asked: list[dict[str, Any]], store: Any, stage: Stage, region: LocalRegion, images: dict[str, str],
+                    say: Any) -> dict[str, Any]:
+    """What the canaries said: each cluster's gate answers, and the new images against the old over the run."""
+    from e2e_canary.runner import results
+    from e2e_canary.verdict import judge_canaries
+
+    table = Table("cluster", "gate asked", "pass", "inconclusive (waited)", "fail", "last answer", title="Canary gate")
+    per_cluster: dict[str, Any] = {}
+    for cluster in [c.name for c in stage.clusters()]:
+        mine = [a for a in asked if a["cluster"] == cluster]
+        counts = Counter(a["verdict"] for a in mine)
+        per_cluster[cluster] = {"asked": len(mine), **{v: counts[v] for v in ("pass", "inconclusive", "fail")},
+                                "last": mine[-1] if mine else None}
+        table.add_row(cluster, str(len(mine)), str(counts["pass"]), str(counts["inconclusive"]), str(counts["fail"]),
+                      (mine[-1]["reason"] if mine else "-"))
+    say(table)
+    rows = results(store, stage.name)
+    new = set(images.values())
+    verdict = judge_canaries([r for r in rows if r.get("image") and r["image"] not in new],
+                             [r for r in rows if r.get("image") in new])
+    startup = verdict["canaries"].get("node-pool", {}).get("metrics", {}).get("pod_startup_seconds", {})
+    colour = {"pass": "green", "fail": "red"}.get(verdict["verdict"], "yellow")
+    say(f"Canary verdict, the new images' pods against the old ones' ({len(rows)} results): [{colour}]{verdict['verdict']}[/] — "
+        f"{verdict['reason']}" + (f"; pod startup median {startup['experiment']['median']:.2f} s against "
+                                  f"{startup['baseline']['median']:.2f} s" if startup.get("experiment", {}).get("n") else ""))
+    return {"gate": per_cluster, "results": len(rows), "verdict": verdict["verdict"], "reason": verdict["reason"]}
 
 
 def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir: Path | None = None) -> DemoReport:

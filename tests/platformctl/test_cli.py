@@ -77,6 +77,10 @@ def test_demo_tells_the_story_and_keeps_every_budget(tmp_path: Path) -> None:
     assert data["stage"] == "dev" and data["budget_violations"] == []
     assert data["nodes_replaced"] == 2 and data["evictions"] > 0
     assert len(data["story"]) == 2 and "drained the old node" in data["story"][1] and "done in" in data["story"][1]
+    canaries = data["rotation"]["canaries"]  # the canary gate was asked before every wave, and the new images pass
+    assert canaries["verdict"] == "pass" and canaries["results"] > 0
+    waves = {name: c["waves"] for name, c in data["rotation"]["clusters"].items()}
+    assert all(canaries["gate"][name]["pass"] == waves[name] and canaries["gate"][name]["fail"] == 0 for name in waves)
     for name, cluster in data["clusters"].items():
         assert cluster["nodes"] == cluster["nodes_ready"] > 0
         assert load_snapshot(tmp_path / f"{name}.json").nodes

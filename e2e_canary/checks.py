@@ -259,10 +259,13 @@ def cron(check: Check) -> list[Row]:
     c = check.canary
     name = c.name
     job = _job(check, name)
-    check.create({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
-                  "spec": {"schedule": c.schedule, "concurrencyPolicy": "Allow", "jobTemplate": {"spec": job["spec"]}}})
+    created = check.create({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
+                            "spec": {"schedule": c.schedule, "concurrencyPolicy": "Allow", "jobTemplate": {"spec": job["spec"]}}})
     rows: list[Row] = []
-    times = croniter(c.schedule, check.clock.now())
+    from platformctl.cluster.model import parse_time
+
+    # The firings the CronJob owes from its creation, in the API server's time (this client's clock may differ).
+    times = croniter(c.schedule, parse_time(created["metadata"]["creationTimestamp"], "creationTimestamp", None))
     for _ in range(c.runs):
         due = times.get_next(float)
         job_name = f"{name}-{int(due // 60)}"  # the CronJob controller's name for the run scheduled at ``due``
@@ -275,18 +278,18 @@ def cron(check: Check) -> list[Row]:
             return obj is not None
 
         try:
+            # Lateness is the Job's own creationTimestamp against the schedule; looking for it a while past the
+            # tolerance only keeps a slow poll (or a busy API server) from being taken for a late firing.
             check.wait(f"CronJob {name}: the run scheduled at {due:.0f}", fired, lambda: [],
-                       until=due + c.tolerance_seconds)
+                       until=due + c.tolerance_seconds + max(60.0, 5 * check.poll))
         except CheckFailed as failed:
             rows.append({"outcome": "fail" if failed.outcome == "timeout" else failed.outcome,
                          "reason": f"CronJob {name} did not fire within toleranceSeconds {c.tolerance_seconds} of its "
                                    f"schedule {c.schedule!r}" if failed.outcome == "timeout" else failed.reason,
                          "metrics": {}})
             continue
-        from platformctl.cluster.model import parse_time
-
-        created = parse_time(found["metadata"]["creationTimestamp"], "creationTimestamp", None)
-        lateness = max(created - due, 0.0)
+        made = parse_time(found["metadata"]["creationTimestamp"], "creationTimestamp", None)
+        lateness = max(made - due, 0.0)
         seen: dict[str, float] = {}
         # the Job's pods carry the template's labels: this run's are told apart by job-name
         job_selector = f"job-name={job_name}"

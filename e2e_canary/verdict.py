@@ -17,11 +17,17 @@ from e2e_canary.judge import JudgeConfig, judge
 from e2e_canary.runner import arm_of, results
 
 ORDER = {"fail": 2, "inconclusive": 1, "pass": 0}
+IMAGE_ARMS = ("node-pool",)  # the canaries that measure images side by side: they decide an image's pass
 
 
 def judge_canaries(baseline: Sequence[dict[str, Any]], experiment: Sequence[dict[str, Any]],
-                   config: JudgeConfig | None = None) -> dict[str, Any]:
-    """Each canary's results in one arm against its results in the other; the worst verdict, with its reason."""
+                   config: JudgeConfig | None = None, deciding: Collection[str] = ()) -> dict[str, Any]:
+    """Each canary's results in one arm against its results in the other; the worst verdict, with its reason.
+
+    With ``deciding`` (canary kinds), canaries of those kinds decide between pass and inconclusive, and any
+    other canary can only fail the verdict: an image's arms are the node-pool canary's to measure (enough pods
+    per window, by design), while a DaemonSet's one pod per node still fails an image it cannot start on.
+    Without canaries of those kinds in the arms, every canary decides."""
     config = config or JudgeConfig()
     names = sorted({r["canary"] for r in (*baseline, *experiment)})
     if not names:
@@ -30,9 +36,15 @@ def judge_canaries(baseline: Sequence[dict[str, Any]], experiment: Sequence[dict
     shared = config.model_copy(update={"alpha": config.alpha / len(names)})
     canaries = {name: judge(arm_of([r for r in baseline if r["canary"] == name]),
                             arm_of([r for r in experiment if r["canary"] == name]), shared).to_dict() for name in names}
-    worst_name, worst = max(canaries.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
+    kinds = {r["canary"]: r.get("canary_kind") for r in (*baseline, *experiment)}
+    deciders = {n for n in names if kinds.get(n) in deciding} or set(names)
+    counted = {n: v for n, v in canaries.items() if n in deciders or v["verdict"] == "fail"}
+    worst_name, worst = max(counted.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
     if worst["verdict"] == "pass":
-        reason = f"no significant and material regression in {len(names)} canar{'ies' if len(names) > 1 else 'y'}"
+        reason = f"no significant and material regression in {len(counted)} canar{'ies' if len(counted) > 1 else 'y'}"
+        short = sorted(n for n in names if n not in counted and canaries[n]["verdict"] == "inconclusive")
+        if short:
+            reason += f" ({', '.join(short)}: too little data to decide, none to fail it)"
     else:
         reason = f"canary {worst_name}: {worst['reason']}"
     return {"verdict": worst["verdict"], "reason": reason, "canaries": canaries}
@@ -54,11 +66,11 @@ def stage_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, bas
     if not by_image:
         return {"verdict": "inconclusive", "reason": f"no image other than {baseline} has results in the window",
                 "baseline": baseline, "arms": {}, "window_seconds": window}
-    arms = {image: judge_canaries(base, rows_of, config) for image, rows_of in sorted(by_image.items())}
+    arms = {image: judge_canaries(base, rows_of, config, IMAGE_ARMS) for image, rows_of in sorted(by_image.items())}
     worst = max(arms.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
     verdict = worst[1]["verdict"]
     reason = f"image {worst[0]} against {baseline}: {worst[1]['reason']}" if verdict != "pass" else \
-        f"every image passes against {baseline}"
+        f"every image passes against {baseline}: " + "; ".join(f"{image}: {arm['reason']}" for image, arm in arms.items())
     return {"verdict": verdict, "reason": reason, "baseline": baseline, "arms": arms, "window_seconds": window,
             "results": {"baseline": len(base), **{image: len(r) for image, r in by_image.items()}}}
 
@@ -100,7 +112,7 @@ def rotation_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, 
         if not mine:
             arms[image] = {"verdict": "inconclusive", "reason": f"nodes boot {image} but no canary result of it in {span} yet"}
             continue
-        arms[image] = judge_canaries(old, mine, config)
+        arms[image] = judge_canaries(old, mine, config, IMAGE_ARMS)
         arms[image]["results"] = len(mine)
     worst_image, worst = max(arms.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
     if worst["verdict"] == "pass":

@@ -593,6 +593,20 @@ class Executor:
             self.clock.sleep(self.options.poll_seconds)
         return names
 
+    def _why(self, pods: list[Pod]) -> str:
+        """What the kubelet says of a workload's pods that do not start, with the image of the node they are on:
+        the first thing an operator asks when a wave's pods are not Ready again (a bad image, most often)."""
+        if not pods:
+            return ""
+        said = []
+        for pod in pods[:2]:
+            try:
+                image = self.cluster.get_node(pod.node_name).image if pod.node_name else None
+            except NotFoundError:
+                image = None
+            said.append(f"{pod.name} on {pod.node_name}{f' (image {image})' if image else ''}: {pod.waiting}")
+        return f" ({'; '.join(said)})"
+
     def _wait_pods_ready(self, owners: dict[str, dict[str, Any]]) -> str | None:
         if not owners:
             return None
@@ -601,11 +615,16 @@ class Executor:
         while True:
             self._check()
             ready: Counter[str] = Counter()
+            stuck: dict[str, list[Pod]] = {}
             for ns in sorted({o["namespace"] for o in owners.values()}):
                 for p in self.cluster.list_pods(namespace=ns):
-                    if p.owner is not None and p.owner.uid in owners and p.ready and not p.terminating:
-                        ready[p.owner.uid] += 1
-            short = [f"{o['owner']} has {ready[uid]} Ready of {o['ready']}" for uid, o in owners.items() if ready[uid] < o["ready"]]
+                    if p.owner is not None and p.owner.uid in owners and not p.terminating:
+                        if p.ready:
+                            ready[p.owner.uid] += 1
+                        elif p.waiting:
+                            stuck.setdefault(p.owner.uid, []).append(p)
+            short = [f"{o['owner']} has {ready[uid]} Ready of {o['ready']}{self._why(stuck.get(uid, []))}"
+                     for uid, o in owners.items() if ready[uid] < o["ready"]]
             if not short:
                 return None
             failpoints.hit("wait:pods")

@@ -24,6 +24,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/rotate_full_cluster.py
 	$(BIN)/python benchmarks/rotate_run.py
 	$(BIN)/python benchmarks/judge_aa.py
+	$(BIN)/python benchmarks/canary_detect.py
 
 clean:
 	rm -rf $(VENV) .platformctl .pytest_cache

@@ -203,13 +203,8 @@ class ClusterObjects(pulumi.ComponentResource):
             {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
             {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
         ]
-        role = k8s.rbac.v1.ClusterRole(f"{self._name}-remediation", metadata=_meta("platformctl:remediation"), rules=rules,
-                                       opts=self._opts())
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{self._name}-remediation", metadata=_meta("platformctl:remediation"),
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "platformctl:remediation"},
-            subjects=[{"kind": "ServiceAccount", "name": REMEDIATION_SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}],
-            opts=self._opts(depends_on=[role, account]))
+        self._cluster_role("remediation", rules, {"kind": "ServiceAccount", "name": REMEDIATION_SERVICE_ACCOUNT,
+                                                  "namespace": SYSTEM_NAMESPACE}, account)
         config = k8s.core.v1.ConfigMap(
             f"{self._name}-remediation-config", metadata=_meta(REMEDIATION_CONFIG, SYSTEM_NAMESPACE),
             data={"policy.yaml": json.dumps(dict(remediation.policy), indent=2, sort_keys=True),
@@ -235,13 +230,8 @@ class ClusterObjects(pulumi.ComponentResource):
             {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": write},
             {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": write},
         ]
-        role = k8s.rbac.v1.ClusterRole(f"{self._name}-canary", metadata=_meta("platformctl:canary"), rules=rules,
-                                       opts=self._opts())
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{self._name}-canary", metadata=_meta("platformctl:canary"),
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "platformctl:canary"},
-            subjects=[{"kind": "ServiceAccount", "name": CANARY_RUNNER, "namespace": CANARY_NAMESPACE}],
-            opts=self._opts(depends_on=[role, account]))
+        self._cluster_role("canary", rules, {"kind": "ServiceAccount", "name": CANARY_RUNNER, "namespace": CANARY_NAMESPACE},
+                           account)
         config = k8s.core.v1.ConfigMap(
             f"{self._name}-canary-config", metadata=_meta(CANARY_RUNNER, CANARY_NAMESPACE),
             data={"kubeconfig": in_cluster_kubeconfig(runner.cluster),
@@ -252,6 +242,16 @@ class ClusterObjects(pulumi.ComponentResource):
         k8s.apps.v1.Deployment(f"{self._name}-canary-runner", metadata=_meta(CANARY_RUNNER, CANARY_NAMESPACE), spec=spec,
                                opts=self._opts(depends_on=[account, config]))
 
+    def _cluster_role(self, what: str, rules: list[dict[str, Any]], subject: dict[str, str],
+                      account: pulumi.Resource | None = None) -> None:
+        """ClusterRole ``platformctl:<what>`` with ``rules``, bound to ``subject`` (a service account or a group)."""
+        role = k8s.rbac.v1.ClusterRole(f"{self._name}-{what}", metadata=_meta(f"platformctl:{what}"), rules=rules,
+                                       opts=self._opts())
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{self._name}-{what}", metadata=_meta(f"platformctl:{what}"),
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"platformctl:{what}"},
+            subjects=[subject], opts=self._opts(depends_on=[role, *([account] if account is not None else [])]))
+
     def _rotation_rbac(self) -> None:
         rules = [
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
@@ -260,13 +260,8 @@ class ClusterObjects(pulumi.ComponentResource):
             {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": ["apps"], "resources": ["daemonsets", "replicasets", "statefulsets"], "verbs": ["get", "list"]},
         ]
-        role = k8s.rbac.v1.ClusterRole(f"{self._name}-rotation", metadata=_meta("platformctl:rotation"), rules=rules,
-                                       opts=self._opts())
-        k8s.rbac.v1.ClusterRoleBinding(
-            f"{self._name}-rotation", metadata=_meta("platformctl:rotation"),
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "platformctl:rotation"},
-            subjects=[{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": ROTATION_GROUP}],
-            opts=self._opts(depends_on=[role]))
+        self._cluster_role("rotation", rules, {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                               "name": ROTATION_GROUP})
 
     def _federation(self, stage: str, region: str, members: Sequence[Registration]) -> None:
         namespace = self._namespace(FEDERATION_NAMESPACE)

@@ -125,6 +125,20 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+def apply_patch(current: dict[str, Any], patch: Any, json_patch: bool) -> Any:
+    """A PATCH body applied as the API server applies it: an RFC 6902 JSON patch, or a (strategic) merge patch."""
+    if json_patch:
+        import jsonpatch
+
+        try:
+            return jsonpatch.apply_patch(current, patch)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as exc:
+            raise ApiError(422, "Invalid", f"the JSON patch could not be applied: {exc}") from None
+    if not isinstance(patch, dict):
+        raise bad_request("a merge patch must be a JSON object")
+    return merge_patch(current, patch)
+
+
 class Workloads:
     """The workload objects of one simulated cluster; ``require_namespace`` refuses a namespace that is not
     there or is going away (the API server's), or accepts any (the simulator in process)."""
@@ -296,19 +310,7 @@ class Workloads:
 
     def patch(self, resource: str, namespace: str, name: str, patch: Any, json_patch: bool = False) -> Workload:
         """PATCH: a JSON merge (or strategic merge) patch, or with ``json_patch`` an RFC 6902 JSON patch."""
-        workload = self.get(resource, namespace, name)
-        current = self.object(workload)
-        if json_patch:
-            import jsonpatch
-
-            try:
-                patched = jsonpatch.apply_patch(current, patch)
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as exc:
-                raise ApiError(422, "Invalid", f"the JSON patch could not be applied: {exc}") from None
-        else:
-            if not isinstance(patch, dict):
-                raise bad_request("a merge patch must be a JSON object")
-            patched = merge_patch(current, patch)
+        patched = apply_patch(self.object(self.get(resource, namespace, name)), patch, json_patch)
         if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
             raise bad_request("the patch must leave an object with its metadata")
         # A patch that carries a resourceVersion is a compare-and-swap, as on the API server: replace() checks it.

@@ -30,14 +30,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import jsonpatch
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from platformctl.cluster.model import Node, Pod, Taint
-from platformctl.cluster.workloads import SCALABLE
-from platformctl.cluster.workloads import merge_patch as _merge_patch
+from platformctl.cluster.workloads import SCALABLE, apply_patch
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.server.events import FIELDS as EVENT_FIELDS
 from platformctl.server.events import as_events_v1
@@ -439,15 +437,7 @@ class KubeAPI:
         if request.method == "PUT":
             wanted = self._body(request)
         elif request.method == "PATCH":
-            patch, json_patch = self._patch_body(request)
-            current = objects.scale_object(workload)
-            if json_patch:
-                try:
-                    wanted = jsonpatch.apply_patch(current, patch)
-                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as exc:
-                    raise ApiError(422, "Invalid", f"the JSON patch could not be applied: {exc}") from None
-            else:
-                wanted = _merge_patch(current, patch)
+            wanted = apply_patch(objects.scale_object(workload), *self._patch_body(request))
         else:
             raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {res.plural}/scale")
         replicas = ((wanted or {}).get("spec") or {}).get("replicas")
@@ -563,29 +553,11 @@ class KubeAPI:
         return _json(_success(name, res.plural, workload.obj["metadata"]["uid"]))
 
     def _patch_node(self, cluster: ClusterState, request: Request, name: str) -> Response:
-        kind = request.mimetype
         try:
             current = _node_object(cluster.sim.get_node(name), cluster.kubernetes_version)
         except NotFoundError:
             raise not_found("nodes", name) from None
-        merge_kinds = ("application/merge-patch+json", "application/strategic-merge-patch+json")
-        if kind not in (*merge_kinds, "application/json-patch+json"):
-            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted "
-                           f"media types include: application/json-patch+json, application/merge-patch+json, "
-                           f"application/strategic-merge-patch+json (got {kind!r})")
-        try:
-            patch = json.loads(request.get_data(cache=False) or b"null")
-        except ValueError as exc:
-            raise bad_request(f"the body of the request was in an unknown format: {exc}") from None
-        if kind in merge_kinds:
-            if not isinstance(patch, dict):
-                raise bad_request("a merge patch must be a JSON object")
-            patched = _merge_patch(current, patch)
-        else:
-            try:
-                patched = jsonpatch.apply_patch(current, patch)
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as exc:
-                raise ApiError(422, "Invalid", f"the JSON patch could not be applied: {exc}") from None
+        patched = apply_patch(current, *self._patch_body(request))
         if not isinstance(patched, dict) or (patched.get("metadata") or {}).get("name") != name:
             raise bad_request("the patch may not change the node's name")
         # A patch that carries a resourceVersion is a compare-and-swap, as on the API server.

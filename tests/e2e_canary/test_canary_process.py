@@ -99,12 +99,42 @@ def test_a_bad_image_fails_its_arm_with_the_kubelets_reason_and_the_verdict_name
 
 def test_api_errors_fail_the_canary_naming_the_503(region: dict[str, Any]) -> None:
     run(region["home"], "local", "fault", "api-errors", CLUSTER, "100%")
-    out = canary(region, "--once", "-o", "json")
-    run(region["home"], "local", "fault", "clear")
-    assert out.returncode == 1
-    rows = results(out)
-    assert rows and {r["outcome"] for r in rows} == {"fail"} and all("503" in r["reason"] for r in rows)
-    assert {r["canary_kind"] for r in rows} == {"node-pool", "service", "batch", "cron", "daemon"}
+    times: list[float] = []
+    try:
+        for _ in range(3):  # one failed attempt is not evidence at the verdict's alpha; three in a row are
+            out = canary(region, "--once", "-o", "json")
+            assert out.returncode == 1
+            rows = results(out)
+            times += [r["at"] for r in rows]
+            assert rows and {r["outcome"] for r in rows} == {"fail"} and all("503" in r["reason"] for r in rows)
+            assert {r["canary_kind"] for r in rows} == {"node-pool", "service", "batch", "cron", "daemon"}
+    finally:
+        run(region["home"], "local", "fault", "clear")
+    window = str(int(max(times) - min(times)) + 1)  # the faulty runs' span, in the region's time
+    verdict = run(region["home"], "canary", "verdict", "--stage", "dev", "--window", window, check=False)
+    said = json.loads(verdict.stdout)
+    assert verdict.returncode == 1 and said["verdict"] == "fail" and "failure_rate" in said["reason"], said["reason"]
+
+
+def test_a_slow_image_passes_each_check_and_fails_the_verdict_on_startup_latency(region: dict[str, Any]) -> None:
+    slow = images(region)["ml"]
+    good = images(region)["general"]
+    run(region["home"], "local", "fault", "slow-start", slow, "20")
+    times: list[float] = []
+    try:
+        for _ in range(3):
+            out = canary(region, "--once", "-o", "json")
+            rows = [r for r in results(out) if r["canary_kind"] == "node-pool"]
+            times += [r["at"] for r in rows]
+            assert {r["outcome"] for r in rows} == {"ok"}  # slow is not broken: every pod started
+            assert min(r["metrics"]["pod_startup_seconds"] for r in rows if r["image"] == slow) >= 20
+    finally:
+        run(region["home"], "local", "fault", "clear")
+    window = str(int(max(times) - min(times)) + 60)  # the three runs, in the region's time
+    verdict = run(region["home"], "canary", "verdict", "--stage", "dev", "--baseline", good, "--window", window, check=False)
+    said = json.loads(verdict.stdout)
+    assert verdict.returncode == 1 and said["verdict"] == "fail", said["reason"]
+    assert slow in said["reason"] and "pod_startup_seconds" in said["reason"], said["reason"]
 
 
 def _canary_namespaces(region: dict[str, Any]) -> list[str]:
@@ -136,6 +166,11 @@ def test_a_runner_killed_mid_check_leaves_nothing_once_the_next_run_reaps(region
     live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=CLUSTER)
     time.sleep(0.5)
     assert not [p for p in live.list_pods(label_selector="platformctl.io/canary") if not p.terminating]
+    for path in ("apis/apps/v1/deployments", "apis/apps/v1/replicasets", "apis/apps/v1/daemonsets", "apis/batch/v1/jobs",
+                 "apis/batch/v1/cronjobs", "apis/policy/v1/poddisruptionbudgets"):
+        url = f"{region['kubernetes_endpoint']}/clusters/{CLUSTER}/{path}?labelSelector=platformctl.io/canary"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            assert json.loads(response.read())["items"] == [], path  # no canary object of any kind remains
 
 
 def test_bad_input_is_one_line_exit_2(region: dict[str, Any], tmp_path: Path) -> None:

@@ -124,8 +124,8 @@ class Canary(_Value):
     def to_dict(self) -> dict[str, Any]:
         """The definition as the file would spell it in full: the common fields and its own kind's."""
         others = {n for kind, names in OWN_FIELDS.items() if kind != self.kind for n in names}
-        return {**self.model_dump(mode="json", by_alias=True, exclude=others), "namespace": self.namespace,
-                "source": self.source}
+        return {**self.model_dump(mode="json", by_alias=True, exclude=others), "image": self.pod_image,
+                "namespace": self.namespace, "source": self.source}
 
     @property
     def pod_image(self) -> str:

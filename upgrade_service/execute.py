@@ -46,6 +46,7 @@ from platformctl.state import LeaseHeld, LeaseLost, StateStore
 from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as j
 from upgrade_service.gate import Question, ask
+from upgrade_service.remediate import remediation_holds
 from upgrade_service.journal import Journal, RunState, WaveState
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.disruption import view_cluster
@@ -215,11 +216,15 @@ class Executor:
             if first:
                 raise PlatformError(message, file=policy.source, field=f"targets.{pool}")
             raise Halt("target-mismatch", message)
-        targets, warnings = resolved.images, resolved.warnings
+        targets, warnings = resolved.images, list(resolved.warnings)
         unmanaged: list[str] = []
         keep: list[Node] = []
         outdated: set[str] = set()
+        held = remediation_holds(self.store, self.target.name)
         for node in nodes:
+            if node.name in held:  # its replacement boots the launch template's image: the target, too
+                warnings.append(f"{node.name} is left to remediation: {held[node.name]}")
+                continue
             pool = node.labels.get(policy.pool_label)
             if pool in targets and node.labels.get(policy.image_label) != targets[pool]:
                 if node.name not in group_of:

@@ -225,6 +225,20 @@ def rotation_holds(store: StateStore, cluster: str) -> dict[str, str]:
     return out
 
 
+def remediation_holds(store: StateStore, cluster: str) -> dict[str, str]:
+    """Node -> what remediation is doing with it: the node of every remediation started and not finished, and
+    every node left cordoned whose surge stands in for it. The rotation leaves them to remediation."""
+    state = read_state(store, cluster)
+    out: dict[str, str] = {}
+    for rid, current in state.open.items():
+        node = current.started.get("node")
+        if node:
+            out[node] = f"remediation {rid} is replacing it ({current.started.get('reason')})"
+    for node, started in state.standing_in.items():
+        out.setdefault(node, f"left cordoned by remediation {started.get('id')}, whose surge stands in for it")
+    return out
+
+
 class Remediator:
     def __init__(self, name: str, cluster: Cluster, groups: NodeGroups, policy: RemediationPolicy, store: StateStore, *,
                  keeper: LeaseKeeper | None = None, poll_seconds: float = 5.0,

@@ -360,3 +360,27 @@ def test_a_second_run_on_the_cluster_exits_at_once(tmp_path: Path) -> None:
     held.release()
     assert run_cluster(Target("test", sim, SimulatedNodeGroups(sim)), parse_policy({}, "p.yaml"), store, Options(), "me").status == "done"
     json.dumps(outcome.to_dict())  # machine-readable as is
+
+
+def test_a_node_remediation_is_replacing_is_left_to_it(tmp_path: Path) -> None:
+    """Remediation's open work is read before every plan: the rotation neither cordons nor drains nor terminates a
+    node whose replacement remediation has started (its replacement boots the target image anyway)."""
+    from upgrade_service.remediate import STARTED, Log
+
+    sim = serving(4, replicas=4, min_available=3)
+    new_image(sim)
+    broken = sorted(n.name for n in sim.list_nodes())[0]
+    log = Log(SQLiteStore(tmp_path / "state.db"), "test", sim.clock)
+    log.write(STARTED, id="test-r1", subject=broken, node=broken, instance=sim.get_node(broken).instance_id,
+              group="general", pool="general", zone="us-east-1a", reason="Ready=False for 300 s", since=0.0, members=[],
+              kubelet_gone_since=None, surged=False)
+    on_broken = sorted(p.uid for p in sim.list_pods(node_name=broken))
+    run = executor(sim, tmp_path, {"maxInFlight": 2})
+    read = run.read(first=True)
+    assert broken not in {n.name for n in read.nodes} and broken not in read.outdated
+    assert any(broken in w and "remediation test-r1" in w for w in read.warnings)
+    outcome = run.run()
+    assert outcome.status == "done"
+    assert broken in {n.name for n in sim.list_nodes()} and not sim.get_node(broken).unschedulable  # untouched
+    assert all(e.name != broken for e in sim.events if e.kind == sim_events.NODE_CORDONED)
+    assert on_broken and set(on_broken) <= {p.uid for p in sim.list_pods(node_name=broken)}  # none of its pods evicted

@@ -64,6 +64,9 @@ class MotoBackend:
         # registers resources from several threads, so every client is made here, up front.
         self.clients = {s: aws.client(s, region) for s in ("ec2", "autoscaling", "eks", "iam", "kms", "dynamodb")}
         self.lock = threading.Lock()
+        # moto's backends are not safe to change from several threads at once (two auto scaling groups
+        # launching into one subnet race on its pool of free addresses): one AWS create at a time.
+        self.aws_lock = threading.Lock()
 
     def create(self, type_: str, name: str, inputs: dict[str, Any], provider: str) -> tuple[str, dict[str, Any]]:
         if type_.startswith(COMPONENTS) or type_.startswith("pulumi:providers:"):
@@ -75,7 +78,8 @@ class MotoBackend:
         handler = getattr(self, "_" + type_.split(":")[1].replace("/", "_"), None)
         if handler is None:
             raise NotImplementedError(f"the local region cannot create {type_} ({name}): add it to infra/materialize.py")
-        return handler(inputs)
+        with self.aws_lock:
+            return handler(inputs)
 
     # ------------------------------------------------------------------ network
 

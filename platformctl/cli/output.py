@@ -42,4 +42,12 @@ def writable_folder(path: Path, option: str) -> Path:
         raise PlatformError("is a file, not a folder", file=str(path), field=option)
     if not path.parent.is_dir():
         raise PlatformError(f"folder {path.parent} does not exist", file=str(path), field=option)
+    import tempfile
+
+    try:  # made and written to now, so that a folder the work cannot be saved in is said before the work
+        path.mkdir(exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise PlatformError(f"cannot be written ({exc.strerror})", file=str(path), field=option) from None
     return path

@@ -106,6 +106,7 @@ def test_every_output_path_is_checked_before_any_work(tmp_path: Path) -> None:
         (["rotate", "plan", "--snapshot", str(FIXTURES / "eviction_rules.json"), "--policy", str(policy), "-o",
           str(missing / "plan.json")], "--output: folder"),
         (["demo", "--save-snapshots", str(missing / "snaps")], "--save-snapshots: folder"),
+        (["demo", "--save-snapshots", "/proc/snaps"], "--save-snapshots: cannot be written"),  # its parent refuses it
         (["ami", "build", "--lock-file", str(missing / "images.lock.json")], "--lock-file: folder"),
         (["snapshot", "generate", "--out", str(tmp_path)], "is a directory"),
     ]

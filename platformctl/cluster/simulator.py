@@ -108,6 +108,8 @@ NODE_CONDITION = "NodeCondition"  # detail: (type, status, reason): a kubelet or
 POD_NOT_READY = "PodNotReady"  # the node controller marked a running pod not Ready (its node is not Ready)
 POD_CREATE_FAILED = "PodCreateFailed"  # detail: (uid, reason): the kubelet could not create its containers
 POD_TAINT_EVICTED = "PodTaintEvicted"  # the taint manager deleted it: its node's NoExecute taint outlived its toleration
+# A workload controller said something of a workload object: detail (apiVersion, kind, uid, reason, message, component)
+WORKLOAD_EVENT = "WorkloadEvent"
 
 # How the control plane treats a node whose kubelet stops: kube-controller-manager's
 # --node-monitor-grace-period (50 s since 1.29), then the NoExecute taint that evicts pods after the
@@ -397,6 +399,11 @@ class SimulatedCluster:
 
     def advance(self, seconds: float) -> None:
         self._clock.sleep(seconds)
+
+    def workload_event(self, api_version: str, kind: str, namespace: str, name: str, uid: str, reason: str, message: str,
+                       component: str) -> None:
+        """What a workload controller reports about its object (``ScalingReplicaSet``, ``SuccessfulCreate`` …)."""
+        self._record(WORKLOAD_EVENT, namespace, name, (api_version, kind, uid, reason, message, component))
 
     def _record(self, kind: str, namespace: str, name: str, detail: Any = None) -> None:
         self.events.append(Event(self._clock.now(), kind, namespace, name, detail))

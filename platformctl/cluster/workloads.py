@@ -153,6 +153,12 @@ class Workloads:
         self._adopted = -1
         self.deployments = DeploymentController(self)
         self.cronjobs = CronJobController(self)
+        sim.job_done_hooks.append(self._job_done)
+
+    def _job_done(self, sim_uid: str) -> None:
+        job = next((j for j in self.objects["jobs"].values() if j.sim_uid == sim_uid), None)
+        if job is not None:
+            self.event(job, "Completed", "Job completed", "job-controller")
 
     def now(self) -> float:
         return self.sim.now()
@@ -265,11 +271,17 @@ class Workloads:
             pod = replace(pod, labels=labels)
             workload.sim_uid = self.sim.create_workload("Job", pod, parallelism, completions=completions,
                                                         ttl_seconds=float(ttl) if isinstance(ttl, int) else None)
+            obj["metadata"]["uid"] = workload.sim_uid  # the uid its pods' ownerReferences name
             obj["status"] = {"startTime": format_time(self.now())}
             return
         selector_of(spec, res.kind, name, dict(pod.labels), res.group)
         replicas = int_field(spec, "replicas", 1, res.kind, name)
         workload.sim_uid = self.sim.create_workload(SIM_KIND[res.plural], pod, replicas)
+        obj["metadata"]["uid"] = workload.sim_uid  # the uid its pods' ownerReferences name
+
+    def event(self, workload: Workload, reason: str, message: str, component: str) -> None:
+        self.sim.workload_event(workload.resource.api_version, workload.resource.kind, workload.namespace, workload.name,
+                                workload.uid, reason, message, component)
 
     def replace(self, resource: str, namespace: str, name: str, obj: dict[str, Any]) -> Workload:
         """PUT: the object as given becomes the spec (its ``resourceVersion``, when given, must be current)."""

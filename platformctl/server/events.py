@@ -9,7 +9,9 @@ recorder turns what the simulator logged into the events the real components wou
   growing ``count`` while the pod stays Pending;
 - the kubelet: ``Started`` when a pod's containers run, ``Killing`` when a pod is deleted or evicted,
   ``Starting``, ``NodeReady``, ``NodeNotSchedulable`` / ``NodeSchedulable`` (cordon, uncordon);
-- the node controller: ``RegisteredNode``, ``RemovingNode``.
+- the node controller: ``RegisteredNode``, ``RemovingNode``;
+- the workload controllers: the deployment controller's ``ScalingReplicaSet``, the CronJob controller's
+  ``SuccessfulCreate`` / ``SuccessfulDelete`` of its Jobs, the Job controller's ``Completed``.
 
 They are served as ``core/v1`` Events (what ``kubectl describe`` reads, with ``involvedObject``
 field selectors) and as ``events.k8s.io/v1`` Events; node events live in ``default``, as on a real
@@ -63,14 +65,14 @@ class EventRecorder:
     # ---------------------------------------------------------------- recording
 
     def _add(self, at: float, kind: str, namespace: str, name: str, uid: str, reason: str, message: str,
-             component: str, host: str = "", type_: str = "Normal") -> dict[str, Any]:
+             component: str, host: str = "", type_: str = "Normal", api_version: str = "v1") -> dict[str, Any]:
         stamp = format_time(at)
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace or "default",
                          "uid": str(uuid.uuid4()), "resourceVersion": str(self.sim.next_resource_version()),
                          "creationTimestamp": stamp},
-            "involvedObject": {"apiVersion": "v1", "kind": kind, "name": name, "uid": uid,
+            "involvedObject": {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
                                **({"namespace": namespace} if namespace else {})},
             "reason": reason, "message": message, "type": type_,
             "source": {"component": component, **({"host": host} if host else {})},
@@ -140,6 +142,10 @@ class EventRecorder:
             pod = self._pod(e.namespace, e.name, e.detail[0])
             self._add(at, "Pod", e.namespace, e.name, e.detail[0], "Failed", f"Error: {e.detail[1]}", "kubelet",
                       (pod.node_name or "") if pod is not None else "", type_="Warning")
+        elif kind == sim.WORKLOAD_EVENT:
+            api_version, object_kind, uid, reason, message, component = e.detail
+            self._add(at, object_kind, e.namespace, e.name, uid, reason, message, component,
+                      type_="Warning" if reason == "JobAlreadyActive" else "Normal", api_version=api_version)
         elif kind == sim.POD_TAINT_EVICTED:
             self._add(at, "Pod", e.namespace, e.name, e.detail[0], "TaintManagerEviction",
                       f"Marking for deletion Pod {e.namespace}/{e.name}", "taint-eviction-controller")

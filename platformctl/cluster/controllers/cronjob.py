@@ -75,6 +75,10 @@ class CronJobController:
                 if (cron.namespace, name) not in self.w.objects["jobs"]:
                     self.w.create("jobs", cron.namespace, job, owner=cron)
                     cron.jobs.append(name)
+                    self.w.event(cron, "SuccessfulCreate", f"Created job {name}", "cronjob-controller")
+            else:
+                self.w.event(cron, "JobAlreadyActive", "Not starting job because prior execution is running and "
+                             "concurrency policy is Forbid", "cronjob-controller")
             self._prune(cron)
         self.start(cron)
 
@@ -83,6 +87,7 @@ class CronJobController:
         finished = [j for j in cron.jobs if (cron.namespace, j) in self.w.objects["jobs"] and not self.w.job_active(cron.namespace, j)]
         for job in finished[: max(len(finished) - keep, 0)]:
             self.w.delete("jobs", cron.namespace, job)
+            self.w.event(cron, "SuccessfulDelete", f"Deleted job {job}", "cronjob-controller")
         cron.jobs = [j for j in cron.jobs if (cron.namespace, j) in self.w.objects["jobs"]]
 
     def object(self, cron: Workload) -> dict[str, Any]:

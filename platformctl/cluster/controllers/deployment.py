@@ -172,8 +172,15 @@ class DeploymentController:
         return self.w.sim.workload_status(rs.sim_uid or "")
 
     def _set(self, rs: Workload, replicas: int) -> None:
-        if int(rs.obj["spec"].get("replicas", 0)) != replicas:
-            self.w.scale("replicasets", rs.namespace, rs.name, max(replicas, 0))
+        was = int(rs.obj["spec"].get("replicas", 0))
+        replicas = max(replicas, 0)
+        if was != replicas:
+            self.w.scale("replicasets", rs.namespace, rs.name, replicas)
+            owner = next((d for d in self.w.objects["deployments"].values()
+                          if any(ref.get("uid") == d.uid for ref in rs.obj["metadata"].get("ownerReferences") or ())), None)
+            if owner is not None:
+                self.w.event(owner, "ScalingReplicaSet", f"Scaled {'up' if replicas > was else 'down'} replica set "
+                             f"{rs.name} from {was} to {replicas}", "deployment-controller")
 
     def _roll(self, deployment: Workload, new: Workload, old: list[Workload], replicas: int) -> None:
         surge, unavailable = self.limits(deployment.obj["spec"], replicas, deployment.name)

@@ -366,4 +366,11 @@ def test_kubectl_rolls_scales_and_waits_on_a_deployment(region: dict[str, Any], 
     assert [line.split()[0] for line in history.splitlines()[2:] if line.strip()] == ["2", "3"]
     replica_sets = kubectl("get", "rs", "-o", "jsonpath={range .items[*]}{.spec.replicas} {end}").split()
     assert sorted(replica_sets) == ["0", "5"]
+    described = kubectl("describe", "deployment", "web")  # the deployment controller's events, as on a real cluster
+    assert "ScalingReplicaSet" in described and "Scaled up replica set web-" in described
+    assert "StrategyType:           RollingUpdate" in described and "25% max unavailable, 25% max surge" in described
+    owners = {ref["uid"] for p in json.loads(kubectl("get", "pods", "-o", "json"))["items"]
+              for ref in p["metadata"]["ownerReferences"]}
+    uids = {rs["metadata"]["uid"] for rs in json.loads(kubectl("get", "rs", "-o", "json"))["items"]}
+    assert owners and owners <= uids  # a pod's owner is a ReplicaSet the API serves
     kubectl("delete", "namespace", "shop")

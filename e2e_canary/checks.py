@@ -331,10 +331,12 @@ def daemon(check: Check) -> list[Row]:
     until = check.started + c.ready_deadline_seconds
     seen: dict[str, float] = {}
     ready_at: dict[str, float] = {}
+    node_of: dict[str, str | None] = {}
 
     def everywhere() -> bool:
         pods = check.pods(selector)
         check.startups(pods, seen)
+        node_of.update({p.name: p.node_name for p in pods})
         for pod in pods:
             if pod.ready and pod.node_name in expected and pod.node_name not in ready_at:
                 ready_at[pod.node_name] = check.clock.now() - check.started
@@ -359,6 +361,10 @@ def daemon(check: Check) -> list[Row]:
         elif node_name in stuck:
             rows.append({**where, "outcome": "fail", "reason": f"DaemonSet {name}: its pod on {node_name} (image "
                          f"{where['image']}): {stuck[node_name]} for {c.ready_deadline_seconds} s", "metrics": {}})
+        elif any(node_of.get(pod) == node_name for pod in check.disrupted):
+            pod, reason = next((p, r) for p, r in check.disrupted.items() if node_of.get(p) == node_name)
+            rows.append({**where, "outcome": "disrupted", "reason": f"DaemonSet {name}: its pod {pod} on {node_name} was "
+                         f"taken away by the platform ({reason})", "metrics": {}})
         else:
             rows.append({**where, "outcome": "timeout", "reason": f"DaemonSet {name}: no Ready pod on {node_name} within "
                          f"readyDeadlineSeconds {c.ready_deadline_seconds}", "metrics": {}})

@@ -221,6 +221,10 @@ class Runner:
             if reason.startswith("waiting: "):  # the kubelet says why: a failure, not slowness
                 results.append(self._record(canary, attempt, arm, "fail", f"pod {name} on image {arm.image}: "
                                             f"{reason.removeprefix('waiting: ')} for {canary.deadline} s", {}))
+            elif reason == "unscheduled":  # pinned to an arm whose nodes are full: nothing measured of the image
+                results.append(self._record(canary, attempt, arm, "infra_error", f"pod {name} found no room on the "
+                                            f"{arm.nodes} Ready node(s) of pool {arm.pool} on image {arm.image} within "
+                                            f"{canary.deadline} s: the arm is full, the image was not measured", {}))
             else:
                 results.append(self._record(canary, attempt, arm, "timeout", f"pod {name} on image {arm.image} not "
                                             f"running within the deadline {canary.deadline} s ({reason})", {}))

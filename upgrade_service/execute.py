@@ -598,6 +598,18 @@ class Executor:
             self.clock.sleep(self.options.poll_seconds)
         return names
 
+    def _owner_gone(self, owner: str) -> bool:
+        """Whether a workload (``"ReplicaSet ns/name"``, as the wave recorded it) no longer exists."""
+        kind, _, where = owner.partition(" ")
+        namespace, _, name = where.partition("/")
+        try:
+            self.cluster.get_object(kind, namespace, name)
+        except NotFoundError:
+            return True
+        except PlatformError:  # a kind the API cannot be asked about here: keep waiting on it, as before
+            return False
+        return False
+
     def _why(self, pods: list[Pod]) -> str:
         """What the kubelet says of a workload's pods that do not start, with the image of the node they are on:
         the first thing an operator asks when a wave's pods are not Ready again (a bad image, most often)."""
@@ -620,14 +632,20 @@ class Executor:
         while True:
             self._check()
             ready: Counter[str] = Counter()
+            live: Counter[str] = Counter()
             stuck: dict[str, list[Pod]] = {}
             for ns in sorted({o["namespace"] for o in owners.values()}):
                 for p in self.cluster.list_pods(namespace=ns):
                     if p.owner is not None and p.owner.uid in owners and not p.terminating:
+                        live[p.owner.uid] += 1
                         if p.ready:
                             ready[p.owner.uid] += 1
                         elif p.waiting:
                             stuck.setdefault(p.owner.uid, []).append(p)
+            for uid in [u for u, o in owners.items() if ready[u] < o["ready"] and not live[u]]:
+                if self._owner_gone(owners[uid]["owner"]):  # deleted meanwhile (its namespace too): nothing to wait for
+                    self._show("pods", f"{owners[uid]['owner']} was deleted meanwhile: not waited for")
+                    owners = {u: o for u, o in owners.items() if u != uid}
             short = [f"{o['owner']} has {ready[uid]} Ready of {o['ready']}{self._why(stuck.get(uid, []))}"
                      for uid, o in owners.items() if ready[uid] < o["ready"]]
             if not short:

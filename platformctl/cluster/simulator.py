@@ -816,6 +816,8 @@ class SimulatedCluster:
                         self._api_objects.delete(plural, ns, wname)
         for budget in list(self._budgets_by_ns.get(name, ())):
             self.delete_pdb(name, budget.pdb.name)
+        for uid in [u for u, c in self._controllers.items() if c.namespace == name]:
+            self._delete_controller(uid)  # the garbage collector: its controllers go with it
         for key in list(self._pods_by_ns.get(name, ())):
             pod = self._pods.get(key)
             if pod is not None:

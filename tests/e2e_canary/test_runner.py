@@ -123,3 +123,14 @@ def test_a_slow_image_fails_the_node_pool_verdict_on_startup_latency(tmp_path: P
     verdict = stage_verdict(results(store, "dev"), sim.now(), 3600, baseline=OLD)
     latency = verdict["arms"][NEW]["canaries"]["node-pool"]["metrics"]["pod_startup_seconds"]
     assert verdict["verdict"] == "fail" and latency["verdict"] == "fail" and latency["experiment"]["p99"] > 5
+
+
+def test_a_pod_with_no_room_on_its_arm_is_the_canarys_infra_error_not_the_images_failure(tmp_path: Path) -> None:
+    sim = cluster()  # two nodes on each image
+    crowded = parse_canary({"name": "node-pool", "kind": "node-pool", "podsPerArm": 6, "deadline": 60,
+                            "resources": {"cpu": "3", "memory": "64Mi"}}, "node-pool")  # two fit on a node
+    rows = Runner("dev", "c1", sim, SQLiteStore(tmp_path / "state.db")).run(crowded).results
+    by_image = {image: sorted(r["outcome"] for r in rows if r["image"] == image) for image in (OLD, NEW)}
+    assert by_image[OLD] == by_image[NEW] == ["infra_error"] * 2 + ["ok"] * 4
+    said = next(r["reason"] for r in rows if r["outcome"] == "infra_error")
+    assert "no room" in said and "the arm is full" in said

@@ -384,3 +384,24 @@ def test_a_node_remediation_is_replacing_is_left_to_it(tmp_path: Path) -> None:
     assert broken in {n.name for n in sim.list_nodes()} and not sim.get_node(broken).unschedulable  # untouched
     assert all(e.name != broken for e in sim.events if e.kind == sim_events.NODE_CORDONED)
     assert on_broken and set(on_broken) <= {p.uid for p in sim.list_pods(node_name=broken)}  # none of its pods evicted
+
+
+def test_a_workload_deleted_during_a_wave_is_not_waited_for(tmp_path: Path) -> None:
+    """A user deletes an application while its pods are being moved: the wave does not wait for pods that nothing
+    will ever recreate (before, the run halted after podReadyTimeoutSeconds)."""
+    sim = serving(4, replicas=4, min_available=3)
+    new_image(sim)
+    run = executor(sim, tmp_path, {"maxInFlight": 2})
+    waited = run._wait_pods_ready
+
+    def deleted_first(owners):  # noqa: ANN001, ANN202
+        for namespace in {o["namespace"] for o in owners.values()}:
+            sim.delete_namespace(namespace)  # the moment the wave starts waiting on the evicted pods
+        return waited(owners)
+
+    run._wait_pods_ready = deleted_first  # type: ignore[method-assign]
+    before = sim.now()
+    outcome = run.run()
+    assert outcome.status == "done", outcome.reason
+    assert sim.now() - before < 900  # well inside podReadyTimeoutSeconds: it did not wait for them
+    assert nodes_on(sim, OLD) == []

@@ -72,6 +72,21 @@ class Protocol:
     max_wait_seconds: int = DEFAULT_MAX_WAIT_SECONDS
 
 
+@dataclass(frozen=True, slots=True)
+class Moving:
+    """A pod a drain of its node evicts and its controller makes again elsewhere: it needs somewhere to run."""
+
+    pod: Pod
+    budget: BudgetKey | None  # the budget its eviction spends (a Ready pod under exactly one), if any
+    one_at_a_time: str | None  # the one-at-a-time workload it belongs to, if any
+
+
+# Owners whose controllers make an evicted pod again; anything else owned (a custom controller's pod) is
+# assumed to be made again too, except a DaemonSet's (it goes with its node) and a bare pod (it is gone).
+def recreated(pod: Pod) -> bool:
+    return pod.owner is not None and pod.owner.kind != "DaemonSet"
+
+
 @dataclass
 class NodeDisruption:
     node: Node
@@ -87,6 +102,7 @@ class NodeDisruption:
     wait_until: float | None = None  # wait-for-completion pods run at most until then
     waits_for: list[str] = field(default_factory=list)  # those pods
     causes: list[Cause] = field(default_factory=list)  # why it cannot be rotated now
+    moving: list[Moving] = field(default_factory=list)  # pods that must find another node when it drains
 
     @property
     def name(self) -> str:
@@ -263,10 +279,15 @@ def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> Clus
             continue
         if pod.deletion_time is None:
             nd.max_grace = max(nd.max_grace, pod.grace_seconds)
+        spent: BudgetKey | None = None
         if decision == EVICT_UNDER_BUDGET:
-            key = covering[0].key
+            spent = key = covering[0].key
             nd.spends[key] = nd.spends.get(key, 0) + 1
             nd.budget_grace[key] = max(nd.budget_grace.get(key, 0), pod.grace_seconds)
+        waits = protocol is not None and protocol.mode == "wait-for-completion"
+        if pod.deletion_time is None and recreated(pod) and not waits:
+            nd.moving.append(Moving(pod, spent, protocol.workload if protocol is not None and protocol.mode == "one-at-a-time"
+                                    else None))
         if protocol is None:
             continue
         who = f"{pod.namespace}/{pod.name}"

@@ -32,7 +32,7 @@ from __future__ import annotations
 import concurrent.futures
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from platformctl.cluster.drain import drain_blocks_on
@@ -40,7 +40,7 @@ from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Node, Pod, Snapshot, Taint
 from platformctl import failpoints
 from platformctl.errors import NotFoundError, PlatformError
-from platformctl.nodegroups import NodeGroups
+from platformctl.nodegroups import GroupState, NodeGroups
 from platformctl.nodegroups.aws import NodeGroupError
 from platformctl.state import LeaseHeld, LeaseLost, StateStore
 from platformctl.state.lease import LeaseKeeper
@@ -50,11 +50,13 @@ from upgrade_service.remediate import remediation_holds
 from upgrade_service.journal import Journal, RunState, WaveState
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.disruption import view_cluster
+from upgrade_service.fit import TRANSIENT_TAINT_PREFIXES, PoolCapacity, templates_from
 from upgrade_service.plan import RotationPlan, Wave, plan_cluster
 from upgrade_service.policy import RotationPolicy
 from upgrade_service.report import build_report
 from upgrade_service.targets import resolve as resolve_targets
-from upgrade_service.wave_drain import DrainStatus, WaveDrain
+from platformctl.cluster.scheduling import static_reason
+from upgrade_service.wave_drain import DrainStatus, Stuck, WaveDrain
 
 TAINT = Taint("platformctl.io/rotation", "outdated", "PreferNoSchedule")
 SCALABLE = ("ReplicaSet", "StatefulSet")
@@ -131,6 +133,7 @@ class ClusterRead:
     unmanaged: list[str]  # outdated nodes no group owns: cannot be replaced
     warnings: list[str]
     outdated: set[str]  # nodes not on their pool's target that a group owns: what the plan must cover
+    described: dict[str, GroupState] = field(default_factory=dict)  # the groups, as read this turn
 
 
 class Executor:
@@ -151,6 +154,7 @@ class Executor:
         self._plan: RotationPlan | None = None
         self._plan_targets: dict[str, str] = {}
         self._next_wave = 0  # the cached plan's waves before this one have been carried out
+        self._unstick_since: dict[str, float] = {}  # group -> since when a stuck drain waits for its new node
         self._progress = progress
         self.view = Progress(target.name)
 
@@ -210,7 +214,8 @@ class Executor:
         pods = self.cluster.list_pods()
         pdbs = self.cluster.list_pdbs()
         group_of = self._groups_of(nodes)
-        images = {g: self.groups.describe(g).image for g in sorted(set(group_of.values()))}
+        described = {g: self.groups.describe(g) for g in sorted(set(group_of.values()))}
+        images = {g: d.image for g, d in described.items()}
         resolved = resolve_targets(policy, nodes, group_of, images)
         for pool, message in resolved.mismatches.items():
             if first:
@@ -232,13 +237,29 @@ class Executor:
                     continue
                 outdated.add(node.name)
             keep.append(node)
-        # Only the pods of outdated nodes matter to the plan (budgets carry their own status).
-        snapshot = Snapshot(tuple(keep), tuple(p for p in pods if p.node_name in outdated), tuple(pdbs),
+        # Every pod matters to the plan: where the evicted ones can go depends on what runs everywhere else.
+        kept = {n.name for n in keep}
+        snapshot = Snapshot(tuple(keep), tuple(p for p in pods if p.node_name is None or p.node_name in kept), tuple(pdbs),
                             source=f"cluster {self.target.name}")
-        return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings, outdated)
+        return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings, outdated, described)
+
+    def capacity(self, read: ClusterRead, policy: RotationPolicy) -> PoolCapacity:
+        """What new nodes each pool gets (read from its nodes, with the launch template's instance type) and how many
+        its groups may add above their desired capacity now."""
+        pool_groups: dict[str, set[str]] = {}
+        for node in read.nodes:
+            pool = node.labels.get(policy.pool_label)
+            if pool is not None and node.name in read.group_of:
+                pool_groups.setdefault(pool, set()).add(read.group_of[node.name])
+        room = {pool: sum(read.described[g].room for g in groups) for pool, groups in pool_groups.items()}
+        types = {pool: next((read.described[g].instance_type for g in sorted(groups) if read.described[g].instance_type), None)
+                 for pool, groups in pool_groups.items()}
+        return PoolCapacity(templates_from(read.snapshot, policy, types), room)
 
     def plan(self, read: ClusterRead) -> RotationPlan:
-        return plan_cluster(read.snapshot, self.policy.with_targets(read.targets), self.clock.now(), cluster=self.target.name)
+        policy = self.policy.with_targets(read.targets)
+        return plan_cluster(read.snapshot, policy, self.clock.now(), cluster=self.target.name,
+                            capacity=self.capacity(read, policy))
 
     def _plan_for(self, read: ClusterRead) -> tuple[RotationPlan, list[Wave]]:
         """The plan for what is left, and its waves still to go. The cluster was just read again; the plan is
@@ -423,8 +444,12 @@ class Executor:
             standing_in = sum(1 for w in self.state.waves.values() for n in w.failed
                               if n in w.started["decrement"] and any(n in gi["nodes"] for h, gi in w.started["groups"].items() if h == g))
             absorb = min(max(self.state.capacity.get(g, 0) - standing_in, 0), len(members))
-            surge = min(len(members) - absorb, max(gs.max_size - gs.desired, 0)) if self.policy.strategy == "surge" else 0
             pool = by_name[members[0]].labels.get(self.policy.pool_label, "")
+            # surge: a new node for each of the wave's nodes, as far as the group has room; replace: the surge the plan
+            # gave a wave whose pods have nowhere else to go (its pool's share that falls to this group).
+            wanted = len(members) - absorb if self.policy.strategy == "surge" else \
+                min(wave.surge.get(pool, 0) if wave.planned_surge else 0, len(members) - absorb)
+            surge = min(wanted, gs.room)
             groups[g] = {"desired": gs.desired, "max": gs.max_size, "members": list(gs.instances), "nodes": members,
                          "surge": surge, "absorb": absorb, "image": read.targets.get(pool)}
             for i, n in enumerate(members):
@@ -443,7 +468,8 @@ class Executor:
         self.journal.write(j.WAVE_STARTED, wave=number, nodes=nodes, instances={n: by_name[n].instance_id for n in nodes},
                            groups=groups, decrement=decrement, owners=owners, estimated_seconds=wave.estimated_seconds,
                            estimate=wave.to_dict()["estimate"], zone=wave.segment.zone or None,
-                           pools=list(wave.segment.pools), reasons=list(wave.reasons[:6]))
+                           pools=list(wave.segment.pools), reasons=list(wave.reasons[:6]),
+                           waiting=list(wave.waiting[:20]), stuck=wave.stuck)
         return self.state.waves[number]
 
     def _run_wave(self, wave: WaveState) -> None:
@@ -488,7 +514,9 @@ class Executor:
             self._show("drain", f"wave {number}: draining {len(nodes)} nodes")
             drain = WaveDrain(self.cluster, self.policy, self.journal, self.pacer, wave=number,
                               poll_seconds=self.options.poll_seconds, check=self._check,
-                              progress=lambda status: self._show(drain=status))
+                              progress=lambda status: self._show(drain=status),
+                              on_drained=lambda name: self._terminate_drained(wave, name),
+                              on_stuck=lambda stuck: self._unstick(wave, stuck))
             todo = [n for n in nodes if n not in wave.drained and n not in wave.failed
                     and info["instances"][n] not in wave.terminated]
             outcome = drain.run(todo, self.policy.drain_timeout_seconds)
@@ -499,19 +527,16 @@ class Executor:
         # 4. terminate
         self._show("terminate", f"wave {number}: terminating drained nodes")
         for name in nodes:
-            instance = info["instances"][name]
-            if name not in wave.drained or instance in wave.terminated or name in wave.failed:
-                continue
-            g = next(g for g, gi in groups.items() if name in gi["nodes"])
-            self._terminate(wave, name, instance, g, bool(info["decrement"][name]))
+            self._terminate_drained(wave, name)
         if j.TERMINATED not in wave.phases:
             self.journal.write(j.PHASE, wave=number, phase=j.TERMINATED)
         # 5. replacements, then the evicted pods, then settle
         expected = {}
         for g, gi in groups.items():
-            replaced = sum(1 for n in gi["nodes"] if info["instances"][n] in wave.terminated and not info["decrement"][n])
-            if gi["surge"] + replaced:
-                expected[g] = gi["surge"] + replaced
+            replaced = sum(1 for n in gi["nodes"] if info["instances"][n] in wave.terminated and not wave.decrements(n))
+            added = gi["surge"] + sum(1 for h in wave.extra_surge.values() if h == g)
+            if added + replaced:
+                expected[g] = added + replaced
         if expected and j.REPLACEMENTS_READY not in wave.phases:
             missing = self._wait_new_nodes(wave, expected)
             if missing:
@@ -543,6 +568,56 @@ class Executor:
         self.journal.write(j.WAVE_FINISHED, wave=number, seconds=self.clock.now() - info["at"],
                            estimated_seconds=info["estimated_seconds"], evictions=wave.evictions, refused=wave.refused,
                            failed=dict(wave.failed), lowest_headroom=drained_at.get("lowest_headroom"), lingering=lingering)
+
+    def _terminate_drained(self, wave: WaveState, name: str) -> None:
+        """Terminate a drained node of the wave (once): as soon as it is drained, so its replacement boots while the
+        rest drain, and pods that had nowhere to go get somewhere sooner."""
+        info = wave.started
+        instance = info["instances"][name]
+        if name not in wave.drained or instance in wave.terminated or name in wave.failed:
+            return
+        group = next(g for g, gi in info["groups"].items() if name in gi["nodes"])
+        self._terminate(wave, name, instance, group, wave.decrements(name))
+
+    def _unstick(self, wave: WaveState, stuck: Stuck) -> bool:
+        """The drain waits on a pod the scheduler cannot place. True when room is on its way: a new node of a group
+        whose nodes would take the pod is booting (a replacement, a surge), or this adds one where the group has room
+        (the capacity comes back when one of the wave's nodes of that group is terminated). False: nothing can."""
+        pod = stuck.pod
+        info = wave.started
+        nodes = self.cluster.list_nodes()
+        group_of = self._groups_of(nodes)
+        for g, gi in sorted(info["groups"].items()):
+            sample = next((n for n in nodes if group_of.get(n.name) == g and n.ready), None) or \
+                next((n for n in nodes if n.name in gi["nodes"]), None)
+            if sample is None:
+                continue
+            template = replace(sample, unschedulable=False, ready=True,
+                               taints=tuple(t for t in sample.taints if not t.key.startswith(TRANSIENT_TAINT_PREFIXES)))
+            if static_reason(pod, template) is not None:
+                continue  # a new node of this group would not take the pod either
+            gs = self.groups.describe(g)
+            ready = {n.instance_id for n in nodes if n.ready and group_of.get(n.name) == g}
+            booting = [i for i in gs.instances if i not in ready]
+            if booting or gs.desired > len(gs.instances):
+                since = self._unstick_since.setdefault(g, self.clock.now())
+                if self.clock.now() - since <= self.policy.node_ready_timeout_seconds:
+                    self._show("drain", f"wave {wave.number}: {stuck.message}; waiting for {max(len(booting), 1)} new "
+                               f"node(s) of {g} to boot")
+                    return True
+                continue
+            self._unstick_since.pop(g, None)
+            spare = [n for n in gi["nodes"] if info["instances"][n] not in wave.terminated and not wave.decrements(n)
+                     and n not in wave.failed]
+            if gs.room > 0 and spare:
+                want = gs.desired + 1
+                self._show("drain", f"wave {wave.number}: {stuck.message}; adding a surge node to {g}")
+                self._op("set-desired", lambda g=g, want=want: self.groups.set_desired(g, want), group=g, desired=want,
+                         before=gs.desired, wave=wave.number, stands_in_for=spare[0],
+                         reason=f"stuck drain: {pod.namespace}/{pod.name} Unschedulable")
+                self._unstick_since[g] = self.clock.now()
+                return True
+        return False
 
     def _terminate(self, wave: WaveState, node: str, instance: str, group: str, decrement: bool) -> None:
         found = self.groups.instances([instance]).get(instance)

@@ -72,10 +72,15 @@ class WaveState:
     evictions: int = 0
     refused: int = 0
     finished: Mapping[str, Any] | None = None
+    extra_surge: dict[str, str] = field(default_factory=dict)  # node whose termination gives back a later surge -> group
 
     @property
     def nodes(self) -> list[str]:
         return list(self.started["nodes"])
+
+    def decrements(self, node: str) -> bool:
+        """Whether terminating ``node`` lowers its group's capacity (a surge node stands in for it)."""
+        return bool(self.started["decrement"].get(node)) or node in self.extra_surge
 
 
 @dataclass
@@ -187,6 +192,9 @@ def apply(state: RunState, record: Record) -> None:
             state.tainted.discard(node)
         elif op == "set-desired":
             state.capacity[intent["group"]] += int(intent["desired"]) - int(intent["before"])
+            if wave is not None and intent.get("stands_in_for"):
+                # A surge node added for a stuck drain: the node it stands in for gives the capacity back.
+                wave.extra_surge[intent["stands_in_for"]] = intent["group"]
         elif op == "terminate":
             if intent.get("decrement") and not d.get("not_called"):
                 state.capacity[intent["group"]] -= 1
@@ -214,6 +222,7 @@ def apply(state: RunState, record: Record) -> None:
         wave = state.waves.get(d["wave"])
         if wave is not None:
             wave.drained.add(d["node"])
+
     elif kind == NODE_FAILED:
         state.failed[d["node"]] = d["reason"]
         wave = state.waves.get(d["wave"])

@@ -25,8 +25,9 @@ import networkx as nx
 from platformctl.cluster.model import Snapshot
 from platformctl.errors import NotFoundError
 from upgrade_service.disruption import Cause, ClusterView, NodeDisruption, view_cluster
+from upgrade_service.fit import PoolCapacity, WaveFit, fit_waves, held_drain_seconds
 from upgrade_service.order import ClusterPlace, Segment, cluster_steps, ordered_segments, segment_graph, why_segment_waits
-from upgrade_service.packing import Limits, WaveDraft, move_gain, pack, pack_in_name_order
+from upgrade_service.packing import Limits, WaveDraft, move_gain, pack, pack_in_name_order, rebuild
 from upgrade_service.policy import RotationPolicy
 
 
@@ -40,10 +41,16 @@ class Wave:
     settle_seconds: int
     wait_seconds: int
     reasons: tuple[str, ...]
+    start_seconds: int = 0  # pods that wait for the wave's replacements start after they boot
+    surge: Mapping[str, int] = field(default_factory=dict)  # pool -> nodes added before the drain
+    planned_surge: bool = False  # surge nodes the plan gives a replace wave, its pods having nowhere else to go
+    pods_moving: int = 0
+    waiting: tuple[str, ...] = ()  # pods expected to wait for the wave's replacement nodes
+    stuck: str | None = None  # why its drain will wait on pods that cannot come back (planned alone all the same)
 
     @property
     def estimated_seconds(self) -> int:
-        return self.boot_seconds + self.drain_seconds + self.settle_seconds + self.wait_seconds
+        return self.boot_seconds + self.drain_seconds + self.settle_seconds + self.wait_seconds + self.start_seconds
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,7 +60,11 @@ class Wave:
             "zone": self.segment.zone or None,
             "estimated_seconds": self.estimated_seconds,
             "estimate": {"boot": self.boot_seconds, "drain": self.drain_seconds, "settle": self.settle_seconds,
-                         "wait": self.wait_seconds},
+                         "wait": self.wait_seconds, "start": self.start_seconds},
+            "surge": dict(self.surge),
+            "pods_moving": self.pods_moving,
+            "pods_waiting_for_new_nodes": list(self.waiting[:20]),
+            "stuck": self.stuck,
             "reasons": list(self.reasons),
         }
 
@@ -88,6 +99,8 @@ class RotationPlan:
     segments: nx.DiGraph = field(repr=False)
     limits: Limits = field(repr=False)
     drafts: dict[int, WaveDraft] = field(repr=False, default_factory=dict)  # wave index -> its draft
+    fits: dict[int, WaveFit] = field(repr=False, default_factory=dict)  # wave index -> where its pods go
+    planned_nodes: dict[str, str] = field(repr=False, default_factory=dict)  # surge/replacement node -> what it is
 
     @property
     def estimated_seconds(self) -> int:
@@ -160,6 +173,39 @@ class RotationPlan:
                          f"{allowed} disruption{'s' if allowed != 1 else ''} allowed at a time")
         if facts.waits_for:
             lines.append(f"  waits for {len(facts.waits_for)} wait-for-completion pod(s): {', '.join(facts.waits_for[:5])}")
+        lines += self._where_pods_go(wave, node)
+        return lines
+
+    def _where_pods_go(self, wave: Wave, node: str) -> list[str]:
+        """Where each pod of ``node`` is expected to run once the drain evicts it, or why nowhere."""
+        fit = self.fits.get(wave.index)
+        if fit is None:
+            return []
+        lines = []
+        if fit.surge:
+            lines.append("  surge first: " + ", ".join(f"{n} node(s) of pool {p}" for p, n in sorted(fit.surge.items()))
+                         + (" (the plan's, under replace: its group has room)" if fit.planned_surge else ""))
+        placed = dict(fit.placed.get(node, ()))
+        waiting = {pod: why for pod, _, why in fit.homeless}
+        pods = [m.pod for m in self.view.by_name[node].moving]
+        lines.append(f"  its pods when it drains: {len(pods)} to move" + (
+            f", {sum(1 for p in pods if f'{p.namespace}/{p.name}' in waiting)} of them wait for the wave's new nodes"
+            if waiting else ""))
+        for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
+            who = f"{pod.namespace}/{pod.name}"
+            dest = placed.get(who)
+            if dest is None:
+                lines.append(f"    {who} -> nowhere: it stays Pending"
+                             + (f" ({waiting[who]})" if waiting.get(who) else ""))
+                continue
+            where = self.planned_nodes.get(dest, dest)
+            if who in waiting:
+                lines.append(f"    {who} -> {where}: nowhere until then"
+                             + (f" ({waiting[who]})" if waiting[who] else ""))
+            else:
+                lines.append(f"    {who} -> {where}")
+        if fit.stuck:
+            lines.append(f"  its drain will wait: {fit.stuck}")
         return lines
 
     def chains(self) -> dict[str, list[tuple[str, int]]]:
@@ -231,10 +277,22 @@ def _wave_reasons(draft: WaveDraft, segment: Segment, limits: Limits, view: Clus
     return tuple(reasons)
 
 
+def _fit_reasons(fit: WaveFit, policy: RotationPolicy) -> list[str]:
+    out = list(fit.notes)
+    if fit.homeless:
+        names = [p for p, _, _ in fit.homeless]
+        out.append(f"{len(names)} pod(s) ({', '.join(names[:3])}{', …' if len(names) > 3 else ''}) have nowhere to run until "
+                   "the wave's new nodes are Ready: unavailable that long"
+                   + ("; its budgets can afford it" if not fit.stuck else ""))
+    return out
+
+
 def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster: str | None = None,
-                 naive: bool = False, in_stage: bool = False) -> RotationPlan:
-    """The rotation plan of one cluster. ``naive`` packs in name order (the benchmark's baseline);
-    ``in_stage``: part of a stage plan, whose pools are checked against the policy for the whole stage."""
+                 naive: bool = False, in_stage: bool = False, capacity: PoolCapacity | None = None) -> RotationPlan:
+    """The rotation plan of one cluster. ``naive`` packs in name order with no scheduling simulation (the
+    benchmark's baseline); ``in_stage``: part of a stage plan, whose pools are checked against the policy for the
+    whole stage; ``capacity``: what new nodes each pool gets and how many its groups may add (else read from
+    the snapshot's nodes, room unknown)."""
     view = view_cluster(snapshot, policy, now)
     limits = limits_for(policy, view)
     blocked = [BlockedNode(n.name, n.pool, n.zone, tuple(n.causes)) for n in view.nodes if n.blocked]
@@ -256,26 +314,43 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
     for n in movable:
         counts[(n.pool, n.zone if policy.zone_at_a_time else "")] += 1
     segments = segment_graph(policy, counts)
-    waves: list[Wave] = []
-    drafts: dict[int, WaveDraft] = {}
-    elapsed = 0
+    ordered: list[tuple[Segment, list[NodeDisruption]]] = []
     for segment in ordered_segments(segments):
         members = [n for n in movable if n.pool in segment.pools and (not segment.zone or n.zone == segment.zone)]
         packed = (pack_in_name_order if naive else pack)(members, limits)
         if not naive:
             packed.sort(key=lambda d: (max((n.wait_until or 0) for n in d.nodes), d.settle, d.boot))
-        for draft in packed:
-            until = max((n.wait_until for n in draft.nodes if n.wait_until is not None), default=None)
-            wait = max(0, int(until - now) - elapsed) if until is not None else 0
-            index = len(waves) + 1
-            wave = Wave(index, tuple(n.name for n in draft.nodes), segment, draft.boot, draft.drain, draft.settle, wait,
-                        _wave_reasons(draft, segment, limits, view, policy, wait))
-            waves.append(wave)
-            drafts[index] = draft
-            elapsed += wave.estimated_seconds
+        ordered += [(segment, list(d.nodes)) for d in packed]
+    planned_nodes: dict[str, str] = {}
+    if naive:
+        fits = [WaveFit(segment, nodes) for segment, nodes in ordered]
+    else:
+        fits, planned_nodes = fit_waves(ordered, snapshot, view, policy, limits, capacity)
+    waves: list[Wave] = []
+    drafts: dict[int, WaveDraft] = {}
+    by_index: dict[int, WaveFit] = {}
+    elapsed = 0
+    for fit in fits:
+        draft = rebuild(fit.nodes, limits)
+        until = max((n.wait_until for n in draft.nodes if n.wait_until is not None), default=None)
+        wait = max(0, int(until - now) - elapsed) if until is not None else 0
+        index = len(waves) + 1
+        drain = max(draft.drain, held_drain_seconds(fit, limits, draft.budget_grace))
+        start = limits.pod_start_seconds if fit.homeless else 0
+        reasons = _wave_reasons(draft, fit.segment, limits, view, policy, wait) + tuple(_fit_reasons(fit, policy))
+        wave = Wave(index, tuple(n.name for n in draft.nodes), fit.segment, draft.boot, drain, draft.settle, wait, reasons,
+                    start, dict(fit.surge), fit.planned_surge, fit.moving, tuple(p for p, _, _ in fit.homeless), fit.stuck)
+        waves.append(wave)
+        drafts[index] = draft
+        by_index[index] = fit
+        elapsed += wave.estimated_seconds
+    warnings = [] if in_stage else pool_warnings(policy, view.pools_present, "this cluster")
+    stuck = [w for w in waves if w.stuck]
+    if stuck:
+        warnings.append(f"{len(stuck)} wave(s) cannot be drained without pods waiting for nodes that only the drain's end "
+                        f"brings (first: wave {stuck[0].index}, node {stuck[0].nodes[0]}): {stuck[0].stuck}")
     return RotationPlan(cluster or policy.cluster or "cluster", snapshot.source or "live", policy, waves, blocked,
-                        [] if in_stage else pool_warnings(policy, view.pools_present, "this cluster"), view, segments,
-                        limits, drafts)
+                        warnings, view, segments, limits, drafts, by_index, planned_nodes)
 
 
 @dataclass

@@ -98,6 +98,8 @@ class RotationPolicy(_Value):
     # What the executor (``rotate run``) stops for: it starts no new wave past any of these.
     node_ready_timeout_seconds: Annotated[int, Field(ge=1)] = 900  # new nodes Ready on the target image
     drain_timeout_seconds: Annotated[int, Field(ge=1)] = 3600  # evictions refused this long: the node fails
+    # A drain that waits on a budget whose evicted pod the scheduler cannot place, this long: recover or halt.
+    stuck_seconds: Annotated[int, Field(ge=1)] = 30
     pod_ready_timeout_seconds: Annotated[int, Field(ge=1)] = 900  # evicted pods Ready again elsewhere
     max_failed_nodes: Annotated[int, Field(ge=0)] = 0  # more failed nodes than this halts the run
     max_mutations_per_minute: Limit = 1000  # the platform's SLO for mutating pod operations: paced, not failed

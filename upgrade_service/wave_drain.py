@@ -9,7 +9,8 @@ Every poll it lists what is left on the wave's (cordoned) nodes and evicts what 
   doubling from the poll interval up to a minute);
 - ``wait-for-completion`` pods are left to finish until ``maxWaitSeconds`` after they started;
 - a ``one-at-a-time`` workload loses one pod at a time: the next goes only once the last one is
-  gone and the workload has as many Ready pods as before;
+  gone, the workload has as many Ready pods as before, and its ``settleSeconds`` have passed since
+  (two of its pods on one node are evicted one after the other, each settled);
 - a pod is never deleted directly, and a node counts as drained only when its last pod is gone
   (each pod's grace period runs its course);
 - every round of evictions is journalled before and after (``intent``/``done``), and every
@@ -17,6 +18,16 @@ Every poll it lists what is left on the wave's (cordoned) nodes and evicts what 
 
 A node whose pods are still refused when the wave's ``drainTimeoutSeconds`` runs out is reported
 as failed with what held it; it stays cordoned, and nothing forces it.
+
+A drain can also wait on something that will not happen by itself: a budget (or a one-at-a-time
+workload) whose evicted pod stays ``Pending`` because the scheduler finds no node for it
+(``PodScheduled`` False, ``Unschedulable``), while none of its other pods is on its way to Ready.
+Once that has held for ``stuckSeconds`` (30 s by default, of the cluster's time) the drain says which
+pod and what the scheduler said, and asks its caller to recover (``on_stuck``: the executor waits for
+replacements already booting or adds a surge node where a group has room); when the caller cannot, the
+nodes still holding pods fail with that reason at once instead of after ``drainTimeoutSeconds``. Each node is
+handed to ``on_drained`` as soon as its last pod is gone, so its replacement can boot while the others
+drain.
 
 Remediation drains broken nodes with the same loop. On a node whose kubelet is gone (Ready Unknown),
 an evicted pod stays Terminating until the node object goes, since no kubelet confirms its containers
@@ -64,6 +75,21 @@ class DrainOutcome:
     failed: dict[str, str]  # node -> what held it
     status: DrainStatus
     settle_seconds: int  # the longest settle time of the one-at-a-time workloads it moved
+    stuck: str | None = None  # why it stopped early: it waits on a pod that has nowhere to run
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A drain that waits on a pod the scheduler cannot place: what it waits on, and what the scheduler says."""
+
+    pod: Pod  # the Pending pod
+    holding: str  # "PodDisruptionBudget ns/name allows no disruption" or "one-at-a-time <workload>"
+    since: float  # when the drain first saw it so
+
+    @property
+    def message(self) -> str:
+        return (f"the drain waits on {self.holding}, and pod {self.pod.namespace}/{self.pod.name} it evicted stays Pending: "
+                f"{self.pod.unschedulable or 'Unschedulable'}")
 
 
 @dataclass
@@ -74,6 +100,7 @@ class _InFlight:
     name: str
     uid: str
     ready_before: int
+    settle_seconds: int = 0
 
 
 class Journalled(Interface):
@@ -90,7 +117,9 @@ class WaveDrain:
     def __init__(self, cluster: Cluster, policy: RotationPolicy, journal: Journalled, pacer: MutationPacer, *,
                  wave: int, poll_seconds: float, check: Callable[[], None],
                  progress: Callable[[DrainStatus], None] | None = None,
-                 skip_wait_for_delete: Callable[[str], bool] | None = None) -> None:
+                 skip_wait_for_delete: Callable[[str], bool] | None = None,
+                 on_drained: Callable[[str], None] | None = None,
+                 on_stuck: Callable[[Stuck], bool] | None = None) -> None:
         self.cluster = cluster
         self.policy = policy
         self.journal = journal
@@ -103,8 +132,14 @@ class WaveDrain:
         self.status = DrainStatus()
         self.backoff: dict[str, tuple[float, float]] = {}  # pod uid -> (retry at, last delay)
         self.in_flight: dict[str, _InFlight] = {}  # one-at-a-time workload -> its pod on the way out
+        self.settling: dict[str, float] = {}  # one-at-a-time workload -> when its last moved pod has settled
         self.settle = 0
         self.skip_wait_for_delete = skip_wait_for_delete
+        self.on_drained = on_drained
+        self.on_stuck = on_stuck
+        self.stuck_after = float(policy.stuck_seconds)
+        self._budgets_seen: dict[tuple[str, str], PodDisruptionBudget] = {}
+        self._stuck_since: dict[str, float] = {}  # what it waits on -> since when it looked stuck
 
     # ---------------------------------------------------------------- one-at-a-time workloads
 
@@ -128,6 +163,8 @@ class WaveDrain:
         ready = sum(1 for p in pods if p.ready and not p.terminating)
         if ready >= flight.ready_before and all(p.ready for p in pods if not p.terminating):
             del self.in_flight[workload]
+            if flight.settle_seconds:
+                self.settling[workload] = self.clock.now() + flight.settle_seconds
             return True
         return False
 
@@ -153,6 +190,8 @@ class WaveDrain:
                 else:
                     drained.append(node)
                     self.journal.write(DRAINED, wave=self.wave, node=node)
+                    if self.on_drained is not None:
+                        self.on_drained(node)
             left = list(pods_of)
             self.status.pods_left = sum(len(p) for p in pods_of.values())
             if not left:
@@ -161,6 +200,11 @@ class WaveDrain:
                 failed = {node: self._why_stuck(node, pods, timeout_seconds) for node, pods in pods_of.items()}
                 return DrainOutcome(drained, failed, self.status, self.settle)
             self._round(now, [p for pods in pods_of.values() for p in pods])
+            stuck = self._stuck(now)
+            if stuck is not None:
+                # Nothing will make room: the nodes still holding pods fail now, with what the scheduler said, rather
+                # than after drainTimeoutSeconds. They stay cordoned; maxFailedNodes decides whether the run goes on.
+                return DrainOutcome(drained, {node: stuck for node in pods_of}, self.status, self.settle, stuck)
             failpoints.hit("wait:drain")
             if self.progress is not None:
                 self.progress(self.status)
@@ -178,7 +222,43 @@ class WaveDrain:
                     by_ns[b.namespace].append(b)
         covering = {p.key: [b for b in by_ns[p.namespace] if b.selects(p)] for p in pods}
         budgets = {b.key: b for found in by_ns.values() for b in found}
+        self._budgets_seen = budgets
         return covering, budgets
+
+    # ---------------------------------------------------------------- waiting on a pod that has nowhere to go
+
+    def _stuck(self, now: float) -> str | None:
+        """Whether what the drain waits on will not come by itself; asks ``on_stuck`` to recover, and returns why the
+        drain must stop when it cannot."""
+        waits: list[tuple[str, list[Pod]]] = []
+        for name in self.status.waiting_on_budget:
+            ns, _, pdb = name.partition("/")
+            budget = self._budgets_seen.get((ns, pdb))
+            if budget is not None and budget.status.disruptions_allowed <= 0:
+                pods = [p for p in self.cluster.list_pods(namespace=ns) if budget.selects(p)]
+                waits.append((f"PodDisruptionBudget {name} (it allows no disruption now)", pods))
+        for workload, flight in self.in_flight.items():
+            waits.append((f"one-at-a-time {workload}", self._workload_pods(flight.namespace, workload)))
+        found: dict[str, Stuck] = {}
+        for holding, pods in waits:
+            if any(p.node_name and not p.ready and not p.terminating and not p.is_finished for p in pods):
+                continue  # one of its pods is on its way to Ready: room comes back by itself
+            blocked = [p for p in pods if p.node_name is None and p.unschedulable and not p.terminating]
+            if blocked:
+                found[holding] = Stuck(blocked[0], holding, self._stuck_since.setdefault(holding, now))
+        for holding in list(self._stuck_since):
+            if holding not in found:
+                del self._stuck_since[holding]
+        for holding, stuck in sorted(found.items()):
+            if now - stuck.since < self.stuck_after:
+                continue
+            self.status.waiting_other[f"stuck: {stuck.pod.namespace}/{stuck.pod.name} Unschedulable"] += 1
+            if self.on_stuck is not None and self.on_stuck(stuck):
+                self._stuck_since[holding] = now  # recovering: look again once it has had time to work
+                continue
+            return (f"{stuck.message} (for {now - stuck.since:.0f} s; nothing makes room for it: no new node that would "
+                    "take it is on its way, and no group whose nodes would has room for one more)")
+        return None
 
     def _round(self, now: float, pods: list[Pod]) -> None:
         status = self.status
@@ -218,6 +298,9 @@ class WaveDrain:
                 if protocol.workload in self.in_flight or protocol.workload in taken:
                     status.waiting_other[f"one-at-a-time {protocol.workload}"] += 1
                     continue
+                if self.settling.get(protocol.workload, 0.0) > now:
+                    status.waiting_other[f"one-at-a-time {protocol.workload} settling"] += 1
+                    continue
             found = covering[pod.key]
             if len(found) > 1:
                 status.waiting_other["under two PodDisruptionBudgets (the API refuses with 500)"] += 1
@@ -254,7 +337,8 @@ class WaveDrain:
                 evicted.append({"pod": f"{pod.namespace}/{pod.name}", "uid": pod.uid, "created": pod.created,
                                 "owner": workload_of(pod)})
                 if isinstance(protocol, Protocol) and protocol.mode == "one-at-a-time":
-                    self.in_flight[protocol.workload] = _InFlight(pod.namespace, pod.name, pod.uid, ready_before)
+                    self.in_flight[protocol.workload] = _InFlight(pod.namespace, pod.name, pod.uid, ready_before,
+                                                                  protocol.settle_seconds)
                     self.settle = max(self.settle, protocol.settle_seconds)
             elif result.code == 404:
                 continue  # gone already

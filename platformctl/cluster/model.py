@@ -20,6 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from platformctl.cluster.constraints import NO_CONSTRAINTS, InterPodConstraints, parse_constraints
 from platformctl.cluster.selectors import (
     NODE_OPERATORS,
     IntOrPercent,
@@ -374,6 +375,11 @@ class Pod:
     # Its DisruptionTarget condition's reason when the platform is taking it away (PreemptionByScheduler,
     # DeletionByTaintManager, DeletionByPodGC, TerminationByKubelet); an eviction sets ``evicted`` instead.
     disruption: str = ""
+    inter: InterPodConstraints = NO_CONSTRAINTS  # required pod (anti-)affinity and topology spread
+    # What the scheduler last said of it while it could not place it (PodScheduled False, reason Unschedulable),
+    # and since when; "" once it is bound or was never refused.
+    unschedulable: str = ""
+    unschedulable_since: float | None = None
 
     @property
     def disruption_reason(self) -> str:
@@ -425,7 +431,9 @@ class Pod:
             self.namespace, name, uid, self.labels, self.annotations, owner, node_name, self.containers, self.requests,
             self.priority, self.priority_class_name, self.grace_seconds, self.node_selector, self.tolerations,
             self.required_node_terms, phase, ready, deletion_time, created, started, evicted, resource_version,
-            scheduled, waiting, disruption=self.disruption,
+            scheduled, waiting, disruption=self.disruption, inter=self.inter,
+            unschedulable=self.unschedulable if node_name is None else "",
+            unschedulable_since=self.unschedulable_since if node_name is None else None,
         )
 
     @property
@@ -478,16 +486,23 @@ class Pod:
             spec["nodeSelector"] = dict(self.node_selector)
         if self.tolerations:
             spec["tolerations"] = [t.to_kube() for t in self.tolerations]
+        affinity: dict[str, Any] = self.inter.affinity_to_kube()
         if self.required_node_terms:
-            spec["affinity"] = {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [t.to_dict() for t in self.required_node_terms]
-                    }
+            affinity["nodeAffinity"] = {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [t.to_dict() for t in self.required_node_terms]
                 }
             }
+        if affinity:
+            spec["affinity"] = affinity
+        if self.inter.spread:
+            spec["topologySpreadConstraints"] = [c.to_kube() for c in self.inter.spread]
         conditions: list[dict[str, Any]] = []
         bound = format_time(self.scheduled if self.scheduled is not None else self.created)
+        if not self.node_name and self.unschedulable:
+            since = self.unschedulable_since if self.unschedulable_since is not None else self.created
+            conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                               "message": self.unschedulable, "lastTransitionTime": format_time(since)})
         if self.node_name:
             conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": bound})
             conditions.append({"type": "Initialized", "status": "True", "lastTransitionTime": bound})
@@ -870,6 +885,7 @@ def parse_pod(raw: Any, where: str = "pod", file: str | None = None) -> Pod:
     deletion = meta.get("deletionTimestamp")
     conditions = _list(status.get("conditions"), f"{where}.status.conditions", file)
     started = status.get("startTime")
+    unschedulable = _unschedulable(conditions, f"{where}.status.conditions", file) if not spec.get("nodeName") else ("", None)
     return Pod(
         namespace=meta.get("namespace") or "default",
         name=meta["name"],
@@ -898,7 +914,21 @@ def parse_pod(raw: Any, where: str = "pod", file: str | None = None) -> Pod:
         waiting=_waiting(status),
         running=_running(status, f"{where}.status.containerStatuses", file),
         ready_since=_since(conditions, "Ready", f"{where}.status.conditions", file),
+        inter=parse_constraints(spec, f"{where}.spec", file),
+        unschedulable=unschedulable[0],
+        unschedulable_since=unschedulable[1],
     )
+
+
+def _unschedulable(conditions: list[Any], where: str, file: str | None) -> tuple[str, float | None]:
+    """PodScheduled False with reason Unschedulable: what the scheduler said, and since when."""
+    for i, c in enumerate(conditions):
+        if (isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False"
+                and c.get("reason") == "Unschedulable"):
+            since = c.get("lastTransitionTime")
+            return (str(c.get("message") or "Unschedulable"),
+                    parse_time(since, f"{where}[{i}].lastTransitionTime", file) if since else None)
+    return "", None
 
 
 def _disruption(conditions: list[Any]) -> str:

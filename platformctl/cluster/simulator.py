@@ -61,6 +61,8 @@ from platformctl.cluster.model import (
     snapshot_document,
 )
 from platformctl.cluster.controllers import daemonset, job, replicaset, statefulset
+from platformctl.cluster.scheduling import InterPodIndex, affinity_admits, prefers_not, resource_reasons, static_reason, \
+    unschedulable_message, untolerated
 from platformctl.cluster.selectors import LabelSelector, parse_selector_string
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.instance_types import INSTANCE_TYPES
@@ -312,30 +314,12 @@ def _sched_key(pod: Pod) -> tuple[Any, ...]:
 
 
 def _predicate(pod: Pod) -> Callable[[Node], bool]:
-    selector = tuple(pod.node_selector.items())
-    terms = pod.required_node_terms
-    tolerations = pod.tolerations
+    """The static filters (node affinity and selector, taints) of ``pod``, as one test of a node."""
 
     def eligible(node: Node) -> bool:
-        labels = node.labels
-        for k, v in selector:
-            if labels.get(k) != v:
-                return False
-        if terms and not any(t.matches(labels) for t in terms):
-            return False
-        for taint in node.taints:
-            if taint.effect == "PreferNoSchedule":
-                continue
-            if not any(t.tolerates(taint) for t in tolerations):
-                return False
-        return True
+        return affinity_admits(pod, node.labels) and untolerated(pod, node.taints) is None
 
     return eligible
-
-
-def _prefers_not(node: Node, pod: Pod) -> bool:
-    """Whether ``node`` has a PreferNoSchedule taint that ``pod`` does not tolerate."""
-    return any(t.effect == "PreferNoSchedule" and not any(tol.tolerates(t) for tol in pod.tolerations) for t in node.taints)
 
 
 def _healthy(pod: Pod) -> bool:
@@ -374,6 +358,7 @@ class SimulatedCluster:
         self.api_error_rate = 0.0
         self._namespaces: dict[str, dict[str, str]] = {}
         self._unschedulable: set[tuple[str, str]] = set()  # pending pods the scheduler already said it could not place
+        self._inter = self._new_inter_index()  # what pod (anti-)affinity and topology spread need to know
         self.events: list[Event] = []
         self._api_objects: Any = None
         self.job_done_hooks: list[Callable[[str], None]] = []  # called with a Job controller's uid when it completes
@@ -424,6 +409,10 @@ class SimulatedCluster:
     def _uid(self) -> str:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
+    def _new_inter_index(self) -> InterPodIndex:
+        return InterPodIndex(lambda: ((s.node, [self._pods[k] for k in s.pods if k in self._pods])
+                                      for s in self._nodes.values() if s.alive))
+
     def _suffix(self, n: int = 5) -> str:
         return "".join(self._rng.choices("bcdfghjklmnpqrstvwxz2456789", k=n))
 
@@ -444,6 +433,7 @@ class SimulatedCluster:
         for cls in self._classes.values():
             if cls.predicate(node):
                 cls.nodes.append(state)
+        self._inter.node_added(node)
         self._record(NODE_ADDED, "", node.name, node.labels.get(LABEL_NODEGROUP_IMAGE))
         if ready_after is not None:
             self._clock.call_later(ready_after, self._node_ready, state)
@@ -513,6 +503,7 @@ class SimulatedCluster:
         if new.labels != old.labels or new.taints != old.taints:
             # Which scheduling classes the node serves may have changed: they are rebuilt on demand.
             self._classes.clear()
+            self._inter = self._new_inter_index()
         self._schedule_soon()
         return state.node
 
@@ -528,6 +519,10 @@ class SimulatedCluster:
         for cls in self._classes.values():
             if cls.predicate(state.node):
                 cls.dead += 1
+        self._inter.node_removed(state.node)
+        for key in state.pods:
+            if key in self._pods:
+                self._inter.pod_bound(self._pods[key], state.node, -1)
         if state.pool is not None:
             self._pool_counts[state.pool] -= 1
         self._record(NODE_DELETED, "", name)
@@ -938,6 +933,7 @@ class SimulatedCluster:
         if pod.is_finished:
             if pod.node_name in self._nodes:
                 self._nodes[pod.node_name].pods.add(key)
+                self._inter.pod_bound(pod, self._nodes[pod.node_name].node, 1)
             return pod
         if pod.node_name is None:
             self._pending[key] = None
@@ -951,6 +947,7 @@ class SimulatedCluster:
             return pod
         state.pods.add(key)
         state.charge(pod.requests, 1)
+        self._inter.pod_bound(pod, state.node, 1)
         if pod.deletion_time is not None:
             self._clock.call_at(pod.deletion_time + pod.grace_seconds, self._finish_termination, key, pod.uid)
         elif not pod.ready:
@@ -1085,6 +1082,7 @@ class SimulatedCluster:
             state.pods.discard(key)
             if not pod.is_finished:
                 state.charge(pod.requests, -1)
+            self._inter.pod_bound(pod, state.node, -1)
             self._schedule_soon()
         self._record(POD_DELETED, pod.namespace, pod.name, pod.uid)
         ctrl = self._controllers.get(pod.owner.uid) if pod.owner else None
@@ -1148,17 +1146,20 @@ class SimulatedCluster:
             return
         pods = sorted((self._pods[k] for k in self._pending), key=lambda p: -p.priority)
         failed: dict[tuple[Any, ...], Resources] = {}
+        said: dict[tuple[Any, ...], str] = {}  # what the scheduler said of a class's pods in this pass
+        inter = self._inter
         for pod in pods:
             ctrl = self._controllers.get(pod.owner.uid) if pod.owner else None
             key = ctrl.sched_key if ctrl else _sched_key(pod)
             r = pod.requests
+            constrained = inter.applies(pod)
             smallest_failure = failed.get(key)
-            if smallest_failure is not None and (
+            if not constrained and smallest_failure is not None and (
                 r.cpu_millis >= smallest_failure.cpu_millis
                 and r.memory_bytes >= smallest_failure.memory_bytes
                 and r.gpus >= smallest_failure.gpus
             ):
-                self._note_unschedulable(pod)
+                self._note_unschedulable(pod, said.get(key))
                 continue  # a pod no larger already found no room in this pass
             cls = self._class_for(pod, key)
             nodes = cls.nodes
@@ -1171,7 +1172,9 @@ class SimulatedCluster:
                 state = nodes[idx]
                 node = state.node
                 if state.alive and node.ready and not node.unschedulable and state.fits(r):
-                    if node.taints and _prefers_not(node, pod):
+                    if constrained and inter.reason(pod, node) is not None:
+                        continue
+                    if node.taints and prefers_not(pod, node):
                         if fallback is None:
                             fallback, fallback_idx = state, idx
                         continue
@@ -1183,44 +1186,45 @@ class SimulatedCluster:
                 # scheduler's TaintToleration score prefers, it does not forbid.
                 target, cls.cursor = fallback, fallback_idx + 1
             if target is None:
-                failed[key] = r
-                self._note_unschedulable(pod)
+                if not constrained:
+                    failed[key] = r
+                said[key] = self._note_unschedulable(pod, said.get(key) if not constrained else None)
                 continue
             self._bind(pod, target)
 
-    def _note_unschedulable(self, pod: Pod) -> None:
+    def _note_unschedulable(self, pod: Pod, message: str | None = None) -> str:
+        """The scheduler could not place ``pod``: its PodScheduled condition says why (False, Unschedulable),
+        as the scheduler writes it after each failed attempt. Returns what it said."""
+        if pod.unschedulable:
+            return pod.unschedulable  # said already, while it has been pending
+        message = message or self.why_unschedulable(pod)
         if pod.key not in self._unschedulable:
             self._unschedulable.add(pod.key)
             self._record(POD_UNSCHEDULABLE, pod.namespace, pod.name, pod.uid)
+        if pod.unschedulable != message:
+            self._rv += 1
+            self._pods[pod.key] = replace(pod, unschedulable=message, resource_version=self._rv,
+                                          unschedulable_since=pod.unschedulable_since or self.now())
+        return message
 
     def why_unschedulable(self, pod: Pod) -> str:
         """What the scheduler says of a pod it cannot place, counted over the nodes as kube-scheduler counts them."""
         reasons: dict[str, int] = {}
-        eligible = _predicate(pod)
         nodes = [s for s in self._nodes.values() if s.alive]
         for state in nodes:
             node = state.node
-            if not node.ready:
-                why = ["node(s) had untolerated taint {node.kubernetes.io/not-ready: }"]
-            elif node.unschedulable:
-                why = ["node(s) were unschedulable"]
-            elif not eligible(node):
-                untolerated = [t for t in node.taints if t.effect != "PreferNoSchedule"
-                               and not any(tol.tolerates(t) for tol in pod.tolerations)]
-                why = [f"node(s) had untolerated taint {{{untolerated[0].key}: {untolerated[0].value}}}"] if untolerated \
-                    else ["node(s) didn't match Pod's node affinity/selector"]
+            static = static_reason(pod, node)
+            if static is not None:
+                why = [static]
             else:
-                r = pod.requests
-                why = [text for short, text in ((state.cpu < r.cpu_millis, "Insufficient cpu"),
-                                                (state.mem < r.memory_bytes, "Insufficient memory"),
-                                                (state.gpu < r.gpus, "Insufficient nvidia.com/gpu"),
-                                                (state.npods <= 0, "Insufficient pods")) if short]
+                why = resource_reasons(Resources(state.cpu, state.mem, state.gpu), state.npods, pod.requests)
+                if not why:
+                    inter = self._inter.reason(pod, node)
+                    why = [inter] if inter is not None else []
             for text in why:
                 reasons[text] = reasons.get(text, 0) + 1
-        detail = ", ".join(f"{n} {text}" for text, n in sorted(reasons.items())) or "no node fits it"
         # The simulator does not preempt: what kube-scheduler says when preemption finds no victim either.
-        return (f"0/{len(nodes)} nodes are available: {detail}. preemption: 0/{len(nodes)} nodes are available: "
-                f"{len(nodes)} Preemption is not helpful for scheduling.")
+        return unschedulable_message(reasons, len(nodes))
 
     def _bind(self, pod: Pod, state: _NodeState) -> None:
         del self._pending[pod.key]
@@ -1229,6 +1233,7 @@ class SimulatedCluster:
                             started=pod.started, evicted=pod.evicted, scheduled=self.now())
         state.pods.add(pod.key)
         state.charge(pod.requests, 1)
+        self._inter.pod_bound(pod, state.node, 1)
         self._record(POD_SCHEDULED, pod.namespace, pod.name, (pod.uid, state.node.name))
         self._start_pod_timer(pod)
 

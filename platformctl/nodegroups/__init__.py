@@ -34,6 +34,12 @@ class GroupState:
     max_size: int
     instances: tuple[str, ...]  # members not on their way out
     image: str | None  # the image the group's launch template boots new instances from, now
+    instance_type: str | None = None  # the instance type its launch template asks for (None: not said there)
+
+    @property
+    def room(self) -> int:
+        """How many instances the group may still add above its desired capacity."""
+        return max(self.max_size - self.desired, 0)
 
 
 @dataclass(frozen=True)

@@ -72,9 +72,12 @@ class AutoScalingNodeGroups:
         g = found[0]
         members = tuple(i["InstanceId"] for i in g.get("Instances", [])
                         if not i["LifecycleState"].startswith(("Terminat", "Detach")))
-        return GroupState(g["AutoScalingGroupName"], g["DesiredCapacity"], g["MinSize"], g["MaxSize"], members, self._image(g))
+        image, instance_type = self._launch_data(g)
+        return GroupState(g["AutoScalingGroupName"], g["DesiredCapacity"], g["MinSize"], g["MaxSize"], members, image,
+                          instance_type)
 
-    def _image(self, group: dict[str, Any]) -> str | None:
+    def _launch_data(self, group: dict[str, Any]) -> tuple[str | None, str | None]:
+        """(image, instance type) of what the group launches now, from its launch template or configuration."""
         spec = group.get("LaunchTemplate") or \
             ((group.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}).get("LaunchTemplateSpecification")
         if spec:
@@ -82,17 +85,21 @@ class AutoScalingNodeGroups:
                 {"LaunchTemplateName": spec["LaunchTemplateName"]}
             versions = self._call(self._ec2.describe_launch_template_versions, **ref,
                                   Versions=[str(spec.get("Version") or "$Default")])["LaunchTemplateVersions"]
-            image = versions[0]["LaunchTemplateData"].get("ImageId") if versions else None
+            data = versions[0]["LaunchTemplateData"] if versions else {}
+            image, instance_type = data.get("ImageId"), data.get("InstanceType")
+            overrides = ((group.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}).get("Overrides") or []
+            if overrides and overrides[0].get("InstanceType"):
+                instance_type = overrides[0]["InstanceType"]  # the first override is the type tried first
         elif group.get("LaunchConfigurationName"):
             configs = self._call(self._asg.describe_launch_configurations,
                                  LaunchConfigurationNames=[group["LaunchConfigurationName"]])["LaunchConfigurations"]
-            image = configs[0]["ImageId"] if configs else None
+            image, instance_type = (configs[0]["ImageId"], configs[0].get("InstanceType")) if configs else (None, None)
         else:
-            return None
+            return None, None
         if image and image.startswith("resolve:ssm:"):
             name = image.removeprefix("resolve:ssm:")
             image = self._call(self._ssm.get_parameter, Name=name)["Parameter"]["Value"]
-        return image
+        return image, instance_type
 
     def set_desired(self, group: str, desired: int) -> None:
         self._call(self._asg.set_desired_capacity, AutoScalingGroupName=group, DesiredCapacity=desired, HonorCooldown=False)

@@ -31,7 +31,7 @@ class SimulatedNodeGroups:
         spec = self.sim.pool(group)
         members = tuple(n.instance_id or n.name for n in self.sim.pool_nodes(group))
         ceiling = spec.max_size if spec.max_size is not None else 1_000_000
-        return GroupState(group, spec.desired, 0, ceiling, members, spec.image)
+        return GroupState(group, spec.desired, 0, ceiling, members, spec.image, spec.instance_type)
 
     def set_desired(self, group: str, desired: int) -> None:
         self.sim.scale_pool(group, desired)

@@ -11,6 +11,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from platformctl.cluster import simulator as sim_events
+from platformctl.cluster.constraints import parse_constraints
 from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
 from platformctl.cluster.model import ANNOTATION_START_SECONDS, Container, Pod, PodDisruptionBudget, Resources
 from platformctl.cluster.selectors import IntOrPercent, LabelSelector
@@ -34,11 +36,15 @@ def cluster(pools: dict[str, int] | None = None, boot: float = 120.0, max_size: 
 
 def service(sim: SimulatedCluster, name: str, replicas: int, *, ns: str = "app", min_available: int | None = None,
             start: float = 10, grace: int = 30, cpu: int = 500, annotations: dict[str, str] | None = None,
-            node_selector: dict[str, str] | None = None, kind: str = "ReplicaSet", tolerations: tuple[Any, ...] = ()) -> None:
+            node_selector: dict[str, str] | None = None, kind: str = "ReplicaSet", tolerations: tuple[Any, ...] = (),
+            spec: dict[str, Any] | None = None) -> None:
+    """A workload of ``replicas`` pods labelled ``app: name``; ``spec`` adds pod spec fields as the API writes them
+    (``affinity``, ``topologySpreadConstraints``)."""
     requests = Resources(cpu, 256 * MIB)
+    inter = parse_constraints(spec or {}, "spec", None)
     template = Pod(ns, name, "", labels={"app": name}, annotations={ANNOTATION_START_SECONDS: str(start), **(annotations or {})},
                    containers=(Container("main", "img", requests),), requests=requests, grace_seconds=grace,
-                   node_selector=node_selector or {}, tolerations=tolerations)
+                   node_selector=node_selector or {}, tolerations=tolerations, inter=inter)
     sim.create_workload(kind, template, replicas)
     if min_available is not None:
         selector = LabelSelector.parse({"matchLabels": {"app": name}}, "selector", None)
@@ -84,3 +90,21 @@ def events(sim: SimulatedCluster) -> Counter[str]:
 
 
 NO_HARM = {"violations": [], "lost": [], "deleted": []}
+
+
+def longest_pending(sim: SimulatedCluster, since: float) -> tuple[float, str]:
+    """The longest any pod created at or after ``since`` waited for a node (created to scheduled; still
+    waiting counts until now), with its name: what an application sees as a replica not running."""
+    created: dict[str, tuple[float, str]] = {}
+    worst = (0.0, "")
+    for e in sim.events:
+        if e.kind == sim_events.POD_CREATED and e.time >= since:
+            created[e.detail[0]] = (e.time, e.name)
+        elif e.kind == sim_events.POD_SCHEDULED and e.detail[0] in created:
+            at, name = created.pop(e.detail[0])
+            worst = max(worst, (e.time - at, name))
+    for uid, (at, name) in created.items():
+        pod = next((p for p in sim.list_pods() if p.uid == uid), None)
+        if pod is not None and pod.node_name is None and not pod.terminating:
+            worst = max(worst, (sim.now() - at, name))
+    return worst

@@ -117,7 +117,7 @@ def test_outdated_nodes_carry_the_prefer_no_schedule_taint_until_they_go(tmp_pat
     assert build_report(read_state(SQLiteStore(tmp_path / "state.db"), "test"))["pods_disrupted_more_than_once"] == 0
 
 
-def test_a_drain_that_cannot_finish_fails_the_node_leaves_it_cordoned_and_halts(tmp_path: Path) -> None:
+def test_a_drain_whose_evicted_pod_has_nowhere_to_go_fails_its_node_within_a_minute_and_halts(tmp_path: Path) -> None:
     sim = cluster({"general": 3})
     service(sim, "web", 3, min_available=2)
     sim.run_until_settled()
@@ -127,16 +127,44 @@ def test_a_drain_that_cannot_finish_fails_the_node_leaves_it_cordoned_and_halts(
     service(sim, "pinned", 2, min_available=1, node_selector={"kubernetes.io/hostname": stuck})
     sim.run_until_settled()
     new_image(sim)
-    outcome = rotate(sim, tmp_path, {"maxInFlight": 1, "drainTimeoutSeconds": 600})
+    outcome = rotate(sim, tmp_path, {"maxInFlight": 1, "drainTimeoutSeconds": 3600})
     assert (outcome.status, outcome.exit_code) == ("halted", EXIT_HALTED)
     assert "maxFailedNodes 0" in outcome.reason and stuck in outcome.reason
     failed = outcome.report["nodes_failed"]
-    assert [f["node"] for f in failed] == [stuck] and "drainTimeoutSeconds 600" in failed[0]["reason"]
-    assert "app/pinned" in failed[0]["reason"]  # says which budget held it
+    assert [f["node"] for f in failed] == [stuck]
+    # It says which budget, which pod, and what the scheduler said, as the pod's PodScheduled condition says it.
+    reason = failed[0]["reason"]
+    assert "PodDisruptionBudget app/pinned" in reason and "pod app/pinned-" in reason
+    assert "0/4 nodes are available" in reason and "node(s) didn't match Pod's node affinity/selector" in reason
+    # Noticed within a minute of the first eviction, not after drainTimeoutSeconds.
+    first = min(e.time for e in sim.events if e.kind == sim_events.POD_EVICTED and e.name.startswith("pinned-"))
+    assert max(e.time for e in sim.events) - first < 3600
+    halted = read_state(SQLiteStore(tmp_path / "state.db"), "test").halted
+    assert halted is not None and halted["at"] - first <= 60
     node = sim.get_node(stuck)
     assert node.unschedulable and node.image == OLD  # cordoned, reported, never forced
     assert harm(sim) == NO_HARM
     assert outcome.report["cordoned_by_this_run"] == [stuck]
+    # The plan saw it coming: the node is planned alone, and the plan says why its drain will wait.
+    plan = read_state(SQLiteStore(tmp_path / "state.db"), "test").first_plan
+    assert plan is not None and any("app/pinned" in w for w in plan["warnings"])
+
+
+def test_a_drain_that_waits_on_pods_that_start_slowly_fails_the_node_after_drain_timeout_seconds(tmp_path: Path) -> None:
+    sim = cluster({"general": 3})
+    # Two pods a node under a budget that lets one go at a time, and every new pod takes an hour to start: the
+    # second pod of the first node waits on the first's replacement, which is scheduled and starting. That is
+    # slow, not stuck: the drain waits for it until drainTimeoutSeconds.
+    service(sim, "slow", 6, min_available=5, start=3600)
+    sim.run_until_settled(max_seconds=8000)
+    new_image(sim)
+    outcome = rotate(sim, tmp_path, {"maxInFlight": 1, "drainTimeoutSeconds": 600})
+    assert (outcome.status, outcome.exit_code) == ("halted", EXIT_HALTED)
+    failed = outcome.report["nodes_failed"]
+    assert len(failed) == 1 and "drainTimeoutSeconds 600" in failed[0]["reason"]
+    assert "app/slow" in failed[0]["reason"]  # says which budget held it
+    assert "Unschedulable" not in failed[0]["reason"]
+    assert harm(sim) == NO_HARM
 
 
 def test_max_failed_nodes_lets_the_run_go_on_and_end_incomplete(tmp_path: Path) -> None:
@@ -405,3 +433,32 @@ def test_a_workload_deleted_during_a_wave_is_not_waited_for(tmp_path: Path) -> N
     assert outcome.status == "done", outcome.reason
     assert sim.now() - before < 900  # well inside podReadyTimeoutSeconds: it did not wait for them
     assert nodes_on(sim, OLD) == []
+
+
+def settled_one_at_a_time(sim, name: str, settle: float) -> list[float]:  # noqa: ANN001
+    """Evictions of ``name``'s pods, checked to be one at a time: each after the last evicted pod's successor was
+    Ready and had settled ``settle`` seconds. Returns the eviction times."""
+    evicted = [(e.time, e.name) for e in sim.events if e.kind == sim_events.POD_EVICTED and e.name.startswith(f"{name}-")]
+    ready: dict[str, list[float]] = {}
+    for e in sim.events:
+        if e.kind == sim_events.POD_READY and e.name.startswith(f"{name}-"):
+            ready.setdefault(e.name, []).append(e.time)
+    for (before, pod), (after, _) in zip(evicted, evicted[1:], strict=False):
+        back = min(t for t in ready[pod] if t > before)  # the StatefulSet's pod of the same name, Ready again
+        assert after >= back + settle, f"{pod} was Ready again at {back}; the next was evicted at {after}"
+    return [t for t, _ in evicted]
+
+
+ONE_AT_A_TIME = {"platformctl.io/rotation": "one-at-a-time", "platformctl.io/settle-seconds": "300"}
+
+
+def test_two_pods_of_a_one_at_a_time_workload_on_one_node_leave_one_after_the_other_each_settled(tmp_path: Path) -> None:
+    sim = cluster({"kv": 2})
+    service(sim, "kv", 4, kind="StatefulSet", annotations=ONE_AT_A_TIME, node_selector={"eks.amazonaws.com/nodegroup": "kv"})
+    sim.run_until_settled()
+    assert sorted(len([p for p in sim.list_pods(node_name=n.name) if p.labels.get("app") == "kv"])
+                  for n in sim.list_nodes()) == [2, 2]
+    new_image(sim)
+    outcome = rotate(sim, tmp_path, {"maxInFlight": 1})
+    assert outcome.status == "done" and harm(sim) == NO_HARM
+    assert len(settled_one_at_a_time(sim, "kv", 300)) == 4

@@ -219,3 +219,19 @@ def test_a_custom_condition_counts_once_declared() -> None:
     assert [p.subject for p in seen.unhealthy] == [name]
     assert "GPUUnhealthy True (XidError: Xid 79: fallen off the bus)" in seen.unhealthy[0].reason
     assert Remediator  # the class the CLI drives
+
+
+def test_remediation_evicts_a_one_at_a_time_workloads_pods_one_after_the_other_each_settled(tmp_path: Path) -> None:
+    from tests.upgrade_service.test_execute import ONE_AT_A_TIME, settled_one_at_a_time
+
+    sim = cluster({"kv": 2})
+    service(sim, "kv", 4, kind="StatefulSet", annotations=ONE_AT_A_TIME, node_selector={"eks.amazonaws.com/nodegroup": "kv"})
+    sim.run_until_settled()
+    broken = sim.list_nodes()[0].name
+    assert len([p for p in sim.list_pods(node_name=broken) if p.labels.get("app") == "kv"]) == 2
+    sim.set_node_condition(broken, "DiskPressure", "True", "KubeletHasDiskPressure")  # its kubelet still answers
+    sim.advance(400)
+    outcome = remediate(sim, tmp_path, {"conditions": [{"type": "DiskPressure", "unhealthyAfterSeconds": 60}]})
+    assert (outcome.status, outcome.exit_code) == ("ok", EXIT_OK), outcome.reason
+    assert harm(sim) == NO_HARM
+    assert len(settled_one_at_a_time(sim, "kv", 300)) == 2

@@ -30,6 +30,8 @@ class Clock(Protocol):
 class WallClock:
     """Real time."""
 
+    speed = 1.0  # cluster seconds per wall second
+
     def now(self) -> float:
         return time.time()
 
@@ -101,3 +103,9 @@ class VirtualClock:
         while queue and queue[0][2].callback is None:
             heapq.heappop(queue)
         return queue[0][0] if queue else None
+
+
+def real_seconds(clock: Clock, seconds: float) -> float:
+    """Wall seconds that ``seconds`` of ``clock`` take: a clock running ``speed`` times faster than wall time (the
+    local region's, as its clients see it) says so with a ``speed`` attribute."""
+    return seconds / float(getattr(clock, "speed", 1.0) or 1.0)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from platformctl.cluster.drain import drain_blocks_on
+from platformctl.cluster.informer import Informer, InformerStats
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Node, Pod, Snapshot, Taint
 from platformctl import failpoints
@@ -50,7 +51,7 @@ from upgrade_service.remediate import remediation_holds
 from upgrade_service.journal import Journal, RunState, WaveState
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.disruption import view_cluster
-from upgrade_service.fit import TRANSIENT_TAINT_PREFIXES, PoolCapacity, templates_from
+from upgrade_service.fit import TRANSIENT_TAINT_PREFIXES, PoolCapacity, pool_capacity
 from upgrade_service.plan import RotationPlan, Wave, plan_cluster
 from upgrade_service.policy import RotationPolicy
 from upgrade_service.report import build_report
@@ -155,6 +156,9 @@ class Executor:
         self._plan_targets: dict[str, str] = {}
         self._next_wave = 0  # the cached plan's waves before this one have been carried out
         self._unstick_since: dict[str, float] = {}  # group -> since when a stuck drain waits for its new node
+        # The cluster as its watch tells it: listed once, then kept current; every wait wakes when its thing happens.
+        self.nodes_watch: Informer = target.cluster.informer("nodes")
+        self.pods_watch: Informer = target.cluster.informer("pods")
         self._progress = progress
         self.view = Progress(target.name)
 
@@ -208,10 +212,12 @@ class Executor:
         """The cluster for planning: the nodes this run still has to deal with, and what each pool should run."""
         state = self.state
         policy = self.policy
-        nodes = self.cluster.list_nodes()
+        self.nodes_watch.sync()
+        self.pods_watch.sync()
+        nodes = self.nodes_watch.nodes()
         gone = state.terminated
         nodes = [n for n in nodes if n.instance_id not in gone and n.name not in state.failed]
-        pods = self.cluster.list_pods()
+        pods = self.pods_watch.items()
         pdbs = self.cluster.list_pdbs()
         group_of = self._groups_of(nodes)
         described = {g: self.groups.describe(g) for g in sorted(set(group_of.values()))}
@@ -244,17 +250,8 @@ class Executor:
         return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings, outdated, described)
 
     def capacity(self, read: ClusterRead, policy: RotationPolicy) -> PoolCapacity:
-        """What new nodes each pool gets (read from its nodes, with the launch template's instance type) and how many
-        its groups may add above their desired capacity now."""
-        pool_groups: dict[str, set[str]] = {}
-        for node in read.nodes:
-            pool = node.labels.get(policy.pool_label)
-            if pool is not None and node.name in read.group_of:
-                pool_groups.setdefault(pool, set()).add(read.group_of[node.name])
-        room = {pool: sum(read.described[g].room for g in groups) for pool, groups in pool_groups.items()}
-        types = {pool: next((read.described[g].instance_type for g in sorted(groups) if read.described[g].instance_type), None)
-                 for pool, groups in pool_groups.items()}
-        return PoolCapacity(templates_from(read.snapshot, policy, types), room)
+        """What new nodes each pool gets and how many its groups may add above their desired capacity now."""
+        return pool_capacity(read.snapshot, policy, read.group_of, read.described)
 
     def plan(self, read: ClusterRead) -> RotationPlan:
         policy = self.policy.with_targets(read.targets)
@@ -288,6 +285,21 @@ class Executor:
     # ---------------------------------------------------------------- the run
 
     def run(self) -> Outcome:
+        try:
+            return self._run()
+        finally:
+            self.nodes_watch.close()
+            self.pods_watch.close()
+
+    @property
+    def reads(self) -> InformerStats:
+        """What this run read from the API: list and watch requests, objects listed and watch events."""
+        total = InformerStats()
+        total.add(self.nodes_watch.stats)
+        total.add(self.pods_watch.stats)
+        return total
+
+    def _run(self) -> Outcome:
         state = self.journal.refresh()
         if state.paused is not None:
             p = state.paused
@@ -380,9 +392,8 @@ class Executor:
     def _taint_outdated(self, plan: RotationPlan) -> None:
         outdated = {n for w in plan.waves for n in w.nodes} | {b.node for b in plan.blocked}
         for name in sorted(outdated - self.state.tainted):
-            try:
-                node = self.cluster.get_node(name)
-            except NotFoundError:
+            node = self.nodes_watch.get(name)
+            if node is None:
                 continue
             if TAINT in node.taints:
                 continue
@@ -513,7 +524,7 @@ class Executor:
         if j.DRAIN_DONE not in wave.phases:
             self._show("drain", f"wave {number}: draining {len(nodes)} nodes")
             drain = WaveDrain(self.cluster, self.policy, self.journal, self.pacer, wave=number,
-                              poll_seconds=self.options.poll_seconds, check=self._check,
+                              poll_seconds=self.options.poll_seconds, check=self._check, pods=self.pods_watch,
                               progress=lambda status: self._show(drain=status),
                               on_drained=lambda name: self._terminate_drained(wave, name),
                               on_stuck=lambda stuck: self._unstick(wave, stuck))
@@ -548,10 +559,7 @@ class Executor:
             # held: the failure is what gets reported, not the workload.
             held = set()
             for name in wave.failed:
-                try:
-                    held |= {p.owner.uid for p in self.cluster.list_pods(node_name=name) if p.owner is not None}
-                except NotFoundError:
-                    continue
+                held |= {p.owner.uid for p in self.pods_watch.pods_on(name) if p.owner is not None}
             late = self._wait_pods_ready({uid: o for uid, o in info["owners"].items() if uid not in held})
             if late:
                 raise Halt("pods-not-ready", f"wave {number}: evicted pods were not Ready again within "
@@ -585,7 +593,8 @@ class Executor:
         (the capacity comes back when one of the wave's nodes of that group is terminated). False: nothing can."""
         pod = stuck.pod
         info = wave.started
-        nodes = self.cluster.list_nodes()
+        self.nodes_watch.sync()
+        nodes = self.nodes_watch.nodes()
         group_of = self._groups_of(nodes)
         for g, gi in sorted(info["groups"].items()):
             sample = next((n for n in nodes if group_of.get(n.name) == g and n.ready), None) or \
@@ -630,17 +639,31 @@ class Executor:
         self._op("terminate", lambda: self.groups.terminate(instance, decrement), node=node, instance=instance,
                  group=group, decrement=decrement, wave=wave.number)
 
+    def _watch(self, informer: Informer, until: Callable[[], bool], deadline: float, failpoint: str) -> bool:
+        """Wait on the cluster's watch until ``until()`` holds (True) or ``deadline`` (False), looking at the lease and
+        the journal (pause, abort) at least every ``poll_seconds``: the wait ends when what it waits for happens."""
+        while True:
+            self._check()
+            if until():
+                return True
+            failpoints.hit(failpoint)
+            remaining = deadline - self.clock.now()
+            if remaining <= 0:
+                return False
+            if informer.wait(until, min(remaining, self.options.poll_seconds)):
+                return True
+
     def _wait_new_nodes(self, wave: WaveState, expected: dict[str, int]) -> str | None:
         """Wait until each group has ``expected`` Ready nodes on its target image that were not its members
         when the wave started. Returns what is missing after ``nodeReadyTimeoutSeconds``, or None."""
         groups = wave.started["groups"]
         deadline = self.clock.now() + self.policy.node_ready_timeout_seconds
         self._show("boot", f"wave {wave.number}: waiting for " + ", ".join(f"{n} new node(s) in {g}" for g, n in expected.items()))
-        while True:
-            self._check()
-            nodes = self.cluster.list_nodes()
+
+        def short() -> list[str]:
+            nodes = self.nodes_watch.nodes()
             group_of = self._groups_of(nodes)
-            short = []
+            out = []
             for g, want in expected.items():
                 before = set(groups[g]["members"])
                 image = groups[g]["image"]
@@ -649,29 +672,28 @@ class Executor:
                 if len(good) < want:
                     others = [f"{n.name} ({'Ready' if n.ready else 'NotReady'}, image {n.labels.get(self.policy.image_label)})"
                               for n in new if n not in good]
-                    short.append(f"group {g}: {len(good)} of {want} new nodes Ready on {image}"
-                                 + (f"; also {', '.join(others[:3])}" if others else ""))
-            if not short:
-                return None
-            failpoints.hit("wait:new-nodes")
-            if self.clock.now() >= deadline:
-                return (f"new nodes not Ready on the target image within nodeReadyTimeoutSeconds "
-                        f"{self.policy.node_ready_timeout_seconds}: " + "; ".join(short))
-            self.clock.sleep(self.options.poll_seconds)
+                    out.append(f"group {g}: {len(good)} of {want} new nodes Ready on {image}"
+                               + (f"; also {', '.join(others[:3])}" if others else ""))
+            return out
+
+        if self._watch(self.nodes_watch, lambda: not short(), deadline, "wait:new-nodes"):
+            return None
+        return (f"new nodes not Ready on the target image within nodeReadyTimeoutSeconds "
+                f"{self.policy.node_ready_timeout_seconds}: " + "; ".join(short()))
 
     def _wait_gone(self, names: list[str]) -> list[str]:
         """Wait until the nodes of terminated instances are deregistered (the cloud's node controller deletes
         them), so that what the wave leaves behind is what the cluster shows. Returns any still there after
         ``nodeReadyTimeoutSeconds``: reported, not a failure, since the instances are gone."""
         deadline = self.clock.now() + self.policy.node_ready_timeout_seconds
-        while names:
-            present = {n.name for n in self.cluster.list_nodes()}
-            names = [n for n in names if n in present]
-            if not names or self.clock.now() >= deadline:
-                break
-            self._show("deregister", f"waiting for {len(names)} terminated node(s) to leave the cluster")
-            self.clock.sleep(self.options.poll_seconds)
-        return names
+
+        def left() -> list[str]:
+            return [n for n in names if self.nodes_watch.get(n) is not None]
+
+        if left():
+            self._show("deregister", f"waiting for {len(left())} terminated node(s) to leave the cluster")
+            self._watch(self.nodes_watch, lambda: not left(), deadline, "wait:gone")
+        return left()
 
     def _owner_gone(self, owner: str) -> bool:
         """Whether a workload (``"ReplicaSet ns/name"``, as the wave recorded it) no longer exists."""
@@ -692,10 +714,8 @@ class Executor:
             return ""
         said = []
         for pod in pods[:2]:
-            try:
-                image = self.cluster.get_node(pod.node_name).image if pod.node_name else None
-            except NotFoundError:
-                image = None
+            node = self.nodes_watch.get(pod.node_name) if pod.node_name else None
+            image = node.image if node is not None else None
             said.append(f"{pod.name} on {pod.node_name}{f' (image {image})' if image else ''}: {pod.waiting}")
         return f" ({'; '.join(said)})"
 
@@ -704,31 +724,41 @@ class Executor:
             return None
         deadline = self.clock.now() + self.policy.pod_ready_timeout_seconds
         self._show("pods", f"waiting for the pods of {len(owners)} workloads to be Ready again")
-        while True:
-            self._check()
+        waiting = dict(owners)
+
+        def counts() -> tuple[Counter[str], Counter[str], dict[str, list[Pod]]]:
             ready: Counter[str] = Counter()
             live: Counter[str] = Counter()
             stuck: dict[str, list[Pod]] = {}
-            for ns in sorted({o["namespace"] for o in owners.values()}):
-                for p in self.cluster.list_pods(namespace=ns):
-                    if p.owner is not None and p.owner.uid in owners and not p.terminating:
-                        live[p.owner.uid] += 1
-                        if p.ready:
-                            ready[p.owner.uid] += 1
-                        elif p.waiting:
-                            stuck.setdefault(p.owner.uid, []).append(p)
-            for uid in [u for u, o in owners.items() if ready[u] < o["ready"] and not live[u]]:
-                if self._owner_gone(owners[uid]["owner"]):  # deleted meanwhile (its namespace too): nothing to wait for
-                    self._show("pods", f"{owners[uid]['owner']} was deleted meanwhile: not waited for")
-                    owners = {u: o for u, o in owners.items() if u != uid}
-            short = [f"{o['owner']} has {ready[uid]} Ready of {o['ready']}{self._why(stuck.get(uid, []))}"
-                     for uid, o in owners.items() if ready[uid] < o["ready"]]
-            if not short:
+            for uid in waiting:
+                for p in self.pods_watch.pods_of(uid):
+                    if p.terminating:
+                        continue
+                    live[uid] += 1
+                    if p.ready:
+                        ready[uid] += 1
+                    elif p.waiting:
+                        stuck.setdefault(uid, []).append(p)
+            return ready, live, stuck
+
+        def whole() -> bool:
+            ready, _, _ = counts()
+            return all(ready[uid] >= o["ready"] for uid, o in waiting.items())
+
+        while True:
+            if self._watch(self.pods_watch, whole, min(deadline, self.clock.now() + self.options.poll_seconds), "wait:pods"):
                 return None
-            failpoints.hit("wait:pods")
+            ready, live, stuck = counts()
+            for uid in [u for u, o in waiting.items() if ready[u] < o["ready"] and not live[u]]:
+                if self._owner_gone(waiting[uid]["owner"]):  # deleted meanwhile (its namespace too): nothing to wait for
+                    self._show("pods", f"{waiting[uid]['owner']} was deleted meanwhile: not waited for")
+                    del waiting[uid]
+            if whole():
+                return None
             if self.clock.now() >= deadline:
+                short = [f"{o['owner']} has {ready[uid]} Ready of {o['ready']}{self._why(stuck.get(uid, []))}"
+                         for uid, o in waiting.items() if ready[uid] < o["ready"]]
                 return "; ".join(short[:5]) + (f" and {len(short) - 5} more" if len(short) > 5 else "")
-            self.clock.sleep(self.options.poll_seconds)
 
     # ---------------------------------------------------------------- ending
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from platformctl.cluster.model import LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, Node, Pod, Resources, Snapshot, Taint
 from platformctl.cluster.scheduling import Placement
 from platformctl.instance_types import INSTANCE_TYPES
+from platformctl.nodegroups import GroupState
 from upgrade_service.disruption import BudgetKey, ClusterView, Moving, NodeDisruption
 from upgrade_service.order import Segment
 from upgrade_service.packing import Limits
@@ -104,6 +105,21 @@ def templates_from(snapshot: Snapshot, policy: RotationPolicy, instance_types: M
         taints = tuple(t for t in node.taints if not t.key.startswith(TRANSIENT_TAINT_PREFIXES))
         out[pool] = NodeTemplate(pool, labels, taints, allocatable, max_pods, tuple(daemons.get(node.name, ())), source)
     return out
+
+
+def pool_capacity(snapshot: Snapshot, policy: RotationPolicy, group_of: Mapping[str, str],
+                  groups: Mapping[str, GroupState]) -> PoolCapacity:
+    """What new nodes each pool gets (read from its nodes, with its launch template's instance type) and how many its
+    groups may add above their desired capacity now. ``group_of``: node -> its auto scaling group."""
+    pool_groups: dict[str, set[str]] = {}
+    for node in snapshot.nodes:
+        pool = node.labels.get(policy.pool_label)
+        if pool is not None and group_of.get(node.name) in groups:
+            pool_groups.setdefault(pool, set()).add(group_of[node.name])
+    room = {pool: sum(groups[g].room for g in found) for pool, found in pool_groups.items()}
+    types = {pool: next((groups[g].instance_type for g in sorted(found) if groups[g].instance_type), None)
+             for pool, found in pool_groups.items()}
+    return PoolCapacity(templates_from(snapshot, policy, types), room)
 
 
 @dataclass

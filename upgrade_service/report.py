@@ -71,7 +71,8 @@ def build_report(state: RunState) -> dict[str, Any]:
         "refused_evictions": state.refused,
         "pods_disrupted_more_than_once": state.evicted_again,
         "lowest_budget_headroom": {"headroom": lowest[0], "budget": lowest[1]} if lowest else None,
-        "halted": {"reason": state.halted.get("reason"), "detail": state.halted.get("detail")} if state.halted else None,
+        "halted": {"reason": state.halted.get("reason"), "detail": state.halted.get("detail"),
+                   "at": format_time(float(state.halted["at"]))} if state.halted else None,
         # Instances added (surged) that no termination gave back: standing in for nodes that failed to drain,
         # or left by an abort. The next run spends them first.
         "capacity_kept": {g: n for g, n in sorted(state.capacity.items()) if n > 0},

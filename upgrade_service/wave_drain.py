@@ -46,6 +46,7 @@ from typing import Protocol as Interface
 from platformctl import failpoints
 from platformctl.clock import Clock
 from platformctl.cluster.drain import drain_blocks_on
+from platformctl.cluster.informer import Informer
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Pod, PodDisruptionBudget
 from platformctl.errors import NotFoundError
@@ -119,7 +120,8 @@ class WaveDrain:
                  progress: Callable[[DrainStatus], None] | None = None,
                  skip_wait_for_delete: Callable[[str], bool] | None = None,
                  on_drained: Callable[[str], None] | None = None,
-                 on_stuck: Callable[[Stuck], bool] | None = None) -> None:
+                 on_stuck: Callable[[Stuck], bool] | None = None,
+                 pods: Informer | None = None) -> None:
         self.cluster = cluster
         self.policy = policy
         self.journal = journal
@@ -137,15 +139,23 @@ class WaveDrain:
         self.skip_wait_for_delete = skip_wait_for_delete
         self.on_drained = on_drained
         self.on_stuck = on_stuck
+        self.pods = pods  # the cluster's pods as its watch tells them: rounds run when they move (else every poll)
+        self._next_due = float("inf")  # the earliest backoff, settle or maxWaitSeconds end the last round saw
         self.stuck_after = float(policy.stuck_seconds)
         self._budgets_seen: dict[tuple[str, str], PodDisruptionBudget] = {}
         self._stuck_since: dict[str, float] = {}  # what it waits on -> since when it looked stuck
 
     # ---------------------------------------------------------------- one-at-a-time workloads
 
+    def _pods_in(self, namespace: str) -> list[Pod]:
+        return self.pods.pods_in(namespace) if self.pods is not None else self.cluster.list_pods(namespace=namespace)
+
+    def _pods_on(self, node: str) -> list[Pod]:
+        return self.pods.pods_on(node) if self.pods is not None else self.cluster.list_pods(node_name=node)
+
     def _workload_pods(self, namespace: str, workload: str) -> list[Pod]:
         out = []
-        for pod in self.cluster.list_pods(namespace=namespace):
+        for pod in self._pods_in(namespace):
             protocol = protocol_of(pod, self.policy)
             if isinstance(protocol, Protocol) and protocol.workload == workload and not pod.is_finished:
                 out.append(pod)
@@ -153,12 +163,16 @@ class WaveDrain:
 
     def _recovered(self, workload: str) -> bool:
         flight = self.in_flight[workload]
-        try:
-            pod = self.cluster.get_pod(flight.namespace, flight.name)
-            if pod.uid == flight.uid:
+        if self.pods is not None:
+            found = self.pods.get((flight.namespace, flight.name))
+            if found is not None and found.uid == flight.uid:
                 return False  # still terminating
-        except NotFoundError:
-            pass
+        else:
+            try:
+                if self.cluster.get_pod(flight.namespace, flight.name).uid == flight.uid:
+                    return False
+            except NotFoundError:
+                pass
         pods = self._workload_pods(flight.namespace, workload)
         ready = sum(1 for p in pods if p.ready and not p.terminating)
         if ready >= flight.ready_before and all(p.ready for p in pods if not p.terminating):
@@ -176,11 +190,13 @@ class WaveDrain:
         drained: list[str] = []
         while True:
             self.check()
+            if self.pods is not None:
+                self.pods.sync()
             now = self.clock.now()
             pods_of: dict[str, list[Pod]] = {}
             for node in left:
                 try:
-                    pods = [p for p in self.cluster.list_pods(node_name=node) if drain_blocks_on(p)]
+                    pods = [p for p in self._pods_on(node) if drain_blocks_on(p)]
                 except NotFoundError:
                     pods = []
                 if pods and self.skip_wait_for_delete is not None and self.skip_wait_for_delete(node):
@@ -208,7 +224,20 @@ class WaveDrain:
             failpoints.hit("wait:drain")
             if self.progress is not None:
                 self.progress(self.status)
+            self._until_something_moves(pods_of, deadline)
+
+    def _until_something_moves(self, pods_of: dict[str, list[Pod]], deadline: float) -> None:
+        """Wait for the next round: until a pod in the namespaces of what is left changes (one goes, one turns Ready
+        and gives its budget room back), a backoff or settle time ends, or ``poll_seconds`` pass."""
+        now = self.clock.now()
+        timeout = max(min(self.poll, self._next_due - now, deadline - now), 0.0)
+        if self.pods is None:
             self.clock.sleep(self.poll)
+            return
+        namespaces = {p.namespace for pods in pods_of.values() for p in pods}
+        namespaces |= {flight.namespace for flight in self.in_flight.values()}
+        seen = self.pods.moves_in(namespaces)
+        self.pods.wait(lambda: self.pods is not None and self.pods.moves_in(namespaces) != seen, timeout)
 
     def _budgets(self, pods: list[Pod]) -> tuple[dict[tuple[str, str], list[PodDisruptionBudget]], dict[tuple[str, str], PodDisruptionBudget]]:
         namespaces = {p.namespace for p in pods}
@@ -235,7 +264,7 @@ class WaveDrain:
             ns, _, pdb = name.partition("/")
             budget = self._budgets_seen.get((ns, pdb))
             if budget is not None and budget.status.disruptions_allowed <= 0:
-                pods = [p for p in self.cluster.list_pods(namespace=ns) if budget.selects(p)]
+                pods = [p for p in self._pods_in(ns) if budget.selects(p)]
                 waits.append((f"PodDisruptionBudget {name} (it allows no disruption now)", pods))
         for workload, flight in self.in_flight.items():
             waits.append((f"one-at-a-time {workload}", self._workload_pods(flight.namespace, workload)))
@@ -273,6 +302,8 @@ class WaveDrain:
                 status.lowest_headroom = headroom
         for workload in list(self.in_flight):
             self._recovered(workload)
+        self._next_due = min([*self.settling.values(), *(at for at, _ in self.backoff.values())], default=float("inf"))
+        self._next_due = self._next_due if self._next_due > now else float("inf")
         chosen: list[Pod] = []
         taken: set[str] = set()  # one-at-a-time workloads with a pod chosen this round
         for pod in pods:
@@ -293,6 +324,7 @@ class WaveDrain:
                 started = pod.started if pod.started is not None else pod.created
                 if now < started + protocol.max_wait_seconds:
                     status.waiting_other["wait-for-completion"] += 1
+                    self._next_due = min(self._next_due, started + protocol.max_wait_seconds)
                     continue
             if protocol is not None and protocol.mode == "one-at-a-time":
                 if protocol.workload in self.in_flight or protocol.workload in taken:

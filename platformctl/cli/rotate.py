@@ -40,11 +40,10 @@ def _live_snapshot(kubeconfig: str | None, context: str | None) -> tuple[Snapsho
     return snap, live.name, live.clock.now()
 
 
-def _launch_template_targets(snap: Snapshot, policy: Any, region: str | None) -> dict[str, str]:
-    """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets."""
+def _groups_of(snap: Snapshot, region: str | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """Each node's auto scaling group and each group as AWS describes it (what it launches, its room)."""
     from platformctl.nodegroups.aws import AutoScalingNodeGroups
     from platformctl.server.control import use_for_aws
-    from upgrade_service.targets import resolve
 
     use_for_aws()
     if region is None:
@@ -53,8 +52,15 @@ def _launch_template_targets(snap: Snapshot, policy: Any, region: str | None) ->
     groups = AutoScalingNodeGroups(region)
     found = groups.instances([n.instance_id for n in snap.nodes if n.instance_id])
     group_of = {n.name: found[n.instance_id].group for n in snap.nodes if n.instance_id in found}
-    images = {g: groups.describe(g).image for g in sorted(set(group_of.values()))}
-    return resolve(policy, list(snap.nodes), group_of, images).images
+    return group_of, {g: groups.describe(g) for g in sorted(set(group_of.values()))}
+
+
+def _launch_template_targets(snap: Snapshot, policy: Any, region: str | None) -> dict[str, str]:
+    """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets."""
+    from upgrade_service.targets import resolve
+
+    group_of, described = _groups_of(snap, region)
+    return resolve(policy, list(snap.nodes), group_of, {g: d.image for g, d in described.items()}).images
 
 
 def _print_cluster_plan(plan: Any, show_waves: bool = True) -> None:
@@ -131,6 +137,7 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
                             "show: name targets, or plan the live cluster (--context or --stage)", file=policy.source,
                             field="targets")
 
+    aws_note = ""
     if stage_name is not None:
         if policy.cluster is not None:
             raise PlatformError(f"names cluster {policy.cluster!r}, but a stage plan applies the policy to every cluster "
@@ -155,11 +162,29 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
         if snapshot_file is not None:
             snap = load_snapshot(snapshot_file)
             name, now = policy.cluster or snapshot_file.stem, _snapshot_time(snap)
+            capacity = None  # a snapshot shows no group: new nodes are read from the pool's nodes, their room unknown
         else:
+            from upgrade_service.fit import pool_capacity
+
+            from platformctl.nodegroups.aws import NodeGroupError
+
             snap, name, now = _live_snapshot(kubeconfig, context)
+            try:
+                group_of, described = _groups_of(snap, None)
+            except (NodeGroupError, PlatformError) as exc:
+                if policy.targets is None:
+                    raise
+                group_of, described = {}, {}  # the plan goes on as from a snapshot: each pool's room unknown
+                aws_note = f"the auto scaling groups could not be read ({str(exc).splitlines()[0]}): each pool's room to surge is unknown"
             if policy.targets is None:
-                policy = policy.with_targets(_launch_template_targets(snap, policy, None))
-        result = plan_cluster(snap, policy, now, cluster=name)
+                from upgrade_service.targets import resolve
+
+                policy = policy.with_targets(resolve(policy, list(snap.nodes), group_of,
+                                                     {g: d.image for g, d in described.items()}).images)
+            capacity = pool_capacity(snap, policy, group_of, described)
+        result = plan_cluster(snap, policy, now, cluster=name, capacity=capacity)
+        if aws_note:
+            result.warnings.append(aws_note)
 
     from upgrade_service.targets import check_pools
 

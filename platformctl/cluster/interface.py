@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from platformctl.clock import Clock
+from platformctl.cluster.informer import Informer
 from platformctl.cluster.model import EvictionResult, Node, Pod, PodDisruptionBudget, Taint
 
 
@@ -99,4 +100,9 @@ class Cluster(Protocol):
 
     def snapshot(self) -> dict[str, Any]:
         """The cluster as ``kubectl get nodes,pods,pdb -A -o json`` prints it."""
+        ...
+
+    def informer(self, kind: str) -> Informer:
+        """A cache of the cluster's ``nodes`` or ``pods``, listed once and kept current by the API's watch
+        (``platformctl.cluster.informer``): waits on it wake when what they wait for happens."""
         ...

@@ -35,7 +35,7 @@ class LiveCluster:
         self.source = source or "kubeconfig"
         self._clock = clock or WallClock()
         self._api = api_client
-        self._core = client.CoreV1Api(api_client)
+        self._core = self.core = client.CoreV1Api(api_client)
         self._policy = client.PolicyV1Api(api_client)
         self._client = client
 
@@ -69,6 +69,28 @@ class LiveCluster:
     @property
     def clock(self) -> Clock:
         return self._clock
+
+    def unreachable(self, exc: Exception) -> PlatformError:
+        return self._unreachable(exc)
+
+    def refused(self, exc: Any, what: str) -> ApiRefused:
+        return self._refused(exc, what)
+
+    def list_versioned(self, kind: str) -> tuple[list[Any], str]:
+        """Every node or pod (``kind``) and the list's resourceVersion, for a watch to start from."""
+        if kind == "nodes":
+            data = self._call(self._core.list_node, what="nodes")
+            items: list[Any] = [parse_node(item, f"items[{i}]", "nodes") for i, item in enumerate(data["items"])]
+        else:
+            data = self._call(self._core.list_pod_for_all_namespaces, what="pods")
+            items = [parse_pod(item, f"items[{i}]", "pods") for i, item in enumerate(data["items"])]
+        return items, str((data.get("metadata") or {}).get("resourceVersion") or "0")
+
+    def informer(self, kind: str) -> Any:
+        """A cache of this cluster's ``nodes`` or ``pods`` kept by the API server's watch (``live_watch``)."""
+        from platformctl.cluster.live_watch import LiveInformer
+
+        return LiveInformer(self, kind)
 
     def _unreachable(self, exc: Exception) -> PlatformError:
         host = self._api.configuration.host

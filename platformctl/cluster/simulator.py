@@ -64,6 +64,7 @@ from platformctl.cluster.controllers import daemonset, job, replicaset, stateful
 from platformctl.cluster.scheduling import InterPodIndex, affinity_admits, prefers_not, resource_reasons, static_reason, \
     unschedulable_message, untolerated
 from platformctl.cluster.selectors import LabelSelector, parse_selector_string
+from platformctl.cluster.sim_watch import ChangeLog, SimulatedInformer
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.instance_types import INSTANCE_TYPES
 
@@ -359,6 +360,7 @@ class SimulatedCluster:
         self._namespaces: dict[str, dict[str, str]] = {}
         self._unschedulable: set[tuple[str, str]] = set()  # pending pods the scheduler already said it could not place
         self._inter = self._new_inter_index()  # what pod (anti-)affinity and topology spread need to know
+        self._changes: ChangeLog | None = None  # kept once someone watches
         self.events: list[Event] = []
         self._api_objects: Any = None
         self.job_done_hooks: list[Callable[[str], None]] = []  # called with a Job controller's uid when it completes
@@ -409,6 +411,21 @@ class SimulatedCluster:
     def _uid(self) -> str:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
+    def change_log(self) -> ChangeLog:
+        """Every change of a node or pod from now on, for watchers (``platformctl.cluster.sim_watch``)."""
+        if self._changes is None:
+            self._changes = ChangeLog(self._rv)
+        return self._changes
+
+    def _note(self, kind: str, type_: str, obj: Any) -> None:
+        if self._changes is not None:
+            self._rv += 1  # each change its own version, as the API server's watch cache numbers them
+            self._changes.append(kind, type_, obj, self._rv)
+
+    def informer(self, kind: str) -> SimulatedInformer:
+        """A cache of this cluster's ``nodes`` or ``pods`` kept by watching it (see ``Cluster.informer``)."""
+        return SimulatedInformer(self, kind)
+
     def _new_inter_index(self) -> InterPodIndex:
         return InterPodIndex(lambda: ((s.node, [self._pods[k] for k in s.pods if k in self._pods])
                                       for s in self._nodes.values() if s.alive))
@@ -434,6 +451,7 @@ class SimulatedCluster:
             if cls.predicate(node):
                 cls.nodes.append(state)
         self._inter.node_added(node)
+        self._note("nodes", "ADDED", node)
         self._record(NODE_ADDED, "", node.name, node.labels.get(LABEL_NODEGROUP_IMAGE))
         if ready_after is not None:
             self._clock.call_later(ready_after, self._node_ready, state)
@@ -450,6 +468,7 @@ class SimulatedCluster:
             return
         ready = NodeCondition("Ready", "True", "KubeletReady", "kubelet is posting ready status", self.now())
         state.node = replace(state.node.with_condition(ready), resource_version=self._next_rv())
+        self._note("nodes", "MODIFIED", state.node)
         self._record(NODE_READY, "", state.node.name)
         waiting, state.waiting = state.waiting, []
         for key in waiting:
@@ -498,6 +517,7 @@ class SimulatedCluster:
         if new == old:
             return old
         state.node = replace(new, resource_version=self._next_rv())
+        self._note("nodes", "MODIFIED", state.node)
         if new.unschedulable != old.unschedulable:
             self._record(NODE_CORDONED if new.unschedulable else NODE_UNCORDONED, "", name)
         if new.labels != old.labels or new.taints != old.taints:
@@ -525,6 +545,7 @@ class SimulatedCluster:
                 self._inter.pod_bound(self._pods[key], state.node, -1)
         if state.pool is not None:
             self._pool_counts[state.pool] -= 1
+        self._note("nodes", "DELETED", state.node)
         self._record(NODE_DELETED, "", name)
         for key in list(state.pods):
             pod = self._pods.get(key)
@@ -572,6 +593,7 @@ class SimulatedCluster:
         others = tuple(t for t in node.taints if t.key not in (TAINT_UNREACHABLE, TAINT_NOT_READY))
         taints = (*others, Taint(taint_key, "", "NoSchedule"), Taint(taint_key, "", "NoExecute"))
         state.node = replace(node, taints=taints, resource_version=self._next_rv())
+        self._note("nodes", "MODIFIED", state.node)
         self._classes.clear()
         self._record(NODE_NOT_READY, "", state.node.name, (ready.status, ready.reason))
         for key in list(state.pods):  # the node lifecycle controller's MarkPodsNotReady
@@ -594,6 +616,7 @@ class SimulatedCluster:
             self._record(POD_TAINT_EVICTED, pod.namespace, pod.name, (pod.uid, taint.key))
             self._rv += 1
             pod = self._pods[key] = replace(pod, disruption="DeletionByTaintManager", resource_version=self._rv)
+            self._note("pods", "MODIFIED", pod)
             self._begin_termination(pod, evicted=False)
 
     def set_node_condition(self, name: str, type_: str, status: str = "True", reason: str = "", message: str = "") -> Node:
@@ -615,6 +638,7 @@ class SimulatedCluster:
             node = replace(node, taints=(*kept, Taint(key, "", "NoSchedule")) if status == "True" else kept)
             self._classes.clear()
         state.node = replace(node, resource_version=self._next_rv())
+        self._note("nodes", "MODIFIED", state.node)
         self._record(NODE_CONDITION, "", name, (type_, status, node.condition(type_).reason if node.condition(type_) else reason))
         self._schedule_soon()
         return state.node
@@ -637,6 +661,7 @@ class SimulatedCluster:
         if not was_ready and any(c.type == "Ready" for c in node.conditions) and node.image not in self.broken_images:
             node = node.with_condition(NodeCondition("Ready", "True", "KubeletReady", "kubelet is posting ready status", self.now()))
         state.node = replace(node, resource_version=self._next_rv())
+        self._note("nodes", "MODIFIED", state.node)
         self._classes.clear()
         if state.node.ready and not was_ready:
             self._record(NODE_READY, "", name)
@@ -917,6 +942,7 @@ class SimulatedCluster:
             pod = replace(pod, scheduled=pod.created)  # created bound (a DaemonSet's, or a snapshot's)
         key = pod.key
         self._pods[key] = pod
+        self._note("pods", "ADDED", pod)
         self._pods_by_ns.setdefault(pod.namespace, set()).add(key)
         budgets = tuple(b for b in self._budgets_by_ns.get(pod.namespace, ()) if b.pdb.selects(pod))
         if budgets:
@@ -975,6 +1001,7 @@ class SimulatedCluster:
         self._rv += 1
         new = old.with_status(node_name, phase, ready, deletion_time, started, evicted, self._rv, scheduled)
         self._pods[new.key] = new
+        self._note("pods", "MODIFIED", new)
         was, now = _healthy(old), _healthy(new)
         if was != now:
             delta = 1 if now else -1
@@ -991,6 +1018,7 @@ class SimulatedCluster:
             if fault is None:  # the image's runtime cannot create containers: the kubelet retries, in vain
                 self._rv += 1
                 self._pods[pod.key] = replace(pod, waiting="CreateContainerError", resource_version=self._rv)
+                self._note("pods", "MODIFIED", self._pods[pod.key])
                 self._record(POD_CREATE_FAILED, pod.namespace, pod.name, (pod.uid, "CreateContainerError"))
                 return
             delay += fault
@@ -1007,6 +1035,7 @@ class SimulatedCluster:
             if pod.waiting and pod.node_name and pod.deletion_time is None:
                 self._rv += 1
                 pod = self._pods[pod.key] = replace(pod, waiting="", resource_version=self._rv)
+                self._note("pods", "MODIFIED", pod)
                 self._start_pod_timer(pod)
 
     def _pod_started(self, key: tuple[str, str], uid: str) -> None:
@@ -1072,6 +1101,7 @@ class SimulatedCluster:
             return
         del self._pods[key]
         self._rv += 1  # a deletion is a change: watchers and the API's change log must see it
+        self._note("pods", "DELETED", pod)
         self._pods_by_ns[pod.namespace].discard(key)
         self._pending.pop(key, None)
         self._unschedulable.discard(key)
@@ -1205,6 +1235,7 @@ class SimulatedCluster:
             self._rv += 1
             self._pods[pod.key] = replace(pod, unschedulable=message, resource_version=self._rv,
                                           unschedulable_since=pod.unschedulable_since or self.now())
+            self._note("pods", "MODIFIED", self._pods[pod.key])
         return message
 
     def why_unschedulable(self, pod: Pod) -> str:

@@ -462,3 +462,23 @@ def test_two_pods_of_a_one_at_a_time_workload_on_one_node_leave_one_after_the_ot
     outcome = rotate(sim, tmp_path, {"maxInFlight": 1})
     assert outcome.status == "done" and harm(sim) == NO_HARM
     assert len(settled_one_at_a_time(sim, "kv", 300)) == 4
+
+
+def test_with_nodes_that_boot_in_seconds_a_twelve_node_wave_is_well_under_half_of_one_node_at_a_time(tmp_path: Path) -> None:
+    """Waits watch the cluster: a wave moves on the moment its new nodes are Ready, its nodes are drained and its
+    pods are back, so a rotation's time is what the cluster takes, not a multiple of a poll interval."""
+    durations = {}
+    for name, in_flight, poll in (("wave", 12, 5.0), ("one-at-a-time", 1, 1.0)):
+        sim = cluster({"general": 12}, boot=2.0)
+        service(sim, "web", 24, min_available=18, grace=2, start=1)
+        sim.run_until_settled()
+        new_image(sim)
+        start = sim.now()
+        (tmp_path / name).mkdir()
+        outcome = rotate(sim, tmp_path / name, {"maxInFlight": in_flight, "durations": {"nodeBootSeconds": 2,
+                                                                                       "podStartSeconds": 1}},
+                         poll_seconds=poll)
+        assert outcome.status == "done" and harm(sim) == NO_HARM
+        assert outcome.report["refused_evictions"] == 0 and outcome.report["pods_disrupted_more_than_once"] == 0
+        durations[name] = sim.now() - start
+    assert durations["wave"] < 0.5 * durations["one-at-a-time"], durations

@@ -223,3 +223,32 @@ def test_zone_spread_do_not_schedule_keeps_a_zones_replicas_waiting_for_its_own_
     # budget (two disruptions allowed) affords.
     assert len(first.waiting) == 2 and not first.stuck
     assert "didn't match pod topology spread constraints" in "\n".join(plan.explain(first.nodes[0]))
+
+
+def test_a_stuck_drain_recovers_with_a_surge_node_once_its_group_has_room(tmp_path: Path) -> None:
+    """The plan saw that the wave's pods would have nowhere to go (no room to surge) and planned it alone; meanwhile
+    an operator raised the group's maximum: the drain notices its evicted pod is Unschedulable, adds a surge node,
+    and goes on, its capacity given back when the node it stands in for is terminated."""
+    sim = cluster({"db": 2}, boot=BOOT, max_size=2)
+    two_replicas_a_node(sim)
+    policy = {"strategy": "replace", "maxInFlight": 2, "minZoneCapacityPercent": 0,
+              "durations": {"nodeBootSeconds": int(BOOT), "podStartSeconds": 10}}
+    run = executor(sim, tmp_path, policy)
+    raised: list[float] = []
+
+    def operator(view: Any) -> None:
+        if view.phase == "cordon" and not raised:
+            sim.pool("db").max_size = 3
+            raised.append(sim.now())
+
+    run._progress = operator
+    outcome = run.run()
+    assert outcome.status == "done", outcome.reason
+    assert harm(sim) == NO_HARM
+    assert sim.pool("db").desired == 2 and all(n.image == NEW for n in sim.list_nodes())
+    state = read_state(SQLiteStore(tmp_path / "state.db"), "test")
+    surges = [w for w in state.waves.values() if w.extra_surge]
+    assert surges, "no surge was added for the stuck drain"
+    # The pod that had nowhere to go waited for the surge node's boot, not for drainTimeoutSeconds.
+    waited, pod = longest_pending(sim, raised[0])
+    assert waited <= 60 + BOOT + 15, f"{pod} waited {waited} s"

@@ -12,6 +12,10 @@ clusters built from the same seed:
   time) (target <= 0.2);
 - wall time / the foundation's ``rotate_full_cluster.py`` rotation (surge 5 % of a pool at a time,
   no planning, no journal);
+- what the rotation read from the API: list and watch requests, and objects read (listed items and
+  watch events), per rotation and per node rotated, beside the wall time: the executor lists nodes and
+  pods once and then watches them, so waits wake when what they wait for happens and reading the
+  cluster costs its changes, not its size at every poll;
 - peak memory, and the invariants from the event log (exits non-zero if a budget was broken, a pod
   went down with its node, or a pod was deleted without the eviction API).
 
@@ -29,6 +33,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,15 +64,49 @@ def policy_document(max_in_flight: int) -> dict[str, object]:
     }
 
 
-def rotate(sim: SimulatedCluster, max_in_flight: int, folder: Path, max_waves: int | None = None) -> tuple[Outcome, float, float]:
+class Counted:
+    """The simulated cluster seen through a counter of the requests a client makes of it: lists and gets (with the
+    objects they return) and everything else by name. The informers' own list and watch traffic is in their stats."""
+
+    def __init__(self, sim: SimulatedCluster) -> None:
+        self._sim = sim
+        self.requests: Counter[str] = Counter()
+        self.objects = 0
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self._sim, name)
+        if not callable(attr) or name in ("informer", "clock"):
+            return attr
+
+        def call(*args: object, **kwargs: object) -> object:
+            self.requests[name] += 1
+            result = attr(*args, **kwargs)
+            if name.startswith("list_") and isinstance(result, list):
+                self.objects += len(result)
+            elif name.startswith("get_"):
+                self.objects += 1
+            return result
+
+        return call
+
+
+def rotate(sim: SimulatedCluster, max_in_flight: int, folder: Path,
+           max_waves: int | None = None) -> tuple[Outcome, float, float, dict[str, int]]:
     for pool in sim.pool_names():
         sim.set_pool_image(pool, NEW_IMAGE)
     store = SQLiteStore(folder / f"state-{max_in_flight}.db")
-    executor = Executor(Target("synthetic", sim, SimulatedNodeGroups(sim)), parse_policy(policy_document(max_in_flight),
-                        "benchmark policy"), store, Options(max_waves=max_waves))
+    counted = Counted(sim)
+    executor = Executor(Target("synthetic", counted, SimulatedNodeGroups(sim)),  # type: ignore[arg-type]  # a counting proxy
+                        parse_policy(policy_document(max_in_flight), "benchmark policy"), store, Options(max_waves=max_waves))
     start_virtual, start_wall = sim.now(), time.perf_counter()
     outcome = executor.run()
-    return outcome, sim.now() - start_virtual, time.perf_counter() - start_wall
+    reads = executor.reads
+    lists = reads.lists + sum(n for name, n in counted.requests.items() if name.startswith("list_"))
+    gets = sum(n for name, n in counted.requests.items() if name.startswith("get_"))
+    read = {"lists": lists, "gets": gets, "watches": reads.watches, "objects": reads.objects + counted.objects,
+            "relists": reads.relists,
+            "writes": sum(n for name, n in counted.requests.items() if not name.startswith(("list_", "get_")))}
+    return outcome, sim.now() - start_virtual, time.perf_counter() - start_wall, read
 
 
 def main() -> None:
@@ -91,7 +130,7 @@ def main() -> None:
     sim, summary = synthetic_cluster(args.nodes)
     build = time.perf_counter() - t0
     pods = len(sim.list_pods())
-    outcome, virtual, wall = rotate(sim, args.max_in_flight, folder)
+    outcome, virtual, wall, read = rotate(sim, args.max_in_flight, folder)
     report = outcome.report
     estimate = float(report["estimated_seconds"] or 0)
     violations = eviction_budget_violations(sim.events)
@@ -105,7 +144,7 @@ def main() -> None:
 
     # One node at a time, for its first waves.
     sim, _ = synthetic_cluster(args.nodes)
-    single, single_virtual, single_wall = rotate(sim, 1, folder, max_waves=args.baseline_waves)
+    single, single_virtual, single_wall, _ = rotate(sim, 1, folder, max_waves=args.baseline_waves)
     per_node = single_virtual / max(single.report["nodes_rotated"], 1)
     del sim
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -121,6 +160,9 @@ def main() -> None:
     print(f"ratio virtual duration / one node at a time: {virtual / (per_node * args.nodes):.3f}   (target <= 0.2)")
     print(f"foundation rotate_full_cluster.py: {foundation_wall:.1f} s wall")
     print(f"ratio wall time / foundation's: {wall / foundation_wall:.1f}x")
+    print(f"read from the API: {read['lists']} list and {read['gets']} get requests, {read['watches']} watches, "
+          f"{read['relists']} relists; {read['objects']} objects read ({read['objects'] / max(rotated, 1):.0f} a node "
+          f"rotated, {read['objects'] / max(pods, 1):.1f}x the cluster's pods); {read['writes']} other calls")
     print(f"peak memory: {peak_mib:.0f} MiB")
     print(f"nodes still on the old image: {old}; blocked: {len(report['nodes_blocked'])}; failed: {len(report['nodes_failed'])}")
     print(f"evictions that broke a PDB: {len(violations)}; pods lost with a node: {len(lost)}; deleted without eviction: {deleted}")

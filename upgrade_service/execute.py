@@ -159,6 +159,7 @@ class Executor:
         # The cluster as its watch tells it: listed once, then kept current; every wait wakes when its thing happens.
         self.nodes_watch: Informer = target.cluster.informer("nodes")
         self.pods_watch: Informer = target.cluster.informer("pods")
+        self.pdbs_watch: Informer = target.cluster.informer("pdbs")
         self._progress = progress
         self.view = Progress(target.name)
 
@@ -218,7 +219,8 @@ class Executor:
         gone = state.terminated
         nodes = [n for n in nodes if n.instance_id not in gone and n.name not in state.failed]
         pods = self.pods_watch.items()
-        pdbs = self.cluster.list_pdbs()
+        self.pdbs_watch.sync()
+        pdbs = self.pdbs_watch.items()
         group_of = self._groups_of(nodes)
         described = {g: self.groups.describe(g) for g in sorted(set(group_of.values()))}
         images = {g: d.image for g, d in described.items()}
@@ -288,15 +290,15 @@ class Executor:
         try:
             return self._run()
         finally:
-            self.nodes_watch.close()
-            self.pods_watch.close()
+            for informer in (self.nodes_watch, self.pods_watch, self.pdbs_watch):
+                informer.close()
 
     @property
     def reads(self) -> InformerStats:
         """What this run read from the API: list and watch requests, objects listed and watch events."""
         total = InformerStats()
-        total.add(self.nodes_watch.stats)
-        total.add(self.pods_watch.stats)
+        for informer in (self.nodes_watch, self.pods_watch, self.pdbs_watch):
+            total.add(informer.stats)
         return total
 
     def _run(self) -> Outcome:
@@ -525,6 +527,7 @@ class Executor:
             self._show("drain", f"wave {number}: draining {len(nodes)} nodes")
             drain = WaveDrain(self.cluster, self.policy, self.journal, self.pacer, wave=number,
                               poll_seconds=self.options.poll_seconds, check=self._check, pods=self.pods_watch,
+                              budgets=self.pdbs_watch,
                               progress=lambda status: self._show(drain=status),
                               on_drained=lambda name: self._terminate_drained(wave, name),
                               on_stuck=lambda stuck: self._unstick(wave, stuck))
@@ -660,8 +663,11 @@ class Executor:
         deadline = self.clock.now() + self.policy.node_ready_timeout_seconds
         self._show("boot", f"wave {wave.number}: waiting for " + ", ".join(f"{n} new node(s) in {g}" for g, n in expected.items()))
 
+        members = {i for gi in groups.values() for i in gi["members"]}
+        old = {n.name for n in self.nodes_watch.nodes() if n.instance_id in members}  # the wave's start: not new
+
         def short() -> list[str]:
-            nodes = self.nodes_watch.nodes()
+            nodes = [n for n in self.nodes_watch.nodes() if n.name not in old]
             group_of = self._groups_of(nodes)
             out = []
             for g, want in expected.items():
@@ -741,9 +747,14 @@ class Executor:
                         stuck.setdefault(uid, []).append(p)
             return ready, live, stuck
 
+        memo = {"seen": -1, "whole": False}
+
         def whole() -> bool:
-            ready, _, _ = counts()
-            return all(ready[uid] >= o["ready"] for uid, o in waiting.items())
+            seen = self.pods_watch.moves_of(waiting) + len(waiting)
+            if seen != memo["seen"]:  # nothing of theirs moved since the last look: the answer stands
+                ready, _, _ = counts()
+                memo.update(seen=seen, whole=all(ready[uid] >= o["ready"] for uid, o in waiting.items()))
+            return bool(memo["whole"])
 
         while True:
             if self._watch(self.pods_watch, whole, min(deadline, self.clock.now() + self.options.poll_seconds), "wait:pods"):

@@ -102,6 +102,7 @@ class _InFlight:
     uid: str
     ready_before: int
     settle_seconds: int = 0
+    owner_uid: str | None = None  # a workload its pods' own annotations declare is its controller's pods
 
 
 class Journalled(Interface):
@@ -121,7 +122,7 @@ class WaveDrain:
                  skip_wait_for_delete: Callable[[str], bool] | None = None,
                  on_drained: Callable[[str], None] | None = None,
                  on_stuck: Callable[[Stuck], bool] | None = None,
-                 pods: Informer | None = None) -> None:
+                 pods: Informer | None = None, budgets: Informer | None = None) -> None:
         self.cluster = cluster
         self.policy = policy
         self.journal = journal
@@ -140,10 +141,13 @@ class WaveDrain:
         self.on_drained = on_drained
         self.on_stuck = on_stuck
         self.pods = pods  # the cluster's pods as its watch tells them: rounds run when they move (else every poll)
+        self.budgets = budgets  # its PodDisruptionBudgets, likewise (else listed every round)
         self._next_due = float("inf")  # the earliest backoff, settle or maxWaitSeconds end the last round saw
         self.stuck_after = float(policy.stuck_seconds)
         self._budgets_seen: dict[tuple[str, str], PodDisruptionBudget] = {}
         self._stuck_since: dict[str, float] = {}  # what it waits on -> since when it looked stuck
+        self._protocols: dict[str, Protocol | None] = {}  # pod uid -> its protocol (labels and annotations never change)
+        self._covering: dict[str, tuple[frozenset[tuple[str, str]], tuple[tuple[str, str], ...]]] = {}  # pod uid -> budgets
 
     # ---------------------------------------------------------------- one-at-a-time workloads
 
@@ -153,11 +157,19 @@ class WaveDrain:
     def _pods_on(self, node: str) -> list[Pod]:
         return self.pods.pods_on(node) if self.pods is not None else self.cluster.list_pods(node_name=node)
 
-    def _workload_pods(self, namespace: str, workload: str) -> list[Pod]:
+    def _protocol(self, pod: Pod) -> Protocol | None:
+        """The pod's rotation protocol; a malformed annotation is none (the planner blocked such nodes)."""
+        if pod.uid not in self._protocols:
+            found = protocol_of(pod, self.policy)
+            self._protocols[pod.uid] = found if isinstance(found, Protocol) else None
+        return self._protocols[pod.uid]
+
+    def _workload_pods(self, namespace: str, workload: str, owner_uid: str | None = None) -> list[Pod]:
+        pods = self.pods.pods_of(owner_uid) if owner_uid is not None and self.pods is not None else self._pods_in(namespace)
         out = []
-        for pod in self._pods_in(namespace):
-            protocol = protocol_of(pod, self.policy)
-            if isinstance(protocol, Protocol) and protocol.workload == workload and not pod.is_finished:
+        for pod in pods:
+            protocol = self._protocol(pod)
+            if protocol is not None and protocol.workload == workload and not pod.is_finished:
                 out.append(pod)
         return out
 
@@ -173,7 +185,7 @@ class WaveDrain:
                     return False
             except NotFoundError:
                 pass
-        pods = self._workload_pods(flight.namespace, workload)
+        pods = self._workload_pods(flight.namespace, workload, flight.owner_uid)
         ready = sum(1 for p in pods if p.ready and not p.terminating)
         if ready >= flight.ready_before and all(p.ready for p in pods if not p.terminating):
             del self.in_flight[workload]
@@ -242,6 +254,21 @@ class WaveDrain:
     def _budgets(self, pods: list[Pod]) -> tuple[dict[tuple[str, str], list[PodDisruptionBudget]], dict[tuple[str, str], PodDisruptionBudget]]:
         namespaces = {p.namespace for p in pods}
         by_ns: dict[str, list[PodDisruptionBudget]] = {ns: [] for ns in namespaces}
+        if self.budgets is not None:
+            self.budgets.sync()
+            for ns in namespaces:
+                by_ns[ns] = self.budgets.pods_in(ns)
+            budgets = {b.key: b for found in by_ns.values() for b in found}
+            keys = {ns: frozenset(b.key for b in found) for ns, found in by_ns.items()}
+            covering: dict[tuple[str, str], list[PodDisruptionBudget]] = {}
+            for p in pods:  # which budgets select a pod changes only when budgets come or go (its labels never change)
+                known = self._covering.get(p.uid)
+                if known is None or known[0] != keys[p.namespace]:
+                    known = (keys[p.namespace], tuple(b.key for b in by_ns[p.namespace] if b.selects(p)))
+                    self._covering[p.uid] = known
+                covering[p.key] = [budgets[k] for k in known[1]]
+            self._budgets_seen = budgets
+            return covering, budgets
         if len(namespaces) <= 8:
             for ns in namespaces:
                 by_ns[ns] = self.cluster.list_pdbs(namespace=ns)
@@ -259,6 +286,9 @@ class WaveDrain:
     def _stuck(self, now: float) -> str | None:
         """Whether what the drain waits on will not come by itself; asks ``on_stuck`` to recover, and returns why the
         drain must stop when it cannot."""
+        if self.pods is not None and not self.pods.unschedulable():
+            self._stuck_since.clear()  # no pod anywhere waits for a node the scheduler cannot find
+            return None
         waits: list[tuple[str, list[Pod]]] = []
         for name in self.status.waiting_on_budget:
             ns, _, pdb = name.partition("/")
@@ -267,7 +297,7 @@ class WaveDrain:
                 pods = [p for p in self._pods_in(ns) if budget.selects(p)]
                 waits.append((f"PodDisruptionBudget {name} (it allows no disruption now)", pods))
         for workload, flight in self.in_flight.items():
-            waits.append((f"one-at-a-time {workload}", self._workload_pods(flight.namespace, workload)))
+            waits.append((f"one-at-a-time {workload}", self._workload_pods(flight.namespace, workload, flight.owner_uid)))
         found: dict[str, Stuck] = {}
         for holding, pods in waits:
             if any(p.node_name and not p.ready and not p.terminating and not p.is_finished for p in pods):
@@ -314,9 +344,7 @@ class WaveDrain:
             if retry_at > now:
                 status.waiting_other["backing off after 429"] += 1
                 continue
-            protocol = protocol_of(pod, self.policy)
-            if not isinstance(protocol, Protocol):
-                protocol = None  # a malformed annotation: the planner blocked such nodes; evict as kubectl would
+            protocol = self._protocol(pod)  # a malformed annotation is none: the planner blocked such nodes
             if protocol is not None and protocol.mode == "skip":
                 status.waiting_other[f"rotation: skip ({protocol.source})"] += 1
                 continue
@@ -356,10 +384,12 @@ class WaveDrain:
         refused: Counter[str] = Counter()
         for pod in pods:
             self.check()
-            protocol = protocol_of(pod, self.policy)
+            protocol = self._protocol(pod)
             ready_before = 0
-            if isinstance(protocol, Protocol) and protocol.mode == "one-at-a-time":
-                ready_before = sum(1 for p in self._workload_pods(pod.namespace, protocol.workload) if p.ready and not p.terminating)
+            owner_uid = pod.owner.uid if protocol is not None and protocol.source.startswith("annotation") and pod.owner else None
+            if protocol is not None and protocol.mode == "one-at-a-time":
+                ready_before = sum(1 for p in self._workload_pods(pod.namespace, protocol.workload, owner_uid)
+                                   if p.ready and not p.terminating)
             self.pacer.take()
             result = self.cluster.evict(pod.namespace, pod.name)
             failpoints.hit("call:evict")
@@ -368,9 +398,9 @@ class WaveDrain:
                 self.backoff.pop(pod.uid, None)
                 evicted.append({"pod": f"{pod.namespace}/{pod.name}", "uid": pod.uid, "created": pod.created,
                                 "owner": workload_of(pod)})
-                if isinstance(protocol, Protocol) and protocol.mode == "one-at-a-time":
+                if protocol is not None and protocol.mode == "one-at-a-time":
                     self.in_flight[protocol.workload] = _InFlight(pod.namespace, pod.name, pod.uid, ready_before,
-                                                                  protocol.settle_seconds)
+                                                                  protocol.settle_seconds, owner_uid)
                     self.settle = max(self.settle, protocol.settle_seconds)
             elif result.code == 404:
                 continue  # gone already

@@ -8,7 +8,8 @@ a short pause, so nothing depends on one long-lived connection. ``wait(until, ti
 soon as ``until()`` holds on the cache, or when ``timeout`` seconds of the cluster's clock have
 passed: a wave moves on when what it waits for happened, not at its next poll.
 
-``Informer`` is the cache and its indexes (pods by node, by owner, by namespace, so the executor's
+``Informer`` is the cache (``nodes``, ``pods`` or ``pdbs``: PodDisruptionBudgets with the status the
+disruption controller writes) and its indexes (pods by node, by owner, by namespace, so the executor's
 questions cost what they concern, not the whole cluster); each side of the cluster seam feeds it
 its own way, behind ``Cluster.informer(kind)``: the simulator from its change log, stepping its
 virtual clock from one due callback to the next (``platformctl.cluster.sim_watch``), the live
@@ -27,7 +28,7 @@ from typing import Any
 from platformctl.clock import Clock
 from platformctl.cluster.model import Node, Pod
 
-KINDS = ("nodes", "pods")
+KINDS = ("nodes", "pods", "pdbs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ class InformerStats:
 
 
 def _key(kind: str, obj: Any) -> Any:
-    return obj.name if kind == "nodes" else obj.key
+    return obj.name if kind == "nodes" else obj.key  # a pod's or a budget's is (namespace, name)
 
 
 class Informer:
@@ -75,10 +76,21 @@ class Informer:
         self._by_owner: dict[str, set[Any]] = defaultdict(set)
         self._by_namespace: dict[str, set[Any]] = defaultdict(set)
         self._moves: dict[str, int] = defaultdict(int)  # namespace -> changes of its pods so far
+        self._owner_moves: dict[str, int] = defaultdict(int)  # owner uid -> changes of its pods so far
+        self._unschedulable: set[Any] = set()  # pending pods the scheduler said it cannot place
+
+    def unschedulable(self) -> list[Pod]:
+        """Pods waiting for a node that the scheduler said it cannot place (``PodScheduled`` False, Unschedulable)."""
+        self.start()
+        return [self.objects[k] for k in self._unschedulable]
 
     def moves_in(self, namespaces: Iterable[str]) -> int:
         """How many changes the pods of ``namespaces`` have seen so far (compare two readings to see if any moved)."""
         return sum(self._moves.get(ns, 0) for ns in namespaces)
+
+    def moves_of(self, owners: Iterable[str]) -> int:
+        """How many changes the pods of these owners (uids) have seen so far."""
+        return sum(self._owner_moves.get(uid, 0) for uid in owners)
 
     # ------------------------------------------------------------------ what subclasses provide
 
@@ -119,7 +131,8 @@ class Informer:
         self.start()
         return [self.objects[k] for k in self._by_owner.get(owner_uid, ())]
 
-    def pods_in(self, namespace: str) -> list[Pod]:
+    def pods_in(self, namespace: str) -> list[Any]:
+        """The pods (or budgets) of ``namespace``."""
         self.start()
         return [self.objects[k] for k in self._by_namespace.get(namespace, ())]
 
@@ -134,6 +147,7 @@ class Informer:
         self._by_node.clear()
         self._by_owner.clear()
         self._by_namespace.clear()
+        self._unschedulable.clear()
         count = 0
         for obj in items:
             self._put(obj)
@@ -164,19 +178,29 @@ class Informer:
         if key in self.objects:
             self._drop(key)
         self.objects[key] = obj
-        if self.kind == "pods":
+        if self.kind == "pdbs":
+            self._by_namespace[obj.namespace].add(key)
+        elif self.kind == "pods":
             if obj.node_name:
                 self._by_node[obj.node_name].add(key)
             if obj.owner is not None:
                 self._by_owner[obj.owner.uid].add(key)
+                self._owner_moves[obj.owner.uid] += 1
             self._by_namespace[obj.namespace].add(key)
             self._moves[obj.namespace] += 1
+            if obj.node_name is None and obj.unschedulable:
+                self._unschedulable.add(key)
 
     def _drop(self, key: Any) -> None:
         obj = self.objects.pop(key, None)
+        if obj is not None and self.kind == "pdbs":
+            self._by_namespace[obj.namespace].discard(key)
         if obj is None or self.kind != "pods":
             return
         self._moves[obj.namespace] += 1
+        if obj.owner is not None:
+            self._owner_moves[obj.owner.uid] += 1
+        self._unschedulable.discard(key)
         for index, value in ((self._by_node, obj.node_name), (self._by_owner, obj.owner.uid if obj.owner else None),
                              (self._by_namespace, obj.namespace)):
             if value is not None and value in index:

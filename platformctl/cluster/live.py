@@ -36,7 +36,7 @@ class LiveCluster:
         self._clock = clock or WallClock()
         self._api = api_client
         self._core = self.core = client.CoreV1Api(api_client)
-        self._policy = client.PolicyV1Api(api_client)
+        self._policy = self.policy = client.PolicyV1Api(api_client)
         self._client = client
 
     @classmethod
@@ -77,10 +77,13 @@ class LiveCluster:
         return self._refused(exc, what)
 
     def list_versioned(self, kind: str) -> tuple[list[Any], str]:
-        """Every node or pod (``kind``) and the list's resourceVersion, for a watch to start from."""
+        """Every node, pod or budget (``kind``: nodes, pods, pdbs) and the list's resourceVersion, for a watch to start from."""
         if kind == "nodes":
             data = self._call(self._core.list_node, what="nodes")
             items: list[Any] = [parse_node(item, f"items[{i}]", "nodes") for i, item in enumerate(data["items"])]
+        elif kind == "pdbs":
+            data = self._call(self._policy.list_pod_disruption_budget_for_all_namespaces, what="poddisruptionbudgets")
+            items = [parse_pdb(item, f"items[{i}]", "poddisruptionbudgets") for i, item in enumerate(data["items"])]
         else:
             data = self._call(self._core.list_pod_for_all_namespaces, what="pods")
             items = [parse_pod(item, f"items[{i}]", "pods") for i, item in enumerate(data["items"])]

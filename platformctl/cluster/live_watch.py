@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from platformctl.clock import real_seconds
 from platformctl.cluster.informer import Informer, WatchEvent
-from platformctl.cluster.model import parse_node, parse_pod
+from platformctl.cluster.model import parse_node, parse_pdb, parse_pod
 from platformctl.errors import PlatformError
 
 if TYPE_CHECKING:
@@ -44,8 +44,9 @@ def stream(live: LiveCluster, kind: str, resource_version: str, timeout_seconds:
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    fn = live.core.list_node if kind == "nodes" else live.core.list_pod_for_all_namespaces
-    parse = parse_node if kind == "nodes" else parse_pod
+    fn = {"nodes": live.core.list_node, "pods": live.core.list_pod_for_all_namespaces,
+          "pdbs": live.policy.list_pod_disruption_budget_for_all_namespaces}[kind]
+    parse = {"nodes": parse_node, "pods": parse_pod, "pdbs": parse_pdb}[kind]
     try:
         response = fn(watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
                       timeout_seconds=timeout_seconds, _preload_content=False, _request_timeout=(10, timeout_seconds + 30))

@@ -29,8 +29,8 @@ class Expired(Exception):
 class ChangeLog:
     def __init__(self, floor: int, capacity: int = 200_000) -> None:
         self.capacity = capacity
-        self.entries: dict[str, list[tuple[int, str, Any]]] = {"nodes": [], "pods": []}
-        self.floor = {"nodes": floor, "pods": floor}
+        self.entries: dict[str, list[tuple[int, str, Any]]] = {"nodes": [], "pods": [], "pdbs": []}
+        self.floor = {"nodes": floor, "pods": floor, "pdbs": floor}
 
     def append(self, kind: str, type_: str, obj: Any, rv: int) -> None:
         log = self.entries[kind]
@@ -60,7 +60,7 @@ class SimulatedInformer(Informer):
             self._list(relist=False)
 
     def _list(self, relist: bool) -> None:
-        items = self.sim.list_nodes() if self.kind == "nodes" else self.sim.list_pods()
+        items = {"nodes": self.sim.list_nodes, "pods": self.sim.list_pods, "pdbs": self.sim.list_pdbs}[self.kind]()
         self._replace_all(items, str(self.sim.resource_version), relist)
 
     def _pull(self) -> bool:
@@ -71,6 +71,14 @@ class SimulatedInformer(Informer):
             return True
         if not changes:
             return False
+        if self.kind == "pdbs":
+            # A budget's entry says it changed; its status is what the disruption controller computes now (one event
+            # for several changes in a row, as the controller writes the newest status once).
+            latest: dict[Any, tuple[int, str, Any]] = {}
+            for rv, t, budget in changes:
+                latest[budget.pdb.key] = (rv, t, budget)
+            return self._apply([WatchEvent(t, self.sim.budget_object(b, t), str(rv)) for rv, t, b in
+                                sorted(latest.values(), key=lambda e: e[0])])
         return self._apply([WatchEvent(t, o, str(rv)) for rv, t, o in changes])
 
     def sync(self) -> None:

@@ -949,6 +949,7 @@ class SimulatedCluster:
             self._pod_budgets[key] = budgets
             for b in budgets:
                 b.add(pod)
+                self._note("pdbs", "MODIFIED", b)
         if ctrl is None and pod.owner is not None:
             ctrl = self._controllers.get(pod.owner.uid)
         if ctrl is not None:
@@ -1007,6 +1008,7 @@ class SimulatedCluster:
             delta = 1 if now else -1
             for b in self._pod_budgets.get(new.key, ()):
                 b.healthy += delta
+                self._note("pdbs", "MODIFIED", b)
         return new
 
     def _start_pod_timer(self, pod: Pod) -> None:
@@ -1107,6 +1109,7 @@ class SimulatedCluster:
         self._unschedulable.discard(key)
         for b in self._pod_budgets.pop(key, ()):
             b.remove(pod)
+            self._note("pdbs", "MODIFIED", b)
         state = self._nodes.get(pod.node_name or "")
         if state is not None and key in state.pods:
             state.pods.discard(key)
@@ -1277,6 +1280,7 @@ class SimulatedCluster:
             pdb = replace(pdb, created=pdb.created or self.now(), resource_version=self._next_rv())
         budget = _Budget(pdb)
         self._budgets[pdb.key] = budget
+        self._note("pdbs", "ADDED", budget)
         self._budgets_by_ns.setdefault(pdb.namespace, []).append(budget)
         members = []
         for key in self._pods_by_ns.get(pdb.namespace, ()):
@@ -1292,6 +1296,7 @@ class SimulatedCluster:
         budget = self._budgets.pop((namespace, name), None)
         if budget is None:
             raise NotFoundError(f'poddisruptionbudgets "{name}" not found', field="pdb")
+        self._note("pdbs", "DELETED", budget)
         self._budgets_by_ns[namespace].remove(budget)
         for key, budgets in list(self._pod_budgets.items()):
             if budget in budgets:
@@ -1311,6 +1316,10 @@ class SimulatedCluster:
         if budget is None:
             raise NotFoundError(f'poddisruptionbudgets "{name}" not found', field="pdb")
         return self._with_status(budget)
+
+    def budget_object(self, budget: _Budget, change: str) -> PodDisruptionBudget:
+        """A budget as a watch event carries it: with its status now (a deleted one as it was)."""
+        return budget.pdb if change == "DELETED" else self._with_status(budget)
 
     def _with_status(self, budget: _Budget) -> PodDisruptionBudget:
         return replace(budget.pdb, status=self._status(budget))

@@ -125,7 +125,12 @@ def _pod_object(pod: Pod) -> dict[str, Any]:
 
 
 def _change_object(change: Change, version: str) -> dict[str, Any]:
-    obj = _node_object(change.obj, version) if isinstance(change.obj, Node) else _pod_object(change.obj)
+    if isinstance(change.obj, Node):
+        obj = _node_object(change.obj, version)
+    elif isinstance(change.obj, Pod):
+        obj = _pod_object(change.obj)
+    else:
+        obj = change.obj.to_kube()
     obj["metadata"]["resourceVersion"] = str(change.rv)
     return obj
 
@@ -593,15 +598,16 @@ class KubeAPI:
             return self._watch_events(cluster, request, ns)
         if plural in WORKLOADS:
             return self._watch_objects(cluster, plural, request, ns)
-        if plural not in ("nodes", "pods"):
-            raise ApiError(405, "MethodNotAllowed", f"watch is served for nodes, pods, events and workloads, not {plural}")
+        if plural not in ("nodes", "pods", "poddisruptionbudgets"):
+            raise ApiError(405, "MethodNotAllowed",
+                           f"watch is served for nodes, pods, poddisruptionbudgets, events and workloads, not {plural}")
         labels = label_selector(request.args.get("labelSelector"))
         match = field_selector(request.args.get("fieldSelector") or "", _NODE_FIELDS if plural == "nodes" else _POD_FIELDS)
 
         def wanted(obj: Any) -> bool:
             if ns is not None and getattr(obj, "namespace", ns) != ns:
                 return False
-            return match(obj) and (labels is None or labels(obj.labels))
+            return match(obj) and (labels is None or labels(getattr(obj, "labels", {})))
 
         timeout = _watch_timeout(request)
         rv_text = request.args.get("resourceVersion") or ""

@@ -44,7 +44,7 @@ from platformctl.errors import PlatformError
 class Change:
     rv: int
     type: str  # ADDED, MODIFIED, DELETED
-    obj: Node | Pod
+    obj: Node | Pod | PodDisruptionBudget
 
 
 class Expired(Exception):
@@ -52,20 +52,22 @@ class Expired(Exception):
 
 
 class ChangeLog:
-    """Every change of a node or pod, in resource-version order, as the watch cache keeps them.
+    """Every change of a node, pod or PodDisruptionBudget, in resource-version order, as the watch cache keeps them.
 
     ``observe()`` compares the simulator's objects with what it saw last; it runs before every
     request and after every tick of the clock, and costs nothing while the cluster's resource
     version stands still. The oldest changes are dropped past ``capacity``; a watch from before the
-    oldest kept change is told its version is too old, as the API server tells it.
+    oldest kept change is told its version is too old, as the API server tells it. PodDisruptionBudgets
+    are compared by value: their status (what the disruption controller computes) moves without their
+    own version moving, and a watcher must hear of it.
     """
 
     def __init__(self, sim: SimulatedCluster, capacity: int = 50_000) -> None:
         self.sim = sim
         self.capacity = capacity
-        self.entries: dict[str, list[Change]] = {"nodes": [], "pods": []}
-        self._seen: dict[str, dict[Any, Node | Pod]] = {"nodes": {}, "pods": {}}
-        self._floor = {"nodes": sim.resource_version, "pods": sim.resource_version}
+        self.entries: dict[str, list[Change]] = {"nodes": [], "pods": [], "poddisruptionbudgets": []}
+        self._seen: dict[str, dict[Any, Any]] = {"nodes": {}, "pods": {}, "poddisruptionbudgets": {}}
+        self._floor = {kind: sim.resource_version for kind in self.entries}
         self._observed = -1
         self.observe(initial=True)
 
@@ -75,7 +77,8 @@ class ChangeLog:
             return False
         changed = False
         for kind, current in (("nodes", {n.name: n for n in sim.list_nodes()}),
-                              ("pods", {p.key: p for p in sim.list_pods()})):
+                              ("pods", {p.key: p for p in sim.list_pods()}),
+                              ("poddisruptionbudgets", {b.key: b for b in sim.list_pdbs()})):
             seen = self._seen[kind]
             new: list[Change] = []
             replaced = []
@@ -87,6 +90,9 @@ class ChangeLog:
                     replaced.append((old, obj))
                 elif old.resource_version != obj.resource_version:
                     new.append(Change(obj.resource_version, "MODIFIED", obj))
+                elif kind == "poddisruptionbudgets" and old != obj:
+                    # The disruption controller's status moved (a covered pod turned Ready or went): a new version.
+                    new.append(Change(sim.next_resource_version(), "MODIFIED", obj))
             new.sort(key=lambda c: c.rv)
             for key in seen.keys() - current.keys():
                 new.append(Change(sim.next_resource_version(), "DELETED", seen[key]))

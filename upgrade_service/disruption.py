@@ -16,7 +16,10 @@ gets the status the controller would compute from the snapshot's pods.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -87,6 +90,12 @@ def recreated(pod: Pod) -> bool:
     return pod.owner is not None and pod.owner.kind != "DaemonSet"
 
 
+def made_after_gone(pod: Pod) -> bool:
+    """Whether the pod's controller makes its successor only once the pod is gone (a StatefulSet keeps the name), rather
+    than as soon as it starts terminating (a ReplicaSet, a Job)."""
+    return pod.owner is not None and pod.owner.kind == "StatefulSet"
+
+
 @dataclass
 class NodeDisruption:
     node: Node
@@ -98,7 +107,14 @@ class NodeDisruption:
     max_grace: int = 0  # longest grace period of the pods a drain evicts
     spends: dict[BudgetKey, int] = field(default_factory=dict)  # budget -> Ready pods it covers here
     budget_grace: dict[BudgetKey, int] = field(default_factory=dict)  # budget -> longest grace of those pods
+    # budget or one-at-a-time workload -> how long their successors take from scheduled to Ready, as their
+    # controllers' pods show it (else the policy's podStartSeconds)
+    start: dict[str | BudgetKey, int] = field(default_factory=dict)
     one_at_a_time: dict[str, int] = field(default_factory=dict)  # workload -> its settle seconds
+    one_at_a_time_pods: dict[str, list[int]] = field(default_factory=dict)  # workload -> grace of each of its pods here
+    # Budgets (and one-at-a-time workloads) some of whose pods here a StatefulSet makes again only once the old pod
+    # is gone: each round of their evictions takes the grace period as well as the start.
+    after_gone: set[str | BudgetKey] = field(default_factory=set)
     wait_until: float | None = None  # wait-for-completion pods run at most until then
     waits_for: list[str] = field(default_factory=list)  # those pods
     causes: list[Cause] = field(default_factory=list)  # why it cannot be rotated now
@@ -132,6 +148,22 @@ class ClusterView:
     @cached_property
     def by_name(self) -> dict[str, NodeDisruption]:
         return {n.name: n for n in self.nodes}
+
+
+START_SANE_SECONDS = 3600.0  # a longer "start" is a pod whose readiness came back later, not a start
+
+
+def observed_starts(pods: Iterable[Pod]) -> dict[str, int]:
+    """Each controller's (owner uid) pods' start as the API shows it: the median, over its Ready pods, of the time from
+    ``PodScheduled`` to ``Ready``. Pods that never showed both are left out; a controller with none is absent."""
+    seen: dict[str, list[float]] = defaultdict(list)
+    for pod in pods:
+        if pod.owner is None or not pod.ready or pod.scheduled is None:
+            continue
+        ready = pod.ready_at
+        if ready is not None and 0 <= ready - pod.scheduled <= START_SANE_SECONDS:
+            seen[pod.owner.uid].append(ready - pod.scheduled)
+    return {uid: int(math.ceil(statistics.median(values))) for uid, values in seen.items()}
 
 
 def workload_of(pod: Pod) -> str:
@@ -243,6 +275,13 @@ def _refusal(decision: str, pod: Pod, budgets: list[PodDisruptionBudget]) -> Cau
                  f"pod {who} of {workload} with 429", pod=who, workload=workload, budget=budget)
 
 
+def _took(nd: NodeDisruption, key: str | BudgetKey, pod: Pod, starts: dict[str, int], default: int) -> None:
+    """Note how long ``pod``'s successor will take to start: what its controller's pods show, else ``default`` (the
+    policy's podStartSeconds). The longest of a budget's or a workload's pods on the node counts."""
+    start = starts.get(pod.owner.uid, default) if pod.owner is not None else default
+    nd.start[key] = max(nd.start.get(key, 0), start)
+
+
 def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> ClusterView:
     """Read ``snapshot`` for the plan: which nodes need rotation and what draining each would do."""
     budgets = _with_statuses(snapshot)
@@ -264,6 +303,7 @@ def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> Clus
         outdated[node.name] = NodeDisruption(node, pool, zone, current, target, policy.boot_seconds(pool))
 
     workloads: dict[str, str] = {}
+    starts = observed_starts(snapshot.pods)
     for pod in snapshot.pods:
         nd = outdated.get(pod.node_name) if pod.node_name else None
         if nd is None or pod.is_daemonset or pod.is_mirror or pod.is_finished:
@@ -284,6 +324,9 @@ def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> Clus
             spent = key = covering[0].key
             nd.spends[key] = nd.spends.get(key, 0) + 1
             nd.budget_grace[key] = max(nd.budget_grace.get(key, 0), pod.grace_seconds)
+            if made_after_gone(pod):
+                nd.after_gone.add(key)
+            _took(nd, key, pod, starts, policy.durations.pod_start_seconds)
         waits = protocol is not None and protocol.mode == "wait-for-completion"
         if pod.deletion_time is None and recreated(pod) and not waits:
             nd.moving.append(Moving(pod, spent, protocol.workload if protocol is not None and protocol.mode == "one-at-a-time"
@@ -296,6 +339,10 @@ def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> Clus
                                    f"{protocol.source})", pod=who, workload=workload_of(pod), rule=protocol.source))
         elif protocol.mode == "one-at-a-time":
             nd.one_at_a_time[protocol.workload] = max(nd.one_at_a_time.get(protocol.workload, 0), protocol.settle_seconds)
+            nd.one_at_a_time_pods.setdefault(protocol.workload, []).append(pod.grace_seconds)
+            if made_after_gone(pod):
+                nd.after_gone.add(protocol.workload)
+            _took(nd, protocol.workload, pod, starts, policy.durations.pod_start_seconds)
             workloads[protocol.workload] = protocol.source
         elif protocol.mode == "wait-for-completion" and pod.phase in ("Running", "Pending"):
             until = (pod.started if pod.started is not None else now) + protocol.max_wait_seconds

@@ -29,7 +29,6 @@ said in the wave's reasons, and where each pod is expected to go is kept for ``-
 
 from __future__ import annotations
 
-import math
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,7 +39,7 @@ from platformctl.instance_types import INSTANCE_TYPES
 from platformctl.nodegroups import GroupState
 from upgrade_service.disruption import BudgetKey, ClusterView, Moving, NodeDisruption
 from upgrade_service.order import Segment
-from upgrade_service.packing import Limits
+from upgrade_service.packing import Limits, budget_drain_seconds
 from upgrade_service.policy import RotationPolicy
 
 # Taints a node carries for a while, not from its launch template: a new node of the pool has none of them.
@@ -368,12 +367,13 @@ def fit_waves(ordered: Sequence[tuple[Segment, list[NodeDisruption]]], snapshot:
     return fitter.fit(ordered), fitter.virtual
 
 
-def held_drain_seconds(fit: WaveFit, limits: Limits, grace: Mapping[BudgetKey, int]) -> int:
-    """The drain time of a wave whose budgets spend room on pods that wait for the replacements: the rest of the
-    budget's pods go with what room is left, one round at a time."""
+def held_drain_seconds(fit: WaveFit, limits: Limits, grace: Mapping[BudgetKey, int], after_gone: set[BudgetKey],
+                       start: Mapping[BudgetKey, int]) -> int:
+    """The drain time of a wave whose budgets spend room on pods that wait for the replacements: the rest of each such
+    budget's pods go with what room is left."""
     worst = 0
     for key, (evicted, waiting) in fit.held.items():
-        allowed = max(limits.allowed.get(key, 1) - waiting, 1)
-        rounds = math.ceil(max(evicted - waiting, 0) / allowed)
-        worst = max(worst, rounds * (grace.get(key, 0) + limits.pod_start_seconds))
+        room = max(limits.allowed.get(key, 1) - waiting, 1)
+        worst = max(worst, budget_drain_seconds(max(evicted - waiting, 0), room, grace.get(key, 0), key in after_gone,
+                                                start.get(key, limits.pod_start_seconds)))
     return worst

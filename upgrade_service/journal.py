@@ -110,6 +110,7 @@ class RunState:
     paused: Mapping[str, Any] | None = None  # the pause control record in force
     abort: Mapping[str, Any] | None = None  # an abort requested for the open run
     holder: str | None = None
+    gate_asked: dict[int, float] = field(default_factory=dict)  # wave -> when the health gate was first asked for it
 
     @property
     def open(self) -> bool:
@@ -232,6 +233,8 @@ def apply(state: RunState, record: Record) -> None:
         wave = state.waves.get(d["wave"])
         if wave is not None:
             wave.finished = d
+    elif kind == GATE:
+        state.gate_asked.setdefault(int(d["wave"]), float(d["at"]))
     elif kind == HALTED:
         state.halted = d
     elif kind in (FINISHED, ABORTED):

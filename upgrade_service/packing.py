@@ -42,7 +42,8 @@ class Limits:
 class WaveDraft:
     """A wave being filled: its nodes and what they add up to."""
 
-    __slots__ = ("nodes", "pools", "zones", "workloads", "spends", "budget_grace", "boot", "drain", "settle")
+    __slots__ = ("nodes", "pools", "zones", "workloads", "spends", "budget_grace", "after_gone", "start", "boot", "drain",
+                 "settle")
 
     def __init__(self) -> None:
         self.nodes: list[NodeDisruption] = []
@@ -51,6 +52,8 @@ class WaveDraft:
         self.workloads: set[str] = set()
         self.spends: dict[BudgetKey, int] = {}
         self.budget_grace: dict[BudgetKey, int] = {}
+        self.after_gone: set[BudgetKey] = set()
+        self.start: dict[BudgetKey, int] = {}  # budget -> how long its pods' successors take to start
         self.boot = 0
         self.drain = 0
         self.settle = 0
@@ -70,10 +73,12 @@ class WaveDraft:
         return None
 
     def drain_with(self, node: NodeDisruption, limits: Limits) -> int:
-        drain = max(self.drain, node.max_grace)
+        drain = max(self.drain, node.max_grace, node_sequence_seconds(node, limits))
         for key, count in node.spends.items():
-            rounds = math.ceil((self.spends.get(key, 0) + count) / max(limits.allowed.get(key, 1), 1))
-            term = rounds * (max(self.budget_grace.get(key, 0), node.budget_grace[key]) + limits.pod_start_seconds)
+            grace = max(self.budget_grace.get(key, 0), node.budget_grace[key])
+            start = max(self.start.get(key, 0), node.start.get(key, limits.pod_start_seconds))
+            term = budget_drain_seconds(self.spends.get(key, 0) + count, limits.allowed.get(key, 1), grace,
+                                        key in self.after_gone or key in node.after_gone, start)
             if term > drain:
                 drain = term
         return drain
@@ -96,16 +101,41 @@ class WaveDraft:
         for key, count in node.spends.items():
             self.spends[key] = self.spends.get(key, 0) + count
             self.budget_grace[key] = max(self.budget_grace.get(key, 0), node.budget_grace[key])
+            self.start[key] = max(self.start.get(key, 0), node.start.get(key, limits.pod_start_seconds))
+            if key in node.after_gone:
+                self.after_gone.add(key)
 
     def pacing_budget(self, limits: Limits) -> tuple[BudgetKey, int] | None:
         """The budget whose pacing sets this wave's drain time, with its rounds, when it takes more than one."""
         worst: tuple[int, BudgetKey, int] | None = None
         for key, count in self.spends.items():
             rounds = math.ceil(count / max(limits.allowed.get(key, 1), 1))
-            term = rounds * (self.budget_grace[key] + limits.pod_start_seconds)
+            term = budget_drain_seconds(count, limits.allowed.get(key, 1), self.budget_grace[key], key in self.after_gone,
+                                        self.start.get(key, limits.pod_start_seconds))
             if rounds > 1 and (worst is None or term > worst[0]):
                 worst = (term, key, rounds)
         return (worst[1], worst[2]) if worst else None
+
+
+def budget_drain_seconds(count: int, allowed: int, grace: int, after_gone: bool, start: int) -> int:
+    """How long evicting ``count`` pods of one budget takes, ``allowed`` at a time: each round waits for the last
+    round's successors to be Ready (their start; and first the old pods' grace period when a StatefulSet makes them
+    again only once those are gone), and the node is drained when the last evicted pod's grace period has run."""
+    rounds = math.ceil(count / max(allowed, 1))
+    return (rounds - 1) * (start + (grace if after_gone else 0)) + grace
+
+
+def node_sequence_seconds(node: NodeDisruption, limits: Limits) -> int:
+    """A node holding several pods of one one-at-a-time workload lets them go one after the other, each once the last
+    one's successor is Ready and has settled."""
+    worst = 0
+    for workload, graces in node.one_at_a_time_pods.items():
+        if len(graces) > 1:
+            grace = max(graces)
+            start = node.start.get(workload, limits.pod_start_seconds)
+            step = start + (grace if workload in node.after_gone else 0) + node.one_at_a_time[workload]
+            worst = max(worst, (len(graces) - 1) * step + grace)
+    return worst
 
 
 def min_waves(nodes: list[NodeDisruption], limits: Limits) -> int:

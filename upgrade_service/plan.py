@@ -335,7 +335,7 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
         until = max((n.wait_until for n in draft.nodes if n.wait_until is not None), default=None)
         wait = max(0, int(until - now) - elapsed) if until is not None else 0
         index = len(waves) + 1
-        drain = max(draft.drain, held_drain_seconds(fit, limits, draft.budget_grace))
+        drain = max(draft.drain, held_drain_seconds(fit, limits, draft.budget_grace, draft.after_gone, draft.start))
         start = limits.pod_start_seconds if fit.homeless else 0
         reasons = _wave_reasons(draft, fit.segment, limits, view, policy, wait) + tuple(_fit_reasons(fit, policy))
         wave = Wave(index, tuple(n.name for n in draft.nodes), fit.segment, draft.boot, drain, draft.settle, wait, reasons,

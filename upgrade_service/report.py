@@ -37,6 +37,8 @@ def build_report(state: RunState) -> dict[str, Any]:
             "finished_at": format_time(float(finished["at"])) if "at" in finished else None,
             "estimated_seconds": info.get("estimated_seconds"),
             "actual_seconds": round(float(finished["seconds"]), 1) if "seconds" in finished else None,
+            # how long the health gate kept the wave from starting (not part of the estimate, which cannot know it)
+            "gate_seconds": round(float(info["at"]) - state.gate_asked[number], 1) if number in state.gate_asked else 0.0,
             "evictions": wave.evictions,
             "refused_evictions": wave.refused,
             "failed": dict(wave.failed),
@@ -60,6 +62,8 @@ def build_report(state: RunState) -> dict[str, Any]:
         "started": format_time(started),
         "last_activity": format_time(end),
         "duration_seconds": round(end - started, 1),
+        "gate_seconds": round(sum(float(state.waves[n].started["at"]) - at for n, at in state.gate_asked.items()
+                                  if n in state.waves), 1),
         "estimated_seconds": first.get("estimated_seconds"),
         "targets": plan.get("targets") or first.get("targets") or {},
         "waves": waves,

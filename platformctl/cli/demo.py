@@ -14,6 +14,8 @@ verdicts, and the invariants checked on the event log.
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import json
 import shutil
@@ -179,8 +181,8 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
     outcomes = run_stage([[Target(n, region.cluster(n), groups) for n in step] for step in steps], policy,
                          store, Options(stage=stage.name, canary=gate), "demo")
     clusters = {}
-    table = Table("cluster", "waves", "nodes rotated", "estimate", "actual", "evictions", "refused", "disrupted twice",
-                  "lowest headroom", title="Rotation onto the new images")
+    table = Table("cluster", "waves", "nodes rotated", "estimate", "actual", "of which gate", "evictions", "refused",
+                  "disrupted twice", "lowest headroom", title="Rotation onto the new images")
     for outcome in outcomes:
         r = outcome.report
         sim = region.cluster(outcome.cluster)
@@ -188,7 +190,8 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
         images = Counter(n.image for n in sim.list_nodes())
         clusters[outcome.cluster] = {
             "status": outcome.status, "waves": len(r["waves"]), "nodes_rotated": r["nodes_rotated"],
-            "estimated_seconds": r["estimated_seconds"], "seconds": r["duration_seconds"], "evictions": r["evictions"],
+            "estimated_seconds": r["estimated_seconds"], "seconds": r["duration_seconds"], "gate_seconds": r["gate_seconds"],
+            "evictions": r["evictions"],
             "refused_evictions": r["refused_evictions"], "pods_disrupted_more_than_once": r["pods_disrupted_more_than_once"],
             "lowest_budget_headroom": r["lowest_budget_headroom"], "images": dict(images),
             "budget_violations": eviction_budget_violations(sim.events), "pods_lost_with_node": lost_pods(events),
@@ -197,7 +200,8 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
         }
         lowest = r["lowest_budget_headroom"]
         table.add_row(outcome.cluster, str(len(r["waves"])), str(r["nodes_rotated"]), f"{(r['estimated_seconds'] or 0) / 60:.0f} min",
-                      f"{r['duration_seconds'] / 60:.0f} min", str(r["evictions"]), str(r["refused_evictions"]),
+                      f"{r['duration_seconds'] / 60:.0f} min", f"{r['gate_seconds'] / 60:.0f} min", str(r["evictions"]),
+                      str(r["refused_evictions"]),
                       str(r["pods_disrupted_more_than_once"]), f"{lowest['headroom']} ({lowest['budget']})" if lowest else "-")
     say(table)
     harm = sum(len(c["budget_violations"]) + len(c["pods_lost_with_node"]) + len(c["deleted_without_eviction"])
@@ -230,7 +234,8 @@ def _canary_gate(region: LocalRegion, stage: Stage, store: Any) -> tuple[Any, li
 
     def gate(question: Any) -> dict[str, Any]:
         runners[question.cluster].run(canary)
-        answer = judge(question)
+        # The canary ran just now: judge the window that ends now, which holds what it measured.
+        answer = judge(dataclasses.replace(question, now=region.clock.now()))
         asked.append({"cluster": question.cluster, "wave": question.wave, "verdict": answer["verdict"],
                       "reason": answer["reason"]})
         return answer

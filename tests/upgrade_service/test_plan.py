@@ -226,10 +226,11 @@ def test_skip_blocks_with_the_rule_that_said_so() -> None:
 
 
 @pytest.mark.parametrize(("spec", "drain"), [
-    ({"min_available": "60%"}, 3 * 90),  # desired ceil(1.8) = 2 of 3: one disruption at a time, three rounds
-    ({"max_unavailable": "50%"}, 2 * 90),  # ceil(1.5) = 2 may be down: two rounds
-    ({"max_unavailable": "34%"}, 2 * 90),  # ceil(1.02) = 2
-    ({"min_available": 2}, 3 * 90),
+    # a round waits for the last one's successors to start (60 s); the last evicted pod's grace (30 s) ends it
+    ({"min_available": "60%"}, 2 * 60 + 30),  # desired ceil(1.8) = 2 of 3: one disruption at a time, three rounds
+    ({"max_unavailable": "50%"}, 1 * 60 + 30),  # ceil(1.5) = 2 may be down: two rounds
+    ({"max_unavailable": "34%"}, 1 * 60 + 30),  # ceil(1.02) = 2
+    ({"min_available": 2}, 2 * 60 + 30),
 ])
 def test_percentages_round_up_as_the_disruption_controller_rounds(spec: dict, drain: int) -> None:
     nodes = [node(f"n{i}") for i in range(3)]

@@ -119,6 +119,7 @@ class NodeDisruption:
     waits_for: list[str] = field(default_factory=list)  # those pods
     causes: list[Cause] = field(default_factory=list)  # why it cannot be rotated now
     moving: list[Moving] = field(default_factory=list)  # pods that must find another node when it drains
+    sequence_seconds: int = 0  # its one-at-a-time workloads' pods leaving one after the other (packing.node_sequence_seconds)
 
     @property
     def name(self) -> str:
@@ -275,6 +276,19 @@ def _refusal(decision: str, pod: Pod, budgets: list[PodDisruptionBudget]) -> Cau
                  f"pod {who} of {workload} with 429", pod=who, workload=workload, budget=budget)
 
 
+def sequence_seconds(node: NodeDisruption, default_start: int) -> int:
+    """A node holding several pods of one one-at-a-time workload lets them go one after the other, each once the last
+    one's successor is Ready and has settled."""
+    worst = 0
+    for workload, graces in node.one_at_a_time_pods.items():
+        if len(graces) > 1:
+            grace = max(graces)
+            start = node.start.get(workload, default_start)
+            step = start + (grace if workload in node.after_gone else 0) + node.one_at_a_time[workload]
+            worst = max(worst, (len(graces) - 1) * step + grace)
+    return worst
+
+
 def _took(nd: NodeDisruption, key: str | BudgetKey, pod: Pod, starts: dict[str, int], default: int) -> None:
     """Note how long ``pod``'s successor will take to start: what its controller's pods show, else ``default`` (the
     policy's podStartSeconds). The longest of a budget's or a workload's pods on the node counts."""
@@ -348,6 +362,9 @@ def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> Clus
             until = (pod.started if pod.started is not None else now) + protocol.max_wait_seconds
             nd.wait_until = until if nd.wait_until is None else max(nd.wait_until, until)
             nd.waits_for.append(who)
+    for nd in outdated.values():
+        if nd.one_at_a_time_pods:
+            nd.sequence_seconds = sequence_seconds(nd, policy.durations.pod_start_seconds)
     return ClusterView(
         nodes=sorted(outdated.values(), key=lambda n: n.name),
         budgets={b.key: b for b in budgets},

@@ -73,12 +73,24 @@ class WaveDraft:
         return None
 
     def drain_with(self, node: NodeDisruption, limits: Limits) -> int:
-        drain = max(self.drain, node.max_grace, node_sequence_seconds(node, limits))
+        """The wave's drain time with ``node`` in it (``budget_drain_seconds`` for every budget, inlined: the packer's
+        innermost loop)."""
+        drain = max(self.drain, node.max_grace, node.sequence_seconds)
+        allowed, default = limits.allowed, limits.pod_start_seconds
+        spends, graces, starts, after_gone = self.spends, self.budget_grace, self.start, self.after_gone
         for key, count in node.spends.items():
-            grace = max(self.budget_grace.get(key, 0), node.budget_grace[key])
-            start = max(self.start.get(key, 0), node.start.get(key, limits.pod_start_seconds))
-            term = budget_drain_seconds(self.spends.get(key, 0) + count, limits.allowed.get(key, 1), grace,
-                                        key in self.after_gone or key in node.after_gone, start)
+            grace = node.budget_grace[key]
+            other = graces.get(key, 0)
+            if other > grace:
+                grace = other
+            start = node.start.get(key, default)
+            other = starts.get(key, 0)
+            if other > start:
+                start = other
+            room = allowed.get(key, 1)
+            rounds = -(-(spends.get(key, 0) + count) // (room if room > 1 else 1))
+            step = start + grace if key in after_gone or key in node.after_gone else start
+            term = (rounds - 1) * step + grace
             if term > drain:
                 drain = term
         return drain
@@ -98,12 +110,32 @@ class WaveDraft:
         self.pools[node.pool] += 1
         self.zones[node.zone] += 1
         self.workloads.update(node.one_at_a_time)
+        spends, graces, starts, default = self.spends, self.budget_grace, self.start, limits.pod_start_seconds
         for key, count in node.spends.items():
-            self.spends[key] = self.spends.get(key, 0) + count
-            self.budget_grace[key] = max(self.budget_grace.get(key, 0), node.budget_grace[key])
-            self.start[key] = max(self.start.get(key, 0), node.start.get(key, limits.pod_start_seconds))
+            spends[key] = spends.get(key, 0) + count
+            grace = node.budget_grace[key]
+            if grace > graces.get(key, 0):
+                graces[key] = grace
+            start = node.start.get(key, default)
+            if start > starts.get(key, 0):
+                starts[key] = start
             if key in node.after_gone:
                 self.after_gone.add(key)
+
+    def sets_cost(self, node: NodeDisruption, limits: Limits) -> bool:
+        """Whether ``node`` may set this wave's boot, drain or settle time (else the wave is no shorter without it)."""
+        if node.max_grace >= self.drain or node.sequence_seconds >= self.drain:
+            return True
+        for mine, wave, of in ((node.boot_seconds, self.boot, "boot_seconds"), (node.settle_seconds, self.settle,
+                                                                              "settle_seconds")):
+            if mine >= wave and wave > 0 and sum(1 for n in self.nodes if getattr(n, of) >= wave) == 1:
+                return True  # the only node that takes this long
+        for key in node.spends:
+            term = budget_drain_seconds(self.spends[key], limits.allowed.get(key, 1), self.budget_grace[key],
+                                        key in self.after_gone, self.start.get(key, limits.pod_start_seconds))
+            if term >= self.drain:
+                return True
+        return False
 
     def pacing_budget(self, limits: Limits) -> tuple[BudgetKey, int] | None:
         """The budget whose pacing sets this wave's drain time, with its rounds, when it takes more than one."""
@@ -123,19 +155,6 @@ def budget_drain_seconds(count: int, allowed: int, grace: int, after_gone: bool,
     again only once those are gone), and the node is drained when the last evicted pod's grace period has run."""
     rounds = math.ceil(count / max(allowed, 1))
     return (rounds - 1) * (start + (grace if after_gone else 0)) + grace
-
-
-def node_sequence_seconds(node: NodeDisruption, limits: Limits) -> int:
-    """A node holding several pods of one one-at-a-time workload lets them go one after the other, each once the last
-    one's successor is Ready and has settled."""
-    worst = 0
-    for workload, graces in node.one_at_a_time_pods.items():
-        if len(graces) > 1:
-            grace = max(graces)
-            start = node.start.get(workload, limits.pod_start_seconds)
-            step = start + (grace if workload in node.after_gone else 0) + node.one_at_a_time[workload]
-            worst = max(worst, (len(graces) - 1) * step + grace)
-    return worst
 
 
 def min_waves(nodes: list[NodeDisruption], limits: Limits) -> int:
@@ -214,6 +233,8 @@ def improve(waves: list[WaveDraft], limits: Limits, passes: int = 3) -> list[Wav
         moved = False
         for source in list(waves):
             for node in list(source.nodes):
+                if not source.sets_cost(node, limits):
+                    continue  # the wave's times are set by other nodes: it would be no shorter without this one
                 rest = rebuild((n for n in source.nodes if n is not node), limits)
                 saving = source.cost - (rest.cost if rest.nodes else 0)
                 if saving <= 0:

@@ -197,9 +197,13 @@ class WaveDrain:
     # ---------------------------------------------------------------- the loop
 
     def run(self, nodes: Sequence[str], timeout_seconds: float) -> DrainOutcome:
+        """Drain ``nodes``; a node still holding pods when the drain has made no progress (no eviction taken, no pod
+        gone, no one-at-a-time workload whole again) for ``timeout_seconds`` fails. A drain that keeps moving, such as
+        a one-at-a-time workload's pods leaving one after the other, each settled, is never cut short."""
         deadline = self.clock.now() + timeout_seconds
         left = list(dict.fromkeys(nodes))
         drained: list[str] = []
+        last_left: tuple[int, ...] = ()
         while True:
             self.check()
             if self.pods is not None:
@@ -222,6 +226,9 @@ class WaveDrain:
                         self.on_drained(node)
             left = list(pods_of)
             self.status.pods_left = sum(len(p) for p in pods_of.values())
+            moved = (self.status.pods_left, self.status.evictions, len(self.in_flight), len(self.settling))
+            if moved != last_left:
+                last_left, deadline = moved, now + timeout_seconds  # progress: the timeout counts from here
             if not left:
                 return DrainOutcome(drained, {}, self.status, self.settle)
             if now >= deadline:
@@ -417,4 +424,4 @@ class WaveDrain:
         waits = self.status.waiting_on_budget + self.status.waiting_other
         holding = ", ".join(f"{reason} ({n})" for reason, n in waits.most_common(3)) or "pods still terminating"
         names = ", ".join(f"{p.namespace}/{p.name}" for p in pods[:3]) + (f" and {len(pods) - 3} more" if len(pods) > 3 else "")
-        return f"drain did not finish within drainTimeoutSeconds {timeout:.0f}: {len(pods)} pods left ({names}); waiting on {holding}"
+        return f"drain made no progress for drainTimeoutSeconds {timeout:.0f}: {len(pods)} pods left ({names}); waiting on {holding}"

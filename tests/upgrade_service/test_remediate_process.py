@@ -179,13 +179,14 @@ def test_breaking_nodes_faster_than_max_per_hour_replaces_exactly_that_many_acro
     broken: set[str] = set()
     starts: list[float] = []
     try:
-        # Break a node every few minutes until a third remediation has started (the first hour's limit spent,
-        # then the next hour's first slot): a run is a few minutes of the region's time, more on a loaded machine.
+        # Break two nodes before every run until a third remediation has started (the first hour's limit spent,
+        # then the next hour's first slot): a run is minutes of the region's time (more when a node holds two pods
+        # of a one-at-a-time workload: they leave one after the other, each settled), more on a loaded machine.
         while len(starts) < 3 and now(region) < start + 4 * 3600:
             healthy = [n.name for n in nodes(region, cluster) if n.pool == "general" and n.ready and n.name not in broken]
-            if healthy:  # a node-problem-detector's condition: no taint, so capacity stays for the drains
-                broken.add(healthy[0])
-                cli(region, "local", "fault", "node-condition", healthy[0], "KernelDeadlock", "--reason", "AUFSUmountHung")
+            for name in healthy[:2]:  # a node-problem-detector's condition: no taint, so capacity stays for the drains
+                broken.add(name)
+                cli(region, "local", "fault", "node-condition", name, "KernelDeadlock", "--reason", "AUFSUmountHung")
             wait_virtual(region, 70)
             out = answer(remediate(region, cluster, policy=str(policy)))  # a new process each time
             assert out["status"] == "ok", out

@@ -92,9 +92,11 @@ def ask(gate: HealthGate | None, context: dict[str, str], canary: CanaryVerdict 
         except OSError as exc:
             return Verdict("inconclusive", f"{what} could not run: {exc.strerror}")
         verdict = _read(done.stdout, what)
-        if done.returncode != 0 and verdict.verdict == "inconclusive":
+        if done.returncode != 0 and verdict.verdict != "fail":
+            # A gate that failed is at best inconclusive, whatever it printed before it did.
             last = (done.stderr.strip().splitlines() or [""])[-1]
-            return Verdict("inconclusive", f"{what} exited {done.returncode} without a verdict: {last[:200]}")
+            said = f" after printing {verdict.verdict!r}" if verdict.verdict == "pass" else " without a verdict"
+            return Verdict("inconclusive", f"{what} exited {done.returncode}{said}: {last[:200]}")
         return verdict
     assert gate.url is not None
     url = gate.url + ("&" if "?" in gate.url else "?") + urllib.parse.urlencode(context)
@@ -104,8 +106,10 @@ def ask(gate: HealthGate | None, context: dict[str, str], canary: CanaryVerdict 
     except urllib.error.HTTPError as exc:
         body = exc.read().decode(errors="replace")
         verdict = _read(body, f"health gate {gate.url}")
-        if verdict.verdict != "inconclusive":
+        if verdict.verdict == "fail":
             return verdict
-        return Verdict("inconclusive", f"health gate {gate.url} answered HTTP {exc.code}")
+        # An error status is at best inconclusive, whatever its body says.
+        said = " with a body that says pass" if verdict.verdict == "pass" else ""
+        return Verdict("inconclusive", f"health gate {gate.url} answered HTTP {exc.code}{said}")
     except (urllib.error.URLError, OSError) as exc:
         return Verdict("inconclusive", f"health gate {gate.url} is unreachable ({getattr(exc, 'reason', exc)})")

@@ -241,6 +241,41 @@ def test_a_gate_that_cannot_answer_is_inconclusive_not_a_pass(tmp_path: Path) ->
     assert outcome.status == "halted" and "exited 1 without a verdict: database is down" in outcome.reason
 
 
+def test_a_gate_that_crashed_or_answered_an_error_status_never_passes_whatever_it_said() -> None:
+    import http.server
+    import threading
+
+    from upgrade_service.gate import ask
+    from upgrade_service.policy import HealthGate
+
+    said_pass = 'import json, sys; print(json.dumps({"verdict": "pass", "reason": "looks fine"})); sys.exit(1)'
+    verdict = ask(HealthGate(command=(sys.executable, "-c", said_pass)), {"cluster": "c"})
+    assert verdict.verdict == "inconclusive" and "exited 1 after printing 'pass'" in verdict.reason
+    said_fail = 'import json, sys; print(json.dumps({"verdict": "fail", "reason": "broken"})); sys.exit(3)'
+    assert ask(HealthGate(command=(sys.executable, "-c", said_fail)), {"cluster": "c"}).verdict == "fail"
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's name is the standard library's
+            body = json.dumps({"verdict": "pass", "reason": "fine"}).encode()
+            self.send_response(503 if "down" in self.path else 200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        down = ask(HealthGate(url=f"{base}/down"), {"cluster": "c"})
+        assert down.verdict == "inconclusive" and "HTTP 503 with a body that says pass" in down.reason
+        assert ask(HealthGate(url=f"{base}/ok"), {"cluster": "c"}).verdict == "pass"
+    finally:
+        server.shutdown()
+
+
 def test_mutating_calls_are_paced_under_max_mutations_per_minute(tmp_path: Path) -> None:
     sim = cluster({"general": 4})
     service(sim, "web", 40, cpu=100)

@@ -183,8 +183,7 @@ class LiveInformer(Informer):
         """Stop watching: the thread's blocked read is woken by shutting its socket down (closing the response from
         here would wait on the lock the reading thread holds)."""
         self._stop.set()
-        response = self._response
-        sock = getattr(getattr(response, "connection", None), "sock", None) if response is not None else None
+        sock = _socket_of(self._response)
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -192,3 +191,15 @@ class LiveInformer(Informer):
                 pass
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+
+
+def _socket_of(response: Any) -> socket.socket | None:
+    """The socket a streaming response reads from: its connection's, or (the server said ``Connection: close``, so
+    http.client handed the socket to the response) the one under the response's file."""
+    if response is None:
+        return None
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is None:
+        raw = getattr(getattr(getattr(response, "_fp", None), "fp", None), "raw", None)
+        sock = getattr(raw, "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None

@@ -634,6 +634,7 @@ class KubeAPI:
 
         def stream() -> Iterator[bytes]:
             nonlocal cursor
+            yield b""  # the status line and headers go out now, as the API server sends them when a watch starts
             for change in initial:
                 yield encode(change)
             deadline = time.monotonic() + timeout
@@ -680,6 +681,7 @@ class KubeAPI:
             return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
         def stream() -> Iterator[bytes]:
+            yield b""  # headers now, not with the first event
             seen = current()
             for obj in seen.values():
                 yield encode("MODIFIED" if since_now else "ADDED", obj)
@@ -721,6 +723,7 @@ class KubeAPI:
 
         def stream() -> Iterator[bytes]:
             nonlocal cursor
+            yield b""  # headers now, not with the first event
             for event in initial:
                 sent.add(event["metadata"]["uid"])
                 yield encode("ADDED", event)

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from scipy import stats
 
-from platformctl.errors import PlatformError
+from platformctl.errors import TOO_DEEP, PlatformError
 from platformctl.yamlfile import read_yaml, validate
 
 OUTCOMES = ("ok", "fail", "timeout", "disrupted", "infra_error")
@@ -163,7 +163,12 @@ def load_arm(path: str | Path) -> Arm:
         raise PlatformError(f"cannot read the sample file ({type(exc).__name__})", file=str(path)) from None
     except ValueError as exc:
         raise PlatformError(f"not valid JSON ({exc})", file=str(path)) from None
-    return parse_arm(document, str(path))
+    except RecursionError:
+        raise PlatformError(TOO_DEEP, file=str(path)) from None
+    try:
+        return parse_arm(document, str(path))
+    except RecursionError:
+        raise PlatformError(TOO_DEEP, file=str(path)) from None
 
 
 # ---------------------------------------------------------------------------------------------- statistics

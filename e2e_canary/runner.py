@@ -4,7 +4,8 @@ The same code runs against the simulator in process, the local region over HTTP,
 kubeconfig. Each attempt gets a namespace of its own, ``canary-<name>-<attempt>``, labelled
 ``platformctl.io/canary=<name>``; a run starts by deleting every such namespace a crashed run left (under
 the cluster's canary lease, so that two runners never reap each other's). Every pod of an attempt is one
-result in the state store's stream ``canary/<stage>/<cluster>``: stage, cluster, zone, pool, image and
+result in the state store's stream ``canary/<stage>/<cluster>/<day>`` (kept ``RETENTION_SECONDS``, 90
+days; a window is read from the days it covers, newest first): stage, cluster, zone, pool, image and
 canary, an outcome (``ok | fail | timeout | disrupted | infra_error``) with a reason, and its pod startup
 latency and phases (``e2e_canary.measure``) plus the time of the whole check.
 
@@ -16,6 +17,7 @@ platform disrupted is recorded as ``disrupted`` and carried out once more.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -51,8 +53,19 @@ def disrupted(pod: str, reason: str) -> str:
     return f"pod {pod} was {DISRUPTED_BY.get(reason, 'disrupted by the platform')} ({reason}); retried once"
 
 
+RETENTION_SECONDS = 90 * 86400  # canary results are kept this long (journals and ledgers for ever)
+SLACK_SECONDS = 600.0  # how far a window read goes past its start: results appended a little out of order
+
+
 def stream_of(stage: str, cluster: str) -> str:
+    """The name of a cluster's canaries: its runner's lease, and the stem of its results' streams."""
     return f"canary/{stage}/{cluster}"
+
+
+def results_stream(stage: str, cluster: str, at: float) -> str:
+    """Where a result taken at ``at`` (the cluster's time) is kept: one stream per cluster and day, so that reading a
+    window touches the days it covers, newest first, and stops at its start."""
+    return f"{stream_of(stage, cluster)}/{time.strftime('%Y-%m-%d', time.gmtime(at))}"
 
 
 @dataclass
@@ -78,8 +91,9 @@ class AttemptReport:
 
 class Runner:
     def __init__(self, stage: str, name: str, cluster: Cluster, store: StateStore, *, poll_seconds: float = 2.0,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, retention: float = RETENTION_SECONDS) -> None:
         self.stage = stage
+        self.retention = retention  # seconds its results are kept
         self.name = name
         self.cluster = cluster
         self.store = store
@@ -236,17 +250,42 @@ class Runner:
                 "stage": self.stage, "cluster": self.name, "zone": arm.zone if arm else None,
                 "pool": arm.pool if arm else None, "image": arm.image if arm else None, **(where or {}),
                 "outcome": outcome, "reason": reason, "metrics": metrics, "at": self.clock.now()}
-        self.store.append(stream_of(self.stage, self.name), data)
+        self.store.append(results_stream(self.stage, self.name, float(data["at"])), data, retain_seconds=self.retention)
         return data
 
 
-def results(store: StateStore, stage: str, since: float | None = None) -> list[dict[str, Any]]:
-    """Every result of the stage's canaries (at or after ``since``, in the clusters' time), oldest first."""
+def results(store: StateStore, stage: str, since: float | None = None, until: float | None = None,
+            cluster: str | None = None) -> list[dict[str, Any]]:
+    """The stage's canary results (of one cluster, when given) at or after ``since`` and at or before ``until``, in the
+    clusters' time, oldest first. A window costs what it holds: only the days it covers are read, newest first, until
+    a result older than the window (less some slack) shows up; never the whole history."""
+    first = time.strftime("%Y-%m-%d", time.gmtime(since - SLACK_SECONDS)) if since is not None else ""
+    last = time.strftime("%Y-%m-%d", time.gmtime(until)) if until is not None else "9999"
     out: list[dict[str, Any]] = []
     for stream in store.streams(f"canary/{stage}/"):
-        out += [dict(r.data) for r in store.read(stream) if r.data.get("kind") == "result"
-                and (since is None or float(r.data.get("at", 0)) >= since)]
+        parts = stream.split("/")
+        if len(parts) < 3 or (cluster is not None and parts[2] != cluster):
+            continue
+        if len(parts) == 4 and not first <= parts[3] <= last:
+            continue
+        out += [r for r in _window(store, stream, since) if until is None or float(r.get("at", 0)) <= until]
     return sorted(out, key=lambda r: r["at"])
+
+
+def _window(store: StateStore, stream: str, since: float | None) -> list[dict[str, Any]]:
+    if since is None:
+        return [dict(r.data) for r in store.read(stream) if r.data.get("kind") == "result"]
+    rows: list[dict[str, Any]] = []
+    before: int | None = None
+    while True:
+        page = store.read_back(stream, before=before, limit=500)
+        for record in page:
+            at = float(record.data.get("at", 0))
+            if record.data.get("kind") == "result" and at >= since:
+                rows.append(dict(record.data))
+        if len(page) < 500 or float(page[-1].data.get("at", 0)) < since - SLACK_SECONDS:
+            return rows
+        before = page[-1].seq
 
 
 def arm_of(rows: Sequence[dict[str, Any]]) -> Any:

@@ -128,9 +128,9 @@ def canary_gate(store: Any, window: float, config: JudgeConfig | None = None) ->
 
     def ask(question: Any) -> dict[str, Any]:
         since = question.now - window
-        rows = [r for r in results(store, question.stage, since) if r.get("cluster") == question.cluster] if question.stage \
-            else [dict(rec.data) for stream in store.streams("canary/") if stream.endswith(f"/{question.cluster}")
-                  for rec in store.read(stream) if rec.data.get("kind") == "result" and float(rec.data.get("at", 0)) >= since]
+        stages = [question.stage] if question.stage else sorted({s.split("/")[1] for s in store.streams("canary/")
+                                                                  if s.count("/") >= 2 and s.split("/")[2] == question.cluster})
+        rows = [r for stage in stages for r in results(store, stage, since, question.now, cluster=question.cluster)]
         return rotation_verdict(rows, question.now, window, question.cluster, question.targets, question.present, config)
 
     return ask

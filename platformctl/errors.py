@@ -30,3 +30,7 @@ class ApiRefused(PlatformError):
     def __init__(self, message: str, status: int, *, file: str | None = None, field: str | None = None) -> None:
         super().__init__(message, file=file, field=field)
         self.status = status
+
+
+# What a file nested thousands of levels deep is told (the parsers recurse; Python's stack is not a user's concern).
+TOO_DEEP = "nested too deeply to read (a snapshot, a policy or a sample is a few levels deep, not thousands)"

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from platformctl.errors import PlatformError
+from platformctl.errors import TOO_DEEP, PlatformError
 
 
 def read_yaml(path: Path, what: str) -> Any:
@@ -31,6 +31,8 @@ def read_yaml(path: Path, what: str) -> Any:
         raise PlatformError(f"cannot read {what} ({type(exc).__name__})", file=source) from None
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise PlatformError(TOO_DEEP, file=source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "document"
@@ -51,6 +53,8 @@ def validate(model: type[Model], document: Any, source: str, what: str, empty: b
         return model.model_validate(document)
     except ValidationError as exc:
         raise validation_error(exc, source, model=model) from None
+    except RecursionError:
+        raise PlatformError(TOO_DEEP, file=source) from None
 
 
 def validation_error(exc: ValidationError, file: str, prefix: tuple[Any, ...] = (),

@@ -30,6 +30,7 @@ it paces instead of failing when the next wave would break the mutation SLO. ``r
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -38,7 +39,7 @@ from typing import Any
 from platformctl.cluster.drain import drain_blocks_on
 from platformctl.cluster.informer import Informer, InformerStats
 from platformctl.cluster.interface import Cluster
-from platformctl.cluster.model import Node, Pod, Snapshot, Taint
+from platformctl.cluster.model import Node, Pod, Snapshot, Taint, format_time
 from platformctl import failpoints
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.nodegroups import GroupState, NodeGroups
@@ -64,6 +65,7 @@ SCALABLE = ("ReplicaSet", "StatefulSet")
 
 # Exit codes of `rotate run`, documented in the README.
 EXIT_DONE, EXIT_HALTED, EXIT_BAD_INPUT, EXIT_LEASE_HELD, EXIT_PAUSED = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130  # as a shell reports a command that Ctrl-C stopped
 
 
 @dataclass
@@ -83,6 +85,8 @@ class Options:
     stage: str | None = None
     max_waves: int | None = None  # start at most this many waves in this run; the next run goes on
     canary: Any = None  # the canary verdict (upgrade_service.gate.CanaryVerdict) a `canary` health gate asks
+    # Set (by a first Ctrl-C or SIGTERM) to stop every cluster at its next safe point: no new side effect starts.
+    stop: threading.Event | None = None
 
 
 @dataclass
@@ -122,6 +126,10 @@ class Aborted(Exception):
     pass
 
 
+class Interrupted(Exception):
+    """Asked to stop (Ctrl-C, SIGTERM): the run stops before its next side effect, journals it, and can be resumed."""
+
+
 @dataclass
 class ClusterRead:
     """The cluster as read for one turn, with each node's instance and group."""
@@ -148,7 +156,7 @@ class Executor:
         self.options = options
         self.keeper = keeper
         self.clock = target.cluster.clock
-        self.journal = Journal(store, target.name, self.clock)
+        self.journal = Journal(store, target.name, self.clock, keeper)
         self.pacer = MutationPacer(policy.max_mutations_per_minute, self.clock)
         self._group_cache: dict[str, str] = {}  # instance id -> group
         self._node_groups: dict[str, str] = {}  # node name -> group (a node's instance never changes)
@@ -179,9 +187,11 @@ class Executor:
             self._progress(self.view)
 
     def _check(self) -> None:
-        """Before every side effect: still ours to act on, and not aborted."""
+        """Before every side effect: still ours to act on, not asked to stop, and not aborted."""
         if self.keeper is not None:
             self.keeper.check()
+        if self.options.stop is not None and self.options.stop.is_set():
+            raise Interrupted()
         state = self.journal.refresh()
         if state.abort is not None:
             raise Aborted()
@@ -289,6 +299,8 @@ class Executor:
     def run(self) -> Outcome:
         try:
             return self._run()
+        except LeaseLost as exc:  # lost while writing what stopped it: nothing more is written
+            return Outcome(self.target.name, "lost-lease", EXIT_HALTED, f"stopped: {exc}")
         finally:
             for informer in (self.nodes_watch, self.pods_watch, self.pdbs_watch):
                 informer.close()
@@ -363,8 +375,13 @@ class Executor:
             return self._outcome("halted", EXIT_HALTED, halt.detail)
         except Aborted:
             return self._abort()
+        except Interrupted:
+            detail = f"interrupted after wave {len(self.state.waves)}: stopped before its next step; `rotate run` goes on"
+            self.journal.write(j.HALTED, reason="interrupted", detail=detail)
+            self._show("interrupted", detail)
+            return self._outcome("interrupted", EXIT_INTERRUPTED, detail)
         except LeaseLost as exc:
-            return Outcome(self.target.name, "lost-lease", EXIT_HALTED, f"stopped: {exc} (another run took over after its TTL)")
+            return Outcome(self.target.name, "lost-lease", EXIT_HALTED, f"stopped: {exc}")
         except (NodeGroupError, PlatformError) as exc:
             # Mid-run, an API that refuses or stops answering is a fault to stop for, not a user's mistake:
             # halted, journalled, resumable. The call it was making stays unconfirmed and is settled on resume.
@@ -386,7 +403,8 @@ class Executor:
     def _settle_unconfirmed(self) -> None:
         """Side effects a killed run started but never confirmed: look at the world and record what happened."""
         for key, intent in list(self.state.pending.items()):
-            if not j.settle_with_groups(self.journal, key, intent, self.groups):
+            if not j.settle_with_groups(self.journal, key, intent, self.groups) and \
+                    not j.settle_eviction(self.journal, key, intent, self.cluster):
                 # Cordons, taints, capacity changes and evictions are redone (or found done) by the steps that
                 # follow; closing the intent keeps the journal's pairs whole.
                 self.journal.done(key, ok=False, recovered=True, result="interrupted; the step is redone if still needed")
@@ -527,7 +545,7 @@ class Executor:
             self._show("drain", f"wave {number}: draining {len(nodes)} nodes")
             drain = WaveDrain(self.cluster, self.policy, self.journal, self.pacer, wave=number,
                               poll_seconds=self.options.poll_seconds, check=self._check, pods=self.pods_watch,
-                              budgets=self.pdbs_watch,
+                              budgets=self.pdbs_watch, resume=wave,
                               progress=lambda status: self._show(drain=status),
                               on_drained=lambda name: self._terminate_drained(wave, name),
                               on_stuck=lambda stuck: self._unstick(wave, stuck))
@@ -795,14 +813,42 @@ class Executor:
 
     def _abort(self) -> Outcome:
         self._show("abort", "aborting: uncordoning and untainting what this run touched")
-        reason = put_back(self.journal, self.cluster)
-        return self._outcome("aborted", EXIT_HALTED, reason)
+        reason, held = put_back(self.journal, self.cluster, self.groups)
+        return self._outcome("aborted", EXIT_HALTED, reason + (f"; still held: {', '.join(held)}" if held else ""))
 
 
-def put_back(journal: Journal, cluster: Cluster) -> str:
-    """End an open run as aborted: uncordon and untaint every node it still holds (journalled). The
-    capacity it added stays: lowering a group's desired count would let the group pick which instance
-    goes, and it may pick a node with pods on it."""
+def settle_everything(journal: Journal, cluster: Cluster, groups: NodeGroups | None) -> None:
+    """Close every side effect a dead run started but never confirmed, by looking at the world: an instance terminated
+    only if its group no longer has it in service, a capacity change if the group shows it, a cordon or taint if the
+    node carries it, an eviction if its pod is gone. What then counts as held is what really is."""
+    state = journal.refresh()
+    for key, intent in list(state.pending.items()):
+        if groups is not None and j.settle_with_groups(journal, key, intent, groups):
+            continue
+        if j.settle_eviction(journal, key, intent, cluster):
+            continue
+        op, node = intent["op"], intent.get("node")
+        if op in ("cordon", "uncordon", "taint", "untaint") and node:
+            try:
+                found = cluster.get_node(node)
+            except NotFoundError:
+                journal.done(key, ok=False, recovered=True, result="node gone")
+                continue
+            tainted = any(t.key == TAINT.key for t in found.taints)
+            happened = {"cordon": found.unschedulable, "uncordon": not found.unschedulable, "taint": tainted,
+                        "untaint": not tainted}[op]
+            journal.done(key, ok=happened, recovered=True,
+                         result=f"the node {'shows' if happened else 'does not show'} it: {op} {'happened' if happened else 'never took effect'}")
+        else:
+            journal.done(key, ok=False, recovered=True, result="interrupted; not redone by an abort")
+
+
+def put_back(journal: Journal, cluster: Cluster, groups: NodeGroups | None = None) -> tuple[str, list[str]]:
+    """End an open run as aborted: settle what a dead run left unconfirmed, then uncordon and untaint every node it
+    still holds (journalled). Returns why, and the nodes still held afterwards as the cluster shows them (none, unless
+    an API call failed). The capacity it added stays: lowering a group's desired count would let the group pick which
+    instance goes, and it may pick a node with pods on it."""
+    settle_everything(journal, cluster, groups)
     state = journal.refresh()
     request = state.abort or {}
     for op, names, undo in (("uncordon", state.cordoned, lambda n: cluster.cordon(n, False)),
@@ -815,9 +861,80 @@ def put_back(journal: Journal, cluster: Cluster) -> str:
                 journal.done(key, ok=False, error=str(exc))
                 continue
             journal.done(key)
+    state = journal.refresh()
+    held = []
+    for name in sorted(state.cordoned | state.tainted):
+        try:
+            node = cluster.get_node(name)
+        except NotFoundError:
+            continue
+        if node.unschedulable or any(t.key == TAINT.key for t in node.taints):
+            held.append(name)
     reason = f"aborted by {request.get('by', 'an operator')}" + (f": {request['reason']}" if request.get("reason") else "")
-    journal.write(j.ABORTED, by=request.get("by"), reason=reason)
-    return reason
+    journal.write(j.ABORTED, by=request.get("by"), reason=reason, still_held=held)
+    return reason, held
+
+
+@dataclass
+class AbortOutcome:
+    cluster: str
+    result: str
+    held: list[str]  # nodes still cordoned or tainted by the run
+    done: bool  # the run is over and nothing is held
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_DONE if self.done else EXIT_HALTED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "result": self.result, "still_held": self.held, "done": self.done,
+                "exit_code": self.exit_code}
+
+
+def abort_cluster(store: StateStore, name: str, connect: Callable[[], Target], holder: str, *, wait: bool = True,
+                  lease_ttl: float = 30.0, patience: float = 900.0, poll: float = 0.5,
+                  say: Callable[[str], None] | None = None) -> AbortOutcome:
+    """Finish the abort of ``name``'s open run (its request already journalled): the run holding the lease puts back at
+    its next step; a dead one's lease is waited out (up to ``patience`` wall seconds), then this takes the lease and
+    puts back itself, fenced by it. ``wait=False`` says when and by what it will be put back instead of waiting."""
+    import time as wall
+
+    stream = j.stream_of(name)
+    deadline = wall.monotonic() + patience
+    announced = False
+    while True:
+        state = j.read_state(store, name)
+        if not state.open:  # the live run saw the request and put back itself
+            ended = state.ended or {}
+            held = sorted(ended.get("still_held") or [])
+            return AbortOutcome(name, str(ended.get("reason") or "aborted"), held, not held)
+        keeper = LeaseKeeper(store, stream, holder, lease_ttl)
+        try:
+            keeper.acquire()
+        except LeaseHeld as taken:
+            lease = taken.lease
+            held = sorted(state.cordoned | state.tainted)
+            until = format_time(lease.expires)
+            if not wait:
+                return AbortOutcome(name, f"requested: the run holding the lease ({lease.holder}) puts back at its next "
+                                    f"step; if it is dead, its lease lapses at {until} and `rotate abort` (again) or the "
+                                    f"next `rotate run` puts back", held, False)
+            if wall.monotonic() >= deadline:
+                return AbortOutcome(name, f"gave up after {patience:.0f} s: the run holding the lease ({lease.holder}) "
+                                    "neither put back nor let its lease lapse", held, False)
+            if say is not None and not announced:
+                say(f"{name}: waiting for the run holding the lease ({lease.holder}) to put back, or for its lease "
+                    f"to lapse at {until} if it is dead")
+                announced = True
+            wall.sleep(poll)
+            continue
+        try:
+            target = connect()
+            why, held = put_back(Journal(store, name, target.cluster.clock, keeper), target.cluster, target.groups)
+            return AbortOutcome(name, f"{why}; uncordoned and untainted what it held" if not held else
+                                f"{why}; still held: {', '.join(held)}", held, not held)
+        finally:
+            keeper.release()
 
 
 def run_cluster(target: Target, policy: RotationPolicy, store: StateStore, options: Options, holder: str,
@@ -842,15 +959,17 @@ def lease_held(cluster: str, held: LeaseHeld) -> Outcome:
 
 
 def _iso(epoch: float) -> str:
-    from platformctl.cluster.model import format_time
-
     return format_time(epoch)
 
 
 def run_stage(steps: Sequence[Sequence[Target]], policy: RotationPolicy, store: StateStore, options: Options, holder: str,
               progress: Callable[[Progress], None] | None = None) -> list[Outcome]:
     """Rotate a stage: steps one after another (a zone's member clusters together), stopping after a
-    step in which any cluster did not finish. Every cluster's lease is taken first."""
+    step in which any cluster did not finish. Every cluster's lease is taken first. A Ctrl-C stops every
+    cluster at its next safe point (``options.stop``); the leases are given back only once every cluster's
+    worker has stopped, however many times Ctrl-C is pressed meanwhile: nothing acts without its lease."""
+    stop = options.stop if options.stop is not None else threading.Event()
+    options = replace(options, stop=stop)
     keepers: list[LeaseKeeper] = []
     outcomes: list[Outcome] = []
     try:
@@ -864,10 +983,13 @@ def run_stage(steps: Sequence[Sequence[Target]], policy: RotationPolicy, store: 
                 keepers.append(keeper)
         by_name = {k.name: k for k in keepers}
         for step in steps:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=max(len(step), 1)) as pool:
-                futures = [pool.submit(Executor(t, policy, store, options, by_name[j.stream_of(t.name)], progress).run)
-                           for t in step]
-                done = [f.result() for f in futures]
+            if stop.is_set():
+                break
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(len(step), 1))
+            futures = [pool.submit(Executor(t, policy, store, options, by_name[j.stream_of(t.name)], progress).run)
+                       for t in step]
+            done = _every_result(futures, stop)
+            pool.shutdown(wait=True)
             outcomes += done
             if any(o.status != "done" for o in done):  # the next zone starts only once this one is through
                 break
@@ -875,3 +997,13 @@ def run_stage(steps: Sequence[Sequence[Target]], policy: RotationPolicy, store: 
     finally:
         for keeper in keepers:
             keeper.release()
+
+
+def _every_result(futures: list[concurrent.futures.Future[Outcome]], stop: threading.Event) -> list[Outcome]:
+    """Wait for every worker. A KeyboardInterrupt meanwhile asks them all to stop and goes on waiting: the caller
+    releases their leases only once none of them can act any more."""
+    while True:
+        try:
+            return [f.result() for f in futures]
+        except KeyboardInterrupt:
+            stop.set()

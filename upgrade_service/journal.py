@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from platformctl import failpoints
 from platformctl.clock import Clock
 from platformctl.errors import NotFoundError
-from platformctl.state import Record, StateStore
+from platformctl.state import Lease, Record, StateStore
 
 # Record kinds.
 RUN_STARTED = "run-started"
@@ -34,6 +34,7 @@ INTENT = "intent"
 DONE = "done"
 PHASE = "phase"
 DRAINED = "drained"
+SETTLING = "settling"  # a one-at-a-time workload is whole again: its next pod waits until ``until``
 NODE_FAILED = "node-failed"
 WAVE_FINISHED = "wave-finished"
 PLAN = "plan"
@@ -73,6 +74,10 @@ class WaveState:
     refused: int = 0
     finished: Mapping[str, Any] | None = None
     extra_surge: dict[str, str] = field(default_factory=dict)  # node whose termination gives back a later surge -> group
+    # One-at-a-time workloads whose evicted pod is not back yet (workload -> the eviction as journalled), and those
+    # settling (workload -> until when): what a resumed drain must honour before it evicts their next pod.
+    in_flight: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    settling: dict[str, float] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[str]:
@@ -215,6 +220,9 @@ def apply(state: RunState, record: Record) -> None:
             if wave is not None:
                 wave.evictions += len(d.get("evicted", ()))
                 wave.refused += refused
+                for pod in d.get("evicted", ()):
+                    if pod.get("workload"):
+                        wave.in_flight[pod["workload"]] = pod
     elif kind == PHASE:
         wave = state.waves.get(d["wave"])
         if wave is not None:
@@ -223,6 +231,11 @@ def apply(state: RunState, record: Record) -> None:
         wave = state.waves.get(d["wave"])
         if wave is not None:
             wave.drained.add(d["node"])
+    elif kind == SETTLING:
+        wave = state.waves.get(d["wave"])
+        if wave is not None:
+            wave.in_flight.pop(d["workload"], None)
+            wave.settling[d["workload"]] = float(d["until"])
 
     elif kind == NODE_FAILED:
         state.failed[d["node"]] = d["reason"]
@@ -242,14 +255,26 @@ def apply(state: RunState, record: Record) -> None:
         state.abort = None
 
 
-class Journal:
-    """Appends this cluster's records, stamped with the cluster's time, and keeps the folded state current."""
+class Fence(Protocol):
+    """What fences a journal's writes: the lease its writer holds (``platformctl.state.lease.LeaseKeeper``)."""
 
-    def __init__(self, store: StateStore, cluster: str, clock: Clock) -> None:
+    @property
+    def fence(self) -> Lease | None: ...
+
+
+class Journal:
+    """Appends this cluster's records, stamped with the cluster's time, and keeps the folded state current.
+
+    With ``keeper`` every record is written only while the keeper's lease is still its own (the store checks
+    the lease in the write's transaction): a run that lost its lease cannot add a word to the journal the run
+    that took over now owns."""
+
+    def __init__(self, store: StateStore, cluster: str, clock: Clock, keeper: Fence | None = None) -> None:
         self.store = store
         self.cluster = cluster
         self.stream = stream_of(cluster)
         self.clock = clock
+        self.keeper = keeper
         self.state = fold(cluster, store.read(self.stream))
 
     def refresh(self) -> RunState:
@@ -262,7 +287,7 @@ class Journal:
         body = {"kind": kind, "at": self.clock.now(), **data}
         if self.state.run is not None and "run" not in body and kind not in (CONTROL,):
             body["run"] = self.state.run
-        record = self.store.append(self.stream, body)
+        record = self.store.append(self.stream, body, fence=self.keeper.fence if self.keeper is not None else None)
         # Records of other writers may have come in between: fold everything up to ours.
         if record.seq != self.state.last_seq + 1:
             self.refresh()
@@ -319,6 +344,29 @@ def settle_with_groups(journal: Writes, key: str, intent: Mapping[str, Any], gro
                      result="capacity already raised" if happened else "call never took effect")
         return True
     return False
+
+
+def settle_eviction(journal: Writes, key: str, intent: Mapping[str, Any], cluster: Any) -> bool:
+    """Close an unconfirmed eviction round by looking at its pods: one that is gone, terminating or made again (another
+    uid) was evicted, and a one-at-a-time workload's such pod is on its way back (its next waits for it). False for
+    any other op."""
+    if intent["op"] != "evict":
+        return False
+    evicted = []
+    uids = intent.get("uids") or {}
+    sequence = intent.get("one_at_a_time") or {}
+    for who in intent.get("pods", ()):
+        namespace, _, name = who.partition("/")
+        try:
+            pod = cluster.get_pod(namespace, name)
+            gone = pod.uid != uids.get(who, pod.uid) or pod.deletion_time is not None
+        except NotFoundError:
+            gone = True
+        if gone:
+            evicted.append({"pod": who, "uid": uids.get(who, ""), **sequence.get(who, {})})
+    journal.done(key, ok=True, recovered=True, evicted=evicted, refused={},
+                 result=f"{len(evicted)} of {len(intent.get('pods', ()))} pods found evicted")
+    return True
 
 
 def control(store: StateStore, cluster: str, action: str, by: str, reason: str, at: float) -> Record:

@@ -51,7 +51,7 @@ from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Pod, PodDisruptionBudget
 from platformctl.errors import NotFoundError
 from upgrade_service.disruption import Protocol, protocol_of, workload_of
-from upgrade_service.journal import DRAINED
+from upgrade_service.journal import DRAINED, SETTLING
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.policy import RotationPolicy
 
@@ -122,7 +122,8 @@ class WaveDrain:
                  skip_wait_for_delete: Callable[[str], bool] | None = None,
                  on_drained: Callable[[str], None] | None = None,
                  on_stuck: Callable[[Stuck], bool] | None = None,
-                 pods: Informer | None = None, budgets: Informer | None = None) -> None:
+                 pods: Informer | None = None, budgets: Informer | None = None,
+                 resume: Any = None) -> None:
         self.cluster = cluster
         self.policy = policy
         self.journal = journal
@@ -147,6 +148,11 @@ class WaveDrain:
         self._budgets_seen: dict[tuple[str, str], PodDisruptionBudget] = {}
         self._stuck_since: dict[str, float] = {}  # what it waits on -> since when it looked stuck
         self._protocols: dict[str, Protocol | None] = {}  # pod uid -> its protocol (labels and annotations never change)
+        if resume is not None:  # what a killed run's drain left: pods on their way out, workloads settling
+            for workload, e in resume.in_flight.items():
+                self.in_flight[workload] = _InFlight(e["namespace"], e["name"], e["uid"], int(e["ready_before"]),
+                                                     int(e.get("settle") or 0), e.get("owner_uid"))
+            self.settling.update(resume.settling)
         self._covering: dict[str, tuple[frozenset[tuple[str, str]], tuple[tuple[str, str], ...]]] = {}  # pod uid -> budgets
 
     # ---------------------------------------------------------------- one-at-a-time workloads
@@ -189,8 +195,10 @@ class WaveDrain:
         ready = sum(1 for p in pods if p.ready and not p.terminating)
         if ready >= flight.ready_before and all(p.ready for p in pods if not p.terminating):
             del self.in_flight[workload]
-            if flight.settle_seconds:
-                self.settling[workload] = self.clock.now() + flight.settle_seconds
+            until = self.clock.now() + flight.settle_seconds
+            self.settling[workload] = until
+            # Journalled: a run killed now and started again still waits out the settle time.
+            self.journal.write(SETTLING, wave=self.wave, workload=workload, until=until)
             return True
         return False
 
@@ -385,30 +393,39 @@ class WaveDrain:
             self._evict(now, chosen)
 
     def _evict(self, now: float, pods: list[Pod]) -> None:
-        key = self.journal.intent("evict", wave=self.wave, pods=[f"{p.namespace}/{p.name}" for p in pods])
+        # What a resumed run needs to hold a one-at-a-time workload's next pod back, written before any call: a run
+        # killed between the eviction and its record finds the pod gone and still knows whose it was.
+        sequence: dict[str, dict[str, Any]] = {}
+        for pod in pods:
+            protocol = self._protocol(pod)
+            if protocol is not None and protocol.mode == "one-at-a-time":
+                owner_uid = pod.owner.uid if protocol.source.startswith("annotation") and pod.owner else None
+                ready_before = sum(1 for p in self._workload_pods(pod.namespace, protocol.workload, owner_uid)
+                                   if p.ready and not p.terminating)
+                sequence[f"{pod.namespace}/{pod.name}"] = {
+                    "workload": protocol.workload, "namespace": pod.namespace, "name": pod.name, "uid": pod.uid,
+                    "ready_before": ready_before, "settle": protocol.settle_seconds, "owner_uid": owner_uid}
+        key = self.journal.intent("evict", wave=self.wave, pods=[f"{p.namespace}/{p.name}" for p in pods],
+                                  uids={f"{p.namespace}/{p.name}": p.uid for p in pods}, one_at_a_time=sequence)
         failpoints.hit("intent:evict")
         evicted: list[dict[str, object]] = []
         refused: Counter[str] = Counter()
         for pod in pods:
             self.check()
-            protocol = self._protocol(pod)
-            ready_before = 0
-            owner_uid = pod.owner.uid if protocol is not None and protocol.source.startswith("annotation") and pod.owner else None
-            if protocol is not None and protocol.mode == "one-at-a-time":
-                ready_before = sum(1 for p in self._workload_pods(pod.namespace, protocol.workload, owner_uid)
-                                   if p.ready and not p.terminating)
+            who = f"{pod.namespace}/{pod.name}"
             self.pacer.take()
             result = self.cluster.evict(pod.namespace, pod.name)
             failpoints.hit("call:evict")
             if result.allowed:
                 self.status.evictions += 1
                 self.backoff.pop(pod.uid, None)
-                evicted.append({"pod": f"{pod.namespace}/{pod.name}", "uid": pod.uid, "created": pod.created,
-                                "owner": workload_of(pod)})
-                if protocol is not None and protocol.mode == "one-at-a-time":
-                    self.in_flight[protocol.workload] = _InFlight(pod.namespace, pod.name, pod.uid, ready_before,
-                                                                  protocol.settle_seconds, owner_uid)
-                    self.settle = max(self.settle, protocol.settle_seconds)
+                evicted.append({"pod": who, "uid": pod.uid, "created": pod.created, "owner": workload_of(pod),
+                                **sequence.get(who, {})})
+                if who in sequence:
+                    e = sequence[who]
+                    self.in_flight[e["workload"]] = _InFlight(pod.namespace, pod.name, pod.uid, e["ready_before"],
+                                                              e["settle"], e["owner_uid"])
+                    self.settle = max(self.settle, e["settle"])
             elif result.code == 404:
                 continue  # gone already
             else:

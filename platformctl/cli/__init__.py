@@ -272,4 +272,10 @@ def main() -> None:
     except click.Abort:
         click.echo("platformctl: aborted", err=True)
         sys.exit(130)
+    except RecursionError:
+        # An input nested thousands deep that a loader did not catch: the user's file, not a crash.
+        from platformctl.errors import TOO_DEEP
+
+        click.echo(f"platformctl: error: an input is {TOO_DEEP}", err=True)
+        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from platformctl.cli.output import OUTPUT, console, emit_json
+from platformctl.cli.output import LEASE_TTL, OUTPUT, console, emit_json
 from platformctl.topology import STAGES
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
@@ -59,7 +59,7 @@ def canary_list(folder: Path | None, output: str) -> None:
     console().print(table)
 
 
-STATE_HELP = "the state store: PATH, sqlite:///PATH or dynamodb://TABLE (default: $PLATFORMCTL_STATE, else .platformctl/state.db)"
+from platformctl.cli.rotate import STATE_HELP  # noqa: E402
 RUN_EXIT_HELP = "exit 0 every check ok, 1 a check failed or timed out, 2 bad input, 3 another runner holds a cluster's lease"
 
 
@@ -73,7 +73,7 @@ RUN_EXIT_HELP = "exit 0 every check ok, 1 a check failed or timed out, 2 bad inp
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
               help="kubeconfig (default: $KUBECONFIG, else the running local region's, else ~/.kube/config)")
 @click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
-@click.option("--lease-ttl", type=click.FloatRange(min=1.0), default=60.0, show_default=True)
+@click.option("--lease-ttl", type=LEASE_TTL, default=60.0, show_default=True)
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=9464, show_default=True,
               help="serve Prometheus metrics here while running (not with --once); 0: none")
 @click.option("--metrics-address", default="127.0.0.1", show_default=True, help="the address the metrics are served on")
@@ -91,7 +91,8 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
     from platformctl.cluster.live import LiveCluster
     from platformctl.errors import PlatformError
     from platformctl.server.control import default_kubeconfig
-    from platformctl.state import LeaseHeld, open_store
+    from platformctl.cli.stores import store_for
+    from platformctl.state import LeaseHeld
     from platformctl.state.lease import LeaseKeeper, holder_id
     from platformctl.topology import load_stage
 
@@ -106,7 +107,7 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
     serving = metrics_port != 0 and not once
     if serving:
         check_address(metrics_address, metrics_port)
-    store = open_store(state_spec)
+    store = store_for(state_spec, stage=stage_name, infra_dir=ctx.obj["infra_dir"])
     config = default_kubeconfig(kubeconfig)
     clusters = {n: LiveCluster.from_kubeconfig(config, n) for n in ([only] if only else names)}
     quiet = output == "json"
@@ -208,17 +209,16 @@ def _print_attempt(cluster: str, attempt: Any) -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="the judge's thresholds (YAML)")
 @click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
-def canary_verdict(stage_name: str, window: str, baseline: str | None, only: tuple[str, ...], config_file: Path | None,
-                   state_spec: str | None) -> None:
+@click.pass_context
+def canary_verdict(ctx: click.Context, stage_name: str, window: str, baseline: str | None, only: tuple[str, ...],
+                   config_file: Path | None, state_spec: str | None) -> None:
     """The stage's verdict from the canaries' stored results, as JSON."""
-    import time
-
+    from platformctl.cli.stores import store_for, stage_clock
     from platformctl.humanize import parse_duration as seconds
     from e2e_canary.judge import load_config
     from e2e_canary.runner import results
     from e2e_canary.verdict import stage_verdict
     from platformctl.errors import PlatformError
-    from platformctl.state import open_store
 
     try:
         span = float(seconds(window))
@@ -227,13 +227,15 @@ def canary_verdict(stage_name: str, window: str, baseline: str | None, only: tup
     if span <= 0:
         raise PlatformError("must be longer than 0", field="--window")
     config = load_config(config_file)
-    rows = results(open_store(state_spec), stage_name)
+    store = store_for(state_spec, stage=stage_name, infra_dir=ctx.obj["infra_dir"])
+    now = stage_clock(stage_name).now()  # a local region's clock runs ahead of the wall
+    # This window and the one before it (the default baseline): what is read is what is judged, not the history.
+    rows = results(store, stage_name, since=now - (span if baseline else 2 * span), until=now)
     if only:
         unknown = sorted(set(only) - {r["canary"] for r in rows})
         if unknown:
             raise PlatformError(f"no result of canary {unknown[0]!r} in stage {stage_name}", field="--canary")
         rows = [r for r in rows if r["canary"] in only]
-    now = max([time.time()] + [float(r["at"]) for r in rows])  # a local region's clock runs ahead of the wall
     verdict = stage_verdict(rows, now, span, baseline, config)
-    emit_json({"stage": stage_name, **verdict})
+    emit_json({"stage": stage_name, "state": store.location, **verdict})
     sys.exit({"pass": EXIT_PASS, "fail": EXIT_FAIL}.get(verdict["verdict"], EXIT_INCONCLUSIVE))

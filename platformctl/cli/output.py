@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,28 @@ from rich.console import Console
 
 OUTPUT = click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True,
                       help="text for people, json for machines")
+
+
+class Seconds(click.ParamType):
+    """A number of seconds between ``low`` and ``high``: ``nan`` and ``inf`` are not durations (``inf`` would make a
+    lease that never expires)."""
+
+    name = "seconds"
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or not self.low <= seconds <= self.high:
+            self.fail(f"{value!r} is not a number of seconds from {self.low:g} to {self.high:g}", param, ctx)
+        return seconds
+
+
+LEASE_TTL = Seconds(1.0, 3600.0)
 
 
 def console() -> Console:

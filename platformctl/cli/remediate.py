@@ -10,8 +10,8 @@ from typing import Any
 import click
 from rich.table import Table
 
-from platformctl.cli.output import OUTPUT, console, emit_json
-from platformctl.cli.rotate import STATE_HELP, _clusters, _connect
+from platformctl.cli.output import LEASE_TTL, OUTPUT, console, emit_json
+from platformctl.cli.rotate import STATE_HELP, _clusters, _connect, _store
 from platformctl.cluster.model import format_time
 from platformctl.errors import PlatformError
 from platformctl.topology import STAGES
@@ -50,7 +50,7 @@ def _print(outcome: Any) -> None:
 @click.option("--region", default=None, help="AWS region of the clusters' auto scaling groups")
 @click.option("--once/--watch", default=True, show_default=True,
               help="one pass, or look again every intervalSeconds of the policy until interrupted")
-@click.option("--lease-ttl", type=click.FloatRange(min=1.0), default=60.0, show_default=True)
+@click.option("--lease-ttl", type=LEASE_TTL, default=60.0, show_default=True)
 @click.option("--dry-run", is_flag=True, help="say what would be remediated and why; change nothing, write nothing")
 @OUTPUT
 @click.pass_context
@@ -61,7 +61,6 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
     their auto scaling groups, at most maxPerHour, and nothing while too many are broken at once."""
     if ctx.invoked_subcommand is not None:
         return
-    from platformctl.state import open_store
     from platformctl.state.lease import holder_id
     from upgrade_service.remediate import run
     from upgrade_service.remediation_policy import load_remediation_policy
@@ -75,7 +74,7 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
                             "`cluster`", file=policy.source, field="cluster")
     if policy.cluster is not None and context is not None and policy.cluster != context:
         raise PlatformError(f"is for cluster {policy.cluster!r}, not {context!r}", file=policy.source, field="cluster")
-    store = open_store(state_spec)
+    store = _store(ctx, state_spec, names, stage_name)
     targets = _connect(names, kubeconfig, region or (stage.region if stage else None))
     holder = holder_id()
     quiet = output == "json"
@@ -114,11 +113,10 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
 def remediate_status(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, last: int,
                      output: str) -> None:
     """What remediation did and why, from the state store: the breaker, the hourly limit, the newest decisions."""
-    from platformctl.state import open_store
     from upgrade_service.remediate import HOUR, read_state, stream_of
 
     names, _ = _clusters(ctx, context, stage_name, "remediate status")
-    store = open_store(state_spec)
+    store = _store(ctx, state_spec, names, stage_name)
     clusters = []
     for name in names:
         state = read_state(store, name)
@@ -138,6 +136,7 @@ def remediate_status(ctx: click.Context, context: str | None, stage_name: str | 
         emit_json({"state": store.location, "clusters": clusters})
         return
     out = console()
+    out.print(f"[dim]state: {store.location}[/]")
     for c in clusters:
         colour = "red" if c["breaker"] == "open" else "green"
         out.print(f"[bold]{c['cluster']}[/]: breaker [{colour}]{c['breaker']}[/], {c['remediations_last_hour']} "

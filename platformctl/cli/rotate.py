@@ -16,7 +16,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from platformctl.cli.output import OUTPUT, console, emit_json
+from platformctl.cli.output import LEASE_TTL, OUTPUT, console, emit_json
 from platformctl.cluster.model import Snapshot, load_snapshot
 from platformctl.errors import PlatformError
 from platformctl.humanize import hms
@@ -235,7 +235,15 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
 
 # ---------------------------------------------------------------------------------------- carrying rotations out
 
-STATE_HELP = "the state store: PATH, sqlite:///PATH or dynamodb://TABLE (default: $PLATFORMCTL_STATE, else .platformctl/state.db)"
+STATE_HELP = ("the state store: PATH, sqlite:///PATH or dynamodb://TABLE (default: $PLATFORMCTL_STATE, else the local "
+              "region's own when the cluster is one of its, else the stage's table as its stack file names it)")
+
+
+def _store(ctx: click.Context, spec: str | None, names: list[str], stage_name: str | None) -> Any:
+    """The store these clusters' rotations journal in: ``--state``, else the stage's own (``platformctl.cli.stores``)."""
+    from platformctl.cli.stores import store_for
+
+    return store_for(spec, stage=stage_name, cluster=names[0] if names else None, infra_dir=ctx.obj["infra_dir"])
 
 
 def _clusters(ctx: click.Context, context: str | None, stage_name: str | None, command: str) -> tuple[list[str], Any]:
@@ -361,7 +369,7 @@ EXIT_CODES_HELP = "exit 0 done, 1 halted or failed, 2 bad input, 3 another run h
 @click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
 @click.option("--region", default=None, help="AWS region of the clusters' auto scaling groups (default: the stage's, "
               "else the nodes' zone)")
-@click.option("--lease-ttl", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
+@click.option("--lease-ttl", type=LEASE_TTL, default=60.0, show_default=True,
               help="seconds a run's lease outlives its last renewal; a run that died is taken over after it")
 @click.option("--max-waves", type=click.IntRange(min=1), default=None, metavar="N",
               help="start at most N waves per cluster, then stop (exit 0; a stage stops at that cluster) and let the "
@@ -373,7 +381,6 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
                state_spec: str | None, region: str | None, lease_ttl: float, max_waves: int | None, dry_run: bool,
                output: str) -> None:
     """Carry a rotation out: wave by wave, journalled, resumable, halted by health gates."""
-    from platformctl.state import open_store
     from platformctl.state.lease import holder_id
     from upgrade_service.execute import EXIT_PAUSED, Options, run_cluster, run_stage
     from upgrade_service.gate import check_gate_exists
@@ -389,7 +396,7 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
     if policy.health_gate is not None:
         check_gate_exists(policy.health_gate, policy.source)
         canary_config = _canary_config(policy)
-    store = open_store(state_spec)
+    store = _store(ctx, state_spec, names, stage_name)
     targets = _connect(names, kubeconfig, region or (stage.region if stage else None))
     from upgrade_service.targets import check_pools
 
@@ -472,12 +479,11 @@ def _dry_run(targets: dict[str, Any], policy: Any, store: Any, options: Any, out
 @click.pass_context
 def rotate_status(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, output: str) -> None:
     """What the rotations of a cluster or stage are doing, from the state store (no cluster access needed)."""
-    from platformctl.state import open_store
     from upgrade_service.journal import read_state, stream_of
     from upgrade_service.report import build_report
 
     names, _ = _clusters(ctx, context, stage_name, "status")
-    store = open_store(state_spec)
+    store = _store(ctx, state_spec, names, stage_name)
     clusters = []
     for name in names:
         report = build_report(read_state(store, name))
@@ -491,6 +497,7 @@ def rotate_status(ctx: click.Context, context: str | None, stage_name: str | Non
         emit_json({"state": store.location, "clusters": clusters})
         return
     out = console()
+    out.print(f"[dim]state: {store.location}[/]")
     for report in clusters:
         status = report["status"]
         lease = report.get("lease")
@@ -512,11 +519,10 @@ def _control(ctx: click.Context, action: str, context: str | None, stage_name: s
     import socket
     import time as _time
 
-    from platformctl.state import open_store
     from upgrade_service.journal import control, read_state
 
     names, _ = _clusters(ctx, context, stage_name, action)
-    store = open_store(state_spec)
+    store = _store(ctx, state_spec, names, stage_name)
     states = {name: read_state(store, name) for name in names}
     if action == "resume" and not any(s.paused for s in states.values()):
         raise PlatformError(f"nothing is paused ({', '.join(names)})", field="rotate resume")
@@ -577,35 +583,25 @@ def rotate_resume(ctx: click.Context, context: str | None, stage_name: str | Non
 @rotate.command("abort")
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
               help="kubeconfig, for when no run is alive and this command puts things back itself")
+@click.option("--no-wait", is_flag=True, help="do not wait for a dead run's lease to lapse: say when and by what its "
+              "nodes will be put back (exit 1 while any is held)")
 @_control_options
-def rotate_abort(ctx: click.Context, kubeconfig: str | None, context: str | None, stage_name: str | None,
+def rotate_abort(ctx: click.Context, kubeconfig: str | None, no_wait: bool, context: str | None, stage_name: str | None,
                  state_spec: str | None, reason: str, output: str) -> None:
     """End a rotation: the running one stops at its next step and puts back what it holds (uncordon,
-    untaint); with no run alive, this command puts them back itself."""
-    from platformctl.state import LeaseHeld, open_store
-    from platformctl.state.lease import LeaseKeeper, holder_id
-    from upgrade_service.execute import put_back
-    from upgrade_service.journal import Journal, stream_of
+    untaint); a dead one's lease is waited out and this command puts them back itself, after settling
+    what the dead run left unconfirmed. Exit 0 only when nothing is left held."""
+    from platformctl.state.lease import holder_id
+    from upgrade_service.execute import abort_cluster
 
     done = _control(ctx, "abort", context, stage_name, state_spec, reason, output)
-    store = open_store(state_spec)
-    results = []
-    for d in done:
-        name = d["cluster"]
-        keeper = LeaseKeeper(store, stream_of(name), holder_id(), 30.0)
-        try:
-            keeper.acquire()
-        except LeaseHeld as held:
-            results.append({**d, "result": f"requested: the running rotation ({held.lease.holder}) stops at its next step"})
-            continue
-        try:
-            target = _connect([name], kubeconfig, None)[name]
-            why = put_back(Journal(store, name, target.cluster.clock), target.cluster)
-            results.append({**d, "result": f"{why}; uncordoned and untainted what it held"})
-        finally:
-            keeper.release()
+    store = _store(ctx, state_spec, [d["cluster"] for d in done] or [context or ""], stage_name)
+    say = None if output == "json" else (lambda text: console().print(text))
+    results = [abort_cluster(store, d["cluster"], lambda name=d["cluster"]: _connect([name], kubeconfig, None)[name],
+                             holder_id(), wait=not no_wait, say=say) for d in done]
     if output == "json":
-        emit_json({"aborted": results})
+        emit_json({"aborted": [{**d, **r.to_dict()} for d, r in zip(done, results, strict=True)]})
     else:
         for r in results:
-            console().print(f"{r['cluster']}: {r['result']}")
+            console().print(f"{r.cluster}: {r.result}")
+    sys.exit(0 if all(r.done for r in results) else 1)

@@ -28,7 +28,7 @@ from platformctl.cluster.selectors import (
     NodeSelectorTerm,
     parse_requirement,
 )
-from platformctl.errors import PlatformError
+from platformctl.errors import TOO_DEEP, PlatformError
 
 # Well-known labels, as EKS sets them.
 LABEL_NODEGROUP = "eks.amazonaws.com/nodegroup"
@@ -1083,7 +1083,13 @@ def load_snapshot(path: str | Path) -> Snapshot:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         where = f"line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "encoding"
         raise PlatformError(f"not valid JSON ({where})", file=file) from None
-    return parse_snapshot(document, file)
+    except RecursionError:
+        raise PlatformError(TOO_DEEP, file=file) from None
+    try:
+        return parse_snapshot(document, file)
+    except RecursionError:
+        raise PlatformError(TOO_DEEP, file=file) from None
+
 
 
 def save_snapshot(snapshot_doc: Mapping[str, Any], path: str | Path) -> None:

@@ -171,6 +171,8 @@ class Server:
             "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
             "clusters": list(self.clusters), "started": format_time(self.started_wall), "log": str((self.state_dir / "server.log").resolve()),
             "image_lock": str(lock.resolve()), "checkpoint": str((self.state_dir / f"stack-{self.stage.name}.json").resolve()),
+            # The region's own state store: what rotation, remediation and the canaries of this region share by default.
+            "state": str((self.state_dir / "state.db").resolve()),
         }
         self.ticker = threading.Thread(target=self._tick_forever, name="virtual-clock", daemon=True)
         self.ticker.start()

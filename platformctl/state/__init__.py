@@ -5,7 +5,13 @@ canaries' results, the release pipeline's ledger. What it offers is deliberately
 
 - **streams**: ``append(stream, data)`` adds a record with the next sequence number of its stream
   (1, 2, 3, ...; two writers never get the same one), ``read(stream, after=seq)`` returns the
-  records after a sequence number, oldest first, and ``last(stream)`` the newest;
+  records after a sequence number, oldest first, ``read_back(stream, before=seq)`` the newest
+  first (a window of recent records costs the window, not the history), ``last(stream)`` the
+  newest, and ``streams(prefix)`` the names, from a registry (never a scan of the records). An
+  append given a ``fence`` (the lease its writer holds) is written only while that lease is still
+  the writer's and unexpired, checked in the same transaction: a holder that was paused past its
+  lease and taken over writes nothing. An append given ``retain_seconds`` expires (canary results;
+  journals and ledgers are kept for ever);
 - **leases**: ``acquire(name, holder, ttl)`` succeeds when nobody holds the lease or its holder let
   it expire, and raises ``LeaseHeld`` otherwise; ``renew`` extends it for its holder only (``LeaseLost``
   when someone took it over), ``release`` gives it up. Each acquisition gets a new ``token``, so a
@@ -21,7 +27,7 @@ are wall-clock seconds: a lease is about whether a process is alive, which only 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -67,10 +73,26 @@ class LeaseLost(Exception):
 class StateStore(Protocol):
     location: str  # how the user named it: a path, sqlite:///..., dynamodb://...
 
-    def append(self, stream: str, data: Mapping[str, Any]) -> Record: ...
+    def append(self, stream: str, data: Mapping[str, Any], *, fence: Lease | None = None, key: str | None = None,
+               retain_seconds: float | None = None) -> Record:
+        """Add a record. ``fence``: only while that lease is the writer's (else ``LeaseLost``, nothing written);
+        ``key``: the append's own name, so a retry after a lost answer is not written twice (made up when not
+        given); ``retain_seconds``: the record expires that long after it is written."""
+        ...
+
+    def append_many(self, stream: str, rows: Sequence[Mapping[str, Any]], *, fence: Lease | None = None,
+                    retain_seconds: float | None = None) -> list[Record]: ...
 
     def read(self, stream: str, after: int = 0, limit: int | None = None) -> list[Record]:
         """Records of ``stream`` with a sequence number above ``after``, oldest first."""
+        ...
+
+    def read_back(self, stream: str, before: int | None = None, limit: int = 500) -> list[Record]:
+        """Up to ``limit`` records of ``stream`` below sequence number ``before`` (else the newest), newest first."""
+        ...
+
+    def prune(self) -> int:
+        """Delete records whose retention ran out; how many went."""
         ...
 
     def last(self, stream: str) -> Record | None: ...

@@ -3,8 +3,13 @@
 WAL mode lets readers (``rotate status`` in another terminal) read while a writer writes. Every
 write is one ``BEGIN IMMEDIATE`` transaction, which SQLite serialises across processes, so the
 next sequence number and a lease's take-over are decided by one writer at a time; ``busy_timeout``
-makes a second writer wait its turn instead of failing. One connection per thread: a stage
-rotation runs one thread per cluster.
+makes a second writer wait its turn instead of failing. A fenced append checks the lease and
+writes the record in that one transaction. One connection per thread: a stage rotation runs one
+thread per cluster.
+
+The file is checked when opened: one that holds another program's tables is refused on one line
+rather than written into. Files an older version wrote are brought up to date (the stream registry
+and the retention column are added, once).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import sqlite3
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ CREATE TABLE IF NOT EXISTS records (
     seq INTEGER NOT NULL,
     time REAL NOT NULL,
     data TEXT NOT NULL,
+    expires REAL,
     PRIMARY KEY (stream, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS leases (
@@ -36,7 +42,12 @@ CREATE TABLE IF NOT EXISTS leases (
     acquired REAL NOT NULL,
     expires REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS streams (name TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS records_expiring ON records (expires) WHERE expires IS NOT NULL;
 """
+_COLUMNS = {"records": {"stream", "seq", "time", "data"}, "leases": {"name", "holder", "token", "acquired", "expires"},
+            "streams": {"name"}}
+PRUNE_EVERY_SECONDS = 600.0  # how often a store that writes expiring records deletes the expired ones
 
 
 class SQLiteStore:
@@ -52,9 +63,37 @@ class SQLiteStore:
                                 field="--state")
         try:
             conn = self._conn()
+            self._check_schema(conn)
             conn.executescript(_SCHEMA)
+            self._migrate(conn)
         except sqlite3.DatabaseError as exc:
             raise PlatformError(f"cannot open the state store ({exc})", file=str(path), field="--state") from None
+        self._pruned = 0.0
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        """Refuse a file that holds another program's tables (before writing anything into it)."""
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables -= {"sqlite_sequence", "sqlite_stat1"}
+        ours = tables & set(_COLUMNS)
+        foreign = sorted(tables - set(_COLUMNS))
+        if foreign and not ours:
+            raise PlatformError(f"is not a platformctl state store: it holds another program's tables "
+                                f"({', '.join(foreign[:5])})", file=str(self.path), field="--state")
+        for table in ours:
+            columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if not _COLUMNS[table] <= columns:
+                raise PlatformError(f"is not a platformctl state store: its table {table} has columns "
+                                    f"{', '.join(sorted(columns))}", file=str(self.path), field="--state")
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring a file an older version wrote up to date: the retention column, and the registry of streams."""
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(records)")}
+        with _Transaction(conn):
+            if "expires" not in columns:
+                conn.execute("ALTER TABLE records ADD COLUMN expires REAL")
+                conn.execute("CREATE INDEX IF NOT EXISTS records_expiring ON records (expires) WHERE expires IS NOT NULL")
+            if conn.execute("SELECT 1 FROM streams LIMIT 1").fetchone() is None:
+                conn.execute("INSERT OR IGNORE INTO streams (name) SELECT DISTINCT stream FROM records")
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -70,15 +109,50 @@ class SQLiteStore:
 
     # ---------------------------------------------------------------- streams
 
-    def append(self, stream: str, data: Mapping[str, Any]) -> Record:
-        text = json.dumps(data, separators=(",", ":"), sort_keys=True)
+    def append(self, stream: str, data: Mapping[str, Any], *, fence: Lease | None = None, key: str | None = None,
+               retain_seconds: float | None = None) -> Record:
+        return self.append_many(stream, [data], fence=fence, retain_seconds=retain_seconds)[0]
+
+    def append_many(self, stream: str, rows: Sequence[Mapping[str, Any]], *, fence: Lease | None = None,
+                    retain_seconds: float | None = None) -> list[Record]:
+        texts = [json.dumps(data, separators=(",", ":"), sort_keys=True) for data in rows]
+        now = self.clock.now()
+        expires = now + retain_seconds if retain_seconds is not None else None
+        out: list[Record] = []
+        with self._write() as conn:
+            if fence is not None:
+                self._hold(conn, fence, now)
+            (last,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM records WHERE stream = ?", (stream,)).fetchone()
+            conn.executemany("INSERT INTO records (stream, seq, time, data, expires) VALUES (?, ?, ?, ?, ?)",
+                             [(stream, last + i, now, text, expires) for i, text in enumerate(texts, 1)])
+            if last == 0:
+                conn.execute("INSERT OR IGNORE INTO streams (name) VALUES (?)", (stream,))
+        out = [Record(stream, last + i, now, json.loads(text)) for i, text in enumerate(texts, 1)]
+        if expires is not None and now - self._pruned >= PRUNE_EVERY_SECONDS:
+            self.prune()
+        return out
+
+    @staticmethod
+    def _hold(conn: sqlite3.Connection, fence: Lease, now: float) -> None:
+        """Inside the write's transaction: the lease is still the fence's, and not expired; else nothing is written."""
+        row = conn.execute("SELECT holder, token, expires FROM leases WHERE name = ?", (fence.name,)).fetchone()
+        if row is None or row[1] != fence.token or row[2] <= now:
+            held = "released" if row is None else ("expired" if row[1] == fence.token else f"taken over by {row[0]}")
+            raise LeaseLost(f"lease {fence.name} is no longer held by {fence.holder} ({held}): nothing was written")
+
+    def prune(self) -> int:
+        """Delete the records whose retention ran out (canary results); journals and ledgers have none."""
         now = self.clock.now()
         with self._write() as conn:
-            (seq,) = conn.execute(
-                "INSERT INTO records (stream, seq, time, data) "
-                "SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ? FROM records WHERE stream = ? RETURNING seq",
-                (stream, now, text, stream)).fetchone()
-        return Record(stream, seq, now, json.loads(text))
+            gone = conn.execute("DELETE FROM records WHERE expires IS NOT NULL AND expires < ?", (now,)).rowcount
+        self._pruned = now
+        return int(gone)
+
+    def read_back(self, stream: str, before: int | None = None, limit: int = 500) -> list[Record]:
+        rows = self._conn().execute(
+            "SELECT seq, time, data FROM records WHERE stream = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
+            (stream, before if before is not None else 2**62, limit)).fetchall()
+        return [Record(stream, seq, t, json.loads(d)) for seq, t, d in rows]
 
     def read(self, stream: str, after: int = 0, limit: int | None = None) -> list[Record]:
         rows = self._conn().execute(
@@ -92,8 +166,9 @@ class SQLiteStore:
         return Record(stream, row[0], row[1], json.loads(row[2])) if row else None
 
     def streams(self, prefix: str = "") -> list[str]:
-        rows = self._conn().execute("SELECT DISTINCT stream FROM records WHERE substr(stream, 1, ?) = ? ORDER BY stream",
-                                    (len(prefix), prefix)).fetchall()
+        # The registry's key range, not the records: listing costs the streams, not their history.
+        rows = self._conn().execute("SELECT name FROM streams WHERE name >= ? AND name < ? ORDER BY name",
+                                    (prefix, prefix + "\U0010ffff")).fetchall()
         return [r[0] for r in rows]
 
     # ---------------------------------------------------------------- leases
@@ -110,10 +185,11 @@ class SQLiteStore:
         return lease
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
+        """Extend the holder's lease; one that expired is not brought back (only a new acquisition takes it again)."""
         now = self.clock.now()
         with self._write() as conn:
-            changed = conn.execute("UPDATE leases SET expires = ? WHERE name = ? AND holder = ? AND token = ?",
-                                   (now + ttl, lease.name, lease.holder, lease.token)).rowcount
+            changed = conn.execute("UPDATE leases SET expires = ? WHERE name = ? AND holder = ? AND token = ? AND expires > ?",
+                                   (now + ttl, lease.name, lease.holder, lease.token, now)).rowcount
         if not changed:
             raise LeaseLost(f"lease {lease.name} is no longer held by {lease.holder}")
         return Lease(lease.name, lease.holder, lease.token, lease.acquired, now + ttl)

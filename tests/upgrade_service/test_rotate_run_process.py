@@ -148,7 +148,7 @@ def test_a_rotation_killed_at_any_moment_resumes_and_still_does_no_harm(region: 
     args = ("--policy", str(one_at_a_time))
     kills = 0
     where: Counter[str] = Counter()  # the journal's last word when each kill landed
-    state = Path(region["home"]) / "state.db"
+    state = Path(region["state"])  # the region's own store, which every command against it uses by default
     points = iter(FAILPOINTS * 4)
     finished = False
     while kills < KILLS and not finished:

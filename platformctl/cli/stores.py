@@ -1,0 +1,84 @@
+"""Which state store a command reads and writes when ``--state`` does not say: the stage's own.
+
+The in-cluster jobs of a stage (rotation, remediation, the canary runner) journal in the stage's
+DynamoDB table, the one its Pulumi program creates (``platformctl:rotation.stateTable`` in the
+stage's stack file, else ``platformctl-state-<stage>``). A command an operator runs against that
+stage must read and write the same table, or leases are not shared, remediation and rotation cannot
+see each other, and the canary gate finds no results. So, in order:
+
+1. ``--state`` (a path, ``sqlite:///PATH`` or ``dynamodb://TABLE``), else ``$PLATFORMCTL_STATE``;
+2. against the local region (a region of that stage runs, or the context is one of its clusters): the
+   region's own store, a SQLite file in its folder (``local status`` names it);
+3. a stage (``--stage``, or the stage whose stack file has the context's cluster): its table;
+4. else ``.platformctl/state.db`` in the current directory (a cluster of no stage this checkout knows).
+
+Every command that reads a store says which (``state`` in its JSON, a line on a terminal).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from platformctl.clock import Clock, WallClock
+from platformctl.errors import PlatformError
+from platformctl.state import ENV, StateStore, open_store
+from platformctl.topology import STAGES, default_infra_dir, read_stack_config, stage_file
+
+ROTATION_KEY = "platformctl:rotation"
+
+
+def stage_table(stage: str, infra_dir: Path | None) -> str:
+    """The stage's state table as its Pulumi program names it."""
+    config = read_stack_config(stage_file(stage, infra_dir or default_infra_dir()))
+    rotation = config.get(ROTATION_KEY)
+    table = rotation.get("stateTable") if isinstance(rotation, dict) else None
+    return str(table) if table else f"platformctl-state-{stage}"
+
+
+def stage_of(cluster: str, infra_dir: Path | None) -> str | None:
+    """The stage whose stack file declares ``cluster`` (None outside a checkout, or for a cluster of no stage)."""
+    from platformctl.topology import load_stage
+
+    for stage in STAGES:
+        try:
+            if cluster in {c.name for c in load_stage(stage, infra_dir).clusters()}:
+                return stage
+        except PlatformError:
+            return None
+    return None
+
+
+def store_for(spec: str | None, *, stage: str | None = None, cluster: str | None = None,
+              infra_dir: Path | None = None) -> StateStore:
+    """The store a command on ``stage`` (or ``cluster``) uses; see the module docstring."""
+    if spec or os.environ.get(ENV):
+        return open_store(spec)
+    from platformctl.server.control import running, state_dir
+
+    region = running()
+    if region is not None and (stage == region.get("stage") or cluster in {c["name"] for c in region.get("clusters", [])}):
+        path = Path(region.get("state") or state_dir() / "state.db")
+        return open_store(str(path))
+    if stage is None and cluster is not None:
+        stage = stage_of(cluster, infra_dir)
+    if stage is not None:
+        try:
+            table = stage_table(stage, infra_dir)
+        except PlatformError:
+            table = f"platformctl-state-{stage}"
+        return open_store(f"dynamodb://{table}")
+    return open_store(None)
+
+
+def stage_clock(stage: str) -> Clock:
+    """The time a stage lives in: a running local region's virtual clock, else the wall's."""
+    from platformctl.server.control import ServerClock, running
+
+    region = running()
+    if region is not None and region.get("stage") == stage:
+        try:
+            return ServerClock(f"{region['kubernetes_endpoint']}/platformctl/v1/time")
+        except (OSError, ValueError, KeyError):
+            pass
+    return WallClock()

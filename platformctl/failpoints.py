@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 _ENV = "PLATFORMCTL_FAILPOINT"
 _spec = os.environ.get(_ENV, "")
@@ -23,10 +26,33 @@ _target = int(_count or 1) if _spec else 0
 _hits = 0
 
 
+class Killed(BaseException):
+    """An in-process test's stand-in for SIGKILL at a failpoint: a BaseException, so no ``except Exception`` handles
+    it and the code under test stops where it stands (only ``finally`` blocks run, none of which journal)."""
+
+
 def hit(name: str) -> None:
     global _hits
+    if _raise_at is not None and name == _raise_at[0]:
+        _raise_at[1] -= 1
+        if _raise_at[1] == 0:
+            raise Killed(name)
     if not _spec or name != _name:
         return
     _hits += 1
     if _hits == _target:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+_raise_at: list[Any] | None = None
+
+
+@contextmanager
+def killed_at(name: str, count: int = 1) -> Iterator[None]:
+    """For in-process tests: raise ``Killed`` the ``count``-th time ``name`` is passed, within the block."""
+    global _raise_at
+    _raise_at = [name, count]
+    try:
+        yield
+    finally:
+        _raise_at = None

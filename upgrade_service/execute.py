@@ -199,7 +199,7 @@ class Executor:
     def _op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
         """One side effect, journalled before and after."""
         self._check()
-        return j.journalled(self.journal, op, action, **args)
+        return j.journalled(self.journal, op, action, self.keeper.check if self.keeper is not None else None, **args)
 
     def _mutate(self) -> None:
         self.pacer.take()
@@ -590,6 +590,8 @@ class Executor:
         if j.SETTLED not in wave.phases:
             settle = int(drained_at.get("settle") or 0)
             remaining = settle - (self.clock.now() - drained_at.get("at", self.clock.now()))
+            # A workload that came back in a run that then died settles until when that run journalled.
+            remaining = max([remaining, *(until - self.clock.now() for until in wave.settling.values())])
             if remaining > 0:
                 self._show("settle", f"wave {number}: letting one-at-a-time workloads settle for {remaining:.0f} s")
                 self.clock.sleep(remaining)

@@ -314,11 +314,16 @@ class Writes(Protocol):
     def done(self, key: str, ok: bool = True, **result: Any) -> None: ...
 
 
-def journalled(journal: Writes, op: str, action: Callable[[], Any], **args: Any) -> Any:
+def journalled(journal: Writes, op: str, action: Callable[[], Any], check: Callable[[], None] | None = None,
+               **args: Any) -> Any:
     """One side effect, journalled before (``intent``) and after (``done``), with the failpoints a crash test
-    kills at in between: the rotation's and remediation's every call that changes the world goes through here."""
+    kills at in between: the rotation's and remediation's every call that changes the world goes through here.
+    ``check`` (the lease) is asked once more right before the call: a process paused between its intent and its
+    call, and taken over meanwhile, stops there."""
     key = journal.intent(op, **args)
     failpoints.hit(f"intent:{op}")
+    if check is not None:
+        check()
     try:
         result = action()
     except NotFoundError as exc:

@@ -153,10 +153,11 @@ def read_state(store: StateStore, cluster: str) -> RemediationState:
 class Log:
     """Appends this cluster's remediation records, stamped with the cluster's time (the drain writes here too)."""
 
-    def __init__(self, store: StateStore, cluster: str, clock: Clock) -> None:
+    def __init__(self, store: StateStore, cluster: str, clock: Clock, keeper: LeaseKeeper | None = None) -> None:
         self.store = store
         self.stream = stream_of(cluster)
         self.clock = clock
+        self.keeper = keeper  # every record is written only while its lease is still the writer's
         self.state = read_state(store, cluster)
         self.remediation = ""  # the remediation the next intents belong to
 
@@ -166,7 +167,8 @@ class Log:
         return self.state
 
     def write(self, kind: str, **data: Any) -> Record:
-        record = self.store.append(self.stream, {"kind": kind, "at": self.clock.now(), **data})
+        record = self.store.append(self.stream, {"kind": kind, "at": self.clock.now(), **data},
+                                   fence=self.keeper.fence if self.keeper is not None else None)
         if record.seq != self.state.last_seq + 1:
             self.refresh()
         else:
@@ -251,7 +253,7 @@ class Remediator:
         self.keeper = keeper
         self.poll = poll_seconds
         self.clock = cluster.clock
-        self.log = Log(store, name, self.clock)
+        self.log = Log(store, name, self.clock, keeper)
         self.pacer = MutationPacer(policy.max_mutations_per_minute, self.clock)
         self.progress = progress or (lambda message: None)
         self._group_of: dict[str, str] = {}  # instance -> group
@@ -345,7 +347,7 @@ class Remediator:
 
     def _op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
         self._check()
-        return rotation_journal.journalled(self.log, op, action, **args)
+        return rotation_journal.journalled(self.log, op, action, self._check, **args)
 
     def _settle_unconfirmed(self) -> None:
         """Side effects a killed run started and never confirmed: look at the world and record what happened."""

@@ -152,6 +152,7 @@ class WaveDrain:
             for workload, e in resume.in_flight.items():
                 self.in_flight[workload] = _InFlight(e["namespace"], e["name"], e["uid"], int(e["ready_before"]),
                                                      int(e.get("settle") or 0), e.get("owner_uid"))
+                self.settle = max(self.settle, int(e.get("settle") or 0))
             self.settling.update(resume.settling)
         self._covering: dict[str, tuple[frozenset[tuple[str, str]], tuple[tuple[str, str], ...]]] = {}  # pod uid -> budgets
 

@@ -355,7 +355,8 @@ def _print_outcome(outcome: Any) -> None:
         out.print(f"  carrying the rotation taint: {len(report['tainted_by_this_run'])} nodes (`rotate abort` removes it)")
 
 
-EXIT_CODES_HELP = "exit 0 done, 1 halted or failed, 2 bad input, 3 another run holds the lease, 4 paused"
+EXIT_CODES_HELP = ("exit 0 done, 1 halted or failed, 2 bad input, 3 another run holds the lease, 4 paused, "
+                   "130 interrupted (Ctrl-C or SIGTERM: stopped at a safe point; the next run goes on)")
 
 
 @rotate.command("run", epilog=EXIT_CODES_HELP)
@@ -408,7 +409,8 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
         from e2e_canary.verdict import canary_gate
 
         canary = canary_gate(store, policy.health_gate.canary.window, canary_config)
-    options = Options(lease_ttl=lease_ttl, stage=stage.name if stage else None, max_waves=max_waves, canary=canary)
+    options = Options(lease_ttl=lease_ttl, stage=stage.name if stage else None, max_waves=max_waves, canary=canary,
+                      stop=_stop_on_signals())
 
     if dry_run:
         _dry_run(targets, policy, store, options, output)
@@ -427,13 +429,33 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
         if live is not None:
             live.stop()
     codes = [o.exit_code for o in outcomes]
-    code = 3 if 3 in codes else 1 if 1 in codes else EXIT_PAUSED if EXIT_PAUSED in codes else 0
+    code = 3 if 3 in codes else 1 if 1 in codes else 130 if 130 in codes else EXIT_PAUSED if EXIT_PAUSED in codes else 0
     if output == "json":
         emit_json({"exit_code": code, "clusters": [o.to_dict() for o in outcomes]})
     else:
         for outcome in outcomes:
             _print_outcome(outcome)
     sys.exit(code)
+
+
+def _stop_on_signals() -> Any:
+    """The first Ctrl-C (or SIGTERM, as a CronJob's pod gets when it is stopped) asks every cluster to stop at its next
+    safe point; a second raises KeyboardInterrupt, which a stage run's wait absorbs (its workers still hold leases)
+    and a single cluster's run stops on at once."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        click.echo(f"platformctl: {signal.Signals(signum).name}: stopping every cluster at its next safe point", err=True)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
 
 
 def _canary_config(policy: Any) -> Any:

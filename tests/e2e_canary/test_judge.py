@@ -166,3 +166,23 @@ def test_the_command_prints_the_verdict_as_json_and_says_bad_input_in_one_line(t
     config.write_text("metrics: {pod_startup_seconds: {materialRelativ: 0.1}}\n")
     result = _cli("--baseline", str(base), "--experiment", str(base), "--config", str(config))
     assert result.returncode == 2 and "metrics.pod_startup_seconds.materialRelativ" in result.stderr
+
+
+def test_a_metric_whose_bad_direction_is_decrease_fails_on_a_drop_and_passes_a_rise() -> None:
+    """Throughput-like metrics get worse as they fall: the same material shift fails one way and passes the other."""
+    rng = np.random.default_rng(11)
+    config = JudgeConfig(metrics={"requests_per_second": j.MetricRule(direction="decrease", material_relative=0.10)})
+
+    def arm_of(rps: float) -> Arm:
+        return Arm({"requests_per_second": rng.normal(rps, 5.0, 400).tolist(),
+                    "pod_startup_seconds": rng.lognormal(0.0, 0.3, 400).tolist()}, OK)
+
+    base = arm_of(100.0)
+    dropped = judge(base, arm_of(80.0), config)
+    risen = judge(base, arm_of(120.0), config)
+    assert dropped.metrics["requests_per_second"].verdict == "fail" and dropped.verdict == "fail"
+    assert "decrease" in dropped.metrics["requests_per_second"].threshold["direction"]
+    assert risen.metrics["requests_per_second"].verdict == "pass" and risen.verdict == "pass"
+    # The default direction (increase) reads the same two arms the other way round.
+    plain = judge(base, arm_of(120.0))
+    assert plain.metrics["requests_per_second"].verdict == "fail"

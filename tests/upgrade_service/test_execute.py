@@ -517,3 +517,38 @@ def test_with_nodes_that_boot_in_seconds_a_twelve_node_wave_is_well_under_half_o
         assert outcome.report["refused_evictions"] == 0 and outcome.report["pods_disrupted_more_than_once"] == 0
         durations[name] = sim.now() - start
     assert durations["wave"] < 0.5 * durations["one-at-a-time"], durations
+
+
+def test_a_drain_spends_a_budgets_room_and_never_asks_past_it(tmp_path: Path) -> None:
+    sim = cluster({"general": 2})
+    service(sim, "web", 6, min_available=5)  # three pods a node, one disruption at a time
+    sim.run_until_settled()
+    new_image(sim)
+    outcome = rotate(sim, tmp_path, {"maxInFlight": 2})
+    assert outcome.status == "done" and harm(sim) == NO_HARM
+    assert events(sim)[sim_events.EVICTION_REFUSED] == 0  # it never asked the API for an eviction the budget had no room for
+    assert outcome.report["refused_evictions"] == 0 and outcome.report["evictions"] == 6
+
+
+def test_an_eviction_refused_because_another_client_spent_the_budget_is_counted_backed_off_and_retried(tmp_path: Path) -> None:
+    sim = cluster({"general": 2})
+    service(sim, "web", 6, min_available=5)
+    sim.run_until_settled()
+    new_image(sim)
+    evict = sim.evict
+    raced: list[str] = []
+
+    def someone_else_first(namespace: str, name: str):  # noqa: ANN202
+        if not raced:  # another operator's `kubectl drain` spends the budget's one disruption a moment earlier
+            other = next(p for p in sim.list_pods(namespace=namespace) if p.name != name and p.ready and not p.terminating)
+            assert evict(namespace, other.name).allowed
+            raced.append(other.name)
+        return evict(namespace, name)
+
+    sim.evict = someone_else_first  # type: ignore[method-assign]
+    outcome = rotate(sim, tmp_path, {"maxInFlight": 2})
+    assert outcome.status == "done" and harm(sim) == NO_HARM
+    refused = [e for e in sim.events if e.kind == sim_events.EVICTION_REFUSED]
+    assert len(refused) == 1 and refused[0].detail[0] == 429
+    assert outcome.report["refused_evictions"] == 1  # the report reads the refusal, as `rotate status` shows it
+    assert outcome.report["waves"][0]["refused_evictions"] == 1

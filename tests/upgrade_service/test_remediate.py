@@ -235,3 +235,34 @@ def test_remediation_evicts_a_one_at_a_time_workloads_pods_one_after_the_other_e
     assert (outcome.status, outcome.exit_code) == ("ok", EXIT_OK), outcome.reason
     assert harm(sim) == NO_HARM
     assert len(settled_one_at_a_time(sim, "kv", 300)) == 2
+
+
+@pytest.mark.parametrize(("pool", "percent", "allowed"), [(3, "30%", 1), (2, "10%", 1), (3, "34%", 1), (3, "67%", 2)])
+def test_a_percentage_limit_on_a_small_pool_never_rounds_below_one_node(tmp_path: Path, pool: int, percent: str,
+                                                                        allowed: int) -> None:
+    """30% of three nodes rounds down to none: a lone broken node of a small pool would open the breaker at once
+    and never be replaced. The limit never falls below one node; one more than it allows opens the breaker."""
+    from upgrade_service.remediation_policy import allowed as allowed_of
+
+    assert allowed_of(percent, pool) == allowed
+    sim = cluster({"general": pool})
+    sim.run_until_settled()
+    policy = {"maxUnhealthyPerPool": percent, "maxUnhealthy": "100%", "maxUnhealthyPerZone": "100%",
+              "conditions": [{"type": "DiskPressure", "unhealthyAfterSeconds": 60}]}
+    names = [n.name for n in sim.list_nodes()]
+    parsed = parse_remediation_policy(policy, "remediation.yaml")
+    groups = SimulatedNodeGroups(sim)
+
+    def breaker() -> list[str]:
+        nodes = sim.list_nodes()
+        return assess(nodes, {"general": groups.members("general")}, {n.name: "general" for n in nodes}, sim.now(),
+                      parsed).breaker
+
+    for name in names[:allowed]:
+        sim.set_node_condition(name, "DiskPressure", "True", "KubeletHasDiskPressure")
+    sim.advance(120)
+    assert breaker() == []
+    sim.set_node_condition(names[allowed], "DiskPressure", "True", "KubeletHasDiskPressure")
+    sim.advance(120)
+    assert breaker() == [f"pool general: {allowed + 1} of {pool} nodes unhealthy, more than maxUnhealthyPerPool "
+                         f"{percent} ({allowed})"]

@@ -210,3 +210,150 @@ def test_dynamodb_store_is_named_by_its_table(aws_env: dict[str, str]) -> None:
     create_table("named")
     store = open_store("dynamodb://named")
     assert isinstance(store, DynamoDBStore) and store.table == "named" and store.location == "dynamodb://named"
+
+
+def test_a_fenced_append_is_written_only_while_the_lease_is_still_the_writers(spec: str) -> None:
+    clock = SettableClock()
+    a, b = with_clock(spec, clock), with_clock(spec, clock)
+    lease = a.acquire("rotation/c1", "run-a", ttl=30)
+    a.append("rotation/c1", {"n": 1}, fence=lease)
+    clock.t += 29.9
+    a.append("rotation/c1", {"n": 2}, fence=lease)  # just before its expiry: still its own
+    clock.t += 0.1  # exactly at its expiry: no longer
+    with pytest.raises(LeaseLost):
+        a.append("rotation/c1", {"n": 3}, fence=lease)
+    with pytest.raises(LeaseLost):
+        a.renew(lease, ttl=30)  # an expired lease is not brought back by its old holder
+    taken = b.acquire("rotation/c1", "run-b", ttl=30)  # at exactly the expiry another may take it
+    b.append("rotation/c1", {"n": 3, "by": "b"}, fence=taken)
+    with pytest.raises(LeaseLost):
+        a.append("rotation/c1", {"n": 4}, fence=lease)  # the stalled holder's write after the takeover
+    assert [r.data["n"] for r in a.read("rotation/c1")] == [1, 2, 3]
+    assert a.read("rotation/c1")[-1].data["by"] == "b"
+    b.release(taken)
+    with pytest.raises(LeaseLost):
+        b.append("rotation/c1", {"n": 5}, fence=taken)  # released: no longer anyone's
+
+
+def test_the_same_holder_acquiring_again_gets_a_new_token_and_fences_out_its_old_one(spec: str) -> None:
+    clock = SettableClock()
+    store = with_clock(spec, clock)
+    first = store.acquire("rotation/c1", "run-a", ttl=30)
+    again = store.acquire("rotation/c1", "run-a", ttl=30)  # a restarted process with the same name
+    assert again.token != first.token and again.holder == "run-a"
+    store.append("rotation/c1", {"n": 1}, fence=again)
+    with pytest.raises(LeaseLost):
+        store.append("rotation/c1", {"n": 2}, fence=first)
+    with pytest.raises(LeaseLost):
+        store.renew(first, ttl=30)
+    assert [r.data["n"] for r in store.read("rotation/c1")] == [1]
+
+
+def test_a_window_is_read_newest_first_from_the_registry_of_streams(spec: str) -> None:
+    store = open_store(spec)
+    store.append_many("canary/dev/c1/2026-01-01", [{"kind": "result", "at": float(i)} for i in range(1200)])
+    store.append("canary/dev/c2/2026-01-01", {"kind": "result", "at": 5.0})
+    store.append("rotation/c1", {"kind": "run-started"})
+    assert store.streams("canary/dev/") == ["canary/dev/c1/2026-01-01", "canary/dev/c2/2026-01-01"]
+    assert store.streams("") == ["canary/dev/c1/2026-01-01", "canary/dev/c2/2026-01-01", "rotation/c1"]
+    newest = store.read_back("canary/dev/c1/2026-01-01", limit=3)
+    assert [r.data["at"] for r in newest] == [1199.0, 1198.0, 1197.0]
+    older = store.read_back("canary/dev/c1/2026-01-01", before=newest[-1].seq, limit=2)
+    assert [r.data["at"] for r in older] == [1196.0, 1195.0]
+
+
+def test_records_with_a_retention_expire_and_journals_do_not(spec: str) -> None:
+    clock = SettableClock()
+    store = with_clock(spec, clock)
+    store.append("canary/dev/c1/2026-01-01", {"kind": "result", "at": 1.0}, retain_seconds=3600)
+    store.append("rotation/c1", {"kind": "run-started"})
+    clock.t += 3601
+    store.prune()
+    assert store.read_back("canary/dev/c1/2026-01-01") == []  # gone, or (DynamoDB's TTL is lazy) no longer read
+    assert len(store.read("rotation/c1")) == 1
+
+
+def test_a_file_of_another_program_is_refused_not_written_into(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    with pytest.raises(PlatformError, match=r"is not a platformctl state store: it holds another program's tables \(users\)"):
+        open_store(str(path))
+    with sqlite3.connect(path) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["users"]
+
+
+class DroppedAnswers:
+    """A DynamoDB client whose next few writes reach the table and then lose their answer, as when a connection
+    drops after the request was served: the caller cannot tell whether the write happened."""
+
+    def __init__(self, client: object, drops: int) -> None:
+        self._client = client
+        self.drops = drops
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+    def _maybe_drop(self, method: str, **kwargs: object) -> object:
+        from botocore.exceptions import ConnectionClosedError
+
+        answer = getattr(self._client, method)(**kwargs)
+        if self.drops > 0:
+            self.drops -= 1
+            raise ConnectionClosedError(endpoint_url="http://dynamodb")
+        return answer
+
+    def put_item(self, **kwargs: object) -> object:
+        return self._maybe_drop("put_item", **kwargs)
+
+    def transact_write_items(self, **kwargs: object) -> object:
+        return self._maybe_drop("transact_write_items", **kwargs)
+
+
+def test_a_dynamodb_append_whose_answer_was_lost_is_not_written_twice(aws_env: dict[str, str]) -> None:
+    create_table("dropped")
+    store = DynamoDBStore("dropped")
+    lease = store.acquire("rotation/c1", "run-a", ttl=300)
+    store._ddb = DroppedAnswers(store._ddb, drops=2)  # noqa: SLF001 - the fault sits at the store's own boundary
+    store.append("rotation/c1", {"n": 1}, fence=lease)
+    store.append("rotation/c1", {"n": 2})
+    assert store._ddb.drops == 0  # noqa: SLF001
+    assert [(r.seq, r.data["n"]) for r in store.read("rotation/c1")] == [(1, 1), (2, 2)]
+
+
+def test_a_takeover_racing_a_late_renewal_of_an_expired_lease_leaves_one_holder(aws_env: dict[str, str]) -> None:
+    """The stalled holder wakes as the lease expires and renews while another host takes it: whichever the table
+    takes first, there is exactly one holder afterwards and the other learns it has none."""
+    create_table("race-renewal")
+    for attempt in range(20):
+        clock = SettableClock()
+        a, b = DynamoDBStore("race-renewal", clock=clock), DynamoDBStore("race-renewal", clock=clock)
+        name = f"rotation/c{attempt}"
+        lease = a.acquire(name, "stalled", ttl=10)
+        clock.t += 10  # expired for both
+        outcomes: dict[str, object] = {}
+
+        def renew() -> None:
+            try:
+                outcomes["renew"] = a.renew(lease, ttl=10)
+            except LeaseLost as exc:
+                outcomes["renew"] = exc
+
+        def take() -> None:
+            try:
+                outcomes["take"] = b.acquire(name, "taker", ttl=10)
+            except LeaseHeld as exc:
+                outcomes["take"] = exc
+
+        threads = [threading.Thread(target=renew), threading.Thread(target=take)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert isinstance(outcomes["renew"], LeaseLost)  # an expired lease is never renewed back to life
+        holder = a.lease(name)
+        assert holder is not None and holder.holder == "taker" and not isinstance(outcomes["take"], LeaseHeld)
+        with pytest.raises(LeaseLost):
+            a.append(name, {"late": True}, fence=lease)

@@ -272,6 +272,17 @@ def results(store: StateStore, stage: str, since: float | None = None, until: fl
     return sorted(out, key=lambda r: r["at"])
 
 
+def newest_at(store: StateStore, stage: str) -> float | None:
+    """When the stage's newest canary result was taken (the clusters' time): one record read per cluster."""
+    latest: dict[str, str] = {}
+    for stream in store.streams(f"canary/{stage}/"):
+        parts = stream.split("/")
+        if len(parts) >= 3 and stream > latest.get(parts[2], ""):
+            latest[parts[2]] = stream  # day streams sort by day; an undated stream sorts first
+    found = [float(r.data.get("at", 0)) for stream in latest.values() for r in store.read_back(stream, limit=1)]
+    return max(found, default=None)
+
+
 def _window(store: StateStore, stream: str, since: float | None) -> list[dict[str, Any]]:
     if since is None:
         return [dict(r.data) for r in store.read(stream) if r.data.get("kind") == "result"]

@@ -272,6 +272,10 @@ class MotoBackend:
         if _flag((i.get("pointInTimeRecovery") or {}).get("enabled")):
             ddb.update_continuous_backups(TableName=i["name"],
                                           PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
+        ttl = i.get("ttl") or {}
+        if _flag(ttl.get("enabled")) and ttl.get("attributeName"):
+            ddb.update_time_to_live(TableName=i["name"], TimeToLiveSpecification={"Enabled": True,
+                                                                                   "AttributeName": ttl["attributeName"]})
         return table["TableName"], {"arn": table["TableArn"], "name": table["TableName"]}
 
     # ------------------------------------------------------------------ Kubernetes

@@ -62,8 +62,10 @@ REMEDIATION_ACTIONS = (
     "autoscaling:TerminateInstanceInAutoScalingGroup", "ec2:DescribeInstances",
 )
 # What the job does with the state store's table: journal, read, lease (conditional writes), on that table only.
+# What the state store does (platformctl/state/dynamodb.py): a fenced append is a transaction of a condition
+# check on the lease item and a put; listing streams is a query of the registry, never a scan.
 STATE_ACTIONS = ("dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
-                 "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:Scan")
+                 "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:ConditionCheckItem")
 # Stack config values that are text; every other platformctl: value is structured (YAML in the file, JSON to the program).
 TEXT_KEYS = ("kubernetesVersion", "imageLock")
 

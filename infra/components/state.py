@@ -25,6 +25,8 @@ class StateTable(pulumi.ComponentResource):
             attributes=[aws.dynamodb.TableAttributeArgs(name="pk", type="S"),
                         aws.dynamodb.TableAttributeArgs(name="sk", type="N")],
             point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
+            # Canary results carry an expiry (90 days); DynamoDB deletes them. Journals and ledgers carry none.
+            ttl=aws.dynamodb.TableTtlArgs(attribute_name="expires_at", enabled=True),
             server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
             deletion_protection_enabled=True,
             tags=tags(stage, table_name), opts=child(self))

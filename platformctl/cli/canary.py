@@ -213,10 +213,12 @@ def _print_attempt(cluster: str, attempt: Any) -> None:
 def canary_verdict(ctx: click.Context, stage_name: str, window: str, baseline: str | None, only: tuple[str, ...],
                    config_file: Path | None, state_spec: str | None) -> None:
     """The stage's verdict from the canaries' stored results, as JSON."""
-    from platformctl.cli.stores import store_for, stage_clock
+    import time
+
+    from platformctl.cli.stores import store_for
     from platformctl.humanize import parse_duration as seconds
     from e2e_canary.judge import load_config
-    from e2e_canary.runner import results
+    from e2e_canary.runner import newest_at, results
     from e2e_canary.verdict import stage_verdict
     from platformctl.errors import PlatformError
 
@@ -228,7 +230,8 @@ def canary_verdict(ctx: click.Context, stage_name: str, window: str, baseline: s
         raise PlatformError("must be longer than 0", field="--window")
     config = load_config(config_file)
     store = store_for(state_spec, stage=stage_name, infra_dir=ctx.obj["infra_dir"])
-    now = stage_clock(stage_name).now()  # a local region's clock runs ahead of the wall
+    # The window ends now, or at the newest result when that is later (a local region's clock runs ahead of the wall).
+    now = max(time.time(), newest_at(store, stage_name) or 0.0)
     # This window and the one before it (the default baseline): what is read is what is judged, not the history.
     rows = results(store, stage_name, since=now - (span if baseline else 2 * span), until=now)
     if only:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from platformctl.clock import Clock, WallClock
 from platformctl.errors import PlatformError
 from platformctl.state import ENV, StateStore, open_store
 from platformctl.topology import STAGES, default_infra_dir, read_stack_config, stage_file
@@ -70,15 +69,3 @@ def store_for(spec: str | None, *, stage: str | None = None, cluster: str | None
         return open_store(f"dynamodb://{table}")
     return open_store(None)
 
-
-def stage_clock(stage: str) -> Clock:
-    """The time a stage lives in: a running local region's virtual clock, else the wall's."""
-    from platformctl.server.control import ServerClock, running
-
-    region = running()
-    if region is not None and region.get("stage") == stage:
-        try:
-            return ServerClock(f"{region['kubernetes_endpoint']}/platformctl/v1/time")
-        except (OSError, ValueError, KeyError):
-            pass
-    return WallClock()

@@ -224,6 +224,9 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     declared_table = run.named("aws:dynamodb/table:Table", f"{stage_name}-state").inputs
     assert (declared_table["hashKey"], declared_table["rangeKey"]) == ("pk", "sk")
     assert declared_table["pointInTimeRecovery"]["enabled"] and declared_table["serverSideEncryption"]["enabled"]
+    # Canary results expire through the table's TTL; a fenced append needs the condition check; nothing scans.
+    assert declared_table["ttl"] == {"attributeName": "expires_at", "enabled": True}
+    assert "dynamodb:ConditionCheckItem" in state["Action"] and "dynamodb:Scan" not in state["Action"]
 
 
 @stages

@@ -1,0 +1,66 @@
+"""Which state store a command uses when --state does not say: the stage's own, never the current directory's by accident."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from moto import mock_aws
+
+from platformctl.cli.stores import stage_of, stage_table, store_for
+from platformctl.state.dynamodb import DynamoDBStore, create_table
+from platformctl.state.sqlite import SQLiteStore
+
+
+@pytest.fixture
+def no_region(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No local region runs, no store named in the environment, no AWS endpoint of a developer's."""
+    monkeypatch.setenv("PLATFORMCTL_HOME", str(tmp_path / "home"))
+    for key in ("PLATFORMCTL_STATE", "AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+
+
+def test_a_stage_of_a_real_account_reads_and_writes_the_table_its_program_creates(no_region: None) -> None:
+    with mock_aws():
+        create_table("platformctl-state-prod")
+        store = store_for(None, stage="prod")
+        assert isinstance(store, DynamoDBStore) and store.location == "dynamodb://platformctl-state-prod"
+        assert stage_table("prod", None) == "platformctl-state-prod"
+        # A cluster of that stage, named by its context, finds the same table through the stage's stack file.
+        from platformctl.topology import load_stage
+
+        member = next(c.name for c in load_stage("prod").clusters())
+        assert stage_of(member, None) == "prod"
+        assert store_for(None, cluster=member).location == "dynamodb://platformctl-state-prod"
+
+
+def test_the_table_a_stage_names_is_the_one_used(no_region: None, tmp_path: Path) -> None:
+    import shutil
+
+    from platformctl.topology import default_infra_dir
+
+    infra = tmp_path / "infra"
+    shutil.copytree(default_infra_dir(), infra)
+    stack = infra / "Pulumi.staging.yaml"
+    text = stack.read_text()
+    assert "  platformctl:rotation:\n" in text and "stateTable" not in text
+    stack.write_text(text.replace("  platformctl:rotation:\n", "  platformctl:rotation:\n    stateTable: team-state-staging\n", 1))
+    with mock_aws():
+        create_table("team-state-staging")
+        assert store_for(None, stage="staging", infra_dir=infra).location == "dynamodb://team-state-staging"
+
+
+def test_state_or_the_environment_overrides_and_an_unknown_cluster_keeps_the_local_file(no_region: None,
+                                                                                         tmp_path: Path,
+                                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    given = store_for(str(tmp_path / "mine.db"), stage="prod")
+    assert isinstance(given, SQLiteStore) and given.path == tmp_path / "mine.db"
+    monkeypatch.setenv("PLATFORMCTL_STATE", f"sqlite:///{tmp_path / 'env.db'}")
+    assert store_for(None, stage="prod").location == f"sqlite:///{tmp_path / 'env.db'}"
+    monkeypatch.delenv("PLATFORMCTL_STATE")
+    local = store_for(None, cluster="a-cluster-no-stage-has")
+    assert isinstance(local, SQLiteStore) and local.path == Path(os.environ["PLATFORMCTL_HOME"]) / "state.db"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 def human_duration(seconds: float) -> str:
@@ -43,7 +43,7 @@ def hms(seconds: float) -> str:
 
 
 def parse_duration(value: Any) -> int:
-    """A duration as a number of seconds or as ``1h30m``, ``5m``, ``45s``."""
+    """A duration as a number of seconds or as ``90d``, ``1h30m``, ``5m``, ``45s``."""
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a text such as 5m or 1h30m")
     if isinstance(value, int | float) and value >= 0:
@@ -53,6 +53,6 @@ def parse_duration(value: Any) -> int:
             return int(value.strip())
         match = _DURATION.match(value.strip())
         if match and any(match.groups()):
-            h, m, s = (int(g or 0) for g in match.groups())
-            return h * 3600 + m * 60 + s
-    raise ValueError(f"{value!r} is not a duration (a number of seconds, or a text such as 5m or 1h30m)")
+            d, h, m, s = (int(g or 0) for g in match.groups())
+            return d * 86400 + h * 3600 + m * 60 + s
+    raise ValueError(f"{value!r} is not a duration (a number of seconds, or a text such as 5m, 1h30m or 90d)")

@@ -74,19 +74,30 @@ RUN_EXIT_HELP = "exit 0 every check ok, 1 a check failed or timed out, 2 bad inp
               help="kubeconfig (default: $KUBECONFIG, else the running local region's, else ~/.kube/config)")
 @click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
 @click.option("--lease-ttl", type=LEASE_TTL, default=60.0, show_default=True)
+@click.option("--retention", default="90d", show_default=True,
+              help="how long results are kept (seconds, or 30d, 12h); journals and ledgers are kept for ever")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=9464, show_default=True,
               help="serve Prometheus metrics here while running (not with --once); 0: none")
 @click.option("--metrics-address", default="127.0.0.1", show_default=True, help="the address the metrics are served on")
 @OUTPUT
 @click.pass_context
 def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool, folder: Path | None,
-               kubeconfig: str | None, state_spec: str | None, lease_ttl: float, metrics_port: int, metrics_address: str,
-               output: str) -> None:
+               kubeconfig: str | None, state_spec: str | None, lease_ttl: float, retention: str, metrics_port: int,
+               metrics_address: str, output: str) -> None:
     """Run the canaries on a stage's clusters as a user would: reap what a crashed run left, then carry each out and
     record every pod's outcome and startup latency in the state store."""
     import random
 
     from e2e_canary.definitions import default_canary_dir, load_canaries
+    from platformctl.errors import PlatformError
+    from platformctl.humanize import parse_duration
+
+    try:
+        keep = float(parse_duration(retention))
+    except ValueError as exc:
+        raise PlatformError(str(exc), field="--retention") from None
+    if not keep > 0:
+        raise PlatformError("must be longer than 0", field="--retention")
     from e2e_canary.runner import Runner, stream_of
     from platformctl.cluster.live import LiveCluster
     from platformctl.errors import PlatformError
@@ -133,7 +144,7 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
                 code = 3
                 continue
             keepers.append(keeper)
-            runners[name] = Runner(stage_name, name, cluster, store, progress=say)
+            runners[name] = Runner(stage_name, name, cluster, store, progress=say, retention=keep)
         entries = {name: {"cluster": name, "reaped": runner.reap(), "canaries": []} for name, runner in runners.items()}
         due = {(n, c.name): 0.0 for n in runners for c in canaries}
         metrics = CanaryMetrics(stage_name)

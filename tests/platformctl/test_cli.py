@@ -171,3 +171,41 @@ def test_defaults_come_from_the_checkout_the_operator_stands_in(tmp_path: Path) 
         result = platformctl(*args, cwd=nowhere)
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert f"no {'ami/manifests' if option == '--manifests' else 'infra'}/" in result.stderr and option in result.stderr
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The command as a user runs it (its own process: a RecursionError must not take the test runner with it)."""
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("AWS_", "PLATFORMCTL_")) and k != "KUBECONFIG"}
+    return subprocess.run([sys.executable, "-m", "platformctl", *args], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=cwd)
+
+
+def test_inputs_that_once_gave_a_traceback_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    import sqlite3
+
+    deep_json = tmp_path / "deep.json"
+    deep_json.write_text("[" * 100_000 + "]" * 100_000)
+    deep_yaml = tmp_path / "deep.yaml"
+    deep_yaml.write_text("".join("  " * i + "k:\n" for i in range(3000)))
+    other = tmp_path / "app.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER)")
+    snapshot = str(FIXTURES / "eviction_rules.json")
+    cases = [
+        (["snapshot", "inspect", str(deep_json)], f"{deep_json}: nested too deeply to read"),
+        (["canary", "judge", "--baseline", str(deep_json), "--experiment", str(deep_json)], f"{deep_json}: nested too deeply"),
+        (["rotate", "plan", "--snapshot", snapshot, "--policy", str(deep_yaml)], f"{deep_yaml}: nested too deeply"),
+        (["rotate", "run", "--context", "c", "--policy", str(deep_yaml), "--lease-ttl", "nan"],
+         "'nan' is not a number of seconds from 1 to 3600"),
+        (["rotate", "run", "--context", "c", "--policy", str(deep_yaml), "--lease-ttl", "inf"],
+         "'inf' is not a number of seconds from 1 to 3600"),
+        (["remediate", "--context", "c", "--lease-ttl", "inf"], "'inf' is not a number of seconds"),
+        (["rotate", "status", "--context", "c", "--state", str(other)],
+         f"{other}: --state: is not a platformctl state store: it holds another program's tables (users)"),
+    ]
+    for args, says in cases:
+        result = _cli(*args)
+        assert result.returncode == 2, (args, result.stderr[-1000:])
+        assert result.stderr.count("\n") == 1 and says in result.stderr and "Traceback" not in result.stderr, result.stderr
+    with sqlite3.connect(other) as conn:  # and the other program's file is as it was
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["users"]

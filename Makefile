@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-fast check bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# The everyday loop: the in-process tests only (no local region server, no killed processes).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not process"
+
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/resolve_manifests.py
 	$(BIN)/python benchmarks/plan_rotation.py
@@ -25,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/rotate_run.py
 	$(BIN)/python benchmarks/judge_aa.py
 	$(BIN)/python benchmarks/canary_detect.py
+	$(BIN)/python benchmarks/gate_window.py
 
 clean:
 	rm -rf $(VENV) .platformctl .pytest_cache

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +222,7 @@ def build_images(manifests: ManifestSet, plan: BuildPlan, store: ImageStore, wor
             for name, future in futures.items():
                 try:
                     built = future.result()
-                except Exception as exc:  # noqa: BLE001 (every failure is reported; siblings finish first)
+                except Exception as exc:
                     failures.append((name, exc))
                     continue
                 ids[name] = built.image_id
@@ -244,7 +244,7 @@ def _build_one(image: ImageManifest, ids: dict[str, str], store: ImageStore, pro
         _publish(image, existing["ImageId"], store)
         return BuiltImage(image.name, image.version, existing["ImageId"], fp, copies, built=False)
     ec2 = store.ec2()
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     tags = {**image.config.get("tags", {}), "Name": f"{image.name}-{image.version}", f"{TAG}name": image.name,
             f"{TAG}family": image.family, f"{TAG}version": image.version, f"{TAG}content": image.content_hash,
             f"{TAG}base-image": base, f"{TAG}built-at": stamp}
@@ -306,7 +306,7 @@ def _remove_image(store: ImageStore, region: str, image_id: str) -> None:
                 snapshot = mapping.get("Ebs", {}).get("SnapshotId")
                 if snapshot:
                     ec2.delete_snapshot(SnapshotId=snapshot)
-    except Exception:  # noqa: BLE001 (best effort while reporting the failure that brought us here)
+    except Exception:
         pass
 
 

@@ -6,7 +6,7 @@ files are checked together (every parent exists, no cycle), and each image is *r
 parent's resolved configuration with its own merged on top. Every mistake is a ``PlatformError``
 naming the file and the key, raised before anything is built.
 
-Merge rules (documented in the README):
+Merge rules (documented in docs/ami.md):
 
 - maps merge deeply: a child's key overrides or extends the parent's;
 - lists append: the child's items follow the parent's, an item already inherited is not repeated;
@@ -74,7 +74,7 @@ _Loader.add_constructor("!replace", _replace)
 
 def parse_yaml(text: str) -> Any:
     """A manifest's YAML: the safe loader plus the ``!replace`` tag."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader with one extra tag)
+    return yaml.load(text, Loader=_Loader)
 
 
 class _Value(BaseModel):

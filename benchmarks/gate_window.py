@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from e2e_canary.runner import results_stream  # noqa: E402
-from e2e_canary.verdict import canary_gate  # noqa: E402
-from upgrade_service.gate import Question  # noqa: E402
+from e2e_canary.runner import results_stream
+from e2e_canary.verdict import canary_gate
+from upgrade_service.gate import Question
 
 CLUSTERS = ("dev-usw2-host", "dev-usw2a-01", "dev-usw2b-01")
 PER_HOUR = 1000  # results an hour, over the three clusters

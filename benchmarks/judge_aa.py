@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from e2e_canary.judge import Arm, judge  # noqa: E402
+from e2e_canary.judge import Arm, judge
 
 
 def draw(rng: np.random.Generator, n: int, slower: float = 1.0) -> Arm:

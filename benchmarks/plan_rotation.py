@@ -25,11 +25,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.snapshot_timing import save_and_time_load  # noqa: E402
-from platformctl.cluster.model import load_snapshot  # noqa: E402
-from platformctl.cluster.synthetic import synthetic_cluster  # noqa: E402
-from upgrade_service.plan import plan_cluster  # noqa: E402
-from upgrade_service.policy import parse_policy  # noqa: E402
+from benchmarks.snapshot_timing import save_and_time_load
+from platformctl.cluster.model import load_snapshot
+from platformctl.cluster.synthetic import synthetic_cluster
+from upgrade_service.plan import plan_cluster
+from upgrade_service.policy import parse_policy
 
 
 def policy_document(max_in_flight: int) -> dict[str, object]:

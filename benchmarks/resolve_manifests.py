@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ami.manifest import load_manifests, parse_yaml  # noqa: E402
+from ami.manifest import load_manifests, parse_yaml
 
 
 def write_tree(folder: Path, count: int, seed: int = 1) -> None:

@@ -21,11 +21,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.snapshot_timing import save_and_time_load  # noqa: E402
-from platformctl.cluster.drain import drain  # noqa: E402
-from platformctl.cluster.invariants import eviction_budget_violations, lost_pods  # noqa: E402
-from platformctl.cluster.simulator import SimulatedCluster  # noqa: E402
-from platformctl.cluster.synthetic import pool_sizes, synthetic_cluster  # noqa: E402
+from benchmarks.snapshot_timing import save_and_time_load
+from platformctl.cluster.drain import drain
+from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
+from platformctl.cluster.simulator import SimulatedCluster
+from platformctl.cluster.synthetic import pool_sizes, synthetic_cluster
 
 NEW_IMAGE = "ami-0b2e00c0ffee00099"
 

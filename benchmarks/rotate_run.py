@@ -38,14 +38,14 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.rotate_full_cluster import rotate_every_node  # noqa: E402
-from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods  # noqa: E402
-from platformctl.cluster.simulator import SimulatedCluster  # noqa: E402
-from platformctl.cluster.synthetic import POOL_SHAPES, synthetic_cluster  # noqa: E402
-from platformctl.nodegroups.simulated import SimulatedNodeGroups  # noqa: E402
-from platformctl.state.sqlite import SQLiteStore  # noqa: E402
-from upgrade_service.execute import Executor, Options, Outcome, Target  # noqa: E402
-from upgrade_service.policy import parse_policy  # noqa: E402
+from benchmarks.rotate_full_cluster import rotate_every_node
+from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
+from platformctl.cluster.simulator import SimulatedCluster
+from platformctl.cluster.synthetic import POOL_SHAPES, synthetic_cluster
+from platformctl.nodegroups.simulated import SimulatedNodeGroups
+from platformctl.state.sqlite import SQLiteStore
+from upgrade_service.execute import Executor, Options, Outcome, Target
+from upgrade_service.policy import parse_policy
 
 NEW_IMAGE = "ami-0b2e00c0ffee00099"
 

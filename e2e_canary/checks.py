@@ -30,10 +30,10 @@ from typing import Any
 
 from croniter import croniter
 
-from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
-from platformctl.errors import ApiRefused, NotFoundError
 from e2e_canary.definitions import Canary
 from e2e_canary.measure import Startup, startup
+from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
+from platformctl.errors import ApiRefused, NotFoundError
 
 SIM_START = "sim.platformctl.io/start-seconds"
 SIM_RUN = "sim.platformctl.io/run-seconds"

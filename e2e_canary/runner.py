@@ -24,12 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from e2e_canary.definitions import LABEL, Canary
+from e2e_canary.measure import NotStarted, Startup, startup
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Toleration
 from platformctl.errors import ApiRefused, PlatformError
 from platformctl.state import StateStore
-from e2e_canary.definitions import LABEL, Canary
-from e2e_canary.measure import NotStarted, Startup, startup
 
 RUNNABLE = ("node-pool", "service", "batch", "cron", "daemon")
 ATTEMPT_LABEL = "platformctl.io/canary-attempt"
@@ -236,9 +236,11 @@ class Runner:
                 results.append(self._record(canary, attempt, arm, "fail", f"pod {name} on image {arm.image}: "
                                             f"{reason.removeprefix('waiting: ')} for {canary.deadline} s", {}))
             elif reason == "unscheduled":  # pinned to an arm whose nodes are full: nothing measured of the image
+                said = (f" (the scheduler: {pod.unschedulable})" if pod is not None and pod.unschedulable
+                        else f" (bound to {pod.node_name}, no PodScheduled time)" if pod is not None and pod.node_name else "")
                 results.append(self._record(canary, attempt, arm, "infra_error", f"pod {name} found no room on the "
                                             f"{arm.nodes} Ready node(s) of pool {arm.pool} on image {arm.image} within "
-                                            f"{canary.deadline} s: the arm is full, the image was not measured", {}))
+                                            f"{canary.deadline} s{said}: the arm is full, the image was not measured", {}))
             else:
                 results.append(self._record(canary, attempt, arm, "timeout", f"pod {name} on image {arm.image} not "
                                             f"running within the deadline {canary.deadline} s ({reason})", {}))

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from platformctl.humanize import human_duration
 from e2e_canary.judge import JudgeConfig, judge
 from e2e_canary.runner import arm_of, results
+from platformctl.humanize import human_duration
 
 ORDER = {"fail": 2, "inconclusive": 1, "pass": 0}
 IMAGE_ARMS = ("node-pool",)  # the canaries that measure images side by side: they decide an image's pass

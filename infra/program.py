@@ -53,7 +53,8 @@ INFRA_DIR = Path(__file__).resolve().parent
 ROTATION_ACTIONS = (
     "autoscaling:DescribeAutoScalingGroups", "autoscaling:SetDesiredCapacity", "autoscaling:SuspendProcesses",
     "autoscaling:ResumeProcesses", "autoscaling:TerminateInstanceInAutoScalingGroup",
-    "autoscaling:DescribeAutoScalingInstances", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions", "eks:DescribeCluster", "eks:ListClusters",
+    "autoscaling:DescribeAutoScalingInstances", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions",
+    "eks:DescribeCluster", "eks:ListClusters",
     "ssm:GetParameter", "ssm:GetParameters",
 )
 # What each cluster's remediation job calls: find its groups and their instances, terminate one.

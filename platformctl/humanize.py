@@ -1,4 +1,5 @@
-"""Durations as people read them and write them, shared by every part that prints or parses one (the server's tables, `ami prune`, `rotate`, canaries, policies)."""
+"""Durations as people read them and write them, shared by every part that prints or parses one (the server's
+tables, `ami prune`, `rotate`, canaries, policies)."""
 
 from __future__ import annotations
 

@@ -248,7 +248,7 @@ class LocalRegion:
             return
         try:
             self.ec2().describe_images(ImageIds=[image])
-        except Exception:  # noqa: BLE001 (moto's InvalidAMIID.NotFound / .Malformed)
+        except Exception:
             raise PlatformError(f"no image {image} in the local {self.stage.name} region (its nodes boot "
                                 f"{', '.join(sorted({n.image or '' for sim in self.clusters.values() for n in sim.list_nodes()}))})",
                                 field="AMI") from None

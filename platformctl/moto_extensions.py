@@ -19,7 +19,7 @@ it. Data that is already parsed is left as it is, so a moto that fixes this make
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 _FORMAT = "%Y-%m-%dT%H:%M:%S.000Z"
@@ -27,7 +27,7 @@ _FORMAT = "%Y-%m-%dT%H:%M:%S.000Z"
 
 def _deprecation_time(value: Any) -> str:
     at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    at = at.replace(tzinfo=at.tzinfo or timezone.utc).astimezone(timezone.utc)
+    at = at.replace(tzinfo=at.tzinfo or UTC).astimezone(UTC)
     at = (at + timedelta(seconds=30)).replace(second=0, microsecond=0)  # EC2 rounds to the nearest minute
     return at.strftime(_FORMAT)
 
@@ -90,6 +90,6 @@ def use_clock(now: Any) -> None:
     import moto.ec2.models.instances as instances
 
     def virtual_utcnow() -> datetime:
-        return datetime.fromtimestamp(now(), timezone.utc).replace(tzinfo=None)  # naive UTC, as moto's own
+        return datetime.fromtimestamp(now(), UTC).replace(tzinfo=None)  # naive UTC, as moto's own
 
     instances.utcnow = virtual_utcnow  # type: ignore[attr-defined]

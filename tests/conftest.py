@@ -12,6 +12,14 @@ from platformctl.cluster.simulator import SimulatedCluster
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests in a ``*_process.py`` module drive separate processes (the local region server, ``rotate run``,
+    ``remediate``, ``canary run``) and kill them: ``make test-fast`` leaves them out (``-m "not process"``)."""
+    for item in items:
+        if item.path.name.endswith("_process.py"):
+            item.add_marker(pytest.mark.process)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_running_local_region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A local region a developer left running in this checkout must not become the tests' AWS or Kubernetes."""

@@ -1,5 +1,6 @@
-"""The README's commands exist as it spells them: every `platformctl …` line of its code blocks names commands
-the CLI has, and every flag it shows is one that command takes."""
+"""The README's and the manual's commands exist as they spell them: every `platformctl …` line of their code blocks
+names commands the CLI has, and every flag it shows is one that command takes; the README stays short and every
+link in it and in docs/ leads to a file that exists."""
 
 from __future__ import annotations
 
@@ -10,18 +11,23 @@ import click
 
 from platformctl.cli import cli
 
-README = Path(__file__).parents[1] / "README.md"
+ROOT = Path(__file__).parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 CTX = click.Context(cli)
 
 
 def _command_lines() -> list[str]:
-    lines, block = [], False
-    for line in README.read_text().splitlines():
-        if line.startswith("```"):
-            block = not block
-            continue
-        if block and line.startswith("platformctl "):
-            lines.append(line.split("  #", 1)[0].split(" # ", 1)[0].strip().rstrip("\\").strip())
+    lines = []
+    for page in PAGES:
+        block = False
+        for line in page.read_text().splitlines():
+            if line.startswith("```"):
+                block = not block
+                continue
+            line = line.removeprefix(".venv/bin/")
+            if block and line.startswith("platformctl "):
+                lines.append(line.split("  #", 1)[0].split(" # ", 1)[0].strip().rstrip("\\").strip())
     return lines
 
 
@@ -66,3 +72,11 @@ def test_every_command_the_readme_shows_exists_with_its_flags() -> None:
             flags = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
             for flag in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", args):
                 assert flag in flags, f"README: {line!r}: {command.name} has no {flag}"
+
+
+def test_the_readme_is_short_and_every_link_leads_somewhere() -> None:
+    assert len(README.read_text().splitlines()) <= 200
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target:
+                assert (page.parent / target).exists(), f"{page.relative_to(ROOT)}: link to {target} leads nowhere"

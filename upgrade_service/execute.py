@@ -36,34 +36,34 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from platformctl import failpoints
 from platformctl.cluster.drain import drain_blocks_on
 from platformctl.cluster.informer import Informer, InformerStats
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Node, Pod, Snapshot, Taint, format_time
-from platformctl import failpoints
+from platformctl.cluster.scheduling import static_reason
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.nodegroups import GroupState, NodeGroups
 from platformctl.nodegroups.aws import NodeGroupError
 from platformctl.state import LeaseHeld, LeaseLost, StateStore
 from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as j
-from upgrade_service.gate import Question, ask
-from upgrade_service.remediate import remediation_holds
-from upgrade_service.journal import Journal, RunState, WaveState
-from upgrade_service.pacing import MutationPacer
 from upgrade_service.disruption import view_cluster
 from upgrade_service.fit import TRANSIENT_TAINT_PREFIXES, PoolCapacity, pool_capacity
+from upgrade_service.gate import Question, ask
+from upgrade_service.journal import Journal, RunState, WaveState
+from upgrade_service.pacing import MutationPacer
 from upgrade_service.plan import RotationPlan, Wave, plan_cluster
 from upgrade_service.policy import RotationPolicy
+from upgrade_service.remediate import remediation_holds
 from upgrade_service.report import build_report
 from upgrade_service.targets import resolve as resolve_targets
-from platformctl.cluster.scheduling import static_reason
 from upgrade_service.wave_drain import DrainStatus, Stuck, WaveDrain
 
 TAINT = Taint("platformctl.io/rotation", "outdated", "PreferNoSchedule")
 SCALABLE = ("ReplicaSet", "StatefulSet")
 
-# Exit codes of `rotate run`, documented in the README.
+# Exit codes of `rotate run`, documented in docs/commands.md and docs/rotate.md.
 EXIT_DONE, EXIT_HALTED, EXIT_BAD_INPUT, EXIT_LEASE_HELD, EXIT_PAUSED = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED = 130  # as a shell reports a command that Ctrl-C stopped
 

@@ -1,8 +1,9 @@
 """The health gate: may the next wave start?
 
 A policy names the stage's canaries (``healthGate: {canary: {window: 30m}}``: the canary verdict over the
-state store, the rotation's target images judged against the images they replace), or a command or a URL (``healthGate: {command: [...]}`` or ``{url: ...}``) that answers
-JSON ``{"verdict": "pass" | "fail" | "inconclusive", "reason": "..."}``. The executor asks before
+state store, the rotation's target images judged against the images they replace), or a command or a URL
+(``healthGate: {command: [...]}`` or ``{url: ...}``) that answers JSON
+``{"verdict": "pass" | "fail" | "inconclusive", "reason": "..."}``. The executor asks before
 every wave. An answer it cannot read (a command that crashed, a URL that is down, JSON without a
 verdict) is ``inconclusive``, never ``pass``: a gate that cannot tell must not let a wave through.
 The command gets ``PLATFORMCTL_CLUSTER``, ``PLATFORMCTL_STAGE`` and ``PLATFORMCTL_WAVE`` in its
@@ -101,7 +102,7 @@ def ask(gate: HealthGate | None, context: dict[str, str], canary: CanaryVerdict 
     assert gate.url is not None
     url = gate.url + ("&" if "?" in gate.url else "?") + urllib.parse.urlencode(context)
     try:
-        with urllib.request.urlopen(url, timeout=CHECK_TIMEOUT_SECONDS) as response:  # noqa: S310 (an operator's URL)
+        with urllib.request.urlopen(url, timeout=CHECK_TIMEOUT_SECONDS) as response:
             return _read(response.read().decode(errors="replace"), f"health gate {gate.url}")
     except urllib.error.HTTPError as exc:
         body = exc.read().decode(errors="replace")

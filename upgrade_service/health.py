@@ -22,7 +22,6 @@ from platformctl.humanize import hms
 from platformctl.nodegroups import Member
 from upgrade_service.remediation_policy import HEALTH_ANNOTATION, HEALTHY_VALUES, RemediationPolicy, allowed
 
-
 FIRST_STATUS_SECONDS = 10.0
 
 

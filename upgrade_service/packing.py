@@ -114,7 +114,7 @@ class WaveDraft:
         for key, count in node.spends.items():
             spends[key] = spends.get(key, 0) + count
             grace = node.budget_grace[key]
-            if grace > graces.get(key, 0):
+            if grace > graces.get(key, -1):  # set even when 0: every budget the wave spends has a grace
                 graces[key] = grace
             start = node.start.get(key, default)
             if start > starts.get(key, 0):

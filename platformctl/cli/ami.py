@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -237,7 +238,7 @@ def _duration(ctx: click.Context | None, param: click.Parameter | None, value: s
 def ami_prune(ctx: click.Context, names: tuple[str, ...], region: str | None, copy_to: tuple[str, ...], keep: int, grace: Any,
               lock_files: tuple[Path, ...], stack_files: tuple[Path, ...], dry_run: bool, output: str) -> None:
     """Retire old images: deprecate what retention and references let go, deregister it after the grace period."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from ami.prune import prune_images
     from platformctl.topology import default_infra_dir
@@ -252,7 +253,7 @@ def ami_prune(ctx: click.Context, names: tuple[str, ...], region: str | None, co
         stack_files = tuple(sorted(Path(infra_dir).glob("Pulumi.*.yaml")))
     store = _store(region, copy_to)
     with _aws_errors():
-        report = prune_images(store, keep=keep, grace=grace, now=datetime.now(timezone.utc), names=names,
+        report = prune_images(store, keep=keep, grace=grace, now=datetime.now(UTC), names=names,
                               lock_files=lock_files, stack_files=stack_files, dry_run=dry_run)
     if output == "json":
         emit_json(report.to_dict())

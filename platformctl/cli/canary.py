@@ -60,6 +60,7 @@ def canary_list(folder: Path | None, output: str) -> None:
 
 
 from platformctl.cli.rotate import STATE_HELP  # noqa: E402
+
 RUN_EXIT_HELP = "exit 0 every check ok, 1 a check failed or timed out, 2 bad input, 3 another runner holds a cluster's lease"
 
 
@@ -99,10 +100,10 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
     if not keep > 0:
         raise PlatformError("must be longer than 0", field="--retention")
     from e2e_canary.runner import Runner, stream_of
+    from platformctl.cli.stores import store_for
     from platformctl.cluster.live import LiveCluster
     from platformctl.errors import PlatformError
     from platformctl.server.control import default_kubeconfig
-    from platformctl.cli.stores import store_for
     from platformctl.state import LeaseHeld
     from platformctl.state.lease import LeaseKeeper, holder_id
     from platformctl.topology import load_stage
@@ -226,12 +227,12 @@ def canary_verdict(ctx: click.Context, stage_name: str, window: str, baseline: s
     """The stage's verdict from the canaries' stored results, as JSON."""
     import time
 
-    from platformctl.cli.stores import store_for
-    from platformctl.humanize import parse_duration as seconds
     from e2e_canary.judge import load_config
     from e2e_canary.runner import newest_at, results
     from e2e_canary.verdict import stage_verdict
+    from platformctl.cli.stores import store_for
     from platformctl.errors import PlatformError
+    from platformctl.humanize import parse_duration as seconds
 
     try:
         span = float(seconds(window))

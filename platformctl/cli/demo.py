@@ -15,7 +15,6 @@ verdicts, and the invariants checked on the event log.
 from __future__ import annotations
 
 import dataclasses
-
 import functools
 import json
 import shutil

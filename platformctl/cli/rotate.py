@@ -164,9 +164,8 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
             name, now = policy.cluster or snapshot_file.stem, _snapshot_time(snap)
             capacity = None  # a snapshot shows no group: new nodes are read from the pool's nodes, their room unknown
         else:
-            from upgrade_service.fit import pool_capacity
-
             from platformctl.nodegroups.aws import NodeGroupError
+            from upgrade_service.fit import pool_capacity
 
             snap, name, now = _live_snapshot(kubeconfig, context)
             try:

@@ -27,7 +27,6 @@ from typing import Any
 from platformctl.cluster.constraints import PodAffinityTerm, SpreadConstraint
 from platformctl.cluster.model import Node, Pod, Resources, Taint
 
-
 # ---------------------------------------------------------------------------------------------- static filters
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from platformctl.clock import VirtualClock
+from platformctl.cluster.controllers import daemonset, job, replicaset, statefulset
 from platformctl.cluster.model import (
     ANNOTATION_RUN_SECONDS,
     ANNOTATION_START_SECONDS,
@@ -60,9 +61,15 @@ from platformctl.cluster.model import (
     eviction_decision,
     snapshot_document,
 )
-from platformctl.cluster.controllers import daemonset, job, replicaset, statefulset
-from platformctl.cluster.scheduling import InterPodIndex, affinity_admits, prefers_not, resource_reasons, static_reason, \
-    unschedulable_message, untolerated
+from platformctl.cluster.scheduling import (
+    InterPodIndex,
+    affinity_admits,
+    prefers_not,
+    resource_reasons,
+    static_reason,
+    unschedulable_message,
+    untolerated,
+)
 from platformctl.cluster.selectors import LabelSelector, parse_selector_string
 from platformctl.cluster.sim_watch import ChangeLog, SimulatedInformer
 from platformctl.errors import NotFoundError, PlatformError

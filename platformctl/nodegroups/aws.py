@@ -14,7 +14,6 @@ from platformctl import aws
 from platformctl.errors import PlatformError
 from platformctl.nodegroups import GroupState, InstanceState, Member
 
-
 CLUSTER_TAG = "eks:cluster-name"  # on every group of an EKS cluster's nodes, as EKS and the stage's program tag them
 
 

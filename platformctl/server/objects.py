@@ -36,7 +36,6 @@ from platformctl.cluster.simulator import SimulatedCluster
 from platformctl.cluster.workloads import Workload
 from platformctl.errors import PlatformError
 
-
 # ------------------------------------------------------------------------------------ change log
 
 

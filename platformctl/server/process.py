@@ -109,9 +109,8 @@ class Server:
     def start(self) -> None:
         from werkzeug.serving import make_server
 
-        from platformctl.server.awslog import AwsCallLog, RecordingMotoServer
-
         from platformctl import moto_extensions
+        from platformctl.server.awslog import AwsCallLog, RecordingMotoServer
 
         moto_extensions.install()  # AMI deprecation, which `ami prune` uses
         os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"  # the program attaches AWS managed policies

@@ -98,6 +98,6 @@ class LeaseKeeper:
         if self.lease is not None and self.lost is None:
             try:
                 self.store.release(self.lease)
-            except Exception as exc:  # noqa: BLE001 - the lease lapses after its TTL anyway
+            except Exception as exc:
                 self.last_error = f"release failed: {exc}"
         self.lease = None

@@ -13,7 +13,7 @@ from ami.manifest import load_manifests
 REGION, COPY = "us-west-2", "us-east-1"
 
 
-def ec2(region: str = REGION):  # noqa: ANN201
+def ec2(region: str = REGION):
     return boto3.client("ec2", region_name=region)
 
 
@@ -49,13 +49,13 @@ def running_builders() -> list[str]:
     return [i["InstanceId"] for r in reservations for i in r["Instances"] if i["State"]["Name"] not in ("terminated", "shutting-down")]
 
 
-def fail_on(operation: str, when=lambda params: True):  # noqa: ANN001, ANN201
+def fail_on(operation: str, when=lambda params: True):
     """Make AWS refuse ``operation`` for clients made from now on (botocore's own event hooks); returns the undo."""
     def refuse(params: dict, **_: object) -> None:
         if when(params):
             raise ClientError({"Error": {"Code": "InternalError", "Message": f"{operation} refused by the test"}}, operation)
 
-    session = boto3._get_default_session()  # noqa: SLF001 (the session platformctl.aws makes clients from)
+    session = boto3._get_default_session()
     event = f"before-parameter-build.{'ssm' if operation == 'PutParameter' else 'ec2'}.{operation}"
     session.events.register(event, refuse)
     return lambda: session.events.unregister(event, refuse)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ WEEK = timedelta(days=7)
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def release_ml(folder: Path, times: int) -> None:
@@ -74,7 +74,7 @@ def record_calls() -> tuple[list[tuple[str, str]], Callable[[], None]]:
         if model.name in ("EnableImageDeprecation", "DisableImageDeprecation", "DeregisterImage"):
             calls.append((model.name, params["ImageId"]))
 
-    session = boto3._get_default_session()  # noqa: SLF001 (the session platformctl.aws makes clients from)
+    session = boto3._get_default_session()
     session.events.register("before-parameter-build.ec2.*", record)
     return calls, lambda: session.events.unregister("before-parameter-build.ec2.*", record)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from e2e_canary.measure import NotStarted, Startup, startup
 from platformctl.cluster.model import Container, Pod, Resources, parse_pod
 from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
-from e2e_canary.measure import NotStarted, Startup, startup
 
 
 def cluster() -> SimulatedCluster:

@@ -14,7 +14,6 @@ from infra.mocked import run_stage
 from infra.policy.rules import RULES, policies, violations
 from platformctl.errors import PlatformError
 from platformctl.topology import load_stage, read_stack_config
-
 from tests.infra.images import stack_config
 
 from .test_program import declared

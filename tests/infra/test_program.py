@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import json
 import inspect
+import json
 import re
 from collections import Counter
 from functools import cache

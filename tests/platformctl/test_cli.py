@@ -17,7 +17,7 @@ from tests.conftest import FIXTURES
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 
 
-def run(*args: str) -> "CliRunner.invoke":  # type: ignore[name-defined]
+def run(*args: str) -> CliRunner.invoke:  # type: ignore[name-defined]
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 

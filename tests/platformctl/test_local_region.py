@@ -76,7 +76,9 @@ def test_terminated_instance_loses_its_node_and_the_replacement_boots_the_templa
     pool = next(p for p in cluster.node_pools if p.name == "general")
     name = f"{cluster.name}-general"
     sim = region.cluster(cluster.name)
-    region.ec2().create_launch_template_version(LaunchTemplateName=name, SourceVersion="1", LaunchTemplateData={"ImageId": "ami-0fresh000000000001", "InstanceType": pool.instance_type})
+    region.ec2().create_launch_template_version(LaunchTemplateName=name, SourceVersion="1",
+                                                LaunchTemplateData={"ImageId": "ami-0fresh000000000001",
+                                                                    "InstanceType": pool.instance_type})
     victim = sim.list_nodes("eks.amazonaws.com/nodegroup=general")[0]
     region.autoscaling().terminate_instance_in_auto_scaling_group(InstanceId=victim.instance_id, ShouldDecrementDesiredCapacity=False)
     region.advance(region.sync_seconds)

@@ -18,7 +18,7 @@ durations: {nodeBootSeconds: {default: 180, ml: 420}, podStartSeconds: 30}
 """
 
 
-def run(*args: str):  # noqa: ANN201
+def run(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 

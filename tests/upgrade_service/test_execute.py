@@ -35,7 +35,7 @@ from upgrade_service.journal import control, read_state
 from upgrade_service.report import build_report
 
 
-def nodes_on(sim, image):  # noqa: ANN001, ANN201
+def nodes_on(sim, image):
     return sorted(n.name for n in sim.list_nodes() if n.image == image)
 
 
@@ -255,7 +255,7 @@ def test_a_gate_that_crashed_or_answered_an_error_status_never_passes_whatever_i
     assert ask(HealthGate(command=(sys.executable, "-c", said_fail)), {"cluster": "c"}).verdict == "fail"
 
     class Answer(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the handler's name is the standard library's
+        def do_GET(self) -> None:
             body = json.dumps({"verdict": "pass", "reason": "fine"}).encode()
             self.send_response(503 if "down" in self.path else 200)
             self.send_header("Content-Type", "application/json")
@@ -331,7 +331,7 @@ def test_pause_stops_after_the_current_wave_and_resume_lets_the_next_run_go_on(t
     run = executor(sim, tmp_path, {"maxInFlight": 1})
     paused = []
 
-    def pause_during_wave_one(view):  # noqa: ANN001, ANN202
+    def pause_during_wave_one(view):
         if view.phase == "drain" and not paused:
             paused.append(control(run.store, "test", "pause", "oncall@example", "investigating", sim.now()))
 
@@ -353,7 +353,7 @@ def test_abort_uncordons_and_untaints_what_the_run_held(tmp_path: Path) -> None:
     sim = serving(3)
     run = executor(sim, tmp_path, {"maxInFlight": 1})
 
-    def abort_in_drain(view):  # noqa: ANN001, ANN202
+    def abort_in_drain(view):
         if view.phase == "drain" and run.state.abort is None:
             control(run.store, "test", "abort", "oncall@example", "wrong image", sim.now())
 
@@ -389,7 +389,7 @@ def test_nodes_failing_mid_run_are_replanned_around(tmp_path: Path) -> None:
     run = executor(sim, tmp_path, {"maxInFlight": 1})
     failed = []
 
-    def an_instance_fails(view):  # noqa: ANN001, ANN202
+    def an_instance_fails(view):
         if view.wave == 2 and not failed:
             victim = next(n for n in sim.list_nodes() if n.image == OLD and n.name not in view.in_flight)
             failed.append(victim.name)
@@ -412,9 +412,9 @@ def test_a_second_run_on_the_cluster_exits_at_once(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "state.db")
     held = LeaseKeeper(store, "rotation/test", "other-host:42:abc", ttl=60)
     held.acquire()
+    from platformctl.nodegroups.simulated import SimulatedNodeGroups
     from upgrade_service.execute import Options, Target
     from upgrade_service.policy import parse_policy
-    from platformctl.nodegroups.simulated import SimulatedNodeGroups
 
     outcome = run_cluster(Target("test", sim, SimulatedNodeGroups(sim)), parse_policy({}, "p.yaml"), store, Options(), "me")
     assert (outcome.status, outcome.exit_code) == ("lease-held", EXIT_LEASE_HELD)
@@ -457,7 +457,7 @@ def test_a_workload_deleted_during_a_wave_is_not_waited_for(tmp_path: Path) -> N
     run = executor(sim, tmp_path, {"maxInFlight": 2})
     waited = run._wait_pods_ready
 
-    def deleted_first(owners):  # noqa: ANN001, ANN202
+    def deleted_first(owners):
         for namespace in {o["namespace"] for o in owners.values()}:
             sim.delete_namespace(namespace)  # the moment the wave starts waiting on the evicted pods
         return waited(owners)
@@ -470,7 +470,7 @@ def test_a_workload_deleted_during_a_wave_is_not_waited_for(tmp_path: Path) -> N
     assert nodes_on(sim, OLD) == []
 
 
-def settled_one_at_a_time(sim, name: str, settle: float) -> list[float]:  # noqa: ANN001
+def settled_one_at_a_time(sim, name: str, settle: float) -> list[float]:
     """Evictions of ``name``'s pods, checked to be one at a time: each after the last evicted pod's successor was
     Ready and had settled ``settle`` seconds. Returns the eviction times."""
     evicted = [(e.time, e.name) for e in sim.events if e.kind == sim_events.POD_EVICTED and e.name.startswith(f"{name}-")]
@@ -538,7 +538,7 @@ def test_an_eviction_refused_because_another_client_spent_the_budget_is_counted_
     evict = sim.evict
     raced: list[str] = []
 
-    def someone_else_first(namespace: str, name: str):  # noqa: ANN202
+    def someone_else_first(namespace: str, name: str):
         if not raced:  # another operator's `kubectl drain` spends the budget's one disruption a moment earlier
             other = next(p for p in sim.list_pods(namespace=namespace) if p.name != name and p.ready and not p.terminating)
             assert evict(namespace, other.name).allowed

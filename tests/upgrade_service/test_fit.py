@@ -15,11 +15,9 @@ import pytest
 
 from platformctl.cluster.model import parse_snapshot
 from platformctl.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, executor, harm, longest_pending, new_image, rotate, \
-    service
+from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, executor, harm, longest_pending, new_image, rotate, service
 from upgrade_service.journal import read_state
 from upgrade_service.plan import RotationPlan, plan_cluster
-from upgrade_service.policy import parse_policy
 
 BOOT = 120.0
 GRACE = 30

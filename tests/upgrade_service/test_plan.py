@@ -13,11 +13,11 @@ from upgrade_service.plan import plan_cluster, plan_region
 NOW = datetime.fromisoformat(STAMP.replace("Z", "+00:00")).timestamp()
 
 
-def waves_of(plan):  # noqa: ANN001, ANN201
+def waves_of(plan):
     return [list(w.nodes) for w in plan.waves]
 
 
-def blocked_of(plan):  # noqa: ANN001, ANN201
+def blocked_of(plan):
     return {b.node: b for b in plan.blocked}
 
 
@@ -292,7 +292,7 @@ def test_wait_for_completion_waves_go_last_and_wait_for_their_bound() -> None:
 
 
 def test_region_plan_goes_zone_by_zone_with_the_host_as_the_policy_says() -> None:
-    def one(zone: str):  # noqa: ANN202
+    def one(zone: str):
         return snapshot(node(f"{zone}-n", zone=zone))
 
     places = [ClusterPlace("host", None), ClusterPlace("a-01", "z-a"), ClusterPlace("a-02", "z-a"), ClusterPlace("b-01", "z-b")]
@@ -325,3 +325,17 @@ def test_improvement_pass_moves_a_node_that_alone_slows_its_wave() -> None:
     after = improve(waves, limits)
     assert sum(w.cost for w in after) < before
     assert sorted(len(w.nodes) for w in after) == [3]  # kv and db are different workloads: one wave suffices
+
+
+def test_pods_with_no_grace_period_under_a_budget_are_planned_and_paced() -> None:
+    """Pods that end at once (terminationGracePeriodSeconds: 0, as canaries' are) still pace their budget; a
+    rotation of a cluster running one once stopped on a KeyError while packing."""
+    nodes = [node(f"n{i}") for i in range(4)]
+    pods = [pod(f"w{i}", on=f"n{i % 4}", grace=0) for i in range(8)]
+    pol = policy(maxInFlight=4, zoneAtATime=False, durations={"nodeBootSeconds": 100, "podStartSeconds": 10})
+    plan = plan_cluster(snapshot(*nodes, *pods, pdb("web", match_labels={"app": "web"}, allowed=1)), pol, NOW)
+    assert sorted(n for w in waves_of(plan) for n in w) == ["n0", "n1", "n2", "n3"]
+    # one at a time, each round waits for the last one's successor to start: (pods in the wave - 1) x 10 s
+    for wave in plan.waves:
+        pods_in_wave = 2 * len(wave.nodes)
+        assert wave.drain_seconds == (pods_in_wave - 1) * 10

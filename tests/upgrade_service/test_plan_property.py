@@ -77,7 +77,7 @@ def build(pools: list[tuple[str, str, int]], specs: list, current: set[int], see
     fields=policies,
     seed=st.integers(0, 3),
 )
-def test_every_plan_obeys_the_rules(pools, specs, current, fields, seed) -> None:  # noqa: ANN001
+def test_every_plan_obeys_the_rules(pools, specs, current, fields, seed) -> None:
     doc, sim = build(pools, specs, current, seed)
     snap = parse_snapshot(doc, "prop.json")
     policy = parse_policy({"targets": {"general": "ami-new", "ml": "ami-new"}, **fields}, "prop.yaml")

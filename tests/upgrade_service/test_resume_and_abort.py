@@ -23,7 +23,7 @@ SETTLE = 300
 ONE_AT_A_TIME = {"platformctl.io/rotation": "one-at-a-time", "platformctl.io/settle-seconds": str(SETTLE)}
 
 
-def kv_cluster():  # noqa: ANN201
+def kv_cluster():
     """Two nodes, a StatefulSet of two one-at-a-time replicas (one a node) that settles 300 s after each move."""
     sim = cluster({"general": 2})
     service(sim, "kv", 2, kind="StatefulSet", start=20, annotations=ONE_AT_A_TIME)
@@ -33,7 +33,7 @@ def kv_cluster():  # noqa: ANN201
     return sim
 
 
-def evictions_settled(sim) -> list[tuple[float, float]]:  # noqa: ANN001
+def evictions_settled(sim) -> list[tuple[float, float]]:
     """For each eviction of a kv pod after the first: (when the previous one's successor was Ready, when it came)."""
     evicted = [(e.time, e.name) for e in sim.events if e.kind == sim_events.POD_EVICTED]
     ready = [(e.time, e.name) for e in sim.events if e.kind == sim_events.POD_READY]
@@ -90,7 +90,7 @@ def test_abort_while_a_dead_runs_lease_is_live_says_when_or_waits_for_it(tmp_pat
         executor(sim, tmp_path, {"maxInFlight": 1}).run()
     dead = LeaseKeeper(store, j.stream_of("test"), "dead-run", 1.0)
     dead.acquire()
-    dead._stop.set()  # it stops renewing, as a killed process does  # noqa: SLF001
+    dead._stop.set()  # it stops renewing, as a killed process does
     j.control(store, "test", "abort", "tester", "", sim.now())
     connect = lambda: Target("test", sim, SimulatedNodeGroups(sim))  # noqa: E731
     told = abort_cluster(store, "test", connect, "tester", wait=False)

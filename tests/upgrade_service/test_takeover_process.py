@@ -80,7 +80,9 @@ def test_a_run_paused_past_its_lease_and_taken_over_changes_nothing_once_continu
     out, err = first.communicate(timeout=120)
     assert first.returncode != 0, (out, err)
     said = json.loads(out)["clusters"][0]
-    assert said["status"] == "lost-lease" and "may have expired" in said["reason"], said
+    # Whichever notices first once it runs again, its own clock or the store's answer to a renewal, it stops.
+    assert said["status"] == "lost-lease", said
+    assert "may have expired" in said["reason"] or "is no longer held" in said["reason"], said
     time.sleep(1.0)
     assert side_effects(region) == settled  # not one call or event after the takeover finished
     terminated = Counter(c["params"]["InstanceId"] for c in get(region, "/platformctl/v1/aws-calls")["calls"]

@@ -16,12 +16,12 @@ from platformctl.cluster.simulator import build_node
 from platformctl.errors import PlatformError
 
 
-def node(name: str, zone: str = "us-east-1a", pool: str = "general", itype: str = "m6i.large", **kw: Any):  # noqa: ANN201
+def node(name: str, zone: str = "us-east-1a", pool: str = "general", itype: str = "m6i.large", **kw: Any):
     return build_node(name=name, zone=zone, instance_type=itype, pool=pool, image="ami-1", instance_id=f"i-{name}", **kw)
 
 
 def pod(name: str, *, ns: str = "app", labels: dict[str, str] | None = None, cpu: str = "100m", spec: dict[str, Any] | None = None,
-        node_name: str | None = None):  # noqa: ANN201
+        node_name: str | None = None):
     raw = {"metadata": {"name": name, "namespace": ns, "labels": labels or {"app": "web"}},
            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}],
                     **({"nodeName": node_name} if node_name else {}), **(spec or {})}}

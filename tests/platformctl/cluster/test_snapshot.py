@@ -78,11 +78,13 @@ def test_pdb_status_in_a_snapshot_is_what_the_controller_computes() -> None:
         ('{"kind": "List", "items": [{"kind": "Service", "metadata": {"name": "x"}}]}', "items[0].kind", "unsupported kind 'Service'"),
         ('{"kind": "List", "items": [{"kind": "Node", "metadata": {}}]}', "items[0].metadata.name", "required string is missing"),
         ('{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", '
-         '"resources": {"requests": {"cpu": "lots"}}}]}}]}', "items[0].spec.containers[0].resources.requests.cpu", "'lots' is not a Kubernetes quantity"),
+         '"resources": {"requests": {"cpu": "lots"}}}]}}]}', "items[0].spec.containers[0].resources.requests.cpu",
+         "'lots' is not a Kubernetes quantity"),
         ('{"kind": "List", "items": [{"kind": "PodDisruptionBudget", "metadata": {"name": "b"}, "spec": {"minAvailable": "half"}}]}',
          "items[0].spec.minAvailable", "must be an integer or a percentage"),
         ('{"kind": "List", "items": [{"kind": "PodDisruptionBudget", "metadata": {"name": "b"}, "spec": {"selector": '
-         '{"matchExpressions": [{"key": "a", "operator": "Like"}]}}}]}', "items[0].spec.selector.matchExpressions[0].operator", "operator must be one of"),
+         '{"matchExpressions": [{"key": "a", "operator": "Like"}]}}}]}', "items[0].spec.selector.matchExpressions[0].operator",
+         "operator must be one of"),
         ('{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n"}}, {"kind": "Node", "metadata": {"name": "n"}}]}',
          "items", "node n appears twice"),
     ],

@@ -16,8 +16,8 @@ from platformctl.cluster.model import load_snapshot
 from platformctl.cluster.simulator import SimulatedCluster
 from platformctl.cluster.synthetic import synthetic_cluster
 from platformctl.server.kubeapi import KubeAPI
-from platformctl.server.process import kubeconfig
 from platformctl.server.objects import ClusterState
+from platformctl.server.process import kubeconfig
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 TABLE = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}

@@ -58,7 +58,7 @@ def test_a_holder_paused_past_its_lease_fails_its_first_write_even_if_its_clock_
     store = SQLiteStore(tmp_path / "state.db")
     paused = LeaseKeeper(store, "rotation/c1", "run-a", ttl=1.0)
     paused.acquire()
-    paused._stop.set()  # frozen: no renewal happens  # noqa: SLF001
+    paused._stop.set()  # frozen: no renewal happens
     journal = Journal(store, "c1", WallClock(), paused)
     time.sleep(1.05)
     taker = LeaseKeeper(store, "rotation/c1", "run-b", ttl=30.0)

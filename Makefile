@@ -24,6 +24,7 @@ test-fast: $(STAMP)
 
 check: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 bench: $(STAMP)

@@ -144,7 +144,7 @@ def plan_builds(manifests: ManifestSet, store: ImageStore, only: Iterable[str] =
         if image.parent is not None and image.parent in rebuilt:
             reason = f"parent {image.parent} is rebuilt"
         else:
-            base = unchanged.get(image.parent) if image.parent else store.resolve_source(image.source, image.file)  # type: ignore[arg-type]
+            base = unchanged.get(image.parent) if image.parent else store.resolve_source(image.source, image.file)  # type: ignore[arg-type]  # no parent: a source
             if base is None:  # the parent is outside the scope and was never built
                 raise PlatformError(f"parent {image.parent} has no built image yet: build it too", file=image.file,
                                     field="parent")
@@ -228,21 +228,21 @@ def build_images(manifests: ManifestSet, plan: BuildPlan, store: ImageStore, wor
                 ids[name] = built.image_id
                 report.images.append(built)
         if failures:
-            name, exc = failures[0]
-            if isinstance(exc, PlatformError):
-                raise exc
-            raise PlatformError(f"build of {name} failed: {exc}", file=manifests.images[name].file) from exc
+            failed, error = failures[0]
+            if isinstance(error, PlatformError):
+                raise error
+            raise PlatformError(f"build of {failed} failed: {error}", file=manifests.images[failed].file) from error
     return report
 
 
 def _build_one(image: ImageManifest, ids: dict[str, str], store: ImageStore, progress: Callable[[str], None]) -> BuiltImage:
-    base = ids[image.parent] if image.parent else store.resolve_source(image.source, image.file)  # type: ignore[arg-type]
+    base = ids[image.parent] if image.parent else store.resolve_source(image.source, image.file)  # type: ignore[arg-type]  # no parent: a source
     fp = fingerprint(image, base)
     existing = store.find(fp)
     if existing is not None:  # built meanwhile, by this or another process
-        copies = {r: i["ImageId"] for r in store.extra_regions if (i := store.find(fp, r)) is not None}
+        found = {r: i["ImageId"] for r in store.extra_regions if (i := store.find(fp, r)) is not None}
         _publish(image, existing["ImageId"], store)
-        return BuiltImage(image.name, image.version, existing["ImageId"], fp, copies, built=False)
+        return BuiltImage(image.name, image.version, existing["ImageId"], fp, found, built=False)
     ec2 = store.ec2()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     tags = {**image.config.get("tags", {}), "Name": f"{image.name}-{image.version}", f"{TAG}name": image.name,

@@ -57,7 +57,7 @@ class Replace:
 
 
 # libyaml's loader when PyYAML was built with it (the wheels are), the pure-Python one otherwise.
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # libyaml's loader when built with it
     pass
 
 
@@ -66,7 +66,7 @@ def _replace(loader: yaml.SafeLoader, node: yaml.Node) -> Replace:
         return Replace(loader.construct_sequence(node, deep=True))
     if isinstance(node, yaml.MappingNode):
         return Replace(loader.construct_mapping(node, deep=True))
-    return Replace(loader.construct_scalar(node))  # type: ignore[arg-type]
+    return Replace(loader.construct_scalar(node))
 
 
 _Loader.add_constructor("!replace", _replace)

@@ -140,9 +140,9 @@ def account_references(region: str, refs: References) -> None:
             specs += [o.get("LaunchTemplateSpecification") for o in mixed.get("Overrides", [])]
             for spec in filter(None, specs):
                 version = spec.get("Version") or "$Default"
-                which = {"LaunchTemplateId": spec["LaunchTemplateId"]} if spec.get("LaunchTemplateId") else {
+                named = {"LaunchTemplateId": spec["LaunchTemplateId"]} if spec.get("LaunchTemplateId") else {
                     "LaunchTemplateName": spec["LaunchTemplateName"]}
-                for v in ec2.describe_launch_template_versions(**which, Versions=[version])["LaunchTemplateVersions"]:
+                for v in ec2.describe_launch_template_versions(**named, Versions=[version])["LaunchTemplateVersions"]:
                     refs.add(v.get("LaunchTemplateData", {}).get("ImageId"),
                              f"auto scaling group {group['AutoScalingGroupName']} "
                              f"(launch template {v['LaunchTemplateName']} version {v['VersionNumber']})")
@@ -281,7 +281,7 @@ def prune_images(store: ImageStore, *, keep: int, grace: timedelta, now: datetim
         if d.action == "restore":
             ec2.disable_image_deprecation(ImageId=d.image_id)
         if d.deprecate_now:
-            ec2.enable_image_deprecation(ImageId=d.image_id, DeprecateAt=_parse_time(d.deprecation_time))
+            ec2.enable_image_deprecation(ImageId=d.image_id, DeprecateAt=_parse_time(d.deprecation_time or ""))
         if d.action == "deregister":
             _deregister(store, d, published, report)
     for region in (store.region, *store.extra_regions):

@@ -32,6 +32,8 @@ from croniter import croniter
 
 from e2e_canary.definitions import Canary
 from e2e_canary.measure import Startup, startup
+from platformctl.clock import Clock
+from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
 from platformctl.errors import ApiRefused, NotFoundError
 
@@ -57,7 +59,7 @@ class Check:
 
     canary: Canary
     namespace: str
-    cluster: Any
+    cluster: Cluster
     poll: float
     labels: dict[str, str]
     started: float = 0.0
@@ -66,7 +68,7 @@ class Check:
     nodes: dict[str, Node] = field(default_factory=dict)
 
     @property
-    def clock(self) -> Any:
+    def clock(self) -> Clock:
         return self.cluster.clock
 
     # ---------------------------------------------------------------- objects
@@ -298,10 +300,13 @@ def cron(check: Check) -> list[Row]:
             pods = check.pods(selector)
             check.startups(pods, seen)
             status = (check.get("Job", job_name) or {}).get("status") or {}
-            return status.get("succeeded", 0) >= (c.completions or c.parallelism)
+            return bool(status.get("succeeded", 0) >= (c.completions or c.parallelism))
+
+        def its_pods(selector: str = job_selector) -> list[Pod]:
+            return check.pods(selector)
 
         try:
-            check.wait(f"CronJob {name}: run {job_name} complete", done, lambda s=job_selector: check.pods(s))
+            check.wait(f"CronJob {name}: run {job_name} complete", done, its_pods)
         except CheckFailed as failed:
             rows.append({"outcome": failed.outcome, "reason": failed.reason,
                          "metrics": {"fire_lateness_seconds": lateness}})
@@ -362,8 +367,8 @@ def daemon(check: Check) -> list[Row]:
             rows.append({**where, "outcome": "fail", "reason": f"DaemonSet {name}: its pod on {node_name} (image "
                          f"{where['image']}): {stuck[node_name]} for {c.ready_deadline_seconds} s", "metrics": {}})
         elif any(node_of.get(pod) == node_name for pod in check.disrupted):
-            pod, reason = next((p, r) for p, r in check.disrupted.items() if node_of.get(p) == node_name)
-            rows.append({**where, "outcome": "disrupted", "reason": f"DaemonSet {name}: its pod {pod} on {node_name} was "
+            taken, reason = next((p, r) for p, r in check.disrupted.items() if node_of.get(p) == node_name)
+            rows.append({**where, "outcome": "disrupted", "reason": f"DaemonSet {name}: its pod {taken} on {node_name} was "
                          f"taken away by the platform ({reason})", "metrics": {}})
         else:
             rows.append({**where, "outcome": "timeout", "reason": f"DaemonSet {name}: no Ready pod on {node_name} within "

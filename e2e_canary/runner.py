@@ -189,15 +189,15 @@ class Runner:
         present = self.arms()
         for arm in present:
             for i in range(canary.pods_per_arm):
-                pod = self._pod(canary, attempt, namespace, arm, i)
+                made = self._pod(canary, attempt, namespace, arm, i)
                 try:
-                    self.cluster.create_pod(pod)
+                    self.cluster.create_pod(made)
                 except ApiRefused as exc:
                     outcome = "fail" if exc.status >= 500 else "infra_error"
                     results.append(self._record(canary, attempt, arm, outcome,
-                                                f"the API server answered {exc.status} to creating pod {pod.name}: {exc.detail}", {}))
+                                                f"the API server answered {exc.status} to creating pod {made.name}: {exc.detail}", {}))
                     continue
-                arms[pod.name] = (arm, i, False)
+                arms[made.name] = (arm, i, False)
         self.progress(f"{self.name}: {canary.name}: {len(arms)} pods on {len(present)} arms, waiting up to {canary.deadline} s")
         done: dict[str, dict[str, Any]] = {}
         while True:

@@ -102,7 +102,7 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
     """Declare the stage's resources; returns the stack outputs."""
     name = stage.name
     network = Network(name, name, stage.topology.vpc_cidr, stage.zones)
-    common = {"stage": name, "region": stage.region, "version": settings.kubernetes_version, "vpc_id": network.vpc_id,
+    common: dict[str, Any] = {"stage": name, "region": stage.region, "version": settings.kubernetes_version, "vpc_id": network.vpc_id,
               "public_access_cidrs": settings.public_access_cidrs, "images": images}
     host = HostCluster(stage.host_cluster, private_subnets=network.private_subnets, **common)
     members = [MemberCluster(m, stage_zones=stage.zones, private_subnets=network.private_subnets, **common)
@@ -155,7 +155,9 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
 
     clusters: dict[str, Any] = {}
     pools: dict[str, Any] = {}
-    for spec, cluster in [(stage.host_cluster, host), *zip(stage.member_clusters, members, strict=True)]:
+    placed: list[tuple[Any, HostCluster | MemberCluster]] = [(stage.host_cluster, host),
+                                                              *zip(stage.member_clusters, members, strict=True)]
+    for spec, cluster in placed:
         clusters[spec.name] = {"role": "host" if cluster is host else "member", "zones": list(spec.zones),
                                "endpoint": cluster.endpoint, "oidcIssuer": cluster.oidc_issuer}
         for pool_name, pool in cluster.node_pools.items():

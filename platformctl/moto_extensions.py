@@ -62,7 +62,7 @@ def _parsing_user_data(create_version: Any) -> Any:
             data = {**data, "UserData": parse_user_data(raw)}
         return create_version(self, data, description)
 
-    create_version_with_user_data.platformctl_patched = True  # type: ignore[attr-defined]
+    create_version_with_user_data.platformctl_patched = True  # type: ignore[attr-defined]  # a mark on a function object
     return create_version_with_user_data
 
 
@@ -73,10 +73,10 @@ def install() -> None:
     from moto.ec2.responses.amis import AmisResponse
 
     if not getattr(LaunchTemplate.create_version, "platformctl_patched", False):
-        LaunchTemplate.create_version = _parsing_user_data(LaunchTemplate.create_version)  # type: ignore[method-assign]
+        LaunchTemplate.create_version = _parsing_user_data(LaunchTemplate.create_version)
 
     if not hasattr(Ami, "deprecation_time"):
-        Ami.deprecation_time = None  # type: ignore[attr-defined]
+        Ami.deprecation_time = None
     for name, action in (("enable_image_deprecation", _enable_image_deprecation),
                          ("disable_image_deprecation", _disable_image_deprecation)):
         if not hasattr(AmisResponse, name):
@@ -92,4 +92,4 @@ def use_clock(now: Any) -> None:
     def virtual_utcnow() -> datetime:
         return datetime.fromtimestamp(now(), UTC).replace(tzinfo=None)  # naive UTC, as moto's own
 
-    instances.utcnow = virtual_utcnow  # type: ignore[attr-defined]
+    instances.utcnow = virtual_utcnow

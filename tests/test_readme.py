@@ -80,3 +80,10 @@ def test_the_readme_is_short_and_every_link_leads_somewhere() -> None:
         for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text()):
             if "://" not in target:
                 assert (page.parent / target).exists(), f"{page.relative_to(ROOT)}: link to {target} leads nowhere"
+
+
+def test_the_policy_reference_is_the_one_the_models_generate() -> None:
+    from platformctl.cli.reference import render
+
+    page = ROOT / "docs" / "policy-reference.md"
+    assert page.read_text() == render(), "docs/policy-reference.md is stale: python -m platformctl.cli.reference > docs/policy-reference.md"

@@ -34,6 +34,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from platformctl import failpoints
@@ -235,9 +236,9 @@ class Executor:
         described = {g: self.groups.describe(g) for g in sorted(set(group_of.values()))}
         images = {g: d.image for g, d in described.items()}
         resolved = resolve_targets(policy, nodes, group_of, images)
-        for pool, message in resolved.mismatches.items():
+        for mismatched, message in resolved.mismatches.items():
             if first:
-                raise PlatformError(message, file=policy.source, field=f"targets.{pool}")
+                raise PlatformError(message, file=policy.source, field=f"targets.{mismatched}")
             raise Halt("target-mismatch", message)
         targets, warnings = resolved.images, list(resolved.warnings)
         unmanaged: list[str] = []
@@ -329,7 +330,7 @@ class Executor:
             # Capacity an earlier run added and never gave back (it was aborted, or a node failed) is spent first.
             inherited = {g: n for g, n in state.capacity.items() if n > 0}
             self.journal.write(j.RUN_STARTED, run=run_id, holder=holder, inherited=inherited, policy=self.policy.source,
-                               strategy=self.policy.strategy, targets=read.targets or None,
+                               strategy=self.policy.strategy, targets=(read.targets if read is not None else None) or None,
                                follows_launch_templates=self.policy.follows_launch_templates, stage=self.options.stage)
         else:
             self.journal.write(j.RUN_CONTINUED, holder=holder, after=state.status)
@@ -418,7 +419,7 @@ class Executor:
             if TAINT in node.taints:
                 continue
             self._mutate()
-            self._op("taint", lambda n=name: self.cluster.taint(n, TAINT), node=name)
+            self._op("taint", partial(self.cluster.taint, name, TAINT), node=name)
 
     # ---------------------------------------------------------------- gate and pacing
 
@@ -516,7 +517,7 @@ class Executor:
                 continue
             self._mutate()
             try:
-                self._op("cordon", lambda n=name: self.cluster.cordon(n), node=name, wave=number)
+                self._op("cordon", partial(self.cluster.cordon, name), node=name, wave=number)
             except NotFoundError:
                 continue  # the node went away by itself: its instance is gone too
         # 2. surge
@@ -528,7 +529,7 @@ class Executor:
                     current = self.groups.describe(g).desired
                     if current < want:
                         self._show("surge", f"wave {number}: raising {g} from {current} to {want}")
-                        self._op("set-desired", lambda g=g, want=want: self.groups.set_desired(g, want), group=g,
+                        self._op("set-desired", partial(self.groups.set_desired, g, want), group=g,
                                  desired=want, before=current, wave=number)
             self.journal.write(j.PHASE, wave=number, phase=j.SURGED)
         if any(gi["surge"] for gi in groups.values()) and j.NEW_NODES_READY not in wave.phases:
@@ -537,7 +538,7 @@ class Executor:
                 for name in nodes:  # nothing was drained: give the nodes back until the run goes on
                     if name in wave.cordoned:
                         self._mutate()
-                        self._op("uncordon", lambda n=name: self.cluster.cordon(n, False), node=name, wave=number)
+                        self._op("uncordon", partial(self.cluster.cordon, name, False), node=name, wave=number)
                 raise Halt("new-node-not-ready", f"wave {number}: {missing}")
             self.journal.write(j.PHASE, wave=number, phase=j.NEW_NODES_READY)
         # 3. drain
@@ -644,7 +645,7 @@ class Executor:
             if gs.room > 0 and spare:
                 want = gs.desired + 1
                 self._show("drain", f"wave {wave.number}: {stuck.message}; adding a surge node to {g}")
-                self._op("set-desired", lambda g=g, want=want: self.groups.set_desired(g, want), group=g, desired=want,
+                self._op("set-desired", partial(self.groups.set_desired, g, want), group=g, desired=want,
                          before=gs.desired, wave=wave.number, stands_in_for=spare[0],
                          reason=f"stuck drain: {pod.namespace}/{pod.name} Unschedulable")
                 self._unstick_since[g] = self.clock.now()
@@ -797,7 +798,7 @@ class Executor:
         for name in sorted(self.state.tainted):
             self._mutate()
             try:
-                self._op("untaint", lambda n=name: self.cluster.untaint(n, TAINT.key), node=name)
+                self._op("untaint", partial(self.cluster.untaint, name, TAINT.key), node=name)
             except NotFoundError:
                 continue
 
@@ -853,8 +854,10 @@ def put_back(journal: Journal, cluster: Cluster, groups: NodeGroups | None = Non
     settle_everything(journal, cluster, groups)
     state = journal.refresh()
     request = state.abort or {}
-    for op, names, undo in (("uncordon", state.cordoned, lambda n: cluster.cordon(n, False)),
-                            ("untaint", state.tainted, lambda n: cluster.untaint(n, TAINT.key))):
+    undoings: tuple[tuple[str, set[str], Callable[[str], Any]], ...] = (
+        ("uncordon", state.cordoned, lambda n: cluster.cordon(n, False)),
+        ("untaint", state.tainted, lambda n: cluster.untaint(n, TAINT.key)))
+    for op, names, undo in undoings:
         for name in sorted(names):
             key = journal.intent(op, node=name)
             try:

@@ -230,7 +230,7 @@ class Fitter:
                     why[pod.key] = place.why_not(pod)
             else:
                 placed[origin[pod.key]].append((f"{pod.namespace}/{pod.name}", dest))
-        spend = Counter(self.facts[p.key].budget for p in pods if self.facts[p.key].budget is not None)
+        spend: Counter[BudgetKey] = Counter(b for p in pods if (b := self.facts[p.key].budget) is not None)
         problems = self._problems(pods, homeless, spend)
         # The wave ends: its nodes go, replacements come for those no surge node stands in for.
         for nd in nodes:

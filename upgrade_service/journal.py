@@ -133,7 +133,7 @@ class RunState:
         if self.run is None:
             return "never-run"
         if self.ended is not None:
-            return self.ended["kind"]
+            return str(self.ended["kind"])
         if self.halted is not None:  # a run that stopped where --max-waves asked is not a fault
             return "partial" if self.halted.get("reason") == "max-waves" else "halted"
         return "running"
@@ -183,7 +183,7 @@ def apply(state: RunState, record: Record) -> None:
         if intent is None or not d.get("ok", True):
             return
         op, wave = intent["op"], state.waves.get(intent.get("wave", -1))
-        node = intent.get("node")
+        node = str(intent.get("node"))  # every cordon, taint and their undoing names its node
         if op == "cordon":
             state.cordoned.add(node)
             if wave is not None:

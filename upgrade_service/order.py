@@ -74,7 +74,7 @@ def ordered_segments(graph: nx.DiGraph) -> list[Segment]:
 
 def why_segment_waits(graph: nx.DiGraph, segment: Segment) -> list[str]:
     """The reasons on the edges into ``segment`` and everything before it, nearest first."""
-    reasons = []
+    reasons: list[str] = []
     current = segment
     while True:
         preds = list(graph.predecessors(current))

@@ -34,13 +34,16 @@ Limit = Annotated[int, Field(ge=1)]
 
 
 class _Value(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+    # A field's docstring is its description: docs/policy-reference.md is generated from them.
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
+                              use_attribute_docstrings=True)
 
 
 class Durations(_Value):
-    # One number for every pool, or a pool -> seconds map; ``default`` in the map covers the rest.
     node_boot_seconds: Seconds | dict[str, Seconds] = DEFAULT_BOOT_SECONDS
+    """Launch to Ready: one number for every pool, or a pool -> seconds map whose ``default`` covers the rest."""
     pod_start_seconds: Seconds = 60
+    """An evicted pod's start elsewhere, when the cluster has shown none to measure."""
 
     def boot_seconds(self, pool: str) -> int:
         boot = self.node_boot_seconds
@@ -51,17 +54,26 @@ class Durations(_Value):
 
 class WorkloadRule(_Value):
     selector: dict[str, Any]
-    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    """The pods it applies to: ``matchLabels`` and/or ``matchExpressions``, as in Kubernetes; never empty."""
+    namespaces: tuple[str, ...] = ()
+    """Where it applies; empty: every namespace."""
     mode: Mode
+    """``one-at-a-time`` (one pod of the workload moves at a time, each Ready and settled before the next),
+    ``wait-for-completion`` (the pod finishes where it runs, up to ``maxWaitSeconds``) or ``skip`` (its node is
+    left alone)."""
     settle_seconds: Seconds | None = None
+    """one-at-a-time: how long after a moved pod is Ready again before the next may go."""
     max_wait_seconds: Seconds | None = None
+    """wait-for-completion: how long to wait before the pod is evicted anyway (default 3600)."""
 
 
 class CanaryGate(_Value):
     """The stage's canaries, judged natively: the rotation's target images against the images they replace."""
 
-    window: Annotated[int, Field(ge=60)] = 1800  # seconds of results judged (``30m``, ``1h`` or a number)
-    config: str | None = None  # a judge configuration file (e2e_canary.judge); the judge's defaults without one
+    window: Annotated[int, Field(ge=60)] = 1800
+    """Seconds of results judged (``30m``, ``1h`` or a number)."""
+    config: str | None = None
+    """A judge configuration file (``canary judge --config``); the judge's defaults without one."""
 
     @field_validator("window", mode="before")
     @classmethod
@@ -74,37 +86,58 @@ class HealthGate(_Value):
     a URL that answers JSON ``{"verdict": "pass" | "fail" | "inconclusive", "reason": "..."}``."""
 
     canary: CanaryGate | None = None
+    """The stage's canary verdict over the state store."""
     command: Annotated[tuple[str, ...], Field(min_length=1)] | None = None
+    """A program and its arguments that prints the verdict as JSON."""
     url: Annotated[str, Field(pattern=r"^https?://")] | None = None
+    """A URL whose GET answers the verdict as JSON."""
 
 
 class RotationPolicy(_Value):
     cluster: str | None = None
+    """Names the plan; a stage plan needs none."""
     pool_label: str = LABEL_NODEGROUP
+    """The node label that names a node's pool."""
     image_label: str = LABEL_NODEGROUP_IMAGE
-    # Pool -> image. None: every pool rotates onto what its auto scaling group's launch template boots now.
+    """The node label that names the image a node booted."""
     targets: dict[str, str] | None = None
+    """Pool -> image; only these pools rotate. Left out: every pool rotates onto what its auto scaling group's launch
+    template boots now (a plan from a snapshot needs targets)."""
     pool_order: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-    # surge (new nodes boot before old ones drain) is the default, as in GKE and EKS managed node groups.
+    """Pool -> the pools that must be fully done first (a DAG; a cycle is refused)."""
     strategy: Literal["replace", "surge"] = "surge"
+    """``surge``: new nodes boot before old ones drain (as GKE and EKS managed node groups do); ``replace``: old
+    nodes go first, under ``minZoneCapacityPercent``."""
     max_in_flight: Limit = 10
+    """Nodes being rotated at once, whole cluster."""
     max_in_flight_per_pool: dict[str, Limit] = Field(default_factory=dict)
+    """Pool -> nodes being rotated at once in that pool (only pools in targets)."""
     zone_at_a_time: bool = True
+    """Never two zones in one wave."""
     min_zone_capacity_percent: Annotated[int, Field(ge=0, le=100)] = 90
+    """replace only: the share of each zone's nodes that stays out of flight."""
     durations: Durations = Durations()
+    """What the estimate assumes where the cluster has shown nothing to measure."""
     workload_rules: tuple[WorkloadRule, ...] = ()
-    host_cluster: Literal["first", "last"] = "last"  # where a region plan puts the host cluster
-
-    # What the executor (``rotate run``) stops for: it starts no new wave past any of these.
-    node_ready_timeout_seconds: Annotated[int, Field(ge=1)] = 900  # new nodes Ready on the target image
-    drain_timeout_seconds: Annotated[int, Field(ge=1)] = 3600  # evictions refused this long: the node fails
-    # A drain that waits on a budget whose evicted pod the scheduler cannot place, this long: recover or halt.
+    """Tried in order; the first that matches a pod applies, over the pod's own annotations."""
+    host_cluster: Literal["first", "last"] = "last"
+    """Where a stage plan puts the host cluster."""
+    node_ready_timeout_seconds: Annotated[int, Field(ge=1)] = 900
+    """New nodes must be Ready on the target image within this, or the run halts."""
+    drain_timeout_seconds: Annotated[int, Field(ge=1)] = 3600
+    """A drain that makes no progress this long fails its node (counted from the last eviction that went through)."""
     stuck_seconds: Annotated[int, Field(ge=1)] = 30
-    pod_ready_timeout_seconds: Annotated[int, Field(ge=1)] = 900  # evicted pods Ready again elsewhere
-    max_failed_nodes: Annotated[int, Field(ge=0)] = 0  # more failed nodes than this halts the run
-    max_mutations_per_minute: Limit = 1000  # the platform's SLO for mutating pod operations: paced, not failed
+    """A drain waiting on a pod the scheduler cannot place, this long: make room (a surge node) or halt."""
+    pod_ready_timeout_seconds: Annotated[int, Field(ge=1)] = 900
+    """Evicted pods must be Ready again elsewhere within this."""
+    max_failed_nodes: Annotated[int, Field(ge=0)] = 0
+    """More failed nodes than this halts the run."""
+    max_mutations_per_minute: Limit = 1000
+    """The platform's SLO for mutating pod operations: evictions are paced under it, not failed."""
     health_gate: HealthGate | None = None
-    gate_timeout_seconds: Annotated[int, Field(ge=0)] = 900  # how long an inconclusive gate is waited for
+    """Asked before every wave: exactly one of ``canary``, ``command`` or ``url``."""
+    gate_timeout_seconds: Annotated[int, Field(ge=0)] = 900
+    """How long an inconclusive gate is waited for before the run halts."""
 
     # Set by ``load_policy``: where the policy came from, and its rules' selectors, parsed.
     source: str = Field(default="policy", exclude=True)
@@ -186,24 +219,34 @@ def parse_policy(document: Any, source: str) -> RotationPolicy:
             if pool != "default" and rotating is not None and pool not in rotating:
                 raise fail(f"durations.nodeBootSeconds.{pool}",
                            f"pool {pool!r} is not one this policy rotates (targets: {', '.join(rotating)})")
-    selectors = []
-    for i, rule in enumerate(policy.workload_rules):
-        where = f"workloadRules[{i}].selector"
-        unknown = set(rule.selector) - {"matchLabels", "matchExpressions"}
-        if unknown:
-            raise fail(f"{where}.{sorted(unknown)[0]}", "unknown field (a selector has matchLabels and matchExpressions)")
-        selector = LabelSelector.parse(rule.selector, where, source)
-        if selector.empty:
-            raise fail(where, "an empty selector would match every pod; name the workload's labels")
-        if rule.settle_seconds is not None and rule.mode != "one-at-a-time":
-            raise fail(f"workloadRules[{i}].settleSeconds", "settleSeconds applies to one-at-a-time workloads only")
-        if rule.max_wait_seconds is not None and rule.mode != "wait-for-completion":
-            raise fail(f"workloadRules[{i}].maxWaitSeconds", "maxWaitSeconds applies to wait-for-completion workloads only")
-        selectors.append(selector)
+    selectors = parse_workload_rules(policy.workload_rules, source)
     gate = policy.health_gate
     if gate is not None and sum(x is not None for x in (gate.canary, gate.command, gate.url)) != 1:
         raise fail("healthGate", "give exactly one of canary ({window: 30m}), command (a list: program and arguments) or url")
-    return policy.model_copy(update={"source": source, "selectors": tuple(selectors)})
+    return policy.model_copy(update={"source": source, "selectors": selectors})
+
+
+def parse_workload_rules(rules: tuple[WorkloadRule, ...], source: str) -> tuple[LabelSelector, ...]:
+    """The rules' selectors, parsed; a rule that cannot work names ``source`` and its key. Rotation and remediation
+    policies both take ``workloadRules`` and both check them here."""
+    selectors = []
+    for i, rule in enumerate(rules):
+        where = f"workloadRules[{i}].selector"
+        unknown = set(rule.selector) - {"matchLabels", "matchExpressions"}
+        if unknown:
+            raise PlatformError("unknown field (a selector has matchLabels and matchExpressions)", file=source,
+                                field=f"{where}.{sorted(unknown)[0]}")
+        selector = LabelSelector.parse(rule.selector, where, source)
+        if selector.empty:
+            raise PlatformError("an empty selector would match every pod; name the workload's labels", file=source, field=where)
+        if rule.settle_seconds is not None and rule.mode != "one-at-a-time":
+            raise PlatformError("settleSeconds applies to one-at-a-time workloads only", file=source,
+                                field=f"workloadRules[{i}].settleSeconds")
+        if rule.max_wait_seconds is not None and rule.mode != "wait-for-completion":
+            raise PlatformError("maxWaitSeconds applies to wait-for-completion workloads only", file=source,
+                                field=f"workloadRules[{i}].maxWaitSeconds")
+        selectors.append(selector)
+    return tuple(selectors)
 
 
 def load_policy(path: str | Path) -> RotationPolicy:

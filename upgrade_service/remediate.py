@@ -47,7 +47,6 @@ from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as rotation_journal
 from upgrade_service.health import Assessment, Decision, Problem, assess, decide
 from upgrade_service.pacing import MutationPacer
-from upgrade_service.policy import RotationPolicy
 from upgrade_service.remediation_policy import RemediationPolicy
 from upgrade_service.wave_drain import WaveDrain
 
@@ -450,9 +449,10 @@ class Remediator:
                 return True
             return ready is not None and ready.status == "Unknown"
 
-        self.progress(f"{self.name}: draining {node}")
-        drain = WaveDrain(self.cluster, RotationPolicy(), self.log, self.pacer, wave=rid, poll_seconds=self.poll,  # type: ignore[arg-type]
-                          check=self._check, skip_wait_for_delete=unreachable)
+        kubelet_gone = unreachable(node)  # nothing on a node whose kubelet is gone can finish or settle: no protocol applies
+        self.progress(f"{self.name}: draining {node}{' (its kubelet is gone: workload rules do not apply)' if kubelet_gone else ''}")
+        drain = WaveDrain(self.cluster, self.policy.drain_policy(), self.log, self.pacer, wave=rid, poll_seconds=self.poll,  # type: ignore[arg-type]  # the remediation log journals as a Journal does
+                          check=self._check, skip_wait_for_delete=unreachable, protocols=not kubelet_gone)
         outcome = drain.run([node], self.policy.drain_timeout_seconds)
         if not outcome.failed:
             return None

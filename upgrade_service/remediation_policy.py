@@ -16,10 +16,16 @@ maxUnhealthy: 20%               # more unhealthy nodes than this in the cluster:
 maxUnhealthyPerZone: 30%        # ... in one zone (an AZ event, not a node problem)
 maxUnhealthyPerPool: null       # ... in one pool
 intervalSeconds: 60             # how often `remediate --watch` looks
+workloadRules: []               # as in a rotation policy: one-at-a-time, wait-for-completion, skip
 ```
 
 A count or a percentage of the scope's nodes (rounded down, never below one node: a lone broken node
 is always a node problem). Defaults follow Cluster API's MachineHealthCheck where it has one.
+
+``workloadRules`` are a rotation policy's, parsed by the same code, and a node whose kubelet still
+answers is drained by them as a rotation drains it (a wait-for-completion job finishes first, a
+one-at-a-time workload moves a pod at a time). A node whose kubelet is gone runs nothing anyone can
+wait for: its pods are evicted as their budgets allow, whatever the rules or annotations say.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from platformctl.cluster.model import LABEL_NODEGROUP
+from platformctl.cluster.selectors import LabelSelector
 from platformctl.errors import PlatformError
 from platformctl.yamlfile import read_yaml, validate
+from upgrade_service.policy import RotationPolicy, WorkloadRule, parse_workload_rules
 
 # The kubelet's, the CNI's, and those node-problem-detector's stock configurations set (kernel-monitor,
 # docker-monitor, systemd-monitor, health-checker, custom-plugin-monitor's ntp).
@@ -50,12 +58,16 @@ Seconds = Annotated[int, Field(ge=0)]
 
 
 class _Value(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+    # A field's docstring is its description: docs/policy-reference.md is generated from them.
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
+                              use_attribute_docstrings=True)
 
 
 class ConditionRule(_Value):
     type: Annotated[str, Field(min_length=1)]
+    """A node condition type: a known one, or one named in ``customConditionTypes``."""
     unhealthy_after_seconds: Seconds = 300
+    """How long it must be bad (Ready False or Unknown; any other True) before the node is unhealthy."""
 
 
 DEFAULT_CONDITIONS = tuple(ConditionRule(type=t) for t in
@@ -83,26 +95,49 @@ def _limit(value: Any) -> int | str | None:
 
 class RemediationPolicy(_Value):
     cluster: str | None = None
+    """The cluster it is for; a stage's remediation needs none."""
     pool_label: str = LABEL_NODEGROUP
+    """The node label that names a node's pool."""
     conditions: tuple[ConditionRule, ...] = DEFAULT_CONDITIONS
+    """The conditions that make a node unhealthy, each with how long (default: Ready and the kubelet's pressures,
+    300 s each)."""
     custom_condition_types: tuple[str, ...] = ()
-    health_annotation: bool = True  # platformctl.io/health naming a problem makes the node unhealthy at once
+    """Conditions your own detectors set, beyond the known ones."""
+    health_annotation: bool = True
+    """A ``platformctl.io/health`` annotation naming a problem makes the node unhealthy at once."""
     node_startup_timeout_seconds: Annotated[int, Field(ge=1)] = 600
+    """An instance with no Ready node this long after launch is unhealthy."""
     drain_timeout_seconds: Annotated[int, Field(ge=1)] = 600
+    """Evictions refused this long: the node stays cordoned and is reported."""
     force_after_seconds: Seconds | None = None
+    """Set: the pods of a node whose kubelet has been gone this long may be deleted."""
     max_per_hour: Seconds = 3
+    """Remediations per cluster per hour, across runs."""
     max_unhealthy: int | str | None = "20%"
+    """More unhealthy nodes than this (a count or a percentage) in the cluster: remediate nothing."""
     max_unhealthy_per_zone: int | str | None = "30%"
+    """... in one zone (an AZ event, not a node problem)."""
     max_unhealthy_per_pool: int | str | None = None
+    """... in one pool."""
     interval_seconds: Annotated[int, Field(ge=1)] = 60
+    """How often ``remediate --watch`` looks."""
     max_mutations_per_minute: Annotated[int, Field(ge=1)] = 1000
+    """The platform's SLO for mutating pod operations: evictions are paced under it."""
+    workload_rules: tuple[WorkloadRule, ...] = ()
+    """As in a rotation policy, applied while a node's kubelet still answers."""
 
     source: str = Field(default="policy", exclude=True)
+    selectors: tuple[LabelSelector, ...] = Field(default=(), exclude=True)
 
     @field_validator("max_unhealthy", "max_unhealthy_per_zone", "max_unhealthy_per_pool", mode="before")
     @classmethod
     def _check_limit(cls, value: Any) -> int | str | None:
         return _limit(value)
+
+    def drain_policy(self) -> RotationPolicy:
+        """What a drain of remediation reads: its workload rules (and pool label), as a rotation policy has them."""
+        return RotationPolicy(pool_label=self.pool_label, workload_rules=self.workload_rules, selectors=self.selectors,
+                              source=self.source)
 
     def rule(self, type_: str) -> ConditionRule | None:
         for rule in self.conditions:
@@ -140,7 +175,7 @@ def parse_remediation_policy(document: Any, source: str) -> RemediationPolicy:
         if not re.match(r"^[A-Za-z][A-Za-z0-9]*$", name):
             raise PlatformError(f"{name!r} is not a condition type (CamelCase letters and digits)", file=source,
                                 field=f"customConditionTypes[{i}]")
-    return policy.model_copy(update={"source": source})
+    return policy.model_copy(update={"source": source, "selectors": parse_workload_rules(policy.workload_rules, source)})
 
 
 def load_remediation_policy(path: str | Path) -> RemediationPolicy:

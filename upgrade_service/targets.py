@@ -34,7 +34,7 @@ def resolve(policy: RotationPolicy, nodes: Sequence[Node], group_of: Mapping[str
     if policy.targets is None:
         out = Targets({})
         for pool, groups in sorted(pool_groups.items()):
-            booting = {group_images[g] for g in groups if group_images.get(g)}
+            booting = {image for g in groups if (image := group_images.get(g))}
             if len(booting) == 1:
                 out.images[pool] = booting.pop()
             elif len(booting) > 1:

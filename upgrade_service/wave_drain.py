@@ -123,8 +123,9 @@ class WaveDrain:
                  on_drained: Callable[[str], None] | None = None,
                  on_stuck: Callable[[Stuck], bool] | None = None,
                  pods: Informer | None = None, budgets: Informer | None = None,
-                 resume: Any = None) -> None:
+                 resume: Any = None, protocols: bool = True) -> None:
         self.cluster = cluster
+        self.protocols = protocols  # False: every pod is evicted as budgets allow (its node's kubelet is gone)
         self.policy = policy
         self.journal = journal
         self.pacer = pacer
@@ -166,6 +167,8 @@ class WaveDrain:
 
     def _protocol(self, pod: Pod) -> Protocol | None:
         """The pod's rotation protocol; a malformed annotation is none (the planner blocked such nodes)."""
+        if not self.protocols:
+            return None
         if pod.uid not in self._protocols:
             found = protocol_of(pod, self.policy)
             self._protocols[pod.uid] = found if isinstance(found, Protocol) else None

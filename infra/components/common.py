@@ -19,4 +19,4 @@ def tags(stage: str, name: str, **extra: str) -> dict[str, str]:
 
 
 def child(parent: pulumi.Resource, **kwargs: object) -> pulumi.ResourceOptions:
-    return pulumi.ResourceOptions(parent=parent, **kwargs)  # type: ignore[arg-type]
+    return pulumi.ResourceOptions(parent=parent, **kwargs)  # type: ignore[arg-type]  # kwargs are ResourceOptions fields

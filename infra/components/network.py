@@ -20,7 +20,7 @@ from infra.components.common import ZONE_TAG, child, tags
 def subnet_blocks(vpc_cidr: str, zones: int) -> tuple[list[str], list[str]]:
     """Private and public CIDR blocks for ``zones`` zones: the VPC is cut into ``zones + 1`` equal
     blocks, one private block per zone, and the last one is cut into the public /24s (or smaller)."""
-    vpc = ipaddress.ip_network(vpc_cidr)
+    vpc = ipaddress.IPv4Network(vpc_cidr)
     bits = math.ceil(math.log2(zones + 1))
     blocks = list(vpc.subnets(prefixlen_diff=bits))
     private = [str(b) for b in blocks[:zones]]

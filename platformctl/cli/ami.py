@@ -79,7 +79,7 @@ def ami_resolve(name: str, manifest_dir: Path | None, output: str) -> None:
         return
     out = console()
     out.print(f"[bold]{image.name}[/] {image.version} ({image.family}) from {image.file}"
-              + (f", parent {image.parent}" if image.parent else f", source {image.source.describe()}"))  # type: ignore[union-attr]
+              + (f", parent {image.parent}" if image.parent else f", source {image.source.describe()}"))  # type: ignore[union-attr]  # no parent: a source
     table = Table("key", "value", "from")
 
     def rows(value: Any, path: str) -> None:
@@ -113,7 +113,7 @@ def ami_graph(manifest_dir: Path | None, output: str) -> None:
     out = console()
     for root in roots:
         image = manifests.images[root]
-        tree = Tree(f"[bold]{root}[/] {image.version} ({image.family}) from {image.source.describe()}")  # type: ignore[union-attr]
+        tree = Tree(f"[bold]{root}[/] {image.version} ({image.family}) from {image.source.describe()}")  # type: ignore[union-attr]  # a root has a source
 
         def grow(node: Tree, name: str) -> None:
             for child in sorted(manifests.graph.successors(name)):

@@ -146,7 +146,8 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
                 continue
             keepers.append(keeper)
             runners[name] = Runner(stage_name, name, cluster, store, progress=say, retention=keep)
-        entries = {name: {"cluster": name, "reaped": runner.reap(), "canaries": []} for name, runner in runners.items()}
+        entries: dict[str, dict[str, Any]] = {name: {"cluster": name, "reaped": runner.reap(), "canaries": []}
+                                              for name, runner in runners.items()}
         due = {(n, c.name): 0.0 for n in runners for c in canaries}
         metrics = CanaryMetrics(stage_name)
         for name, runner in runners.items():

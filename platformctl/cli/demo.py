@@ -168,8 +168,8 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
     boot = {p.name: p.boot_seconds for c in stage.clusters() for p in c.node_pools}
     policy = parse_policy({"maxInFlight": 3, "durations": {"nodeBootSeconds": boot, "podStartSeconds": 20},
                            "healthGate": {"canary": {"window": "30m"}}}, "demo policy")
-    store = SQLiteStore(folder / "state.db")
-    gate, asked = _canary_gate(region, stage, store)
+    state = SQLiteStore(folder / "state.db")
+    gate, asked = _canary_gate(region, stage, state)
     places = [ClusterPlace(c.name, None if isinstance(c, HostCluster) else c.zones[0]) for c in stage.clusters()]
     steps, _ = cluster_steps(places, policy.host_cluster)
     groups = AutoScalingNodeGroups(stage.region)
@@ -178,7 +178,7 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
     say("`rotate run --stage dev` (no targets in its policy: each pool follows what its launch template boots now), "
         "one zone at a time, the host cluster last:")
     outcomes = run_stage([[Target(n, region.cluster(n), groups) for n in step] for step in steps], policy,
-                         store, Options(stage=stage.name, canary=gate), "demo")
+                         state, Options(stage=stage.name, canary=gate), "demo")
     clusters = {}
     table = Table("cluster", "waves", "nodes rotated", "estimate", "actual", "of which gate", "evictions", "refused",
                   "disrupted twice", "lowest headroom", title="Rotation onto the new images")
@@ -211,7 +211,7 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
     say(f"Every node on its launch template's image: {'yes' if on_new else '[red]no[/]'}; nothing left cordoned: "
         f"{'yes' if not any(c['cordoned'] for c in clusters.values()) else '[red]no[/]'}. From the event log: {verdict}. "
         f"{(region.clock.now() - start) / 60:.0f} virtual minutes.")
-    canaries = _canary_summary(asked, store, stage, region, deployed.images, say)
+    canaries = _canary_summary(asked, state, stage, region, deployed.images, say)
     return {"version": version, "rebuilt": rebuilt, "launch_templates_updated": len(updates), "images": deployed.images,
             "clusters": clusters, "all_on_new_images": on_new, "harm": harm, "canaries": canaries}
 

@@ -117,7 +117,7 @@ def remediate_status(ctx: click.Context, context: str | None, stage_name: str | 
 
     names, _ = _clusters(ctx, context, stage_name, "remediate status")
     store = _store(ctx, state_spec, names, stage_name)
-    clusters = []
+    clusters: list[dict[str, Any]] = []
     for name in names:
         state = read_state(store, name)
         newest = max([float(r.get("at", 0)) for r in state.recent] + [0.0])

@@ -8,6 +8,7 @@ as JSON to standard output or a file.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -618,8 +619,11 @@ def rotate_abort(ctx: click.Context, kubeconfig: str | None, no_wait: bool, cont
     done = _control(ctx, "abort", context, stage_name, state_spec, reason, output)
     store = _store(ctx, state_spec, [d["cluster"] for d in done] or [context or ""], stage_name)
     say = None if output == "json" else (lambda text: console().print(text))
-    results = [abort_cluster(store, d["cluster"], lambda name=d["cluster"]: _connect([name], kubeconfig, None)[name],
-                             holder_id(), wait=not no_wait, say=say) for d in done]
+    def connect(name: str) -> Any:
+        return _connect([name], kubeconfig, None)[name]
+
+    results = [abort_cluster(store, d["cluster"], functools.partial(connect, d["cluster"]), holder_id(), wait=not no_wait,
+                             say=say) for d in done]
     if output == "json":
         emit_json({"aborted": [{**d, **r.to_dict()} for d, r in zip(done, results, strict=True)]})
     else:

@@ -500,9 +500,9 @@ class Pod:
         conditions: list[dict[str, Any]] = []
         bound = format_time(self.scheduled if self.scheduled is not None else self.created)
         if not self.node_name and self.unschedulable:
-            since = self.unschedulable_since if self.unschedulable_since is not None else self.created
+            pending = self.unschedulable_since if self.unschedulable_since is not None else self.created
             conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                               "message": self.unschedulable, "lastTransitionTime": format_time(since)})
+                               "message": self.unschedulable, "lastTransitionTime": format_time(pending)})
         if self.node_name:
             conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": bound})
             conditions.append({"type": "Initialized", "status": "True", "lastTransitionTime": bound})
@@ -1052,12 +1052,12 @@ def parse_snapshot(document: Any, file: str | None = None) -> Snapshot:
         where = f"items[{i}]"
         item = _obj(item, where, file)
         kind = item.get("kind")
-        parser = _PARSERS.get(kind)  # type: ignore[arg-type]
+        parser = _PARSERS.get(kind)  # type: ignore[arg-type]  # any value; unknown kinds are refused next
         if parser is None:
             raise PlatformError(
                 f"unsupported kind {kind!r} (a snapshot holds Node, Pod and PodDisruptionBudget)", file=file, field=f"{where}.kind"
             )
-        sinks[kind].append(parser(item, where, file))  # type: ignore[operator,index]
+        sinks[kind].append(parser(item, where, file))  # type: ignore[index]  # kind was checked against sinks above
     _check_unique(nodes, lambda n: n.name, "node", file)
     _check_unique(pods, lambda p: p.key, "pod", file)
     _check_unique(pdbs, lambda b: b.key, "PodDisruptionBudget", file)

@@ -60,7 +60,9 @@ class SimulatedInformer(Informer):
             self._list(relist=False)
 
     def _list(self, relist: bool) -> None:
-        items = {"nodes": self.sim.list_nodes, "pods": self.sim.list_pods, "pdbs": self.sim.list_pdbs}[self.kind]()
+        listers: dict[str, Callable[[], list[Any]]] = {"nodes": self.sim.list_nodes, "pods": self.sim.list_pods,
+                                                       "pdbs": self.sim.list_pdbs}
+        items = listers[self.kind]()
         self._replace_all(items, str(self.sim.resource_version), relist)
 
     def _pull(self) -> bool:

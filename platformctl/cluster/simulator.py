@@ -646,7 +646,8 @@ class SimulatedCluster:
             self._classes.clear()
         state.node = replace(node, resource_version=self._next_rv())
         self._note("nodes", "MODIFIED", state.node)
-        self._record(NODE_CONDITION, "", name, (type_, status, node.condition(type_).reason if node.condition(type_) else reason))
+        had = node.condition(type_)
+        self._record(NODE_CONDITION, "", name, (type_, status, had.reason if had is not None else reason))
         self._schedule_soon()
         return state.node
 

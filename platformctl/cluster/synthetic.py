@@ -136,7 +136,7 @@ def populate(
     everywhere = (Toleration(operator="Exists"),)
 
     def workload(kind: str, template: Pod, replicas: int, **kw: object) -> None:
-        sim.create_workload(kind, template, replicas, **kw)  # type: ignore[arg-type]
+        sim.create_workload(kind, template, replicas, **kw)  # type: ignore[arg-type]  # kw holds the kind's own options
         summary.workloads[kind] += 1
         summary.pods[kind] += replicas if kind != "DaemonSet" else 0
 

@@ -12,6 +12,7 @@ server use this one implementation, so a canary or a test sees the same workload
 
 from __future__ import annotations
 
+import builtins
 import copy
 import uuid
 from collections.abc import Callable
@@ -218,7 +219,7 @@ class Workloads:
             raise not_found(resource, name, RESOURCES[resource].group)
         return found
 
-    def owned_by(self, resource: str, owner: Workload) -> list[Workload]:
+    def owned_by(self, resource: str, owner: Workload) -> builtins.list[Workload]:  # (``list`` is a method here)
         return [w for w in self.objects[resource].values() if w.namespace == owner.namespace and
                 any(ref.get("uid") == owner.uid for ref in w.obj["metadata"].get("ownerReferences") or ())]
 

@@ -83,8 +83,8 @@ def _action(environ: dict[str, Any], body: bytes) -> tuple[str | None, dict[str,
     fields = urllib.parse.parse_qs(body.decode(errors="replace")) if body else {}
     fields.update(urllib.parse.parse_qs(environ.get("QUERY_STRING") or ""))
     action = (fields.pop("Action", [None]) or [None])[0]
-    params = {k: v[0] if len(v) == 1 else v for k, v in fields.items() if k not in LEFT_OUT and k != "Version"}
-    return action, params
+    query: dict[str, Any] = {k: v[0] if len(v) == 1 else v for k, v in fields.items() if k not in LEFT_OUT and k != "Version"}
+    return action, query
 
 
 class RecordingMotoServer(ThreadedMotoServer):

@@ -185,7 +185,8 @@ class KubeAPI:
     def dispatch(self, request: Request) -> Response:
         adapter = _ROUTES.bind_to_environ(request.environ)
         try:
-            endpoint, args = adapter.match()
+            endpoint, matched = adapter.match()
+            args = dict(matched)
         except NotFound:
             raise ApiError(404, "NotFound", "the server could not find the requested resource",
                            {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]}) from None
@@ -709,9 +710,9 @@ class KubeAPI:
         rv_text = request.args.get("resourceVersion") or ""
         with self.cond:
             events = cluster.recorder.list(ns)
-            cursor = int(rv_text) if rv_text.isdigit() and rv_text != "0" else None
-            initial = [e for e in events if match(e)] if cursor is None else []
-            cursor = cursor or cluster.sim.resource_version
+            asked = int(rv_text) if rv_text.isdigit() and rv_text != "0" else None
+            initial = [e for e in events if match(e)] if asked is None else []
+            cursor = asked or cluster.sim.resource_version
         as_table = self._wants_table(request)
         sent: set[str] = set()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -351,7 +351,7 @@ def field_selector(text: str, fields: dict[str, Callable[[Any], str]]) -> Callab
     return lambda obj: all((get(obj) == value) == equal for get, value, equal in tests)
 
 
-def label_selector(text: str | None) -> Callable[[Iterable[Any]], bool] | None:
+def label_selector(text: str | None) -> Callable[[Mapping[str, str]], bool] | None:
     if not text:
         return None
     try:

@@ -41,7 +41,7 @@ from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion
 from platformctl.server.control import EXTENSION
 from platformctl.server.kubeapi import KubeAPI
 from platformctl.server.objects import ApiError, ClusterState
-from platformctl.topology import HostCluster, Stage, load_stage
+from platformctl.topology import HostCluster, load_stage
 
 TICK_SECONDS = 0.05
 log = logging.getLogger("platformctl.server")
@@ -87,7 +87,7 @@ class ClusterEndpoint:
 
 class Server:
     def __init__(self, stage_name: str, state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool, seed: int,
-                 provisioner: Callable[..., Any], prepare: Callable[[Stage, Path], Any] | None = None) -> None:
+                 provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None) -> None:
         self.stage = load_stage(stage_name, infra_dir)
         self.provisioner = provisioner
         self.prepare = prepare

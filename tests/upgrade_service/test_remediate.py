@@ -237,6 +237,52 @@ def test_remediation_evicts_a_one_at_a_time_workloads_pods_one_after_the_other_e
     assert len(settled_one_at_a_time(sim, "kv", 300)) == 2
 
 
+def test_remediation_waits_for_a_wait_for_completion_job_its_policy_names_while_the_kubelet_answers(tmp_path: Path) -> None:
+    """The remediation policy's workloadRules are the rotation policy's: a training job the operator's rule says to
+    wait for finishes on the node before remediation replaces it (its kubelet still answers), never evicted."""
+    from tests.platformctl.cluster.helpers import template
+
+    sim = cluster({"general": 2})
+    sim.create_workload("Job", template("batch", "train", run=1800, start=10), 1, completions=1)
+    sim.run_until_settled()
+    (broken,) = {p.node_name for p in sim.list_pods(namespace="batch") if p.node_name}
+    sim.set_node_condition(broken, "DiskPressure", "True", "KubeletHasDiskPressure")
+    sim.advance(120)
+    rules = {"conditions": [{"type": "DiskPressure", "unhealthyAfterSeconds": 60}], "drainTimeoutSeconds": 3600,
+             "workloadRules": [{"selector": {"matchLabels": {"app": "train"}}, "mode": "wait-for-completion",
+                                "maxWaitSeconds": 3600}]}
+    outcome = remediate(sim, tmp_path, rules)
+    assert (outcome.status, outcome.exit_code) == ("ok", EXIT_OK), outcome.reason
+    assert [r["result"] for r in outcome.remediated] == ["replaced"]
+    batch = [e for e in sim.events if e.namespace == "batch"]
+    assert not any(e.kind == sim_events.POD_EVICTED for e in batch)  # it finished where it ran
+    finished = min(e.time for e in batch if e.kind == sim_events.POD_SUCCEEDED)
+    gone = min(e.time for e in sim.events if e.kind == sim_events.NODE_DELETED and e.name == broken)
+    assert finished <= gone
+    assert harm(sim) == NO_HARM
+    # Without the rule the same job is evicted at once: the rule is what made remediation wait.
+    again = cluster({"general": 2})
+    again.create_workload("Job", template("batch", "train", run=1800, start=10), 1, completions=1)
+    again.run_until_settled()
+    (node,) = {p.node_name for p in again.list_pods(namespace="batch") if p.node_name}
+    again.set_node_condition(node, "DiskPressure", "True", "KubeletHasDiskPressure")
+    again.advance(120)
+    del rules["workloadRules"]
+    (tmp_path / "plain").mkdir()
+    assert remediate(again, tmp_path / "plain", rules).exit_code == EXIT_OK
+    assert any(e.kind == sim_events.POD_EVICTED for e in again.events if e.namespace == "batch")
+
+
+def test_the_remediation_policy_checks_workload_rules_as_the_rotation_policy_does() -> None:
+    with pytest.raises(PlatformError) as caught:
+        parse_remediation_policy({"workloadRules": [{"selector": {}, "mode": "one-at-a-time"}]}, "remediation.yaml")
+    assert (caught.value.file, caught.value.field) == ("remediation.yaml", "workloadRules[0].selector")
+    with pytest.raises(PlatformError) as caught:
+        parse_remediation_policy({"workloadRules": [{"selector": {"matchLabels": {"a": "b"}}, "mode": "skip",
+                                                     "settleSeconds": 5}]}, "remediation.yaml")
+    assert caught.value.field == "workloadRules[0].settleSeconds"
+
+
 @pytest.mark.parametrize(("pool", "percent", "allowed"), [(3, "30%", 1), (2, "10%", 1), (3, "34%", 1), (3, "67%", 2)])
 def test_a_percentage_limit_on_a_small_pool_never_rounds_below_one_node(tmp_path: Path, pool: int, percent: str,
                                                                         allowed: int) -> None:

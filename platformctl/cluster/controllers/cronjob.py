@@ -67,8 +67,8 @@ class CronJobController:
             policy = spec.get("concurrencyPolicy", "Allow")
             if not (active and policy == "Forbid"):
                 if active and policy == "Replace":
-                    for job in active:
-                        self.w.delete("jobs", cron.namespace, job)
+                    for running in active:
+                        self.w.delete("jobs", cron.namespace, running)
                 template = copy.deepcopy(spec["jobTemplate"])
                 name = f"{cron.name}-{int(due // 60)}"
                 job = {"metadata": {**(template.get("metadata") or {}), "name": name}, "spec": template["spec"]}
@@ -98,9 +98,9 @@ class CronJobController:
         if active:
             status["active"] = [{"kind": "Job", "namespace": cron.namespace, "name": j, "apiVersion": "batch/v1"}
                                 for j in active]
-        done = [self.w.sim.workload_status(self.w.objects["jobs"][(cron.namespace, j)].sim_uid or "").get("completed_at")
-                for j in cron.jobs if not self.w.job_active(cron.namespace, j)]
-        done = [t for t in done if t is not None]
+        ended = [self.w.sim.workload_status(self.w.objects["jobs"][(cron.namespace, j)].sim_uid or "").get("completed_at")
+                 for j in cron.jobs if not self.w.job_active(cron.namespace, j)]
+        done: list[float] = [t for t in ended if t is not None]
         if done:
             status["lastSuccessfulTime"] = format_time(max(done))
         obj["status"] = status

@@ -161,9 +161,9 @@ class DeploymentController:
             deployment.obj["metadata"].setdefault("annotations", {})[REVISION] = str(revision)
             owned.append(new)
         elif new.obj["metadata"].get("annotations", {}).get(REVISION) != str(max(revisions, default=0)):
-            revision = str(max(revisions, default=0) + 1)  # a rollback: the old template is the newest revision again
-            new.obj["metadata"].setdefault("annotations", {})[REVISION] = revision
-            deployment.obj["metadata"].setdefault("annotations", {})[REVISION] = revision
+            rollback = str(max(revisions, default=0) + 1)  # a rollback: the old template is the newest revision again
+            new.obj["metadata"].setdefault("annotations", {})[REVISION] = rollback
+            deployment.obj["metadata"].setdefault("annotations", {})[REVISION] = rollback
         old = sorted((rs for rs in owned if rs is not new),
                      key=lambda rs: int(rs.obj["metadata"].get("annotations", {}).get(REVISION, "0")))
         return new, old

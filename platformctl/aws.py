@@ -15,6 +15,15 @@ from botocore.config import Config
 _CONFIG = Config(retries={"mode": "standard", "max_attempts": 5})
 
 
+# What clients of moto (the local region's AWS) authenticate with: anything, as long as it is something.
+FAKE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+}
+
+
 def client(service: str, region: str | None = None) -> Any:
     return boto3.client(
         service,

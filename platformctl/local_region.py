@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from platformctl import aws
+from platformctl.aws import FAKE_CREDENTIALS
 from platformctl.clock import VirtualClock
 from platformctl.cluster.model import Taint
 from platformctl.cluster.simulator import SimulatedCluster, build_node
@@ -31,13 +32,6 @@ from platformctl.cluster.synthetic import WorkloadSummary, populate
 from platformctl.errors import NotFoundError, PlatformError
 from platformctl.instance_types import INSTANCE_TYPES
 from platformctl.topology import HostCluster, NodePool, Stage
-
-FAKE_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SECURITY_TOKEN": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-}
 
 
 @dataclass(frozen=True)

@@ -66,11 +66,54 @@ def _parsing_user_data(create_version: Any) -> Any:
     return create_version_with_user_data
 
 
+def _bounded_set_desired_capacity(set_desired_capacity: Any) -> Any:
+    """Auto Scaling refuses a desired capacity outside the group's bounds (moto takes any): ``ValidationError: New
+    SetDesiredCapacity value 9 is above max value 8 for the AutoScalingGroup.``"""
+    from moto.autoscaling.exceptions import ValidationError
+
+    def bounded(self: Any) -> Any:
+        group = self.autoscaling_backend.autoscaling_groups.get(self._get_param("AutoScalingGroupName"))
+        desired = self._get_int_param("DesiredCapacity")
+        if group is not None and desired is not None:
+            if desired > group.max_size:
+                raise ValidationError(f"New SetDesiredCapacity value {desired} is above max value {group.max_size} for "
+                                      "the AutoScalingGroup.")
+            if desired < group.min_size:
+                raise ValidationError(f"New SetDesiredCapacity value {desired} is below min value {group.min_size} for "
+                                      "the AutoScalingGroup.")
+        return set_desired_capacity(self)
+
+    bounded.platformctl_patched = True  # type: ignore[attr-defined]  # a mark on a function object
+    return bounded
+
+
+def _known_instance(terminate: Any) -> Any:
+    """Auto Scaling answers an instance no group has with a ValidationError (moto fails with an internal error)."""
+    from moto.autoscaling.exceptions import ValidationError
+
+    def checked(self: Any) -> Any:
+        instance_id = self._get_param("InstanceId")
+        if not any(s.instance.id == instance_id for g in self.autoscaling_backend.autoscaling_groups.values()
+                   for s in g.instance_states):
+            raise ValidationError(f"Instance Id not found - No managed instance found for instance ID: {instance_id}")
+        return terminate(self)
+
+    checked.platformctl_patched = True  # type: ignore[attr-defined]  # a mark on a function object
+    return checked
+
+
 def install() -> None:
-    """Add the missing EC2 actions to moto (idempotent; a no-op for actions moto already has)."""
+    """Add the missing EC2 actions to moto, and Auto Scaling's bounds on a desired capacity (idempotent)."""
+    from moto.autoscaling.responses import AutoScalingResponse
     from moto.ec2.models.amis import Ami
     from moto.ec2.models.launch_templates import LaunchTemplate
     from moto.ec2.responses.amis import AmisResponse
+
+    if not getattr(AutoScalingResponse.set_desired_capacity, "platformctl_patched", False):
+        AutoScalingResponse.set_desired_capacity = _bounded_set_desired_capacity(AutoScalingResponse.set_desired_capacity)
+    terminate = AutoScalingResponse.terminate_instance_in_auto_scaling_group
+    if not getattr(terminate, "platformctl_patched", False):
+        AutoScalingResponse.terminate_instance_in_auto_scaling_group = _known_instance(terminate)
 
     if not getattr(LaunchTemplate.create_version, "platformctl_patched", False):
         LaunchTemplate.create_version = _parsing_user_data(LaunchTemplate.create_version)

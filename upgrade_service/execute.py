@@ -44,8 +44,7 @@ from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Node, Pod, Snapshot, Taint, format_time
 from platformctl.cluster.scheduling import static_reason
 from platformctl.errors import NotFoundError, PlatformError
-from platformctl.nodegroups import GroupState, NodeGroups
-from platformctl.nodegroups.aws import NodeGroupError
+from platformctl.nodegroups import GroupState, NodeGroupError, NodeGroups
 from platformctl.state import LeaseHeld, LeaseLost, StateStore
 from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as j

@@ -40,8 +40,7 @@ from platformctl.clock import Clock
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Node
 from platformctl.errors import NotFoundError, PlatformError
-from platformctl.nodegroups import Member, NodeGroups
-from platformctl.nodegroups.aws import NodeGroupError
+from platformctl.nodegroups import Member, NodeGroupError, NodeGroups
 from platformctl.state import LeaseHeld, LeaseLost, Record, StateStore
 from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as rotation_journal

@@ -88,7 +88,7 @@ def stage_deploy(ctx: click.Context, stage_name: str, lock_file: Path | None, ou
     """Run the stage's Pulumi program again with the lock file's images: new launch template versions, no node moved."""
     import json
 
-    from platformctl.server import control
+    from platformctl import region_client as control
 
     st = load_stage(stage_name, ctx.obj["infra_dir"])
     info = control.running()

@@ -37,7 +37,7 @@ def _regions(fn: Any) -> Any:
 
 def _store(region: str | None, copy_to: tuple[str, ...]) -> Any:
     from ami.build import ImageStore
-    from platformctl.server.control import use_for_aws
+    from platformctl.region_client import use_for_aws
 
     use_for_aws()  # the running local region, unless another AWS target is set
     return ImageStore(region or os.environ.get("AWS_REGION") or "us-west-2", copy_to)
@@ -166,7 +166,7 @@ def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | N
     from ami.build import build_images, plan_builds, write_lock
     from ami.manifest import default_manifest_dir, load_manifests
     from platformctl.checkout import root
-    from platformctl.server.control import use_for_aws
+    from platformctl.region_client import use_for_aws
 
     folder = manifest_dir or default_manifest_dir()
     manifests = load_manifests(folder)

@@ -103,7 +103,7 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
     from platformctl.cli.stores import store_for
     from platformctl.cluster.live import LiveCluster
     from platformctl.errors import PlatformError
-    from platformctl.server.control import default_kubeconfig
+    from platformctl.region_client import default_kubeconfig
     from platformctl.state import LeaseHeld
     from platformctl.state.lease import LeaseKeeper, holder_id
     from platformctl.topology import load_stage

@@ -45,7 +45,7 @@ def local() -> None:
 @click.pass_context
 def local_up(ctx: click.Context, stage_name: str, speed: float, workloads: bool, output: str) -> None:
     """Start the local region of a stage in the background (or report the one running)."""
-    from platformctl.server import control
+    from platformctl import region_client as control
 
     load_stage(stage_name, ctx.obj["infra_dir"])  # a broken stack file fails here, in one line, not in the server log
     info, started = control.up(stage_name, speed, ctx.obj["infra_dir"], workloads)
@@ -59,7 +59,7 @@ def local_up(ctx: click.Context, stage_name: str, speed: float, workloads: bool,
 @OUTPUT
 def local_status(output: str) -> None:
     """Endpoints, clusters and virtual time of the running local region (exit 1 when none runs)."""
-    from platformctl.server import control
+    from platformctl import region_client as control
 
     info = control.running()
     if output == "json":
@@ -76,7 +76,7 @@ def local_status(output: str) -> None:
 @OUTPUT
 def local_down(output: str) -> None:
     """Stop the running local region. Its state goes with it."""
-    from platformctl.server import control
+    from platformctl import region_client as control
 
     info = control.down()
     if output == "json":
@@ -102,7 +102,7 @@ def _show_faults(answer: dict[str, Any], output: str, headline: str) -> None:
 
 
 def _inject(body: dict[str, Any], output: str, headline: str) -> None:
-    from platformctl.server import control
+    from platformctl import region_client as control
 
     _show_faults(control.faults("POST", body), output, headline)
 
@@ -180,7 +180,7 @@ def fault_api_errors(cluster: str, rate: str, output: str) -> None:
 @OUTPUT
 def fault_clear(output: str) -> None:
     """End every fault: nodes recover, instances that never joined register."""
-    from platformctl.server import control
+    from platformctl import region_client as control
 
     answer = control.faults("DELETE")
     if output == "json":
@@ -193,7 +193,7 @@ def fault_clear(output: str) -> None:
 @OUTPUT
 def fault_list(output: str) -> None:
     """The faults in force."""
-    from platformctl.server import control
+    from platformctl import region_client as control
 
     answer = control.faults("GET")
     _show_faults(answer, output, f"{len(answer.get('faults', []))} fault(s) in force")

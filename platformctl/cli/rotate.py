@@ -33,7 +33,7 @@ def _snapshot_time(snapshot: Snapshot) -> float:
 
 def _live_snapshot(kubeconfig: str | None, context: str | None) -> tuple[Snapshot, str, float]:
     from platformctl.cluster.live import LiveCluster
-    from platformctl.server.control import default_kubeconfig
+    from platformctl.region_client import default_kubeconfig
 
     live = LiveCluster.from_kubeconfig(default_kubeconfig(kubeconfig), context)
     snap = Snapshot(tuple(live.list_nodes()), tuple(live.list_pods()), tuple(live.list_pdbs()),
@@ -44,7 +44,7 @@ def _live_snapshot(kubeconfig: str | None, context: str | None) -> tuple[Snapsho
 def _groups_of(snap: Snapshot, region: str | None) -> tuple[dict[str, str], dict[str, Any]]:
     """Each node's auto scaling group and each group as AWS describes it (what it launches, its room)."""
     from platformctl.nodegroups.aws import AutoScalingNodeGroups
-    from platformctl.server.control import use_for_aws
+    from platformctl.region_client import use_for_aws
 
     use_for_aws()
     if region is None:
@@ -165,7 +165,7 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
             name, now = policy.cluster or snapshot_file.stem, _snapshot_time(snap)
             capacity = None  # a snapshot shows no group: new nodes are read from the pool's nodes, their room unknown
         else:
-            from platformctl.nodegroups.aws import NodeGroupError
+            from platformctl.nodegroups import NodeGroupError
             from upgrade_service.fit import pool_capacity
 
             snap, name, now = _live_snapshot(kubeconfig, context)
@@ -261,7 +261,7 @@ def _connect(names: list[str], kubeconfig: str | None, region: str | None) -> di
     asked once here, so an unreachable one is a one-line error before anything changes."""
     from platformctl.cluster.live import LiveCluster
     from platformctl.nodegroups.aws import AutoScalingNodeGroups
-    from platformctl.server.control import default_kubeconfig, use_for_aws
+    from platformctl.region_client import default_kubeconfig, use_for_aws
     from upgrade_service.execute import Target
 
     use_for_aws()

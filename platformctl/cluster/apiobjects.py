@@ -104,3 +104,14 @@ STORED = ("serviceaccounts", "configmaps", "priorityclasses", "clusterroles", "c
 WORKLOADS = ("deployments", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs")
 def platform_invalid(exc: PlatformError, kind: str, name: str) -> ApiError:
     return invalid(kind, name, exc.field or "", exc.detail)
+
+PLURAL_OF_KIND = {r.kind: p for p, r in RESOURCES.items()}
+
+
+def plural_of(kind: str) -> str:
+    """The API's plural of a workload kind or PodDisruptionBudget (what a client's path names)."""
+    plural = PLURAL_OF_KIND.get(kind)
+    if plural is None or plural not in (*WORKLOADS, "poddisruptionbudgets"):
+        raise PlatformError(f"unsupported kind {kind!r} (one of Deployment, ReplicaSet, DaemonSet, StatefulSet, Job, "
+                            "CronJob, PodDisruptionBudget)", field="kind")
+    return plural

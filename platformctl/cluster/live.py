@@ -61,7 +61,7 @@ class LiveCluster:
             raise PlatformError(str(exc).splitlines()[0], file=where, field=f"contexts.{context}" if context else "current-context") from None
         if clock is None:
             # A context of the local region carries where its virtual clock is read.
-            from platformctl.server.control import clock_for_context
+            from platformctl.region_client import clock_for_context
 
             clock = clock_for_context(path, context)
         return cls(api_client, name=context or "live", clock=clock, source=path)
@@ -227,8 +227,7 @@ class LiveCluster:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        from platformctl.cluster.apiobjects import RESOURCES
-        from platformctl.cluster.workloads import plural_of
+        from platformctl.cluster.apiobjects import RESOURCES, plural_of
 
         res = RESOURCES[plural_of(kind)]
         base = f"/apis/{res.group}/{res.version}" if res.group else "/api/v1"

@@ -29,6 +29,7 @@ from platformctl.cluster.apiobjects import (
     invalid,
     not_found,
     platform_invalid,
+    plural_of,
 )
 from platformctl.cluster.model import Pod, format_time, parse_pod
 from platformctl.cluster.selectors import LabelSelector
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 SIM_KIND = {"replicasets": "ReplicaSet", "daemonsets": "DaemonSet", "statefulsets": "StatefulSet", "jobs": "Job"}
 PLURAL_OF_SIM_KIND = {v: k for k, v in SIM_KIND.items()}
 SCALABLE = ("deployments", "replicasets", "statefulsets")
-PLURAL_OF_KIND = {r.kind: p for p, r in RESOURCES.items()}
 
 
 @dataclass
@@ -425,14 +425,6 @@ class Workloads:
                 if workload.sim_uid is not None and not self.sim.has_workload(workload.sim_uid):
                     del self.objects[plural][key]
                     self._adopted = -1
-
-
-def plural_of(kind: str) -> str:
-    plural = PLURAL_OF_KIND.get(kind)
-    if plural is None or plural not in (*WORKLOADS, "poddisruptionbudgets"):
-        raise PlatformError(f"unsupported kind {kind!r} (one of Deployment, ReplicaSet, DaemonSet, StatefulSet, Job, "
-                            "CronJob, PodDisruptionBudget)", field="kind")
-    return plural
 
 
 class ObjectApi:

@@ -52,6 +52,23 @@ class Member:
     zone: str | None = None
 
 
+class NodeGroupError(Exception):
+    """A node-group call refused: no such group or instance, a capacity outside the group's bounds, throttling.
+    Both implementations raise it, with AWS's error code (``code``) and a message that says what was refused."""
+
+    TRANSIENT = frozenset({"Throttling", "ThrottlingException", "RequestLimitExceeded", "ServiceUnavailable",
+                           "InternalFailure", "RequestTimeout"})
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def transient(self) -> bool:
+        """Whether it may pass by itself (asked again later, the same call may succeed)."""
+        return self.code in self.TRANSIENT
+
+
 @runtime_checkable
 class NodeGroups(Protocol):
     def instances(self, instance_ids: Sequence[str]) -> dict[str, InstanceState]:
@@ -76,4 +93,4 @@ class NodeGroups(Protocol):
         ...
 
 
-__all__ = ["GroupState", "InstanceState", "Member", "NodeGroups"]
+__all__ = ["GroupState", "InstanceState", "Member", "NodeGroupError", "NodeGroups"]

@@ -12,13 +12,9 @@ from typing import Any
 
 from platformctl import aws
 from platformctl.errors import PlatformError
-from platformctl.nodegroups import GroupState, InstanceState, Member
+from platformctl.nodegroups import GroupState, InstanceState, Member, NodeGroupError
 
 CLUSTER_TAG = "eks:cluster-name"  # on every group of an EKS cluster's nodes, as EKS and the stage's program tag them
-
-
-class NodeGroupError(Exception):
-    """Auto Scaling refused a call (the message is AWS's)."""
 
 
 class AutoScalingNodeGroups:
@@ -36,7 +32,8 @@ class AutoScalingNodeGroups:
             return fn(**kwargs)
         except ClientError as exc:
             error = exc.response.get("Error", {})
-            raise NodeGroupError(f"{exc.operation_name}: {error.get('Code', '')}: {error.get('Message', '')}") from None
+            raise NodeGroupError(f"{exc.operation_name}: {error.get('Code', '')}: {error.get('Message', '')}",
+                                 error.get("Code", "")) from None
         except BotoCoreError as exc:
             raise PlatformError(f"cannot reach AWS Auto Scaling ({exc})", field="AWS_ENDPOINT_URL") from None
 
@@ -67,7 +64,7 @@ class AutoScalingNodeGroups:
     def describe(self, group: str) -> GroupState:
         found = self._call(self._asg.describe_auto_scaling_groups, AutoScalingGroupNames=[group])["AutoScalingGroups"]
         if not found:
-            raise NodeGroupError(f"no auto scaling group {group!r}")
+            raise NodeGroupError(f"no auto scaling group {group!r}", "ValidationError")
         g = found[0]
         members = tuple(i["InstanceId"] for i in g.get("Instances", [])
                         if not i["LifecycleState"].startswith(("Terminat", "Detach")))
@@ -120,7 +117,7 @@ class AutoScalingNodeGroups:
     def members(self, group: str) -> list[Member]:
         found = self._call(self._asg.describe_auto_scaling_groups, AutoScalingGroupNames=[group])["AutoScalingGroups"]
         if not found:
-            raise NodeGroupError(f"no auto scaling group {group!r}")
+            raise NodeGroupError(f"no auto scaling group {group!r}", "ValidationError")
         lifecycle = {i["InstanceId"]: i["LifecycleState"] for i in found[0].get("Instances", [])
                      if not i["LifecycleState"].startswith(("Terminat", "Detach"))}
         out: list[Member] = []

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from platformctl.cluster.simulator import SimulatedCluster
-from platformctl.nodegroups import GroupState, InstanceState, Member
+from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.errors import NotFoundError
+from platformctl.nodegroups import GroupState, InstanceState, Member, NodeGroupError
 
 
 class SimulatedNodeGroups:
@@ -27,23 +28,38 @@ class SimulatedNodeGroups:
                 out[instance_id] = InstanceState(instance_id, pool, "InService")
         return out
 
+    def _pool(self, group: str) -> NodePoolSpec:
+        try:
+            return self.sim.pool(group)
+        except NotFoundError:  # as Auto Scaling answers a name it does not know
+            raise NodeGroupError(f"no auto scaling group {group!r}", "ValidationError") from None
+
     def describe(self, group: str) -> GroupState:
-        spec = self.sim.pool(group)
+        spec = self._pool(group)
         members = tuple(n.instance_id or n.name for n in self.sim.pool_nodes(group))
         ceiling = spec.max_size if spec.max_size is not None else 1_000_000
         return GroupState(group, spec.desired, 0, ceiling, members, spec.image, spec.instance_type)
 
     def set_desired(self, group: str, desired: int) -> None:
+        spec = self._pool(group)
+        if spec.max_size is not None and desired > spec.max_size:  # Auto Scaling's own words
+            raise NodeGroupError(f"SetDesiredCapacity: ValidationError: New SetDesiredCapacity value {desired} is above "
+                                 f"max value {spec.max_size} for the AutoScalingGroup.", "ValidationError")
+        if desired < 0:
+            raise NodeGroupError(f"SetDesiredCapacity: ValidationError: New SetDesiredCapacity value {desired} is below "
+                                 "min value 0 for the AutoScalingGroup.", "ValidationError")
         self.sim.scale_pool(group, desired)
 
     def terminate(self, instance_id: str, decrement: bool) -> None:
         node = self.sim.node_of_instance(instance_id)
         if node is None:
-            raise KeyError(f"no instance {instance_id} in any pool")
+            raise NodeGroupError(f"TerminateInstanceInAutoScalingGroup: ValidationError: Instance Id not found - No managed "
+                                 f"instance found for instance ID: {instance_id}", "ValidationError")
         self.sim.terminate_instance(node, decrement_desired=decrement)
 
     def cluster_groups(self, cluster: str) -> list[str]:
         return sorted(self.sim.pool_names())
 
     def members(self, group: str) -> list[Member]:
+        self._pool(group)
         return [Member(n.instance_id or n.name, "InService", n.created, n.zone) for n in self.sim.pool_nodes(group)]

@@ -38,7 +38,7 @@ from platformctl.clock import VirtualClock
 from platformctl.cluster.model import format_time
 from platformctl.errors import PlatformError
 from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion
-from platformctl.server.control import EXTENSION
+from platformctl.region_client import EXTENSION
 from platformctl.server.kubeapi import KubeAPI
 from platformctl.server.objects import ApiError, ClusterState
 from platformctl.topology import HostCluster, load_stage

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from platformctl.cli import cli
 from platformctl.cluster.model import load_snapshot
 
 
+@pytest.mark.slow  # the whole demo, or a stage built for it: make test-fast leaves it out
 def test_demo_nodes_boot_the_images_it_built(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["demo", "--minutes", "5", "--save-snapshots", str(tmp_path), "-o", "json"],
                                 catch_exceptions=False)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from platformctl.cli import cli
@@ -70,6 +71,7 @@ def test_snapshot_generate_then_inspect(tmp_path: Path) -> None:
     assert sorted(b["name"] for b in inspected["pdbs_blocking"]) == ["singleton-000", "singleton-001"]
 
 
+@pytest.mark.slow  # the whole demo, or a stage built for it: make test-fast leaves it out
 def test_demo_tells_the_story_and_keeps_every_budget(tmp_path: Path) -> None:
     result = run("demo", "--minutes", "20", "--output", "json", "--save-snapshots", str(tmp_path))
     assert result.exit_code == 0

@@ -82,6 +82,7 @@ def test_explain_says_why_a_node_is_where_it_is(blocking_snapshot: Path, policy:
     assert missing.exit_code == 2 and "no node 'nope'" in missing.stderr
 
 
+@pytest.mark.slow  # the whole demo, or a stage built for it: make test-fast leaves it out
 def test_stage_plan_orders_clusters_zone_by_zone_host_last(stage_dir: Path, policy: Path) -> None:
     result = run("rotate", "plan", "--stage", "dev", "--snapshot-dir", str(stage_dir), "--policy", str(policy))
     assert result.exit_code == 0, result.stderr
@@ -104,6 +105,7 @@ def test_stage_plan_orders_clusters_zone_by_zone_host_last(stage_dir: Path, poli
                              "eks.amazonaws.com/nodegroup; pools: custom, general, ml, system)\n")
 
 
+@pytest.mark.slow  # the whole demo, or a stage built for it: make test-fast leaves it out
 def test_stage_plan_mistakes(stage_dir: Path, policy: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -53,7 +53,7 @@ def test_a_second_up_reports_the_running_region(region: dict[str, Any]) -> None:
 
 
 def test_the_virtual_clock_runs_at_the_given_speed(region: dict[str, Any]) -> None:
-    from platformctl.server.control import ServerClock
+    from platformctl.region_client import ServerClock
 
     url = f"{region['kubernetes_endpoint']}/platformctl/v1/time"
     first, wall = ServerClock(url), time.monotonic()
@@ -91,7 +91,7 @@ def test_nothing_listens_beyond_loopback(region: dict[str, Any]) -> None:
 
 def test_a_live_cluster_of_the_region_takes_its_time_from_the_server(region: dict[str, Any]) -> None:
     from platformctl.cluster.live import LiveCluster
-    from platformctl.server.control import ServerClock
+    from platformctl.region_client import ServerClock
 
     live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=region["clusters"][1]["name"])
     assert isinstance(live.clock, ServerClock)

@@ -125,7 +125,7 @@ def use_for_aws() -> dict[str, Any] | None:
     info = running()
     if info is None:
         return None
-    from platformctl.local_region import FAKE_CREDENTIALS
+    from platformctl.aws import FAKE_CREDENTIALS
 
     os.environ.update(FAKE_CREDENTIALS)
     os.environ["AWS_ENDPOINT_URL"] = info["aws_endpoint"]

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +65,9 @@ def new_images(region: dict[str, Any], version: str) -> dict[str, str]:
     deployed = json.loads(run(region["home"], "stage", "deploy", "--stage", "dev", "-o", "json").stdout)
     assert deployed["summary"].get("update") == 7  # one new launch template version per pool
     return deployed["images"]
+
+
+def get(region: dict[str, Any], path: str) -> Any:
+    """A GET of the local region server's API (Kubernetes or its own ``/platformctl/v1/…``), as JSON."""
+    with urllib.request.urlopen(f"{region['kubernetes_endpoint']}{path}", timeout=30) as response:
+        return json.loads(response.read())

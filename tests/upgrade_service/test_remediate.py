@@ -237,17 +237,23 @@ def test_remediation_evicts_a_one_at_a_time_workloads_pods_one_after_the_other_e
     assert len(settled_one_at_a_time(sim, "kv", 300)) == 2
 
 
-def test_remediation_waits_for_a_wait_for_completion_job_its_policy_names_while_the_kubelet_answers(tmp_path: Path) -> None:
-    """The remediation policy's workloadRules are the rotation policy's: a training job the operator's rule says to
-    wait for finishes on the node before remediation replaces it (its kubelet still answers), never evicted."""
+def training_job_on_a_pressured_node() -> tuple[SimulatedCluster, str]:
+    """A half-hour training job on a node whose disk fills (its kubelet still answers)."""
     from tests.platformctl.cluster.helpers import template
 
     sim = cluster({"general": 2})
     sim.create_workload("Job", template("batch", "train", run=1800, start=10), 1, completions=1)
     sim.run_until_settled()
-    (broken,) = {p.node_name for p in sim.list_pods(namespace="batch") if p.node_name}
-    sim.set_node_condition(broken, "DiskPressure", "True", "KubeletHasDiskPressure")
+    (node,) = {p.node_name for p in sim.list_pods(namespace="batch") if p.node_name}
+    sim.set_node_condition(node, "DiskPressure", "True", "KubeletHasDiskPressure")
     sim.advance(120)
+    return sim, node
+
+
+def test_remediation_waits_for_a_wait_for_completion_job_its_policy_names_while_the_kubelet_answers(tmp_path: Path) -> None:
+    """The remediation policy's workloadRules are the rotation policy's: a training job the operator's rule says to
+    wait for finishes on the node before remediation replaces it (its kubelet still answers), never evicted."""
+    sim, broken = training_job_on_a_pressured_node()
     rules = {"conditions": [{"type": "DiskPressure", "unhealthyAfterSeconds": 60}], "drainTimeoutSeconds": 3600,
              "workloadRules": [{"selector": {"matchLabels": {"app": "train"}}, "mode": "wait-for-completion",
                                 "maxWaitSeconds": 3600}]}
@@ -261,12 +267,7 @@ def test_remediation_waits_for_a_wait_for_completion_job_its_policy_names_while_
     assert finished <= gone
     assert harm(sim) == NO_HARM
     # Without the rule the same job is evicted at once: the rule is what made remediation wait.
-    again = cluster({"general": 2})
-    again.create_workload("Job", template("batch", "train", run=1800, start=10), 1, completions=1)
-    again.run_until_settled()
-    (node,) = {p.node_name for p in again.list_pods(namespace="batch") if p.node_name}
-    again.set_node_condition(node, "DiskPressure", "True", "KubeletHasDiskPressure")
-    again.advance(120)
+    again, _ = training_job_on_a_pressured_node()
     del rules["workloadRules"]
     (tmp_path / "plain").mkdir()
     assert remediate(again, tmp_path / "plain", rules).exit_code == EXIT_OK

@@ -16,7 +16,6 @@ import signal
 import sqlite3
 import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ import pytest
 
 from platformctl.cluster.live import LiveCluster
 from platformctl.topology import load_stage
-from tests.process import new_images, run, start
+from tests.process import get, new_images, run, start
 
 STAGE = load_stage("dev")
 CLUSTERS = [c.name for c in STAGE.clusters()]
@@ -46,11 +45,6 @@ def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     info["groups"] = desired(info)
     yield info
     run(home, "local", "down", check=False)
-
-
-def get(region: dict[str, Any], path: str) -> Any:
-    with urllib.request.urlopen(f"{region['kubernetes_endpoint']}{path}", timeout=30) as response:
-        return json.loads(response.read())
 
 
 def asg(region: dict[str, Any]) -> Any:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 
 from platformctl.cluster.live import LiveCluster
-from tests.process import local_region, new_images, run, start
+from tests.process import get, local_region, new_images, run, start
 
 CLUSTER = "dev-usw2a-01"
 LEASE = "2"
@@ -39,11 +38,6 @@ def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     info["policy"] = str(policy)
     yield info
     run(home, "local", "down", check=False)
-
-
-def get(region: dict[str, Any], path: str) -> Any:
-    with urllib.request.urlopen(f"{region['kubernetes_endpoint']}{path}", timeout=30) as response:
-        return json.loads(response.read())
 
 
 def side_effects(region: dict[str, Any]) -> dict[str, Any]:

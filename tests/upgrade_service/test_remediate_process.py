@@ -193,7 +193,10 @@ def test_breaking_nodes_faster_than_max_per_hour_replaces_exactly_that_many_acro
             status = json.loads(cli(region, "remediate", "status", "--context", cluster, "--last", "200", "-o", "json").stdout)
             recent = status["clusters"][0]["recent"]
             starts = sorted(r["at"] for r in recent if r["kind"] == "remediation-started" and r["at"] >= start)
-        assert len(starts) == 3 and len(broken) > 3  # broken faster than two an hour
+        # Broken faster than two an hour, and never more than two started in any hour (the limit slides: one run
+        # may start two more once the first hour's slots have come free, so the count can pass three in one run).
+        assert len(starts) >= 3 and len(broken) > 3, (starts, broken)
+        assert all(b - a >= 3600 for a, b in zip(starts, starts[2:])), starts
         assert starts[2] - starts[0] >= 3600  # exactly two in the first hour: the third waited for its slot
         assert any(r["kind"] == "skipped" and r["code"] == "rate-limit" and "maxPerHour 2" in r["why"] for r in recent)
         finished = [r for r in recent if r["kind"] == "remediation-finished" and r["at"] >= start]

@@ -211,7 +211,7 @@ class LocalRegion:
                 file=f"auto scaling group {binding.asg_name}", field="LaunchTemplate.InstanceType",
             )
         node = build_node(
-            name=name, zone=zone, instance_type=inst["InstanceType"], pool=pool.name, image=inst["ImageId"],
+            name=name, zone=zone, region=self.stage.region, instance_type=inst["InstanceType"], pool=pool.name, image=inst["ImageId"],
             instance_id=inst["InstanceId"], node_type=pool.node_type, labels=pool.labels,
             taints=[Taint(t.key, t.value, t.effect) for t in pool.taints], created=self.clock.now(),
         )

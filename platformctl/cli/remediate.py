@@ -10,8 +10,9 @@ from typing import Any
 import click
 from rich.table import Table
 
+from platformctl.app.clusters import connect
 from platformctl.cli.output import LEASE_TTL, OUTPUT, console, emit_json
-from platformctl.cli.rotate import STATE_HELP, _clusters, _connect, _store
+from platformctl.cli.rotate import STATE_HELP, _clusters, _store
 from platformctl.cluster.model import format_time
 from platformctl.errors import PlatformError
 from platformctl.topology import STAGES
@@ -47,7 +48,8 @@ def _print(outcome: Any) -> None:
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None,
               help="kubeconfig (default: $KUBECONFIG, else the running local region's, else ~/.kube/config)")
 @click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
-@click.option("--region", default=None, help="AWS region of the clusters' auto scaling groups")
+@click.option("--region", default=None, help="AWS region of the clusters' auto scaling groups (default: the stage's that "
+              "declares the cluster, else the nodes' topology.kubernetes.io/region, else AWS_REGION)")
 @click.option("--once/--watch", default=True, show_default=True,
               help="one pass, or look again every intervalSeconds of the policy until interrupted")
 @click.option("--lease-ttl", type=LEASE_TTL, default=60.0, show_default=True)
@@ -75,7 +77,7 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
     if policy.cluster is not None and context is not None and policy.cluster != context:
         raise PlatformError(f"is for cluster {policy.cluster!r}, not {context!r}", file=policy.source, field="cluster")
     store = _store(ctx, state_spec, names, stage_name)
-    targets = _connect(names, kubeconfig, region or (stage.region if stage else None))
+    targets = connect(names, kubeconfig, region or (stage.region if stage else None), ctx.obj["infra_dir"])
     holder = holder_id()
     quiet = output == "json"
 

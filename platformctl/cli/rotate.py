@@ -17,6 +17,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from platformctl.app.clusters import connect, groups_of, launch_template_targets
 from platformctl.cli.output import LEASE_TTL, OUTPUT, console, emit_json
 from platformctl.cluster.model import Snapshot, load_snapshot
 from platformctl.errors import PlatformError
@@ -39,29 +40,6 @@ def _live_snapshot(kubeconfig: str | None, context: str | None) -> tuple[Snapsho
     snap = Snapshot(tuple(live.list_nodes()), tuple(live.list_pods()), tuple(live.list_pdbs()),
                     source=f"context {live.name}")
     return snap, live.name, live.clock.now()
-
-
-def _groups_of(snap: Snapshot, region: str | None) -> tuple[dict[str, str], dict[str, Any]]:
-    """Each node's auto scaling group and each group as AWS describes it (what it launches, its room)."""
-    from platformctl.nodegroups.aws import AutoScalingNodeGroups
-    from platformctl.region_client import use_for_aws
-
-    use_for_aws()
-    if region is None:
-        zones = sorted({n.zone for n in snap.nodes if n.zone})
-        region = zones[0][:-1] if zones else None
-    groups = AutoScalingNodeGroups(region)
-    found = groups.instances([n.instance_id for n in snap.nodes if n.instance_id])
-    group_of = {n.name: found[n.instance_id].group for n in snap.nodes if n.instance_id in found}
-    return group_of, {g: groups.describe(g) for g in sorted(set(group_of.values()))}
-
-
-def _launch_template_targets(snap: Snapshot, policy: Any, region: str | None) -> dict[str, str]:
-    """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets."""
-    from upgrade_service.targets import resolve
-
-    group_of, described = _groups_of(snap, region)
-    return resolve(policy, list(snap.nodes), group_of, {g: d.image for g, d in described.items()}).images
 
 
 def _print_cluster_plan(plan: Any, show_waves: bool = True) -> None:
@@ -155,8 +133,8 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
                 snapshots[place.name], _, now = _live_snapshot(kubeconfig, place.name)
         if policy.targets is None:
             targets: dict[str, str] = {}
-            for snap in snapshots.values():
-                targets.update(_launch_template_targets(snap, policy, stage.region))
+            for cluster_name, snap in snapshots.items():
+                targets.update(launch_template_targets(snap, cluster_name, policy, stage.region, ctx.obj["infra_dir"]))
             policy = policy.with_targets(targets)
         result: Any = plan_region(stage.name, stage.region, places, snapshots, policy, now)
     else:
@@ -170,7 +148,7 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
 
             snap, name, now = _live_snapshot(kubeconfig, context)
             try:
-                group_of, described = _groups_of(snap, None)
+                group_of, described = groups_of(snap, name, None, ctx.obj["infra_dir"])
             except (NodeGroupError, PlatformError) as exc:
                 if policy.targets is None:
                     raise
@@ -254,31 +232,6 @@ def _clusters(ctx: click.Context, context: str | None, stage_name: str | None, c
         return [context], None
     stage = load_stage(stage_name or "", ctx.obj["infra_dir"])
     return [c.name for c in stage.clusters()], stage
-
-
-def _connect(names: list[str], kubeconfig: str | None, region: str | None) -> dict[str, Any]:
-    """A ``Target`` per cluster: the official client via kubeconfig, Auto Scaling via boto3. Each API is
-    asked once here, so an unreachable one is a one-line error before anything changes."""
-    from platformctl.cluster.live import LiveCluster
-    from platformctl.nodegroups.aws import AutoScalingNodeGroups
-    from platformctl.region_client import default_kubeconfig, use_for_aws
-    from upgrade_service.execute import Target
-
-    use_for_aws()
-    config = default_kubeconfig(kubeconfig)
-    targets = {}
-    groups = None
-    for name in names:
-        live = LiveCluster.from_kubeconfig(config, name)
-        nodes = live.list_nodes()
-        if region is None:
-            zones = sorted({n.zone for n in nodes if n.zone})
-            region = zones[0][:-1] if zones else None
-        if groups is None:
-            groups = AutoScalingNodeGroups(region)
-            groups.probe()
-        targets[name] = Target(name, live, groups)
-    return targets
 
 
 def _progress_printer(output: str) -> Any:
@@ -368,8 +321,8 @@ EXIT_CODES_HELP = ("exit 0 done, 1 halted or failed, 2 bad input, 3 another run 
 @click.option("--stage", "stage_name", type=click.Choice(STAGES), default=None,
               help="rotate a whole stage: its clusters in the stage plan's order, one zone at a time")
 @click.option("--state", "state_spec", default=None, metavar="STORE", help=STATE_HELP)
-@click.option("--region", default=None, help="AWS region of the clusters' auto scaling groups (default: the stage's, "
-              "else the nodes' zone)")
+@click.option("--region", default=None, help="AWS region of the clusters' auto scaling groups (default: the stage's that "
+              "declares the cluster, else the nodes' topology.kubernetes.io/region, else AWS_REGION)")
 @click.option("--lease-ttl", type=LEASE_TTL, default=60.0, show_default=True,
               help="seconds a run's lease outlives its last renewal; a run that died is taken over after it")
 @click.option("--max-waves", type=click.IntRange(min=1), default=None, metavar="N",
@@ -398,7 +351,7 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
         check_gate_exists(policy.health_gate, policy.source)
         canary_config = _canary_config(policy)
     store = _store(ctx, state_spec, names, stage_name)
-    targets = _connect(names, kubeconfig, region or (stage.region if stage else None))
+    targets = connect(names, kubeconfig, region or (stage.region if stage else None), ctx.obj["infra_dir"])
     from upgrade_service.targets import check_pools
 
     present = {n.labels[policy.pool_label] for t in targets.values() for n in t.cluster.list_nodes()
@@ -619,10 +572,11 @@ def rotate_abort(ctx: click.Context, kubeconfig: str | None, no_wait: bool, cont
     done = _control(ctx, "abort", context, stage_name, state_spec, reason, output)
     store = _store(ctx, state_spec, [d["cluster"] for d in done] or [context or ""], stage_name)
     say = None if output == "json" else (lambda text: console().print(text))
-    def connect(name: str) -> Any:
-        return _connect([name], kubeconfig, None)[name]
 
-    results = [abort_cluster(store, d["cluster"], functools.partial(connect, d["cluster"]), holder_id(), wait=not no_wait,
+    def reach(name: str) -> Any:
+        return connect([name], kubeconfig, None, ctx.obj["infra_dir"])[name]
+
+    results = [abort_cluster(store, d["cluster"], functools.partial(reach, d["cluster"]), holder_id(), wait=not no_wait,
                              say=say) for d in done]
     if output == "json":
         emit_json({"aborted": [{**d, **r.to_dict()} for d, r in zip(done, results, strict=True)]})

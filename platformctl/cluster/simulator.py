@@ -154,6 +154,7 @@ def build_node(
     *,
     name: str,
     zone: str,
+    region: str,
     instance_type: str,
     pool: str,
     image: str,
@@ -174,7 +175,7 @@ def build_node(
         LABEL_HOSTNAME: name,
         LABEL_INSTANCE_TYPE: instance_type,
         LABEL_ZONE: zone,
-        "topology.kubernetes.io/region": zone[:-1],
+        "topology.kubernetes.io/region": region,
         LABEL_NODEGROUP: pool,
         LABEL_NODEGROUP_IMAGE: image,
         "eks.amazonaws.com/capacityType": "ON_DEMAND",
@@ -752,7 +753,7 @@ class SimulatedCluster:
         n = self._launched
         name = f"ip-10-{(n >> 16) & 255}-{(n >> 8) & 255}-{n & 255}.{spec.region}.compute.internal"
         node = build_node(
-            name=name, zone=spec.zone, instance_type=spec.instance_type, pool=spec.name,
+            name=name, zone=spec.zone, region=spec.region, instance_type=spec.instance_type, pool=spec.name,
             image=spec.image, instance_id=f"i-{self._rng.getrandbits(68):017x}", node_type=spec.node_type,
             labels=spec.labels, taints=spec.taints, created=self.now(),
         )

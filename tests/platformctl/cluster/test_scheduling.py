@@ -17,7 +17,7 @@ from platformctl.errors import PlatformError
 
 
 def node(name: str, zone: str = "us-east-1a", pool: str = "general", itype: str = "m6i.large", **kw: Any):
-    return build_node(name=name, zone=zone, instance_type=itype, pool=pool, image="ami-1", instance_id=f"i-{name}", **kw)
+    return build_node(name=name, zone=zone, region=zone[:-1], instance_type=itype, pool=pool, image="ami-1", instance_id=f"i-{name}", **kw)
 
 
 def pod(name: str, *, ns: str = "app", labels: dict[str, str] | None = None, cpu: str = "100m", spec: dict[str, Any] | None = None,

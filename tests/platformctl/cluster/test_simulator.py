@@ -201,7 +201,7 @@ def test_higher_priority_pods_are_placed_first() -> None:
 def test_controllers_inferred_from_a_snapshot_keep_working(rules) -> None:  # type: ignore[no-untyped-def]
     from platformctl.cluster.simulator import build_node
 
-    rules.add_node(build_node(name="ip-10-0-1-12.ec2.internal", zone="us-east-1a", instance_type="m6i.4xlarge",
+    rules.add_node(build_node(name="ip-10-0-1-12.ec2.internal", zone="us-east-1a", region="us-east-1", instance_type="m6i.4xlarge",
                               pool="general", image="ami-0new", instance_id="i-0a1b2c3d4e5f60012"), ready_after=60)
     daemons = rules.list_pods("kube-system", "k8s-app=aws-node", node_name="ip-10-0-1-12.ec2.internal")
     assert len(daemons) == 1  # the DaemonSet seen in the snapshot follows the new node

@@ -1,0 +1,97 @@
+"""Reaching clusters: a kubeconfig context and the Auto Scaling groups its nodes belong to, in the right region.
+
+The region is never guessed from a zone's spelling (``us-west-2-lax-1a`` is a zone of ``us-west-2``): it is the one
+given, else the stage's (the stack file that declares the cluster), else what the cluster's nodes say
+(``topology.kubernetes.io/region``, as the kubelet labels them on EKS), else the AWS SDK's own default
+(``AWS_REGION``). Each API is asked once here, so an unreachable one is a one-line error before anything changes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from platformctl.cluster.model import Node, Snapshot
+from platformctl.errors import PlatformError
+from platformctl.topology import STAGES, load_stage
+
+if TYPE_CHECKING:
+    from upgrade_service.execute import Target
+
+LABEL_REGION = "topology.kubernetes.io/region"
+
+
+def stage_region_of(cluster: str, infra_dir: Path | None = None) -> str | None:
+    """The region of the stage whose stack file declares ``cluster``, if one of the checkout's does."""
+    for name in STAGES:
+        try:
+            stage = load_stage(name, infra_dir)
+        except PlatformError:
+            continue  # a stack file that does not load names no cluster here; its own commands say why
+        if cluster in {c.name for c in stage.clusters()}:
+            return stage.region
+    return None
+
+
+def region_for(cluster: str, nodes: Iterable[Node], given: str | None = None, infra_dir: Path | None = None) -> str:
+    """Where ``cluster``'s Auto Scaling groups are: see the module's docstring for the order."""
+    if given:
+        return given
+    declared = stage_region_of(cluster, infra_dir)
+    if declared:
+        return declared
+    labelled = sorted({n.labels[LABEL_REGION] for n in nodes if n.labels.get(LABEL_REGION)})
+    if len(labelled) == 1:
+        return labelled[0]
+    if len(labelled) > 1:
+        raise PlatformError(f"the nodes of {cluster} say they are in {', '.join(labelled)}: name the region of its "
+                            "auto scaling groups", field="--region")
+    default = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if default:
+        return default
+    raise PlatformError(f"no stage of this checkout declares {cluster}, its nodes carry no {LABEL_REGION} label, and "
+                        "AWS_REGION is not set: name the region of its auto scaling groups", field="--region")
+
+
+def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_dir: Path | None = None) -> dict[str, Target]:
+    """A ``Target`` per cluster: the official client via kubeconfig, Auto Scaling via boto3 in the cluster's region."""
+    from platformctl.cluster.live import LiveCluster
+    from platformctl.nodegroups.aws import AutoScalingNodeGroups
+    from platformctl.region_client import default_kubeconfig, use_for_aws
+    from upgrade_service.execute import Target
+
+    use_for_aws()
+    config = default_kubeconfig(kubeconfig)
+    targets = {}
+    groups: dict[str, AutoScalingNodeGroups] = {}  # one client per region
+    for name in names:
+        live = LiveCluster.from_kubeconfig(config, name)
+        where = region_for(name, live.list_nodes(), region, infra_dir)
+        if where not in groups:
+            groups[where] = AutoScalingNodeGroups(where)
+            groups[where].probe()
+        targets[name] = Target(name, live, groups[where])
+    return targets
+
+
+def groups_of(snap: Snapshot, cluster: str, region: str | None, infra_dir: Path | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """Each node's auto scaling group and each group as AWS describes it (what it launches, its room)."""
+    from platformctl.nodegroups.aws import AutoScalingNodeGroups
+    from platformctl.region_client import use_for_aws
+
+    use_for_aws()
+    groups = AutoScalingNodeGroups(region_for(cluster, snap.nodes, region, infra_dir))
+    found = groups.instances([n.instance_id for n in snap.nodes if n.instance_id])
+    group_of = {n.name: found[n.instance_id].group for n in snap.nodes if n.instance_id in found}
+    return group_of, {g: groups.describe(g) for g in sorted(set(group_of.values()))}
+
+
+def launch_template_targets(snap: Snapshot, cluster: str, policy: Any, region: str | None,
+                            infra_dir: Path | None = None) -> dict[str, str]:
+    """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets."""
+    from upgrade_service.targets import resolve
+
+    group_of, described = groups_of(snap, cluster, region, infra_dir)
+    return resolve(policy, list(snap.nodes), group_of, {g: d.image for g, d in described.items()}).images

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -379,6 +381,10 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
         else:
             outcomes = [run_cluster(targets[names[0]], policy, store, options, holder_id(), show)]
     finally:
+        # Nothing is left to interrupt: a Ctrl-C from now on must not cut the report short or kill the exit (Python
+        # gives a Python-level handler back to SIG_DFL when it finalizes; an ignored signal stays ignored).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if live is not None:
             live.stop()
     codes = [o.exit_code for o in outcomes]
@@ -395,9 +401,6 @@ def _stop_on_signals() -> Any:
     """The first Ctrl-C (or SIGTERM, as a CronJob's pod gets when it is stopped) asks every cluster to stop at its next
     safe point; a second raises KeyboardInterrupt, which a stage run's wait absorbs (its workers still hold leases)
     and a single cluster's run stops on at once."""
-    import signal
-    import threading
-
     stop = threading.Event()
 
     def handler(signum: int, frame: Any) -> None:

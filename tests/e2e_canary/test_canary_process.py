@@ -95,7 +95,11 @@ def test_a_bad_image_fails_its_arm_with_the_kubelets_reason_and_the_verdict_name
         assert not not_failed and any(r["image"] == bad for r in rows), not_failed
         assert {r["outcome"] for r in rows if r["image"] and r["image"] != bad} == {"ok"}  # node-pool and daemon rows
         assert all("CreateContainerError" in r["reason"] for r in rows if r["image"] == bad)
-        assert all("CreateContainerError" in r["reason"] for r in rows if r["outcome"] == "fail")  # every kind says why
+        # Every kind says why. (A CronJob that fired late, as on a machine too busy to keep the region's clock, is the
+        # cron canary measuring what it measures, whatever the image: it says so in its own words.)
+        unexplained = [(r["canary"], r["reason"]) for r in rows if r["outcome"] == "fail" and "CreateContainerError" not in r["reason"]
+                       and not (r["canary_kind"] == "cron" and "after its schedule" in r["reason"])]
+        assert not unexplained, unexplained
     verdict = run(region["home"], "canary", "verdict", "--stage", "dev", "--baseline", good, "--window", "20m", check=False)
     said = json.loads(verdict.stdout)
     assert verdict.returncode == 1 and said["verdict"] == "fail" and bad in said["reason"]

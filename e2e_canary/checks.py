@@ -32,7 +32,7 @@ from croniter import croniter
 
 from e2e_canary.definitions import Canary
 from e2e_canary.measure import Startup, startup
-from platformctl.clock import Clock
+from platformctl.clock import Clock, past
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
 from platformctl.errors import ApiRefused, NotFoundError
@@ -147,7 +147,7 @@ class Check:
         timeout, or disrupted when the platform took some of its pods away meanwhile."""
         end = min(until if until is not None else self.deadline, self.deadline)
         while not done():
-            if self.clock.now() >= end:
+            if past(self.clock, end):
                 stuck = self.stuck(pods())
                 if stuck:
                     raise CheckFailed("fail", f"{what}: not done in {end - self.started:.0f} s; " + "; ".join(stuck[:3]))

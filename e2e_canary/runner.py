@@ -26,6 +26,7 @@ from typing import Any
 
 from e2e_canary.definitions import LABEL, Canary
 from e2e_canary.measure import NotStarted, Startup, startup
+from platformctl.clock import past
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Toleration
 from platformctl.errors import ApiRefused, PlatformError
@@ -222,7 +223,7 @@ class Runner:
                             arms[again.name] = (arm, i, True)
                         except (ApiRefused, PlatformError):
                             pass
-            if len(done) == len(arms) or self.clock.now() >= deadline:
+            if len(done) == len(arms) or past(self.clock, deadline):
                 break
             self.clock.sleep(self.poll)
         for name, (arm, _, _) in arms.items():

@@ -27,6 +27,16 @@ class Clock(Protocol):
     def sleep(self, seconds: float) -> None: ...
 
 
+def past(clock: Clock, deadline: float) -> bool:
+    """Whether ``deadline`` has passed on ``clock``. A clock that can ask its source again (``sync()``: a local
+    region's clock as a client extrapolates it, which a busy server falls behind) is asked before a deadline is
+    called, so that a deadline is the cluster's to call and not the client's guess."""
+    if clock.now() < deadline:
+        return False
+    sync = getattr(clock, "sync", None)
+    return not callable(sync) or float(sync()) >= deadline
+
+
 class WallClock:
     """Real time."""
 

@@ -38,6 +38,7 @@ from functools import partial
 from typing import Any
 
 from platformctl import failpoints
+from platformctl.clock import past
 from platformctl.cluster.drain import drain_blocks_on
 from platformctl.cluster.informer import Informer, InformerStats
 from platformctl.cluster.interface import Cluster
@@ -443,7 +444,7 @@ class Executor:
                 return
             if verdict.verdict == "fail":
                 raise Halt("gate-fail", f"the health gate says fail before wave {number}: {verdict.reason}")
-            if self.clock.now() >= deadline:
+            if past(self.clock, deadline):
                 raise Halt("gate-inconclusive", f"the health gate stayed inconclusive for gateTimeoutSeconds "
                            f"{self.policy.gate_timeout_seconds} before wave {number}: {verdict.reason}")
             self._show("gate", f"health gate inconclusive ({verdict.reason}); asking every "
@@ -786,7 +787,7 @@ class Executor:
                     del waiting[uid]
             if whole():
                 return None
-            if self.clock.now() >= deadline:
+            if past(self.clock, deadline):
                 short = [f"{o['owner']} has {ready[uid]} Ready of {o['ready']}{self._why(stuck.get(uid, []))}"
                          for uid, o in waiting.items() if ready[uid] < o["ready"]]
                 return "; ".join(short[:5]) + (f" and {len(short) - 5} more" if len(short) > 5 else "")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from platformctl import failpoints
-from platformctl.clock import Clock
+from platformctl.clock import Clock, past
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Node
 from platformctl.errors import NotFoundError, PlatformError
@@ -524,7 +524,7 @@ class Remediator:
                     if self._group_of.get(node.instance_id) == group:
                         return node.name
             failpoints.hit("wait:replacement")
-            if self.clock.now() >= deadline:
+            if past(self.clock, deadline):
                 return None
             self.clock.sleep(self.poll)
 

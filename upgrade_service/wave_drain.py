@@ -44,7 +44,7 @@ from typing import Any
 from typing import Protocol as Interface
 
 from platformctl import failpoints
-from platformctl.clock import Clock
+from platformctl.clock import Clock, past
 from platformctl.cluster.drain import drain_blocks_on
 from platformctl.cluster.informer import Informer
 from platformctl.cluster.interface import Cluster
@@ -243,7 +243,7 @@ class WaveDrain:
                 last_left, deadline = moved, now + timeout_seconds  # progress: the timeout counts from here
             if not left:
                 return DrainOutcome(drained, {}, self.status, self.settle)
-            if now >= deadline:
+            if now >= deadline and past(self.clock, deadline):
                 failed = {node: self._why_stuck(node, pods, timeout_seconds) for node, pods in pods_of.items()}
                 return DrainOutcome(drained, failed, self.status, self.settle)
             self._round(now, [p for pods in pods_of.values() for p in pods])

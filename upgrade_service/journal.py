@@ -180,49 +180,8 @@ def apply(state: RunState, record: Record) -> None:
         state.pending[d["id"]] = d
     elif kind == DONE:
         intent = state.pending.pop(d["id"], None)
-        if intent is None or not d.get("ok", True):
-            return
-        op, wave = intent["op"], state.waves.get(intent.get("wave", -1))
-        node = str(intent.get("node"))  # every cordon, taint and their undoing names its node
-        if op == "cordon":
-            state.cordoned.add(node)
-            if wave is not None:
-                wave.cordoned.add(node)
-        elif op == "uncordon":
-            state.cordoned.discard(node)
-            if wave is not None:
-                wave.cordoned.discard(node)
-        elif op == "taint":
-            state.tainted.add(node)
-        elif op == "untaint":
-            state.tainted.discard(node)
-        elif op == "set-desired":
-            state.capacity[intent["group"]] += int(intent["desired"]) - int(intent["before"])
-            if wave is not None and intent.get("stands_in_for"):
-                # A surge node added for a stuck drain: the node it stands in for gives the capacity back.
-                wave.extra_surge[intent["stands_in_for"]] = intent["group"]
-        elif op == "terminate":
-            if intent.get("decrement") and not d.get("not_called"):
-                state.capacity[intent["group"]] -= 1
-            state.terminated.add(intent["instance"])
-            state.cordoned.discard(node)
-            state.tainted.discard(node)
-            if wave is not None:
-                wave.terminated.add(intent["instance"])
-        elif op == "evict":
-            born = state.started.get("at", 0.0) if state.started else 0.0
-            for pod in d.get("evicted", ()):
-                state.evicted[pod["pod"]] += 1
-                if pod.get("created", 0.0) > born:
-                    state.evicted_again += 1
-            refused = sum(d.get("refused", {}).values())
-            state.refused += refused
-            if wave is not None:
-                wave.evictions += len(d.get("evicted", ()))
-                wave.refused += refused
-                for pod in d.get("evicted", ()):
-                    if pod.get("workload"):
-                        wave.in_flight[pod["workload"]] = pod
+        if intent is not None and d.get("ok", True):
+            _confirmed(state, intent, d)
     elif kind == PHASE:
         wave = state.waves.get(d["wave"])
         if wave is not None:
@@ -253,6 +212,51 @@ def apply(state: RunState, record: Record) -> None:
     elif kind in (FINISHED, ABORTED):
         state.ended = d
         state.abort = None
+
+
+def _confirmed(state: RunState, intent: Mapping[str, Any], d: Mapping[str, Any]) -> None:
+    """What a confirmed intent changed: the nodes held, the groups' capacity, the instances terminated, the evictions."""
+    op, wave = intent["op"], state.waves.get(intent.get("wave", -1))
+    node = str(intent.get("node"))  # every cordon, taint and their undoing names its node
+    if op == "cordon":
+        state.cordoned.add(node)
+        if wave is not None:
+            wave.cordoned.add(node)
+    elif op == "uncordon":
+        state.cordoned.discard(node)
+        if wave is not None:
+            wave.cordoned.discard(node)
+    elif op == "taint":
+        state.tainted.add(node)
+    elif op == "untaint":
+        state.tainted.discard(node)
+    elif op == "set-desired":
+        state.capacity[intent["group"]] += int(intent["desired"]) - int(intent["before"])
+        if wave is not None and intent.get("stands_in_for"):
+            # A surge node added for a stuck drain: the node it stands in for gives the capacity back.
+            wave.extra_surge[intent["stands_in_for"]] = intent["group"]
+    elif op == "terminate":
+        if intent.get("decrement") and not d.get("not_called"):
+            state.capacity[intent["group"]] -= 1
+        state.terminated.add(intent["instance"])
+        state.cordoned.discard(node)
+        state.tainted.discard(node)
+        if wave is not None:
+            wave.terminated.add(intent["instance"])
+    elif op == "evict":
+        born = state.started.get("at", 0.0) if state.started else 0.0
+        for pod in d.get("evicted", ()):
+            state.evicted[pod["pod"]] += 1
+            if pod.get("created", 0.0) > born:
+                state.evicted_again += 1
+        refused = sum(d.get("refused", {}).values())
+        state.refused += refused
+        if wave is not None:
+            wave.evictions += len(d.get("evicted", ()))
+            wave.refused += refused
+            for pod in d.get("evicted", ()):
+                if pod.get("workload"):
+                    wave.in_flight[pod["workload"]] = pod
 
 
 class Fence(Protocol):

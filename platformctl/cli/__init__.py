@@ -86,43 +86,15 @@ def stage_show(ctx: click.Context, name: str, output: str) -> None:
 @click.pass_context
 def stage_deploy(ctx: click.Context, stage_name: str, lock_file: Path | None, output: str) -> None:
     """Run the stage's Pulumi program again with the lock file's images: new launch template versions, no node moved."""
-    import json
+    from platformctl.app.deploy import deploy_stage
 
-    from platformctl import region_client as control
-
-    st = load_stage(stage_name, ctx.obj["infra_dir"])
-    info = control.running()
-    if info is not None and info["stage"] != stage_name:
-        raise PlatformError(f"the local region running here is stage {info['stage']}, not {stage_name}: stop it "
-                            "(`platformctl local down`) or start the region of this stage", field="--stage")
-    if lock_file is not None:
-        try:
-            json.loads(lock_file.read_text())
-        except OSError as exc:
-            raise PlatformError(f"cannot read the lock file ({exc.strerror})", file=str(lock_file), field="--lock-file") from None
-        except ValueError:
-            raise PlatformError("not valid JSON", file=str(lock_file), field="--lock-file") from None
-    if info is not None:
-        from infra.deploy import LocalDeployer
-
-        control.use_for_aws()
-        deployer: Any = LocalDeployer(Path(info["checkpoint"]), f"the local region (AWS {info['aws_endpoint']})")
-        lock = lock_file or Path(info["image_lock"])
-    else:
-        from infra.deploy import PulumiDeployer
-        from infra.settings import parse_settings
-        from platformctl.topology import read_stack_config
-
-        infra_dir = Path(st.source).parent
-        deployer = PulumiDeployer(infra_dir)
-        lock = lock_file or infra_dir / parse_settings(read_stack_config(Path(st.source)), stage_name, st.source).image_lock
-    result = deployer.deploy(st, lock)
+    result = deploy_stage(stage_name, lock_file, ctx.obj["infra_dir"])
     if output == "json":
         _emit_json(result.to_dict())
         return
     out = _console()
     data = result.to_dict()
-    out.print(f"[bold]{st.name}[/] deployed to {result.target} with {result.lock_file}: "
+    out.print(f"[bold]{stage_name}[/] deployed to {result.target} with {result.lock_file}: "
               + ", ".join(f"{n} {a}" for a, n in sorted(data["summary"].items())))
     for change in data["changes"]:
         out.print(f"  {change['action']:<11} {change['type']} {change['name']}  {change['detail']}")
@@ -130,7 +102,7 @@ def stage_deploy(ctx: click.Context, stage_name: str, lock_file: Path | None, ou
     for key, image in sorted(result.images.items()):
         table.add_row(key, image)
     out.print(table)
-    out.print("Nodes move onto new images only when rotated: `platformctl rotate run --stage " + st.name + " --policy …`")
+    out.print("Nodes move onto new images only when rotated: `platformctl rotate run --stage " + stage_name + " --policy …`")
 
 
 # ---------------------------------------------------------------------------------------- snapshot

@@ -9,7 +9,9 @@ from typing import Any
 import click
 from rich.table import Table
 
-from platformctl.cli.output import LEASE_TTL, OUTPUT, console, emit_json
+from e2e_canary.runner import AttemptReport
+from platformctl.app.canaries import CanaryRunRequest, VerdictRequest, judge_stage, prepare_canaries, run_canaries
+from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json
 from platformctl.topology import STAGES
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
@@ -59,8 +61,6 @@ def canary_list(folder: Path | None, output: str) -> None:
     console().print(table)
 
 
-from platformctl.cli.rotate import STATE_HELP  # noqa: E402
-
 RUN_EXIT_HELP = "exit 0 every check ok, 1 a check failed or timed out, 2 bad input, 3 another runner holds a cluster's lease"
 
 
@@ -87,119 +87,24 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
                metrics_address: str, output: str) -> None:
     """Run the canaries on a stage's clusters as a user would: reap what a crashed run left, then carry each out and
     record every pod's outcome and startup latency in the state store."""
-    import random
-
-    from e2e_canary.definitions import default_canary_dir, load_canaries
-    from platformctl.errors import PlatformError
-    from platformctl.humanize import parse_duration
-
-    try:
-        keep = float(parse_duration(retention))
-    except ValueError as exc:
-        raise PlatformError(str(exc), field="--retention") from None
-    if not keep > 0:
-        raise PlatformError("must be longer than 0", field="--retention")
-    from e2e_canary.runner import Runner, stream_of
-    from platformctl.cli.stores import store_for
-    from platformctl.cluster.live import LiveCluster
-    from platformctl.errors import PlatformError
-    from platformctl.region_client import default_kubeconfig
-    from platformctl.state import LeaseHeld
-    from platformctl.state.lease import LeaseKeeper, holder_id
-    from platformctl.topology import load_stage
-
-    stage = load_stage(stage_name, ctx.obj["infra_dir"])
-    names = [c.name for c in stage.clusters()]
-    if only is not None and only not in names:
-        raise PlatformError(f"no cluster {only!r} in stage {stage_name} (clusters: {', '.join(names)})", field="--cluster")
-    canaries = load_canaries(folder or default_canary_dir())
-    from e2e_canary.metrics import CanaryMetrics, check_address, serve
-    from e2e_canary.verdict import judge_canaries
-
-    serving = metrics_port != 0 and not once
-    if serving:
-        check_address(metrics_address, metrics_port)
-    store = store_for(state_spec, stage=stage_name, infra_dir=ctx.obj["infra_dir"])
-    config = default_kubeconfig(kubeconfig)
-    clusters = {n: LiveCluster.from_kubeconfig(config, n) for n in ([only] if only else names)}
-    quiet = output == "json"
-    say = (lambda m: None) if quiet else click.echo
-    holder = holder_id()
-    keepers = []
     import signal
+
+    run = prepare_canaries(CanaryRunRequest(stage_name, only, once, folder, kubeconfig, state_spec, lease_ttl, retention,
+                                            metrics_port, metrics_address, ctx.obj["infra_dir"]))
+    quiet = output == "json"
 
     def stop(signum: int, frame: Any) -> None:  # a Deployment's pod is stopped with SIGTERM: clean up as on ^C
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-    report: dict[str, Any] = {"stage": stage_name, "clusters": []}
-    code = 0
-    try:
-        runners = {}
-        for name, cluster in clusters.items():
-            keeper = LeaseKeeper(store, stream_of(stage_name, name), holder, lease_ttl)
-            try:
-                keeper.acquire()
-            except LeaseHeld as held:
-                report["clusters"].append({"cluster": name, "lease_held_by": held.lease.holder})
-                code = 3
-                continue
-            keepers.append(keeper)
-            runners[name] = Runner(stage_name, name, cluster, store, progress=say, retention=keep)
-        entries: dict[str, dict[str, Any]] = {name: {"cluster": name, "reaped": runner.reap(), "canaries": []}
-                                              for name, runner in runners.items()}
-        due = {(n, c.name): 0.0 for n in runners for c in canaries}
-        metrics = CanaryMetrics(stage_name)
-        for name, runner in runners.items():
-            for c in canaries:
-                metrics.watch(name, c.name, runner.clock)
-        recent: dict[str, list[dict[str, Any]]] = {name: [] for name in runners}
-        if serving and runners:
-            serve(metrics, metrics_address, metrics_port)
-            say(f"metrics on http://{metrics_address}:{metrics_port}/metrics")
-        while runners:
-            for name, runner in runners.items():
-                for c in canaries:
-                    if runner.clock.now() < due[(name, c.name)]:
-                        continue
-                    for keeper in keepers:
-                        keeper.check()
-                    attempt = runner.run(c)
-                    metrics.observe(name, c.name, attempt.results)
-                    recent[name] = _recent(recent[name] + attempt.results, runner.clock.now())
-                    metrics.set_verdict(name, judge_canaries([r for r in recent[name] if r["at"] < runner.clock.now() - VERDICT_WINDOW],
-                                                             [r for r in recent[name] if r["at"] >= runner.clock.now() - VERDICT_WINDOW])["verdict"])
-                    due[(name, c.name)] = runner.clock.now() + c.interval + random.uniform(0, c.jitter)
-                    if once:  # a runner that runs for months keeps its results in the store, not in memory
-                        entries[name]["canaries"].append({"canary": c.name, "namespace": attempt.namespace,
-                                                          "outcomes": dict(attempt.outcomes), "skipped": attempt.skipped,
-                                                          "results": attempt.results})
-                    if attempt.outcomes.get("fail") or attempt.outcomes.get("timeout"):
-                        code = max(code, 1) if code != 3 else code
-                    if not quiet:
-                        _print_attempt(name, attempt)
-            if once:
-                break
-            next(iter(runners.values())).clock.sleep(5.0)
-        report["clusters"] += list(entries.values())
-    except KeyboardInterrupt:
-        pass
-    finally:
-        for keeper in keepers:
-            keeper.release()
+    report = run_canaries(run, say=(lambda m: None) if quiet else click.echo,
+                          on_attempt=(lambda cluster, attempt: None) if quiet else _print_attempt)
     if quiet:
-        emit_json({**report, "exit_code": code})
-    sys.exit(code)
+        emit_json(report.to_dict())
+    sys.exit(report.exit_code)
 
 
-VERDICT_WINDOW = 1800.0  # the metrics' verdict: the last 30 minutes against the 30 before
-
-
-def _recent(rows: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-    return [r for r in rows if float(r["at"]) >= now - 2 * VERDICT_WINDOW]
-
-
-def _print_attempt(cluster: str, attempt: Any) -> None:
+def _print_attempt(cluster: str, attempt: AttemptReport) -> None:
     out = console()
     if attempt.skipped:
         out.print(f"[dim]{cluster} {attempt.canary}: {attempt.skipped}[/]")
@@ -226,32 +131,6 @@ def _print_attempt(cluster: str, attempt: Any) -> None:
 def canary_verdict(ctx: click.Context, stage_name: str, window: str, baseline: str | None, only: tuple[str, ...],
                    config_file: Path | None, state_spec: str | None) -> None:
     """The stage's verdict from the canaries' stored results, as JSON."""
-    import time
-
-    from e2e_canary.judge import load_config
-    from e2e_canary.runner import newest_at, results
-    from e2e_canary.verdict import stage_verdict
-    from platformctl.cli.stores import store_for
-    from platformctl.errors import PlatformError
-    from platformctl.humanize import parse_duration as seconds
-
-    try:
-        span = float(seconds(window))
-    except ValueError as exc:
-        raise PlatformError(str(exc), field="--window") from None
-    if span <= 0:
-        raise PlatformError("must be longer than 0", field="--window")
-    config = load_config(config_file)
-    store = store_for(state_spec, stage=stage_name, infra_dir=ctx.obj["infra_dir"])
-    # The window ends now, or at the newest result when that is later (a local region's clock runs ahead of the wall).
-    now = max(time.time(), newest_at(store, stage_name) or 0.0)
-    # This window and the one before it (the default baseline): what is read is what is judged, not the history.
-    rows = results(store, stage_name, since=now - (span if baseline else 2 * span), until=now)
-    if only:
-        unknown = sorted(set(only) - {r["canary"] for r in rows})
-        if unknown:
-            raise PlatformError(f"no result of canary {unknown[0]!r} in stage {stage_name}", field="--canary")
-        rows = [r for r in rows if r["canary"] in only]
-    verdict = stage_verdict(rows, now, span, baseline, config)
-    emit_json({"stage": stage_name, "state": store.location, **verdict})
+    verdict = judge_stage(VerdictRequest(stage_name, window, baseline, only, config_file, state_spec, ctx.obj["infra_dir"]))
+    emit_json(verdict)
     sys.exit({"pass": EXIT_PASS, "fail": EXIT_FAIL}.get(verdict["verdict"], EXIT_INCONCLUSIVE))

@@ -319,84 +319,97 @@ def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir
             table.add_row(name, str(len(sim.list_nodes())), kinds, str(len(sim.list_pods())), str(summary.pdbs))
         say(table)
 
-        member = next(c for c in stage.member_clusters)
-        target = region.cluster(member.name)
-        general = f"{member.name}-general"
-        seconds = minutes * 60
-        start = region.clock.now()
-        failure_at = start + seconds * 0.15
-        drain_at = start + seconds * 0.35
-        failed_instance: str | None = None
-        replaced_node: str | None = None
-        jobs = 0
-        step = 60.0
-
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} min"),
-                            TimeElapsedColumn(), console=console, disable=quiet, transient=False)
-        with progress:
-            task = progress.add_task(f"{minutes} minutes of {stage.name}", total=minutes)
-            while region.clock.now() < start + seconds:
-                now = region.clock.now()
-                if int((now - start) // 60) % 15 == 0:
-                    jobs += 1
-                    target.create_workload("Job", _batch_job("reports", f"nightly-report-{jobs}", 250, 8), 4,
-                                           completions=8, ttl_seconds=300)
-                if failed_instance is None and now >= failure_at:
-                    node = min(target.list_nodes("eks.amazonaws.com/nodegroup=general"), key=lambda n: n.name)
-                    failed_instance = node.instance_id
-                    region.autoscaling().terminate_instance_in_auto_scaling_group(
-                        InstanceId=failed_instance, ShouldDecrementDesiredCapacity=False)
-                    report.story.append(
-                        f"{format_time(now)} instance {failed_instance} ({node.name}) of {general} failed; "
-                        f"its auto scaling group launched a replacement")
-                    report.nodes_replaced += 1
-                if replaced_node is None and now >= drain_at:
-                    replaced_node = _replace_node(region, target, general, report)
-                region.advance(step)
-                progress.update(task, completed=min((region.clock.now() - start) / 60, minutes))
-
+        _live_through(region, stage, minutes, report, console, quiet)
         report.rotation = _rotation_chapter(region, stage, lock, say, console, quiet)
         report.virtual_end = region.clock.now()
-        for name, sim in region.clusters.items():
-            happened = Counter(e.kind for e in sim.events)
-            pods = sim.list_pods()
-            report.clusters[name] = {
-                "nodes": len(sim.list_nodes()),
-                "nodes_ready": sum(n.ready for n in sim.list_nodes()),
-                "pods": len(pods),
-                "pods_running": sum(p.phase == "Running" for p in pods),
-                "pods_pending": len(sim.pending_pods()),
-                "pods_started": happened[sim_events.POD_READY],
-                "pods_succeeded": happened[sim_events.POD_SUCCEEDED],
-                "pdbs": len(sim.list_pdbs()),
-            }
-            report.evictions += happened[sim_events.POD_EVICTED]
-            report.evictions_refused += happened[sim_events.EVICTION_REFUSED]
-            report.budget_violations += eviction_budget_violations(sim.events)
-            report.pods_lost_with_node += len(lost_pods(sim.events))
-            if save_dir is not None:
-                save_dir.mkdir(parents=True, exist_ok=True)
-                saved = save_dir / f"{name}.json"
-                save_snapshot(sim.snapshot(), saved)
-                report.snapshots.append(str(saved))
+        _tally(region, report, save_dir)
     report.wall_seconds = time.perf_counter() - wall
 
     if not quiet:
-        console.print()
-        for line in report.story:
-            console.print(f"• {line}")
-        table = Table("cluster", "nodes (Ready)", "pods running", "pending", "pods started", "pods completed", title="At the end")
-        for name, c in report.clusters.items():
-            table.add_row(name, f"{c['nodes']} ({c['nodes_ready']})", str(c["pods_running"]), str(c["pods_pending"]),
-                          str(c["pods_started"]), str(c["pods_succeeded"]))
-        console.print(table)
-        virtual = (report.virtual_end - report.virtual_start) / 60
-        console.print(f"{virtual:.0f} virtual minutes in {report.wall_seconds:.1f} s of wall time. "
-                      f"{report.evictions} evictions, {report.evictions_refused} refused with 429 and retried.")
-        verdict = "[green]no eviction broke a PodDisruptionBudget[/]" if not report.budget_violations else \
-            f"[red]{len(report.budget_violations)} evictions broke a PodDisruptionBudget[/]"
-        console.print(f"Invariants from the event log: {verdict}; {report.pods_lost_with_node} pods went down with the failed instance "
-                      f"and were recreated by their controllers.")
-        for path in report.snapshots:
-            console.print(f"Snapshot (kubectl get nodes,pods,pdb -A -o json format): {path}")
+        _print_ending(report, console)
     return report
+
+
+def _live_through(region: LocalRegion, stage: Stage, minutes: int, report: DemoReport, console: Console, quiet: bool) -> None:
+    """The stage's hour: batch jobs come and go, an instance fails, an operator drains a node."""
+    member = next(c for c in stage.member_clusters)
+    target = region.cluster(member.name)
+    general = f"{member.name}-general"
+    seconds = minutes * 60
+    start = region.clock.now()
+    failure_at = start + seconds * 0.15
+    drain_at = start + seconds * 0.35
+    failed_instance: str | None = None
+    replaced_node: str | None = None
+    jobs = 0
+    step = 60.0
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} min"),
+                        TimeElapsedColumn(), console=console, disable=quiet, transient=False)
+    with progress:
+        task = progress.add_task(f"{minutes} minutes of {stage.name}", total=minutes)
+        while region.clock.now() < start + seconds:
+            now = region.clock.now()
+            if int((now - start) // 60) % 15 == 0:
+                jobs += 1
+                target.create_workload("Job", _batch_job("reports", f"nightly-report-{jobs}", 250, 8), 4,
+                                       completions=8, ttl_seconds=300)
+            if failed_instance is None and now >= failure_at:
+                node = min(target.list_nodes("eks.amazonaws.com/nodegroup=general"), key=lambda n: n.name)
+                failed_instance = node.instance_id
+                region.autoscaling().terminate_instance_in_auto_scaling_group(
+                    InstanceId=failed_instance, ShouldDecrementDesiredCapacity=False)
+                report.story.append(
+                    f"{format_time(now)} instance {failed_instance} ({node.name}) of {general} failed; "
+                    f"its auto scaling group launched a replacement")
+                report.nodes_replaced += 1
+            if replaced_node is None and now >= drain_at:
+                replaced_node = _replace_node(region, target, general, report)
+            region.advance(step)
+            progress.update(task, completed=min((region.clock.now() - start) / 60, minutes))
+
+
+def _tally(region: LocalRegion, report: DemoReport, save_dir: Path | None) -> None:
+    """What each cluster's event log says happened, and its snapshot when asked for."""
+    for name, sim in region.clusters.items():
+        happened = Counter(e.kind for e in sim.events)
+        pods = sim.list_pods()
+        report.clusters[name] = {
+            "nodes": len(sim.list_nodes()),
+            "nodes_ready": sum(n.ready for n in sim.list_nodes()),
+            "pods": len(pods),
+            "pods_running": sum(p.phase == "Running" for p in pods),
+            "pods_pending": len(sim.pending_pods()),
+            "pods_started": happened[sim_events.POD_READY],
+            "pods_succeeded": happened[sim_events.POD_SUCCEEDED],
+            "pdbs": len(sim.list_pdbs()),
+        }
+        report.evictions += happened[sim_events.POD_EVICTED]
+        report.evictions_refused += happened[sim_events.EVICTION_REFUSED]
+        report.budget_violations += eviction_budget_violations(sim.events)
+        report.pods_lost_with_node += len(lost_pods(sim.events))
+        if save_dir is not None:
+            save_dir.mkdir(parents=True, exist_ok=True)
+            saved = save_dir / f"{name}.json"
+            save_snapshot(sim.snapshot(), saved)
+            report.snapshots.append(str(saved))
+
+
+def _print_ending(report: DemoReport, console: Console) -> None:
+    console.print()
+    for line in report.story:
+        console.print(f"• {line}")
+    table = Table("cluster", "nodes (Ready)", "pods running", "pending", "pods started", "pods completed", title="At the end")
+    for name, c in report.clusters.items():
+        table.add_row(name, f"{c['nodes']} ({c['nodes_ready']})", str(c["pods_running"]), str(c["pods_pending"]),
+                      str(c["pods_started"]), str(c["pods_succeeded"]))
+    console.print(table)
+    virtual = (report.virtual_end - report.virtual_start) / 60
+    console.print(f"{virtual:.0f} virtual minutes in {report.wall_seconds:.1f} s of wall time. "
+                  f"{report.evictions} evictions, {report.evictions_refused} refused with 429 and retried.")
+    verdict = "[green]no eviction broke a PodDisruptionBudget[/]" if not report.budget_violations else \
+        f"[red]{len(report.budget_violations)} evictions broke a PodDisruptionBudget[/]"
+    console.print(f"Invariants from the event log: {verdict}; {report.pods_lost_with_node} pods went down with the failed instance "
+                  f"and were recreated by their controllers.")
+    for path in report.snapshots:
+        console.print(f"Snapshot (kubectl get nodes,pods,pdb -A -o json format): {path}")

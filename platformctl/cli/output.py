@@ -74,3 +74,7 @@ def writable_folder(path: Path, option: str) -> Path:
     except OSError as exc:
         raise PlatformError(f"cannot be written ({exc.strerror})", file=str(path), field=option) from None
     return path
+
+
+STATE_HELP = ("the state store: PATH, sqlite:///PATH or dynamodb://TABLE (default: $PLATFORMCTL_STATE, else the local "
+              "region's own when the cluster is one of its, else the stage's table as its stack file names it)")

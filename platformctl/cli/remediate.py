@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.table import Table
 
-from platformctl.app.clusters import connect
-from platformctl.cli.output import LEASE_TTL, OUTPUT, console, emit_json
-from platformctl.cli.rotate import STATE_HELP, _clusters, _store
+from platformctl.app import remediation as app
+from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json
 from platformctl.cluster.model import format_time
 from platformctl.errors import PlatformError
 from platformctl.topology import STAGES
+from upgrade_service.remediate import Outcome
 
 EXIT_CODES_HELP = ("exit 0 nothing to do or every broken node replaced, 1 circuit breaker open or a remediation failed, "
                    "2 bad input, 3 another run holds the lease")
 
 
-def _print(outcome: Any) -> None:
+def _print(outcome: Outcome) -> None:
     out = console()
     colour = {"ok": "green", "dry-run": "green"}.get(outcome.status, "red")
     out.print(f"[bold]{outcome.cluster}[/]: [{colour}]{outcome.status}[/] — {outcome.reason}")
@@ -63,22 +61,10 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
     their auto scaling groups, at most maxPerHour, and nothing while too many are broken at once."""
     if ctx.invoked_subcommand is not None:
         return
-    from platformctl.state.lease import holder_id
-    from upgrade_service.remediate import run
-    from upgrade_service.remediation_policy import load_remediation_policy
-
     if policy_file is None:
         raise PlatformError("missing option --policy FILE (the remediation policy)", field="remediate")
-    policy = load_remediation_policy(policy_file)
-    names, stage = _clusters(ctx, context, stage_name, "remediate run")
-    if stage is not None and policy.cluster is not None:
-        raise PlatformError(f"names cluster {policy.cluster!r}, but --stage applies the policy to every cluster: remove "
-                            "`cluster`", file=policy.source, field="cluster")
-    if policy.cluster is not None and context is not None and policy.cluster != context:
-        raise PlatformError(f"is for cluster {policy.cluster!r}, not {context!r}", file=policy.source, field="cluster")
-    store = _store(ctx, state_spec, names, stage_name)
-    targets = connect(names, kubeconfig, region or (stage.region if stage else None), ctx.obj["infra_dir"])
-    holder = holder_id()
+    remediation = app.prepare(app.RemediationRequest(policy_file, context, stage_name, kubeconfig, state_spec, region,
+                                                     lease_ttl, dry_run, ctx.obj["infra_dir"]))
     quiet = output == "json"
 
     def say(message: str) -> None:
@@ -88,18 +74,16 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
     code = 0
     try:
         while True:
-            outcomes = [run(name, t.cluster, t.groups, policy, store, holder, lease_ttl, dry_run, say)
-                        for name, t in targets.items()]
-            codes = [o.exit_code for o in outcomes]
-            code = 3 if 3 in codes else 1 if 1 in codes else 0
+            done = app.remediate_pass(remediation, say)
+            code = done.exit_code
             if output == "json":
-                emit_json({"exit_code": code, "dry_run": dry_run, "clusters": [o.to_dict() for o in outcomes]})
+                emit_json(done.to_dict())
             else:
-                for outcome in outcomes:
+                for outcome in done.outcomes:
                     _print(outcome)
             if once or dry_run:
                 break
-            next(iter(targets.values())).cluster.clock.sleep(policy.interval_seconds)
+            remediation.sleep()
     except KeyboardInterrupt:
         pass
     sys.exit(code)
@@ -115,25 +99,7 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
 def remediate_status(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, last: int,
                      output: str) -> None:
     """What remediation did and why, from the state store: the breaker, the hourly limit, the newest decisions."""
-    from upgrade_service.remediate import HOUR, read_state, stream_of
-
-    names, _ = _clusters(ctx, context, stage_name, "remediate status")
-    store = _store(ctx, state_spec, names, stage_name)
-    clusters: list[dict[str, Any]] = []
-    for name in names:
-        state = read_state(store, name)
-        newest = max([float(r.get("at", 0)) for r in state.recent] + [0.0])
-        now = max(time.time(), newest)  # the cluster's time runs ahead of the wall in a local region
-        lease = store.lease(stream_of(name))
-        clusters.append({
-            "cluster": name,
-            "breaker": "open" if state.incident else "closed",
-            "incident": state.incident,
-            "remediations_last_hour": sum(1 for t in state.started_at if t > now - HOUR),
-            "in_progress": [o.started for o in state.open.values()],
-            "recent": state.recent[-last:],
-            "lease": {"holder": lease.holder, "live": not lease.expired(time.time())} if lease else None,
-        })
+    store, clusters = app.remediation_status(context, stage_name, state_spec, ctx.obj["infra_dir"], last)
     if output == "json":
         emit_json({"state": store.location, "clusters": clusters})
         return

@@ -8,43 +8,28 @@ as JSON to standard output or a file.
 
 from __future__ import annotations
 
-import functools
 import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.table import Table
 
-from platformctl.app.clusters import connect, groups_of, launch_template_targets
-from platformctl.cli.output import LEASE_TTL, OUTPUT, console, emit_json
-from platformctl.cluster.model import Snapshot, load_snapshot
+from platformctl.app import rotation as app
+from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json, writable_file
 from platformctl.errors import PlatformError
 from platformctl.humanize import hms
-from platformctl.topology import STAGES, HostCluster, load_stage
+from platformctl.topology import STAGES
+from upgrade_service.execute import Outcome, Progress
+from upgrade_service.plan import RegionPlan, RotationPlan
 
 
-def _snapshot_time(snapshot: Snapshot) -> float:
-    """The newest instant a snapshot records: plans from one file are reproducible."""
-    stamps = [n.created for n in snapshot.nodes] + [p.created for p in snapshot.pods]
-    stamps += [p.started for p in snapshot.pods if p.started is not None]
-    return max(stamps, default=0.0)
-
-
-def _live_snapshot(kubeconfig: str | None, context: str | None) -> tuple[Snapshot, str, float]:
-    from platformctl.cluster.live import LiveCluster
-    from platformctl.region_client import default_kubeconfig
-
-    live = LiveCluster.from_kubeconfig(default_kubeconfig(kubeconfig), context)
-    snap = Snapshot(tuple(live.list_nodes()), tuple(live.list_pods()), tuple(live.list_pdbs()),
-                    source=f"context {live.name}")
-    return snap, live.name, live.clock.now()
-
-
-def _print_cluster_plan(plan: Any, show_waves: bool = True) -> None:
+def _print_cluster_plan(plan: RotationPlan, show_waves: bool = True) -> None:
     out = console()
     nodes = sum(len(w.nodes) for w in plan.waves)
     out.print(f"[bold]{plan.cluster}[/] ({plan.source}): {nodes} nodes in {len(plan.waves)} waves, "
@@ -94,86 +79,16 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
                 kubeconfig: str | None, stage_name: str | None, snapshot_dir: Path | None, explain_node: str | None,
                 output: str | None) -> None:
     """Plan the rotation of a cluster (or a stage) onto the images its policy targets. Changes nothing."""
-    from upgrade_service.order import ClusterPlace
-    from upgrade_service.plan import plan_cluster, plan_region
-    from upgrade_service.policy import load_policy
-
-    sources = [s for s in (snapshot_file and "--snapshot", context and "--context", stage_name and "--stage") if s]
-    if len(sources) != 1:
-        raise PlatformError("give exactly one of --snapshot FILE, --context NAME or --stage NAME"
-                            + (f" (got {', '.join(sources)})" if sources else ""), field="rotate plan")
-    if snapshot_dir is not None and stage_name is None:
-        raise PlatformError("--snapshot-dir goes with --stage", field="--snapshot-dir")
+    request = app.PlanRequest(policy_file, snapshot_file, context, stage_name, snapshot_dir, kubeconfig, ctx.obj["infra_dir"])
+    app.check_plan_request(request)
     if explain_node is not None and stage_name is not None:
         raise PlatformError("--explain takes one cluster's plan (--snapshot or --context)", field="--explain")
-    policy = load_policy(policy_file)
     if output is None:
         output = "text" if sys.stdout.isatty() else "json"
     if output not in ("text", "json"):
-        from platformctl.cli.output import writable_file
-
         writable_file(Path(output), "--output")
-    if policy.targets is None and snapshot_file is not None:
-        raise PlatformError("names no targets, so every pool follows its launch template, which a snapshot does not "
-                            "show: name targets, or plan the live cluster (--context or --stage)", file=policy.source,
-                            field="targets")
-
-    aws_note = ""
-    if stage_name is not None:
-        if policy.cluster is not None:
-            raise PlatformError(f"names cluster {policy.cluster!r}, but a stage plan applies the policy to every cluster "
-                                "of the stage: remove `cluster`", file=policy.source, field="cluster")
-        stage = load_stage(stage_name, ctx.obj["infra_dir"])
-        places = [ClusterPlace(c.name, None if isinstance(c, HostCluster) else c.zones[0]) for c in stage.clusters()]
-        snapshots: dict[str, Snapshot] = {}
-        now = 0.0
-        for place in places:
-            if snapshot_dir is not None:
-                snapshots[place.name] = load_snapshot(snapshot_dir / f"{place.name}.json")
-                now = max(now, _snapshot_time(snapshots[place.name]))
-            else:
-                snapshots[place.name], _, now = _live_snapshot(kubeconfig, place.name)
-        if policy.targets is None:
-            targets: dict[str, str] = {}
-            for cluster_name, snap in snapshots.items():
-                targets.update(launch_template_targets(snap, cluster_name, policy, stage.region, ctx.obj["infra_dir"]))
-            policy = policy.with_targets(targets)
-        result: Any = plan_region(stage.name, stage.region, places, snapshots, policy, now)
-    else:
-        if snapshot_file is not None:
-            snap = load_snapshot(snapshot_file)
-            name, now = policy.cluster or snapshot_file.stem, _snapshot_time(snap)
-            capacity = None  # a snapshot shows no group: new nodes are read from the pool's nodes, their room unknown
-        else:
-            from platformctl.nodegroups import NodeGroupError
-            from upgrade_service.fit import pool_capacity
-
-            snap, name, now = _live_snapshot(kubeconfig, context)
-            try:
-                group_of, described = groups_of(snap, name, None, ctx.obj["infra_dir"])
-            except (NodeGroupError, PlatformError) as exc:
-                if policy.targets is None:
-                    raise
-                group_of, described = {}, {}  # the plan goes on as from a snapshot: each pool's room unknown
-                aws_note = f"the auto scaling groups could not be read ({str(exc).splitlines()[0]}): each pool's room to surge is unknown"
-            if policy.targets is None:
-                from upgrade_service.targets import resolve
-
-                policy = policy.with_targets(resolve(policy, list(snap.nodes), group_of,
-                                                     {g: d.image for g, d in described.items()}).images)
-            capacity = pool_capacity(snap, policy, group_of, described)
-        result = plan_cluster(snap, policy, now, cluster=name, capacity=capacity)
-        if aws_note:
-            result.warnings.append(aws_note)
-
-    from upgrade_service.targets import check_pools
-
-    if stage_name is not None:
-        present = {n.labels[policy.pool_label] for s in snapshots.values() for n in s.nodes if policy.pool_label in n.labels}
-        check_pools(policy, present, f"stage {stage_name}")
-    else:
-        check_pools(policy, result.view.pools_present, f"cluster {result.cluster}")
-    if explain_node is not None:
+    result = app.plan_rotation(request)
+    if explain_node is not None and isinstance(result, RotationPlan):
         lines = result.explain(explain_node)
         if output == "json":
             emit_json({"node": explain_node, "explanation": lines})
@@ -193,7 +108,7 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
             tmp.replace(path)
         except OSError as exc:
             raise PlatformError(f"cannot write the plan ({exc.strerror})", file=str(path), field="--output") from None
-    if stage_name is not None:
+    if isinstance(result, RegionPlan):
         out = console()
         out.print(f"[bold]{result.stage}[/] in {result.region}: {len(result.steps)} steps, "
                   f"estimated {hms(result.estimated_seconds)}")
@@ -215,31 +130,8 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
 
 # ---------------------------------------------------------------------------------------- carrying rotations out
 
-STATE_HELP = ("the state store: PATH, sqlite:///PATH or dynamodb://TABLE (default: $PLATFORMCTL_STATE, else the local "
-              "region's own when the cluster is one of its, else the stage's table as its stack file names it)")
-
-
-def _store(ctx: click.Context, spec: str | None, names: list[str], stage_name: str | None) -> Any:
-    """The store these clusters' rotations journal in: ``--state``, else the stage's own (``platformctl.cli.stores``)."""
-    from platformctl.cli.stores import store_for
-
-    return store_for(spec, stage=stage_name, cluster=names[0] if names else None, infra_dir=ctx.obj["infra_dir"])
-
-
-def _clusters(ctx: click.Context, context: str | None, stage_name: str | None, command: str) -> tuple[list[str], Any]:
-    """The clusters a command acts on: one context, or every cluster of a stage. Returns (names, stage)."""
-    if (context is None) == (stage_name is None):
-        raise PlatformError("give exactly one of --context NAME or --stage NAME", field=command if " " in command else f"rotate {command}")
-    if context is not None:
-        return [context], None
-    stage = load_stage(stage_name or "", ctx.obj["infra_dir"])
-    return [c.name for c in stage.clusters()], stage
-
-
-def _progress_printer(output: str) -> Any:
+def _progress_printer(output: str) -> tuple[Callable[[Progress], None], Any]:
     """Live progress: a rich table on a terminal, a line per change otherwise (quiet with -o json)."""
-    import threading
-
     from rich.live import Live
 
     lock = threading.Lock()
@@ -279,7 +171,7 @@ def _progress_printer(output: str) -> Any:
     return line, None
 
 
-def _print_outcome(outcome: Any) -> None:
+def _print_outcome(outcome: Outcome) -> None:
     out = console()
     report = outcome.report
     colour = {"done": "green", "paused": "yellow", "partial": "yellow"}.get(outcome.status, "red")
@@ -337,49 +229,18 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
                state_spec: str | None, region: str | None, lease_ttl: float, max_waves: int | None, dry_run: bool,
                output: str) -> None:
     """Carry a rotation out: wave by wave, journalled, resumable, halted by health gates."""
-    from platformctl.state.lease import holder_id
-    from upgrade_service.execute import EXIT_PAUSED, Options, run_cluster, run_stage
-    from upgrade_service.gate import check_gate_exists
-    from upgrade_service.order import ClusterPlace, cluster_steps
-    from upgrade_service.policy import load_policy
-
-    policy = load_policy(policy_file)
-    names, stage = _clusters(ctx, context, stage_name, "run")
-    if stage is not None and policy.cluster is not None:
-        raise PlatformError(f"names cluster {policy.cluster!r}, but a stage rotation applies the policy to every cluster "
-                            "of the stage: remove `cluster`", file=policy.source, field="cluster")
-    canary_config = None
-    if policy.health_gate is not None:
-        check_gate_exists(policy.health_gate, policy.source)
-        canary_config = _canary_config(policy)
-    store = _store(ctx, state_spec, names, stage_name)
-    targets = connect(names, kubeconfig, region or (stage.region if stage else None), ctx.obj["infra_dir"])
-    from upgrade_service.targets import check_pools
-
-    present = {n.labels[policy.pool_label] for t in targets.values() for n in t.cluster.list_nodes()
-               if policy.pool_label in n.labels}
-    check_pools(policy, present, f"stage {stage.name}" if stage else f"cluster {names[0]}")
-    canary = None
-    if policy.health_gate is not None and policy.health_gate.canary is not None:
-        from e2e_canary.verdict import canary_gate
-
-        canary = canary_gate(store, policy.health_gate.canary.window, canary_config)
-    options = Options(lease_ttl=lease_ttl, stage=stage.name if stage else None, max_waves=max_waves, canary=canary,
-                      stop=_stop_on_signals())
-
+    request = app.RunRequest(policy_file, context, stage_name, kubeconfig, state_spec, region, lease_ttl, max_waves,
+                             ctx.obj["infra_dir"])
+    rotation = app.prepare(request)
+    rotation.options = replace(rotation.options, stop=_stop_on_signals())
     if dry_run:
-        _dry_run(targets, policy, store, options, output)
+        _print_dry_run(app.dry_run(rotation), output)
         return
     show, live = _progress_printer(output)
     try:
         if live is not None:
             live.start()
-        if stage is not None:
-            places = [ClusterPlace(c.name, None if isinstance(c, HostCluster) else c.zones[0]) for c in stage.clusters()]
-            steps, _ = cluster_steps(places, policy.host_cluster)
-            outcomes = run_stage([[targets[n] for n in step] for step in steps], policy, store, options, holder_id(), show)
-        else:
-            outcomes = [run_cluster(targets[names[0]], policy, store, options, holder_id(), show)]
+        result = app.rotate(rotation, show)
     finally:
         # Nothing is left to interrupt: a Ctrl-C from now on must not cut the report short or kill the exit (Python
         # gives a Python-level handler back to SIG_DFL when it finalizes; an ignored signal stays ignored).
@@ -387,14 +248,12 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if live is not None:
             live.stop()
-    codes = [o.exit_code for o in outcomes]
-    code = 3 if 3 in codes else 1 if 1 in codes else 130 if 130 in codes else EXIT_PAUSED if EXIT_PAUSED in codes else 0
     if output == "json":
-        emit_json({"exit_code": code, "clusters": [o.to_dict() for o in outcomes]})
+        emit_json(result.to_dict())
     else:
-        for outcome in outcomes:
+        for outcome in result.outcomes:
             _print_outcome(outcome)
-    sys.exit(code)
+    sys.exit(result.exit_code)
 
 
 def _stop_on_signals() -> Any:
@@ -414,39 +273,14 @@ def _stop_on_signals() -> Any:
     return stop
 
 
-def _canary_config(policy: Any) -> Any:
-    """The judge configuration a canary gate names, read before anything is touched (relative to the policy)."""
-    gate = policy.health_gate.canary
-    if gate is None or gate.config is None:
-        return None
-    from e2e_canary.judge import load_config
-
-    path = Path(gate.config)
-    if not path.is_absolute():
-        path = Path(policy.source).parent / path
-    if not path.is_file():
-        raise PlatformError(f"names a judge configuration {str(path)!r} that does not exist", file=policy.source,
-                            field="healthGate.canary.config")
-    return load_config(path)
-
-
-def _dry_run(targets: dict[str, Any], policy: Any, store: Any, options: Any, output: str) -> None:
-    from upgrade_service.execute import Executor
-
-    data = []
-    for name, target in targets.items():
-        executor = Executor(target, policy, store, options)
-        read = executor.read(first=True)
-        plan = executor.plan(read)
-        state = executor.state
-        data.append({"cluster": name, "targets": read.targets, "run": state.status, "paused": state.paused is not None,
-                     "unmanaged": read.unmanaged, "warnings": read.warnings, "plan": plan.to_dict()})
-        if output != "json":
-            console().print(f"[bold]{name}[/]: would rotate onto {', '.join(f'{p}={i}' for p, i in sorted(read.targets.items())) or 'nothing'}"
-                            f" (journal: {state.status}{', paused' if state.paused else ''})")
-            _print_cluster_plan(plan)
+def _print_dry_run(runs: list[app.DryRun], output: str) -> None:
     if output == "json":
-        emit_json({"dry_run": True, "clusters": data})
+        emit_json({"dry_run": True, "clusters": [r.to_dict() for r in runs]})
+        return
+    for r in runs:
+        console().print(f"[bold]{r.cluster}[/]: would rotate onto {', '.join(f'{p}={i}' for p, i in sorted(r.targets.items())) or 'nothing'}"
+                        f" (journal: {r.run}{', paused' if r.paused else ''})")
+        _print_cluster_plan(r.plan)
 
 
 @rotate.command("status")
@@ -457,20 +291,7 @@ def _dry_run(targets: dict[str, Any], policy: Any, store: Any, options: Any, out
 @click.pass_context
 def rotate_status(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, output: str) -> None:
     """What the rotations of a cluster or stage are doing, from the state store (no cluster access needed)."""
-    from upgrade_service.journal import read_state, stream_of
-    from upgrade_service.report import build_report
-
-    names, _ = _clusters(ctx, context, stage_name, "status")
-    store = _store(ctx, state_spec, names, stage_name)
-    clusters = []
-    for name in names:
-        report = build_report(read_state(store, name))
-        lease = store.lease(stream_of(name))
-        import time as _time
-
-        live = lease is not None and not lease.expired(_time.time())
-        report["lease"] = {"holder": lease.holder, "expires": lease.expires, "live": live} if lease else None
-        clusters.append(report)
+    store, clusters = app.rotation_status(context, stage_name, state_spec, ctx.obj["infra_dir"])
     if output == "json":
         emit_json({"state": store.location, "clusters": clusters})
         return
@@ -492,29 +313,8 @@ def rotate_status(ctx: click.Context, context: str | None, stage_name: str | Non
 
 
 def _control(ctx: click.Context, action: str, context: str | None, stage_name: str | None, state_spec: str | None,
-             reason: str, output: str) -> list[dict[str, Any]]:
-    import getpass
-    import socket
-    import time as _time
-
-    from upgrade_service.journal import control, read_state
-
-    names, _ = _clusters(ctx, context, stage_name, action)
-    store = _store(ctx, state_spec, names, stage_name)
-    states = {name: read_state(store, name) for name in names}
-    if action == "resume" and not any(s.paused for s in states.values()):
-        raise PlatformError(f"nothing is paused ({', '.join(names)})", field="rotate resume")
-    if action == "abort" and not any(s.open for s in states.values()):
-        raise PlatformError(f"no rotation is in progress to abort ({', '.join(names)})", field="rotate abort")
-    by = f"{getpass.getuser()}@{socket.gethostname()}"
-    done = []
-    for name, state in states.items():
-        if action == "resume" and not state.paused:
-            continue
-        if action == "abort" and not state.open:
-            continue
-        control(store, name, action, by, reason, _time.time())
-        done.append({"cluster": name, "action": action, "by": by})
+             reason: str) -> list[app.Controlled]:
+    _, done = app.control_rotations(app.ControlRequest(action, context, stage_name, state_spec, reason, ctx.obj["infra_dir"]))
     return done
 
 
@@ -536,12 +336,12 @@ def _control_options(fn: Any) -> Any:
 def rotate_pause(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, reason: str,
                  output: str) -> None:
     """Pause rotations: a running one stops after its current wave (exit 4), later ones do not start."""
-    done = _control(ctx, "pause", context, stage_name, state_spec, reason, output)
+    done = _control(ctx, "pause", context, stage_name, state_spec, reason)
     if output == "json":
-        emit_json({"paused": done})
+        emit_json({"paused": [d.to_dict() for d in done]})
     else:
         for d in done:
-            console().print(f"{d['cluster']}: paused (a running rotation stops after its current wave; "
+            console().print(f"{d.cluster}: paused (a running rotation stops after its current wave; "
                             "`platformctl rotate resume` lets rotations go on)")
 
 
@@ -550,12 +350,12 @@ def rotate_pause(ctx: click.Context, context: str | None, stage_name: str | None
 def rotate_resume(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, reason: str,
                   output: str) -> None:
     """Lift a pause; the next `rotate run` (or the scheduled job) goes on where the rotation stopped."""
-    done = _control(ctx, "resume", context, stage_name, state_spec, reason, output)
+    done = _control(ctx, "resume", context, stage_name, state_spec, reason)
     if output == "json":
-        emit_json({"resumed": done})
+        emit_json({"resumed": [d.to_dict() for d in done]})
     else:
         for d in done:
-            console().print(f"{d['cluster']}: resumed; the next `platformctl rotate run` continues it")
+            console().print(f"{d.cluster}: resumed; the next `platformctl rotate run` continues it")
 
 
 @rotate.command("abort")
@@ -569,21 +369,12 @@ def rotate_abort(ctx: click.Context, kubeconfig: str | None, no_wait: bool, cont
     """End a rotation: the running one stops at its next step and puts back what it holds (uncordon,
     untaint); a dead one's lease is waited out and this command puts them back itself, after settling
     what the dead run left unconfirmed. Exit 0 only when nothing is left held."""
-    from platformctl.state.lease import holder_id
-    from upgrade_service.execute import abort_cluster
-
-    done = _control(ctx, "abort", context, stage_name, state_spec, reason, output)
-    store = _store(ctx, state_spec, [d["cluster"] for d in done] or [context or ""], stage_name)
     say = None if output == "json" else (lambda text: console().print(text))
-
-    def reach(name: str) -> Any:
-        return connect([name], kubeconfig, None, ctx.obj["infra_dir"])[name]
-
-    results = [abort_cluster(store, d["cluster"], functools.partial(reach, d["cluster"]), holder_id(), wait=not no_wait,
-                             say=say) for d in done]
+    request = app.ControlRequest("abort", context, stage_name, state_spec, reason, ctx.obj["infra_dir"])
+    results = app.abort_rotations(request, kubeconfig, wait=not no_wait, say=say)
     if output == "json":
-        emit_json({"aborted": [{**d, **r.to_dict()} for d, r in zip(done, results, strict=True)]})
+        emit_json({"aborted": [r.to_dict() for r in results]})
     else:
         for r in results:
-            console().print(f"{r.cluster}: {r.result}")
-    sys.exit(0 if all(r.done for r in results) else 1)
+            console().print(f"{r.outcome.cluster}: {r.outcome.result}")
+    sys.exit(0 if all(r.outcome.done for r in results) else 1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from moto import mock_aws
 
-from platformctl.cli.stores import stage_of, stage_table, store_for
+from platformctl.app.stores import stage_of, stage_table, store_for
 from platformctl.state.dynamodb import DynamoDBStore, create_table
 from platformctl.state.sqlite import SQLiteStore
 

@@ -1,0 +1,214 @@
+"""The canaries, as the in-cluster daemon and an operator run them: run them on a stage, and judge a stage.
+
+``run_canaries`` is the daemon: it takes each cluster's lease, reaps what a crashed run left, then carries out each
+canary on its jittered interval, records every result in the stage's store and serves Prometheus metrics, until
+``once`` is done or it is interrupted. ``judge_stage`` is the verdict the gate and the release pipeline read.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from e2e_canary.definitions import Canary, default_canary_dir, load_canaries
+from e2e_canary.judge import load_config
+from e2e_canary.metrics import CanaryMetrics, check_address, serve
+from e2e_canary.runner import AttemptReport, Runner, newest_at, results, stream_of
+from e2e_canary.verdict import judge_canaries, stage_verdict
+from platformctl.app.stores import store_for
+from platformctl.cluster.interface import Cluster
+from platformctl.errors import PlatformError
+from platformctl.humanize import parse_duration
+from platformctl.state import LeaseHeld, StateStore
+from platformctl.state.lease import LeaseKeeper, holder_id
+from platformctl.topology import load_stage
+
+EXIT_OK, EXIT_FAILED, EXIT_LEASE_HELD = 0, 1, 3
+VERDICT_WINDOW = 1800.0  # the metrics' verdict: the last 30 minutes against the 30 before
+
+
+def duration(text: str, option: str) -> float:
+    """A positive duration an operator wrote (seconds, or 30m, 12h, 90d), else a one-line error naming ``option``."""
+    try:
+        seconds = float(parse_duration(text))
+    except ValueError as exc:
+        raise PlatformError(str(exc), field=option) from None
+    if not seconds > 0:
+        raise PlatformError("must be longer than 0", field=option)
+    return seconds
+
+
+@dataclass(frozen=True)
+class CanaryRunRequest:
+    stage: str
+    cluster: str | None = None  # one cluster of the stage, else all
+    once: bool = False
+    folder: Path | None = None
+    kubeconfig: str | None = None
+    state: str | None = None
+    lease_ttl: float = 60.0
+    retention: str = "90d"
+    metrics_port: int = 9464  # 0: none; never with ``once``
+    metrics_address: str = "127.0.0.1"
+    infra_dir: Path | None = None
+
+
+@dataclass
+class CanaryRun:
+    """Canaries made ready to run: definitions read, the metrics address checked, the clusters and store reached."""
+
+    stage: str
+    canaries: list[Canary]
+    store: StateStore
+    clusters: dict[str, Cluster]
+    once: bool
+    lease_ttl: float
+    retention: float
+    metrics: tuple[str, int] | None  # where to serve them, if at all
+
+
+@dataclass
+class ClusterRun:
+    cluster: str
+    reaped: list[str] = field(default_factory=list)
+    attempts: list[AttemptReport] = field(default_factory=list)  # with ``once`` only: a daemon keeps them in the store
+    lease_held_by: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.lease_held_by is not None:
+            return {"cluster": self.cluster, "lease_held_by": self.lease_held_by}
+        return {"cluster": self.cluster, "reaped": self.reaped, "canaries": [
+            {"canary": a.canary, "namespace": a.namespace, "outcomes": dict(a.outcomes), "skipped": a.skipped,
+             "results": a.results} for a in self.attempts]}
+
+
+@dataclass
+class CanaryRunReport:
+    stage: str
+    clusters: list[ClusterRun] = field(default_factory=list)
+    exit_code: int = EXIT_OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "clusters": [c.to_dict() for c in self.clusters], "exit_code": self.exit_code}
+
+
+def prepare_canaries(request: CanaryRunRequest) -> CanaryRun:
+    """Check every input and reach every cluster; change nothing."""
+    from platformctl.cluster.live import LiveCluster
+    from platformctl.region_client import default_kubeconfig
+
+    keep = duration(request.retention, "--retention")
+    stage = load_stage(request.stage, request.infra_dir)
+    names = [c.name for c in stage.clusters()]
+    if request.cluster is not None and request.cluster not in names:
+        raise PlatformError(f"no cluster {request.cluster!r} in stage {request.stage} (clusters: {', '.join(names)})",
+                            field="--cluster")
+    canaries = load_canaries(request.folder or default_canary_dir())
+    serving = request.metrics_port != 0 and not request.once
+    if serving:
+        check_address(request.metrics_address, request.metrics_port)
+    store = store_for(request.state, stage=request.stage, infra_dir=request.infra_dir)
+    config = default_kubeconfig(request.kubeconfig)
+    clusters: dict[str, Cluster] = {n: LiveCluster.from_kubeconfig(config, n)
+                                    for n in ([request.cluster] if request.cluster else names)}
+    return CanaryRun(request.stage, canaries, store, clusters, request.once, request.lease_ttl, keep,
+                     (request.metrics_address, request.metrics_port) if serving else None)
+
+
+def run_canaries(run: CanaryRun, say: Callable[[str], None], on_attempt: Callable[[str, AttemptReport], None]) -> CanaryRunReport:
+    """Run the canaries until ``once`` is done or a KeyboardInterrupt (Ctrl-C, or SIGTERM turned into one) stops it;
+    every lease taken is given back."""
+    report = CanaryRunReport(run.stage)
+    keepers: list[LeaseKeeper] = []
+    holder = holder_id()
+    try:
+        runners: dict[str, Runner] = {}
+        for name, cluster in run.clusters.items():
+            keeper = LeaseKeeper(run.store, stream_of(run.stage, name), holder, run.lease_ttl)
+            try:
+                keeper.acquire()
+            except LeaseHeld as held:
+                report.clusters.append(ClusterRun(name, lease_held_by=held.lease.holder))
+                report.exit_code = EXIT_LEASE_HELD
+                continue
+            keepers.append(keeper)
+            runners[name] = Runner(run.stage, name, cluster, run.store, progress=say, retention=run.retention)
+        entries = {name: ClusterRun(name, runner.reap()) for name, runner in runners.items()}
+        _loop(run, runners, keepers, entries, report, say, on_attempt)
+        report.clusters += list(entries.values())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for keeper in keepers:
+            keeper.release()
+    return report
+
+
+def _loop(run: CanaryRun, runners: dict[str, Runner], keepers: list[LeaseKeeper], entries: dict[str, ClusterRun],
+          report: CanaryRunReport, say: Callable[[str], None], on_attempt: Callable[[str, AttemptReport], None]) -> None:
+    """Each canary on each cluster when it is due (its interval plus jitter, on the cluster's clock)."""
+    due = {(n, c.name): 0.0 for n in runners for c in run.canaries}
+    metrics = CanaryMetrics(run.stage)
+    for name, runner in runners.items():
+        for c in run.canaries:
+            metrics.watch(name, c.name, runner.clock)
+    recent: dict[str, list[dict[str, Any]]] = {name: [] for name in runners}
+    if run.metrics is not None and runners:
+        serve(metrics, *run.metrics)
+        say(f"metrics on http://{run.metrics[0]}:{run.metrics[1]}/metrics")
+    while runners:
+        for name, runner in runners.items():
+            for c in run.canaries:
+                now = runner.clock.now()
+                if now < due[(name, c.name)]:
+                    continue
+                for keeper in keepers:
+                    keeper.check()
+                attempt = runner.run(c)
+                metrics.observe(name, c.name, attempt.results)
+                now = runner.clock.now()
+                recent[name] = [r for r in recent[name] + attempt.results if float(r["at"]) >= now - 2 * VERDICT_WINDOW]
+                metrics.set_verdict(name, judge_canaries([r for r in recent[name] if r["at"] < now - VERDICT_WINDOW],
+                                                         [r for r in recent[name] if r["at"] >= now - VERDICT_WINDOW])["verdict"])
+                due[(name, c.name)] = now + c.interval + random.uniform(0, c.jitter)
+                if run.once:  # a runner that runs for months keeps its results in the store, not in memory
+                    entries[name].attempts.append(attempt)
+                if (attempt.outcomes.get("fail") or attempt.outcomes.get("timeout")) and report.exit_code != EXIT_LEASE_HELD:
+                    report.exit_code = EXIT_FAILED
+                on_attempt(name, attempt)
+        if run.once:
+            return
+        next(iter(runners.values())).clock.sleep(5.0)
+
+
+@dataclass(frozen=True)
+class VerdictRequest:
+    stage: str
+    window: str = "30m"
+    baseline: str | None = None  # an image: every other image's results judged against its
+    canaries: tuple[str, ...] = ()  # only these canaries' results
+    config: Path | None = None
+    state: str | None = None
+    infra_dir: Path | None = None
+
+
+def judge_stage(request: VerdictRequest) -> dict[str, Any]:
+    """The stage's verdict from its canaries' stored results: ``verdict`` is pass, fail or inconclusive, with why."""
+    span = duration(request.window, "--window")
+    config = load_config(request.config)
+    store = store_for(request.state, stage=request.stage, infra_dir=request.infra_dir)
+    # The window ends now, or at the newest result when that is later (a local region's clock runs ahead of the wall).
+    now = max(time.time(), newest_at(store, request.stage) or 0.0)
+    # This window and the one before it (the default baseline): what is read is what is judged, not the history.
+    rows = results(store, request.stage, since=now - (span if request.baseline else 2 * span), until=now)
+    if request.canaries:
+        unknown = sorted(set(request.canaries) - {r["canary"] for r in rows})
+        if unknown:
+            raise PlatformError(f"no result of canary {unknown[0]!r} in stage {request.stage}", field="--canary")
+        rows = [r for r in rows if r["canary"] in request.canaries]
+    verdict = stage_verdict(rows, now, span, request.baseline, config)
+    return {"stage": request.stage, "state": store.location, **verdict}

@@ -1,0 +1,55 @@
+"""Deploying a stage: its Pulumi program run again with a lock file's images (new launch template versions; no node
+moves until a rotation moves it).
+
+The deployer is chosen here, once: the running local region's (the mock engine against its AWS) when one of this
+stage runs, else Pulumi's Automation API on the stage's stack in the checkout's ``infra/``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from platformctl import region_client
+from platformctl.deployer import Deployer, DeployResult
+from platformctl.errors import PlatformError
+from platformctl.topology import Stage, load_stage, read_stack_config
+
+
+def check_lock_file(lock_file: Path) -> None:
+    """A lock file that can be read and is JSON, checked before anything is deployed."""
+    try:
+        json.loads(lock_file.read_text())
+    except OSError as exc:
+        raise PlatformError(f"cannot read the lock file ({exc.strerror})", file=str(lock_file), field="--lock-file") from None
+    except ValueError:
+        raise PlatformError("not valid JSON", file=str(lock_file), field="--lock-file") from None
+
+
+def deployer_for(stage: Stage, lock_file: Path | None) -> tuple[Deployer, Path]:
+    """The deployer of ``stage`` and the lock file it deploys (the given one, else the region's or the stack's)."""
+    info = region_client.running()
+    if info is not None and info["stage"] != stage.name:
+        raise PlatformError(f"the local region running here is stage {info['stage']}, not {stage.name}: stop it "
+                            "(`platformctl local down`) or start the region of this stage", field="--stage")
+    if lock_file is not None:
+        check_lock_file(lock_file)
+    if info is not None:
+        from infra.deploy import LocalDeployer
+
+        region_client.use_for_aws()
+        local = LocalDeployer(Path(info["checkpoint"]), f"the local region (AWS {info['aws_endpoint']})")
+        return local, lock_file or Path(info["image_lock"])
+    from infra.deploy import PulumiDeployer
+    from infra.settings import parse_settings
+
+    infra_dir = Path(stage.source).parent
+    lock = lock_file or infra_dir / parse_settings(read_stack_config(Path(stage.source)), stage.name, stage.source).image_lock
+    return PulumiDeployer(infra_dir), lock
+
+
+def deploy_stage(stage_name: str, lock_file: Path | None = None, infra_dir: Path | None = None) -> DeployResult:
+    """Deploy ``stage_name`` with ``lock_file``'s images (default: the region's or the stack's lock file)."""
+    stage = load_stage(stage_name, infra_dir)
+    deployer, lock = deployer_for(stage, lock_file)
+    return deployer.deploy(stage, lock)

@@ -1,0 +1,407 @@
+"""Rotating nodes, as an operator or a scheduled job asks for it: plan, run, dry-run, status, pause/resume/abort.
+
+Each function takes what the command parsed (typed requests) and returns a typed result the command renders; the
+release pipeline calls the same functions. Inputs are checked before anything is touched: a user's mistake is a
+``PlatformError`` (one line, exit 2) and nothing has changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from platformctl.app.clusters import connect, groups_of, launch_template_targets
+from platformctl.app.stores import store_for
+from platformctl.cluster.model import Snapshot, load_snapshot
+from platformctl.errors import PlatformError
+from platformctl.nodegroups import NodeGroupError
+from platformctl.state import StateStore
+from platformctl.state.lease import holder_id
+from platformctl.topology import HostCluster, Stage, load_stage
+from upgrade_service.execute import (
+    EXIT_HALTED,
+    EXIT_INTERRUPTED,
+    EXIT_LEASE_HELD,
+    EXIT_PAUSED,
+    AbortOutcome,
+    Executor,
+    Options,
+    Outcome,
+    Progress,
+    Target,
+    abort_cluster,
+    run_cluster,
+    run_stage,
+)
+from upgrade_service.fit import pool_capacity
+from upgrade_service.gate import check_gate_exists
+from upgrade_service.journal import control, read_state, stream_of
+from upgrade_service.order import ClusterPlace, cluster_steps
+from upgrade_service.plan import RegionPlan, RotationPlan, plan_cluster, plan_region
+from upgrade_service.policy import RotationPolicy, load_policy
+from upgrade_service.report import build_report
+from upgrade_service.targets import check_pools, resolve
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The clusters a command acts on: one kubeconfig context, or every cluster of a stage (in the stage's order)."""
+
+    names: list[str]
+    stage: Stage | None = None
+
+    @property
+    def where(self) -> str:
+        return f"stage {self.stage.name}" if self.stage else f"cluster {self.names[0]}"
+
+
+def scope_of(context: str | None, stage_name: str | None, infra_dir: Path | None, command: str) -> Scope:
+    """One context or one stage, never both nor neither (``command`` names the command in the error)."""
+    if (context is None) == (stage_name is None):
+        raise PlatformError("give exactly one of --context NAME or --stage NAME", field=command)
+    if context is not None:
+        return Scope([context])
+    stage = load_stage(stage_name or "", infra_dir)
+    return Scope([c.name for c in stage.clusters()], stage)
+
+
+def store_of(spec: str | None, scope: Scope, infra_dir: Path | None) -> StateStore:
+    """The store these clusters journal in: ``spec``, else the stage's own (``platformctl.app.stores``)."""
+    return store_for(spec, stage=scope.stage.name if scope.stage else None, cluster=scope.names[0] if scope.names else None,
+                     infra_dir=infra_dir)
+
+
+def places_of(stage: Stage) -> list[ClusterPlace]:
+    """A stage's clusters as the stage plan orders them: the host cluster, then each zone's members."""
+    return [ClusterPlace(c.name, None if isinstance(c, HostCluster) else c.zones[0]) for c in stage.clusters()]
+
+
+# ---------------------------------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Plan the rotation of one cluster (from a snapshot file or a live context) or of a whole stage."""
+
+    policy_file: Path
+    snapshot: Path | None = None
+    context: str | None = None
+    stage: str | None = None
+    snapshot_dir: Path | None = None  # with ``stage``: <cluster>.json files instead of the live contexts
+    kubeconfig: str | None = None
+    infra_dir: Path | None = None
+
+
+def snapshot_time(snapshot: Snapshot) -> float:
+    """The newest instant a snapshot records: plans from one file are reproducible."""
+    stamps = [n.created for n in snapshot.nodes] + [p.created for p in snapshot.pods]
+    stamps += [p.started for p in snapshot.pods if p.started is not None]
+    return max(stamps, default=0.0)
+
+
+def live_snapshot(kubeconfig: str | None, context: str | None) -> tuple[Snapshot, str, float]:
+    """A live cluster as the planner reads it: its nodes, pods and budgets, its name and its clock."""
+    from platformctl.cluster.live import LiveCluster
+    from platformctl.region_client import default_kubeconfig
+
+    live = LiveCluster.from_kubeconfig(default_kubeconfig(kubeconfig), context)
+    snap = Snapshot(tuple(live.list_nodes()), tuple(live.list_pods()), tuple(live.list_pdbs()),
+                    source=f"context {live.name}")
+    return snap, live.name, live.clock.now()
+
+
+def check_plan_request(request: PlanRequest) -> None:
+    """The request's sources, checked before anything is read."""
+    given = (request.snapshot and "--snapshot", request.context and "--context", request.stage and "--stage")
+    sources = [s for s in given if s]
+    if len(sources) != 1:
+        raise PlatformError("give exactly one of --snapshot FILE, --context NAME or --stage NAME"
+                            + (f" (got {', '.join(sources)})" if sources else ""), field="rotate plan")
+    if request.snapshot_dir is not None and request.stage is None:
+        raise PlatformError("--snapshot-dir goes with --stage", field="--snapshot-dir")
+
+
+def plan_rotation(request: PlanRequest) -> RotationPlan | RegionPlan:
+    """The plan of a cluster or a stage onto the images its policy targets (or what its launch templates boot, read
+    from AWS, when it names none). Changes nothing."""
+    check_plan_request(request)
+    policy = load_policy(request.policy_file)
+    if policy.targets is None and request.snapshot is not None:
+        raise PlatformError("names no targets, so every pool follows its launch template, which a snapshot does not "
+                            "show: name targets, or plan the live cluster (--context or --stage)", file=policy.source,
+                            field="targets")
+    if request.stage is not None:
+        return _plan_stage(request, policy)
+    return _plan_one(request, policy)
+
+
+def _plan_stage(request: PlanRequest, policy: RotationPolicy) -> RegionPlan:
+    if policy.cluster is not None:
+        raise PlatformError(f"names cluster {policy.cluster!r}, but a stage plan applies the policy to every cluster "
+                            "of the stage: remove `cluster`", file=policy.source, field="cluster")
+    stage = load_stage(request.stage or "", request.infra_dir)
+    places = places_of(stage)
+    snapshots: dict[str, Snapshot] = {}
+    now = 0.0
+    for place in places:
+        if request.snapshot_dir is not None:
+            snapshots[place.name] = load_snapshot(request.snapshot_dir / f"{place.name}.json")
+            now = max(now, snapshot_time(snapshots[place.name]))
+        else:
+            snapshots[place.name], _, now = live_snapshot(request.kubeconfig, place.name)
+    if policy.targets is None:
+        targets: dict[str, str] = {}
+        for cluster_name, snap in snapshots.items():
+            targets.update(launch_template_targets(snap, cluster_name, policy, stage.region, request.infra_dir))
+        policy = policy.with_targets(targets)
+    result = plan_region(stage.name, stage.region, places, snapshots, policy, now)
+    present = {n.labels[policy.pool_label] for s in snapshots.values() for n in s.nodes if policy.pool_label in n.labels}
+    check_pools(policy, present, f"stage {stage.name}")
+    return result
+
+
+def _plan_one(request: PlanRequest, policy: RotationPolicy) -> RotationPlan:
+    aws_note = ""
+    capacity = None  # a snapshot shows no group: new nodes are read from the pool's nodes, their room unknown
+    if request.snapshot is not None:
+        snap = load_snapshot(request.snapshot)
+        name, now = policy.cluster or request.snapshot.stem, snapshot_time(snap)
+    else:
+        snap, name, now = live_snapshot(request.kubeconfig, request.context)
+        try:
+            group_of, described = groups_of(snap, name, None, request.infra_dir)
+        except (NodeGroupError, PlatformError) as exc:
+            if policy.targets is None:
+                raise
+            group_of, described = {}, {}  # the plan goes on as from a snapshot: each pool's room unknown
+            aws_note = f"the auto scaling groups could not be read ({str(exc).splitlines()[0]}): each pool's room to surge is unknown"
+        if policy.targets is None:
+            policy = policy.with_targets(resolve(policy, list(snap.nodes), group_of,
+                                                 {g: d.image for g, d in described.items()}).images)
+        capacity = pool_capacity(snap, policy, group_of, described)
+    result = plan_cluster(snap, policy, now, cluster=name, capacity=capacity)
+    if aws_note:
+        result.warnings.append(aws_note)
+    check_pools(policy, result.view.pools_present, f"cluster {result.cluster}")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Carry a rotation out on one cluster (``context``) or a whole stage."""
+
+    policy_file: Path
+    context: str | None = None
+    stage: str | None = None
+    kubeconfig: str | None = None
+    state: str | None = None
+    region: str | None = None
+    lease_ttl: float = 60.0
+    max_waves: int | None = None
+    infra_dir: Path | None = None
+
+
+@dataclass
+class Rotation:
+    """A rotation made ready: its policy, clusters, store and options, every input checked and every API reached."""
+
+    policy: RotationPolicy
+    scope: Scope
+    store: StateStore
+    targets: dict[str, Target]
+    options: Options
+
+
+@dataclass
+class RotationResult:
+    """What a rotation did, cluster by cluster, and the exit code that sums it up."""
+
+    outcomes: list[Outcome]
+
+    @property
+    def exit_code(self) -> int:
+        codes = [o.exit_code for o in self.outcomes]
+        for code in (EXIT_LEASE_HELD, EXIT_HALTED, EXIT_INTERRUPTED, EXIT_PAUSED):
+            if code in codes:
+                return code
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exit_code": self.exit_code, "clusters": [o.to_dict() for o in self.outcomes]}
+
+
+def canary_config(policy: RotationPolicy) -> Any:
+    """The judge configuration a canary gate names, read before anything is touched (relative to the policy)."""
+    gate = policy.health_gate.canary if policy.health_gate is not None else None
+    if gate is None or gate.config is None:
+        return None
+    from e2e_canary.judge import load_config
+
+    path = Path(gate.config)
+    if not path.is_absolute():
+        path = Path(policy.source).parent / path
+    if not path.is_file():
+        raise PlatformError(f"names a judge configuration {str(path)!r} that does not exist", file=policy.source,
+                            field="healthGate.canary.config")
+    return load_config(path)
+
+
+def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotation:
+    """Read and check everything a rotation needs and reach its clusters and their groups; change nothing."""
+    policy = load_policy(request.policy_file)
+    scope = scope_of(request.context, request.stage, request.infra_dir, "rotate run")
+    if scope.stage is not None and policy.cluster is not None:
+        raise PlatformError(f"names cluster {policy.cluster!r}, but a stage rotation applies the policy to every cluster "
+                            "of the stage: remove `cluster`", file=policy.source, field="cluster")
+    config = None
+    if policy.health_gate is not None:
+        check_gate_exists(policy.health_gate, policy.source)
+        config = canary_config(policy)
+    store = store_of(request.state, scope, request.infra_dir)
+    targets = connect(scope.names, request.kubeconfig, request.region or (scope.stage.region if scope.stage else None),
+                      request.infra_dir)
+    present = {n.labels[policy.pool_label] for t in targets.values() for n in t.cluster.list_nodes()
+               if policy.pool_label in n.labels}
+    check_pools(policy, present, scope.where)
+    canary = None
+    if policy.health_gate is not None and policy.health_gate.canary is not None:
+        from e2e_canary.verdict import canary_gate
+
+        canary = canary_gate(store, policy.health_gate.canary.window, config)
+    options = Options(lease_ttl=request.lease_ttl, stage=scope.stage.name if scope.stage else None,
+                      max_waves=request.max_waves, canary=canary, stop=stop)
+    return Rotation(policy, scope, store, targets, options)
+
+
+def rotate(rotation: Rotation, progress: Callable[[Progress], None] | None = None) -> RotationResult:
+    """Carry the rotation out: a cluster under its lease, or a stage's clusters in the stage plan's order."""
+    names = rotation.scope.names
+    if rotation.scope.stage is not None:
+        steps, _ = cluster_steps(places_of(rotation.scope.stage), rotation.policy.host_cluster)
+        outcomes = run_stage([[rotation.targets[n] for n in step] for step in steps], rotation.policy, rotation.store,
+                             rotation.options, holder_id(), progress)
+    else:
+        outcomes = [run_cluster(rotation.targets[names[0]], rotation.policy, rotation.store, rotation.options, holder_id(),
+                                progress)]
+    return RotationResult(outcomes)
+
+
+@dataclass
+class DryRun:
+    """What a run would do on one cluster: the targets it resolved, the journal's state, and the plan."""
+
+    cluster: str
+    targets: dict[str, str]
+    run: str
+    paused: bool
+    unmanaged: list[str]
+    warnings: list[str]
+    plan: RotationPlan
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "targets": self.targets, "run": self.run, "paused": self.paused,
+                "unmanaged": self.unmanaged, "warnings": self.warnings, "plan": self.plan.to_dict()}
+
+
+def dry_run(rotation: Rotation) -> list[DryRun]:
+    """Read, resolve targets and plan each cluster as the run would; change nothing and take no lease."""
+    out = []
+    for name, target in rotation.targets.items():
+        executor = Executor(target, rotation.policy, rotation.store, rotation.options)
+        read = executor.read(first=True)
+        plan = executor.plan(read)
+        state = executor.state
+        out.append(DryRun(name, read.targets, state.status, state.paused is not None, read.unmanaged, read.warnings, plan))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- the store's view
+
+
+def rotation_status(context: str | None, stage_name: str | None, state: str | None,
+                    infra_dir: Path | None) -> tuple[StateStore, list[dict[str, Any]]]:
+    """What the rotations of a cluster or stage are doing, from the state store alone: each cluster's report and lease."""
+    scope = scope_of(context, stage_name, infra_dir, "rotate status")
+    store = store_of(state, scope, infra_dir)
+    clusters = []
+    for name in scope.names:
+        report = build_report(read_state(store, name))
+        lease = store.lease(stream_of(name))
+        live = lease is not None and not lease.expired(time.time())
+        report["lease"] = {"holder": lease.holder, "expires": lease.expires, "live": live} if lease else None
+        clusters.append(report)
+    return store, clusters
+
+
+@dataclass(frozen=True)
+class ControlRequest:
+    """Pause, resume or abort the rotations of one cluster or a stage."""
+
+    action: str  # pause | resume | abort
+    context: str | None = None
+    stage: str | None = None
+    state: str | None = None
+    reason: str = ""
+    infra_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Controlled:
+    cluster: str
+    action: str
+    by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "action": self.action, "by": self.by}
+
+
+def control_rotations(request: ControlRequest) -> tuple[StateStore, list[Controlled]]:
+    """Journal the request for every cluster it applies to (a running rotation reads it at its next step)."""
+    action = request.action
+    scope = scope_of(request.context, request.stage, request.infra_dir, f"rotate {action}")
+    store = store_of(request.state, scope, request.infra_dir)
+    states = {name: read_state(store, name) for name in scope.names}
+    if action == "resume" and not any(s.paused for s in states.values()):
+        raise PlatformError(f"nothing is paused ({', '.join(scope.names)})", field="rotate resume")
+    if action == "abort" and not any(s.open for s in states.values()):
+        raise PlatformError(f"no rotation is in progress to abort ({', '.join(scope.names)})", field="rotate abort")
+    by = f"{getpass.getuser()}@{socket.gethostname()}"
+    done = []
+    for name, run in states.items():
+        if (action == "resume" and not run.paused) or (action == "abort" and not run.open):
+            continue
+        control(store, name, action, by, request.reason, time.time())
+        done.append(Controlled(name, action, by))
+    return store, done
+
+
+@dataclass
+class Abort:
+    controlled: Controlled
+    outcome: AbortOutcome
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.controlled.to_dict(), **self.outcome.to_dict()}
+
+
+def abort_rotations(request: ControlRequest, kubeconfig: str | None, wait: bool = True,
+                    say: Callable[[str], None] | None = None) -> list[Abort]:
+    """End the rotations: a running one puts back at its next step; a dead one's lease is waited out (unless not
+    ``wait``) and this puts back what it held, after settling what it left unconfirmed."""
+    store, done = control_rotations(replace(request, action="abort"))
+
+    def reach(name: str) -> Target:
+        return connect([name], kubeconfig, None, request.infra_dir)[name]
+
+    return [Abort(d, abort_cluster(store, d.cluster, functools.partial(reach, d.cluster), holder_id(), wait=wait, say=say))
+            for d in done]

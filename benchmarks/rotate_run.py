@@ -44,8 +44,9 @@ from platformctl.cluster.simulator import SimulatedCluster
 from platformctl.cluster.synthetic import POOL_SHAPES, synthetic_cluster
 from platformctl.nodegroups.simulated import SimulatedNodeGroups
 from platformctl.state.sqlite import SQLiteStore
-from upgrade_service.execute import Executor, Options, Outcome, Target
+from upgrade_service.execute import Executor
 from upgrade_service.policy import parse_policy
+from upgrade_service.run_types import Options, Outcome, Target
 
 NEW_IMAGE = "ami-0b2e00c0ffee00099"
 

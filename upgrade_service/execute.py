@@ -29,106 +29,53 @@ it paces instead of failing when the next wave would break the mutation SLO. ``r
 
 from __future__ import annotations
 
-import concurrent.futures
-import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from platformctl import failpoints
 from platformctl.clock import past
 from platformctl.cluster.drain import drain_blocks_on
 from platformctl.cluster.informer import Informer, InformerStats
-from platformctl.cluster.interface import Cluster
-from platformctl.cluster.model import Node, Pod, Snapshot, Taint, format_time
+from platformctl.cluster.model import Node, Pod, Snapshot
 from platformctl.cluster.scheduling import static_reason
 from platformctl.errors import NotFoundError, PlatformError
-from platformctl.nodegroups import GroupState, NodeGroupError, NodeGroups
-from platformctl.state import LeaseHeld, LeaseLost, StateStore
+from platformctl.nodegroups import GroupState, NodeGroupError
+from platformctl.state import LeaseLost, StateStore
 from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as j
+from upgrade_service.abort import put_back
 from upgrade_service.disruption import view_cluster
 from upgrade_service.fit import TRANSIENT_TAINT_PREFIXES, PoolCapacity, pool_capacity
 from upgrade_service.gate import Question, ask
+from upgrade_service.intents import settle_eviction, settle_with_groups
 from upgrade_service.journal import Journal, RunState, WaveState
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.plan import RotationPlan, Wave, plan_cluster
+from upgrade_service.pods_back import WorkloadsBack
 from upgrade_service.policy import RotationPolicy
 from upgrade_service.remediate import remediation_holds
+from upgrade_service.replacement import NodeReplacer
 from upgrade_service.report import build_report
+from upgrade_service.run_types import (
+    EXIT_DONE,
+    EXIT_HALTED,
+    EXIT_INTERRUPTED,
+    EXIT_PAUSED,
+    TAINT,
+    Aborted,
+    Halt,
+    Interrupted,
+    Options,
+    Outcome,
+    Progress,
+    Target,
+)
 from upgrade_service.targets import resolve as resolve_targets
 from upgrade_service.wave_drain import DrainStatus, Stuck, WaveDrain
 
-TAINT = Taint("platformctl.io/rotation", "outdated", "PreferNoSchedule")
 SCALABLE = ("ReplicaSet", "StatefulSet")
-
-# Exit codes of `rotate run`, documented in docs/commands.md and docs/rotate.md.
-EXIT_DONE, EXIT_HALTED, EXIT_BAD_INPUT, EXIT_LEASE_HELD, EXIT_PAUSED = 0, 1, 2, 3, 4
-EXIT_INTERRUPTED = 130  # as a shell reports a command that Ctrl-C stopped
-
-
-@dataclass
-class Target:
-    """One cluster to rotate and the owner of its instances."""
-
-    name: str
-    cluster: Cluster
-    groups: NodeGroups
-
-
-@dataclass(frozen=True)
-class Options:
-    poll_seconds: float = 5.0
-    lease_ttl: float = 60.0
-    gate_poll_seconds: float = 30.0
-    stage: str | None = None
-    max_waves: int | None = None  # start at most this many waves in this run; the next run goes on
-    canary: Any = None  # the canary verdict (upgrade_service.gate.CanaryVerdict) a `canary` health gate asks
-    # Set (by a first Ctrl-C or SIGTERM) to stop every cluster at its next safe point: no new side effect starts.
-    stop: threading.Event | None = None
-
-
-@dataclass
-class Progress:
-    """What the live display shows for one cluster."""
-
-    cluster: str
-    phase: str = "starting"
-    wave: int = 0
-    waves: int = 0
-    in_flight: list[str] = field(default_factory=list)
-    drain: DrainStatus | None = None
-    message: str = ""
-
-
-@dataclass
-class Outcome:
-    cluster: str
-    status: str  # done | partial (--max-waves) | incomplete | halted | paused | aborted | lease-held | lost-lease
-    exit_code: int
-    reason: str
-    report: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "status": self.status, "exit_code": self.exit_code, "reason": self.reason,
-                "report": self.report}
-
-
-class Halt(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-class Aborted(Exception):
-    pass
-
-
-class Interrupted(Exception):
-    """Asked to stop (Ctrl-C, SIGTERM): the run stops before its next side effect, journals it, and can be resumed."""
 
 
 @dataclass
@@ -159,8 +106,6 @@ class Executor:
         self.clock = target.cluster.clock
         self.journal = Journal(store, target.name, self.clock, keeper)
         self.pacer = MutationPacer(policy.max_mutations_per_minute, self.clock)
-        self._group_cache: dict[str, str] = {}  # instance id -> group
-        self._node_groups: dict[str, str] = {}  # node name -> group (a node's instance never changes)
         self._plan: RotationPlan | None = None
         self._plan_targets: dict[str, str] = {}
         self._next_wave = 0  # the cached plan's waves before this one have been carried out
@@ -171,6 +116,9 @@ class Executor:
         self.pdbs_watch: Informer = target.cluster.informer("pdbs")
         self._progress = progress
         self.view = Progress(target.name)
+        self.replacer = NodeReplacer(self.cluster, self.groups, self.journal, self.pacer, check=self._check,
+                                     fence=keeper.check if keeper is not None else None,
+                                     poll_seconds=options.poll_seconds, nodes=self.nodes_watch)
 
     # ---------------------------------------------------------------- small helpers
 
@@ -199,8 +147,7 @@ class Executor:
 
     def _op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
         """One side effect, journalled before and after."""
-        self._check()
-        return j.journalled(self.journal, op, action, self.keeper.check if self.keeper is not None else None, **args)
+        return self.replacer.op(op, action, **args)
 
     def _mutate(self) -> None:
         self.pacer.take()
@@ -208,17 +155,7 @@ class Executor:
     # ---------------------------------------------------------------- reading the cluster
 
     def _groups_of(self, nodes: Sequence[Node]) -> dict[str, str]:
-        known = self._node_groups
-        unknown = [n for n in nodes if n.name not in known]
-        ids = [n.instance_id for n in unknown if n.instance_id and n.instance_id not in self._group_cache]
-        if ids:
-            for instance_id, inst in self.groups.instances(ids).items():
-                self._group_cache[instance_id] = inst.group
-        for n in unknown:
-            group = self._group_cache.get(n.instance_id or "")
-            if group is not None:
-                known[n.name] = group
-        return {n.name: known[n.name] for n in nodes if n.name in known}
+        return self.replacer.groups_of(nodes)
 
     def read(self, first: bool = False) -> ClusterRead:
         """The cluster for planning: the nodes this run still has to deal with, and what each pool should run."""
@@ -404,8 +341,8 @@ class Executor:
     def _settle_unconfirmed(self) -> None:
         """Side effects a killed run started but never confirmed: look at the world and record what happened."""
         for key, intent in list(self.state.pending.items()):
-            if not j.settle_with_groups(self.journal, key, intent, self.groups) and \
-                    not j.settle_eviction(self.journal, key, intent, self.cluster):
+            if not settle_with_groups(self.journal, key, intent, self.groups) and \
+                    not settle_eviction(self.journal, key, intent, self.cluster):
                 # Cordons, taints, capacity changes and evictions are redone (or found done) by the steps that
                 # follow; closing the intent keeps the journal's pairs whole.
                 self.journal.done(key, ok=False, recovered=True, result="interrupted; the step is redone if still needed")
@@ -515,11 +452,7 @@ class Executor:
         for name in nodes:
             if name in wave.cordoned or info["instances"][name] in wave.terminated or name in wave.failed:
                 continue
-            self._mutate()
-            try:
-                self._op("cordon", partial(self.cluster.cordon, name), node=name, wave=number)
-            except NotFoundError:
-                continue  # the node went away by itself: its instance is gone too
+            self.replacer.cordon(name, wave=number)  # False: the node went away by itself, its instance too
         # 2. surge
         groups: dict[str, dict[str, Any]] = info["groups"]
         if j.SURGED not in wave.phases:
@@ -529,16 +462,14 @@ class Executor:
                     current = self.groups.describe(g).desired
                     if current < want:
                         self._show("surge", f"wave {number}: raising {g} from {current} to {want}")
-                        self._op("set-desired", partial(self.groups.set_desired, g, want), group=g,
-                                 desired=want, before=current, wave=number)
+                        self.replacer.set_desired(g, want, current, wave=number)
             self.journal.write(j.PHASE, wave=number, phase=j.SURGED)
         if any(gi["surge"] for gi in groups.values()) and j.NEW_NODES_READY not in wave.phases:
             missing = self._wait_new_nodes(wave, {g: gi["surge"] for g, gi in groups.items() if gi["surge"]})
             if missing:
                 for name in nodes:  # nothing was drained: give the nodes back until the run goes on
                     if name in wave.cordoned:
-                        self._mutate()
-                        self._op("uncordon", partial(self.cluster.cordon, name, False), node=name, wave=number)
+                        self.replacer.uncordon(name, wave=number)
                 raise Halt("new-node-not-ready", f"wave {number}: {missing}")
             self.journal.write(j.PHASE, wave=number, phase=j.NEW_NODES_READY)
         # 3. drain
@@ -653,29 +584,10 @@ class Executor:
         return False
 
     def _terminate(self, wave: WaveState, node: str, instance: str, group: str, decrement: bool) -> None:
-        found = self.groups.instances([instance]).get(instance)
-        if found is None or found.leaving:
-            # Gone already (it failed, or a run before us terminated it): record it, never call twice.
-            key = self.journal.intent("terminate", node=node, instance=instance, group=group, decrement=decrement,
-                                      wave=wave.number)
-            self.journal.done(key, ok=True, not_called=True, result="already gone; not called again")
-            return
-        self._op("terminate", lambda: self.groups.terminate(instance, decrement), node=node, instance=instance,
-                 group=group, decrement=decrement, wave=wave.number)
+        self.replacer.terminate(node, instance, group, decrement, wave=wave.number)
 
     def _watch(self, informer: Informer, until: Callable[[], bool], deadline: float, failpoint: str) -> bool:
-        """Wait on the cluster's watch until ``until()`` holds (True) or ``deadline`` (False), looking at the lease and
-        the journal (pause, abort) at least every ``poll_seconds``: the wait ends when what it waits for happens."""
-        while True:
-            self._check()
-            if until():
-                return True
-            failpoints.hit(failpoint)
-            remaining = deadline - self.clock.now()
-            if remaining <= 0:
-                return False
-            if informer.wait(until, min(remaining, self.options.poll_seconds)):
-                return True
+        return self.replacer.wait(until, deadline, failpoint, informer)
 
     def _wait_new_nodes(self, wave: WaveState, expected: dict[str, int]) -> str | None:
         """Wait until each group has ``expected`` Ready nodes on its target image that were not its members
@@ -684,23 +596,17 @@ class Executor:
         deadline = self.clock.now() + self.policy.node_ready_timeout_seconds
         self._show("boot", f"wave {wave.number}: waiting for " + ", ".join(f"{n} new node(s) in {g}" for g, n in expected.items()))
 
-        members = {i for gi in groups.values() for i in gi["members"]}
-        old = {n.name for n in self.nodes_watch.nodes() if n.instance_id in members}  # the wave's start: not new
+        label = self.policy.image_label
 
         def short() -> list[str]:
-            nodes = [n for n in self.nodes_watch.nodes() if n.name not in old]
-            group_of = self._groups_of(nodes)
             out = []
             for g, want in expected.items():
-                before = set(groups[g]["members"])
                 image = groups[g]["image"]
-                new = [n for n in nodes if group_of.get(n.name) == g and n.instance_id not in before]
-                good = [n for n in new if n.ready and n.labels.get(self.policy.image_label) == image]
+                good, others = self.replacer.new_nodes(g, groups[g]["members"], image=image, image_label=label)
                 if len(good) < want:
-                    others = [f"{n.name} ({'Ready' if n.ready else 'NotReady'}, image {n.labels.get(self.policy.image_label)})"
-                              for n in new if n not in good]
+                    seen = [f"{n.name} ({'Ready' if n.ready else 'NotReady'}, image {n.labels.get(label)})" for n in others]
                     out.append(f"group {g}: {len(good)} of {want} new nodes Ready on {image}"
-                               + (f"; also {', '.join(others[:3])}" if others else ""))
+                               + (f"; also {', '.join(seen[:3])}" if seen else ""))
             return out
 
         if self._watch(self.nodes_watch, lambda: not short(), deadline, "wait:new-nodes"):
@@ -722,75 +628,10 @@ class Executor:
             self._watch(self.nodes_watch, lambda: not left(), deadline, "wait:gone")
         return left()
 
-    def _owner_gone(self, owner: str) -> bool:
-        """Whether a workload (``"ReplicaSet ns/name"``, as the wave recorded it) no longer exists."""
-        kind, _, where = owner.partition(" ")
-        namespace, _, name = where.partition("/")
-        try:
-            self.cluster.get_object(kind, namespace, name)
-        except NotFoundError:
-            return True
-        except PlatformError:  # a kind the API cannot be asked about here: keep waiting on it, as before
-            return False
-        return False
-
-    def _why(self, pods: list[Pod]) -> str:
-        """What the kubelet says of a workload's pods that do not start, with the image of the node they are on:
-        the first thing an operator asks when a wave's pods are not Ready again (a bad image, most often)."""
-        if not pods:
-            return ""
-        said = []
-        for pod in pods[:2]:
-            node = self.nodes_watch.get(pod.node_name) if pod.node_name else None
-            image = node.image if node is not None else None
-            said.append(f"{pod.name} on {pod.node_name}{f' (image {image})' if image else ''}: {pod.waiting}")
-        return f" ({'; '.join(said)})"
-
     def _wait_pods_ready(self, owners: dict[str, dict[str, Any]]) -> str | None:
-        if not owners:
-            return None
-        deadline = self.clock.now() + self.policy.pod_ready_timeout_seconds
-        self._show("pods", f"waiting for the pods of {len(owners)} workloads to be Ready again")
-        waiting = dict(owners)
-
-        def counts() -> tuple[Counter[str], Counter[str], dict[str, list[Pod]]]:
-            ready: Counter[str] = Counter()
-            live: Counter[str] = Counter()
-            stuck: dict[str, list[Pod]] = {}
-            for uid in waiting:
-                for p in self.pods_watch.pods_of(uid):
-                    if p.terminating:
-                        continue
-                    live[uid] += 1
-                    if p.ready:
-                        ready[uid] += 1
-                    elif p.waiting:
-                        stuck.setdefault(uid, []).append(p)
-            return ready, live, stuck
-
-        memo = {"seen": -1, "whole": False}
-
-        def whole() -> bool:
-            seen = self.pods_watch.moves_of(waiting) + len(waiting)
-            if seen != memo["seen"]:  # nothing of theirs moved since the last look: the answer stands
-                ready, _, _ = counts()
-                memo.update(seen=seen, whole=all(ready[uid] >= o["ready"] for uid, o in waiting.items()))
-            return bool(memo["whole"])
-
-        while True:
-            if self._watch(self.pods_watch, whole, min(deadline, self.clock.now() + self.options.poll_seconds), "wait:pods"):
-                return None
-            ready, live, stuck = counts()
-            for uid in [u for u, o in waiting.items() if ready[u] < o["ready"] and not live[u]]:
-                if self._owner_gone(waiting[uid]["owner"]):  # deleted meanwhile (its namespace too): nothing to wait for
-                    self._show("pods", f"{waiting[uid]['owner']} was deleted meanwhile: not waited for")
-                    del waiting[uid]
-            if whole():
-                return None
-            if past(self.clock, deadline):
-                short = [f"{o['owner']} has {ready[uid]} Ready of {o['ready']}{self._why(stuck.get(uid, []))}"
-                         for uid, o in waiting.items() if ready[uid] < o["ready"]]
-                return "; ".join(short[:5]) + (f" and {len(short) - 5} more" if len(short) > 5 else "")
+        back = WorkloadsBack(self.cluster, self.nodes_watch, self.pods_watch, self.replacer, self.options.poll_seconds,
+                             lambda message: self._show("pods", message))
+        return back.wait(owners, self.policy.pod_ready_timeout_seconds)
 
     # ---------------------------------------------------------------- ending
 
@@ -818,197 +659,3 @@ class Executor:
         self._show("abort", "aborting: uncordoning and untainting what this run touched")
         reason, held = put_back(self.journal, self.cluster, self.groups)
         return self._outcome("aborted", EXIT_HALTED, reason + (f"; still held: {', '.join(held)}" if held else ""))
-
-
-def settle_everything(journal: Journal, cluster: Cluster, groups: NodeGroups | None) -> None:
-    """Close every side effect a dead run started but never confirmed, by looking at the world: an instance terminated
-    only if its group no longer has it in service, a capacity change if the group shows it, a cordon or taint if the
-    node carries it, an eviction if its pod is gone. What then counts as held is what really is."""
-    state = journal.refresh()
-    for key, intent in list(state.pending.items()):
-        if groups is not None and j.settle_with_groups(journal, key, intent, groups):
-            continue
-        if j.settle_eviction(journal, key, intent, cluster):
-            continue
-        op, node = intent["op"], intent.get("node")
-        if op in ("cordon", "uncordon", "taint", "untaint") and node:
-            try:
-                found = cluster.get_node(node)
-            except NotFoundError:
-                journal.done(key, ok=False, recovered=True, result="node gone")
-                continue
-            tainted = any(t.key == TAINT.key for t in found.taints)
-            happened = {"cordon": found.unschedulable, "uncordon": not found.unschedulable, "taint": tainted,
-                        "untaint": not tainted}[op]
-            journal.done(key, ok=happened, recovered=True,
-                         result=f"the node {'shows' if happened else 'does not show'} it: {op} {'happened' if happened else 'never took effect'}")
-        else:
-            journal.done(key, ok=False, recovered=True, result="interrupted; not redone by an abort")
-
-
-def put_back(journal: Journal, cluster: Cluster, groups: NodeGroups | None = None) -> tuple[str, list[str]]:
-    """End an open run as aborted: settle what a dead run left unconfirmed, then uncordon and untaint every node it
-    still holds (journalled). Returns why, and the nodes still held afterwards as the cluster shows them (none, unless
-    an API call failed). The capacity it added stays: lowering a group's desired count would let the group pick which
-    instance goes, and it may pick a node with pods on it."""
-    settle_everything(journal, cluster, groups)
-    state = journal.refresh()
-    request = state.abort or {}
-    undoings: tuple[tuple[str, set[str], Callable[[str], Any]], ...] = (
-        ("uncordon", state.cordoned, lambda n: cluster.cordon(n, False)),
-        ("untaint", state.tainted, lambda n: cluster.untaint(n, TAINT.key)))
-    for op, names, undo in undoings:
-        for name in sorted(names):
-            key = journal.intent(op, node=name)
-            try:
-                undo(name)
-            except NotFoundError as exc:
-                journal.done(key, ok=False, error=str(exc))
-                continue
-            journal.done(key)
-    state = journal.refresh()
-    held = []
-    for name in sorted(state.cordoned | state.tainted):
-        try:
-            node = cluster.get_node(name)
-        except NotFoundError:
-            continue
-        if node.unschedulable or any(t.key == TAINT.key for t in node.taints):
-            held.append(name)
-    reason = f"aborted by {request.get('by', 'an operator')}" + (f": {request['reason']}" if request.get("reason") else "")
-    journal.write(j.ABORTED, by=request.get("by"), reason=reason, still_held=held)
-    return reason, held
-
-
-@dataclass
-class AbortOutcome:
-    cluster: str
-    result: str
-    held: list[str]  # nodes still cordoned or tainted by the run
-    done: bool  # the run is over and nothing is held
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_DONE if self.done else EXIT_HALTED
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "result": self.result, "still_held": self.held, "done": self.done,
-                "exit_code": self.exit_code}
-
-
-def abort_cluster(store: StateStore, name: str, connect: Callable[[], Target], holder: str, *, wait: bool = True,
-                  lease_ttl: float = 30.0, patience: float = 900.0, poll: float = 0.5,
-                  say: Callable[[str], None] | None = None) -> AbortOutcome:
-    """Finish the abort of ``name``'s open run (its request already journalled): the run holding the lease puts back at
-    its next step; a dead one's lease is waited out (up to ``patience`` wall seconds), then this takes the lease and
-    puts back itself, fenced by it. ``wait=False`` says when and by what it will be put back instead of waiting."""
-    import time as wall
-
-    stream = j.stream_of(name)
-    deadline = wall.monotonic() + patience
-    announced = False
-    while True:
-        state = j.read_state(store, name)
-        if not state.open:  # the live run saw the request and put back itself
-            ended = state.ended or {}
-            held = sorted(ended.get("still_held") or [])
-            return AbortOutcome(name, str(ended.get("reason") or "aborted"), held, not held)
-        keeper = LeaseKeeper(store, stream, holder, lease_ttl)
-        try:
-            keeper.acquire()
-        except LeaseHeld as taken:
-            lease = taken.lease
-            held = sorted(state.cordoned | state.tainted)
-            until = format_time(lease.expires)
-            if not wait:
-                return AbortOutcome(name, f"requested: the run holding the lease ({lease.holder}) puts back at its next "
-                                    f"step; if it is dead, its lease lapses at {until} and `rotate abort` (again) or the "
-                                    f"next `rotate run` puts back", held, False)
-            if wall.monotonic() >= deadline:
-                return AbortOutcome(name, f"gave up after {patience:.0f} s: the run holding the lease ({lease.holder}) "
-                                    "neither put back nor let its lease lapse", held, False)
-            if say is not None and not announced:
-                say(f"{name}: waiting for the run holding the lease ({lease.holder}) to put back, or for its lease "
-                    f"to lapse at {until} if it is dead")
-                announced = True
-            wall.sleep(poll)
-            continue
-        try:
-            target = connect()
-            why, held = put_back(Journal(store, name, target.cluster.clock, keeper), target.cluster, target.groups)
-            return AbortOutcome(name, f"{why}; uncordoned and untainted what it held" if not held else
-                                f"{why}; still held: {', '.join(held)}", held, not held)
-        finally:
-            keeper.release()
-
-
-def run_cluster(target: Target, policy: RotationPolicy, store: StateStore, options: Options, holder: str,
-                progress: Callable[[Progress], None] | None = None) -> Outcome:
-    """Rotate one cluster under its lease (exit 3 when another run holds it)."""
-    keeper = LeaseKeeper(store, j.stream_of(target.name), holder, options.lease_ttl)
-    try:
-        keeper.acquire()
-    except LeaseHeld as held:
-        return lease_held(target.name, held)
-    try:
-        return Executor(target, policy, store, options, keeper, progress).run()
-    finally:
-        keeper.release()
-
-
-def lease_held(cluster: str, held: LeaseHeld) -> Outcome:
-    lease = held.lease
-    return Outcome(cluster, "lease-held", EXIT_LEASE_HELD,
-                   f"another rotation of {cluster} is running (lease held by {lease.holder}, good until "
-                   f"{_iso(lease.expires)}): not starting a second one")
-
-
-def _iso(epoch: float) -> str:
-    return format_time(epoch)
-
-
-def run_stage(steps: Sequence[Sequence[Target]], policy: RotationPolicy, store: StateStore, options: Options, holder: str,
-              progress: Callable[[Progress], None] | None = None) -> list[Outcome]:
-    """Rotate a stage: steps one after another (a zone's member clusters together), stopping after a
-    step in which any cluster did not finish. Every cluster's lease is taken first. A Ctrl-C stops every
-    cluster at its next safe point (``options.stop``); the leases are given back only once every cluster's
-    worker has stopped, however many times Ctrl-C is pressed meanwhile: nothing acts without its lease."""
-    stop = options.stop if options.stop is not None else threading.Event()
-    options = replace(options, stop=stop)
-    keepers: list[LeaseKeeper] = []
-    outcomes: list[Outcome] = []
-    try:
-        for step in steps:
-            for target in step:
-                keeper = LeaseKeeper(store, j.stream_of(target.name), holder, options.lease_ttl)
-                try:
-                    keeper.acquire()
-                except LeaseHeld as held:
-                    return [lease_held(target.name, held)]
-                keepers.append(keeper)
-        by_name = {k.name: k for k in keepers}
-        for step in steps:
-            if stop.is_set():
-                break
-            pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(len(step), 1))
-            futures = [pool.submit(Executor(t, policy, store, options, by_name[j.stream_of(t.name)], progress).run)
-                       for t in step]
-            done = _every_result(futures, stop)
-            pool.shutdown(wait=True)
-            outcomes += done
-            if any(o.status != "done" for o in done):  # the next zone starts only once this one is through
-                break
-        return outcomes
-    finally:
-        for keeper in keepers:
-            keeper.release()
-
-
-def _every_result(futures: list[concurrent.futures.Future[Outcome]], stop: threading.Event) -> list[Outcome]:
-    """Wait for every worker. A KeyboardInterrupt meanwhile asks them all to stop and goes on waiting: the caller
-    releases their leases only once none of them can act any more."""
-    while True:
-        try:
-            return [f.result() for f in futures]
-        except KeyboardInterrupt:
-            stop.set()

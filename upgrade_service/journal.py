@@ -1,7 +1,8 @@
 """The rotation journal: what a run of ``rotate run`` did to one cluster, in the state store.
 
 One stream per cluster, ``rotation/<cluster>``. The executor writes a record before and after every
-side effect (``intent`` / ``done``, paired by ``id``), a record when a wave starts (everything a
+side effect (``intent`` / ``done``, paired by ``id``: ``upgrade_service.intents``, the records remediation writes
+too), a record when a wave starts (everything a
 resumed run needs to finish it: its nodes, their instances and groups, each group's capacity before
 the wave, how many nodes it surges, which terminations lower capacity), one per phase a wave
 completes, and one when the run halts, pauses, finishes or is aborted. Other processes append
@@ -15,23 +16,20 @@ are paused. The executor resumes from it and ``rotate status`` reports it; nothi
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from platformctl import failpoints
 from platformctl.clock import Clock
-from platformctl.errors import NotFoundError
 from platformctl.state import Lease, Record, StateStore
+from upgrade_service.intents import DONE, INTENT, Done, Intent, IntentLog
 
 # Record kinds.
 RUN_STARTED = "run-started"
 RUN_CONTINUED = "run-continued"
 WAVE_STARTED = "wave-started"
-INTENT = "intent"
-DONE = "done"
 PHASE = "phase"
 DRAINED = "drained"
 SETTLING = "settling"  # a one-at-a-time workload is whole again: its next pod waits until ``until``
@@ -177,10 +175,11 @@ def apply(state: RunState, record: Record) -> None:
     elif kind == WAVE_STARTED:
         state.waves[d["wave"]] = WaveState(d["wave"], d)
     elif kind == INTENT:
-        state.pending[d["id"]] = d
+        state.pending[Intent.from_record(d).id] = d
     elif kind == DONE:
-        intent = state.pending.pop(d["id"], None)
-        if intent is not None and d.get("ok", True):
+        done = Done.from_record(d)
+        intent = state.pending.pop(done.id, None)
+        if intent is not None and done.ok:
             _confirmed(state, intent, d)
     elif kind == PHASE:
         wave = state.waves.get(d["wave"])
@@ -266,7 +265,7 @@ class Fence(Protocol):
     def fence(self) -> Lease | None: ...
 
 
-class Journal:
+class Journal(IntentLog):
     """Appends this cluster's records, stamped with the cluster's time, and keeps the folded state current.
 
     With ``keeper`` every record is written only while the keeper's lease is still its own (the store checks
@@ -303,79 +302,6 @@ class Journal:
             failpoints.hit(kind)
         return record
 
-    def intent(self, op: str, **args: Any) -> str:
-        key = uuid.uuid4().hex[:12]
-        self.write(INTENT, id=key, op=op, **args)
-        return key
-
-    def done(self, key: str, ok: bool = True, **result: Any) -> None:
-        self.write(DONE, id=key, ok=ok, **result)
-
-
-class Writes(Protocol):
-    def intent(self, op: str, **args: Any) -> str: ...
-
-    def done(self, key: str, ok: bool = True, **result: Any) -> None: ...
-
-
-def journalled(journal: Writes, op: str, action: Callable[[], Any], check: Callable[[], None] | None = None,
-               **args: Any) -> Any:
-    """One side effect, journalled before (``intent``) and after (``done``), with the failpoints a crash test
-    kills at in between: the rotation's and remediation's every call that changes the world goes through here.
-    ``check`` (the lease) is asked once more right before the call: a process paused between its intent and its
-    call, and taken over meanwhile, stops there."""
-    key = journal.intent(op, **args)
-    failpoints.hit(f"intent:{op}")
-    if check is not None:
-        check()
-    try:
-        result = action()
-    except NotFoundError as exc:
-        journal.done(key, ok=False, error=str(exc))
-        raise
-    failpoints.hit(f"call:{op}")
-    journal.done(key)
-    return result
-
-
-def settle_with_groups(journal: Writes, key: str, intent: Mapping[str, Any], groups: Any) -> bool:
-    """Close an unconfirmed ``terminate`` or ``set-desired`` by asking the node groups what happened (an instance
-    terminated only if still in service; a capacity raised if the group shows it). False for any other op."""
-    if intent["op"] == "terminate":
-        found = groups.instances([intent["instance"]]).get(intent["instance"])
-        happened = found is None or found.leaving
-        journal.done(key, ok=happened, recovered=True,
-                     result="instance already terminating or gone" if happened else "call never took effect")
-        return True
-    if intent["op"] == "set-desired":
-        happened = groups.describe(intent["group"]).desired >= int(intent["desired"])
-        journal.done(key, ok=happened, recovered=True,
-                     result="capacity already raised" if happened else "call never took effect")
-        return True
-    return False
-
-
-def settle_eviction(journal: Writes, key: str, intent: Mapping[str, Any], cluster: Any) -> bool:
-    """Close an unconfirmed eviction round by looking at its pods: one that is gone, terminating or made again (another
-    uid) was evicted, and a one-at-a-time workload's such pod is on its way back (its next waits for it). False for
-    any other op."""
-    if intent["op"] != "evict":
-        return False
-    evicted = []
-    uids = intent.get("uids") or {}
-    sequence = intent.get("one_at_a_time") or {}
-    for who in intent.get("pods", ()):
-        namespace, _, name = who.partition("/")
-        try:
-            pod = cluster.get_pod(namespace, name)
-            gone = pod.uid != uids.get(who, pod.uid) or pod.deletion_time is not None
-        except NotFoundError:
-            gone = True
-        if gone:
-            evicted.append({"pod": who, "uid": uids.get(who, ""), **sequence.get(who, {})})
-    journal.done(key, ok=True, recovered=True, evicted=evicted, refused={},
-                 result=f"{len(evicted)} of {len(intent.get('pods', ()))} pods found evicted")
-    return True
 
 
 def control(store: StateStore, cluster: str, action: str, by: str, reason: str, at: float) -> Record:

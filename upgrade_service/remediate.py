@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from platformctl import failpoints
-from platformctl.clock import Clock, past
+from platformctl.clock import Clock
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Node
 from platformctl.errors import NotFoundError, PlatformError
@@ -45,8 +45,10 @@ from platformctl.state import LeaseHeld, LeaseLost, Record, StateStore
 from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as rotation_journal
 from upgrade_service.health import Assessment, Decision, Problem, assess, decide
+from upgrade_service.intents import DONE, INTENT, Done, Intent, IntentLog, settle_with_groups
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.remediation_policy import RemediationPolicy
+from upgrade_service.replacement import NodeReplacer
 from upgrade_service.wave_drain import WaveDrain
 
 # Record kinds of the remediation stream.
@@ -55,8 +57,6 @@ FINISHED = "remediation-finished"
 SKIPPED = "skipped"
 INCIDENT = "breaker-open"
 CLEARED = "breaker-closed"
-INTENT = "intent"
-DONE = "done"
 DRAINED = rotation_journal.DRAINED
 
 HOUR = 3600.0
@@ -114,10 +114,11 @@ def apply(state: RemediationState, record: Record) -> None:
         if ended is not None and ended.surged and not ended.terminated and d.get("result") == "drain-failed":
             state.standing_in[d["subject"]] = ended.started
     elif kind == INTENT:
-        state.pending[d["key"]] = d
+        state.pending[Intent.from_record(d).id] = d
     elif kind == DONE:
-        intent = state.pending.pop(d["key"], None)
-        if intent is None or not d.get("ok", True):
+        done = Done.from_record(d)
+        intent = state.pending.pop(done.id, None)
+        if intent is None or not done.ok:
             return
         current = state.open.get(intent.get("remediation", ""))
         if intent["op"] == "cordon" and current is not None:
@@ -148,8 +149,9 @@ def read_state(store: StateStore, cluster: str) -> RemediationState:
     return fold(cluster, store.read(stream_of(cluster)))
 
 
-class Log:
-    """Appends this cluster's remediation records, stamped with the cluster's time (the drain writes here too)."""
+class Log(IntentLog):
+    """Appends this cluster's remediation records, stamped with the cluster's time (the drain writes here too); every
+    intent names the remediation it belongs to."""
 
     def __init__(self, store: StateStore, cluster: str, clock: Clock, keeper: LeaseKeeper | None = None) -> None:
         self.store = store
@@ -174,14 +176,8 @@ class Log:
         failpoints.hit(f"remediation:{kind}")
         return record
 
-    def intent(self, op: str, **args: Any) -> str:
-        key = uuid.uuid4().hex[:12]
-        args.setdefault("remediation", self.remediation)
-        self.write(INTENT, key=key, op=op, **args)
-        return key
-
-    def done(self, key: str, ok: bool = True, **result: Any) -> None:
-        self.write(DONE, key=key, ok=ok, **result)
+    def context(self) -> dict[str, Any]:
+        return {"remediation": self.remediation}
 
 
 @dataclass
@@ -254,7 +250,8 @@ class Remediator:
         self.log = Log(store, name, self.clock, keeper)
         self.pacer = MutationPacer(policy.max_mutations_per_minute, self.clock)
         self.progress = progress or (lambda message: None)
-        self._group_of: dict[str, str] = {}  # instance -> group
+        self.replacer = NodeReplacer(cluster, groups, self.log, self.pacer, check=self._check, fence=self._check,
+                                     poll_seconds=poll_seconds)
 
     # ---------------------------------------------------------------- reading
 
@@ -264,11 +261,7 @@ class Remediator:
 
     def read(self) -> tuple[list[Node], dict[str, str], Assessment]:
         nodes = self.cluster.list_nodes()
-        unknown = [n.instance_id for n in nodes if n.instance_id and n.instance_id not in self._group_of]
-        if unknown:
-            for instance_id, inst in self.groups.instances(unknown).items():
-                self._group_of[instance_id] = inst.group
-        group_of = {n.name: self._group_of[n.instance_id] for n in nodes if n.instance_id in self._group_of}
+        group_of = self.replacer.groups_of(nodes)
         names = set(group_of.values()) | set(self.groups.cluster_groups(self.name))
         members: dict[str, list[Member]] = {g: self.groups.members(g) for g in sorted(names)}
         return nodes, group_of, assess(nodes, members, group_of, self.clock.now(), self.policy)
@@ -276,6 +269,12 @@ class Remediator:
     # ---------------------------------------------------------------- one pass
 
     def run_once(self, dry_run: bool = False) -> Outcome:
+        try:
+            return self._run_once(dry_run)
+        finally:
+            self.replacer.close()
+
+    def _run_once(self, dry_run: bool) -> Outcome:
         state = self.log.refresh()
         if not dry_run and state.pending:
             self._settle_unconfirmed()
@@ -344,13 +343,12 @@ class Remediator:
     # ---------------------------------------------------------------- acting
 
     def _op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
-        self._check()
-        return rotation_journal.journalled(self.log, op, action, self._check, **args)
+        return self.replacer.op(op, action, **args)
 
     def _settle_unconfirmed(self) -> None:
         """Side effects a killed run started and never confirmed: look at the world and record what happened."""
         for key, intent in list(self.log.state.pending.items()):
-            if rotation_journal.settle_with_groups(self.log, key, intent, self.groups):
+            if settle_with_groups(self.log, key, intent, self.groups):
                 continue
             if intent["op"] == "cordon":
                 try:
@@ -417,8 +415,7 @@ class Remediator:
                     return finish("gone", "the node and its instance went away by themselves")
                 if live is not None:
                     if not live.unschedulable and not current.cordoned:
-                        self.pacer.take()
-                        self._op("cordon", lambda: self.cluster.cordon(node), node=node)
+                        self.replacer.cordon(node)
                     if not current.drained and not current.surged and group:
                         self._surge(current, group)
                     if not current.drained and current.surged:
@@ -436,8 +433,7 @@ class Remediator:
         return finish("replaced", f"replaced by {replacement}", replacement=replacement)
 
     def _in_service(self, instance: str) -> bool:
-        found = self.groups.instances([instance]).get(instance)
-        return found is not None and not found.leaving
+        return self.replacer.in_service(instance)
 
     def _drain(self, rid: str, node: str, info: dict[str, Any]) -> str | None:
         """Drain through the eviction API; returns what held the node when it could not, else None."""
@@ -450,7 +446,7 @@ class Remediator:
 
         kubelet_gone = unreachable(node)  # nothing on a node whose kubelet is gone can finish or settle: no protocol applies
         self.progress(f"{self.name}: draining {node}{' (its kubelet is gone: workload rules do not apply)' if kubelet_gone else ''}")
-        drain = WaveDrain(self.cluster, self.policy.drain_policy(), self.log, self.pacer, wave=rid, poll_seconds=self.poll,  # type: ignore[arg-type]  # the remediation log journals as a Journal does
+        drain = WaveDrain(self.cluster, self.policy.drain_policy(), self.log, self.pacer, wave=rid, poll_seconds=self.poll,
                           check=self._check, skip_wait_for_delete=unreachable, protocols=not kubelet_gone)
         outcome = drain.run([node], self.policy.drain_timeout_seconds)
         if not outcome.failed:
@@ -487,47 +483,27 @@ class Remediator:
         """A replacement boots before the drain, as a surge rotation's does, when the group has room: a full
         cluster has nowhere else for the evicted pods to go. The termination then lowers the capacity again."""
         state = self.groups.describe(group)
-        if state.desired >= state.max_size:
+        if state.room <= 0:
             return  # no room to surge: the drain goes ahead, and the group replaces the node after it
-        want = state.desired + 1
-        self.progress(f"{self.name}: raising {group} from {state.desired} to {want} so the replacement boots first")
-        self._op("set-desired", lambda: self.groups.set_desired(group, want), group=group, desired=want, before=state.desired)
+        self.progress(f"{self.name}: raising {group} from {state.desired} to {state.desired + 1} so the replacement boots first")
+        self.replacer.set_desired(group, state.desired + 1, state.desired)
         self.log.refresh()
 
     def _terminate(self, instance: str, group: str | None, subject: str, decrement: bool = False) -> None:
-        found = self.groups.instances([instance]).get(instance)
-        if found is None or found.leaving:
-            key = self.log.intent("terminate", instance=instance, group=group, node=subject, decrement=decrement)
-            self.log.done(key, ok=True, not_called=True, result="already gone; not called again")
-            return
-        self.pacer.take()
-        self.progress(f"{self.name}: terminating {instance} ({subject})" + (
-            "; the surged replacement takes its place" if decrement else f"; {group} launches its replacement"))
-        self._op("terminate", lambda: self.groups.terminate(instance, decrement), instance=instance, group=group,
-                 node=subject, decrement=decrement)
+        def announce() -> None:
+            self.progress(f"{self.name}: terminating {instance} ({subject})" + (
+                "; the surged replacement takes its place" if decrement else f"; {group} launches its replacement"))
+
+        self.replacer.terminate(subject, instance, group, decrement, announce)
 
     def _wait_replacement(self, info: dict[str, Any]) -> str | None:
         group = info.get("group")
         if not group:
             return None
         before = set(info.get("members") or ()) | {info.get("instance")}
-        deadline = self.clock.now() + self.policy.node_startup_timeout_seconds
         self.progress(f"{self.name}: waiting for {group}'s replacement to be Ready")
-        while True:
-            self._check()
-            for node in self.cluster.list_nodes():
-                if node.instance_id and node.instance_id not in before and node.ready and not node.unschedulable:
-                    if self._group_of.get(node.instance_id) is None:
-                        found = self.groups.instances([node.instance_id]).get(node.instance_id)
-                        if found is not None:
-                            self._group_of[node.instance_id] = found.group
-                    if self._group_of.get(node.instance_id) == group:
-                        return node.name
-            failpoints.hit("wait:replacement")
-            if past(self.clock, deadline):
-                return None
-            self.clock.sleep(self.poll)
-
+        deadline = self.clock.now() + self.policy.node_startup_timeout_seconds
+        return self.replacer.wait_replacement(group, {b for b in before if b}, deadline)
 
 def _code(why: str) -> str:
     for prefix, code in (("circuit breaker", "breaker-open"), ("rate limit", "rate-limit"), ("a rotation", "under-rotation"),

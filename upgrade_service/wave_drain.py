@@ -117,7 +117,7 @@ class Journalled(Interface):
 
 class WaveDrain:
     def __init__(self, cluster: Cluster, policy: RotationPolicy, journal: Journalled, pacer: MutationPacer, *,
-                 wave: int, poll_seconds: float, check: Callable[[], None],
+                 wave: int | str, poll_seconds: float, check: Callable[[], None],
                  progress: Callable[[DrainStatus], None] | None = None,
                  skip_wait_for_delete: Callable[[str], bool] | None = None,
                  on_drained: Callable[[str], None] | None = None,

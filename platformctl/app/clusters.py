@@ -18,7 +18,7 @@ from platformctl.errors import PlatformError
 from platformctl.topology import STAGES, load_stage
 
 if TYPE_CHECKING:
-    from upgrade_service.execute import Target
+    from upgrade_service.run_types import Target
 
 LABEL_REGION = "topology.kubernetes.io/region"
 
@@ -60,7 +60,7 @@ def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_
     from platformctl.cluster.live import LiveCluster
     from platformctl.nodegroups.aws import AutoScalingNodeGroups
     from platformctl.region_client import default_kubeconfig, use_for_aws
-    from upgrade_service.execute import Target
+    from upgrade_service.run_types import Target
 
     use_for_aws()
     config = default_kubeconfig(kubeconfig)

@@ -17,9 +17,9 @@ from platformctl.app.rotation import Scope, scope_of, store_of
 from platformctl.errors import PlatformError
 from platformctl.state import StateStore
 from platformctl.state.lease import holder_id
-from upgrade_service.execute import Target
 from upgrade_service.remediate import EXIT_FAILED, EXIT_LEASE_HELD, EXIT_OK, HOUR, Outcome, read_state, run, stream_of
 from upgrade_service.remediation_policy import RemediationPolicy, load_remediation_policy
+from upgrade_service.run_types import Target
 
 
 @dataclass(frozen=True)

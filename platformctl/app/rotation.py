@@ -25,21 +25,7 @@ from platformctl.nodegroups import NodeGroupError
 from platformctl.state import StateStore
 from platformctl.state.lease import holder_id
 from platformctl.topology import HostCluster, Stage, load_stage
-from upgrade_service.execute import (
-    EXIT_HALTED,
-    EXIT_INTERRUPTED,
-    EXIT_LEASE_HELD,
-    EXIT_PAUSED,
-    AbortOutcome,
-    Executor,
-    Options,
-    Outcome,
-    Progress,
-    Target,
-    abort_cluster,
-    run_cluster,
-    run_stage,
-)
+from upgrade_service.execute import Executor
 from upgrade_service.fit import pool_capacity
 from upgrade_service.gate import check_gate_exists
 from upgrade_service.journal import control, read_state, stream_of
@@ -47,6 +33,8 @@ from upgrade_service.order import ClusterPlace, cluster_steps
 from upgrade_service.plan import RegionPlan, RotationPlan, plan_cluster, plan_region
 from upgrade_service.policy import RotationPolicy, load_policy
 from upgrade_service.report import build_report
+from upgrade_service.run_types import EXIT_HALTED, EXIT_INTERRUPTED, EXIT_LEASE_HELD, EXIT_PAUSED, Options, Outcome, Progress, Target
+from upgrade_service.runs import AbortOutcome, abort_cluster, run_cluster, run_stage
 from upgrade_service.targets import check_pools, resolve
 
 

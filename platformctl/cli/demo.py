@@ -141,9 +141,10 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
     from infra.deploy import LocalDeployer
     from platformctl.nodegroups.aws import AutoScalingNodeGroups
     from platformctl.state.sqlite import SQLiteStore
-    from upgrade_service.execute import Options, Target, run_stage
     from upgrade_service.order import ClusterPlace, cluster_steps
     from upgrade_service.policy import parse_policy
+    from upgrade_service.run_types import Options, Target
+    from upgrade_service.runs import run_stage
 
     folder = lock.parent
     manifests_dir = folder / "manifests"

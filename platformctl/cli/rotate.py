@@ -25,8 +25,8 @@ from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_
 from platformctl.errors import PlatformError
 from platformctl.humanize import hms
 from platformctl.topology import STAGES
-from upgrade_service.execute import Outcome, Progress
 from upgrade_service.plan import RegionPlan, RotationPlan
+from upgrade_service.run_types import Outcome, Progress
 
 
 def _print_cluster_plan(plan: RotationPlan, show_waves: bool = True) -> None:

@@ -19,8 +19,9 @@ from platformctl.cluster.selectors import IntOrPercent, LabelSelector
 from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
 from platformctl.nodegroups.simulated import SimulatedNodeGroups
 from platformctl.state.sqlite import SQLiteStore
-from upgrade_service.execute import Executor, Options, Outcome, Target
+from upgrade_service.execute import Executor
 from upgrade_service.policy import parse_policy
+from upgrade_service.run_types import Options, Outcome, Target
 
 OLD, NEW = "ami-0old", "ami-0new"
 MIB = 1024**2

@@ -30,9 +30,9 @@ from tests.upgrade_service.rotation import (
     service,
     serving,
 )
-from upgrade_service.execute import EXIT_DONE, EXIT_HALTED, EXIT_PAUSED, TAINT
 from upgrade_service.journal import control, read_state
 from upgrade_service.report import build_report
+from upgrade_service.run_types import EXIT_DONE, EXIT_HALTED, EXIT_PAUSED, TAINT
 
 
 def nodes_on(sim, image):
@@ -404,7 +404,8 @@ def test_nodes_failing_mid_run_are_replanned_around(tmp_path: Path) -> None:
 
 def test_a_second_run_on_the_cluster_exits_at_once(tmp_path: Path) -> None:
     from platformctl.state.lease import LeaseKeeper
-    from upgrade_service.execute import EXIT_LEASE_HELD, run_cluster
+    from upgrade_service.run_types import EXIT_LEASE_HELD
+    from upgrade_service.runs import run_cluster
 
     sim = cluster({"general": 2})
     sim.run_until_settled()
@@ -413,8 +414,8 @@ def test_a_second_run_on_the_cluster_exits_at_once(tmp_path: Path) -> None:
     held = LeaseKeeper(store, "rotation/test", "other-host:42:abc", ttl=60)
     held.acquire()
     from platformctl.nodegroups.simulated import SimulatedNodeGroups
-    from upgrade_service.execute import Options, Target
     from upgrade_service.policy import parse_policy
+    from upgrade_service.run_types import Options, Target
 
     outcome = run_cluster(Target("test", sim, SimulatedNodeGroups(sim)), parse_policy({}, "p.yaml"), store, Options(), "me")
     assert (outcome.status, outcome.exit_code) == ("lease-held", EXIT_LEASE_HELD)

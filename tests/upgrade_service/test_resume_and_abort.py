@@ -17,7 +17,8 @@ from platformctl.nodegroups.simulated import SimulatedNodeGroups
 from platformctl.state.sqlite import SQLiteStore
 from tests.upgrade_service.rotation import NO_HARM, cluster, executor, harm, new_image, service
 from upgrade_service import journal as j
-from upgrade_service.execute import TAINT, Target, abort_cluster
+from upgrade_service.run_types import TAINT, Target
+from upgrade_service.runs import abort_cluster
 
 SETTLE = 300
 ONE_AT_A_TIME = {"platformctl.io/rotation": "one-at-a-time", "platformctl.io/settle-seconds": str(SETTLE)}

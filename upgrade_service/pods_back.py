@@ -1,0 +1,102 @@
+"""After a wave: waiting until every evicted pod's workload is as Ready as before it, watching the pods' informer.
+
+A workload deleted meanwhile (its namespace too) is not waited for; one still short at the deadline is named with what
+the kubelet says of its pods that do not start, and the image of the node they are on (a bad image, most often).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from platformctl.clock import Clock, past
+from platformctl.cluster.informer import Informer
+from platformctl.cluster.interface import Cluster
+from platformctl.cluster.model import Pod
+from platformctl.errors import NotFoundError, PlatformError
+from upgrade_service.replacement import NodeReplacer
+
+
+class WorkloadsBack:
+    def __init__(self, cluster: Cluster, nodes: Informer, pods: Informer, replacer: NodeReplacer, poll_seconds: float,
+                 show: Callable[[str], None]) -> None:
+        self.cluster = cluster
+        self.nodes = nodes
+        self.pods = pods
+        self.replacer = replacer  # its wait: on a watch, asking whether the run may go on
+        self.poll = poll_seconds
+        self.show = show
+        self.clock: Clock = cluster.clock
+
+    def owner_gone(self, owner: str) -> bool:
+        """Whether a workload (``"ReplicaSet ns/name"``, as the wave recorded it) no longer exists."""
+        kind, _, where = owner.partition(" ")
+        namespace, _, name = where.partition("/")
+        try:
+            self.cluster.get_object(kind, namespace, name)
+        except NotFoundError:
+            return True
+        except PlatformError:  # a kind the API cannot be asked about here: keep waiting on it, as before
+            return False
+        return False
+
+    def why(self, pods: list[Pod]) -> str:
+        """What the kubelet says of a workload's pods that do not start, with the image of the node they are on:
+        the first thing an operator asks when a wave's pods are not Ready again (a bad image, most often)."""
+        if not pods:
+            return ""
+        said = []
+        for pod in pods[:2]:
+            node = self.nodes.get(pod.node_name) if pod.node_name else None
+            image = node.image if node is not None else None
+            said.append(f"{pod.name} on {pod.node_name}{f' (image {image})' if image else ''}: {pod.waiting}")
+        return f" ({'; '.join(said)})"
+
+    def wait(self, owners: dict[str, dict[str, Any]], timeout: float) -> str | None:
+        """Wait until each workload (uid -> its owner and how many pods were Ready before) is as Ready again, or one
+        is deleted meanwhile; what is still short after ``timeout`` seconds of the cluster's clock, else None."""
+        if not owners:
+            return None
+        deadline = self.clock.now() + timeout
+        self.show(f"waiting for the pods of {len(owners)} workloads to be Ready again")
+        waiting = dict(owners)
+
+        def counts() -> tuple[Counter[str], Counter[str], dict[str, list[Pod]]]:
+            ready: Counter[str] = Counter()
+            live: Counter[str] = Counter()
+            stuck: dict[str, list[Pod]] = {}
+            for uid in waiting:
+                for p in self.pods.pods_of(uid):
+                    if p.terminating:
+                        continue
+                    live[uid] += 1
+                    if p.ready:
+                        ready[uid] += 1
+                    elif p.waiting:
+                        stuck.setdefault(uid, []).append(p)
+            return ready, live, stuck
+
+        memo = {"seen": -1, "whole": False}
+
+        def whole() -> bool:
+            seen = self.pods.moves_of(waiting) + len(waiting)
+            if seen != memo["seen"]:  # nothing of theirs moved since the last look: the answer stands
+                ready, _, _ = counts()
+                memo.update(seen=seen, whole=all(ready[uid] >= o["ready"] for uid, o in waiting.items()))
+            return bool(memo["whole"])
+
+        while True:
+            if self.replacer.wait(whole, min(deadline, self.clock.now() + self.poll), "wait:pods", self.pods):
+                return None
+            ready, live, stuck = counts()
+            for uid in [u for u, o in waiting.items() if ready[u] < o["ready"] and not live[u]]:
+                if self.owner_gone(waiting[uid]["owner"]):  # deleted meanwhile (its namespace too): nothing to wait for
+                    self.show(f"{waiting[uid]['owner']} was deleted meanwhile: not waited for")
+                    del waiting[uid]
+            if whole():
+                return None
+            if past(self.clock, deadline):
+                short = [f"{o['owner']} has {ready[uid]} Ready of {o['ready']}{self.why(stuck.get(uid, []))}"
+                         for uid, o in waiting.items() if ready[uid] < o["ready"]]
+                return "; ".join(short[:5]) + (f" and {len(short) - 5} more" if len(short) > 5 else "")

@@ -25,6 +25,7 @@ from platformctl.cluster.model import (
     LABEL_NODE_TYPE,
     RESOURCE_GPU,
     Container,
+    Node,
     Pod,
     PodDisruptionBudget,
     Resources,
@@ -112,6 +113,24 @@ def _pdb(namespace: str, name: str, selector: LabelSelector, rng: random.Random,
                                unhealthy_pod_eviction_policy=policy)
 
 
+class _Filler:
+    """What ``populate`` creates workloads with, counting them as it goes."""
+
+    def __init__(self, sim: SimulatedCluster, rng: random.Random) -> None:
+        self.sim = sim
+        self.rng = rng
+        self.summary = WorkloadSummary()
+
+    def workload(self, kind: str, template: Pod, replicas: int, **kw: object) -> None:
+        self.sim.create_workload(kind, template, replicas, **kw)  # type: ignore[arg-type]  # kw holds the kind's own options
+        self.summary.workloads[kind] += 1
+        self.summary.pods[kind] += replicas if kind != "DaemonSet" else 0
+
+    def budget(self, pdb: PodDisruptionBudget) -> None:
+        self.sim.create_pdb(pdb)
+        self.summary.pdbs += 1
+
+
 def populate(
     sim: SimulatedCluster,
     *,
@@ -129,35 +148,56 @@ def populate(
     ``blocking_pdbs`` adds that many single-replica services whose budget (``minAvailable: 1``)
     never allows a disruption, the misconfiguration that blocks drains in real clusters.
     """
-    rng = random.Random(seed)
-    summary = WorkloadSummary()
+    fill = _Filler(sim, random.Random(seed))
     nodes = sim.list_nodes()
-    by_type: Counter[str] = Counter(n.labels.get(LABEL_NODE_TYPE, "general") for n in nodes)
+    _daemons_and_system(fill, nodes, sum(n.labels.get(LABEL_NODE_TYPE) == "system" for n in nodes))
+    general = [n for n in nodes if n.labels.get(LABEL_NODE_TYPE) == "general"]
+    team, avg_cpu, avg_mem = _teams(fill, general, pods_per_node, utilization, team_size, pdb_every_pods)
+    for i in range(blocking_pdbs if general else 0):
+        ns = f"team-{i % max(team, 1) + 1:03d}"
+        name = f"singleton-{i:03d}"
+        t = _template(ns, name, {"app": name, "team": ns}, avg_cpu, avg_mem // MIB * MIB, node_type="general")
+        fill.workload("ReplicaSet", t, 1)
+        fill.budget(PodDisruptionBudget(ns, name, uid=f"pdb-{ns}-{name}", selector=LabelSelector((("app", name),)),
+                                        min_available=IntOrPercent(1)))
+    custom = [n for n in nodes if n.labels.get(LABEL_NODE_TYPE) == "custom"]
+    for i in range(len(custom) * 2):
+        name = f"cache-{i:03d}"
+        labels = {"app": name, "team": "data"}
+        per_node_mem = custom[0].allocatable.memory_bytes
+        t = _template("data", name, labels, 500, int(per_node_mem * utilization / 4) // MIB * MIB, node_type="custom", start_seconds=30)
+        fill.workload("ReplicaSet", t, 2)
+        fill.budget(PodDisruptionBudget("data", name, uid=f"pdb-data-{name}", selector=LabelSelector((("app", name),)),
+                                        min_available=IntOrPercent(1)))
+    ml = [n for n in nodes if n.labels.get(LABEL_NODE_TYPE) == "ml"]
+    _training(fill, ml)
+    fill.summary.namespaces = team + 1 + bool(custom) + bool(ml)  # teams, kube-system, data, ml
+    return fill.summary
+
+
+def _daemons_and_system(fill: _Filler, nodes: list[Node], system_nodes: int) -> None:
+    """Daemons on every node; the cluster's own services on the system pool."""
     everywhere = (Toleration(operator="Exists"),)
-
-    def workload(kind: str, template: Pod, replicas: int, **kw: object) -> None:
-        sim.create_workload(kind, template, replicas, **kw)  # type: ignore[arg-type]  # kw holds the kind's own options
-        summary.workloads[kind] += 1
-        summary.pods[kind] += replicas if kind != "DaemonSet" else 0
-
-    # Daemons on every node.
     for name, cpu, mem in (("aws-node", 50, 64 * MIB), ("fluent-bit", 100, 128 * MIB), ("node-exporter", 50, 64 * MIB)):
         labels = {"app.kubernetes.io/name": name}
-        workload("DaemonSet", _template("kube-system", name, labels, cpu, mem, tolerations=everywhere, tier="reserved", start_seconds=5), 0)
-        summary.pods["DaemonSet"] += len(nodes)
+        fill.workload("DaemonSet", _template("kube-system", name, labels, cpu, mem, tolerations=everywhere, tier="reserved",
+                                             start_seconds=5), 0)
+        fill.summary.pods["DaemonSet"] += len(nodes)
+    if not system_nodes:
+        return
+    for name, replicas in (("coredns", 2), ("metrics-server", 2), ("kube-state-metrics", 1)):
+        labels = {"k8s-app": name}
+        t = _template("kube-system", name, labels, 100, 128 * MIB, node_type="system", tier="reserved", start_seconds=5)
+        fill.workload("ReplicaSet", t, replicas)
+        if replicas > 1:
+            fill.budget(PodDisruptionBudget("kube-system", name, uid=f"pdb-kube-system-{name}",
+                                            selector=LabelSelector((("k8s-app", name),)), max_unavailable=IntOrPercent(1)))
 
-    system_nodes = by_type.get("system", 0)
-    if system_nodes:
-        for name, replicas in (("coredns", 2), ("metrics-server", 2), ("kube-state-metrics", 1)):
-            labels = {"k8s-app": name}
-            t = _template("kube-system", name, labels, 100, 128 * MIB, node_type="system", tier="reserved", start_seconds=5)
-            workload("ReplicaSet", t, replicas)
-            if replicas > 1:
-                sim.create_pdb(PodDisruptionBudget("kube-system", name, uid=f"pdb-kube-system-{name}",
-                                                   selector=LabelSelector((("k8s-app", name),)), max_unavailable=IntOrPercent(1)))
-                summary.pdbs += 1
 
-    general = [n for n in nodes if n.labels.get(LABEL_NODE_TYPE) == "general"]
+def _teams(fill: _Filler, general: list[Node], pods_per_node: float, utilization: float, team_size: int,
+           pdb_every_pods: int) -> tuple[int, int, int]:
+    """Teams' services, stateful stores and batch jobs on the general pool; returns (teams, average cpu, memory)."""
+    rng = fill.rng
     target = int(len(general) * pods_per_node)
     if general:
         cpu_total = sum(n.allocatable.cpu_millis for n in general) - len(general) * 200  # daemons
@@ -166,7 +206,6 @@ def populate(
         avg_mem = max(int(mem_total * utilization / max(target, 1)), 16 * MIB)
     else:
         avg_cpu, avg_mem = 250, 512 * MIB
-
     created = 0
     team = 0
     in_team = team_size
@@ -187,10 +226,9 @@ def populate(
             labels = {"app": name, "team": ns, "tier": "storage"}
             notes = {ANNOTATION_ROTATION: "one-at-a-time", ANNOTATION_SETTLE: str(rng.choice((120, 300, 600)))}
             t = _template(ns, name, labels, cpu, mem, node_type="general", grace=60, start_seconds=45, annotations=notes)
-            workload("StatefulSet", t, replicas)
-            sim.create_pdb(PodDisruptionBudget(ns, name, uid=f"pdb-{ns}-{name}", selector=LabelSelector((("app", name),)),
-                                               max_unavailable=IntOrPercent(1)))
-            summary.pdbs += 1
+            fill.workload("StatefulSet", t, replicas)
+            fill.budget(PodDisruptionBudget(ns, name, uid=f"pdb-{ns}-{name}", selector=LabelSelector((("app", name),)),
+                                            max_unavailable=IntOrPercent(1)))
             pods_since_pdb = 0
         elif roll < 0.14:
             name = f"batch-{in_team:03d}"
@@ -198,7 +236,7 @@ def populate(
             labels = {"job-name": name, "team": ns}
             t = _template(ns, name, labels, cpu, mem, node_type="general", tier="preemptible", grace=10,
                           start_seconds=15, run_seconds=rng.choice((600, 1200, 1800, 3600)))
-            workload("Job", t, parallelism, completions=parallelism * rng.choice((1, 2, 4)), ttl_seconds=600)
+            fill.workload("Job", t, parallelism, completions=parallelism * rng.choice((1, 2, 4)), ttl_seconds=600)
             replicas = parallelism
         else:
             name = f"svc-{in_team:03d}"
@@ -206,7 +244,7 @@ def populate(
             tier = rng.choice(("web", "api", "worker"))
             labels = {"app": name, "team": ns, "tier": tier, "pod-template-hash": f"{rng.getrandbits(32):08x}"[:9]}
             t = _template(ns, name, labels, cpu, mem, node_type="general", start_seconds=rng.choice((5, 10, 20, 40)))
-            workload("ReplicaSet", t, replicas)
+            fill.workload("ReplicaSet", t, replicas)
             pods_since_pdb += replicas
             if pods_since_pdb >= pdb_every_pods:
                 pods_since_pdb = 0
@@ -214,49 +252,29 @@ def populate(
                     selector = LabelSelector((("app", name),))
                 else:
                     selector = LabelSelector((), (Requirement("app", "In", (name,)), Requirement("tier", "Exists")))
-                sim.create_pdb(_pdb(ns, name, selector, rng, replicas))
-                summary.pdbs += 1
+                fill.budget(_pdb(ns, name, selector, rng, replicas))
         created += replicas
+    return team, avg_cpu, avg_mem
 
-    for i in range(blocking_pdbs if general else 0):
-        ns = f"team-{i % max(team, 1) + 1:03d}"
-        name = f"singleton-{i:03d}"
-        t = _template(ns, name, {"app": name, "team": ns}, avg_cpu, avg_mem // MIB * MIB, node_type="general")
-        workload("ReplicaSet", t, 1)
-        sim.create_pdb(PodDisruptionBudget(ns, name, uid=f"pdb-{ns}-{name}", selector=LabelSelector((("app", name),)),
-                                           min_available=IntOrPercent(1)))
-        summary.pdbs += 1
 
-    custom = [n for n in nodes if n.labels.get(LABEL_NODE_TYPE) == "custom"]
-    for i in range(len(custom) * 2):
-        name = f"cache-{i:03d}"
-        labels = {"app": name, "team": "data"}
-        per_node_mem = custom[0].allocatable.memory_bytes
-        t = _template("data", name, labels, 500, int(per_node_mem * utilization / 4) // MIB * MIB, node_type="custom", start_seconds=30)
-        workload("ReplicaSet", t, 2)
-        sim.create_pdb(PodDisruptionBudget("data", name, uid=f"pdb-data-{name}", selector=LabelSelector((("app", name),)),
-                                           min_available=IntOrPercent(1)))
-        summary.pdbs += 1
-
-    ml = [n for n in nodes if n.labels.get(LABEL_NODE_TYPE) == "ml"]
+def _training(fill: _Filler, ml: list[Node]) -> None:
+    """GPU training jobs taking three quarters of the ml pool's GPUs."""
+    rng = fill.rng
     gpu_toleration = (Toleration(key=RESOURCE_GPU, operator="Exists", effect="NoSchedule"),)
-    budget = int(sum(n.allocatable.gpus for n in ml) * 0.75)  # training jobs take three quarters of the GPUs
+    budget = int(sum(n.allocatable.gpus for n in ml) * 0.75)
     used = 0
     while used < budget:
         node = ml[0].allocatable
         per_pod = min(rng.choice((1, 2, 4)), node.gpus, budget - used)
         workers = min(rng.choice((1, 2, 4)), (budget - used) // per_pod)
-        name = f"train-{summary.workloads['Job']:03d}"
+        name = f"train-{fill.summary.workloads['Job']:03d}"
         labels = {"job-name": name, "team": "ml", "workload": "training"}
         t = _template("ml", name, labels, int(node.cpu_millis / node.gpus * per_pod * 0.8),
                       int(node.memory_bytes / node.gpus * per_pod * 0.7) // MIB * MIB, gpus=per_pod, node_type="ml",
                       tolerations=gpu_toleration, grace=120, start_seconds=90, run_seconds=rng.choice((4, 6, 8, 12)) * 3600,
                       annotations={ANNOTATION_ROTATION: "wait-for-completion"}, image="registry.example.com/trainer:2.3")
-        workload("Job", t, workers, completions=workers)
+        fill.workload("Job", t, workers, completions=workers)
         used += per_pod * workers
-
-    summary.namespaces = team + 1 + bool(custom) + bool(ml)  # teams, kube-system, data, ml
-    return summary
 
 
 POOL_SHAPES = {

@@ -27,9 +27,22 @@ class ApiRefused(PlatformError):
     """An API answered a request with an error other than not-found (403 RBAC, 409 conflict, 500): said on one
     line with the API's own status, and never a traceback."""
 
+    TRANSIENT = frozenset({429, 500, 502, 503, 504})  # too many requests, the server's faults: may pass if asked again
+
     def __init__(self, message: str, status: int, *, file: str | None = None, field: str | None = None) -> None:
         super().__init__(message, file=file, field=field)
         self.status = status
+
+    @property
+    def transient(self) -> bool:
+        """Whether the same request may succeed when asked again later."""
+        return self.status in self.TRANSIENT
+
+
+class ApiUnreachable(PlatformError):
+    """An API that did not answer at all (refused, reset, timed out): transient by nature."""
+
+    transient = True
 
 
 # What a file nested thousands of levels deep is told (the parsers recurse; Python's stack is not a user's concern).

@@ -50,7 +50,7 @@ from upgrade_service.disruption import view_cluster
 from upgrade_service.fit import TRANSIENT_TAINT_PREFIXES, PoolCapacity, pool_capacity
 from upgrade_service.gate import Question, ask
 from upgrade_service.intents import settle_eviction, settle_with_groups
-from upgrade_service.journal import Journal, RunState, WaveState
+from upgrade_service.journal import GroupShare, Journal, OwnerWait, RunState, WaveStarted, WaveState
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.plan import RotationPlan, Wave, plan_cluster
 from upgrade_service.pods_back import WorkloadsBack
@@ -403,7 +403,7 @@ class Executor:
         number = len(self.state.waves) + 1
         nodes = list(wave.nodes)
         by_name = {n.name: n for n in read.nodes}
-        groups: dict[str, dict[str, Any]] = {}
+        groups: dict[str, GroupShare] = {}
         decrement: dict[str, bool] = {}
         for g in sorted({read.group_of[n] for n in nodes}):
             gs = self.groups.describe(g)
@@ -411,7 +411,7 @@ class Executor:
             # Capacity added earlier and not given back stands in for this wave's nodes first, except what
             # stands in for nodes of this run that failed to drain (they still hold their slot, cordoned).
             standing_in = sum(1 for w in self.state.waves.values() for n in w.failed
-                              if n in w.started["decrement"] and any(n in gi["nodes"] for h, gi in w.started["groups"].items() if h == g))
+                              if n in w.started.decrement and g in w.started.groups and n in w.started.groups[g].nodes)
             absorb = min(max(self.state.capacity.get(g, 0) - standing_in, 0), len(members))
             pool = by_name[members[0]].labels.get(self.policy.pool_label, "")
             # surge: a new node for each of the wave's nodes, as far as the group has room; replace: the surge the plan
@@ -419,12 +419,12 @@ class Executor:
             wanted = len(members) - absorb if self.policy.strategy == "surge" else \
                 min(wave.surge.get(pool, 0) if wave.planned_surge else 0, len(members) - absorb)
             surge = min(wanted, gs.room)
-            groups[g] = {"desired": gs.desired, "max": gs.max_size, "members": list(gs.instances), "nodes": members,
-                         "surge": surge, "absorb": absorb, "image": read.targets.get(pool)}
+            groups[g] = GroupShare(gs.desired, gs.max_size, tuple(gs.instances), tuple(members), surge, absorb,
+                                   read.targets.get(pool))
             for i, n in enumerate(members):
                 decrement[n] = i < surge + absorb
         # Each evicted pod's workload must be as Ready after the wave as before it.
-        owners: dict[str, dict[str, Any]] = {}
+        owners: dict[str, OwnerWait] = {}
         moving = [p for p in read.pods if p.node_name in set(nodes) and drain_blocks_on(p) and p.owner is not None
                   and p.owner.kind in SCALABLE]
         uids = {p.owner.uid for p in moving if p.owner}
@@ -432,40 +432,39 @@ class Executor:
                         and not p.terminating)
         for p in moving:
             assert p.owner is not None
-            owners[p.owner.uid] = {"namespace": p.namespace, "owner": f"{p.owner.kind} {p.namespace}/{p.owner.name}",
-                                   "ready": ready[p.owner.uid]}
-        self.journal.write(j.WAVE_STARTED, wave=number, nodes=nodes, instances={n: by_name[n].instance_id for n in nodes},
-                           groups=groups, decrement=decrement, owners=owners, estimated_seconds=wave.estimated_seconds,
-                           estimate=wave.to_dict()["estimate"], zone=wave.segment.zone or None,
-                           pools=list(wave.segment.pools), reasons=list(wave.reasons[:6]),
-                           waiting=list(wave.waiting[:20]), stuck=wave.stuck)
+            owners[p.owner.uid] = OwnerWait(p.namespace, f"{p.owner.kind} {p.namespace}/{p.owner.name}", ready[p.owner.uid])
+        started = WaveStarted(number, tuple(nodes), {n: by_name[n].instance_id or "" for n in nodes}, groups, decrement, owners,
+                              estimated_seconds=wave.estimated_seconds, estimate=wave.to_dict()["estimate"],
+                              zone=wave.segment.zone or None, pools=tuple(wave.segment.pools),
+                              reasons=tuple(wave.reasons[:6]), waiting=tuple(wave.waiting[:20]), stuck=wave.stuck)
+        self.journal.write(j.WAVE_STARTED, **started.to_record())
         return self.state.waves[number]
 
     def _run_wave(self, wave: WaveState) -> None:
         number = wave.number
         info = wave.started
-        nodes: list[str] = list(info["nodes"])
+        nodes: list[str] = list(info.nodes)
         self.view.wave = number
         self.view.in_flight = nodes
         # 1. cordon
         self._show("cordon", f"wave {number}: cordoning {len(nodes)} nodes")
         for name in nodes:
-            if name in wave.cordoned or info["instances"][name] in wave.terminated or name in wave.failed:
+            if name in wave.cordoned or info.instances[name] in wave.terminated or name in wave.failed:
                 continue
             self.replacer.cordon(name, wave=number)  # False: the node went away by itself, its instance too
         # 2. surge
-        groups: dict[str, dict[str, Any]] = info["groups"]
+        groups = info.groups
         if j.SURGED not in wave.phases:
             for g, gi in groups.items():
-                if gi["surge"]:
-                    want = gi["desired"] + gi["surge"]
+                if gi.surge:
+                    want = gi.desired + gi.surge
                     current = self.groups.describe(g).desired
                     if current < want:
                         self._show("surge", f"wave {number}: raising {g} from {current} to {want}")
                         self.replacer.set_desired(g, want, current, wave=number)
             self.journal.write(j.PHASE, wave=number, phase=j.SURGED)
-        if any(gi["surge"] for gi in groups.values()) and j.NEW_NODES_READY not in wave.phases:
-            missing = self._wait_new_nodes(wave, {g: gi["surge"] for g, gi in groups.items() if gi["surge"]})
+        if any(gi.surge for gi in groups.values()) and j.NEW_NODES_READY not in wave.phases:
+            missing = self._wait_new_nodes(wave, {g: gi.surge for g, gi in groups.items() if gi.surge})
             if missing:
                 for name in nodes:  # nothing was drained: give the nodes back until the run goes on
                     if name in wave.cordoned:
@@ -482,7 +481,7 @@ class Executor:
                               on_drained=lambda name: self._terminate_drained(wave, name),
                               on_stuck=lambda stuck: self._unstick(wave, stuck))
             todo = [n for n in nodes if n not in wave.drained and n not in wave.failed
-                    and info["instances"][n] not in wave.terminated]
+                    and info.instances[n] not in wave.terminated]
             outcome = drain.run(todo, self.policy.drain_timeout_seconds)
             for name, why in outcome.failed.items():
                 self.journal.write(j.NODE_FAILED, wave=number, node=name, reason=why)
@@ -497,8 +496,8 @@ class Executor:
         # 5. replacements, then the evicted pods, then settle
         expected = {}
         for g, gi in groups.items():
-            replaced = sum(1 for n in gi["nodes"] if info["instances"][n] in wave.terminated and not wave.decrements(n))
-            added = gi["surge"] + sum(1 for h in wave.extra_surge.values() if h == g)
+            replaced = sum(1 for n in gi.nodes if info.instances[n] in wave.terminated and not wave.decrements(n))
+            added = gi.surge + sum(1 for h in wave.extra_surge.values() if h == g)
             if added + replaced:
                 expected[g] = added + replaced
         if expected and j.REPLACEMENTS_READY not in wave.phases:
@@ -506,14 +505,14 @@ class Executor:
             if missing:
                 raise Halt("new-node-not-ready", f"wave {number}: {missing}")
             self.journal.write(j.PHASE, wave=number, phase=j.REPLACEMENTS_READY)
-        lingering = self._wait_gone([n for n in nodes if info["instances"][n] in wave.terminated])
+        lingering = self._wait_gone([n for n in nodes if info.instances[n] in wave.terminated])
         if j.PODS_READY not in wave.phases:
             # A workload with pods still on a node that failed to drain cannot be whole while that node is
             # held: the failure is what gets reported, not the workload.
             held = set()
             for name in wave.failed:
                 held |= {p.owner.uid for p in self.pods_watch.pods_on(name) if p.owner is not None}
-            late = self._wait_pods_ready({uid: o for uid, o in info["owners"].items() if uid not in held})
+            late = self._wait_pods_ready({uid: o for uid, o in info.owners.items() if uid not in held})
             if late:
                 raise Halt("pods-not-ready", f"wave {number}: evicted pods were not Ready again within "
                            f"podReadyTimeoutSeconds {self.policy.pod_ready_timeout_seconds}: {late}")
@@ -528,18 +527,18 @@ class Executor:
                 self._show("settle", f"wave {number}: letting one-at-a-time workloads settle for {remaining:.0f} s")
                 self.clock.sleep(remaining)
             self.journal.write(j.PHASE, wave=number, phase=j.SETTLED)
-        self.journal.write(j.WAVE_FINISHED, wave=number, seconds=self.clock.now() - info["at"],
-                           estimated_seconds=info["estimated_seconds"], evictions=wave.evictions, refused=wave.refused,
+        self.journal.write(j.WAVE_FINISHED, wave=number, seconds=self.clock.now() - info.at,
+                           estimated_seconds=info.estimated_seconds, evictions=wave.evictions, refused=wave.refused,
                            failed=dict(wave.failed), lowest_headroom=drained_at.get("lowest_headroom"), lingering=lingering)
 
     def _terminate_drained(self, wave: WaveState, name: str) -> None:
         """Terminate a drained node of the wave (once): as soon as it is drained, so its replacement boots while the
         rest drain, and pods that had nowhere to go get somewhere sooner."""
         info = wave.started
-        instance = info["instances"][name]
+        instance = info.instances[name]
         if name not in wave.drained or instance in wave.terminated or name in wave.failed:
             return
-        group = next(g for g, gi in info["groups"].items() if name in gi["nodes"])
+        group = info.group_of(name)
         self._terminate(wave, name, instance, group, wave.decrements(name))
 
     def _unstick(self, wave: WaveState, stuck: Stuck) -> bool:
@@ -551,9 +550,9 @@ class Executor:
         self.nodes_watch.sync()
         nodes = self.nodes_watch.nodes()
         group_of = self._groups_of(nodes)
-        for g, gi in sorted(info["groups"].items()):
+        for g, gi in sorted(info.groups.items()):
             sample = next((n for n in nodes if group_of.get(n.name) == g and n.ready), None) or \
-                next((n for n in nodes if n.name in gi["nodes"]), None)
+                next((n for n in nodes if n.name in gi.nodes), None)
             if sample is None:
                 continue
             template = replace(sample, unschedulable=False, ready=True,
@@ -571,7 +570,7 @@ class Executor:
                     return True
                 continue
             self._unstick_since.pop(g, None)
-            spare = [n for n in gi["nodes"] if info["instances"][n] not in wave.terminated and not wave.decrements(n)
+            spare = [n for n in gi.nodes if info.instances[n] not in wave.terminated and not wave.decrements(n)
                      and n not in wave.failed]
             if gs.room > 0 and spare:
                 want = gs.desired + 1
@@ -592,7 +591,7 @@ class Executor:
     def _wait_new_nodes(self, wave: WaveState, expected: dict[str, int]) -> str | None:
         """Wait until each group has ``expected`` Ready nodes on its target image that were not its members
         when the wave started. Returns what is missing after ``nodeReadyTimeoutSeconds``, or None."""
-        groups = wave.started["groups"]
+        groups = wave.started.groups
         deadline = self.clock.now() + self.policy.node_ready_timeout_seconds
         self._show("boot", f"wave {wave.number}: waiting for " + ", ".join(f"{n} new node(s) in {g}" for g, n in expected.items()))
 
@@ -601,8 +600,8 @@ class Executor:
         def short() -> list[str]:
             out = []
             for g, want in expected.items():
-                image = groups[g]["image"]
-                good, others = self.replacer.new_nodes(g, groups[g]["members"], image=image, image_label=label)
+                image = groups[g].image
+                good, others = self.replacer.new_nodes(g, groups[g].members, image=image, image_label=label)
                 if len(good) < want:
                     seen = [f"{n.name} ({'Ready' if n.ready else 'NotReady'}, image {n.labels.get(label)})" for n in others]
                     out.append(f"group {g}: {len(good)} of {want} new nodes Ready on {image}"
@@ -628,7 +627,7 @@ class Executor:
             self._watch(self.nodes_watch, lambda: not left(), deadline, "wait:gone")
         return left()
 
-    def _wait_pods_ready(self, owners: dict[str, dict[str, Any]]) -> str | None:
+    def _wait_pods_ready(self, owners: dict[str, OwnerWait]) -> str | None:
         back = WorkloadsBack(self.cluster, self.nodes_watch, self.pods_watch, self.replacer, self.options.poll_seconds,
                              lambda message: self._show("pods", message))
         return back.wait(owners, self.policy.pod_ready_timeout_seconds)

@@ -57,12 +57,91 @@ def stream_of(cluster: str) -> str:
     return f"rotation/{cluster}"
 
 
+@dataclass(frozen=True)
+class GroupShare:
+    """One auto scaling group's part in a wave, as the wave's start recorded it."""
+
+    desired: int  # the group's desired capacity when the wave started
+    max: int
+    members: tuple[str, ...]  # its instances then: a node not among them is new
+    nodes: tuple[str, ...]  # the wave's nodes in this group
+    surge: int  # new nodes raised for the wave before it drains
+    absorb: int  # capacity added earlier that stands in for some of its nodes
+    image: str | None  # what its new nodes must boot
+
+    def to_record(self) -> dict[str, Any]:
+        return {"desired": self.desired, "max": self.max, "members": list(self.members), "nodes": list(self.nodes),
+                "surge": self.surge, "absorb": self.absorb, "image": self.image}
+
+    @classmethod
+    def from_record(cls, d: Mapping[str, Any]) -> GroupShare:
+        return cls(int(d["desired"]), int(d["max"]), tuple(d["members"]), tuple(d["nodes"]), int(d["surge"]),
+                   int(d.get("absorb", 0)), d.get("image"))
+
+
+@dataclass(frozen=True)
+class OwnerWait:
+    """A workload whose pods the wave evicts: it must be as Ready after the wave as before it."""
+
+    namespace: str
+    owner: str  # "ReplicaSet ns/name"
+    ready: int  # its Ready pods before the wave
+
+    def to_record(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "owner": self.owner, "ready": self.ready}
+
+    @classmethod
+    def from_record(cls, d: Mapping[str, Any]) -> OwnerWait:
+        return cls(str(d["namespace"]), str(d["owner"]), int(d["ready"]))
+
+
+@dataclass(frozen=True)
+class WaveStarted:
+    """The wave-started record: everything a resumed run needs to finish the wave."""
+
+    wave: int
+    nodes: tuple[str, ...]
+    instances: Mapping[str, str]  # node -> instance
+    groups: Mapping[str, GroupShare]
+    decrement: Mapping[str, bool]  # node -> whether its termination lowers its group's capacity
+    owners: Mapping[str, OwnerWait]  # workload uid -> what it must come back to
+    at: float = 0.0  # the journal stamps it when it writes the record
+    estimated_seconds: float | None = None
+    estimate: Mapping[str, Any] = field(default_factory=dict)
+    zone: str | None = None
+    pools: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    stuck: Any = None
+
+    def group_of(self, node: str) -> str:
+        return next(g for g, share in self.groups.items() if node in share.nodes)
+
+    def to_record(self) -> dict[str, Any]:
+        """The record's fields (its kind and time are the journal's)."""
+        return {"wave": self.wave, "nodes": list(self.nodes), "instances": dict(self.instances),
+                "groups": {g: share.to_record() for g, share in self.groups.items()}, "decrement": dict(self.decrement),
+                "owners": {uid: o.to_record() for uid, o in self.owners.items()},
+                "estimated_seconds": self.estimated_seconds, "estimate": dict(self.estimate), "zone": self.zone,
+                "pools": list(self.pools), "reasons": list(self.reasons), "waiting": list(self.waiting), "stuck": self.stuck}
+
+    @classmethod
+    def from_record(cls, d: Mapping[str, Any]) -> WaveStarted:
+        return cls(wave=int(d["wave"]), nodes=tuple(d["nodes"]), instances=dict(d.get("instances") or {}),
+                   groups={g: GroupShare.from_record(share) for g, share in (d.get("groups") or {}).items()},
+                   decrement=dict(d.get("decrement") or {}),
+                   owners={uid: OwnerWait.from_record(o) for uid, o in (d.get("owners") or {}).items()},
+                   at=float(d["at"]), estimated_seconds=d.get("estimated_seconds"), estimate=d.get("estimate") or {},
+                   zone=d.get("zone"), pools=tuple(d.get("pools") or ()), reasons=tuple(d.get("reasons") or ()),
+                   waiting=tuple(d.get("waiting") or ()), stuck=d.get("stuck"))
+
+
 @dataclass
 class WaveState:
     """One wave as the journal tells it."""
 
     number: int
-    started: Mapping[str, Any]  # the wave-started record
+    started: WaveStarted
     phases: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # phase -> its record
     cordoned: set[str] = field(default_factory=set)
     drained: set[str] = field(default_factory=set)
@@ -79,11 +158,11 @@ class WaveState:
 
     @property
     def nodes(self) -> list[str]:
-        return list(self.started["nodes"])
+        return list(self.started.nodes)
 
     def decrements(self, node: str) -> bool:
         """Whether terminating ``node`` lowers its group's capacity (a surge node stands in for it)."""
-        return bool(self.started["decrement"].get(node)) or node in self.extra_surge
+        return bool(self.started.decrement.get(node)) or node in self.extra_surge
 
 
 @dataclass
@@ -173,7 +252,7 @@ def apply(state: RunState, record: Record) -> None:
         state.first_plan = state.first_plan or d
         state.last_plan = d
     elif kind == WAVE_STARTED:
-        state.waves[d["wave"]] = WaveState(d["wave"], d)
+        state.waves[d["wave"]] = WaveState(d["wave"], WaveStarted.from_record(d))
     elif kind == INTENT:
         state.pending[Intent.from_record(d).id] = d
     elif kind == DONE:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from platformctl.clock import Clock, past
 from platformctl.cluster.informer import Informer
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Pod
 from platformctl.errors import NotFoundError, PlatformError
+from upgrade_service.journal import OwnerWait
 from upgrade_service.replacement import NodeReplacer
 
 
@@ -53,7 +53,7 @@ class WorkloadsBack:
             said.append(f"{pod.name} on {pod.node_name}{f' (image {image})' if image else ''}: {pod.waiting}")
         return f" ({'; '.join(said)})"
 
-    def wait(self, owners: dict[str, dict[str, Any]], timeout: float) -> str | None:
+    def wait(self, owners: dict[str, OwnerWait], timeout: float) -> str | None:
         """Wait until each workload (uid -> its owner and how many pods were Ready before) is as Ready again, or one
         is deleted meanwhile; what is still short after ``timeout`` seconds of the cluster's clock, else None."""
         if not owners:
@@ -83,20 +83,20 @@ class WorkloadsBack:
             seen = self.pods.moves_of(waiting) + len(waiting)
             if seen != memo["seen"]:  # nothing of theirs moved since the last look: the answer stands
                 ready, _, _ = counts()
-                memo.update(seen=seen, whole=all(ready[uid] >= o["ready"] for uid, o in waiting.items()))
+                memo.update(seen=seen, whole=all(ready[uid] >= o.ready for uid, o in waiting.items()))
             return bool(memo["whole"])
 
         while True:
             if self.replacer.wait(whole, min(deadline, self.clock.now() + self.poll), "wait:pods", self.pods):
                 return None
             ready, live, stuck = counts()
-            for uid in [u for u, o in waiting.items() if ready[u] < o["ready"] and not live[u]]:
-                if self.owner_gone(waiting[uid]["owner"]):  # deleted meanwhile (its namespace too): nothing to wait for
-                    self.show(f"{waiting[uid]['owner']} was deleted meanwhile: not waited for")
+            for uid in [u for u, o in waiting.items() if ready[u] < o.ready and not live[u]]:
+                if self.owner_gone(waiting[uid].owner):  # deleted meanwhile (its namespace too): nothing to wait for
+                    self.show(f"{waiting[uid].owner} was deleted meanwhile: not waited for")
                     del waiting[uid]
             if whole():
                 return None
             if past(self.clock, deadline):
-                short = [f"{o['owner']} has {ready[uid]} Ready of {o['ready']}{self.why(stuck.get(uid, []))}"
-                         for uid, o in waiting.items() if ready[uid] < o["ready"]]
+                short = [f"{o.owner} has {ready[uid]} Ready of {o.ready}{self.why(stuck.get(uid, []))}"
+                         for uid, o in waiting.items() if ready[uid] < o.ready]
                 return "; ".join(short[:5]) + (f" and {len(short) - 5} more" if len(short) > 5 else "")

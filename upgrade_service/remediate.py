@@ -211,7 +211,7 @@ def rotation_holds(store: StateStore, cluster: str) -> dict[str, str]:
     wave = state.current_wave
     if wave is not None:
         for node in wave.nodes:
-            if wave.started["instances"].get(node) not in wave.terminated:
+            if wave.started.instances.get(node) not in wave.terminated:
                 out[node] = f"wave {wave.number} of rotation {state.run}"
     for node in state.cordoned:
         out.setdefault(node, f"cordoned by rotation {state.run}")

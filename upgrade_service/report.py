@@ -6,18 +6,72 @@ from another operator's ``rotate status``, and after a crash and resume.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from platformctl.cluster.model import format_time
 from upgrade_service.journal import RunState
 
 
-def build_report(state: RunState) -> dict[str, Any]:
+class WaveReport(TypedDict):
+    wave: int
+    nodes: list[str]
+    zone: str | None
+    pools: list[str]
+    started: str
+    finished_at: str | None
+    estimated_seconds: float | None
+    actual_seconds: float | None
+    gate_seconds: float  # how long the health gate kept the wave from starting
+    evictions: int
+    refused_evictions: int
+    failed: dict[str, str]  # node -> why
+    finished: bool
+
+
+class Pause(TypedDict):
+    by: str | None
+    reason: str | None
+    at: str
+
+
+class RunReport(TypedDict):
+    """The report's shape, as JSON gives it (``rotate run -o json``, ``rotate status``): every key but ``cluster``,
+    ``status`` and ``paused`` is there once the cluster has had a run."""
+
+    cluster: str
+    status: str
+    paused: Pause | None
+    run: NotRequired[str]
+    reason: NotRequired[str | None]
+    started: NotRequired[str]
+    last_activity: NotRequired[str]
+    duration_seconds: NotRequired[float]
+    gate_seconds: NotRequired[float]
+    estimated_seconds: NotRequired[float | None]
+    targets: NotRequired[dict[str, str]]
+    waves: NotRequired[list[WaveReport]]
+    nodes_rotated: NotRequired[int]
+    nodes_failed: NotRequired[list[dict[str, str]]]
+    nodes_blocked: NotRequired[list[dict[str, str]]]
+    nodes_unmanaged: NotRequired[list[str]]
+    evictions: NotRequired[int]
+    refused_evictions: NotRequired[int]
+    pods_disrupted_more_than_once: NotRequired[int]
+    lowest_budget_headroom: NotRequired[dict[str, Any] | None]
+    halted: NotRequired[dict[str, Any] | None]
+    capacity_kept: NotRequired[dict[str, int]]
+    cordoned_by_this_run: NotRequired[list[str]]
+    tainted_by_this_run: NotRequired[list[str]]
+    holder: NotRequired[str | None]
+    lease: NotRequired[dict[str, Any] | None]  # added by ``rotate status``
+
+
+def build_report(state: RunState) -> RunReport:
     if state.run is None or state.started is None:
         return {"cluster": state.cluster, "status": "never-run",
                 "paused": _pause(state)}
     started = float(state.started["at"])
-    waves = []
+    waves: list[WaveReport] = []
     lowest: tuple[int, str] | None = None
     end = started
     for number in sorted(state.waves):
@@ -27,18 +81,18 @@ def build_report(state: RunState) -> dict[str, Any]:
         headroom = finished.get("lowest_headroom") or (wave.phases.get("drain-done") or {}).get("lowest_headroom")
         if headroom is not None and (lowest is None or headroom[0] < lowest[0]):
             lowest = (int(headroom[0]), str(headroom[1]))
-        end = max(end, float(finished.get("at", info["at"])))
+        end = max(end, float(finished.get("at", info.at)))
         waves.append({
             "wave": number,
-            "nodes": list(info["nodes"]),
-            "zone": info.get("zone"),
-            "pools": info.get("pools", []),
-            "started": format_time(float(info["at"])),
+            "nodes": list(info.nodes),
+            "zone": info.zone,
+            "pools": list(info.pools),
+            "started": format_time(info.at),
             "finished_at": format_time(float(finished["at"])) if "at" in finished else None,
-            "estimated_seconds": info.get("estimated_seconds"),
+            "estimated_seconds": info.estimated_seconds,
             "actual_seconds": round(float(finished["seconds"]), 1) if "seconds" in finished else None,
             # how long the health gate kept the wave from starting (not part of the estimate, which cannot know it)
-            "gate_seconds": round(float(info["at"]) - state.gate_asked[number], 1) if number in state.gate_asked else 0.0,
+            "gate_seconds": round(info.at - state.gate_asked[number], 1) if number in state.gate_asked else 0.0,
             "evictions": wave.evictions,
             "refused_evictions": wave.refused,
             "failed": dict(wave.failed),
@@ -62,7 +116,7 @@ def build_report(state: RunState) -> dict[str, Any]:
         "started": format_time(started),
         "last_activity": format_time(end),
         "duration_seconds": round(end - started, 1),
-        "gate_seconds": round(sum(float(state.waves[n].started["at"]) - at for n, at in state.gate_asked.items()
+        "gate_seconds": round(sum(state.waves[n].started.at - at for n, at in state.gate_asked.items()
                                   if n in state.waves), 1),
         "estimated_seconds": first.get("estimated_seconds"),
         "targets": plan.get("targets") or first.get("targets") or {},
@@ -87,7 +141,7 @@ def build_report(state: RunState) -> dict[str, Any]:
     }
 
 
-def _pause(state: RunState) -> dict[str, Any] | None:
+def _pause(state: RunState) -> Pause | None:
     if state.paused is None:
         return None
     return {"by": state.paused.get("by"), "reason": state.paused.get("reason"), "at": format_time(float(state.paused["at"]))}

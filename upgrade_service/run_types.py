@@ -10,6 +10,7 @@ from typing import Any
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Taint
 from platformctl.nodegroups import NodeGroups
+from upgrade_service.report import RunReport
 from upgrade_service.wave_drain import DrainStatus
 
 TAINT = Taint("platformctl.io/rotation", "outdated", "PreferNoSchedule")
@@ -59,11 +60,11 @@ class Outcome:
     status: str  # done | partial (--max-waves) | incomplete | halted | paused | aborted | lease-held | lost-lease
     exit_code: int
     reason: str
-    report: dict[str, Any] = field(default_factory=dict)
+    report: RunReport | None = None  # the journal's report once the run has read it
 
     def to_dict(self) -> dict[str, Any]:
         return {"cluster": self.cluster, "status": self.status, "exit_code": self.exit_code, "reason": self.reason,
-                "report": self.report}
+                "report": self.report or {}}
 
 
 class Halt(Exception):

@@ -32,7 +32,7 @@ from upgrade_service.journal import control, read_state, stream_of
 from upgrade_service.order import ClusterPlace, cluster_steps
 from upgrade_service.plan import RegionPlan, RotationPlan, plan_cluster, plan_region
 from upgrade_service.policy import RotationPolicy, load_policy
-from upgrade_service.report import build_report
+from upgrade_service.report import RunReport, build_report
 from upgrade_service.run_types import EXIT_HALTED, EXIT_INTERRUPTED, EXIT_LEASE_HELD, EXIT_PAUSED, Options, Outcome, Progress, Target
 from upgrade_service.runs import AbortOutcome, abort_cluster, run_cluster, run_stage
 from upgrade_service.targets import check_pools, resolve
@@ -317,7 +317,7 @@ def dry_run(rotation: Rotation) -> list[DryRun]:
 
 
 def rotation_status(context: str | None, stage_name: str | None, state: str | None,
-                    infra_dir: Path | None) -> tuple[StateStore, list[dict[str, Any]]]:
+                    infra_dir: Path | None) -> tuple[StateStore, list[RunReport]]:
     """What the rotations of a cluster or stage are doing, from the state store alone: each cluster's report and lease."""
     scope = scope_of(context, stage_name, infra_dir, "rotate status")
     store = store_of(state, scope, infra_dir)

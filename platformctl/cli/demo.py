@@ -180,11 +180,12 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
         "one zone at a time, the host cluster last:")
     outcomes = run_stage([[Target(n, region.cluster(n), groups) for n in step] for step in steps], policy,
                          state, Options(stage=stage.name, canary=gate), "demo")
-    clusters = {}
+    clusters: dict[str, dict[str, Any]] = {}
     table = Table("cluster", "waves", "nodes rotated", "estimate", "actual", "of which gate", "evictions", "refused",
                   "disrupted twice", "lowest headroom", title="Rotation onto the new images")
     for outcome in outcomes:
         r = outcome.report
+        assert r is not None, outcome.reason  # every cluster's run read its journal: the demo holds every lease
         sim = region.cluster(outcome.cluster)
         events = sim.events[began[outcome.cluster]:]
         images = Counter(n.image for n in sim.list_nodes())

@@ -24,7 +24,7 @@ from platformctl.cluster.model import (
     parse_pod,
     snapshot_document,
 )
-from platformctl.errors import ApiRefused, NotFoundError, PlatformError
+from platformctl.errors import ApiRefused, ApiUnreachable, NotFoundError, PlatformError
 
 
 class LiveCluster:
@@ -70,7 +70,7 @@ class LiveCluster:
     def clock(self) -> Clock:
         return self._clock
 
-    def unreachable(self, exc: Exception) -> PlatformError:
+    def unreachable(self, exc: Exception) -> ApiUnreachable:
         return self._unreachable(exc)
 
     def refused(self, exc: Any, what: str) -> ApiRefused:
@@ -95,10 +95,10 @@ class LiveCluster:
 
         return LiveInformer(self, kind)
 
-    def _unreachable(self, exc: Exception) -> PlatformError:
+    def _unreachable(self, exc: Exception) -> ApiUnreachable:
         host = self._api.configuration.host
         reason = str(getattr(exc, "reason", "") or exc).splitlines()[0]
-        return PlatformError(f"cannot reach the Kubernetes API at {host} ({reason})", file=self.source, field=f"context {self.name}")
+        return ApiUnreachable(f"cannot reach the Kubernetes API at {host} ({reason})", file=self.source, field=f"context {self.name}")
 
     # The client raises ApiException for any non-2xx answer.
     def _call(self, fn: Any, *args: Any, what: str, **kwargs: Any) -> dict[str, Any]:

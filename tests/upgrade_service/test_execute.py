@@ -459,7 +459,7 @@ def test_a_workload_deleted_during_a_wave_is_not_waited_for(tmp_path: Path) -> N
     waited = run._wait_pods_ready
 
     def deleted_first(owners):
-        for namespace in {o["namespace"] for o in owners.values()}:
+        for namespace in {o.namespace for o in owners.values()}:
             sim.delete_namespace(namespace)  # the moment the wave starts waiting on the evicted pods
         return waited(owners)
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from platformctl.cluster.budget_status import budget_status, collected_pods, controller_scales
 from platformctl.cluster.model import (
     ANNOTATION_MAX_WAIT,
     ANNOTATION_ROTATION,
@@ -200,14 +201,18 @@ class _BudgetIndex:
 
 
 def _with_statuses(snapshot: Snapshot) -> list[PodDisruptionBudget]:
-    """The snapshot's budgets; any without a status gets the one the disruption controller would write."""
+    """The snapshot's budgets; any without a status gets the one the disruption controller would write
+    (``platformctl.cluster.budget_status``, as the simulator computes it) over the snapshot's pods, those bound to
+    a node the snapshot does not hold replaced as their controllers replace them."""
     missing = [b for b in snapshot.pdbs if b.status == PDBStatus()]
     if not missing:
         return list(snapshot.pdbs)
-    from platformctl.cluster.simulator import SimulatedCluster
-
-    sim = SimulatedCluster.from_snapshot(snapshot)
-    computed = {b.key: sim.get_pdb(*b.key).status for b in missing}
+    by_namespace: dict[str, list[Pod]] = defaultdict(list)
+    for pod in collected_pods(snapshot.pods, {n.name for n in snapshot.nodes}):
+        by_namespace[pod.namespace].append(pod)
+    scales = controller_scales(snapshot.pods)
+    computed = {b.key: budget_status(b, [p for p in by_namespace.get(b.namespace, ()) if b.selects(p)], scales)
+                for b in missing}
     return [replace(b, status=computed[b.key]) if b.key in computed else b for b in snapshot.pdbs]
 
 

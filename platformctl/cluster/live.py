@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from platformctl.clock import Clock, WallClock
+from platformctl.cluster.live_watch import LiveInformer
 from platformctl.cluster.model import (
     EvictionResult,
     Node,
@@ -89,10 +90,8 @@ class LiveCluster:
             items = [parse_pod(item, f"items[{i}]", "pods") for i, item in enumerate(data["items"])]
         return items, str((data.get("metadata") or {}).get("resourceVersion") or "0")
 
-    def informer(self, kind: str) -> Any:
+    def informer(self, kind: str) -> LiveInformer:
         """A cache of this cluster's ``nodes`` or ``pods`` kept by the API server's watch (``live_watch``)."""
-        from platformctl.cluster.live_watch import LiveInformer
-
         return LiveInformer(self, kind)
 
     def _unreachable(self, exc: Exception) -> ApiUnreachable:

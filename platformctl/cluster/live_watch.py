@@ -20,15 +20,12 @@ import queue
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from platformctl.clock import real_seconds
+from platformctl.clock import Clock, real_seconds
 from platformctl.cluster.informer import Informer, WatchEvent
 from platformctl.cluster.model import parse_node, parse_pdb, parse_pod
-from platformctl.errors import PlatformError
-
-if TYPE_CHECKING:
-    from platformctl.cluster.live import LiveCluster
+from platformctl.errors import ApiRefused, PlatformError
 
 WATCH_SECONDS = 300  # the server ends each watch after this long (wall seconds); the thread opens the next
 RETRY_SECONDS = 2.0  # wall seconds between a broken watch and the list that replaces it
@@ -38,7 +35,25 @@ class WatchExpired(Exception):
     """410 Gone: the version asked for is older than the server keeps."""
 
 
-def stream(live: LiveCluster, kind: str, resource_version: str, timeout_seconds: int,
+class WatchedApi(Protocol):
+    """The live cluster as its watch and informer use it (``platformctl.cluster.live.LiveCluster``)."""
+
+    name: str
+    source: str
+    core: Any  # the client's CoreV1Api
+    policy: Any  # the client's PolicyV1Api
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def refused(self, exc: Any, what: str) -> ApiRefused: ...
+
+    def unreachable(self, exc: Exception) -> PlatformError: ...
+
+    def list_versioned(self, kind: str) -> tuple[list[Any], str]: ...
+
+
+def stream(live: WatchedApi, kind: str, resource_version: str, timeout_seconds: int,
            keep: Callable[[Any], None] | None = None) -> Iterator[list[WatchEvent]]:
     """One watch of ``kind`` from ``resource_version``; ``keep`` is handed the response (to close it from elsewhere)."""
     from kubernetes.client.exceptions import ApiException
@@ -92,7 +107,7 @@ def _event(line: bytes, kind: str, parse: Callable[..., Any]) -> WatchEvent:
 
 
 class LiveInformer(Informer):
-    def __init__(self, live: LiveCluster, kind: str) -> None:
+    def __init__(self, live: WatchedApi, kind: str) -> None:
         super().__init__(kind, live.clock)
         self.live = live
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()

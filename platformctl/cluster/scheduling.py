@@ -73,6 +73,16 @@ def static_key(pod: Pod) -> tuple[Any, ...]:
     return (tuple(sorted(pod.node_selector.items())), pod.tolerations, pod.required_node_terms)
 
 
+def static_filter(pod: Pod) -> Callable[[Node], bool]:
+    """The static filters of ``pod`` that its labels and taints decide (node affinity and selector, taints),
+    as one test of a node: which nodes a DaemonSet runs on, and which a class of pods may be placed on."""
+
+    def eligible(node: Node) -> bool:
+        return affinity_admits(pod, node.labels) and untolerated(pod, node.taints) is None
+
+    return eligible
+
+
 def resource_reasons(free: Resources, pods_free: int, r: Resources) -> list[str]:
     out = [text for short, text in ((free.cpu_millis < r.cpu_millis, "Insufficient cpu"),
                                     (free.memory_bytes < r.memory_bytes, "Insufficient memory"),

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from platformctl.clock import VirtualClock
 from platformctl.cluster.informer import Informer, WatchEvent
-
-if TYPE_CHECKING:
-    from platformctl.cluster.simulator import SimulatedCluster
+from platformctl.cluster.model import Node, Pod, PodDisruptionBudget
 
 
 class Expired(Exception):
@@ -47,10 +46,33 @@ class ChangeLog:
         return log[bisect.bisect_right(log, rv, key=lambda e: e[0]):]
 
 
+class WatchedCluster(Protocol):
+    """The simulator as its informer reads it."""
+
+    @property
+    def clock(self) -> VirtualClock: ...
+
+    @property
+    def resource_version(self) -> int: ...
+
+    def change_log(self) -> ChangeLog: ...
+
+    def list_nodes(self, label_selector: str | None = None) -> list[Node]: ...
+
+    def list_pods(self, namespace: str | None = None, label_selector: str | None = None,
+                  node_name: str | None = None) -> list[Pod]: ...
+
+    def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]: ...
+
+    def budget_object(self, budget: Any, change: str) -> PodDisruptionBudget:
+        """A budget of the change log as a watch event carries it, with its status now."""
+        ...
+
+
 class SimulatedInformer(Informer):
     """An informer over the simulator's change log; ``wait`` moves virtual time only as far as it has to."""
 
-    def __init__(self, sim: SimulatedCluster, kind: str) -> None:
+    def __init__(self, sim: WatchedCluster, kind: str) -> None:
         super().__init__(kind, sim.clock)
         self.sim = sim
 

@@ -16,91 +16,30 @@ import builtins
 import copy
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 from platformctl.cluster.apiobjects import (
     RESOURCES,
     WORKLOADS,
     ApiError,
-    Resource,
     already_exists,
     bad_request,
     invalid,
     not_found,
-    platform_invalid,
     plural_of,
 )
-from platformctl.cluster.model import Pod, format_time, parse_pod
-from platformctl.cluster.selectors import LabelSelector
-from platformctl.errors import PlatformError
-
-if TYPE_CHECKING:
-    from platformctl.cluster.simulator import SimulatedCluster
+from platformctl.cluster.controllers.cronjob import CronJobController
+from platformctl.cluster.controllers.deployment import DeploymentController
+from platformctl.cluster.controllers.objects import Workload, WorkloadHost
+from platformctl.cluster.model import PodDisruptionBudget, format_time, parse_pdb
+from platformctl.cluster.podspec import int_field, selector_of, template_pod
+from platformctl.errors import ApiRefused, NotFoundError, PlatformError
 
 # Which simulator controller runs each kind's pods (a Deployment's run through its ReplicaSets).
 SIM_KIND = {"replicasets": "ReplicaSet", "daemonsets": "DaemonSet", "statefulsets": "StatefulSet", "jobs": "Job"}
 PLURAL_OF_SIM_KIND = {v: k for k, v in SIM_KIND.items()}
 SCALABLE = ("deployments", "replicasets", "statefulsets")
-
-
-@dataclass
-class Workload:
-    resource: Resource
-    obj: dict[str, Any]
-    sim_uid: str | None = None  # the simulator's controller (None for a Deployment or a CronJob)
-    jobs: list[str] = field(default_factory=list)  # a CronJob's jobs, oldest first
-    timer: Any = None  # a CronJob's next firing, a Deployment's next look
-    conditions: dict[str, tuple[bool, str]] = field(default_factory=dict)  # a Deployment's: state and since when
-
-    @property
-    def namespace(self) -> str:
-        return self.obj["metadata"]["namespace"]
-
-    @property
-    def name(self) -> str:
-        return self.obj["metadata"]["name"]
-
-    @property
-    def uid(self) -> str:
-        return self.obj["metadata"]["uid"]
-
-
-def selector_of(spec: dict[str, Any], kind: str, name: str, template_labels: dict[str, str], group: str) -> LabelSelector:
-    raw = spec.get("selector")
-    if raw is None:
-        raise invalid(kind, name, "spec.selector", "Required value", "FieldValueRequired", group)
-    try:
-        selector = LabelSelector.parse(raw, "spec.selector", None)
-    except PlatformError as exc:
-        raise platform_invalid(exc, kind, name) from None
-    if selector is None or not selector.matches(template_labels):
-        raise invalid(kind, name, "spec.template.metadata.labels", f"Invalid value: {template_labels!r}: "
-                      "`selector` does not match template `labels`", group=group)
-    return selector
-
-
-def template_pod(obj: dict[str, Any], template: Any, where: str, kind: str) -> Pod:
-    meta = obj["metadata"]
-    if not isinstance(template, dict):
-        raise invalid(kind, meta["name"], where, "Required value", "FieldValueRequired")
-    tmeta = template.get("metadata") or {}
-    raw = {"metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": tmeta.get("labels"),
-                        "annotations": tmeta.get("annotations")},
-           "spec": template.get("spec")}
-    try:
-        return parse_pod(raw, where)
-    except PlatformError as exc:
-        raise platform_invalid(exc, kind, meta["name"]) from None
-
-
-def int_field(spec: dict[str, Any], key: str, default: int, kind: str, name: str) -> int:
-    value = spec.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise invalid(kind, name, f"spec.{key}", f"Invalid value: {value!r}: must be greater than or equal to 0")
-    return value
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -144,10 +83,7 @@ class Workloads:
     """The workload objects of one simulated cluster; ``require_namespace`` refuses a namespace that is not
     there or is going away (the API server's), or accepts any (the simulator in process)."""
 
-    def __init__(self, sim: SimulatedCluster, require_namespace: Callable[[str], None] | None = None) -> None:
-        from platformctl.cluster.controllers.cronjob import CronJobController
-        from platformctl.cluster.controllers.deployment import DeploymentController
-
+    def __init__(self, sim: WorkloadHost, require_namespace: Callable[[str], None] | None = None) -> None:
         self.sim = sim
         self.require_namespace = require_namespace or (lambda name: None)
         self.objects: dict[str, dict[tuple[str, str], Workload]] = {r: {} for r in WORKLOADS}
@@ -427,17 +363,28 @@ class Workloads:
                     self._adopted = -1
 
 
+class ObjectHost(Protocol):
+    """The simulator as ``ObjectApi`` calls it: its workload objects and its budgets."""
+
+    @property
+    def api_objects(self) -> Workloads: ...
+
+    def create_pdb(self, pdb: PodDisruptionBudget, keep_version: bool = False) -> PodDisruptionBudget: ...
+
+    def get_pdb(self, namespace: str, name: str) -> PodDisruptionBudget: ...
+
+    def delete_pdb(self, namespace: str, name: str) -> PodDisruptionBudget: ...
+
+
 class ObjectApi:
     """The cluster interface's workload calls over ``Workloads``, for the simulator in process: the API's
     answers as the live client raises them (``NotFoundError`` for 404, ``ApiRefused`` for the rest)."""
 
-    def __init__(self, sim: SimulatedCluster) -> None:
+    def __init__(self, sim: ObjectHost) -> None:
         self.sim = sim
 
     @staticmethod
     def _refused(exc: ApiError) -> PlatformError:
-        from platformctl.errors import ApiRefused, NotFoundError
-
         if exc.code == 404:
             return NotFoundError(exc.message, field="metadata.name")
         return ApiRefused(f"the Kubernetes API answered {exc.code} ({exc.reason}): {exc.message}", exc.code)
@@ -449,8 +396,6 @@ class ObjectApi:
         return plural_of(str(obj.get("kind"))), meta.get("namespace") or "default", meta["name"]
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        from platformctl.cluster.model import parse_pdb
-
         plural, namespace, _ = self._name(obj)
         obj = copy.deepcopy(obj)
         obj["metadata"]["namespace"] = namespace

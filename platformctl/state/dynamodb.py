@@ -40,7 +40,7 @@ from typing import Any
 from platformctl import aws
 from platformctl.clock import Clock, WallClock
 from platformctl.errors import PlatformError
-from platformctl.state import Lease, LeaseHeld, LeaseLost, Record
+from platformctl.state.base import Lease, LeaseHeld, LeaseLost, Record
 
 ITEM_LIMIT = 350_000  # bytes of JSON per record, under DynamoDB's 400 KB item limit
 

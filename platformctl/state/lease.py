@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 
-from platformctl.state import Lease, LeaseLost, StateStore
+from platformctl.state.base import Lease, LeaseLost, StateStore
 
 MIN_MARGIN_SECONDS = 1.0
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from platformctl.clock import Clock, WallClock
 from platformctl.errors import PlatformError
-from platformctl.state import Lease, LeaseHeld, LeaseLost, Record
+from platformctl.state.base import Lease, LeaseHeld, LeaseLost, Record
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (

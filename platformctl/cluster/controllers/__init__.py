@@ -14,7 +14,8 @@ controller here reconciles one kind of owner of pods:
 - ``cronjob``: a Job at every time the schedule (croniter) names, with ``concurrencyPolicy``,
   ``suspend`` and the history limits.
 
-The first four act on the simulator's own controller records; ``deployment`` and ``cronjob`` act on the
-API objects of ``platformctl.cluster.workloads`` (a Deployment owns ReplicaSets, a CronJob owns Jobs),
-on the simulator's virtual clock.
+The first four act on the simulator's own controller records through ``host.ControllerHost`` (what a pod
+controller may call on the cluster); ``deployment`` and ``cronjob`` act on the API objects of
+``platformctl.cluster.workloads`` through ``objects.WorkloadStore`` (a Deployment owns ReplicaSets, a CronJob
+owns Jobs), on the simulator's virtual clock. None of them imports the simulator or the workload objects.
 """

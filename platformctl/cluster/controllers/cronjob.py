@@ -9,19 +9,18 @@ records ``lastScheduleTime``; ``concurrencyPolicy`` ``Forbid`` skips a firing wh
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from croniter import croniter
 
 from platformctl.cluster.apiobjects import invalid
+from platformctl.cluster.controllers.objects import Workload, WorkloadStore
 from platformctl.cluster.model import format_time
-
-if TYPE_CHECKING:
-    from platformctl.cluster.workloads import Workload, Workloads
+from platformctl.cluster.podspec import template_pod
 
 
 class CronJobController:
-    def __init__(self, workloads: Workloads) -> None:
+    def __init__(self, workloads: WorkloadStore) -> None:
         self.w = workloads
         workloads.sim.job_done_hooks.append(self._job_done)
 
@@ -32,8 +31,6 @@ class CronJobController:
                 self._prune(cron)
 
     def check(self, obj: dict[str, Any]) -> None:
-        from platformctl.cluster.workloads import template_pod
-
         spec, name = obj["spec"], obj["metadata"]["name"]
         schedule = spec.get("schedule")
         if not isinstance(schedule, str) or not croniter.is_valid(schedule):

@@ -17,13 +17,12 @@ import copy
 import hashlib
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from platformctl.cluster.apiobjects import invalid
+from platformctl.cluster.controllers.objects import Workload, WorkloadStore
 from platformctl.cluster.model import format_time
-
-if TYPE_CHECKING:
-    from platformctl.cluster.workloads import Workload, Workloads
+from platformctl.cluster.podspec import int_field, selector_of, template_pod
 
 REVISION = "deployment.kubernetes.io/revision"
 HASH_LABEL = "pod-template-hash"
@@ -62,7 +61,7 @@ def _int_or_percent(value: Any, total: int, round_up: bool, field: str, name: st
 
 
 class DeploymentController:
-    def __init__(self, workloads: Workloads) -> None:
+    def __init__(self, workloads: WorkloadStore) -> None:
         self.w = workloads
 
     # ---------------------------------------------------------------- the spec
@@ -86,8 +85,6 @@ class DeploymentController:
         spec.setdefault("progressDeadlineSeconds", 600)
 
     def check(self, obj: dict[str, Any]) -> None:
-        from platformctl.cluster.workloads import int_field, selector_of, template_pod
-
         self.default(obj)
         spec, name = obj["spec"], obj["metadata"]["name"]
         pod = template_pod(obj, spec.get("template"), "spec.template", "Deployment")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from platformctl.cluster.model import Pod
-    from platformctl.cluster.simulator import SimulatedCluster
+from platformctl.cluster.controllers.host import Controller, ControllerHost
+from platformctl.cluster.model import Pod
 
 
 def _deletion_rank(pod: Pod) -> tuple[Any, ...]:
@@ -15,12 +14,12 @@ def _deletion_rank(pod: Pod) -> tuple[Any, ...]:
     return (pod.node_name is not None, pod.phase == "Running", pod.ready, -pod.created)
 
 
-def reconcile(sim: SimulatedCluster, ctrl: Any) -> None:
+def reconcile(host: ControllerHost, ctrl: Controller) -> None:
     while ctrl.active < ctrl.replicas:
-        sim._create_owned_pod(ctrl)
+        host.create_owned_pod(ctrl)
     while ctrl.active > ctrl.replicas:  # one at a time: each deletion re-enters this controller
-        live = [sim._pods[k] for k in ctrl.pods if k in sim._pods]
-        live = [p for p in live if p.deletion_time is None and not p.is_finished]
+        owned = (host.find_pod(k) for k in ctrl.pods)
+        live = [p for p in owned if p is not None and p.deletion_time is None and not p.is_finished]
         if not live:
             return
-        sim._begin_termination(min(live, key=_deletion_rank), evicted=False)
+        host.terminate_pod(min(live, key=_deletion_rank))

@@ -10,9 +10,9 @@ from typing import Any
 from platformctl.cluster.interface import Cluster
 from platformctl.errors import NotFoundError
 from platformctl.nodegroups import NodeGroups
-from upgrade_service import journal as j
 from upgrade_service.intents import settle_eviction, settle_with_groups
 from upgrade_service.journal import Journal
+from upgrade_service.journal_records import AbortedRecord, Control
 from upgrade_service.run_types import TAINT
 
 
@@ -49,7 +49,7 @@ def put_back(journal: Journal, cluster: Cluster, groups: NodeGroups | None = Non
     instance goes, and it may pick a node with pods on it."""
     settle_everything(journal, cluster, groups)
     state = journal.refresh()
-    request = state.abort or {}
+    request = state.abort or Control("abort", None)
     undoings: tuple[tuple[str, set[str], Callable[[str], Any]], ...] = (
         ("uncordon", state.cordoned, lambda n: cluster.cordon(n, False)),
         ("untaint", state.tainted, lambda n: cluster.untaint(n, TAINT.key)))
@@ -71,6 +71,6 @@ def put_back(journal: Journal, cluster: Cluster, groups: NodeGroups | None = Non
             continue
         if node.unschedulable or any(t.key == TAINT.key for t in node.taints):
             held.append(name)
-    reason = f"aborted by {request.get('by', 'an operator')}" + (f": {request['reason']}" if request.get("reason") else "")
-    journal.write(j.ABORTED, by=request.get("by"), reason=reason, still_held=held)
+    reason = f"aborted by {request.by or 'an operator'}" + (f": {request.reason}" if request.reason else "")
+    journal.append(AbortedRecord(request.by, reason, held))
     return reason, held

@@ -50,7 +50,22 @@ from upgrade_service.disruption import view_cluster
 from upgrade_service.fit import TRANSIENT_TAINT_PREFIXES, PoolCapacity, pool_capacity
 from upgrade_service.gate import Question, ask
 from upgrade_service.intents import settle_eviction, settle_with_groups
-from upgrade_service.journal import GroupShare, Journal, OwnerWait, RunState, WaveStarted, WaveState
+from upgrade_service.journal import Journal, RunState, WaveState
+from upgrade_service.journal_records import (
+    Finished,
+    Gate,
+    GroupShare,
+    Halted,
+    NodeFailed,
+    OwnerWait,
+    Paused,
+    Phase,
+    PlanRecord,
+    RunContinued,
+    RunStarted,
+    WaveFinished,
+    WaveStarted,
+)
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.plan import RotationPlan, Wave, plan_cluster
 from upgrade_service.pods_back import WorkloadsBack
@@ -255,8 +270,8 @@ class Executor:
         state = self.journal.refresh()
         if state.paused is not None:
             p = state.paused
-            return self._outcome("paused", EXIT_PAUSED, f"rotations of {self.target.name} are paused by {p.get('by')}"
-                                 f"{': ' + p['reason'] if p.get('reason') else ''}; `platformctl rotate resume` lets them go on")
+            return self._outcome("paused", EXIT_PAUSED, f"rotations of {self.target.name} are paused by {p.by}"
+                                 f"{': ' + p.reason if p.reason else ''}; `platformctl rotate resume` lets them go on")
         holder = self.keeper.holder if self.keeper else "local"
         if state.open and state.abort is not None:
             return self._abort()
@@ -266,11 +281,11 @@ class Executor:
             run_id = f"{self.target.name}-{int(self.clock.now())}"
             # Capacity an earlier run added and never gave back (it was aborted, or a node failed) is spent first.
             inherited = {g: n for g, n in state.capacity.items() if n > 0}
-            self.journal.write(j.RUN_STARTED, run=run_id, holder=holder, inherited=inherited, policy=self.policy.source,
-                               strategy=self.policy.strategy, targets=(read.targets if read is not None else None) or None,
-                               follows_launch_templates=self.policy.follows_launch_templates, stage=self.options.stage)
+            self.journal.append(RunStarted(holder, inherited, self.policy.source, self.policy.strategy,
+                                           (read.targets if read is not None else None) or None,
+                                           self.policy.follows_launch_templates, self.options.stage, run=run_id))
         else:
-            self.journal.write(j.RUN_CONTINUED, holder=holder, after=state.status)
+            self.journal.append(RunContinued(holder, state.status))
         try:
             if self.state.pending:
                 self._settle_unconfirmed()
@@ -284,8 +299,8 @@ class Executor:
             while True:
                 self._check()
                 if self.state.paused is not None:
-                    self.journal.write(j.PAUSED, by=self.state.paused.get("by"))
-                    return self._outcome("paused", EXIT_PAUSED, f"paused by {self.state.paused.get('by')} after wave "
+                    self.journal.append(Paused(self.state.paused.by))
+                    return self._outcome("paused", EXIT_PAUSED, f"paused by {self.state.paused.by} after wave "
                                          f"{len(self.state.waves)}; `platformctl rotate resume` lets it go on")
                 if len(self.state.failed) > self.policy.max_failed_nodes:
                     raise Halt("circuit-breaker", f"{len(self.state.failed)} nodes failed, more than maxFailedNodes "
@@ -298,7 +313,7 @@ class Executor:
                 self.view.waves = len(self.state.waves) + len(waves)
                 if self.options.max_waves is not None and started >= self.options.max_waves:
                     waves_started = f"{started} wave{'s' if started != 1 else ''}"
-                    self.journal.write(j.HALTED, reason="max-waves", detail=f"started {waves_started} (--max-waves)")
+                    self.journal.append(Halted("max-waves", f"started {waves_started} (--max-waves)"))
                     return self._outcome("partial", EXIT_DONE, f"stopped after {waves_started} as --max-waves asked; "
                                          f"{len(waves)} to go: the next `rotate run` goes on")
                 started += 1
@@ -308,14 +323,14 @@ class Executor:
                 self._run_wave(self._start_wave(waves[0], plan, read))
                 read = None
         except Halt as halt:
-            self.journal.write(j.HALTED, reason=halt.reason, detail=halt.detail)
+            self.journal.append(Halted(halt.reason, halt.detail))
             self._show("halted", halt.detail)
             return self._outcome("halted", EXIT_HALTED, halt.detail)
         except Aborted:
             return self._abort()
         except Interrupted:
             detail = f"interrupted after wave {len(self.state.waves)}: stopped before its next step; `rotate run` goes on"
-            self.journal.write(j.HALTED, reason="interrupted", detail=detail)
+            self.journal.append(Halted("interrupted", detail))
             self._show("interrupted", detail)
             return self._outcome("interrupted", EXIT_INTERRUPTED, detail)
         except LeaseLost as exc:
@@ -324,7 +339,7 @@ class Executor:
             # Mid-run, an API that refuses or stops answering is a fault to stop for, not a user's mistake:
             # halted, journalled, resumable. The call it was making stays unconfirmed and is settled on resume.
             detail = f"stopped by an error from {'AWS' if isinstance(exc, NodeGroupError) else 'the cluster'}: {exc}"
-            self.journal.write(j.HALTED, reason="api-error", detail=detail)
+            self.journal.append(Halted("api-error", detail))
             self._show("halted", detail)
             return self._outcome("halted", EXIT_HALTED, detail)
 
@@ -332,11 +347,10 @@ class Executor:
         return Outcome(self.target.name, status, code, reason, build_report(self.journal.refresh()))
 
     def _record_plan(self, plan: RotationPlan, read: ClusterRead) -> None:
-        self.journal.write(j.PLAN, waves=len(plan.waves), nodes=sum(len(w.nodes) for w in plan.waves),
-                           estimated_seconds=plan.estimated_seconds, targets=read.targets,
-                           first_wave=list(plan.waves[0].nodes) if plan.waves else [],
-                           blocked=[b.to_dict() for b in plan.blocked[:100]], unmanaged=read.unmanaged[:100],
-                           warnings=(read.warnings + plan.warnings)[:20])
+        self.journal.append(PlanRecord(len(plan.waves), sum(len(w.nodes) for w in plan.waves), plan.estimated_seconds,
+                                       read.targets, list(plan.waves[0].nodes) if plan.waves else [],
+                                       [b.to_dict() for b in plan.blocked[:100]], read.unmanaged[:100],
+                                       (read.warnings + plan.warnings)[:20]))
 
     def _settle_unconfirmed(self) -> None:
         """Side effects a killed run started but never confirmed: look at the world and record what happened."""
@@ -376,7 +390,7 @@ class Executor:
             verdict = ask(gate, context, self.options.canary, question)
             if (verdict.verdict, verdict.reason) != said:
                 said = (verdict.verdict, verdict.reason)
-                self.journal.write(j.GATE, wave=number, verdict=verdict.verdict, reason=verdict.reason)
+                self.journal.append(Gate(number, verdict.verdict, verdict.reason))
             if verdict.verdict == "pass":
                 return
             if verdict.verdict == "fail":
@@ -437,7 +451,7 @@ class Executor:
                               estimated_seconds=wave.estimated_seconds, estimate=wave.to_dict()["estimate"],
                               zone=wave.segment.zone or None, pools=tuple(wave.segment.pools),
                               reasons=tuple(wave.reasons[:6]), waiting=tuple(wave.waiting[:20]), stuck=wave.stuck)
-        self.journal.write(j.WAVE_STARTED, **started.to_record())
+        self.journal.write(j.WAVE_STARTED, **started.to_record())  # a WaveStarted: its number is its own
         return self.state.waves[number]
 
     def _run_wave(self, wave: WaveState) -> None:
@@ -462,7 +476,7 @@ class Executor:
                     if current < want:
                         self._show("surge", f"wave {number}: raising {g} from {current} to {want}")
                         self.replacer.set_desired(g, want, current, wave=number)
-            self.journal.write(j.PHASE, wave=number, phase=j.SURGED)
+            self.journal.append(Phase(number, j.SURGED))
         if any(gi.surge for gi in groups.values()) and j.NEW_NODES_READY not in wave.phases:
             missing = self._wait_new_nodes(wave, {g: gi.surge for g, gi in groups.items() if gi.surge})
             if missing:
@@ -470,7 +484,7 @@ class Executor:
                     if name in wave.cordoned:
                         self.replacer.uncordon(name, wave=number)
                 raise Halt("new-node-not-ready", f"wave {number}: {missing}")
-            self.journal.write(j.PHASE, wave=number, phase=j.NEW_NODES_READY)
+            self.journal.append(Phase(number, j.NEW_NODES_READY))
         # 3. drain
         if j.DRAIN_DONE not in wave.phases:
             self._show("drain", f"wave {number}: draining {len(nodes)} nodes")
@@ -484,15 +498,15 @@ class Executor:
                     and info.instances[n] not in wave.terminated]
             outcome = drain.run(todo, self.policy.drain_timeout_seconds)
             for name, why in outcome.failed.items():
-                self.journal.write(j.NODE_FAILED, wave=number, node=name, reason=why)
-            self.journal.write(j.PHASE, wave=number, phase=j.DRAIN_DONE, settle=outcome.settle_seconds,
-                               lowest_headroom=list(outcome.status.lowest_headroom) if outcome.status.lowest_headroom else None)
+                self.journal.append(NodeFailed(number, name, why))
+            self.journal.append(Phase(number, j.DRAIN_DONE, outcome.settle_seconds,
+                                      list(outcome.status.lowest_headroom) if outcome.status.lowest_headroom else None))
         # 4. terminate
         self._show("terminate", f"wave {number}: terminating drained nodes")
         for name in nodes:
             self._terminate_drained(wave, name)
         if j.TERMINATED not in wave.phases:
-            self.journal.write(j.PHASE, wave=number, phase=j.TERMINATED)
+            self.journal.append(Phase(number, j.TERMINATED))
         # 5. replacements, then the evicted pods, then settle
         expected = {}
         for g, gi in groups.items():
@@ -504,7 +518,7 @@ class Executor:
             missing = self._wait_new_nodes(wave, expected)
             if missing:
                 raise Halt("new-node-not-ready", f"wave {number}: {missing}")
-            self.journal.write(j.PHASE, wave=number, phase=j.REPLACEMENTS_READY)
+            self.journal.append(Phase(number, j.REPLACEMENTS_READY))
         lingering = self._wait_gone([n for n in nodes if info.instances[n] in wave.terminated])
         if j.PODS_READY not in wave.phases:
             # A workload with pods still on a node that failed to drain cannot be whole while that node is
@@ -516,20 +530,20 @@ class Executor:
             if late:
                 raise Halt("pods-not-ready", f"wave {number}: evicted pods were not Ready again within "
                            f"podReadyTimeoutSeconds {self.policy.pod_ready_timeout_seconds}: {late}")
-            self.journal.write(j.PHASE, wave=number, phase=j.PODS_READY)
-        drained_at = wave.phases.get(j.DRAIN_DONE) or {}
+            self.journal.append(Phase(number, j.PODS_READY))
+        drained_at = wave.phases.get(j.DRAIN_DONE)
         if j.SETTLED not in wave.phases:
-            settle = int(drained_at.get("settle") or 0)
-            remaining = settle - (self.clock.now() - drained_at.get("at", self.clock.now()))
+            settle = int(drained_at.settle or 0) if drained_at else 0
+            remaining = settle - (self.clock.now() - (drained_at.at if drained_at else self.clock.now()))
             # A workload that came back in a run that then died settles until when that run journalled.
             remaining = max([remaining, *(until - self.clock.now() for until in wave.settling.values())])
             if remaining > 0:
                 self._show("settle", f"wave {number}: letting one-at-a-time workloads settle for {remaining:.0f} s")
                 self.clock.sleep(remaining)
-            self.journal.write(j.PHASE, wave=number, phase=j.SETTLED)
-        self.journal.write(j.WAVE_FINISHED, wave=number, seconds=self.clock.now() - info.at,
-                           estimated_seconds=info.estimated_seconds, evictions=wave.evictions, refused=wave.refused,
-                           failed=dict(wave.failed), lowest_headroom=drained_at.get("lowest_headroom"), lingering=lingering)
+            self.journal.append(Phase(number, j.SETTLED))
+        self.journal.append(WaveFinished(number, self.clock.now() - info.at, info.estimated_seconds, wave.evictions,
+                                         wave.refused, dict(wave.failed), drained_at.lowest_headroom if drained_at else None,
+                                         lingering))
 
     def _terminate_drained(self, wave: WaveState, name: str) -> None:
         """Terminate a drained node of the wave (once): as soon as it is drained, so its replacement boots while the
@@ -596,12 +610,13 @@ class Executor:
         self._show("boot", f"wave {wave.number}: waiting for " + ", ".join(f"{n} new node(s) in {g}" for g, n in expected.items()))
 
         label = self.policy.image_label
+        members = {g: frozenset(groups[g].members) for g in expected}
 
         def short() -> list[str]:
             out = []
             for g, want in expected.items():
                 image = groups[g].image
-                good, others = self.replacer.new_nodes(g, groups[g].members, image=image, image_label=label)
+                good, others = self.replacer.new_nodes(g, members[g], image=image, image_label=label)
                 if len(good) < want:
                     seen = [f"{n.name} ({'Ready' if n.ready else 'NotReady'}, image {n.labels.get(label)})" for n in others]
                     out.append(f"group {g}: {len(good)} of {want} new nodes Ready on {image}"
@@ -649,7 +664,7 @@ class Executor:
         reason = "every outdated node was rotated" if left == 0 else (
             f"{left} outdated node(s) were not rotated: {len(plan.blocked)} blocked, {len(self.state.failed)} failed, "
             f"{len(read.unmanaged)} in no auto scaling group")
-        self.journal.write(j.FINISHED, status=status, reason=reason)
+        self.journal.append(Finished(status, reason))
         report = build_report(self.journal.refresh())
         self._show("done", reason)
         return Outcome(self.target.name, status, EXIT_DONE if left == 0 else EXIT_HALTED, reason, report)

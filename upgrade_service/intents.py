@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from platformctl import failpoints
 from platformctl.errors import NotFoundError
 from platformctl.state import Record
+from upgrade_service.journal_records import JournalRecord
 
 INTENT = "intent"
 DONE = "done"
@@ -69,6 +70,13 @@ class IntentLog:
 
     def context(self) -> dict[str, Any]:
         return {}
+
+    def append(self, record: JournalRecord) -> Record:
+        """Write a typed record (its kind and the time are stamped by ``write``; a run's first record names it)."""
+        body = record.to_record()
+        if record.run is not None:
+            body["run"] = record.run
+        return self.write(record.KIND, **body)
 
     def intent(self, op: str, **args: Any) -> str:
         intent = Intent(uuid.uuid4().hex[:12], op, {**self.context(), **args})

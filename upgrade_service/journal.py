@@ -26,22 +26,31 @@ from platformctl.clock import Clock
 from platformctl.state import Lease, Record, StateStore
 from upgrade_service.intents import DONE, INTENT, Done, Intent, IntentLog
 
-# Record kinds.
-RUN_STARTED = "run-started"
-RUN_CONTINUED = "run-continued"
-WAVE_STARTED = "wave-started"
-PHASE = "phase"
-DRAINED = "drained"
-SETTLING = "settling"  # a one-at-a-time workload is whole again: its next pod waits until ``until``
-NODE_FAILED = "node-failed"
-WAVE_FINISHED = "wave-finished"
-PLAN = "plan"
-HALTED = "halted"
-PAUSED = "paused"
-FINISHED = "finished"
-ABORTED = "aborted"
-CONTROL = "control"
-GATE = "gate"  # the health gate's answer before a wave (written when it changes)
+# Record kinds and their dataclasses (``upgrade_service.journal_records``).
+from upgrade_service.journal_records import (
+    CONTROL,
+    DRAINED,
+    PHASE,
+    RUN_STARTED,
+    WAVE_FINISHED,
+    WAVE_STARTED,
+    AbortedRecord,
+    Control,
+    Drained,
+    Finished,
+    Gate,
+    Halted,
+    JournalRecord,
+    NodeFailed,
+    Paused,
+    PlanRecord,
+    RunContinued,
+    RunStarted,
+    Settling,
+    WaveFinished,
+    WaveStarted,
+)
+from upgrade_service.journal_records import Phase as PhaseRecord
 
 # Wave phases, in order.
 SURGED = "surged"
@@ -57,99 +66,20 @@ def stream_of(cluster: str) -> str:
     return f"rotation/{cluster}"
 
 
-@dataclass(frozen=True)
-class GroupShare:
-    """One auto scaling group's part in a wave, as the wave's start recorded it."""
-
-    desired: int  # the group's desired capacity when the wave started
-    max: int
-    members: tuple[str, ...]  # its instances then: a node not among them is new
-    nodes: tuple[str, ...]  # the wave's nodes in this group
-    surge: int  # new nodes raised for the wave before it drains
-    absorb: int  # capacity added earlier that stands in for some of its nodes
-    image: str | None  # what its new nodes must boot
-
-    def to_record(self) -> dict[str, Any]:
-        return {"desired": self.desired, "max": self.max, "members": list(self.members), "nodes": list(self.nodes),
-                "surge": self.surge, "absorb": self.absorb, "image": self.image}
-
-    @classmethod
-    def from_record(cls, d: Mapping[str, Any]) -> GroupShare:
-        return cls(int(d["desired"]), int(d["max"]), tuple(d["members"]), tuple(d["nodes"]), int(d["surge"]),
-                   int(d.get("absorb", 0)), d.get("image"))
-
-
-@dataclass(frozen=True)
-class OwnerWait:
-    """A workload whose pods the wave evicts: it must be as Ready after the wave as before it."""
-
-    namespace: str
-    owner: str  # "ReplicaSet ns/name"
-    ready: int  # its Ready pods before the wave
-
-    def to_record(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "owner": self.owner, "ready": self.ready}
-
-    @classmethod
-    def from_record(cls, d: Mapping[str, Any]) -> OwnerWait:
-        return cls(str(d["namespace"]), str(d["owner"]), int(d["ready"]))
-
-
-@dataclass(frozen=True)
-class WaveStarted:
-    """The wave-started record: everything a resumed run needs to finish the wave."""
-
-    wave: int
-    nodes: tuple[str, ...]
-    instances: Mapping[str, str]  # node -> instance
-    groups: Mapping[str, GroupShare]
-    decrement: Mapping[str, bool]  # node -> whether its termination lowers its group's capacity
-    owners: Mapping[str, OwnerWait]  # workload uid -> what it must come back to
-    at: float = 0.0  # the journal stamps it when it writes the record
-    estimated_seconds: float | None = None
-    estimate: Mapping[str, Any] = field(default_factory=dict)
-    zone: str | None = None
-    pools: tuple[str, ...] = ()
-    reasons: tuple[str, ...] = ()
-    waiting: tuple[str, ...] = ()
-    stuck: Any = None
-
-    def group_of(self, node: str) -> str:
-        return next(g for g, share in self.groups.items() if node in share.nodes)
-
-    def to_record(self) -> dict[str, Any]:
-        """The record's fields (its kind and time are the journal's)."""
-        return {"wave": self.wave, "nodes": list(self.nodes), "instances": dict(self.instances),
-                "groups": {g: share.to_record() for g, share in self.groups.items()}, "decrement": dict(self.decrement),
-                "owners": {uid: o.to_record() for uid, o in self.owners.items()},
-                "estimated_seconds": self.estimated_seconds, "estimate": dict(self.estimate), "zone": self.zone,
-                "pools": list(self.pools), "reasons": list(self.reasons), "waiting": list(self.waiting), "stuck": self.stuck}
-
-    @classmethod
-    def from_record(cls, d: Mapping[str, Any]) -> WaveStarted:
-        return cls(wave=int(d["wave"]), nodes=tuple(d["nodes"]), instances=dict(d.get("instances") or {}),
-                   groups={g: GroupShare.from_record(share) for g, share in (d.get("groups") or {}).items()},
-                   decrement=dict(d.get("decrement") or {}),
-                   owners={uid: OwnerWait.from_record(o) for uid, o in (d.get("owners") or {}).items()},
-                   at=float(d["at"]), estimated_seconds=d.get("estimated_seconds"), estimate=d.get("estimate") or {},
-                   zone=d.get("zone"), pools=tuple(d.get("pools") or ()), reasons=tuple(d.get("reasons") or ()),
-                   waiting=tuple(d.get("waiting") or ()), stuck=d.get("stuck"))
-
-
 @dataclass
 class WaveState:
     """One wave as the journal tells it."""
 
     number: int
     started: WaveStarted
-    phases: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # phase -> its record
+    phases: dict[str, PhaseRecord] = field(default_factory=dict)  # phase -> its record
     cordoned: set[str] = field(default_factory=set)
     drained: set[str] = field(default_factory=set)
     terminated: set[str] = field(default_factory=set)  # instance ids
     failed: dict[str, str] = field(default_factory=dict)  # node -> why
     evictions: int = 0
     refused: int = 0
-    finished: Mapping[str, Any] | None = None
+    finished: WaveFinished | None = None
     extra_surge: dict[str, str] = field(default_factory=dict)  # node whose termination gives back a later surge -> group
     # One-at-a-time workloads whose evicted pod is not back yet (workload -> the eviction as journalled), and those
     # settling (workload -> until when): what a resumed drain must honour before it evicts their next pod.
@@ -172,9 +102,9 @@ class RunState:
     cluster: str
     last_seq: int = 0
     run: str | None = None  # the open (or last) run's id
-    started: Mapping[str, Any] | None = None
-    ended: Mapping[str, Any] | None = None  # finished or aborted record of the last run
-    halted: Mapping[str, Any] | None = None  # the open run's latest halt, until it continues
+    started: RunStarted | None = None
+    ended: Finished | AbortedRecord | None = None  # how the last run ended
+    halted: Halted | None = None  # the open run's latest halt, until it continues
     waves: dict[int, WaveState] = field(default_factory=dict)
     cordoned: set[str] = field(default_factory=set)
     tainted: set[str] = field(default_factory=set)
@@ -187,10 +117,10 @@ class RunState:
     evicted: Counter[str] = field(default_factory=Counter)  # namespace/name -> times this run evicted it
     evicted_again: int = 0  # evicted pods this run had already moved once (created after the run began)
     refused: int = 0
-    first_plan: Mapping[str, Any] | None = None  # the plan the run started with: its estimate is the report's
-    last_plan: Mapping[str, Any] | None = None
-    paused: Mapping[str, Any] | None = None  # the pause control record in force
-    abort: Mapping[str, Any] | None = None  # an abort requested for the open run
+    first_plan: PlanRecord | None = None  # the plan the run started with: its estimate is the report's
+    last_plan: PlanRecord | None = None
+    paused: Control | None = None  # the pause control record in force
+    abort: Control | None = None  # an abort requested for the open run
     holder: str | None = None
     gate_asked: dict[int, float] = field(default_factory=dict)  # wave -> when the health gate was first asked for it
 
@@ -210,9 +140,9 @@ class RunState:
         if self.run is None:
             return "never-run"
         if self.ended is not None:
-            return str(self.ended["kind"])
+            return self.ended.KIND
         if self.halted is not None:  # a run that stopped where --max-waves asked is not a fault
-            return "partial" if self.halted.get("reason") == "max-waves" else "halted"
+            return "partial" if self.halted.reason == "max-waves" else "halted"
         return "running"
 
 
@@ -228,67 +158,71 @@ def apply(state: RunState, record: Record) -> None:
     kind = d.get("kind")
     state.last_seq = record.seq
     if kind == CONTROL:
-        action = d.get("action")
-        if action == "pause":
-            state.paused = d
-        elif action == "resume":
+        control = Control.from_record(d)
+        if control.action == "pause":
+            state.paused = control
+        elif control.action == "resume":
             state.paused = None
-        elif action == "abort" and state.open:
-            state.abort = d
+        elif control.action == "abort" and state.open:
+            state.abort = control
         return
     if kind == RUN_STARTED:
         # A new run: forget the previous one's details, keep the stream-level pause.
-        paused = state.paused
-        new = RunState(state.cluster, last_seq=record.seq, run=d["run"], started=d, paused=paused, holder=d.get("holder"),
-                       capacity=Counter(d.get("inherited") or {}))
+        started = RunStarted.from_record(d)
+        new = RunState(state.cluster, last_seq=record.seq, run=started.run, started=started, paused=state.paused,
+                       holder=started.holder, capacity=Counter(started.inherited or {}))
         state.__dict__.update(new.__dict__)
         return
     if d.get("run") != state.run:
         return  # a record of an older run
-    if kind == RUN_CONTINUED:
-        state.halted = None
-        state.holder = d.get("holder")
-    elif kind == PLAN:
-        state.first_plan = state.first_plan or d
-        state.last_plan = d
-    elif kind == WAVE_STARTED:
-        state.waves[d["wave"]] = WaveState(d["wave"], WaveStarted.from_record(d))
-    elif kind == INTENT:
+    if kind == INTENT:
         state.pending[Intent.from_record(d).id] = d
     elif kind == DONE:
         done = Done.from_record(d)
         intent = state.pending.pop(done.id, None)
         if intent is not None and done.ok:
             _confirmed(state, intent, d)
-    elif kind == PHASE:
-        wave = state.waves.get(d["wave"])
-        if wave is not None:
-            wave.phases[d["phase"]] = d
-    elif kind == DRAINED:
-        wave = state.waves.get(d["wave"])
-        if wave is not None:
-            wave.drained.add(d["node"])
-    elif kind == SETTLING:
-        wave = state.waves.get(d["wave"])
-        if wave is not None:
-            wave.in_flight.pop(d["workload"], None)
-            wave.settling[d["workload"]] = float(d["until"])
+    elif kind == WAVE_STARTED:
+        started_wave = WaveStarted.from_record(d)
+        state.waves[started_wave.wave] = WaveState(started_wave.wave, started_wave)
+    elif kind in _KINDS:
+        _applied(state, _KINDS[kind].from_record(d))
 
-    elif kind == NODE_FAILED:
-        state.failed[d["node"]] = d["reason"]
-        wave = state.waves.get(d["wave"])
+
+_KINDS: dict[str, type[JournalRecord]] = {c.KIND: c for c in (
+    RunContinued, PlanRecord, PhaseRecord, Drained, Settling, NodeFailed, WaveFinished, Gate, Halted, Paused, Finished,
+    AbortedRecord)}
+
+
+def _applied(state: RunState, r: JournalRecord) -> None:
+    """What a record of the open run other than a side effect changes."""
+    wave = state.waves.get(r.wave) if isinstance(r, PhaseRecord | Drained | Settling | NodeFailed | WaveFinished) \
+        and isinstance(r.wave, int) else None
+    if isinstance(r, RunContinued):
+        state.halted = None
+        state.holder = r.holder
+    elif isinstance(r, PlanRecord):
+        state.first_plan = state.first_plan or r
+        state.last_plan = r
+    elif isinstance(r, PhaseRecord) and wave is not None:
+        wave.phases[r.phase] = r
+    elif isinstance(r, Drained) and wave is not None:
+        wave.drained.add(r.node)
+    elif isinstance(r, Settling) and wave is not None:
+        wave.in_flight.pop(r.workload, None)
+        wave.settling[r.workload] = float(r.until)
+    elif isinstance(r, NodeFailed):
+        state.failed[r.node] = r.reason
         if wave is not None:
-            wave.failed[d["node"]] = d["reason"]
-    elif kind == WAVE_FINISHED:
-        wave = state.waves.get(d["wave"])
-        if wave is not None:
-            wave.finished = d
-    elif kind == GATE:
-        state.gate_asked.setdefault(int(d["wave"]), float(d["at"]))
-    elif kind == HALTED:
-        state.halted = d
-    elif kind in (FINISHED, ABORTED):
-        state.ended = d
+            wave.failed[r.node] = r.reason
+    elif isinstance(r, WaveFinished) and wave is not None:
+        wave.finished = r
+    elif isinstance(r, Gate):
+        state.gate_asked.setdefault(int(r.wave), float(r.at))
+    elif isinstance(r, Halted):
+        state.halted = r
+    elif isinstance(r, Finished | AbortedRecord):
+        state.ended = r
         state.abort = None
 
 
@@ -322,7 +256,7 @@ def _confirmed(state: RunState, intent: Mapping[str, Any], d: Mapping[str, Any])
         if wave is not None:
             wave.terminated.add(intent["instance"])
     elif op == "evict":
-        born = state.started.get("at", 0.0) if state.started else 0.0
+        born = state.started.at if state.started else 0.0
         for pod in d.get("evicted", ()):
             state.evicted[pod["pod"]] += 1
             if pod.get("created", 0.0) > born:
@@ -385,7 +319,7 @@ class Journal(IntentLog):
 
 def control(store: StateStore, cluster: str, action: str, by: str, reason: str, at: float) -> Record:
     """A pause, resume or abort request, written by another process."""
-    return store.append(stream_of(cluster), {"kind": CONTROL, "action": action, "by": by, "reason": reason, "at": at})
+    return store.append(stream_of(cluster), {"kind": CONTROL, "at": at, **Control(action, by, reason).to_record()})
 
 
 def read_state(store: StateStore, cluster: str) -> RunState:

@@ -14,7 +14,7 @@ from platformctl.cluster.informer import Informer
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Pod
 from platformctl.errors import NotFoundError, PlatformError
-from upgrade_service.journal import OwnerWait
+from upgrade_service.journal_records import OwnerWait
 from upgrade_service.replacement import NodeReplacer
 
 

@@ -46,18 +46,26 @@ from platformctl.state.lease import LeaseKeeper
 from upgrade_service import journal as rotation_journal
 from upgrade_service.health import Assessment, Decision, Problem, assess, decide
 from upgrade_service.intents import DONE, INTENT, Done, Intent, IntentLog, settle_with_groups
+from upgrade_service.journal_records import Drained
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.remediation_policy import RemediationPolicy
+from upgrade_service.remediation_records import (
+    CLEARED,
+    FINISHED,
+    INCIDENT,
+    SKIPPED,
+    STARTED,
+    BreakerClosed,
+    BreakerOpen,
+    RemediationFinished,
+    RemediationStarted,
+    Skipped,
+)
 from upgrade_service.replacement import NodeReplacer
 from upgrade_service.wave_drain import WaveDrain
 
 # Record kinds of the remediation stream.
-STARTED = "remediation-started"
-FINISHED = "remediation-finished"
-SKIPPED = "skipped"
-INCIDENT = "breaker-open"
-CLEARED = "breaker-closed"
-DRAINED = rotation_journal.DRAINED
+DRAINED = Drained.KIND  # a drain journals here as it does in a rotation
 
 HOUR = 3600.0
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LEASE_HELD = 0, 1, 2, 3
@@ -71,7 +79,7 @@ def stream_of(cluster: str) -> str:
 class Open:
     """A remediation started and not finished."""
 
-    started: dict[str, Any]
+    started: RemediationStarted
     cordoned: bool = False  # this remediation cordoned the node (and must give it back if it stops short)
     surged: bool = False  # it raised its group's desired capacity by one: the termination lowers it again
     drained: bool = False
@@ -85,12 +93,12 @@ class RemediationState:
     open: dict[str, Open] = field(default_factory=dict)  # remediation id -> what it did so far
     started_at: list[float] = field(default_factory=list)  # cluster time of every remediation started
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)  # intent id -> intent without a done
-    incident: dict[str, Any] | None = None  # the breaker-open record in force
+    incident: BreakerOpen | None = None  # the incident in force
     last_skip: dict[str, str] = field(default_factory=dict)  # subject -> the last reason it was skipped for
     recent: list[dict[str, Any]] = field(default_factory=list)  # the newest decisions, for `remediate status`
     terminated: set[str] = field(default_factory=set)  # instance ids remediation terminated
     # node left cordoned -> the remediation whose surge stands in for it (its started record)
-    standing_in: dict[str, dict[str, Any]] = field(default_factory=dict)
+    standing_in: dict[str, RemediationStarted] = field(default_factory=dict)
 
 
 def fold(cluster: str, records: Iterable[Record]) -> RemediationState:
@@ -105,14 +113,16 @@ def apply(state: RemediationState, record: Record) -> None:
     kind = d.get("kind")
     state.last_seq = record.seq
     if kind == STARTED:
-        state.open[d["id"]] = Open(d, surged=bool(d.get("surged")))
-        state.standing_in.pop(d["subject"], None)
-        state.started_at.append(float(d["at"]))
-        state.last_skip.pop(d["subject"], None)
+        started = RemediationStarted.from_record(d)
+        state.open[started.id] = Open(started, surged=started.surged)
+        state.standing_in.pop(started.subject, None)
+        state.started_at.append(started.at)
+        state.last_skip.pop(started.subject, None)
     elif kind == FINISHED:
-        ended = state.open.pop(d["id"], None)
-        if ended is not None and ended.surged and not ended.terminated and d.get("result") == "drain-failed":
-            state.standing_in[d["subject"]] = ended.started
+        finished = RemediationFinished.from_record(d)
+        ended = state.open.pop(finished.id, None)
+        if ended is not None and ended.surged and not ended.terminated and finished.result == "drain-failed":
+            state.standing_in[finished.subject] = ended.started
     elif kind == INTENT:
         state.pending[Intent.from_record(d).id] = d
     elif kind == DONE:
@@ -136,9 +146,10 @@ def apply(state: RemediationState, record: Record) -> None:
         if current is not None:
             current.drained = True
     elif kind == SKIPPED:
-        state.last_skip[d["subject"]] = d["code"]
+        skipped = Skipped.from_record(d)
+        state.last_skip[skipped.subject] = skipped.code
     elif kind == INCIDENT:
-        state.incident = d
+        state.incident = BreakerOpen.from_record(d)
     elif kind == CLEARED:
         state.incident = None
     if kind in (STARTED, FINISHED, SKIPPED, INCIDENT, CLEARED):
@@ -227,11 +238,11 @@ def remediation_holds(store: StateStore, cluster: str) -> dict[str, str]:
     state = read_state(store, cluster)
     out: dict[str, str] = {}
     for rid, current in state.open.items():
-        node = current.started.get("node")
+        node = current.started.node
         if node:
-            out[node] = f"remediation {rid} is replacing it ({current.started.get('reason')})"
+            out[node] = f"remediation {rid} is replacing it ({current.started.reason})"
     for node, started in state.standing_in.items():
-        out.setdefault(node, f"left cordoned by remediation {started.get('id')}, whose surge stands in for it")
+        out.setdefault(node, f"left cordoned by remediation {started.id}, whose surge stands in for it")
     return out
 
 
@@ -306,11 +317,11 @@ class Remediator:
             self._incident(seen)
             for d in decisions:
                 self._skip(d)
-            incident = self.log.state.incident
+            incident = self.log.state.incident.to_dict() if self.log.state.incident else None
             return Outcome(self.name, "breaker-open", EXIT_FAILED, "circuit breaker open, nothing remediated: "
                            + "; ".join(seen.breaker), [d.to_dict() for d in decisions], remediated, pending, incident)
         if self.log.state.incident is not None:
-            self.log.write(CLEARED, unhealthy=len(seen.unhealthy), total=seen.total)
+            self.log.append(BreakerClosed(len(seen.unhealthy), seen.total))
         for d in decisions:
             if d.action != "remediate":
                 self._skip(d)
@@ -328,17 +339,17 @@ class Remediator:
     def _incident(self, seen: Assessment) -> None:
         current = self.log.state.incident
         unhealthy = sorted(p.subject for p in seen.unhealthy)
-        if current is not None and current.get("scopes") == seen.breaker and current.get("subjects") == unhealthy:
+        if current is not None and current.scopes == seen.breaker and current.subjects == unhealthy:
             return  # the same incident, still open: recorded once
-        self.log.write(INCIDENT, scopes=seen.breaker, subjects=unhealthy, total=seen.total,
-                       unhealthy=[{"subject": p.subject, "reason": p.reason, "zone": p.zone, "pool": p.pool,
-                                   "since": p.since} for p in seen.unhealthy])
+        self.log.append(BreakerOpen(seen.breaker, unhealthy, seen.total,
+                                    [{"subject": p.subject, "reason": p.reason, "zone": p.zone, "pool": p.pool,
+                                      "since": p.since} for p in seen.unhealthy]))
 
     def _skip(self, d: Decision) -> None:
         code = _code(d.why)
         if self.log.state.last_skip.get(d.problem.subject) == code:
             return  # said already; said again only when the reason changes
-        self.log.write(SKIPPED, subject=d.problem.subject, code=code, why=d.why, problem=d.problem.reason)
+        self.log.append(Skipped(d.problem.subject, code, d.why, d.problem.reason))
 
     # ---------------------------------------------------------------- acting
 
@@ -363,32 +374,29 @@ class Remediator:
         rid = f"{self.name}-{uuid.uuid4().hex[:8]}"
         earlier = self.log.state.standing_in.get(problem.subject)
         if earlier is not None:  # an earlier surge stands in for it: that surge's node is its replacement
-            members = tuple(earlier.get("members") or ())
+            members = tuple(earlier.members)
         else:
             members = self.groups.describe(problem.group or "").instances if problem.group else ()
-        self.log.write(STARTED, id=rid, subject=problem.subject, node=problem.subject if problem.joined else None,
-                       instance=problem.instance, group=problem.group, pool=problem.pool, zone=problem.zone,
-                       reason=problem.reason, since=problem.since, members=list(members),
-                       kubelet_gone_since=problem.kubelet_gone_since,
-                       surged=earlier is not None)
+        self.log.append(RemediationStarted(rid, problem.subject, problem.subject if problem.joined else None,
+                                           problem.instance, problem.group, problem.pool, problem.zone, problem.reason,
+                                           problem.since, list(members), problem.kubelet_gone_since, earlier is not None))
         self.progress(f"{self.name}: remediating {problem.subject}: {problem.reason}")
         return self._carry_out(rid, self.log.state.open[rid])
 
     def _resume(self, rid: str, current: Open, seen: Assessment) -> dict[str, Any]:
-        info = current.started
-        subject = info["subject"]
+        subject = current.started.subject
         still = any(p.subject == subject for p in seen.unhealthy + seen.pending)
         if not current.terminated and (not still or seen.breaker_open):
             why = "it recovered before it was replaced" if not still else "circuit breaker open: " + "; ".join(seen.breaker)
             self._give_back(rid, current)
             result = "recovered" if not still else "stopped"
-            self.log.write(FINISHED, id=rid, subject=subject, result=result, detail=why)
+            self.log.append(RemediationFinished(rid, subject, result, why))
             return {"subject": subject, "result": result, "detail": why, "id": rid}
         self.progress(f"{self.name}: resuming the remediation of {subject}")
         return self._carry_out(rid, current)
 
     def _give_back(self, rid: str, current: Open) -> None:
-        node = current.started.get("node")
+        node = current.started.node
         if current.cordoned and node:
             self.log.remediation = rid
             try:
@@ -399,11 +407,12 @@ class Remediator:
     def _carry_out(self, rid: str, current: Open) -> dict[str, Any]:
         info = current.started
         self.log.remediation = rid
-        subject, node, instance, group = info["subject"], info.get("node"), info.get("instance"), info.get("group")
+        subject, node, instance, group = info.subject, info.node, info.instance, info.group
 
-        def finish(result: str, detail: str, **extra: Any) -> dict[str, Any]:
-            self.log.write(FINISHED, id=rid, subject=subject, result=result, detail=detail, **extra)
-            return {"subject": subject, "result": result, "detail": detail, "id": rid, **extra}
+        def finish(result: str, detail: str, replacement: str | None = None) -> dict[str, Any]:
+            self.log.append(RemediationFinished(rid, subject, result, detail, replacement))
+            return {"subject": subject, "result": result, "detail": detail, "id": rid,
+                    **({"replacement": replacement} if replacement else {})}
 
         if not current.terminated:
             if node:
@@ -435,7 +444,7 @@ class Remediator:
     def _in_service(self, instance: str) -> bool:
         return self.replacer.in_service(instance)
 
-    def _drain(self, rid: str, node: str, info: dict[str, Any]) -> str | None:
+    def _drain(self, rid: str, node: str, info: RemediationStarted) -> str | None:
         """Drain through the eviction API; returns what held the node when it could not, else None."""
         def unreachable(name: str) -> bool:
             try:
@@ -469,7 +478,7 @@ class Remediator:
 
         self._op("force-delete", delete, node=node, pods=names,
                  why=f"kubelet gone since {gone:.0f}, over forceAfterSeconds {force}; evictions refused: {why}")
-        self.log.write(DRAINED, wave=rid, node=node, forced=len(pods))
+        self.log.write(DRAINED, **Drained(rid, node, len(pods)).to_record())
         return None
 
     def _kubelet_gone_since(self, node: str) -> float | None:
@@ -496,11 +505,11 @@ class Remediator:
 
         self.replacer.terminate(subject, instance, group, decrement, announce)
 
-    def _wait_replacement(self, info: dict[str, Any]) -> str | None:
-        group = info.get("group")
+    def _wait_replacement(self, info: RemediationStarted) -> str | None:
+        group = info.group
         if not group:
             return None
-        before = set(info.get("members") or ()) | {info.get("instance")}
+        before = set(info.members) | {info.instance}
         self.progress(f"{self.name}: waiting for {group}'s replacement to be Ready")
         deadline = self.clock.now() + self.policy.node_startup_timeout_seconds
         return self.replacer.wait_replacement(group, {b for b in before if b}, deadline)

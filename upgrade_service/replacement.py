@@ -46,6 +46,7 @@ class NodeReplacer:
         self._own_nodes = nodes is None
         self._group_of_instance: dict[str, str] = {}
         self._group_of_node: dict[str, str] = {}  # a node's instance never changes
+        self._instance_of_node: dict[str, str | None] = {}
 
     @property
     def nodes(self) -> Informer:
@@ -154,12 +155,25 @@ class NodeReplacer:
                   schedulable: bool = False) -> tuple[list[Node], list[Node]]:
         """The group's nodes whose instances were not among ``before``: (those Ready — on ``image`` when given, and
         not cordoned when ``schedulable`` — , the others)."""
-        fresh = [n for n in self.nodes.nodes() if n.instance_id and n.instance_id not in before]
+        known = before if isinstance(before, set | frozenset) else frozenset(before)
+        fresh = []
+        instance_of = self._instance_of_node
+        for n in self.nodes.nodes():
+            if self._group_of_node.get(n.name, group) != group:
+                continue  # a node known to be another group's (a node's group never changes): not asked again
+            instance = instance_of.get(n.name, "")
+            if instance == "":
+                instance = instance_of[n.name] = n.instance_id  # parsed from its providerID once
+            if instance and instance not in known:
+                fresh.append(n)
         group_of = self.groups_of(fresh)
-        mine = [n for n in fresh if group_of.get(n.name) == group]
-        good = [n for n in mine if n.ready and (image is None or n.labels.get(image_label) == image)
-                and not (schedulable and n.unschedulable)]
-        return good, [n for n in mine if n not in good]
+        good: list[Node] = []
+        others: list[Node] = []
+        for n in fresh:
+            if group_of.get(n.name) == group:
+                ok = n.ready and (image is None or n.labels.get(image_label) == image) and not (schedulable and n.unschedulable)
+                (good if ok else others).append(n)
+        return good, others
 
     def wait_replacement(self, group: str, before: Collection[str], deadline: float,
                          failpoint: str = "wait:replacement") -> str | None:

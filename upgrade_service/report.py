@@ -10,6 +10,7 @@ from typing import Any, NotRequired, TypedDict
 
 from platformctl.cluster.model import format_time
 from upgrade_service.journal import RunState
+from upgrade_service.journal_records import Finished
 
 
 class WaveReport(TypedDict):
@@ -70,27 +71,28 @@ def build_report(state: RunState) -> RunReport:
     if state.run is None or state.started is None:
         return {"cluster": state.cluster, "status": "never-run",
                 "paused": _pause(state)}
-    started = float(state.started["at"])
+    started = state.started.at
     waves: list[WaveReport] = []
     lowest: tuple[int, str] | None = None
     end = started
     for number in sorted(state.waves):
         wave = state.waves[number]
         info = wave.started
-        finished = wave.finished or {}
-        headroom = finished.get("lowest_headroom") or (wave.phases.get("drain-done") or {}).get("lowest_headroom")
+        finished = wave.finished
+        drained = wave.phases.get("drain-done")
+        headroom = (finished.lowest_headroom if finished else None) or (drained.lowest_headroom if drained else None)
         if headroom is not None and (lowest is None or headroom[0] < lowest[0]):
             lowest = (int(headroom[0]), str(headroom[1]))
-        end = max(end, float(finished.get("at", info.at)))
+        end = max(end, finished.at if finished else info.at)
         waves.append({
             "wave": number,
             "nodes": list(info.nodes),
             "zone": info.zone,
             "pools": list(info.pools),
             "started": format_time(info.at),
-            "finished_at": format_time(float(finished["at"])) if "at" in finished else None,
+            "finished_at": format_time(finished.at) if finished else None,
             "estimated_seconds": info.estimated_seconds,
-            "actual_seconds": round(float(finished["seconds"]), 1) if "seconds" in finished else None,
+            "actual_seconds": round(finished.seconds, 1) if finished else None,
             # how long the health gate kept the wave from starting (not part of the estimate, which cannot know it)
             "gate_seconds": round(info.at - state.gate_asked[number], 1) if number in state.gate_asked else 0.0,
             "evictions": wave.evictions,
@@ -100,37 +102,37 @@ def build_report(state: RunState) -> RunReport:
         })
     ended = state.ended
     if ended is not None:
-        end = max(end, float(ended["at"]))
+        end = max(end, ended.at)
     elif state.halted is not None:
-        end = max(end, float(state.halted["at"]))
-    plan = state.last_plan or {}
-    first = state.first_plan or {}
+        end = max(end, state.halted.at)
+    plan = state.last_plan or state.first_plan
+    first = state.first_plan
     status = state.status
-    if ended is not None and ended.get("kind") == "finished":
-        status = ended.get("status", "done")
+    if isinstance(ended, Finished):
+        status = ended.status
     return {
         "cluster": state.cluster,
         "run": state.run,
         "status": status,
-        "reason": (ended or {}).get("reason") or (state.halted or {}).get("detail"),
+        "reason": (ended.reason if ended else None) or (state.halted.detail if state.halted else None),
         "started": format_time(started),
         "last_activity": format_time(end),
         "duration_seconds": round(end - started, 1),
         "gate_seconds": round(sum(state.waves[n].started.at - at for n, at in state.gate_asked.items()
                                   if n in state.waves), 1),
-        "estimated_seconds": first.get("estimated_seconds"),
-        "targets": plan.get("targets") or first.get("targets") or {},
+        "estimated_seconds": first.estimated_seconds if first else None,
+        "targets": dict((plan.targets if plan else None) or (first.targets if first else None) or {}),
         "waves": waves,
         "nodes_rotated": len(state.terminated),
         "nodes_failed": [{"node": n, "reason": r} for n, r in sorted(state.failed.items())],
-        "nodes_blocked": [{"node": b["node"], "reason": b["reason"]} for b in plan.get("blocked", [])],
-        "nodes_unmanaged": list(plan.get("unmanaged", [])),
+        "nodes_blocked": [{"node": b["node"], "reason": b["reason"]} for b in (plan.blocked if plan else [])],
+        "nodes_unmanaged": list(plan.unmanaged if plan else []),
         "evictions": sum(state.evicted.values()),
         "refused_evictions": state.refused,
         "pods_disrupted_more_than_once": state.evicted_again,
         "lowest_budget_headroom": {"headroom": lowest[0], "budget": lowest[1]} if lowest else None,
-        "halted": {"reason": state.halted.get("reason"), "detail": state.halted.get("detail"),
-                   "at": format_time(float(state.halted["at"]))} if state.halted else None,
+        "halted": {"reason": state.halted.reason, "detail": state.halted.detail,
+                   "at": format_time(state.halted.at)} if state.halted else None,
         # Instances added (surged) that no termination gave back: standing in for nodes that failed to drain,
         # or left by an abort. The next run spends them first.
         "capacity_kept": {g: n for g, n in sorted(state.capacity.items()) if n > 0},
@@ -144,4 +146,4 @@ def build_report(state: RunState) -> RunReport:
 def _pause(state: RunState) -> Pause | None:
     if state.paused is None:
         return None
-    return {"by": state.paused.get("by"), "reason": state.paused.get("reason"), "at": format_time(float(state.paused["at"]))}
+    return {"by": state.paused.by, "reason": state.paused.reason, "at": format_time(state.paused.at)}

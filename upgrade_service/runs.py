@@ -17,6 +17,7 @@ from upgrade_service import journal as j
 from upgrade_service.abort import put_back
 from upgrade_service.execute import Executor
 from upgrade_service.journal import Journal
+from upgrade_service.journal_records import AbortedRecord
 from upgrade_service.policy import RotationPolicy
 from upgrade_service.run_types import EXIT_DONE, EXIT_HALTED, EXIT_LEASE_HELD, Options, Outcome, Progress, Target
 
@@ -51,9 +52,9 @@ def abort_cluster(store: StateStore, name: str, connect: Callable[[], Target], h
     while True:
         state = j.read_state(store, name)
         if not state.open:  # the live run saw the request and put back itself
-            ended = state.ended or {}
-            held = sorted(ended.get("still_held") or [])
-            return AbortOutcome(name, str(ended.get("reason") or "aborted"), held, not held)
+            ended = state.ended
+            held = sorted(ended.still_held) if isinstance(ended, AbortedRecord) else []
+            return AbortOutcome(name, (ended.reason if ended else "") or "aborted", held, not held)
         keeper = LeaseKeeper(store, stream, holder, lease_ttl)
         try:
             keeper.acquire()

@@ -51,7 +51,7 @@ from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Pod, PodDisruptionBudget
 from platformctl.errors import NotFoundError
 from upgrade_service.disruption import Protocol, protocol_of, workload_of
-from upgrade_service.journal import DRAINED, SETTLING
+from upgrade_service.journal_records import Drained, Settling
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.policy import RotationPolicy
 
@@ -202,7 +202,7 @@ class WaveDrain:
             until = self.clock.now() + flight.settle_seconds
             self.settling[workload] = until
             # Journalled: a run killed now and started again still waits out the settle time.
-            self.journal.write(SETTLING, wave=self.wave, workload=workload, until=until)
+            self.journal.write(Settling.KIND, **Settling(self.wave, workload, until).to_record())
             return True
         return False
 
@@ -233,7 +233,7 @@ class WaveDrain:
                     pods_of[node] = pods
                 else:
                     drained.append(node)
-                    self.journal.write(DRAINED, wave=self.wave, node=node)
+                    self.journal.write(Drained.KIND, **Drained(self.wave, node).to_record())
                     if self.on_drained is not None:
                         self.on_drained(node)
             left = list(pods_of)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from platformctl.app.clusters import connect
-from platformctl.app.rotation import Scope, scope_of, store_of
+from platformctl.app.rotation import ActRequest, Scope, scope_of, store_of
 from platformctl.errors import PlatformError
 from platformctl.state import StateStore
 from platformctl.state.lease import holder_id
@@ -23,16 +23,10 @@ from upgrade_service.run_types import Target
 
 
 @dataclass(frozen=True)
-class RemediationRequest:
-    policy_file: Path
-    context: str | None = None
-    stage: str | None = None
-    kubeconfig: str | None = None
-    state: str | None = None
-    region: str | None = None
-    lease_ttl: float = 60.0
+class RemediationRequest(ActRequest):
+    """Replace the broken nodes of one cluster or a stage; ``dry_run`` says what would be done and does nothing."""
+
     dry_run: bool = False
-    infra_dir: Path | None = None
 
 
 @dataclass
@@ -103,7 +97,7 @@ def remediation_status(context: str | None, stage_name: str | None, state: str |
         clusters.append({
             "cluster": name,
             "breaker": "open" if current.incident else "closed",
-            "incident": current.incident,
+            "incident": current.incident.to_dict() if current.incident else None,
             "remediations_last_hour": sum(1 for t in current.started_at if t > now - HOUR),
             "in_progress": [o.started for o in current.open.values()],
             "recent": current.recent[-last:],

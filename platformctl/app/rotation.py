@@ -185,8 +185,9 @@ def _plan_one(request: PlanRequest, policy: RotationPolicy) -> RotationPlan:
 
 
 @dataclass(frozen=True)
-class RunRequest:
-    """Carry a rotation out on one cluster (``context``) or a whole stage."""
+class ActRequest:
+    """What a job that acts on clusters under a policy is given: the policy, the clusters (one ``context`` or a whole
+    ``stage``), how to reach them and their groups, the store it journals in and its lease's time to live."""
 
     policy_file: Path
     context: str | None = None
@@ -195,8 +196,14 @@ class RunRequest:
     state: str | None = None
     region: str | None = None
     lease_ttl: float = 60.0
-    max_waves: int | None = None
     infra_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class RunRequest(ActRequest):
+    """Carry a rotation out on one cluster (``context``) or a whole stage, at most ``max_waves`` waves."""
+
+    max_waves: int | None = None
 
 
 @dataclass

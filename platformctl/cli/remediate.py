@@ -63,8 +63,9 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
         return
     if policy_file is None:
         raise PlatformError("missing option --policy FILE (the remediation policy)", field="remediate")
-    remediation = app.prepare(app.RemediationRequest(policy_file, context, stage_name, kubeconfig, state_spec, region,
-                                                     lease_ttl, dry_run, ctx.obj["infra_dir"]))
+    remediation = app.prepare(app.RemediationRequest(policy_file, context=context, stage=stage_name, kubeconfig=kubeconfig,
+                                                     state=state_spec, region=region, lease_ttl=lease_ttl,
+                                                     infra_dir=ctx.obj["infra_dir"], dry_run=dry_run))
     quiet = output == "json"
 
     def say(message: str) -> None:

@@ -229,8 +229,8 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
                state_spec: str | None, region: str | None, lease_ttl: float, max_waves: int | None, dry_run: bool,
                output: str) -> None:
     """Carry a rotation out: wave by wave, journalled, resumable, halted by health gates."""
-    request = app.RunRequest(policy_file, context, stage_name, kubeconfig, state_spec, region, lease_ttl, max_waves,
-                             ctx.obj["infra_dir"])
+    request = app.RunRequest(policy_file, context=context, stage=stage_name, kubeconfig=kubeconfig, state=state_spec,
+                             region=region, lease_ttl=lease_ttl, infra_dir=ctx.obj["infra_dir"], max_waves=max_waves)
     rotation = app.prepare(request)
     rotation.options = replace(rotation.options, stop=_stop_on_signals())
     if dry_run:

@@ -140,14 +140,14 @@ def test_a_drain_whose_evicted_pod_has_nowhere_to_go_fails_its_node_within_a_min
     first = min(e.time for e in sim.events if e.kind == sim_events.POD_EVICTED and e.name.startswith("pinned-"))
     assert max(e.time for e in sim.events) - first < 3600
     halted = read_state(SQLiteStore(tmp_path / "state.db"), "test").halted
-    assert halted is not None and halted["at"] - first <= 60
+    assert halted is not None and halted.at - first <= 60
     node = sim.get_node(stuck)
     assert node.unschedulable and node.image == OLD  # cordoned, reported, never forced
     assert harm(sim) == NO_HARM
     assert outcome.report["cordoned_by_this_run"] == [stuck]
     # The plan saw it coming: the node is planned alone, and the plan says why its drain will wait.
     plan = read_state(SQLiteStore(tmp_path / "state.db"), "test").first_plan
-    assert plan is not None and any("app/pinned" in w for w in plan["warnings"])
+    assert plan is not None and any("app/pinned" in w for w in plan.warnings)
 
 
 def test_a_drain_that_waits_on_pods_that_start_slowly_fails_the_node_after_drain_timeout_seconds(tmp_path: Path) -> None:

@@ -164,7 +164,7 @@ def test_without_room_that_wave_is_planned_alone_with_its_reason_and_the_run_sto
     assert len(failed) == 1 and "app/db-" in failed[0]["reason"] and "Insufficient cpu" in failed[0]["reason"]
     state = read_state(SQLiteStore(tmp_path / "state.db"), "test")
     first_eviction = min(e.time for e in sim.events if e.kind == "PodEvicted")
-    assert state.halted is not None and state.halted["at"] - first_eviction <= 60
+    assert state.halted is not None and state.halted.at - first_eviction <= 60
     assert harm(sim) == NO_HARM
     assert sim.pool("db").desired == 2 and sum(1 for n in sim.list_nodes() if n.image == OLD) == 2
 

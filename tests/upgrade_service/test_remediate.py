@@ -103,8 +103,8 @@ def test_too_many_broken_at_once_opens_the_breaker_and_touches_nothing(tmp_path:
     touched = [e for e in sim.events[before:] if e.kind in (sim_events.NODE_CORDONED, sim_events.POD_EVICTED, sim_events.NODE_DELETED)]
     assert touched == []
     state = read_state(store(tmp_path), "test")
-    assert state.incident is not None and sorted(state.incident["subjects"]) == sorted(names)
-    assert all("Ready Unknown" in u["reason"] for u in state.incident["unhealthy"])
+    assert state.incident is not None and sorted(state.incident.subjects) == sorted(names)
+    assert all("Ready Unknown" in u["reason"] for u in state.incident.unhealthy)
     again = remediate(sim, tmp_path)  # still open: exit 1 again, the incident recorded once
     assert again.exit_code == EXIT_FAILED
     assert sum(1 for r in read_state(store(tmp_path), "test").recent if r["kind"] == "breaker-open") == 1

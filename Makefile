@@ -20,7 +20,7 @@ test: $(STAMP)
 
 # The everyday loop: the in-process tests only (no local region server, no killed processes).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not process and not slow"
+	$(BIN)/python -m pytest -n 2 -m "not process and not slow"
 
 check: $(STAMP)
 	$(BIN)/ruff check .

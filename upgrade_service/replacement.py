@@ -47,6 +47,7 @@ class NodeReplacer:
         self._group_of_instance: dict[str, str] = {}
         self._group_of_node: dict[str, str] = {}  # a node's instance never changes
         self._instance_of_node: dict[str, str | None] = {}
+        self._no_group: set[str] = set()
 
     @property
     def nodes(self) -> Informer:
@@ -67,10 +68,15 @@ class NodeReplacer:
         """Node name -> its auto scaling group, for the nodes some group owns (each instance asked about once)."""
         known = self._group_of_node
         unknown = [n for n in nodes if n.name not in known]
-        ids = [n.instance_id for n in unknown if n.instance_id and n.instance_id not in self._group_of_instance]
+        ids = [n.instance_id for n in unknown if n.instance_id and n.instance_id not in self._group_of_instance
+               and n.instance_id not in self._no_group]
         if ids:
-            for instance_id, inst in self.groups.instances(ids).items():
+            found = self.groups.instances(ids)
+            for instance_id, inst in found.items():
                 self._group_of_instance[instance_id] = inst.group
+            # An instance no group has is in none for good (a group knows its instances from their launch, before
+            # they register as nodes): it is not asked about again at every look.
+            self._no_group.update(i for i in ids if i not in found)
         for n in unknown:
             group = self._group_of_instance.get(n.instance_id or "")
             if group is not None:
@@ -166,13 +172,17 @@ class NodeReplacer:
                 instance = instance_of[n.name] = n.instance_id  # parsed from its providerID once
             if instance and instance not in known:
                 fresh.append(n)
-        group_of = self.groups_of(fresh)
+        def fit(n: Node) -> bool:
+            return n.ready and (image is None or n.labels.get(image_label) == image) and not (schedulable and n.unschedulable)
+
+        # Only a node that would do is worth asking its group about; the others are named from what is known.
+        group_of = {**self.groups_of([n for n in fresh if fit(n)]),
+                    **{n.name: self._group_of_node[n.name] for n in fresh if n.name in self._group_of_node}}
         good: list[Node] = []
         others: list[Node] = []
         for n in fresh:
             if group_of.get(n.name) == group:
-                ok = n.ready and (image is None or n.labels.get(image_label) == image) and not (schedulable and n.unschedulable)
-                (good if ok else others).append(n)
+                (good if fit(n) else others).append(n)
         return good, others
 
     def wait_replacement(self, group: str, before: Collection[str], deadline: float,

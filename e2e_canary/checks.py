@@ -344,7 +344,8 @@ def daemon(check: Check) -> list[Row]:
         node_of.update({p.name: p.node_name for p in pods})
         for pod in pods:
             if pod.ready and pod.node_name in expected and pod.node_name not in ready_at:
-                ready_at[pod.node_name] = check.clock.now() - check.started
+                # the kubelet's Ready time, not when a poll saw it: a busy client's lag is not the platform's
+                ready_at[pod.node_name] = (pod.ready_at if pod.ready_at is not None else check.clock.now()) - check.started
         return set(ready_at) >= set(expected)
 
     stuck: dict[str, str] = {}

@@ -76,6 +76,9 @@ class Canary(_Value):
     image: str | None = None  # default: pause (it never exits), or busybox with `sleep` for batch and cron
     resources: Resources = Resources()
     clusters: tuple[str, ...] = ()  # empty: every cluster of the stage
+    # How far back the verdict judges it (0: the shortest whole number of verdict windows holding its minimum
+    # evidence); its results carry it, so the verdict needs no checkout
+    evidence_window: Duration = 0
 
     # service
     replicas: Count = 3
@@ -100,7 +103,7 @@ class Canary(_Value):
 
     source: str = Field(default="canary", exclude=True)
 
-    @field_validator("interval", "jitter", "deadline", "run_seconds", "tolerance_seconds", "ready_deadline_seconds",
+    @field_validator("interval", "jitter", "deadline", "run_seconds", "evidence_window", "tolerance_seconds", "ready_deadline_seconds",
                      mode="before")
     @classmethod
     def _duration(cls, value: Any) -> int:

@@ -19,6 +19,9 @@ judge, Kuberhealthy and ClusterLoader2 fall short, this one does not:
 - **the SLO**: the experiment's p99 startup latency within its objective (5 s, SIG-scalability's).
 - **one alpha for the whole verdict**: the tests share ``alpha`` (Bonferroni), so identical arms fail
   at most ``alpha`` of the time, however many metrics there are.
+- **no baseline, then the objectives**: an arm with nothing to compare against (a fresh stage) is judged
+  against what it promises alone (``judge_objectives``): its failure rate against the budget, its p99
+  against the objective, with the same minimum evidence for a pass.
 
 ``judge`` is pure: arms in, a ``Verdict`` out. The configuration is YAML parsed once at the edge.
 """
@@ -65,7 +68,8 @@ class RateRule(_Value):
 
 DEFAULT_METRICS = {
     "pod_startup_seconds": MetricRule(material_relative=0.10, material_absolute=0.25, objective_p99=5.0),
-    "check_seconds": MetricRule(material_relative=0.10, material_absolute=1.0),
+    # a whole check, as a client polling every few seconds sees it: a quarter slower, and more than two polls
+    "check_seconds": MetricRule(material_relative=0.25, material_absolute=5.0),
 }
 
 
@@ -391,3 +395,63 @@ def judge(baseline: Arm, experiment: Arm, config: JudgeConfig | None = None) -> 
     else:
         verdict, reason = "pass", f"no significant and material regression in {len(metrics)} metrics"
     return Verdict(verdict, reason, metrics, alpha)
+
+
+def has_evidence(arm: Arm, config: JudgeConfig) -> bool:
+    """Whether ``arm`` holds what a pass needs: ``minAttempts`` attempts and ``minSamples`` of every metric it has."""
+    return arm.attempts >= config.min_attempts and bool(arm.samples) and \
+        all(len(values) >= config.min_samples for values in arm.samples.values())
+
+
+def judge_objectives(experiment: Arm, config: JudgeConfig | None = None) -> Verdict:
+    """One arm against its objectives alone, for when there is no baseline to compare with: the failure rate against
+    its budget (an exact binomial test) and each metric's p99 against its objective. A metric with neither is not
+    judged (and said so); a pass still needs the minimum evidence, a fail does not (a significant overrun of the
+    budget on few attempts is a fail)."""
+    config = config or JudgeConfig()
+    names = sorted(set(experiment.samples) | {"pod_startup_seconds"})
+    objectives = [n for n in names if config.rule(n).objective_p99 is not None]
+    budget = config.failure_rate.budget
+    alpha = config.alpha / max(1, len(objectives) + (budget is not None))
+    metrics: dict[str, MetricVerdict] = {}
+    for name in objectives:
+        objective = float(config.rule(name).objective_p99 or 0.0)
+        e = _summary(experiment.samples.get(name, ()))
+        out = MetricVerdict(name, "inconclusive", "", {}, e, threshold={"objective_p99": objective,
+                                                                         "min_samples": config.min_samples})
+        if e["n"] < config.min_samples:
+            out.reason = f"too little data: {e['n']} samples, fewer than minSamples {config.min_samples}"
+        elif e["p99"] > objective:
+            out.verdict, out.reason = "fail", f"p99 {_number(e['p99'])} is over its objective {_number(objective)}"
+        else:
+            out.verdict, out.reason = "pass", f"p99 {_number(e['p99'])} within its objective {_number(objective)}"
+        metrics[name] = out
+    if budget is not None:
+        k, n = experiment.failures, experiment.attempts
+        out = MetricVerdict("failure_rate", "inconclusive", "", {}, {"n": n, "events": k, "rate": k / n if n else None},
+                            threshold={"budget": budget, "alpha": alpha, "min_attempts": config.min_attempts})
+        if n == 0:
+            out.reason = "no attempts: nothing to judge, never a pass"
+        else:
+            over = stats.binomtest(k, n, budget, alternative="greater")
+            out.p_value = float(over.pvalue)
+            if over.pvalue < alpha:
+                out.verdict = "fail"
+                out.reason = f"{k}/{n} failed, significantly over its budget {budget:.2%} (p={over.pvalue:.2g})"
+            elif n < config.min_attempts:
+                out.reason = f"too little data: {n} attempts, fewer than minAttempts {config.min_attempts} ({k} failed)"
+            else:
+                out.verdict = "pass"
+                out.reason = f"{k}/{n} failed, within its budget {budget:.2%} (p={over.pvalue:.2g})"
+        metrics["failure_rate"] = out
+    if not metrics:
+        return Verdict("inconclusive", "no objective and no budget configured: nothing to judge one arm by, never a pass",
+                       metrics, alpha)
+    failed = [m for m in metrics.values() if m.verdict == "fail"]
+    unsure = [m for m in metrics.values() if m.verdict == "inconclusive"]
+    if failed:
+        return Verdict("fail", "; ".join(f"{m.name}: {m.reason}" for m in failed), metrics, alpha)
+    if unsure:
+        return Verdict("inconclusive", "; ".join(f"{m.name}: {m.reason}" for m in unsure), metrics, alpha)
+    return Verdict("pass", "within its objectives: " + "; ".join(f"{m.name}: {m.reason}" for m in metrics.values()),
+                   metrics, alpha)

@@ -8,8 +8,8 @@ Images are not a label: they change with every rotation, and telling them apart 
 - ``platformctl_canary_phase_seconds{phase}``: creation to scheduled, scheduled to running, running to Ready;
 - ``platformctl_canary_disruptions_total{reason}``: pods the platform took away, by ``DisruptionTarget`` reason;
 - ``platformctl_canary_seconds_since_last_success``: in the cluster's own time, at scrape;
-- ``platformctl_canary_verdict{verdict}``: 1 for the cluster's last verdict (this window against the one
-  before), 0 for the others.
+- ``platformctl_canary_verdict{verdict}``: 1 for the cluster's last verdict (each canary over its evidence
+  window, as `canary verdict` judges), 0 for the others.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ class CanaryMetrics:
                                    "deleted, by DisruptionTarget reason.", [*common, "reason"], registry=self.registry)
         self.since_success = Gauge("platformctl_canary_seconds_since_last_success", "Seconds since the canary's last "
                                    "ok result, in the cluster's time.", common, registry=self.registry)
-        self.verdict = Gauge("platformctl_canary_verdict", "1 for the cluster's last verdict (this window against the "
-                             "one before), 0 for the others.", ["stage", "cluster", "verdict"], registry=self.registry)
+        self.verdict = Gauge("platformctl_canary_verdict", "1 for the cluster's last verdict (each canary over its "
+                             "evidence window), 0 for the others.", ["stage", "cluster", "verdict"], registry=self.registry)
         self._last_ok: dict[tuple[str, str], float] = {}
 
     def watch(self, cluster: str, canary: str, clock: Any) -> None:

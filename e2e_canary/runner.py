@@ -26,7 +26,7 @@ from typing import Any
 
 from e2e_canary.definitions import LABEL, Canary
 from e2e_canary.measure import NotStarted, Startup, startup
-from platformctl.clock import past
+from platformctl.clock import past, synced_now
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Toleration
 from platformctl.errors import ApiRefused, PlatformError
@@ -154,7 +154,7 @@ class Runner:
         from e2e_canary.checks import CHECKS, Check, CheckFailed
 
         check = Check(canary, namespace, self.cluster, self.poll, {LABEL: canary.name, ATTEMPT_LABEL: attempt})
-        check.started = self.clock.now()
+        check.started = synced_now(self.clock)  # pods' Ready times are the server's
         check.deadline = check.started + canary.deadline
         self.progress(f"{self.name}: {canary.name}: {canary.kind} check in {namespace}, up to {canary.deadline} s")
         try:
@@ -183,7 +183,7 @@ class Runner:
                    containers=(Container("probe", canary.pod_image, requests),), requests=requests, grace_seconds=0)
 
     def _node_pool(self, canary: Canary, attempt: str, namespace: str) -> list[dict[str, Any]]:
-        start = self.clock.now()
+        start = synced_now(self.clock)  # pods' Ready times are the server's
         deadline = start + canary.deadline
         arms = {}
         results: list[dict[str, Any]] = []
@@ -212,7 +212,10 @@ class Runner:
                 seen = startup(pod) if pod is not None else NotStarted("disrupted", "")
                 if isinstance(seen, Startup):
                     ready = pod.ready_at if pod is not None else None
-                    metrics = {**seen.to_dict(), "check_seconds": (ready if ready is not None else self.clock.now()) - start}
+                    # from its own creation, both the server's stamps: pods of many arms are created one after
+                    # another, and the last one's wait for its turn is not its image's
+                    created = pod.created if pod is not None and pod.created else start
+                    metrics = {**seen.to_dict(), "check_seconds": (ready if ready is not None else self.clock.now()) - created}
                     done[name] = self._record(canary, attempt, arm, "ok", "", metrics)
                 elif seen.reason == "disrupted":
                     done[name] = self._record(canary, attempt, arm, "disrupted", disrupted(name, seen.disruption), {})
@@ -252,7 +255,8 @@ class Runner:
         data = {"kind": "result", "canary": canary.name, "canary_kind": canary.kind, "attempt": attempt,
                 "stage": self.stage, "cluster": self.name, "zone": arm.zone if arm else None,
                 "pool": arm.pool if arm else None, "image": arm.image if arm else None, **(where or {}),
-                "outcome": outcome, "reason": reason, "metrics": metrics, "at": self.clock.now()}
+                "outcome": outcome, "reason": reason, "metrics": metrics, "at": self.clock.now(),
+                **({"evidence_window": canary.evidence_window} if canary.evidence_window else {})}
         self.store.append(results_stream(self.stage, self.name, float(data["at"])), data, retain_seconds=self.retention)
         return data
 

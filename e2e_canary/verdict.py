@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from e2e_canary.judge import JudgeConfig, judge
+from e2e_canary.judge import JudgeConfig, has_evidence, judge, judge_objectives
 from e2e_canary.runner import arm_of, results
 from platformctl.humanize import human_duration
 
 ORDER = {"fail": 2, "inconclusive": 1, "pass": 0}
+EVIDENCE_STEPS = 12  # a canary's evidence window is at most this many verdict windows (6 h of 30 m)
 IMAGE_ARMS = ("node-pool",)  # the canaries that measure images side by side: they decide an image's pass
 
 
@@ -50,14 +51,65 @@ def judge_canaries(baseline: Sequence[dict[str, Any]], experiment: Sequence[dict
     return {"verdict": worst["verdict"], "reason": reason, "canaries": canaries}
 
 
+def evidence_window(rows: Sequence[dict[str, Any]], now: float, window: float, config: JudgeConfig,
+                    fixed: float | None = None) -> float:
+    """How far back one canary's verdict looks: the shortest whole number of ``window`` s whose newest span holds
+    the canary's minimum evidence (``minAttempts``, ``minSamples``), up to ``EVIDENCE_STEPS`` of them; or what its
+    definition fixes (``evidenceWindow``). A canary every 10 minutes on one cluster needs 200 minutes for 20
+    attempts: judged over 30 minutes, it could never pass."""
+    if fixed:
+        return fixed
+    for step in range(1, EVIDENCE_STEPS + 1):
+        if has_evidence(arm_of([r for r in rows if now - step * window <= float(r["at"]) <= now]), config):
+            return step * window
+    return EVIDENCE_STEPS * window
+
+
+def canary_verdicts(rows: Sequence[dict[str, Any]], now: float, window: float,
+                    config: JudgeConfig | None = None) -> dict[str, Any]:
+    """Each canary over its own evidence window, against the same span before it when that span holds the minimum
+    evidence too, else against its objectives alone (a fresh stage has no before); the worst verdict, with why.
+    The canaries share the verdict's alpha. ``rows`` must reach back ``2 * EVIDENCE_STEPS * window``."""
+    config = config or JudgeConfig()
+    names = sorted({r["canary"] for r in rows if now - EVIDENCE_STEPS * window <= float(r["at"]) <= now})
+    if not names:
+        return {"verdict": "inconclusive", "reason": f"no canary result in the last {human_duration(EVIDENCE_STEPS * window)}:"
+                " nothing to judge, never a pass", "canaries": {}, "window_seconds": window, "results": {}}
+    shared = config.model_copy(update={"alpha": config.alpha / len(names)})
+    canaries: dict[str, dict[str, Any]] = {}
+    counts: dict[str, dict[str, int]] = {}
+    for name in names:
+        mine = [r for r in rows if r["canary"] == name]
+        fixed = next((float(r["evidence_window"]) for r in reversed(mine) if r.get("evidence_window")), None)
+        span = evidence_window(mine, now, window, config, fixed)
+        current = [r for r in mine if now - span <= float(r["at"]) <= now]
+        before = [r for r in mine if now - 2 * span <= float(r["at"]) < now - span]
+        if has_evidence(arm_of(before), config):
+            judged, against = judge(arm_of(before), arm_of(current), shared), "the window before"
+        else:
+            judged = judge_objectives(arm_of(current), shared)
+            against = "its objectives (the window before holds too little to compare with)"
+        canaries[name] = {**judged.to_dict(), "window_seconds": span, "window": human_duration(span),
+                          "window_fixed": fixed is not None, "baseline": against}
+        counts[name] = {"baseline": len(before) if against == "the window before" else 0, "experiment": len(current)}
+    worst_name, worst = max(canaries.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
+    if worst["verdict"] == "pass":
+        reason = f"no significant and material regression in {len(names)} canar{'ies' if len(names) > 1 else 'y'}, " + \
+            ", ".join(f"{n} over {c['window']}" for n, c in canaries.items())
+    else:
+        reason = f"canary {worst_name} over {worst['window']} against {worst['baseline']}: {worst['reason']}"
+    return {"verdict": worst["verdict"], "reason": reason, "canaries": canaries, "window_seconds": window,
+            "evidence_window_seconds": max(c["window_seconds"] for c in canaries.values()), "results": counts}
+
+
 def stage_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, baseline: str | None = None,
                   config: JudgeConfig | None = None) -> dict[str, Any]:
-    current = [r for r in rows if now - window <= float(r["at"]) <= now]
+    """The stage's verdict: each canary over its evidence window (``canary_verdicts``), or with ``baseline`` (an
+    image) every other image's results in ``window`` judged against that image's, canary by canary."""
     if baseline is None:
-        before = [r for r in rows if now - 2 * window <= float(r["at"]) < now - window]
-        result = judge_canaries(before, current, config)
-        return {**result, "baseline": "the window before", "experiment": "this window", "window_seconds": window,
-                "results": {"baseline": len(before), "experiment": len(current)}}
+        return {**canary_verdicts(rows, now, window, config), "baseline": "the window before, else the objectives",
+                "experiment": "each canary's evidence window"}
+    current = [r for r in rows if now - window <= float(r["at"]) <= now]
     by_image: dict[str, list[dict[str, Any]]] = {}
     for r in current:
         if r.get("image"):

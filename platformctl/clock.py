@@ -37,6 +37,13 @@ def past(clock: Clock, deadline: float) -> bool:
     return not callable(sync) or float(sync()) >= deadline
 
 
+def synced_now(clock: Clock) -> float:
+    """The clock's time, from its source when it can ask (a local region's server): a start measured against the
+    server's own timestamps (a pod's Ready time) must be on the server's timeline, not the client's guess of it."""
+    sync = getattr(clock, "sync", None)
+    return float(sync()) if callable(sync) else clock.now()
+
+
 class WallClock:
     """Real time."""
 

@@ -18,7 +18,7 @@ from e2e_canary.definitions import Canary, default_canary_dir, load_canaries
 from e2e_canary.judge import load_config
 from e2e_canary.metrics import CanaryMetrics, check_address, serve
 from e2e_canary.runner import AttemptReport, Runner, newest_at, results, stream_of
-from e2e_canary.verdict import judge_canaries, stage_verdict
+from e2e_canary.verdict import EVIDENCE_STEPS, canary_verdicts, stage_verdict
 from platformctl.app.stores import store_for
 from platformctl.cluster.interface import Cluster
 from platformctl.errors import PlatformError
@@ -28,7 +28,7 @@ from platformctl.state.lease import LeaseKeeper, holder_id
 from platformctl.topology import load_stage
 
 EXIT_OK, EXIT_FAILED, EXIT_LEASE_HELD = 0, 1, 3
-VERDICT_WINDOW = 1800.0  # the metrics' verdict: the last 30 minutes against the 30 before
+VERDICT_WINDOW = 1800.0  # the metrics' verdict: each canary's evidence window, in steps of 30 minutes
 
 
 def duration(text: str, option: str) -> float:
@@ -171,9 +171,9 @@ def _loop(run: CanaryRun, runners: dict[str, Runner], keepers: list[LeaseKeeper]
                 attempt = runner.run(c)
                 metrics.observe(name, c.name, attempt.results)
                 now = runner.clock.now()
-                recent[name] = [r for r in recent[name] + attempt.results if float(r["at"]) >= now - 2 * VERDICT_WINDOW]
-                metrics.set_verdict(name, judge_canaries([r for r in recent[name] if r["at"] < now - VERDICT_WINDOW],
-                                                         [r for r in recent[name] if r["at"] >= now - VERDICT_WINDOW])["verdict"])
+                reach = 2 * EVIDENCE_STEPS * VERDICT_WINDOW  # what the verdict can look at; older results are the store's
+                recent[name] = [r for r in recent[name] + attempt.results if float(r["at"]) >= now - reach]
+                metrics.set_verdict(name, canary_verdicts(recent[name], now, VERDICT_WINDOW)["verdict"])
                 due[(name, c.name)] = now + c.interval + random.uniform(0, c.jitter)
                 if run.once:  # a runner that runs for months keeps its results in the store, not in memory
                     entries[name].attempts.append(attempt)
@@ -203,12 +203,14 @@ def judge_stage(request: VerdictRequest) -> dict[str, Any]:
     store = store_for(request.state, stage=request.stage, infra_dir=request.infra_dir)
     # The window ends now, or at the newest result when that is later (a local region's clock runs ahead of the wall).
     now = max(time.time(), newest_at(store, request.stage) or 0.0)
-    # This window and the one before it (the default baseline): what is read is what is judged, not the history.
-    rows = results(store, request.stage, since=now - (span if request.baseline else 2 * span), until=now)
+    # What can be judged and nothing older: each canary's longest evidence window and the same span before it (the
+    # default), or the one window of the image arms. A verdict costs its windows, not the history.
+    reach = span if request.baseline else 2 * EVIDENCE_STEPS * span
+    rows = results(store, request.stage, since=now - reach, until=now)
     if request.canaries:
         unknown = sorted(set(request.canaries) - {r["canary"] for r in rows})
         if unknown:
             raise PlatformError(f"no result of canary {unknown[0]!r} in stage {request.stage}", field="--canary")
         rows = [r for r in rows if r["canary"] in request.canaries]
     verdict = stage_verdict(rows, now, span, request.baseline, config)
-    return {"stage": request.stage, "state": store.location, **verdict}
+    return {"stage": request.stage, "state": store.location, "at": now, **verdict}

@@ -119,10 +119,13 @@ def _print_attempt(cluster: str, attempt: AttemptReport) -> None:
 
 @canary.command("verdict", epilog=EXIT_CODES_HELP)
 @click.option("--stage", "stage_name", type=click.Choice(STAGES), required=True, help="the stage whose results are judged")
-@click.option("--window", default="30m", show_default=True, help="how far back results count (seconds, or 30m, 2h)")
+@click.option("--window", default="30m", show_default=True,
+              help="the shortest window judged (seconds, or 30m, 2h): each canary is judged over the whole number of "
+              "these that holds its minimum evidence (up to 12), or its definition's evidenceWindow, against the same "
+              "span before it (else against its objectives); the JSON says which window each canary used")
 @click.option("--baseline", default=None, metavar="ARM",
-              help="an image (ami-…): each other image's results (node-pool and daemon canaries) are judged against "
-              "its, canary by canary (default: this window against the one before)")
+              help="an image (ami-…): each other image's results in --window (node-pool and daemon canaries) are judged "
+              "against its, canary by canary")
 @click.option("--canary", "only", multiple=True, metavar="NAME", help="judge only this canary's results (repeatable)")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="the judge's thresholds (YAML)")

@@ -1,0 +1,79 @@
+"""`canary verdict` on a fresh stage with the shipped canaries running as the Pulumi program runs them (one runner
+per cluster, on their own): it is inconclusive at first, passes within the slowest canary's evidence window, and a
+bad image still fails it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e_canary.runner import results
+from platformctl.cluster.live import LiveCluster
+from platformctl.state import open_store
+from tests.process import local_region, run, start
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("home")
+    info = local_region(home)
+    runners = [start(home, "canary", "run", "--stage", "dev", "--cluster", c["name"], "--metrics-port", "0")
+               for c in info["clusters"]]
+    yield info
+    for runner in runners:
+        runner.send_signal(signal.SIGTERM)
+    for runner in runners:
+        runner.communicate(timeout=120)
+    run(home, "local", "down", check=False)
+
+
+def verdict(region: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    out = run(region["home"], "canary", "verdict", "--stage", "dev", check=False)
+    assert out.returncode in (0, 1, 3), out.stderr
+    return out.returncode, json.loads(out.stdout)
+
+
+def wait_for(region: dict[str, Any], wanted: str, wall_seconds: float) -> list[dict[str, Any]]:
+    said: list[dict[str, Any]] = []
+    deadline = time.monotonic() + wall_seconds
+    while time.monotonic() < deadline:
+        said.append(verdict(region)[1])
+        if said[-1]["verdict"] == wanted:
+            return said
+        time.sleep(2)
+    pytest.fail(f"no {wanted} in {wall_seconds} s: the last verdict said {said[-1]['reason'] if said else None}")
+
+
+def test_a_healthy_fresh_stage_passes_within_its_slowest_canarys_evidence_window(region: dict[str, Any]) -> None:
+    said = wait_for(region, "pass", 300)
+    assert {s["verdict"] for s in said[:-1]} <= {"inconclusive"}  # never a fail on the way, never a pass on too little
+    passed = said[-1]
+    canaries = passed["canaries"]
+    assert set(canaries) == {"node-pool", "service", "batch", "cron", "daemon"}
+    # Each canary says which window it used; the 5- and 10-minute canaries need more than 30 minutes of it.
+    assert all(c["window_seconds"] % 1800 == 0 and c["window"] for c in canaries.values())
+    assert max(c["window_seconds"] for c in canaries.values()) > 1800
+    assert passed["evidence_window_seconds"] == max(c["window_seconds"] for c in canaries.values())
+    # It passed within the slowest canary's window of the first result, give or take one window (the verdicts asked
+    # between: each takes a wall second or two, minutes of the region's time).
+    first = min(r["at"] for r in results(open_store(passed["state"]), "dev"))
+    assert passed["at"] - first <= passed["evidence_window_seconds"] + 1800, (passed["at"] - first, passed["reason"])
+    assert all(c["metrics"]["failure_rate"]["experiment"]["n"] >= 20 for c in canaries.values())
+
+
+def test_a_bad_image_still_fails_the_verdict_naming_the_canary(region: dict[str, Any]) -> None:
+    live = LiveCluster.from_kubeconfig(region["kubeconfig"], context="dev-usw2a-01")
+    bad = next(n.image for n in live.list_nodes() if n.pool == "general")
+    run(region["home"], "local", "fault", "bad-image", bad)
+    try:
+        said = wait_for(region, "fail", 300)[-1]
+    finally:
+        run(region["home"], "local", "fault", "clear")
+    failed = [name for name, c in said["canaries"].items() if c["verdict"] == "fail"]
+    assert failed and said["reason"].startswith(f"canary {failed[0]} over ")
+    assert "CreateContainerError" in json.dumps(said) or "failure_rate" in said["reason"]

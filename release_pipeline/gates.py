@@ -1,0 +1,143 @@
+"""The pipeline's decisions as pure functions of their inputs, so that ``release replay`` can take them again.
+
+- ``freezes_in_force``: the freeze windows (the file's, recurring or one-off, each in its own time zone, and the
+  ones an operator set by hand) that hold ``stage`` at an instant, and when the last of them ends;
+- ``entry_decision``: may a candidate enter a stage now (no freeze, or an override; its approvals);
+- ``soak_decision``: has the stage soaked the candidate long enough, with enough evidence, the verdict ``pass``
+  for long enough at its end; or is it time to halt (``fail``, or ``inconclusive`` past the deadline).
+
+Every input is plain data (what the ledger stores); nothing here reads a store or a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from croniter import croniter
+from dateutil import rrule
+
+from platformctl.humanize import human_duration
+from release_pipeline.pipeline import Freeze, StagePolicy
+
+
+@dataclass(frozen=True)
+class Decision:
+    decision: str  # enter | wait | pass | halt
+    reason: str
+    opens_at: float | None = None  # when a closed gate can open (a freeze's end, the soak's end)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def _iso(ts: float) -> str:
+    return _utc(ts).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def freeze_window_at(freeze: Freeze, at: float) -> tuple[float, float] | None:
+    """The window of ``freeze`` that holds instant ``at`` (UTC seconds), as (start, end) UTC seconds, else None.
+    Recurrences are wall times in the freeze's zone: 18:00 Friday in Europe/Berlin is 17:00 UTC in winter and 16:00
+    in summer."""
+    zone = freeze.zone
+    local = _utc(at).astimezone(zone)
+    if freeze.rrule is None and freeze.cron is None:
+        assert freeze.start is not None and freeze.end is not None
+        start = freeze.start.replace(tzinfo=zone).timestamp()
+        end = freeze.end.replace(tzinfo=zone).timestamp()
+        return (start, end) if start <= at < end else None
+    # The latest start at or before ``at`` whose window still holds it (a window lasts ``duration``).
+    naive = local.replace(tzinfo=None)
+    if freeze.rrule is not None:
+        first = freeze.start or (naive - timedelta(seconds=freeze.duration + 366 * 86400))
+        rule = rrule.rrulestr(freeze.rrule, dtstart=first)
+        begun = rule.before(naive, inc=True)
+    else:
+        assert freeze.cron is not None
+        begun = croniter(freeze.cron, naive + timedelta(seconds=1)).get_prev(datetime)
+    if begun is None:
+        return None
+    start = begun.replace(tzinfo=zone).timestamp()
+    end = start + freeze.duration
+    return (start, end) if start <= at < end else None
+
+
+def freezes_in_force(freezes: Sequence[Freeze], manual: Sequence[Mapping[str, Any]], stage: str,
+                     at: float) -> list[dict[str, Any]]:
+    """Each freeze holding ``stage`` at ``at``: its name, reason and end (None: until unfrozen by hand)."""
+    held: list[dict[str, Any]] = []
+    for freeze in freezes:
+        if not freeze.applies_to(stage):
+            continue
+        window = freeze_window_at(freeze, at)
+        if window is not None:
+            held.append({"name": freeze.name, "reason": freeze.reason or f"freeze {freeze.name}", "timezone": freeze.timezone,
+                         "start": window[0], "end": window[1]})
+    for m in manual:
+        if m["stage"] in ("*", stage) and float(m["at"]) <= at and (m.get("until") is None or at < float(m["until"])):
+            held.append({"name": "manual", "reason": m["reason"], "by": m.get("by", ""), "start": float(m["at"]),
+                         "end": m.get("until")})
+    return held
+
+
+def entry_decision(stage: StagePolicy, at: float, frozen: Sequence[Mapping[str, Any]], approvals: Sequence[Mapping[str, Any]],
+                   override: Mapping[str, Any] | None) -> Decision:
+    """May a candidate enter ``stage`` at ``at``: outside every freeze (or with an override, recorded), and with the
+    approvals the stage needs from distinct people."""
+    if frozen and override is None:
+        ends = [f["end"] for f in frozen]
+        opens = None if any(e is None for e in ends) else max(float(e) for e in ends)
+        said = "; ".join(f"{f['reason']} (until {_iso(float(f['end'])) if f['end'] is not None else 'unfrozen by hand'})"
+                         for f in frozen)
+        return Decision("wait", f"frozen: {said}", opens)
+    approvers = sorted({a["by"] for a in approvals})
+    if len(approvers) < stage.approvals:
+        return Decision("wait", f"waits for approval: {len(approvers)} of {stage.approvals} "
+                        f"({', '.join(approvers) or 'none yet'})")
+    said = f"{len(approvers)} approval(s) of {stage.approvals} required" if stage.approvals else "no approval required"
+    if frozen and override is not None:
+        return Decision("enter", f"entered during a freeze, overridden by {override['by']}: {override['reason']}; {said}")
+    return Decision("enter", f"no freeze in force; {said}")
+
+
+def soak_decision(stage: StagePolicy, rotated_at: float, at: float, verdicts: Sequence[Mapping[str, Any]],
+                  results: int) -> Decision:
+    """The gate at the end of a stage's soak. ``verdicts``: the verdict's changes since the soak began, oldest first
+    (``{"at", "verdict", "reason"}``); ``results``: the canary results the soak holds.
+
+    A pass needs all three: the soak has lasted its minimum, it holds ``minResults``, and the verdict has been
+    ``pass`` for ``passFor`` (since its last change). ``fail`` halts at once; ``inconclusive`` (or too little
+    evidence) extends the soak up to the deadline, then halts: never a pass."""
+    soaked = at - rotated_at
+    current = verdicts[-1] if verdicts else None
+    if current is not None and current["verdict"] == "fail":
+        return Decision("halt", f"the canary verdict failed: {current['reason']}")
+    deadline = rotated_at + stage.soak + stage.deadline
+    short: list[str] = []
+    opens = rotated_at + stage.soak
+    if soaked < stage.soak:
+        short.append(f"soaked {human_duration(soaked)} of {human_duration(stage.soak)}")
+    if results < stage.min_results:
+        short.append(f"{results} canary results of the {stage.min_results} required")
+    if current is None or current["verdict"] != "pass":
+        said = current["reason"] if current is not None else "no verdict yet"
+        short.append(f"the verdict is {current['verdict'] if current else 'unknown'} ({said})")
+    else:
+        held = at - float(current["at"])
+        if held < stage.pass_for:
+            short.append(f"the verdict has been pass for {human_duration(held)} of {human_duration(stage.pass_for)}")
+            opens = max(opens, float(current["at"]) + stage.pass_for)
+    if not short:
+        return Decision("pass", f"soaked {human_duration(soaked)} (minimum {human_duration(stage.soak)}), {results} canary "
+                        f"results (minimum {stage.min_results}), verdict pass for {human_duration(at - float(current['at']))} "  # type: ignore[index]
+                        f"(minimum {human_duration(stage.pass_for)})")
+    if at >= deadline:
+        return Decision("halt", f"past the deadline ({human_duration(stage.deadline)} after the soak's "
+                        f"{human_duration(stage.soak)}) without a pass: " + "; ".join(short))
+    return Decision("wait", "; ".join(short), opens if opens > at else None)

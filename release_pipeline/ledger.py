@@ -1,0 +1,197 @@
+"""The release ledger: every step and decision of the pipeline, with who, when, why and the decision's inputs, in the
+pipeline's store, never pruned; and the pipeline's state, folded from it.
+
+Streams: ``release/candidates`` (one record per candidate, keyed by its id: the same content is recorded once),
+``release/ledger`` (the entries, oldest first) and ``release/state`` (checkpoints of the folded state with the
+ledger position they cover, so a tick reads the last checkpoint and what came after it: its cost does not grow
+with history). An entry is ``{"id", "candidate", "stage", "decision", "at", "reason", "inputs", "by"}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from platformctl.state import Lease, StateStore
+from release_pipeline.candidates import Candidate
+
+CANDIDATES, LEDGER, STATE = "release/candidates", "release/ledger", "release/state"
+TICK_LEASE = "release/tick"
+
+# The steps of a candidate in a stage, in order; "idle" when none is in flight.
+STEPS = ("waiting", "deploying", "rotating", "soaking", "rolling-back")
+
+
+@dataclass
+class StageState:
+    current: str | None = None  # the candidate in flight here
+    last_good: str | None = None  # the last candidate that passed here
+    step: str = "idle"
+    since: float = 0.0  # when the step began
+    waiting_for: str | None = None  # what the step waits for, in words
+    opens_at: float | None = None
+    rotated_at: float | None = None  # the soak's start: the stage's last cluster finished rotating
+    verdicts: list[dict[str, Any]] = field(default_factory=list)  # the verdict's changes during the soak
+    results: int = 0
+    ready: list[str] = field(default_factory=list)  # candidates that may enter, oldest first
+    rollback_to: str | None = None
+    override: dict[str, Any] | None = None  # a freeze override given for the next entry
+    intent: str | None = None  # a side effect begun and not known finished: "deploy:<id>" or "rotate:<id>"
+
+
+@dataclass
+class PipelineState:
+    stages: dict[str, StageState] = field(default_factory=dict)
+    candidates: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> {"status", "stage", "at", "reason"}
+    freezes: list[dict[str, Any]] = field(default_factory=list)  # set by hand: {"stage" ("*": all), "reason", "until", "at", "by"}
+    approvals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "<candidate>/<stage>" -> approvals
+    position: int = 0  # the ledger's sequence number this state covers
+
+    def stage(self, name: str) -> StageState:
+        return self.stages.setdefault(name, StageState())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PipelineState:
+        return cls({k: StageState(**v) for k, v in data["stages"].items()}, dict(data["candidates"]), list(data["freezes"]),
+                   {k: list(v) for k, v in data["approvals"].items()}, int(data["position"]))
+
+
+def entry_id(candidate: str | None, stage: str | None, decision: str, at: float, salt: str = "") -> str:
+    text = json.dumps([candidate, stage, decision, round(at, 6), salt])
+    return "d-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+class Ledger:
+    """The pipeline's store as the pipeline sees it: candidates, entries (fenced by the tick's lease when one is
+    held) and the folded state."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.fence: Lease | None = None
+
+    # ------------------------------------------------------------------ candidates
+
+    def candidate(self, candidate_id: str) -> Candidate | None:
+        for record in self.store.read(CANDIDATES):
+            if record.data.get("id") == candidate_id:
+                return Candidate.from_record(record.data)
+        return None
+
+    def candidates(self) -> list[Candidate]:
+        return [Candidate.from_record(r.data) for r in self.store.read(CANDIDATES)]
+
+    def add_candidate(self, candidate: Candidate) -> bool:
+        """Record ``candidate``; False when the same content is recorded already (nothing written)."""
+        if self.candidate(candidate.id) is not None:
+            return False
+        self.store.append(CANDIDATES, candidate.to_record(), key=f"candidate/{candidate.id}")
+        return True
+
+    # ------------------------------------------------------------------ entries
+
+    def append(self, candidate: str | None, stage: str | None, decision: str, at: float, reason: str,
+               inputs: Mapping[str, Any] | None = None, by: str = "", salt: str = "") -> dict[str, Any]:
+        entry: dict[str, Any] = {"id": entry_id(candidate, stage, decision, at, salt), "candidate": candidate, "stage": stage,
+                 "decision": decision, "at": at, "reason": reason, "inputs": dict(inputs or {}), "by": by}
+        self.store.append(LEDGER, entry, fence=self.fence, key=entry["id"])  # a retry is not written twice
+        return entry
+
+    def entries(self, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+        return [(r.seq, dict(r.data)) for r in self.store.read(LEDGER, after=after)]
+
+    def entry(self, entry_id: str) -> dict[str, Any] | None:
+        return next((data for _, data in self.entries() if data.get("id") == entry_id), None)
+
+    # ------------------------------------------------------------------ state
+
+    def state(self) -> PipelineState:
+        """The last checkpoint and every entry after it, folded."""
+        last = self.store.last(STATE)
+        state = PipelineState.from_dict(last.data["state"]) if last is not None else PipelineState()
+        for seq, entry in self.entries(after=state.position):
+            apply(state, entry)
+            state.position = seq
+        return state
+
+    def checkpoint(self, state: PipelineState) -> None:
+        last = self.store.last(STATE)
+        if last is None or int(last.data["state"]["position"]) < state.position:
+            self.store.append(STATE, {"state": state.to_dict()}, fence=self.fence, key=f"state/{state.position}")
+
+
+def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
+    """Fold one ledger entry into ``state``: the one place the meaning of each decision lives."""
+    decision, name, at = entry["decision"], entry.get("stage"), float(entry["at"])
+    cid = str(entry.get("candidate"))
+    inputs = entry.get("inputs") or {}
+    stage = state.stage(name) if name else None
+    if decision == "start":
+        state.candidates[cid] = {"status": "queued", "stage": None, "at": at, "reason": entry["reason"]}
+        for first in inputs.get("ready_in", []):
+            state.stage(first).ready.append(cid)
+    elif decision == "superseded":
+        state.candidates[cid].update(status="superseded", at=at, reason=entry["reason"])
+        for s in state.stages.values():
+            s.ready = [c for c in s.ready if c != cid]
+    elif decision == "freeze":
+        state.freezes.append({"stage": name or "*", "reason": entry["reason"], "until": inputs.get("until"), "at": at,
+                              "by": entry.get("by", "")})
+    elif decision == "unfreeze":
+        state.freezes = [f for f in state.freezes if f["stage"] != name] if name else []  # one stage's, or all
+    elif decision == "override":
+        assert stage is not None
+        stage.override = {"by": entry.get("by", ""), "reason": entry["reason"], "at": at}
+    elif decision == "approve":
+        state.approvals.setdefault(f"{cid}/{name}", []).append({"by": entry.get("by", ""), "at": at, "reason": entry["reason"]})
+    elif stage is not None:
+        _apply_step(state, stage, decision, cid, name, at, entry)
+
+
+def _apply_step(state: PipelineState, stage: StageState, decision: str, cid: str | None, name: str | None, at: float,
+                entry: Mapping[str, Any]) -> None:
+    inputs = entry.get("inputs") or {}
+    if decision == "wait":
+        stage.current, stage.step, stage.waiting_for = cid, "waiting", entry["reason"]
+        stage.opens_at = (entry.get("inputs") or {}).get("decision", {}).get("opens_at")
+    elif decision == "enter":
+        stage.current, stage.step, stage.since, stage.waiting_for = cid, "deploying", at, None
+        stage.ready = [c for c in stage.ready if c != cid]
+        stage.override, stage.verdicts, stage.results, stage.rotated_at = None, [], 0, None
+        state.candidates[str(cid)].update(status="in flight", stage=name, at=at)
+    elif decision in ("deploy", "rotate", "rollback-deploy", "rollback-rotate"):
+        stage.intent = f"{decision}:{cid}"
+    elif decision == "deployed":
+        stage.intent, stage.step, stage.since = None, "rotating", at
+    elif decision == "rotated":
+        stage.intent, stage.step, stage.since, stage.rotated_at = None, "soaking", at, at
+        stage.waiting_for = "the soak"
+    elif decision == "verdict":
+        stage.verdicts.append({"at": at, "verdict": inputs["verdict"]["verdict"], "reason": inputs["verdict"]["reason"]})
+        stage.results = int(inputs.get("results", stage.results))
+    elif decision == "soak":
+        stage.waiting_for, stage.opens_at = entry["reason"], inputs.get("decision", {}).get("opens_at")
+        stage.results = int(inputs.get("results", stage.results))
+    elif decision == "promote":
+        stage.last_good, stage.current, stage.step, stage.since, stage.waiting_for = cid, None, "idle", at, None
+        state.candidates[str(cid)].update(status="passed", stage=name, at=at, reason=entry["reason"])
+        for nxt in inputs.get("ready_in", []):
+            state.stage(nxt).ready.append(str(cid))
+        if not inputs.get("ready_in"):
+            state.candidates[str(cid)].update(status="released")
+    elif decision == "halt":
+        state.candidates[str(cid)].update(status="halted", stage=name, at=at, reason=entry["reason"])
+        stage.step, stage.since, stage.rollback_to, stage.waiting_for = "rolling-back", at, inputs.get("rollback_to"), None
+        for s in state.stages.values():
+            s.ready = [c for c in s.ready if c != cid]
+    elif decision == "rollback-deployed":
+        stage.intent = None
+        stage.waiting_for = "the rollback's rotation"
+    elif decision == "rolled-back":
+        stage.intent, stage.current, stage.step, stage.since, stage.rollback_to = None, None, "idle", at, None
+        stage.waiting_for = None

@@ -1,0 +1,220 @@
+"""The release pipeline's file, ``release_pipeline/pipeline.yaml`` in the operator's checkout, parsed once at the edge.
+
+The stages in order, and per stage: the rotation policy its nodes move under, the soak (how long the stage must run
+the candidate after its last cluster finished rotating), the canary results the soak must hold, how long the verdict
+must have stayed ``pass`` at the end of it, the deadline after which ``inconclusive`` halts, and the approvals
+entering it needs. Freeze windows, each in its own IANA time zone: recurring (an RRULE or a cron expression, with a
+duration) or one-off. What an older candidate does when a newer one starts (``queue`` or ``supersede``), and where
+the ledger lives. Every mistake is one line naming the file and the key, exit 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from dateutil import rrule
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from platformctl.errors import PlatformError
+from platformctl.humanize import parse_duration
+from platformctl.topology import STAGES
+from platformctl.yamlfile import read_yaml, validate
+
+PIPELINE_FILE = "release_pipeline/pipeline.yaml"
+
+Seconds = Annotated[int, Field(ge=0)]
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+def _seconds(value: Any) -> int:
+    if isinstance(value, str) and value.strip().lower() == "none":
+        return 0
+    return parse_duration(value)
+
+
+class StagePolicy(_Value):
+    name: Literal["dev", "staging", "prod-canary", "prod"]
+    rotation_policy: str | None = None  # relative to the pipeline file; none: the example policy's defaults
+    soak: Seconds = 3600  # from the end of the stage's last rotation
+    min_results: Annotated[int, Field(ge=0)] = 100  # canary results the soak must hold
+    pass_for: Seconds = 1800  # the verdict has stayed pass this long at the end of the soak
+    deadline: Seconds = 4 * 3600  # after the soak's minimum: inconclusive past it halts
+    approvals: Annotated[int, Field(ge=0)] = 0  # distinct approvers entering the stage needs
+    verdict_window: Annotated[int, Field(ge=60)] = 1800  # the canary verdict's shortest window
+
+    @field_validator("soak", "pass_for", "deadline", "verdict_window", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> int:
+        return _seconds(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StagePolicy:
+        if self.pass_for > self.soak and self.soak:
+            raise ValueError(f"passFor {self.pass_for} s is longer than the soak {self.soak} s: it could never be met")
+        return self
+
+
+class Freeze(_Value):
+    """A window no candidate enters a stage in: recurring (``rrule`` or ``cron``, each start lasting ``duration``) or
+    one-off (``start`` to ``end``), in ``timezone`` (wall time there, daylight saving included)."""
+
+    name: str
+    timezone: str
+    stages: tuple[str, ...] = ()  # empty: every stage
+    rrule: str | None = None
+    cron: str | None = None
+    duration: Seconds = 0
+    start: datetime | None = None  # a one-off window, or the first instant an RRULE counts from
+    end: datetime | None = None
+    reason: str = ""
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> int:
+        return _seconds(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not an IANA time zone (such as Europe/Berlin or America/New_York)") from None
+        return value
+
+    @field_validator("stages")
+    @classmethod
+    def _stages(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [s for s in value if s not in STAGES]
+        if unknown:
+            raise ValueError(f"unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})")
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None and not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a cron schedule (minute hour day-of-month month day-of-week)")
+        return value
+
+    @field_validator("rrule")
+    @classmethod
+    def _rrule(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                rrule.rrulestr(value, dtstart=datetime(2000, 1, 1))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{value!r} is not an RRULE (RFC 5545, such as FREQ=WEEKLY;BYDAY=FR;BYHOUR=18): {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _shape(self) -> Freeze:
+        recurring = [k for k in ("rrule", "cron") if getattr(self, k)]
+        if len(recurring) > 1:
+            raise ValueError("give one of rrule and cron, not both")
+        if recurring:
+            if not self.duration:
+                raise ValueError(f"a recurring freeze ({recurring[0]}) needs a duration")
+            if self.end is not None:
+                raise ValueError(f"a recurring freeze ({recurring[0]}) lasts its duration: remove end")
+        elif self.start is None or self.end is None:
+            raise ValueError("a freeze is recurring (rrule or cron, with a duration) or one-off (start and end)")
+        elif self.end <= self.start:
+            raise ValueError("end must be after start")
+        for instant in (self.start, self.end):
+            if instant is not None and instant.tzinfo is not None:
+                raise ValueError("start and end are wall times in the freeze's timezone: leave the offset out")
+        return self
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    def applies_to(self, stage: str) -> bool:
+        return not self.stages or stage in self.stages
+
+
+class Pipeline(_Value):
+    stages: tuple[StagePolicy, ...]
+    freezes: tuple[Freeze, ...] = ()
+    on_newer: Literal["queue", "supersede"] = "supersede"  # an older candidate not yet past the first stage
+    ledger: str | None = None  # a state store (path, sqlite:///, dynamodb://TABLE); default .platformctl/release.db
+
+    source: str = Field(default="pipeline", exclude=True)
+    digest: str = Field(default="", exclude=True)  # of the file's bytes: every decision records it
+
+    @field_validator("stages")
+    @classmethod
+    def _order(cls, value: tuple[StagePolicy, ...]) -> tuple[StagePolicy, ...]:
+        names = [s.name for s in value]
+        if not names:
+            raise ValueError("a pipeline has at least one stage")
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage {next(n for n in names if names.count(n) > 1)!r} is listed twice")
+        if names != sorted(names, key=STAGES.index):
+            raise ValueError(f"stages go in the platform's order ({' -> '.join(STAGES)}), not {' -> '.join(names)}")
+        return value
+
+    @model_validator(mode="after")
+    def _names(self) -> Pipeline:
+        freezes = [f.name for f in self.freezes]
+        if len(set(freezes)) != len(freezes):
+            raise ValueError(f"freeze {next(n for n in freezes if freezes.count(n) > 1)!r} is named twice")
+        return self
+
+    def stage(self, name: str) -> StagePolicy:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise PlatformError(f"stage {name!r} is not in the pipeline ({', '.join(self.names)})", file=self.source,
+                            field="--stage")
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.stages]
+
+    def next_stage(self, name: str) -> str | None:
+        names = self.names
+        i = names.index(name)
+        return names[i + 1] if i + 1 < len(names) else None
+
+    def previous_stage(self, name: str) -> str | None:
+        names = self.names
+        i = names.index(name)
+        return names[i - 1] if i else None
+
+    def policy_path(self, stage: str) -> Path | None:
+        relative = self.stage(stage).rotation_policy
+        return None if relative is None else (Path(self.source).parent / relative)
+
+
+def parse_pipeline(document: Any, source: str, digest: str = "") -> Pipeline:
+    pipeline = validate(Pipeline, document, source, "release pipeline")
+    pipeline = pipeline.model_copy(update={"source": source, "digest": digest})
+    for i, stage in enumerate(pipeline.stages):
+        path = pipeline.policy_path(stage.name)
+        if path is not None and not path.is_file():
+            raise PlatformError(f"no rotation policy at {path}", file=source, field=f"stages[{i}].rotationPolicy")
+    return pipeline
+
+
+def default_pipeline_file() -> Path:
+    """``release_pipeline/pipeline.yaml`` of the checkout the current directory is in, never the package's."""
+    from platformctl.checkout import find
+
+    return find("release_pipeline", "pipeline.yaml", "--pipeline") / "pipeline.yaml"
+
+
+def load_pipeline(path: Path | None = None) -> Pipeline:
+    path = path or default_pipeline_file()
+    document = read_yaml(path, "release pipeline")
+    return parse_pipeline(document, str(path), hashlib.sha256(path.read_bytes()).hexdigest())

@@ -1,0 +1,34 @@
+"""``release replay``: a stored decision taken again from its stored inputs with today's code."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from platformctl.errors import PlatformError
+from release_pipeline.gates import Decision, entry_decision, freezes_in_force, soak_decision
+from release_pipeline.pipeline import Freeze, StagePolicy
+
+GATED = {"wait": "entry", "enter": "entry", "soak": "soak", "promote": "soak", "halt": "soak"}
+
+
+def replay(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored decision and the one today's code takes from the same inputs, and whether they are the same."""
+    kind = GATED.get(entry["decision"])
+    inputs = entry.get("inputs") or {}
+    if kind is None or "decision" not in inputs:
+        raise PlatformError(f"{entry['id']} is a {entry['decision']} step, not a gate's decision: nothing to re-evaluate "
+                            "(decisions: wait, enter, soak, promote, halt)", field="DECISION")
+    at = float(entry["at"])
+    if kind == "entry":
+        definitions = [Freeze.model_validate(f) for f in inputs.get("freeze_definitions", [])]
+        frozen = freezes_in_force(definitions, inputs.get("manual_freezes", []), entry["stage"], at)
+        policy = StagePolicy(name=entry["stage"], approvals=inputs["thresholds"]["approvals"], soak=0)
+        again = entry_decision(policy, at, frozen, inputs.get("approvals", []), inputs.get("override"))
+    else:
+        policy = StagePolicy.model_validate({**inputs["thresholds"], "name": entry["stage"]})
+        again = soak_decision(policy, float(inputs["rotated_at"]), at, inputs.get("verdicts", []), int(inputs["results"]))
+    stored = Decision(**inputs["decision"])
+    same = (again.decision, again.reason) == (stored.decision, stored.reason)
+    return {"id": entry["id"], "candidate": entry.get("candidate"), "stage": entry.get("stage"), "at": at,
+            "stored": stored.to_dict(), "replayed": again.to_dict(), "same": same}

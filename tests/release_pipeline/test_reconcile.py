@@ -1,0 +1,207 @@
+"""The release reconciler driven through its transitions against a real SQLite ledger, with the stages' actions
+recorded (the pipeline's own seam: deploy, rotate and the canary verdict are the application layer's), on a virtual
+clock: promote through every stage, inconclusive then pass, inconclusive past the deadline, fail and roll back,
+freezes in another time zone across a daylight-saving change, approvals, a superseded candidate; every decision
+replays to the same outcome."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from platformctl.state import open_store
+from release_pipeline.candidates import Candidate, StageImages, make_candidate
+from release_pipeline.gates import freeze_window_at
+from release_pipeline.ledger import Ledger
+from release_pipeline.pipeline import Freeze, parse_pipeline
+from release_pipeline.reconcile import tick
+from release_pipeline.replay import replay
+
+STAGES = ("dev", "staging", "prod-canary", "prod")
+
+
+class Stages:
+    """Every stage's clock, what each stage runs, and the verdict the canaries would give."""
+
+    def __init__(self, start: float) -> None:
+        self.clock = start
+        self.running: dict[str, str | None] = dict.fromkeys(STAGES)
+        self.deploys: list[tuple[str, str]] = []
+        self.rotations: list[tuple[str, str]] = []
+        self.verdicts: dict[str, str] = {}  # candidate -> the verdict its stages give
+        self.results_per_hour = 200
+
+    def now(self, stage: str) -> float:
+        return self.clock
+
+    def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+        self.deploys.append((stage, candidate.id))
+        return {"images": sorted(candidate.image_ids(stage))}
+
+    def rotate(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+        self.rotations.append((stage, candidate.id))
+        self.running[stage] = candidate.id
+        self.clock += 1200  # a rotation takes twenty minutes
+        return {"status": "finished"}
+
+    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int) -> dict[str, Any]:
+        said = self.verdicts.get(candidate.id, "pass")
+        return {"verdict": said, "reason": f"canaries say {said}", "results_since": int((self.clock - since) / 3600 * self.results_per_hour)}
+
+
+def candidate(n: int, at: float = 0.0) -> Candidate:
+    stages = [StageImages(s, "us-east-1", {"general": {"version": f"1.{n}.0", "id": f"ami-{s[:3]}{n:04d}"}}, "1.32", {})
+              for s in STAGES]
+    return make_candidate(stages, f"rev{n}", f"change {n}", at, "tester")
+
+
+def pipeline(**overrides: Any) -> Any:
+    stage = {"soak": "1h", "minResults": 100, "passFor": "30m", "deadline": "2h"}
+    document = {"stages": [{"name": s, **stage} for s in STAGES], **overrides}
+    return parse_pipeline(document, "pipeline.yaml", "digest")
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(open_store(str(tmp_path / "release.db")))
+
+
+def start(ledger: Ledger, c: Candidate, at: float, first: str = "dev") -> None:
+    ledger.add_candidate(c)
+    ledger.append(c.id, None, "start", at, c.note, {"ready_in": [first]}, "tester")
+
+
+def run(ledger: Ledger, stages: Stages, p: Any, ticks: int, step: float = 300) -> None:
+    for _ in range(ticks):
+        tick(p, ledger, stages, "tester")
+        stages.clock += step
+
+
+def decisions(ledger: Ledger, cid: str | None = None) -> list[tuple[str | None, str]]:
+    return [(e["stage"], e["decision"]) for _, e in ledger.entries() if cid is None or e["candidate"] == cid]
+
+
+def assert_every_decision_replays(ledger: Ledger) -> None:
+    gated = [e for _, e in ledger.entries() if e["decision"] in ("wait", "enter", "soak", "promote", "halt")]
+    assert gated
+    for entry in gated:
+        again = replay(entry)
+        assert again["same"], again
+
+
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC).timestamp()  # a Monday
+
+
+def test_a_good_candidate_is_promoted_through_every_stage_one_step_per_tick(ledger: Ledger) -> None:
+    stages, p, good = Stages(T0), pipeline(), candidate(1)
+    start(ledger, good, T0)
+    run(ledger, stages, p, 80)
+    assert stages.deploys == [(s, good.id) for s in STAGES] and stages.rotations == [(s, good.id) for s in STAGES]
+    state = ledger.state()
+    assert state.candidates[good.id]["status"] == "released"
+    assert {n: s.last_good for n, s in state.stages.items()} == dict.fromkeys(STAGES, good.id)
+    steps = [d for s, d in decisions(ledger, good.id) if s == "dev"]
+    assert steps[:6] == ["enter", "deploy", "deployed", "rotate", "rotated", "verdict"] and steps[-1] == "promote"
+    promote = next(e for _, e in ledger.entries() if e["decision"] == "promote" and e["stage"] == "dev")
+    rotated = next(e for _, e in ledger.entries() if e["decision"] == "rotated" and e["stage"] == "dev")
+    assert promote["at"] - rotated["at"] >= 3600  # the soak counted from the end of the rotation
+    assert promote["inputs"]["thresholds"]["soak"] == 3600 and promote["inputs"]["pipeline"] == "digest"
+    assert_every_decision_replays(ledger)
+
+
+def test_inconclusive_extends_the_soak_and_a_later_pass_promotes(ledger: Ledger) -> None:
+    stages, p, c = Stages(T0), pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": "30m", "deadline": "3h"}]), candidate(2)
+    start(ledger, c, T0)
+    stages.verdicts[c.id] = "inconclusive"
+    run(ledger, stages, p, 20)  # 100 minutes: the soak's hour is over, the verdict still undecided
+    assert ledger.state().stages["dev"].step == "soaking"
+    assert "the verdict is inconclusive" in (ledger.state().stages["dev"].waiting_for or "")
+    stages.verdicts[c.id] = "pass"
+    run(ledger, stages, p, 4)
+    assert ledger.state().stages["dev"].step == "soaking"  # pass for less than passFor yet
+    run(ledger, stages, p, 8)
+    assert ledger.state().stages["dev"].last_good == c.id
+    assert_every_decision_replays(ledger)
+
+
+def test_inconclusive_past_the_deadline_halts_never_a_pass_and_a_fail_rolls_back_to_the_last_good(ledger: Ledger) -> None:
+    p = pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": "30m", "deadline": "1h"},
+                         {"name": "staging", "soak": "1h", "passFor": "30m"}])
+    stages, good, unsure, bad = Stages(T0), candidate(1), candidate(2), candidate(3)
+    start(ledger, good, T0)
+    run(ledger, stages, p, 60)
+    assert ledger.state().stages["staging"].last_good == good.id
+    start(ledger, unsure, stages.clock)
+    stages.verdicts[unsure.id] = "inconclusive"
+    run(ledger, stages, p, 40)
+    halt = next(e for _, e in ledger.entries() if e["decision"] == "halt" and e["candidate"] == unsure.id)
+    assert "past the deadline" in halt["reason"] and halt["inputs"]["rollback_to"] == good.id
+    assert stages.running["dev"] == good.id and ledger.state().stages["dev"].last_good == good.id  # rotated back
+    start(ledger, bad, stages.clock)
+    stages.verdicts[bad.id] = "fail"
+    run(ledger, stages, p, 20)
+    state = ledger.state()
+    assert state.candidates[bad.id]["status"] == "halted" and stages.running["dev"] == good.id
+    assert ("staging", bad.id) not in stages.deploys and ("staging", unsure.id) not in stages.deploys  # never later
+    assert [d for s, d in decisions(ledger, bad.id) if s == "dev"][-5:] == [
+        "halt", "rollback-deploy", "rollback-deployed", "rollback-rotate", "rolled-back"]
+    assert_every_decision_replays(ledger)
+
+
+def test_a_freeze_in_another_time_zone_holds_across_a_daylight_saving_change(ledger: Ledger) -> None:
+    weekly = Freeze(name="friday-evening", timezone="Europe/Berlin", rrule="FREQ=WEEKLY;BYDAY=FR;BYHOUR=18;BYMINUTE=0;BYSECOND=0",
+                    duration=3 * 3600, start=datetime(2026, 1, 2, 18, 0))
+    summer = datetime(2026, 10, 23, 16, 30, tzinfo=UTC).timestamp()  # 18:30 in Berlin (CEST, +2)
+    winter = datetime(2026, 10, 30, 17, 30, tzinfo=UTC).timestamp()  # 18:30 in Berlin (CET, +1), after the change
+    assert freeze_window_at(weekly, summer) == (datetime(2026, 10, 23, 16, 0, tzinfo=UTC).timestamp(),
+                                                datetime(2026, 10, 23, 19, 0, tzinfo=UTC).timestamp())
+    assert freeze_window_at(weekly, winter) is not None
+    assert freeze_window_at(weekly, datetime(2026, 10, 30, 16, 30, tzinfo=UTC).timestamp()) is None  # 17:30 in Berlin
+    cron = Freeze(name="nightly", timezone="America/New_York", cron="0 22 * * *", duration=8 * 3600)
+    assert freeze_window_at(cron, datetime(2026, 11, 2, 4, 0, tzinfo=UTC).timestamp()) is not None  # 23:00 EST
+    p = pipeline(freezes=[weekly.model_dump(mode="json", by_alias=True)])
+    stages, c = Stages(winter), candidate(4)
+    start(ledger, c, winter)
+    run(ledger, stages, p, 1)
+    dev = ledger.state().stages["dev"]
+    assert dev.step == "waiting" and "frozen" in (dev.waiting_for or "") and dev.opens_at == winter + 9000  # 21:00 in Berlin
+    run(ledger, stages, p, 30)
+    enter = next(e for _, e in ledger.entries() if e["decision"] == "enter")
+    assert enter["at"] >= winter + 9000
+    assert_every_decision_replays(ledger)
+
+
+def test_approvals_are_waited_for_and_counted_by_distinct_people(ledger: Ledger) -> None:
+    p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0, "approvals": 2}])
+    stages, c = Stages(T0), candidate(5)
+    start(ledger, c, T0)
+    run(ledger, stages, p, 2)
+    assert "waits for approval: 0 of 2" in (ledger.state().stages["dev"].waiting_for or "")
+    ledger.append(c.id, "dev", "approve", stages.clock, "looks good", by="alice")
+    ledger.append(c.id, "dev", "approve", stages.clock + 1, "again", by="alice")
+    run(ledger, stages, p, 2)
+    assert "1 of 2 (alice)" in (ledger.state().stages["dev"].waiting_for or "") and not stages.deploys
+    ledger.append(c.id, "dev", "approve", stages.clock, "ok", by="bob")
+    run(ledger, stages, p, 6)
+    assert stages.deploys == [("dev", c.id)]
+    assert_every_decision_replays(ledger)
+
+
+def test_a_newer_candidate_supersedes_an_older_one_still_waiting_and_queue_keeps_both(tmp_path: Path) -> None:
+    for mode, expected in (("supersede", ["c2"]), ("queue", ["c1", "c2"])):
+        ledger = Ledger(open_store(str(tmp_path / f"{mode}.db")))
+        p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0, "approvals": 1}], onNewer=mode)
+        stages, one, two = Stages(T0), candidate(1), candidate(2)
+        start(ledger, one, T0)
+        run(ledger, stages, p, 1)
+        start(ledger, two, stages.clock)
+        for c in (one, two):
+            ledger.append(c.id, "dev", "approve", stages.clock, "ok", by="alice")
+        run(ledger, stages, p, 20)
+        names = {one.id: "c1", two.id: "c2"}
+        assert [names[c] for _, c in stages.deploys] == expected
+        if mode == "supersede":
+            assert ledger.state().candidates[one.id]["status"] == "superseded"

@@ -1,0 +1,218 @@
+"""The release pipeline as operators drive it: record a candidate, read where every candidate is and what every
+decision was, replay a decision, freeze and unfreeze stages, approve a candidate into a stage.
+
+Everything is read and checked before anything is written: a mistake is one line, exit 2, and the ledger unchanged.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.settings import parse_settings
+from platformctl.errors import PlatformError
+from platformctl.humanize import parse_duration
+from platformctl.state import StateStore, open_store
+from platformctl.topology import load_stage, read_stack_config
+from release_pipeline.candidates import Candidate, make_candidate, read_lock, stage_images
+from release_pipeline.ledger import Ledger, PipelineState
+from release_pipeline.pipeline import Pipeline, load_pipeline
+from release_pipeline.replay import replay
+
+DEFAULT_LEDGER = ".platformctl/release.db"
+
+
+def who() -> str:
+    """Who is acting: the STS caller's ARN against a real AWS account, else user@host."""
+    if os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_ENDPOINT_URL"):
+        try:
+            from platformctl.aws import client
+
+            return str(client("sts").get_caller_identity()["Arn"])
+        except Exception:
+            pass
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def ledger_of(pipeline: Pipeline, spec: str | None) -> Ledger:
+    """The ledger's store: ``--ledger``, else the pipeline file's ``ledger``, else ``.platformctl/release.db`` in the
+    checkout the pipeline file is in."""
+    chosen = spec or pipeline.ledger
+    if chosen is None:
+        chosen = str(Path(pipeline.source).resolve().parent.parent / DEFAULT_LEDGER)
+        Path(chosen).parent.mkdir(parents=True, exist_ok=True)
+    store: StateStore = open_store(chosen)
+    return Ledger(store)
+
+
+def infra_revision(infra_dir: Path) -> str:
+    """The checkout's commit, with ``+dirty`` when its infra/ or ami/ differ from it."""
+    try:
+        head = subprocess.run(["git", "-C", str(infra_dir), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(infra_dir.parent), "status", "--porcelain", "--", "infra", "ami"],
+                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return head + ("+dirty" if dirty else "")
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    pipeline_file: Path | None = None
+    lock_file: Path | None = None
+    note: str = ""
+    ledger: str | None = None
+    infra_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    candidate: Candidate
+    new: bool
+    ledger: str
+
+
+def start_candidate(request: StartRequest) -> Started:
+    """Record the lock file's images, for every stage of the pipeline, as one immutable candidate."""
+    pipeline = load_pipeline(request.pipeline_file)
+    stages = [load_stage(name, request.infra_dir) for name in pipeline.names]
+    infra_dir = Path(stages[0].source).parent
+    settings = {s.name: parse_settings(read_stack_config(Path(s.source)), s.name, s.source) for s in stages}
+    lock_path = request.lock_file or (infra_dir / settings[stages[0].name].image_lock).resolve()
+    lock = read_lock(lock_path)
+    images = [stage_images(s, settings[s.name], lock, str(lock_path)) for s in stages]
+    ledger = ledger_of(pipeline, request.ledger)
+    at = time.time()
+    candidate = make_candidate(images, infra_revision(infra_dir), request.note, at, who())
+    new = ledger.add_candidate(candidate)
+    if new:
+        ledger.append(candidate.id, None, "start", at, request.note or "started", {"ready_in": [pipeline.names[0]],
+                      "lock_file": str(lock_path), "pipeline": pipeline.digest}, candidate.created_by)
+    return Started(ledger.candidate(candidate.id) or candidate, new, ledger.store.location)
+
+
+@dataclass(frozen=True)
+class LedgerRequest:
+    pipeline_file: Path | None = None
+    ledger: str | None = None
+    stage: str | None = None
+
+
+def _open(request: LedgerRequest) -> tuple[Pipeline, Ledger]:
+    pipeline = load_pipeline(request.pipeline_file)
+    if request.stage is not None:
+        pipeline.stage(request.stage)  # an unknown stage is exit 2 before anything is read
+    return pipeline, ledger_of(pipeline, request.ledger)
+
+
+def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
+    """Where every candidate is: per stage the one in flight, the last good one, the step and what it waits for."""
+    pipeline, ledger = _open(request)
+    state = ledger.state()
+    stages = {}
+    for name in pipeline.names:
+        s = state.stage(name)
+        stages[name] = {"current": s.current, "last_good": s.last_good, "step": s.step, "waiting_for": s.waiting_for,
+                        "opens_at": s.opens_at, "since": s.since, "soak_started": s.rotated_at, "ready": s.ready}
+    return {"ledger": ledger.store.location, "pipeline": pipeline.source, "stages": stages,
+            "candidates": _candidates(ledger, state), "freezes": state.freezes}
+
+
+def _candidates(ledger: Ledger, state: PipelineState) -> dict[str, Any]:
+    out = {}
+    for c in ledger.candidates():
+        where = state.candidates.get(c.id, {})
+        out[c.id] = {"status": where.get("status", "recorded"), "stage": where.get("stage"), "reason": where.get("reason"),
+                     "note": c.note, "created_at": c.created_at, "created_by": c.created_by,
+                     "infra_revision": c.infra_revision, "images": {n: s.images for n, s in c.stages.items()}}
+    return out
+
+
+def pipeline_history(request: LedgerRequest) -> list[dict[str, Any]]:
+    """Every entry of the ledger, oldest first (of one stage, when given)."""
+    _, ledger = _open(request)
+    return [e for _, e in ledger.entries() if request.stage is None or e.get("stage") == request.stage]
+
+
+def replay_decision(request: LedgerRequest, decision_id: str) -> dict[str, Any]:
+    _, ledger = _open(request)
+    entry = ledger.entry(decision_id)
+    if entry is None:
+        raise PlatformError(f"no decision {decision_id!r} in the ledger {ledger.store.location}", field="DECISION")
+    return replay(entry)
+
+
+@dataclass(frozen=True)
+class FreezeRequest:
+    stage: str | None  # None: every stage
+    reason: str
+    until: str | None = None  # a duration from now (4h) or an ISO time
+    pipeline_file: Path | None = None
+    ledger: str | None = None
+
+
+def _until(text: str | None, now: float) -> float | None:
+    if text is None:
+        return None
+    try:
+        return now + parse_duration(text)
+    except ValueError:
+        pass
+    from datetime import datetime
+
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise PlatformError(f"{text!r} is neither a duration (4h) nor an ISO time (2026-12-24T18:00+01:00)",
+                            field="--until") from None
+    if instant.tzinfo is None:
+        raise PlatformError(f"{text!r} has no offset: say which zone (2026-12-24T18:00+01:00, or Z)", field="--until")
+    if instant.timestamp() <= now:
+        raise PlatformError(f"{text} is in the past", field="--until")
+    return instant.timestamp()
+
+
+def freeze(request: FreezeRequest) -> dict[str, Any]:
+    pipeline, ledger = _open(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    if not request.reason.strip():
+        raise PlatformError("say why", field="--reason")
+    now = time.time()
+    until = _until(request.until, now)
+    return ledger.append(None, request.stage, "freeze", now, request.reason, {"until": until, "pipeline": pipeline.digest},
+                         who())
+
+
+def unfreeze(request: FreezeRequest) -> dict[str, Any]:
+    pipeline, ledger = _open(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    return ledger.append(None, request.stage, "unfreeze", time.time(), request.reason or "unfrozen", {}, who())
+
+
+@dataclass(frozen=True)
+class ApproveRequest:
+    candidate: str
+    stage: str
+    reason: str = ""
+    pipeline_file: Path | None = None
+    ledger: str | None = None
+
+
+def approve(request: ApproveRequest) -> dict[str, Any]:
+    """Approve a candidate into a stage: only one waiting there (or ready for it) can be approved."""
+    pipeline, ledger = _open(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    state = ledger.state()
+    stage = state.stage(request.stage)
+    if ledger.candidate(request.candidate) is None:
+        raise PlatformError(f"no candidate {request.candidate!r} in the ledger {ledger.store.location}", field="CANDIDATE")
+    waiting = request.candidate in stage.ready or (stage.step == "waiting" and stage.current == request.candidate)
+    if not waiting:
+        raise PlatformError(f"{request.candidate} is not waiting to enter {request.stage} (it is "
+                            f"{state.candidates.get(request.candidate, {}).get('status', 'recorded')})", field="CANDIDATE")
+    return ledger.append(request.candidate, request.stage, "approve", time.time(), request.reason or "approved",
+                         {"pipeline": pipeline.digest}, who(), salt=who())

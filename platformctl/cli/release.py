@@ -1,0 +1,168 @@
+"""``platformctl release``: candidates, where they are, what was decided and why, freezes and approvals."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from platformctl.app import release as app
+from platformctl.cli.output import OUTPUT, console, emit_json
+from platformctl.cluster.model import format_time
+from platformctl.topology import STAGES
+
+PIPELINE = click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        help="the pipeline file (default: release_pipeline/pipeline.yaml of this checkout)")
+LEDGER = click.option("--ledger", default=None, metavar="STORE",
+                      help="the ledger's store (default: the pipeline file's ledger, else .platformctl/release.db)")
+
+
+@click.group()
+def release() -> None:
+    """The release pipeline: candidates carried dev -> staging -> prod-canary -> prod, each stage gated by its canaries."""
+
+
+@release.command("start")
+@click.option("--lock-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="the AMI lock file (default: the one the stage's stack file names)")
+@click.option("--note", default="", help="what the change is, for people")
+@PIPELINE
+@LEDGER
+@OUTPUT
+@click.pass_context
+def release_start(ctx: click.Context, lock_file: Path | None, note: str, pipeline_file: Path | None, ledger: str | None,
+                  output: str) -> None:
+    """Record the lock file's images for every stage as one immutable candidate (the same content is the same one)."""
+    started = app.start_candidate(app.StartRequest(pipeline_file, lock_file, note, ledger, ctx.obj["infra_dir"]))
+    record = {**started.candidate.to_record(), "new": started.new, "ledger": started.ledger}
+    if output == "json":
+        emit_json(record)
+        return
+    said = "recorded" if started.new else "already recorded (the same content is the same candidate)"
+    console().print(f"candidate [bold]{started.candidate.id}[/] {said} in {started.ledger}")
+    for name, stage in started.candidate.stages.items():
+        images = ", ".join(f"{family} {i['version']} {i['id']}" for family, i in stage.images.items())
+        console().print(f"  {name} ({stage.region}): {images}")
+
+
+@release.command("status")
+@PIPELINE
+@LEDGER
+@OUTPUT
+def release_status(pipeline_file: Path | None, ledger: str | None, output: str) -> None:
+    """Per stage: the candidate in flight, the last good one, the step and what it waits for."""
+    status = app.pipeline_status(app.LedgerRequest(pipeline_file, ledger))
+    if output == "json":
+        emit_json(status)
+        return
+    table = Table("stage", "current", "last good", "step", "waiting for")
+    for name, s in status["stages"].items():
+        waits = s["waiting_for"] or ""
+        if s["opens_at"]:
+            waits += f" (can open {format_time(s['opens_at'])})"
+        table.add_row(name, s["current"] or "-", s["last_good"] or "-", s["step"], waits)
+    console().print(table)
+    for f in status["freezes"]:
+        until = format_time(f["until"]) if f.get("until") else "unfrozen by hand"
+        console().print(f"[yellow]frozen[/] {'every stage' if f['stage'] == '*' else f['stage']}: {f['reason']} "
+                        f"(by {f['by']}, until {until})")
+
+
+def _print_entries(entries: list[dict[str, Any]]) -> None:
+    table = Table("id", "at", "stage", "candidate", "decision", "reason", "by")
+    for e in entries:
+        table.add_row(e["id"], format_time(e["at"]), e["stage"] or "-", e["candidate"] or "-", e["decision"], e["reason"],
+                      e.get("by", ""))
+    console().print(table)
+
+
+@release.command("history")
+@click.option("--stage", type=click.Choice(STAGES), default=None, help="only this stage's entries")
+@PIPELINE
+@LEDGER
+@OUTPUT
+def release_history(stage: str | None, pipeline_file: Path | None, ledger: str | None, output: str) -> None:
+    """Every step and decision, oldest first, with who, when, why and its inputs (never pruned)."""
+    entries = app.pipeline_history(app.LedgerRequest(pipeline_file, ledger, stage))
+    if output == "json":
+        emit_json(entries)
+    else:
+        _print_entries(entries)
+
+
+@release.command("replay")
+@click.argument("decision_id", metavar="DECISION")
+@PIPELINE
+@LEDGER
+@OUTPUT
+def release_replay(decision_id: str, pipeline_file: Path | None, ledger: str | None, output: str) -> None:
+    """Take a stored decision again from its stored inputs with today's code: exit 0 the same, 1 different."""
+    result = app.replay_decision(app.LedgerRequest(pipeline_file, ledger), decision_id)
+    if output == "json":
+        emit_json(result)
+    else:
+        mark = "[green]the same[/]" if result["same"] else "[red]different[/]"
+        console().print(f"{decision_id}: {mark}: stored {result['stored']['decision']} ({result['stored']['reason']}); "
+                        f"today {result['replayed']['decision']} ({result['replayed']['reason']})")
+    sys.exit(0 if result["same"] else 1)
+
+
+def _scope(all_stages: bool, stage: str | None) -> str | None:
+    if all_stages == (stage is not None):
+        raise click.UsageError("give exactly one of --all or --stage S")
+    return stage
+
+
+@release.command("freeze")
+@click.option("--all", "all_stages", is_flag=True, help="every stage")
+@click.option("--stage", type=click.Choice(STAGES), default=None)
+@click.option("--reason", required=True, help="why, for the ledger and the people waiting")
+@click.option("--until", default=None, help="a duration from now (4h) or a time with its offset (2026-12-24T18:00+01:00)")
+@PIPELINE
+@LEDGER
+@OUTPUT
+def release_freeze(all_stages: bool, stage: str | None, reason: str, until: str | None, pipeline_file: Path | None,
+                   ledger: str | None, output: str) -> None:
+    """Stop candidates entering a stage (or every stage) until unfrozen or --until."""
+    entry = app.freeze(app.FreezeRequest(_scope(all_stages, stage), reason, until, pipeline_file, ledger))
+    if output == "json":
+        emit_json(entry)
+    else:
+        _print_entries([entry])
+
+
+@release.command("unfreeze")
+@click.option("--all", "all_stages", is_flag=True, help="every stage")
+@click.option("--stage", type=click.Choice(STAGES), default=None)
+@click.option("--reason", default="", help="why, for the ledger")
+@PIPELINE
+@LEDGER
+@OUTPUT
+def release_unfreeze(all_stages: bool, stage: str | None, reason: str, pipeline_file: Path | None, ledger: str | None,
+                     output: str) -> None:
+    """Lift the freezes set by hand on a stage (or on every stage); the pipeline file's windows stay."""
+    entry = app.unfreeze(app.FreezeRequest(_scope(all_stages, stage), reason, None, pipeline_file, ledger))
+    if output == "json":
+        emit_json(entry)
+    else:
+        _print_entries([entry])
+
+
+@release.command("approve")
+@click.argument("candidate")
+@click.option("--stage", type=click.Choice(STAGES), required=True)
+@click.option("--reason", default="", help="why, for the ledger")
+@PIPELINE
+@LEDGER
+@OUTPUT
+def release_approve(candidate: str, stage: str, reason: str, pipeline_file: Path | None, ledger: str | None,
+                    output: str) -> None:
+    """Approve a candidate waiting to enter a stage (recorded with who and when)."""
+    entry = app.approve(app.ApproveRequest(candidate, stage, reason, pipeline_file, ledger))
+    if output == "json":
+        emit_json(entry)
+    else:
+        _print_entries([entry])

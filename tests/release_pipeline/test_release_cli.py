@@ -1,0 +1,124 @@
+"""`platformctl release start|status|history|replay|freeze|unfreeze|approve` from an operator's checkout: candidates
+named by their content, the ledger's JSON names, and every mistake one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from platformctl.cli import cli
+from release_pipeline.pipeline import load_pipeline
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+LOCK = CHECKOUT / "tests" / "fixtures" / "images.lock.json"
+
+
+def lock_everywhere(tmp_path: Path) -> Path:
+    """The fixture's lock file with every image copied to every stage's region."""
+    lock = json.loads(LOCK.read_text())
+    for versions in lock["images"].values():
+        for regions in versions.values():
+            ami = next(iter(regions.values()))
+            regions.update({r: ami for r in ("us-west-2", "us-east-2", "us-east-1")})
+    path = tmp_path / "images.lock.json"
+    path.write_text(json.dumps(lock))
+    return path
+
+
+def release(tmp_path: Path, *args: str) -> Any:
+    ledger = str(tmp_path / "ledger.db")
+    return CliRunner().invoke(cli, ["release", *args, "--ledger", ledger], catch_exceptions=False)
+
+
+def test_start_records_one_candidate_per_content_and_status_and_history_name_the_fields(tmp_path: Path) -> None:
+    lock = lock_everywhere(tmp_path)
+    first = release(tmp_path, "start", "--lock-file", str(lock), "--note", "base 1.4", "-o", "json")
+    assert first.exit_code == 0, first.output
+    made = json.loads(first.output)
+    assert made["new"] and made["id"].startswith("c-") and set(made["stages"]) == {"dev", "staging", "prod-canary", "prod"}
+    assert made["stages"]["dev"]["images"]["general"] == {"version": "2.1.0", "id": "ami-0ge0000000000210"}
+    again = json.loads(release(tmp_path, "start", "--lock-file", str(lock), "--note", "other words", "-o", "json").output)
+    assert again["id"] == made["id"] and not again["new"]  # the same content is the same candidate
+    status = json.loads(release(tmp_path, "status", "-o", "json").output)
+    assert list(status["stages"]) == ["dev", "staging", "prod-canary", "prod"]
+    assert all({"current", "last_good", "step", "waiting_for"} <= set(s) for s in status["stages"].values())
+    assert status["stages"]["dev"]["ready"] == [made["id"]] and status["candidates"][made["id"]]["status"] == "queued"
+    history = json.loads(release(tmp_path, "history", "-o", "json").output)
+    assert [e["decision"] for e in history] == ["start"]
+    assert {"id", "candidate", "stage", "decision", "at", "reason", "inputs"} <= set(history[0])
+
+
+def test_freeze_unfreeze_and_approve_are_recorded_with_who(tmp_path: Path) -> None:
+    lock = lock_everywhere(tmp_path)
+    cid = json.loads(release(tmp_path, "start", "--lock-file", str(lock), "-o", "json").output)["id"]
+    frozen = release(tmp_path, "freeze", "--stage", "prod", "--reason", "incident 42", "--until", "4h", "-o", "json")
+    assert frozen.exit_code == 0, frozen.output
+    assert json.loads(release(tmp_path, "status", "-o", "json").output)["freezes"][0]["reason"] == "incident 42"
+    release(tmp_path, "unfreeze", "--stage", "prod")
+    assert json.loads(release(tmp_path, "status", "-o", "json").output)["freezes"] == []
+    approved = json.loads(release(tmp_path, "approve", cid, "--stage", "dev", "--reason", "ok", "-o", "json").output)
+    assert approved["decision"] == "approve" and "@" in approved["by"]
+
+
+@pytest.mark.parametrize("args, said", [
+    (["approve", "c-000000000000", "--stage", "dev"], "CANDIDATE: no candidate 'c-000000000000'"),
+    (["freeze", "--stage", "dev", "--reason", "x", "--until", "2020-01-01T00:00+00:00"], "--until: 2020-01-01T00:00+00:00 is in the past"),
+    (["freeze", "--stage", "dev", "--reason", "x", "--until", "tomorrow"], "--until: 'tomorrow' is neither a duration"),
+    (["replay", "d-nothing"], "DECISION: no decision 'd-nothing'"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str], said: str) -> None:
+    out = release(tmp_path, *args)
+    assert out.exit_code == 2 and said in out.output and len(out.output.strip().splitlines()) == 1, out.output
+    assert json.loads(release(tmp_path, "history", "-o", "json").output) == []
+
+
+def test_approving_a_candidate_that_is_not_waiting_there_is_exit_2(tmp_path: Path) -> None:
+    cid = json.loads(release(tmp_path, "start", "--lock-file", str(lock_everywhere(tmp_path)), "-o", "json").output)["id"]
+    out = release(tmp_path, "approve", cid, "--stage", "prod")
+    assert out.exit_code == 2 and f"{cid} is not waiting to enter prod" in out.output
+
+
+def test_a_lock_file_without_a_stage_region_is_exit_2_naming_it(tmp_path: Path) -> None:
+    import shutil
+
+    infra = tmp_path / "infra"
+    shutil.copytree(CHECKOUT / "infra", infra, ignore=shutil.ignore_patterns("__pycache__"))
+    staging = infra / "Pulumi.staging.yaml"  # staging boots what the lock file says, not its own pins
+    lines = staging.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.strip() == "images:")
+    staging.write_text("\n".join(lines[:i] + lines[i + 4:]) + "\n")
+    path = tmp_path / "dev-only.lock.json"
+    path.write_text(LOCK.read_text())  # us-west-2 only: dev's region
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text("stages:\n  - name: dev\n  - name: staging\n")
+    out = CliRunner().invoke(cli, ["--infra-dir", str(infra), "release", "start", "--lock-file", str(path),
+                                   "--pipeline", str(pipeline), "--ledger", str(tmp_path / "l.db")])
+    assert out.exit_code == 2 and "us-east-2, the region of stage staging" in out.output, out.output
+    assert f"{path}: images.custom" in out.output and not (tmp_path / "l.db").exists()
+
+
+@pytest.mark.parametrize("text, field", [
+    ("stages: []\n", "stages"),
+    ("stages:\n  - name: qa\n", "stages[0].name"),
+    ("stages:\n  - name: prod\n  - name: dev\n", "stages"),
+    ("stages:\n  - name: dev\n    soak: soon\n", "stages[0].soak"),
+    ("stages:\n  - name: dev\nfreezes:\n  - {name: f, timezone: Mars/Olympus, cron: '0 1 * * *', duration: 1h}\n", "freezes[0].timezone"),
+    ("stages:\n  - name: dev\nfreezes:\n  - {name: f, timezone: UTC, rrule: 'FREQ=SOMETIMES', duration: 1h}\n", "freezes[0].rrule"),
+    ("stages:\n  - name: dev\nfreezes:\n  - {name: f, timezone: UTC, cron: '0 1 * * *'}\n", "freezes[0]"),
+    ("stages:\n  - name: dev\nonNewer: drop\n", "onNewer"),
+    ("stages:\n  - name: dev\n    rotationPolicy: nowhere.yaml\n", "stages[0].rotationPolicy"),
+])
+def test_a_malformed_pipeline_file_is_one_line_naming_the_field(tmp_path: Path, text: str, field: str) -> None:
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(text)
+    out = CliRunner().invoke(cli, ["release", "status", "--pipeline", str(pipeline), "--ledger", str(tmp_path / "l.db")])
+    assert out.exit_code == 2 and f"{pipeline}: {field}" in out.output and len(out.output.strip().splitlines()) == 1, out.output
+
+
+def test_the_shipped_pipeline_file_parses() -> None:
+    pipeline = load_pipeline(CHECKOUT / "release_pipeline" / "pipeline.yaml")
+    assert pipeline.names == ["dev", "staging", "prod-canary", "prod"] and pipeline.stage("prod").approvals == 1

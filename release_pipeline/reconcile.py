@@ -71,14 +71,17 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
 
     for name in reversed(pipeline.names):  # the last stage first: a candidate promoted here is not entered next door
         _advance(pipeline, ledger, state, name, actions, write, moved)
-    ledger.checkpoint(_refold(ledger, state))
+    ledger.checkpoint(_refold(ledger, state, {e["id"] for e in report.steps}))
     return report
 
 
-def _refold(ledger: Ledger, state: PipelineState) -> PipelineState:
-    entries = ledger.entries(after=state.position)
-    if entries:
-        state.position = entries[-1][0]
+def _refold(ledger: Ledger, state: PipelineState, written: set[str]) -> PipelineState:
+    """``state`` up to the ledger's end: this tick's entries are in it already, and what others wrote meanwhile (an
+    approval, a freeze) is folded now, so the checkpoint misses nothing."""
+    for seq, entry in ledger.entries(after=state.position):
+        if entry["id"] not in written:
+            apply(state, entry)
+        state.position = seq
     return state
 
 

@@ -205,3 +205,18 @@ def test_a_newer_candidate_supersedes_an_older_one_still_waiting_and_queue_keeps
         assert [names[c] for _, c in stages.deploys] == expected
         if mode == "supersede":
             assert ledger.state().candidates[one.id]["status"] == "superseded"
+
+
+def test_what_an_operator_writes_during_a_tick_is_in_the_checkpoint_the_tick_leaves(ledger: Ledger) -> None:
+    class Busy(Stages):
+        def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+            ledger.append(None, "prod", "freeze", self.clock, "incident during the deploy", {"until": None}, "oncall")
+            return super().deploy(stage, candidate)
+
+    stages, p, c = Busy(T0), pipeline(), candidate(6)
+    start(ledger, c, T0)
+    run(ledger, stages, p, 2)  # enter, then deploy (during which the freeze is written)
+    assert [f["reason"] for f in ledger.state().freezes] == ["incident during the deploy"]
+    assert ledger.store.last("release/state") is not None
+    checkpoint = ledger.store.last("release/state").data["state"]  # type: ignore[union-attr]
+    assert [f["reason"] for f in checkpoint["freezes"]] == ["incident during the deploy"]

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from platformctl.state import Lease, StateStore
+from platformctl.state.lease import LeaseKeeper
 from release_pipeline.candidates import Candidate
 
 CANDIDATES, LEDGER, STATE = "release/candidates", "release/ledger", "release/state"
@@ -73,7 +74,14 @@ class Ledger:
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
-        self.fence: Lease | None = None
+        self.keeper: LeaseKeeper | None = None  # the tick's lease: every write is fenced by it
+
+    @property
+    def fence(self) -> Lease | None:
+        if self.keeper is None:
+            return None
+        self.keeper.check()  # a holder that may have lost its lease stops before its next write
+        return self.keeper.fence
 
     # ------------------------------------------------------------------ candidates
 

@@ -63,6 +63,14 @@ def infra_revision(infra_dir: Path) -> str:
     return head + ("+dirty" if dirty else "")
 
 
+def _default_lock(infra_dir: Path, relative: str) -> Path:
+    """The lock file ``ami build`` writes: the local region's while one runs here, else the stack file's."""
+    from platformctl import region_client
+
+    info = region_client.running()
+    return Path(info["image_lock"]) if info is not None else (infra_dir / relative).resolve()
+
+
 @dataclass(frozen=True)
 class StartRequest:
     pipeline_file: Path | None = None
@@ -85,7 +93,7 @@ def start_candidate(request: StartRequest) -> Started:
     stages = [load_stage(name, request.infra_dir) for name in pipeline.names]
     infra_dir = Path(stages[0].source).parent
     settings = {s.name: parse_settings(read_stack_config(Path(s.source)), s.name, s.source) for s in stages}
-    lock_path = request.lock_file or (infra_dir / settings[stages[0].name].image_lock).resolve()
+    lock_path = request.lock_file or _default_lock(infra_dir, settings[stages[0].name].image_lock)
     lock = read_lock(lock_path)
     images = [stage_images(s, settings[s.name], lock, str(lock_path)) for s in stages]
     ledger = ledger_of(pipeline, request.ledger)
@@ -216,3 +224,90 @@ def approve(request: ApproveRequest) -> dict[str, Any]:
                             f"{state.candidates.get(request.candidate, {}).get('status', 'recorded')})", field="CANDIDATE")
     return ledger.append(request.candidate, request.stage, "approve", time.time(), request.reason or "approved",
                          {"pipeline": pipeline.digest}, who(), salt=who())
+
+
+# ---------------------------------------------------------------------------------------------- the tick
+
+
+class AppStages:
+    """``StageActions`` as an operator would act: ``deploy_stage``, the rotation's ``prepare`` and ``rotate`` under
+    the stage's rotation policy, and the canary verdict over the stage's own store, each on the stage's clock."""
+
+    def __init__(self, pipeline: Pipeline, infra_dir: Path | None, work_dir: Path) -> None:
+        self.pipeline = pipeline
+        self.infra_dir = infra_dir
+        self.work_dir = work_dir
+
+    def now(self, stage: str) -> float:
+        from platformctl import region_client
+
+        info = region_client.running()
+        if info is not None and info.get("stage") == stage:
+            return region_client.ServerClock(f"{info['kubernetes_endpoint']}/platformctl/v1/time").sync()
+        return time.time()
+
+    def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+        import json
+
+        from platformctl.app.deploy import deploy_stage
+
+        lock = self.work_dir / f"{candidate.id}.lock.json"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text(json.dumps(candidate.lock(), indent=2, sort_keys=True))
+        said = deploy_stage(stage, lock, self.infra_dir).to_dict()
+        return {"summary": said["summary"], "images": said["images"]}
+
+    def rotate(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+        from platformctl.app.rotation import RunRequest, prepare, rotate
+
+        policy = self.pipeline.policy_path(stage)
+        if policy is None:
+            raise PlatformError("names no rotationPolicy: the tick cannot rotate the stage", file=self.pipeline.source,
+                                field=f"stages[{self.pipeline.names.index(stage)}].rotationPolicy")
+        result = rotate(prepare(RunRequest(policy, stage=stage, infra_dir=self.infra_dir)))
+        said = result.to_dict()
+        reasons = [f"{c['cluster']}: {c.get('status')}: {c.get('reason')}" for c in said["clusters"] if c.get("exit_code")]
+        return {"status": "finished" if result.exit_code == 0 else "halted", "reason": "; ".join(reasons),
+                "exit_code": result.exit_code, "clusters": [{k: c.get(k) for k in ("cluster", "status", "reason")}
+                                                             for c in said["clusters"]]}
+
+    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
+                window: int) -> dict[str, Any]:
+        from e2e_canary.runner import results
+        from e2e_canary.verdict import EVIDENCE_STEPS, canary_verdicts
+        from platformctl.app.stores import store_for
+
+        store = store_for(None, stage=stage, infra_dir=self.infra_dir)
+        now = self.now(stage)
+        # The soak judges the stage running the candidate: results since its rotation ended, not the rotation's own
+        # turbulence (pods waiting for surge nodes to boot), which the rotation's canary gate judged wave by wave.
+        rows = results(store, stage, since=max(since, now - 2 * EVIDENCE_STEPS * window), until=now)
+        verdict = canary_verdicts(rows, now, float(window))
+        return {**verdict, "at": now, "state": store.location, "results_since": len(rows)}
+
+
+@dataclass(frozen=True)
+class TickRequest:
+    pipeline_file: Path | None = None
+    ledger: str | None = None
+    infra_dir: Path | None = None
+    lease_ttl: float = 60.0
+
+
+def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[str, Any]:
+    """Advance every candidate at most one step, under the tick's lease (``LeaseHeld`` when another tick holds it)."""
+    from platformctl.state.lease import LeaseKeeper, holder_id
+    from release_pipeline.ledger import TICK_LEASE
+    from release_pipeline.reconcile import tick
+
+    pipeline = load_pipeline(request.pipeline_file)
+    ledger = ledger_of(pipeline, request.ledger)
+    keeper = LeaseKeeper(ledger.store, TICK_LEASE, holder_id(), request.lease_ttl)
+    keeper.acquire()
+    ledger.keeper = keeper
+    try:
+        work = Path.cwd() / ".platformctl" / "candidates"  # the lock files deploys read, in the gitignored folder
+        report = tick(pipeline, ledger, AppStages(pipeline, request.infra_dir, work), who(), say)
+    finally:
+        keeper.release()
+    return {"ledger": ledger.store.location, **report.to_dict()}

@@ -166,3 +166,27 @@ def release_approve(candidate: str, stage: str, reason: str, pipeline_file: Path
         emit_json(entry)
     else:
         _print_entries([entry])
+
+
+@release.command("tick")
+@click.option("--lease-ttl", type=float, default=60.0, show_default=True, help="seconds the tick's lease lasts unrenewed")
+@PIPELINE
+@LEDGER
+@OUTPUT
+@click.pass_context
+def release_tick(ctx: click.Context, lease_ttl: float, pipeline_file: Path | None, ledger: str | None, output: str) -> None:
+    """Advance every candidate at most one step (deploy, rotate, soak, gate, promote or halt and roll back); safe to run
+    every minute. Exit 0 done, 2 bad input, 3 another tick holds the lease."""
+    from platformctl.state import LeaseHeld
+
+    quiet = output == "json"
+    try:
+        report = app.release_tick(app.TickRequest(pipeline_file, ledger, ctx.obj["infra_dir"], lease_ttl),
+                                  say=(lambda m: None) if quiet else (lambda m: console().print(m)))
+    except LeaseHeld as held:
+        click.echo(f"another tick holds the lease ({held}): nothing done", err=True)
+        sys.exit(3)
+    if quiet:
+        emit_json(report)
+    elif not report["steps"]:
+        console().print("nothing to do")

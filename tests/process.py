@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -71,3 +72,17 @@ def get(region: dict[str, Any], path: str) -> Any:
     """A GET of the local region server's API (Kubernetes or its own ``/platformctl/v1/…``), as JSON."""
     with urllib.request.urlopen(f"{region['kubernetes_endpoint']}{path}", timeout=30) as response:
         return json.loads(response.read())
+
+
+def canary_runners(home: Path, region: dict[str, Any]) -> list[subprocess.Popen[str]]:
+    """One ``canary run`` process per cluster of the region, as the Pulumi program runs them (stop with
+    ``stop_all``)."""
+    return [start(home, "canary", "run", "--stage", region["stage"], "--cluster", c["name"], "--metrics-port", "0")
+            for c in region["clusters"]]
+
+
+def stop_all(processes: list[subprocess.Popen[str]]) -> None:
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+    for process in processes:
+        process.communicate(timeout=120)

@@ -47,7 +47,11 @@ def ledger_of(pipeline: Pipeline, spec: str | None) -> Ledger:
     if chosen is None:
         chosen = str(Path(pipeline.source).resolve().parent.parent / DEFAULT_LEDGER)
         Path(chosen).parent.mkdir(parents=True, exist_ok=True)
-    store: StateStore = open_store(chosen)
+    try:
+        store: StateStore = open_store(chosen)
+    except PlatformError as exc:  # the ledger is named by --ledger or the pipeline file, not --state
+        where = {"file": pipeline.source, "field": "ledger"} if spec is None and pipeline.ledger else {"field": "--ledger"}
+        raise PlatformError(exc.detail, **where) from None
     return Ledger(store)
 
 

@@ -5,7 +5,6 @@ bad image still fails it."""
 from __future__ import annotations
 
 import json
-import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,20 +14,16 @@ import pytest
 from e2e_canary.runner import results
 from platformctl.cluster.live import LiveCluster
 from platformctl.state import open_store
-from tests.process import local_region, run, start
+from tests.process import canary_runners, local_region, run, stop_all
 
 
 @pytest.fixture(scope="module")
 def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("home")
     info = local_region(home)
-    runners = [start(home, "canary", "run", "--stage", "dev", "--cluster", c["name"], "--metrics-port", "0")
-               for c in info["clusters"]]
+    runners = canary_runners(home, info)
     yield info
-    for runner in runners:
-        runner.send_signal(signal.SIGTERM)
-    for runner in runners:
-        runner.communicate(timeout=120)
+    stop_all(runners)
     run(home, "local", "down", check=False)
 
 

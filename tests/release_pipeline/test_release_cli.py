@@ -122,3 +122,9 @@ def test_a_malformed_pipeline_file_is_one_line_naming_the_field(tmp_path: Path, 
 def test_the_shipped_pipeline_file_parses() -> None:
     pipeline = load_pipeline(CHECKOUT / "release_pipeline" / "pipeline.yaml")
     assert pipeline.names == ["dev", "staging", "prod-canary", "prod"] and pipeline.stage("prod").approvals == 1
+
+
+def test_a_ledger_that_cannot_be_opened_is_one_line_naming_the_ledger(tmp_path: Path) -> None:
+    out = CliRunner().invoke(cli, ["release", "status", "--ledger", str(tmp_path / "missing" / "ledger.db")])
+    assert out.exit_code == 2 and "--ledger: cannot open the state store" in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1 and not (tmp_path / "missing").exists()

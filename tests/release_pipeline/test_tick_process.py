@@ -5,7 +5,6 @@ node on its images, and every decision replays."""
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 
 from ami.manifest import MANIFEST_DIR
 from platformctl.cluster.live import LiveCluster
-from tests.process import local_region, run, start
+from tests.process import canary_runners, local_region, run, stop_all
 
 POLICY = "strategy: surge\nmaxInFlight: 4\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
 
@@ -23,13 +22,9 @@ POLICY = "strategy: surge\nmaxInFlight: 4\ndurations: {nodeBootSeconds: 180, pod
 def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("home")
     info = local_region(home, "--no-workloads")
-    runners = [start(home, "canary", "run", "--stage", "dev", "--cluster", c["name"], "--metrics-port", "0")
-               for c in info["clusters"]]
+    runners = canary_runners(home, info)
     yield info
-    for runner in runners:
-        runner.send_signal(signal.SIGTERM)
-    for runner in runners:
-        runner.communicate(timeout=120)
+    stop_all(runners)
     run(home, "local", "down", check=False)
 
 

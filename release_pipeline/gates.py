@@ -141,3 +141,10 @@ def soak_decision(stage: StagePolicy, rotated_at: float, at: float, verdicts: Se
         return Decision("halt", f"past the deadline ({human_duration(stage.deadline)} after the soak's "
                         f"{human_duration(stage.soak)}) without a pass: " + "; ".join(short))
     return Decision("wait", "; ".join(short), opens if opens > at else None)
+
+
+def rotation_decision(result: Mapping[str, Any]) -> Decision:
+    """The gate after a stage's rotation: no failed rotation. ``result``: the rotation's ``{"status", "reason"}``."""
+    if result.get("status") == "finished":
+        return Decision("pass", "every cluster of the stage finished rotating")
+    return Decision("halt", f"the rotation did not finish: {result.get('reason') or result.get('status')}")

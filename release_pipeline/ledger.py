@@ -39,7 +39,8 @@ class StageState:
     results: int = 0
     ready: list[str] = field(default_factory=list)  # candidates that may enter, oldest first
     rollback_to: str | None = None
-    override: dict[str, Any] | None = None  # a freeze override given for the next entry
+    override: dict[str, Any] | None = None  # a freeze override given for one candidate's entry: {"candidate", "by", ...}
+    good: list[str] = field(default_factory=list)  # every candidate that passed here, oldest first
     intent: str | None = None  # a side effect begun and not known finished: "deploy:<id>" or "rotate:<id>"
 
 
@@ -154,16 +155,30 @@ def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
         state.freezes = [f for f in state.freezes if f["stage"] != name] if name else []  # one stage's, or all
     elif decision == "override":
         assert stage is not None
-        stage.override = {"by": entry.get("by", ""), "reason": entry["reason"], "at": at}
+        stage.override = {"candidate": entry.get("candidate"), "by": entry.get("by", ""), "reason": entry["reason"], "at": at}
     elif decision == "approve":
         state.approvals.setdefault(f"{cid}/{name}", []).append({"by": entry.get("by", ""), "at": at, "reason": entry["reason"]})
     elif stage is not None:
         _apply_step(state, stage, decision, cid, name, at, entry)
 
 
+# The step a stage must be in, with the entry's candidate in flight, for a step's entry to count. A tick that read the
+# state before an operator's rollback may write a step the rollback has made moot (a rotation finished, a promotion):
+# the fold keeps the ledger's order and passes over it, so the rollback stands.
+_STEP_OF = {"deploy": "deploying", "deployed": "deploying", "rotate": "rotating", "rotated": "rotating",
+            "verdict": "soaking", "soak": "soaking", "promote": "soaking", "rollback-deploy": "rolling-back",
+            "rollback-deployed": "rolling-back", "rollback-rotate": "rolling-back", "rolled-back": "rolling-back"}
+
+
 def _apply_step(state: PipelineState, stage: StageState, decision: str, cid: str | None, name: str | None, at: float,
                 entry: Mapping[str, Any]) -> None:
     inputs = entry.get("inputs") or {}
+    if decision in _STEP_OF and (stage.current != cid or stage.step != _STEP_OF[decision]):
+        return
+    if decision == "enter" and stage.step not in ("idle", "waiting"):
+        return
+    if decision == "halt" and stage.step == "rolling-back":
+        return
     if decision == "wait":
         stage.current, stage.step, stage.waiting_for = cid, "waiting", entry["reason"]
         stage.opens_at = (entry.get("inputs") or {}).get("decision", {}).get("opens_at")
@@ -186,6 +201,7 @@ def _apply_step(state: PipelineState, stage: StageState, decision: str, cid: str
         stage.waiting_for, stage.opens_at = entry["reason"], inputs.get("decision", {}).get("opens_at")
         stage.results = int(inputs.get("results", stage.results))
     elif decision == "promote":
+        stage.good.append(str(cid))
         stage.last_good, stage.current, stage.step, stage.since, stage.waiting_for = cid, None, "idle", at, None
         state.candidates[str(cid)].update(status="passed", stage=name, at=at, reason=entry["reason"])
         for nxt in inputs.get("ready_in", []):
@@ -193,6 +209,12 @@ def _apply_step(state: PipelineState, stage: StageState, decision: str, cid: str
         if not inputs.get("ready_in"):
             state.candidates[str(cid)].update(status="released")
     elif decision == "halt":
+        if cid != stage.current:  # a rollback by hand of the stage's last good candidate (nothing in flight here)
+            if stage.step == "waiting" and stage.current is not None:
+                stage.ready.insert(0, stage.current)  # the one waiting to enter waits again, after the rollback
+            stage.current = cid
+            stage.good = [c for c in stage.good if c != cid]
+            stage.last_good = inputs.get("rollback_to")
         state.candidates[str(cid)].update(status="halted", stage=name, at=at, reason=entry["reason"])
         stage.step, stage.since, stage.rollback_to, stage.waiting_for = "rolling-back", at, inputs.get("rollback_to"), None
         for s in state.stages.values():

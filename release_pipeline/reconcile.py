@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from platformctl import failpoints
 from release_pipeline.candidates import Candidate
-from release_pipeline.gates import entry_decision, freezes_in_force, soak_decision
+from release_pipeline.gates import entry_decision, freezes_in_force, rotation_decision, soak_decision
 from release_pipeline.ledger import Ledger, PipelineState, StageState, apply
 from release_pipeline.pipeline import Pipeline
 
@@ -37,7 +38,9 @@ class StageActions(Protocol):
         ...
 
     def rotate(self, stage: str, candidate: Candidate) -> dict[str, Any]:
-        """Rotate every cluster of the stage onto them: ``{"status": "finished" | "halted", "reason"}``."""
+        """Rotate every cluster of the stage onto them (resuming a rotation a killed tick began):
+        ``{"status": "finished" | "halted" | "busy", "reason"}``; ``busy``: a rotation of the stage holds its lease, so
+        nothing was done and the next tick tries again."""
         ...
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
@@ -49,9 +52,10 @@ class StageActions(Protocol):
 @dataclass
 class TickReport:
     steps: list[dict[str, Any]] = field(default_factory=list)  # the entries this tick wrote
+    waiting: list[str] = field(default_factory=list)  # what held a step back without a decision (a rotation's lease)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"steps": self.steps}
+        return {"steps": self.steps, "waiting": self.waiting}
 
 
 def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
@@ -67,26 +71,19 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
         apply(state, entry)
         report.steps.append(entry)
         say(f"{stage or '-'} {candidate or '-'}: {decision}: {reason}")
+        failpoints.hit(f"release:{decision}")  # written, the checkpoint and anything after it not
         return entry
 
     for name in reversed(pipeline.names):  # the last stage first: a candidate promoted here is not entered next door
-        _advance(pipeline, ledger, state, name, actions, write, moved)
-    ledger.checkpoint(_refold(ledger, state, {e["id"] for e in report.steps}))
+        _advance(pipeline, ledger, state, name, actions, write, moved, report.waiting.append)
+    # The checkpoint is the ledger folded in its own order: what others wrote during the tick (an approval, a freeze, a
+    # rollback by hand) lands where it was written, not after this tick's entries.
+    ledger.checkpoint(ledger.state())
     return report
 
 
-def _refold(ledger: Ledger, state: PipelineState, written: set[str]) -> PipelineState:
-    """``state`` up to the ledger's end: this tick's entries are in it already, and what others wrote meanwhile (an
-    approval, a freeze) is folded now, so the checkpoint misses nothing."""
-    for seq, entry in ledger.entries(after=state.position):
-        if entry["id"] not in written:
-            apply(state, entry)
-        state.position = seq
-    return state
-
-
 def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str, actions: StageActions,
-             write: Callable[..., dict[str, Any]], moved: set[str]) -> None:
+             write: Callable[..., dict[str, Any]], moved: set[str], held: Callable[[str], None]) -> None:
     stage = state.stage(name)
     policy = pipeline.stage(name)
     now = actions.now(name)
@@ -96,8 +93,9 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
             return
         frozen = freezes_in_force(pipeline.freezes, state.freezes, name, now)
         approvals = state.approvals.get(f"{cid}/{name}", [])
-        decision = entry_decision(policy, now, frozen, approvals, stage.override)
-        inputs = {"decision": decision.to_dict(), "freezes": frozen, "approvals": approvals, "override": stage.override,
+        override = stage.override if stage.override and stage.override.get("candidate") in (None, cid) else None
+        decision = entry_decision(policy, now, frozen, approvals, override)
+        inputs = {"decision": decision.to_dict(), "freezes": frozen, "approvals": approvals, "override": override,
                   "thresholds": {"approvals": policy.approvals}, "pipeline": pipeline.digest,
                   "freeze_definitions": [f.model_dump(mode="json", by_alias=True) for f in pipeline.freezes
                                          if f.applies_to(name)], "manual_freezes": state.freezes}
@@ -119,21 +117,26 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
             write(cid, name, "deploy", now, f"pointing {name}'s launch templates at {cid}'s images",
                   {"images": candidate.stages[name].images if name in candidate.stages else {}})
         result = actions.deploy(name, candidate)
+        failpoints.hit("release:call:deploy")  # deployed, not yet recorded
         write(cid, name, "deployed", actions.now(name), f"{name} deployed with {cid}'s images", {"result": result})
     elif stage.step == "rotating":
         if stage.intent != f"rotate:{cid}":
             write(cid, name, "rotate", now, f"rotating every cluster of {name} onto {cid}'s images")
         result = actions.rotate(name, candidate)
+        failpoints.hit("release:call:rotate")  # rotated, not yet recorded
         at = actions.now(name)
+        if result.get("status") == "busy":  # a rotation of the stage holds its lease (a killed tick's, until it lapses)
+            held(f"{name} {cid}: {result.get('reason')}")  # nothing written: the next tick tries again
+            return
         if result.get("status") == "finished":
             write(cid, name, "rotated", at, f"{name}'s last cluster finished rotating: the soak begins", {"result": result})
         else:
-            _halt(pipeline, state, name, cid, at, f"the rotation did not finish: {result.get('reason', result.get('status'))}",
-                  {"result": result}, write)
+            decision = rotation_decision(result)
+            _halt(pipeline, state, name, cid, at, decision.reason, {"result": result, "decision": decision.to_dict()}, write)
     elif stage.step == "soaking":
         _soak(pipeline, ledger, state, stage, name, candidate, actions, write)
     elif stage.step == "rolling-back":
-        _roll_back(ledger, stage, name, cid, actions, write)
+        _roll_back(ledger, stage, name, cid, actions, write, held)
 
 
 def _next_ready(pipeline: Pipeline, state: PipelineState, stage: StageState, name: str, now: float,
@@ -188,7 +191,7 @@ def _halt(pipeline: Pipeline, state: PipelineState, name: str, cid: str, at: flo
 
 
 def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: StageActions,
-               write: Callable[..., dict[str, Any]]) -> None:
+               write: Callable[..., dict[str, Any]], held: Callable[[str], None]) -> None:
     """Deploy the stage's last good candidate again, then rotate every cluster back onto it: one unit."""
     target = ledger.candidate(stage.rollback_to) if stage.rollback_to else None
     now = actions.now(name)
@@ -200,11 +203,16 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
         if stage.intent != f"rollback-deploy:{cid}":
             write(cid, name, "rollback-deploy", now, f"pointing {name} back at {target.id}'s images")
         result = actions.deploy(name, target)
+        failpoints.hit("release:call:rollback-deploy")
         write(cid, name, "rollback-deployed", actions.now(name), f"{name} deployed with {target.id}'s images again",
               {"result": result, "rollback_to": target.id})
         return
     if stage.intent != f"rollback-rotate:{cid}":
         write(cid, name, "rollback-rotate", now, f"rotating every cluster of {name} back onto {target.id}'s images")
     result = actions.rotate(name, target)
+    failpoints.hit("release:call:rollback-rotate")
+    if result.get("status") == "busy":
+        held(f"{name} {cid}: {result.get('reason')}")
+        return
     write(cid, name, "rolled-back", actions.now(name), f"{name} is back on {target.id} ({result.get('status')})",
           {"result": result, "rollback_to": target.id})

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from platformctl.errors import PlatformError
-from release_pipeline.gates import Decision, entry_decision, freezes_in_force, soak_decision
+from release_pipeline.gates import Decision, entry_decision, freezes_in_force, rotation_decision, soak_decision
 from release_pipeline.pipeline import Freeze, StagePolicy
 
 GATED = {"wait": "entry", "enter": "entry", "soak": "soak", "promote": "soak", "halt": "soak"}
@@ -16,6 +16,9 @@ def replay(entry: Mapping[str, Any]) -> dict[str, Any]:
     """The stored decision and the one today's code takes from the same inputs, and whether they are the same."""
     kind = GATED.get(entry["decision"])
     inputs = entry.get("inputs") or {}
+    if inputs.get("manual"):
+        raise PlatformError(f"{entry['id']} is a rollback by hand ({entry.get('by')}: {entry['reason']}): a person's "
+                            "decision, not a gate's, so nothing to re-evaluate", field="DECISION")
     if kind is None or "decision" not in inputs:
         raise PlatformError(f"{entry['id']} is a {entry['decision']} step, not a gate's decision: nothing to re-evaluate "
                             "(decisions: wait, enter, soak, promote, halt)", field="DECISION")
@@ -25,6 +28,8 @@ def replay(entry: Mapping[str, Any]) -> dict[str, Any]:
         frozen = freezes_in_force(definitions, inputs.get("manual_freezes", []), entry["stage"], at)
         policy = StagePolicy(name=entry["stage"], approvals=inputs["thresholds"]["approvals"], soak=0)
         again = entry_decision(policy, at, frozen, inputs.get("approvals", []), inputs.get("override"))
+    elif "result" in inputs and "rotated_at" not in inputs:  # the rotation's gate
+        again = rotation_decision(inputs["result"])
     else:
         policy = StagePolicy.model_validate({**inputs["thresholds"], "name": entry["stage"]})
         again = soak_decision(policy, float(inputs["rotated_at"]), at, inputs.get("verdicts", []), int(inputs["results"]))

@@ -213,6 +213,7 @@ class ApproveRequest:
     reason: str = ""
     pipeline_file: Path | None = None
     ledger: str | None = None
+    override_freeze: str | None = None  # why the candidate may enter during a freeze (recorded)
 
 
 def approve(request: ApproveRequest) -> dict[str, Any]:
@@ -226,8 +227,50 @@ def approve(request: ApproveRequest) -> dict[str, Any]:
     if not waiting:
         raise PlatformError(f"{request.candidate} is not waiting to enter {request.stage} (it is "
                             f"{state.candidates.get(request.candidate, {}).get('status', 'recorded')})", field="CANDIDATE")
-    return ledger.append(request.candidate, request.stage, "approve", time.time(), request.reason or "approved",
-                         {"pipeline": pipeline.digest}, who(), salt=who())
+    if request.override_freeze is not None and not request.override_freeze.strip():
+        raise PlatformError("say why the freeze is overridden", field="--override-freeze")
+    approval = ledger.append(request.candidate, request.stage, "approve", time.time(), request.reason or "approved",
+                             {"pipeline": pipeline.digest}, who(), salt=who())
+    if request.override_freeze is None:
+        return approval
+    override = ledger.append(request.candidate, request.stage, "override", time.time(), request.override_freeze,
+                             {"pipeline": pipeline.digest, "freezes": state.freezes}, who(), salt=who())
+    return {**approval, "override": override}
+
+
+@dataclass(frozen=True)
+class RollbackRequest:
+    stage: str
+    reason: str
+    pipeline_file: Path | None = None
+    ledger: str | None = None
+    infra_dir: Path | None = None
+
+
+def rollback(request: RollbackRequest) -> dict[str, Any]:
+    """Halt a stage's candidate by hand and roll the stage back as one unit: the one in flight there (back to the last
+    good one), else the last good one (back to the good one before it). The next tick deploys and rotates back; the
+    halted candidate never enters a later stage."""
+    pipeline, ledger = _open(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    if not request.reason.strip():
+        raise PlatformError("say why", field="--reason")
+    stage = ledger.state().stage(request.stage)
+    if stage.step == "rolling-back":
+        raise PlatformError(f"{request.stage} is rolling back already ({stage.current} to {stage.rollback_to or 'nothing'})",
+                            field="--stage")
+    if stage.step in ("deploying", "rotating", "soaking"):
+        cid, target = stage.current, stage.last_good
+    elif stage.last_good is None:
+        raise PlatformError(f"the pipeline has deployed nothing to {request.stage}: nothing to roll back", field="--stage")
+    else:
+        earlier = [c for c in stage.good if c != stage.last_good]
+        if not earlier:
+            raise PlatformError(f"{stage.last_good} is the first candidate that passed {request.stage}: no earlier one to "
+                                "roll back to", field="--stage")
+        cid, target = stage.last_good, earlier[-1]
+    now = AppStages(pipeline, request.infra_dir, Path.cwd()).now(request.stage)
+    return ledger.append(cid, request.stage, "halt", now, f"rolled back by hand: {request.reason}",
+                         {"manual": True, "rollback_to": target, "step": stage.step, "pipeline": pipeline.digest}, who())
 
 
 # ---------------------------------------------------------------------------------------------- the tick
@@ -237,10 +280,11 @@ class AppStages:
     """``StageActions`` as an operator would act: ``deploy_stage``, the rotation's ``prepare`` and ``rotate`` under
     the stage's rotation policy, and the canary verdict over the stage's own store, each on the stage's clock."""
 
-    def __init__(self, pipeline: Pipeline, infra_dir: Path | None, work_dir: Path) -> None:
+    def __init__(self, pipeline: Pipeline, infra_dir: Path | None, work_dir: Path, lease_ttl: float = 60.0) -> None:
         self.pipeline = pipeline
         self.infra_dir = infra_dir
         self.work_dir = work_dir
+        self.lease_ttl = lease_ttl  # the rotation's leases last as long as the tick's
 
     def now(self, stage: str) -> float:
         from platformctl import region_client
@@ -268,8 +312,11 @@ class AppStages:
         if policy is None:
             raise PlatformError("names no rotationPolicy: the tick cannot rotate the stage", file=self.pipeline.source,
                                 field=f"stages[{self.pipeline.names.index(stage)}].rotationPolicy")
-        result = rotate(prepare(RunRequest(policy, stage=stage, infra_dir=self.infra_dir)))
+        result = rotate(prepare(RunRequest(policy, stage=stage, infra_dir=self.infra_dir, lease_ttl=self.lease_ttl)))
         said = result.to_dict()
+        busy = [c for c in said["clusters"] if c.get("status") in ("lease-held", "lost-lease", "paused")]
+        if busy:  # a killed tick's rotation until its lease lapses (the next tick resumes its journal), or paused by hand
+            return {"status": "busy", "reason": "; ".join(str(c.get("reason")) for c in busy)}
         reasons = [f"{c['cluster']}: {c.get('status')}: {c.get('reason')}" for c in said["clusters"] if c.get("exit_code")]
         return {"status": "finished" if result.exit_code == 0 else "halted", "reason": "; ".join(reasons),
                 "exit_code": result.exit_code, "clusters": [{k: c.get(k) for k in ("cluster", "status", "reason")}
@@ -311,7 +358,7 @@ def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[
     ledger.keeper = keeper
     try:
         work = Path.cwd() / ".platformctl" / "candidates"  # the lock files deploys read, in the gitignored folder
-        report = tick(pipeline, ledger, AppStages(pipeline, request.infra_dir, work), who(), say)
+        report = tick(pipeline, ledger, AppStages(pipeline, request.infra_dir, work, request.lease_ttl), who(), say)
     finally:
         keeper.release()
     return {"ledger": ledger.store.location, **report.to_dict()}

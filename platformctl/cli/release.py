@@ -155,13 +155,34 @@ def release_unfreeze(all_stages: bool, stage: str | None, reason: str, pipeline_
 @click.argument("candidate")
 @click.option("--stage", type=click.Choice(STAGES), required=True)
 @click.option("--reason", default="", help="why, for the ledger")
+@click.option("--override-freeze", "override_freeze", default=None, metavar="REASON",
+              help="let the candidate enter during a freeze, for this reason (recorded with who and when)")
 @PIPELINE
 @LEDGER
 @OUTPUT
-def release_approve(candidate: str, stage: str, reason: str, pipeline_file: Path | None, ledger: str | None,
-                    output: str) -> None:
-    """Approve a candidate waiting to enter a stage (recorded with who and when)."""
-    entry = app.approve(app.ApproveRequest(candidate, stage, reason, pipeline_file, ledger))
+def release_approve(candidate: str, stage: str, reason: str, override_freeze: str | None, pipeline_file: Path | None,
+                    ledger: str | None, output: str) -> None:
+    """Approve a candidate waiting to enter a stage (recorded with who and when); with --override-freeze, let it enter
+    during a freeze."""
+    entry = app.approve(app.ApproveRequest(candidate, stage, reason, pipeline_file, ledger, override_freeze))
+    if output == "json":
+        emit_json(entry)
+    else:
+        _print_entries([entry] + ([entry["override"]] if "override" in entry else []))
+
+
+@release.command("rollback")
+@click.option("--stage", type=click.Choice(STAGES), required=True)
+@click.option("--reason", required=True, help="why, for the ledger and the people waiting")
+@PIPELINE
+@LEDGER
+@OUTPUT
+@click.pass_context
+def release_rollback(ctx: click.Context, stage: str, reason: str, pipeline_file: Path | None, ledger: str | None,
+                     output: str) -> None:
+    """Halt the stage's candidate and roll the stage back to the last good one as one unit (the next tick deploys and
+    rotates back): the candidate in flight there, else the last one that passed it."""
+    entry = app.rollback(app.RollbackRequest(stage, reason, pipeline_file, ledger, ctx.obj["infra_dir"]))
     if output == "json":
         emit_json(entry)
     else:
@@ -188,5 +209,8 @@ def release_tick(ctx: click.Context, lease_ttl: float, pipeline_file: Path | Non
         sys.exit(3)
     if quiet:
         emit_json(report)
-    elif not report["steps"]:
+        return
+    for waiting in report["waiting"]:
+        console().print(f"waiting: {waiting}")
+    if not report["steps"] and not report["waiting"]:
         console().print("nothing to do")

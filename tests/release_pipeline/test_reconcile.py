@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from platformctl.errors import PlatformError
 from platformctl.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.gates import freeze_window_at
@@ -220,3 +222,112 @@ def test_what_an_operator_writes_during_a_tick_is_in_the_checkpoint_the_tick_lea
     assert ledger.store.last("release/state") is not None
     checkpoint = ledger.store.last("release/state").data["state"]  # type: ignore[union-attr]
     assert [f["reason"] for f in checkpoint["freezes"]] == ["incident during the deploy"]
+
+
+def two_good_in_dev(ledger: Ledger, stages: Stages, p: Any) -> tuple[Candidate, Candidate]:
+    first, second = candidate(1), candidate(2)
+    for c in (first, second):
+        start(ledger, c, stages.clock)
+        run(ledger, stages, p, 30)
+        assert ledger.state().stages["dev"].last_good == c.id
+    return first, second
+
+
+def write_pipeline(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(text)
+    return path
+
+
+DEV_STAGING = "stages:\n  - {name: dev, soak: 1h, passFor: 30m, deadline: 2h}\n  - {name: staging, soak: 1h, approvals: 1}\n"
+
+
+def test_a_rollback_by_hand_takes_the_stage_back_to_the_good_candidate_before_and_the_rolled_back_one_goes_no_further(
+        tmp_path: Path, ledger: Ledger) -> None:
+    from platformctl.app.release import RollbackRequest, rollback
+
+    path = write_pipeline(tmp_path, DEV_STAGING)
+    p, stages = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest"), Stages(T0)
+    first, second = two_good_in_dev(ledger, stages, p)
+    assert second.id in ledger.state().stages["staging"].ready  # waiting for staging's approval
+    entry = rollback(RollbackRequest("dev", "a memory leak seen in dev", path, str(tmp_path / "release.db")))
+    assert entry["decision"] == "halt" and entry["candidate"] == second.id and entry["inputs"]["rollback_to"] == first.id
+    state = ledger.state()
+    assert state.stages["dev"].step == "rolling-back" and state.candidates[second.id]["status"] == "halted"
+    assert second.id not in state.stages["staging"].ready  # it never enters a later stage
+    run(ledger, stages, p, 4)
+    assert stages.running["dev"] == first.id and stages.deploys[-1] == ("dev", first.id)
+    state = ledger.state()
+    assert state.stages["dev"].last_good == first.id and state.stages["dev"].step == "idle"
+    # The first candidate is now the only good one: nothing earlier to roll back to; a second rollback is exit 2.
+    with pytest.raises(PlatformError, match="no earlier one"):
+        rollback(RollbackRequest("dev", "again", path, str(tmp_path / "release.db")))
+    ledger.append(first.id, "staging", "approve", stages.clock, "ok", by="alice")
+    run(ledger, stages, p, 30)
+    assert ("staging", first.id) in stages.deploys and ("staging", second.id) not in stages.deploys
+
+
+def test_a_rollback_by_hand_during_a_rotation_stands_over_the_rotation_the_tick_then_records(
+        tmp_path: Path, ledger: Ledger) -> None:
+    from platformctl.app.release import RollbackRequest, rollback
+
+    path = write_pipeline(tmp_path, DEV_STAGING)
+    p = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest")
+
+    class RolledBackMeanwhile(Stages):
+        def rotate(self, stage: str, c: Candidate) -> dict[str, Any]:
+            said = super().rotate(stage, c)
+            if c.id == third.id:  # an operator rolls dev back while the tick's rotation runs
+                rollback(RollbackRequest("dev", "pages from dev", path, str(tmp_path / "release.db")))
+            return said
+
+    third = candidate(3)
+    stages = RolledBackMeanwhile(T0)
+    _, second = two_good_in_dev(ledger, stages, p)
+    start(ledger, third, stages.clock)
+    run(ledger, stages, p, 3)  # enter, deploy and deployed, rotate (the rollback is written inside it) and rotated
+    said = [d for _, d in decisions(ledger, third.id)]
+    assert said[-3:] == ["rotate", "halt", "rotated"], said
+    assert ledger.state().stages["dev"].step == "rolling-back"  # the rotated entry after the halt is passed over
+    run(ledger, stages, p, 6)
+    state = ledger.state()
+    assert stages.running["dev"] == second.id and state.stages["dev"].last_good == second.id
+    assert ("staging", third.id) not in stages.deploys and "promote" not in [d for _, d in decisions(ledger, third.id)]
+
+
+def test_an_override_lets_one_candidate_enter_during_a_freeze_and_is_recorded(ledger: Ledger) -> None:
+    p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])
+    stages, one, two = Stages(T0), candidate(1), candidate(2)
+    ledger.append(None, "dev", "freeze", T0 - 1, "the holidays", {"until": None}, "oncall")
+    start(ledger, one, T0)
+    run(ledger, stages, p, 2)
+    assert "frozen: the holidays" in (ledger.state().stages["dev"].waiting_for or "") and not stages.deploys
+    ledger.append(two.id, "dev", "override", stages.clock, "someone else's fix", by="alice")  # not this candidate's
+    run(ledger, stages, p, 2)
+    assert not stages.deploys
+    ledger.append(one.id, "dev", "override", stages.clock, "the CVE fix cannot wait", by="alice")
+    run(ledger, stages, p, 2)
+    assert stages.deploys == [("dev", one.id)]
+    enter = next(e for _, e in ledger.entries() if e["decision"] == "enter")
+    assert "overridden by alice: the CVE fix cannot wait" in enter["reason"]
+    assert enter["inputs"]["override"]["by"] == "alice" and enter["inputs"]["freezes"][0]["reason"] == "the holidays"
+    assert_every_decision_replays(ledger)
+
+
+def test_a_rotation_whose_lease_another_holds_writes_nothing_and_the_next_tick_carries_on(ledger: Ledger) -> None:
+    class Held(Stages):
+        busy = 2
+
+        def rotate(self, stage: str, c: Candidate) -> dict[str, Any]:
+            if self.busy:
+                self.busy -= 1
+                return {"status": "busy", "reason": "another rotation of dev-use1-az1 is running"}
+            return super().rotate(stage, c)
+
+    p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])
+    stages, c = Held(T0), candidate(1)
+    start(ledger, c, T0)
+    reports = [tick(p, ledger, stages, "tester") for _ in range(6)]
+    assert [d for _, d in decisions(ledger, c.id)][:5] == ["start", "enter", "deploy", "deployed", "rotate"]
+    assert reports[3].waiting and not reports[3].steps  # held back, nothing written, said why
+    assert stages.rotations == [("dev", c.id)] and ledger.state().stages["dev"].step != "rolling-back"

@@ -62,6 +62,13 @@ def test_freeze_unfreeze_and_approve_are_recorded_with_who(tmp_path: Path) -> No
     assert json.loads(release(tmp_path, "status", "-o", "json").output)["freezes"] == []
     approved = json.loads(release(tmp_path, "approve", cid, "--stage", "dev", "--reason", "ok", "-o", "json").output)
     assert approved["decision"] == "approve" and "@" in approved["by"]
+    out = release(tmp_path, "approve", cid, "--stage", "dev", "--override-freeze", "the CVE fix", "-o", "json")
+    assert json.loads(out.output)["override"]["reason"] == "the CVE fix"
+    history = json.loads(release(tmp_path, "history", "-o", "json").output)
+    assert [e["decision"] for e in history][-2:] == ["approve", "override"] and history[-1]["candidate"] == cid
+    empty = release(tmp_path, "approve", cid, "--stage", "dev", "--override-freeze", "")
+    assert empty.exit_code == 2 and "--override-freeze: say why" in empty.output
+    assert len(json.loads(release(tmp_path, "history", "-o", "json").output)) == len(history)  # nothing written
 
 
 @pytest.mark.parametrize("args, said", [
@@ -69,6 +76,8 @@ def test_freeze_unfreeze_and_approve_are_recorded_with_who(tmp_path: Path) -> No
     (["freeze", "--stage", "dev", "--reason", "x", "--until", "2020-01-01T00:00+00:00"], "--until: 2020-01-01T00:00+00:00 is in the past"),
     (["freeze", "--stage", "dev", "--reason", "x", "--until", "tomorrow"], "--until: 'tomorrow' is neither a duration"),
     (["replay", "d-nothing"], "DECISION: no decision 'd-nothing'"),
+    (["rollback", "--stage", "staging", "--reason", "bad"], "--stage: the pipeline has deployed nothing to staging"),
+    (["rollback", "--stage", "staging", "--reason", " "], "--reason: say why"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str], said: str) -> None:
     out = release(tmp_path, *args)

@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/judge_aa.py
 	$(BIN)/python benchmarks/canary_detect.py
 	$(BIN)/python benchmarks/gate_window.py
+	$(BIN)/python benchmarks/release_tick.py
 
 clean:
 	rm -rf $(VENV) .platformctl .pytest_cache

@@ -6,9 +6,7 @@ Everything is read and checked before anything is written: a mistake is one line
 
 from __future__ import annotations
 
-import getpass
 import os
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -20,24 +18,13 @@ from platformctl.errors import PlatformError
 from platformctl.humanize import parse_duration
 from platformctl.state import StateStore, open_store
 from platformctl.topology import load_stage, read_stack_config
+from platformctl.who import who
 from release_pipeline.candidates import Candidate, make_candidate, read_lock, stage_images
-from release_pipeline.ledger import Ledger, PipelineState
+from release_pipeline.ledger import TICK_LEASE, Ledger, PipelineState
 from release_pipeline.pipeline import Pipeline, load_pipeline
 from release_pipeline.replay import replay
 
 DEFAULT_LEDGER = ".platformctl/release.db"
-
-
-def who() -> str:
-    """Who is acting: the STS caller's ARN against a real AWS account, else user@host."""
-    if os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_ENDPOINT_URL"):
-        try:
-            from platformctl.aws import client
-
-            return str(client("sts").get_caller_identity()["Arn"])
-        except Exception:
-            pass
-    return f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 def ledger_of(pipeline: Pipeline, spec: str | None) -> Ledger:
@@ -133,17 +120,69 @@ def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
         s = state.stage(name)
         stages[name] = {"current": s.current, "last_good": s.last_good, "step": s.step, "waiting_for": s.waiting_for,
                         "opens_at": s.opens_at, "since": s.since, "soak_started": s.rotated_at, "ready": s.ready}
+    lease = ledger.store.lease(TICK_LEASE)
+    tick_lease = {"holder": lease.holder, "expires": lease.expires, "live": not lease.expired(time.time())} if lease else None
     return {"ledger": ledger.store.location, "pipeline": pipeline.source, "stages": stages,
-            "candidates": _candidates(ledger, state), "freezes": state.freezes}
+            "candidates": _candidates(ledger, state), "freezes": state.freezes, "tick_lease": tick_lease}
 
 
 def _candidates(ledger: Ledger, state: PipelineState) -> dict[str, Any]:
     out = {}
-    for c in ledger.candidates():
+    seen: set[str] = set()  # the images of every earlier candidate
+    recorded = _recorded_boots(ledger)
+    for c in sorted(ledger.candidates(), key=lambda c: c.created_at):
         where = state.candidates.get(c.id, {})
+        new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
+        seen |= c.image_ids()
+        booted = booted_instances(c, new)
+        if booted is not None:  # what AWS still shows, and what the ledger saw booting the new images
+            booted = {n: sorted(set(ids) | {r.split("/")[1] for r in recorded.get((c.id, n), set())
+                                            if r.split("/")[0] in new[n]}) for n, ids in booted.items()}
         out[c.id] = {"status": where.get("status", "recorded"), "stage": where.get("stage"), "reason": where.get("reason"),
                      "note": c.note, "created_at": c.created_at, "created_by": c.created_by,
-                     "infra_revision": c.infra_revision, "images": {n: s.images for n, s in c.stages.items()}}
+                     "infra_revision": c.infra_revision, "images": {n: s.images for n, s in c.stages.items()},
+                     "new_images": new,
+                     "instances_booted": None if booted is None else sum(len(ids) for ids in booted.values()),
+                     "instances_booted_by_stage": None if booted is None else {n: len(ids) for n, ids in booted.items()}}
+    return out
+
+
+def _recorded_boots(ledger: Ledger) -> dict[tuple[str, str], set[str]]:
+    """The instances each candidate's rotations saw booting its new images, as the ledger recorded them (AWS forgets a
+    terminated instance about an hour after it ends)."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for _, e in ledger.entries():
+        booted = ((e.get("inputs") or {}).get("result") or {}).get("booted") or {}
+        for image, ids in booted.items():  # {image id: instance ids}
+            out.setdefault((str(e.get("candidate")), str(e.get("stage"))), set()).update(f"{image}/{i}" for i in ids)
+    return out
+
+
+def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_image: bool = False) -> dict[str, Any] | None:
+    """Per stage, the instances (in any state, terminated ones too) that booted ``images`` in the stage's region
+    (``by_image``: per image id); None when AWS cannot be asked (no credentials, nothing reachable)."""
+    import botocore.exceptions
+
+    from platformctl import region_client
+    from platformctl.aws import client
+
+    region_client.use_for_aws()
+    if not any(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")):
+        return None
+    out: dict[str, Any] = {}
+    try:
+        for name, ids in images.items():
+            found: dict[str, set[str]] = {}
+            if ids:
+                pages = client("ec2", candidate.stages[name].region).get_paginator("describe_instances").paginate(
+                    Filters=[{"Name": "image-id", "Values": ids}])
+                for page in pages:
+                    for i in (i for r in page["Reservations"] for i in r["Instances"]):
+                        found.setdefault(i["ImageId"], set()).add(i["InstanceId"])
+            out[name] = ({k: sorted(v) for k, v in found.items()} if by_image
+                         else sorted(set().union(*found.values())) if found else [])
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError):
+        return None
     return out
 
 
@@ -314,27 +353,32 @@ class AppStages:
                                 field=f"stages[{self.pipeline.names.index(stage)}].rotationPolicy")
         result = rotate(prepare(RunRequest(policy, stage=stage, infra_dir=self.infra_dir, lease_ttl=self.lease_ttl)))
         said = result.to_dict()
+        booted = booted_instances(candidate, {stage: sorted(candidate.image_ids(stage))}, by_image=True)
         busy = [c for c in said["clusters"] if c.get("status") in ("lease-held", "lost-lease", "paused")]
         if busy:  # a killed tick's rotation until its lease lapses (the next tick resumes its journal), or paused by hand
             return {"status": "busy", "reason": "; ".join(str(c.get("reason")) for c in busy)}
         reasons = [f"{c['cluster']}: {c.get('status')}: {c.get('reason')}" for c in said["clusters"] if c.get("exit_code")]
+        clusters = [{k: c.get(k) for k in ("cluster", "status", "reason")} for c in said["clusters"]]
         return {"status": "finished" if result.exit_code == 0 else "halted", "reason": "; ".join(reasons),
-                "exit_code": result.exit_code, "clusters": [{k: c.get(k) for k in ("cluster", "status", "reason")}
-                                                             for c in said["clusters"]]}
+                "booted": (booted or {}).get(stage, {}), "exit_code": result.exit_code, "clusters": clusters}
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
                 window: int) -> dict[str, Any]:
-        from e2e_canary.runner import results
-        from e2e_canary.verdict import EVIDENCE_STEPS, canary_verdicts
         from platformctl.app.stores import store_for
 
-        store = store_for(None, stage=stage, infra_dir=self.infra_dir)
-        now = self.now(stage)
-        # The soak judges the stage running the candidate: results since its rotation ended, not the rotation's own
-        # turbulence (pods waiting for surge nodes to boot), which the rotation's canary gate judged wave by wave.
-        rows = results(store, stage, since=max(since, now - 2 * EVIDENCE_STEPS * window), until=now)
-        verdict = canary_verdicts(rows, now, float(window))
-        return {**verdict, "at": now, "state": store.location, "results_since": len(rows)}
+        return soak_verdict(store_for(None, stage=stage, infra_dir=self.infra_dir), stage, since, self.now(stage), window)
+
+
+def soak_verdict(store: StateStore, stage: str, since: float, now: float, window: int) -> dict[str, Any]:
+    """The soak's canary verdict: the stage's results since its rotation ended (not the rotation's own turbulence,
+    pods waiting for surge nodes, which the rotation's gate judged wave by wave), each canary over its evidence
+    window. Reads the days the window covers only: its cost does not grow with the store's history."""
+    from e2e_canary.runner import results
+    from e2e_canary.verdict import EVIDENCE_STEPS, canary_verdicts
+
+    rows = results(store, stage, since=max(since, now - 2 * EVIDENCE_STEPS * window), until=now)
+    verdict = canary_verdicts(rows, now, float(window))
+    return {**verdict, "at": now, "state": store.location, "results_since": len(rows)}
 
 
 @dataclass(frozen=True)
@@ -348,7 +392,6 @@ class TickRequest:
 def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[str, Any]:
     """Advance every candidate at most one step, under the tick's lease (``LeaseHeld`` when another tick holds it)."""
     from platformctl.state.lease import LeaseKeeper, holder_id
-    from release_pipeline.ledger import TICK_LEASE
     from release_pipeline.reconcile import tick
 
     pipeline = load_pipeline(request.pipeline_file)

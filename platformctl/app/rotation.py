@@ -8,8 +8,6 @@ release pipeline calls the same functions. Inputs are checked before anything is
 from __future__ import annotations
 
 import functools
-import getpass
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +23,7 @@ from platformctl.nodegroups import NodeGroupError
 from platformctl.state import StateStore
 from platformctl.state.lease import holder_id
 from platformctl.topology import HostCluster, Stage, load_stage
+from platformctl.who import who
 from upgrade_service.execute import Executor
 from upgrade_service.fit import pool_capacity
 from upgrade_service.gate import check_gate_exists
@@ -370,7 +369,7 @@ def control_rotations(request: ControlRequest) -> tuple[StateStore, list[Control
         raise PlatformError(f"nothing is paused ({', '.join(scope.names)})", field="rotate resume")
     if action == "abort" and not any(s.open for s in states.values()):
         raise PlatformError(f"no rotation is in progress to abort ({', '.join(scope.names)})", field="rotate abort")
-    by = f"{getpass.getuser()}@{socket.gethostname()}"
+    by = who()
     done = []
     for name, run in states.items():
         if (action == "resume" and not run.paused) or (action == "abort" and not run.open):

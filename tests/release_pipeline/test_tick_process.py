@@ -1,10 +1,15 @@
 """`platformctl release tick` as the CronJob runs it, a new process each minute, against the local region with its
 canary runners: a new image tree built, started as a candidate, entered, deployed, rotated, soaked and promoted, every
-node on its images, and every decision replays."""
+node on its images, and every decision replays, with the tick killed by SIGKILL at every step on the way (and inside
+the rotation it runs) and run again: no deploy and no rotation repeated. Two ticks at once: one acts, the other exits
+3 having done nothing."""
 
 from __future__ import annotations
 
 import json
+import signal
+import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,9 +18,18 @@ import pytest
 
 from ami.manifest import MANIFEST_DIR
 from platformctl.cluster.live import LiveCluster
-from tests.process import canary_runners, local_region, run, stop_all
+from tests.process import canary_runners, get, local_region, run, start, stop_all
 
 POLICY = "strategy: surge\nmaxInFlight: 4\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
+PIPELINE = ("stages:\n  - name: dev\n    rotationPolicy: rotation.yaml\n    soak: 30m\n    minResults: 20\n"
+            "    passFor: 10m\n    deadline: 6h\n")
+TTL = "8"  # the tick's lease (and its rotations'), wall seconds: a killed tick's lapses quickly
+
+# Where the tick is killed, in the order one candidate's journey meets them: each entry written and the checkpoint
+# not; each side effect begun (its intent written) and not made; made and not recorded; and inside the rotation.
+FAILPOINTS = ["release:enter", "release:deploy", "release:call:deploy", "release:deployed", "release:rotate",
+              "phase:surged", "call:terminate", "release:call:rotate", "release:rotated", "release:verdict",
+              "release:promote"]
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +37,8 @@ def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     home = tmp_path_factory.mktemp("home")
     info = local_region(home, "--no-workloads")
     runners = canary_runners(home, info)
+    (home / "rotation.yaml").write_text(POLICY)
+    (home / "pipeline.yaml").write_text(PIPELINE)
     yield info
     stop_all(runners)
     run(home, "local", "down", check=False)
@@ -40,37 +56,102 @@ def build_new_images(home: Path, version: str) -> None:
     run(home, "ami", "build", "--manifests", str(manifests))
 
 
-def test_a_candidate_is_carried_through_dev_and_promoted_with_every_node_on_its_images(region: dict[str, Any]) -> None:
+def release(home: Path, *args: str, **kwargs: Any) -> Any:
+    return run(home, "release", *args, "--pipeline", str(home / "pipeline.yaml"), "--ledger", str(home / "ledger.db"),
+               **kwargs)
+
+
+def calls(region: dict[str, Any], action: str) -> list[dict[str, Any]]:
+    return list(get(region, f"/platformctl/v1/aws-calls?action={action}")["calls"])
+
+
+def test_a_candidate_is_carried_through_dev_with_the_tick_killed_at_every_step_and_nothing_is_done_twice(
+        region: dict[str, Any]) -> None:
     home = region["home"]
-    (home / "rotation.yaml").write_text(POLICY)
-    pipeline = home / "pipeline.yaml"
-    pipeline.write_text("stages:\n  - name: dev\n    rotationPolicy: rotation.yaml\n    soak: 30m\n    minResults: 20\n"
-                        "    passFor: 10m\n    deadline: 6h\n")
-    ledger = str(home / "ledger.db")
     build_new_images(home, "9.1.0")
-    made = json.loads(run(home, "release", "start", "--pipeline", str(pipeline), "--ledger", ledger, "--note", "base 9.1",
-                          "-o", "json").stdout)
+    made = json.loads(release(home, "start", "--note", "base 9.1", "-o", "json").stdout)
     cid, images = made["id"], set(i["id"] for i in made["stages"]["dev"]["images"].values())
-    decisions: list[str] = []
-    for _ in range(60):
-        out = run(home, "release", "tick", "--pipeline", str(pipeline), "--ledger", ledger, "-o", "json", check=False,
-                  timeout=900)
+    old = {n.instance_id for c in region["clusters"]
+           for n in LiveCluster.from_kubeconfig(region["kubeconfig"], context=c["name"]).list_nodes()}
+    versions_before, terminated_before = len(calls(region, "CreateLaunchTemplateVersion")), Counter(
+        c["params"]["InstanceId"] for c in calls(region, "TerminateInstanceInAutoScalingGroup"))
+    pending, killed, decisions = list(FAILPOINTS), [], []
+    for _ in range(150):
+        env = {"PLATFORMCTL_FAILPOINT": pending[0]} if pending else None
+        out = release(home, "tick", "--lease-ttl", TTL, "-o", "json", check=False, timeout=900, env=env)
+        if out.returncode == -signal.SIGKILL:
+            killed.append(pending.pop(0))
+            continue
+        if out.returncode == 3:  # the killed tick's lease, until it lapses
+            assert "another tick holds the lease" in out.stderr and "nothing done" in out.stderr
+            time.sleep(1)
+            continue
         assert out.returncode == 0, out.stderr[-3000:]
         decisions += [s["decision"] for s in json.loads(out.stdout)["steps"]]
-        if "promote" in decisions or "halt" in decisions:
-            break
-    history = json.loads(run(home, "release", "history", "--pipeline", str(pipeline), "--ledger", ledger, "-o", "json").stdout)
-    assert "promote" in decisions, [(e["decision"], e["reason"]) for e in history][-6:]
-    assert decisions[:5] == ["enter", "deploy", "deployed", "rotate", "rotated"], decisions
-    status = json.loads(run(home, "release", "status", "--pipeline", str(pipeline), "--ledger", ledger, "-o", "json").stdout)
-    assert status["stages"]["dev"]["last_good"] == cid and status["stages"]["dev"]["current"] is None
+        if "promote" in [e["decision"] for e in json.loads(release(home, "history", "-o", "json").stdout)]:
+            if not pending:
+                break
+    history = json.loads(release(home, "history", "-o", "json").stdout)
+    said = [e["decision"] for e in history if e["candidate"] == cid]
+    assert killed == FAILPOINTS, (killed, said)
+    assert "promote" in said, [(e["decision"], e["reason"]) for e in history][-6:]
+    for step in ("enter", "deploy", "deployed", "rotate", "rotated", "promote"):
+        assert said.count(step) == 1, (step, said)  # each step recorded once, however many ticks died on the way
+    # No deploy repeated: one new launch template version per template, ever. No rotation repeated: every old
+    # instance terminated, and none twice.
+    made_versions = calls(region, "CreateLaunchTemplateVersion")[versions_before:]
+    templates = Counter(c["params"].get("LaunchTemplateId") or c["params"].get("LaunchTemplateName") for c in made_versions)
+    assert made_versions and max(templates.values()) == 1, templates
+    terminated = Counter(c["params"]["InstanceId"] for c in calls(region, "TerminateInstanceInAutoScalingGroup"))
+    assert set(terminated - terminated_before) == old and max(terminated.values()) == 1
     for cluster in region["clusters"]:
         live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=cluster["name"])
         assert {n.image for n in live.list_nodes()} <= images, cluster["name"]  # every node on the candidate's images
+    status = json.loads(release(home, "status", "-o", "json").stdout)
+    assert status["stages"]["dev"]["last_good"] == cid and status["stages"]["dev"]["current"] is None
+    # Every instance that booted the candidate's new images, terminated ones too (from EC2 and the ledger).
+    now_on_it = sum(len(LiveCluster.from_kubeconfig(region["kubeconfig"], context=c["name"]).list_nodes())
+                    for c in region["clusters"])
+    assert status["candidates"][cid]["instances_booted"] >= now_on_it > 0
+    assert status["candidates"][cid]["instances_booted_by_stage"]["dev"] == status["candidates"][cid]["instances_booted"]
     rotated = next(e for e in history if e["decision"] == "rotated")
     promoted = next(e for e in history if e["decision"] == "promote")
     assert promoted["at"] - rotated["at"] >= 1800  # soaked from the end of the rotation, on the region's clock
     for entry in history:
         if entry["decision"] in ("enter", "soak", "promote"):
-            again = run(home, "release", "replay", entry["id"], "--pipeline", str(pipeline), "--ledger", ledger, check=False)
+            again = release(home, "replay", entry["id"], check=False)
             assert again.returncode == 0, again.stdout
+
+
+def test_two_ticks_at_once_never_both_act(region: dict[str, Any]) -> None:
+    from platformctl.state import open_store
+    from release_pipeline.ledger import TICK_LEASE
+
+    home = region["home"]
+    build_new_images(home, "9.2.0")
+    cid = json.loads(release(home, "start", "--note", "base 9.2", "-o", "json").stdout)["id"]
+    for _ in range(10):  # up to the rotation: the next tick runs it, holding the tick's lease for a while
+        release(home, "tick", "--lease-ttl", TTL)
+        if json.loads(release(home, "status", "-o", "json").stdout)["stages"]["dev"]["step"] == "rotating":
+            break
+    store = open_store(str(home / "ledger.db"))
+    first = start(home, "release", "tick", "--pipeline", str(home / "pipeline.yaml"), "--ledger", str(home / "ledger.db"),
+                  "--lease-ttl", "60", "-o", "json")
+    try:
+        deadline = time.monotonic() + 120
+        while store.lease(TICK_LEASE) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        first.send_signal(signal.SIGSTOP)  # stopped while it holds the lease, in the middle of its rotation
+        status = json.loads(release(home, "status", "-o", "json").stdout)
+        assert status["tick_lease"]["live"] and status["tick_lease"]["holder"], status["tick_lease"]
+        second = release(home, "tick", "--lease-ttl", TTL, "-o", "json", check=False)
+        assert second.returncode == 3 and "another tick holds the lease" in second.stderr, second
+        first.send_signal(signal.SIGCONT)
+        out, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err[-3000:]
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGCONT)
+            first.kill()
+    said = [e["decision"] for e in json.loads(release(home, "history", "-o", "json").stdout) if e["candidate"] == cid]
+    assert said.count("rotate") == 1 and said.count("rotated") == 1, said  # one tick rotated, once

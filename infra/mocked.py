@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import pulumi
 
 from infra.program import INFRA_DIR, load, main, provision, stack_config
+from infra.settings import release_config
 from platformctl.topology import read_stack_config
 
 ACCOUNT = "123456789012"
@@ -96,8 +97,10 @@ class _Mocks(pulumi.runtime.Mocks):
 
 
 def run_stage(stage_name: str, backend: Backend | None = None, *, config: Mapping[str, Any] | None = None,
-              source: Path | None = None, infra_dir: Path = INFRA_DIR) -> StageRun:
-    """Run the program for ``stage_name`` under mocks. ``config`` defaults to the stack file's."""
+              source: Path | None = None, infra_dir: Path = INFRA_DIR, release: bool = False) -> StageRun:
+    """Run the program for ``stage_name`` under mocks. ``config`` defaults to the stack file's. ``release``: with the
+    ``release tick`` job, as ``pulumi up`` declares it (the local region leaves it out: there an operator, or a test,
+    runs the tick)."""
     path = source or infra_dir / f"Pulumi.{stage_name}.yaml"
     values = dict(config) if config is not None else read_stack_config(path)
     run = StageRun()
@@ -105,7 +108,8 @@ def run_stage(stage_name: str, backend: Backend | None = None, *, config: Mappin
 
     def program() -> pulumi.Output[Any]:
         stage, settings, images = load(stack_config(), stage_name, str(path), infra_dir)
-        return pulumi.Output.from_input(provision(stage, settings, images)).apply(run.outputs.update)
+        files = release_config(settings, str(path), infra_dir) if release else None
+        return pulumi.Output.from_input(provision(stage, settings, images, files)).apply(run.outputs.update)
 
     run.urns = _in_engine(stage_name, values, mocks, program)
     return run

@@ -11,6 +11,9 @@ and checks it with the same stage model platformctl uses, then ``provision()`` d
   table of the state store its journal and leases live in (``StateTable``);
 - the IAM role of each cluster's remediation job and of its canary runner, each assumed through that
   cluster's own OIDC provider;
+- the IAM role of the stage's ``release tick`` job (its service account on the host cluster): it rotates the stage
+  like the scheduled rotation (admitted by every cluster in the same group), reaches the stage's state table and
+  the ledger's table every stage shares, and holds the stack's ``deployPolicies`` to deploy the stage;
 - each cluster's Kubernetes objects (``ClusterObjects``).
 
 The stack outputs are what the rest of the toolkit reads: the clusters (endpoint, zones, OIDC
@@ -32,6 +35,7 @@ from infra.components.iam import irsa_role
 from infra.components.kubernetes import (
     CANARY_NAMESPACE,
     CANARY_RUNNER,
+    RELEASE_SERVICE_ACCOUNT,
     REMEDIATION_SERVICE_ACCOUNT,
     ROTATION_GROUP,
     ROTATION_SERVICE_ACCOUNT,
@@ -40,12 +44,13 @@ from infra.components.kubernetes import (
     ClusterObjects,
     Context,
     Registration,
+    ReleaseTick,
     Remediation,
     Rotation,
 )
 from infra.components.network import Network
 from infra.components.state import StateTable
-from infra.settings import InfraSettings, node_images, parse_settings, state_table, with_canaries
+from infra.settings import InfraSettings, node_images, parse_settings, release_config, state_table, with_canaries
 from platformctl.errors import PlatformError
 from platformctl.topology import REGION_KEY, Stage, parse_stage_config
 
@@ -98,8 +103,10 @@ def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path =
     return stage, settings, images
 
 
-def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> dict[str, Any]:
-    """Declare the stage's resources; returns the stack outputs."""
+def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
+              release_files: dict[str, str] | None = None) -> dict[str, Any]:
+    """Declare the stage's resources (with the ``release tick`` job when ``release_files``, its ConfigMap's files, are
+    given); returns the stack outputs."""
     name = stage.name
     network = Network(name, name, stage.topology.vpc_cidr, stage.zones)
     common: dict[str, Any] = {"stage": name, "region": stage.region, "version": settings.kubernetes_version, "vpc_id": network.vpc_id,
@@ -148,8 +155,13 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
                   for spec, member in zip(stage.member_clusters, members, strict=True)]]
     rotation = Rotation(settings.rotation.image, settings.rotation.schedule, role.arn, settings.rotation.policy,
                         table.name, stage.region, contexts)
+    release = None
+    if release_files is not None:
+        release = ReleaseTick(settings.release.image, settings.release.schedule,
+                              release_role(stage, settings, host, members, table).arn, settings.release.ledger,
+                              release_files, stage.region, contexts)
     ClusterObjects(f"{stage.host_cluster.name}-objects", provider=host.provider, stage=name, region=stage.region,
-                   member=False, members=registrations, rotation=rotation,
+                   member=False, members=registrations, rotation=rotation, release=release,
                    remediation=remediation(stage.host_cluster, host), canary_runner=canary_runner(stage.host_cluster, host),
                    opts=pulumi.ResourceOptions(parent=host))
 
@@ -169,12 +181,35 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str]) -> 
             "rotationRoleArn": role.arn, "stateTable": table.name}
 
 
+def release_role(stage: Stage, settings: InfraSettings, host: HostCluster, members: list[MemberCluster],
+                 table: StateTable) -> aws.iam.Role:
+    """The tick's role: the rotation's actions, the stage's state table and the shared ledger table, the deploy
+    policies; admitted by every cluster of the stage into the rotation's group."""
+    name = stage.name
+    ledger = f"arn:aws:dynamodb:*:*:table/{settings.release.ledger_table}"
+    role = irsa_role(f"{stage.host_cluster.name}-release", name, host.oidc_provider_arn, host.oidc_issuer,
+                     SYSTEM_NAMESPACE, RELEASE_SERVICE_ACCOUNT, ROTATION_ACTIONS, parent=host,
+                     scoped=[(STATE_ACTIONS, table.arn), (STATE_ACTIONS, ledger)])
+    for i, arn in enumerate(settings.release.deploy_policies):
+        aws.iam.RolePolicyAttachment(f"{stage.host_cluster.name}-release-deploy-{i}", role=role.name, policy_arn=arn,
+                                     opts=pulumi.ResourceOptions(parent=host))
+    placed: list[tuple[Any, HostCluster | MemberCluster]] = [(stage.host_cluster, host),
+                                                              *zip(stage.member_clusters, members, strict=True)]
+    for spec, cluster in placed:
+        aws.eks.AccessEntry(f"{spec.name}-release", cluster_name=cluster.cluster_name, principal_arn=role.arn,
+                            type="STANDARD", kubernetes_groups=[ROTATION_GROUP],
+                            tags=tags(name, f"{spec.name}-release", **{"platformctl.io/cluster": spec.name}),
+                            opts=pulumi.ResourceOptions(parent=cluster))
+    return role
+
+
 def main() -> None:
     stack = pulumi.get_stack()
     source = str(INFRA_DIR / f"Pulumi.{stack}.yaml")
     try:
         stage, settings, images = load(stack_config(), stack, source)
+        release_files = release_config(settings, source, INFRA_DIR)
     except PlatformError as exc:
         raise pulumi.RunError(str(exc)) from None  # one line, no traceback
-    for key, value in provision(stage, settings, images).items():
+    for key, value in provision(stage, settings, images, release_files).items():
         pulumi.export(key, value)

@@ -17,6 +17,11 @@ model of ``platformctl.topology``):
     ``image``, ``canaries`` (name -> a canary definition; default: the files of ``definitions``,
     ``../e2e_canary/canaries`` relative to ``infra/``, checked by the parser ``canary run`` uses) and
     ``metricsPort`` of the canary runner Deployment every cluster runs.
+``platformctl:release``
+    ``image``, ``schedule`` (cron, UTC; default every minute), ``ledger`` (``dynamodb://TABLE``, the one ledger every
+    stage's tick shares), ``pipeline`` (the pipeline file, relative to ``infra/``, default
+    ``../release_pipeline/pipeline.yaml``, checked by the parser ``release tick`` uses) and ``deployPolicies`` (the
+    managed policies the tick's role holds to deploy the stage) of the host cluster's ``release tick`` CronJob.
 ``platformctl:imageLock``
     The AMI lock file ``platformctl ami build`` writes, relative to ``infra/`` (default
     ``../ami/images.lock.json``). A node pool boots ``topology.images.<family>`` when the stage
@@ -99,6 +104,22 @@ class Canary(BaseModel):
     metrics_port: Annotated[int, Field(alias="metricsPort", ge=1024, le=65535)] = 9464
 
 
+class Release(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    image: Annotated[str, Field(min_length=1)] = DEFAULT_ROTATION_IMAGE
+    schedule: Schedule = "* * * * *"  # a tick is idempotent and cheap: every minute, one run at a time
+    ledger: Annotated[str, Field(pattern=r"^dynamodb://[A-Za-z0-9_.-]{3,255}$")] = "dynamodb://platformctl-release"
+    pipeline: str = "../release_pipeline/pipeline.yaml"  # relative to infra/
+    # The tick deploys its stage (`pulumi up`, which creates and changes the stage's every resource): the managed
+    # policies its role holds for that. Narrow them to what your stages' resources need.
+    deploy_policies: Annotated[tuple[str, ...], Field(alias="deployPolicies")] = ("arn:aws:iam::aws:policy/AdministratorAccess",)
+
+    @property
+    def ledger_table(self) -> str:
+        return self.ledger.removeprefix("dynamodb://")
+
+
 class InfraSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -108,6 +129,7 @@ class InfraSettings(BaseModel):
     rotation: Annotated[Rotation, Field(alias=f"{PREFIX}rotation")] = Rotation()
     remediation: Annotated[Remediation, Field(alias=f"{PREFIX}remediation")] = Remediation()
     canary: Annotated[Canary, Field(alias=f"{PREFIX}canary")] = Canary()
+    release: Annotated[Release, Field(alias=f"{PREFIX}release")] = Release()
     image_lock: Annotated[str, Field(alias=f"{PREFIX}imageLock")] = "../ami/images.lock.json"
 
 
@@ -159,6 +181,36 @@ def with_canaries(settings: InfraSettings, source: str, infra_dir: Path) -> Infr
         raise PlatformError(f"no folder of canary definitions at {folder}", file=source, field=f"config.{PREFIX}canary.definitions")
     documents = {c.name: read_yaml(Path(c.source), "canary") for c in load_canaries(folder)}
     return settings.model_copy(update={"canary": settings.canary.model_copy(update={"canaries": documents})})
+
+
+def release_config(settings: InfraSettings, source: str, infra_dir: Path) -> dict[str, str]:
+    """The files of the tick's ConfigMap: the pipeline file with each stage's rotation policy beside it as
+    ``policy-<stage>.yaml``, and no ledger (the job names it). The stack cannot reach the pipeline's own parser (it
+    lives a layer above); what the job would trip on first is checked here: the file, its stages, their policies."""
+    import yaml
+
+    path = (infra_dir / settings.release.pipeline).resolve()
+    field = f"config.{PREFIX}release.pipeline"
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError:
+        raise PlatformError(f"no pipeline file at {path}", file=source, field=field) from None
+    except yaml.YAMLError as exc:
+        raise PlatformError(f"{path} is not YAML: {str(exc).splitlines()[0]}", file=source, field=field) from None
+    stages = document.get("stages") if isinstance(document, dict) else None
+    if not isinstance(stages, list) or not all(isinstance(st, dict) and "name" in st for st in stages):
+        raise PlatformError(f"{path} lists no stages (stages: [{{name: dev, ...}}, ...])", file=source, field=field)
+    document.pop("ledger", None)
+    files: dict[str, str] = {}
+    for stage in stages:
+        if stage.get("rotationPolicy"):
+            policy = path.parent / str(stage["rotationPolicy"])
+            if not policy.is_file():
+                raise PlatformError(f"{path}: stage {stage['name']}'s rotationPolicy {policy} does not exist",
+                                    file=source, field=field)
+            stage["rotationPolicy"] = f"policy-{stage['name']}.yaml"
+            files[stage["rotationPolicy"]] = policy.read_text()
+    return {"pipeline.yaml": yaml.safe_dump(document, sort_keys=False), **files}
 
 
 def state_table(settings: InfraSettings, stage: str) -> str:

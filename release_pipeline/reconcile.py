@@ -15,7 +15,7 @@ template version) and the rotation resumes its own journal (no node rotated twic
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -59,8 +59,9 @@ class TickReport:
 
 
 def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
-         say: Callable[[str], None] = lambda message: None) -> TickReport:
-    """Advance every candidate at most one step. The caller holds the tick's lease (``ledger.fence``)."""
+         say: Callable[[str], None] = lambda message: None, only: Sequence[str] = ()) -> TickReport:
+    """Advance every candidate at most one step (in the stages ``only`` names, when given: each stage's own CronJob
+    acts in its own region). The caller holds the tick's lease (``ledger.fence``)."""
     state = ledger.state()
     report = TickReport()
     moved: set[str] = set()
@@ -75,6 +76,8 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
         return entry
 
     for name in reversed(pipeline.names):  # the last stage first: a candidate promoted here is not entered next door
+        if only and name not in only:
+            continue
         _advance(pipeline, ledger, state, name, actions, write, moved, report.waiting.append)
     # The checkpoint is the ledger folded in its own order: what others wrote during the tick (an approval, a freeze, a
     # rollback by hand) lands where it was written, not after this tick's entries.

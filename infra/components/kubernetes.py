@@ -21,6 +21,10 @@
   the rotation policy of the stack config and a kubeconfig with a context per cluster of the stage
   (``aws eks get-token`` as that role); it journals in the stage's DynamoDB state table. The host
   gets the same rotation RBAC as the members, since the job rotates the host too.
+- The host cluster: the release pipeline's CronJob, ``platformctl release tick --stage <stage>`` every minute
+  (``Forbid``: one run at a time here; the ledger's lease makes it one at a time across the stages' jobs), as its
+  own service account bound to an IAM role that rotates and deploys the stage and reaches the shared ledger table;
+  its ConfigMap holds the checkout's pipeline file with each stage's rotation policy and the stage's kubeconfig.
 """
 
 from __future__ import annotations
@@ -99,6 +103,22 @@ class Rotation(ScheduledJob):
 
 
 ROTATION_CONFIG = "platformctl-rotation"
+RELEASE_SERVICE_ACCOUNT = "platformctl-release"
+RELEASE_CONFIG = "platformctl-release"
+
+
+@dataclass(frozen=True)
+class ReleaseTick:
+    """The stage's ``release tick`` job: its image and schedule, its role, the shared ledger, and the files of its
+    ConfigMap (the pipeline file and the rotation policies it names)."""
+
+    image: str
+    schedule: str
+    role_arn: pulumi.Input[str]
+    ledger: str
+    files: Mapping[str, str]
+    region: str
+    contexts: Sequence[Context] = ()
 CONFIG_DIR = "/etc/platformctl"
 REMEDIATION_SERVICE_ACCOUNT = "platformctl-remediation"
 REMEDIATION_CONFIG = "platformctl-remediation"
@@ -156,7 +176,7 @@ class ClusterObjects(pulumi.ComponentResource):
     def __init__(self, name: str, *, provider: k8s.Provider, stage: str, region: str, member: bool,
                  members: Sequence[Registration] = (), rotation: Rotation | None = None,
                  remediation: Remediation | None = None, canary_runner: CanaryRunner | None = None,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+                 release: ReleaseTick | None = None, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("platformctl:infra:ClusterObjects", name, None, opts)
         self._provider = provider
         self._name = name
@@ -174,6 +194,8 @@ class ClusterObjects(pulumi.ComponentResource):
             if rotation is not None:
                 self._rotation_rbac()
                 self._scheduled_rotation(stage, rotation)
+            if release is not None:
+                self._release_tick(stage, release)
         if remediation is not None:
             self._remediation(remediation)
         if canary_runner is not None:
@@ -295,6 +317,24 @@ class ClusterObjects(pulumi.ComponentResource):
             spec=spec, opts=self._opts(depends_on=[account, config]))
 
 
+    def _release_tick(self, stage: str, release: ReleaseTick) -> None:
+        namespace = self._system_namespace()
+        account = k8s.core.v1.ServiceAccount(
+            f"{self._name}-release", opts=self._opts(depends_on=[namespace]),
+            metadata=pulumi.Output.from_input(release.role_arn).apply(
+                lambda arn: _meta(RELEASE_SERVICE_ACCOUNT, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
+        contexts = pulumi.Output.all(*[pulumi.Output.all(c.name, c.endpoint, c.certificate_authority) for c in release.contexts])
+        config = k8s.core.v1.ConfigMap(
+            f"{self._name}-release-config", metadata=_meta(RELEASE_CONFIG, SYSTEM_NAMESPACE),
+            data=contexts.apply(lambda cs: {**release.files,
+                                            "kubeconfig": stage_kubeconfig(release.region, [tuple(c) for c in cs])}),
+            opts=self._opts(depends_on=[namespace]))
+        k8s.batch.v1.CronJob(
+            f"{self._name}-release-tick", metadata=_meta("platformctl-release-tick", SYSTEM_NAMESPACE),
+            spec=release_tick_cronjob_spec(stage, release.image, release.schedule, release.ledger, release.region),
+            opts=self._opts(depends_on=[account, config]))
+
+
 def _cronjob_spec(name: str, account: str, config: str, image: str, schedule: str, args: list[str], region: str, *,
                   starting_deadline: int, failed_history: int, cpu: str, memory: str, limit: str,
                   active_deadline: int | None = None) -> dict[str, Any]:
@@ -329,6 +369,16 @@ def rotation_cronjob_spec(stage: str, image: str, schedule: str, state_table: st
             f"{CONFIG_DIR}/kubeconfig", "--state", f"dynamodb://{state_table}", "--output", "json"]
     return _cronjob_spec("platformctl-rotate", ROTATION_SERVICE_ACCOUNT, ROTATION_CONFIG, image, schedule, args, region,
                          starting_deadline=600, failed_history=3, cpu="250m", memory="256Mi", limit="512Mi")
+
+
+def release_tick_cronjob_spec(stage: str, image: str, schedule: str, ledger: str, region: str) -> dict[str, Any]:
+    """The stage's tick: idempotent, so a missed minute is only skipped (a short starting deadline); it holds the
+    ledger's lease while it rotates the stage, so no deadline cuts a rotation short. Exit 3 (another stage's tick
+    holds the lease) marks the job failed, which a minute later is only history."""
+    args = ["release", "tick", "--stage", stage, "--pipeline", f"{CONFIG_DIR}/pipeline.yaml", "--ledger", ledger,
+            "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--output", "json"]
+    return _cronjob_spec("platformctl-release-tick", RELEASE_SERVICE_ACCOUNT, RELEASE_CONFIG, image, schedule, args, region,
+                         starting_deadline=50, failed_history=5, cpu="250m", memory="256Mi", limit="512Mi")
 
 
 def remediation_cronjob_spec(cluster: str, image: str, schedule: str, state_table: str, region: str) -> dict[str, Any]:

@@ -319,11 +319,13 @@ class AppStages:
     """``StageActions`` as an operator would act: ``deploy_stage``, the rotation's ``prepare`` and ``rotate`` under
     the stage's rotation policy, and the canary verdict over the stage's own store, each on the stage's clock."""
 
-    def __init__(self, pipeline: Pipeline, infra_dir: Path | None, work_dir: Path, lease_ttl: float = 60.0) -> None:
+    def __init__(self, pipeline: Pipeline, infra_dir: Path | None, work_dir: Path, lease_ttl: float = 60.0,
+                 kubeconfig: str | None = None) -> None:
         self.pipeline = pipeline
         self.infra_dir = infra_dir
         self.work_dir = work_dir
         self.lease_ttl = lease_ttl  # the rotation's leases last as long as the tick's
+        self.kubeconfig = kubeconfig
 
     def now(self, stage: str) -> float:
         from platformctl import region_client
@@ -351,7 +353,8 @@ class AppStages:
         if policy is None:
             raise PlatformError("names no rotationPolicy: the tick cannot rotate the stage", file=self.pipeline.source,
                                 field=f"stages[{self.pipeline.names.index(stage)}].rotationPolicy")
-        result = rotate(prepare(RunRequest(policy, stage=stage, infra_dir=self.infra_dir, lease_ttl=self.lease_ttl)))
+        result = rotate(prepare(RunRequest(policy, stage=stage, kubeconfig=self.kubeconfig, infra_dir=self.infra_dir,
+                                           lease_ttl=self.lease_ttl)))
         said = result.to_dict()
         booted = booted_instances(candidate, {stage: sorted(candidate.image_ids(stage))}, by_image=True)
         busy = [c for c in said["clusters"] if c.get("status") in ("lease-held", "lost-lease", "paused")]
@@ -387,6 +390,8 @@ class TickRequest:
     ledger: str | None = None
     infra_dir: Path | None = None
     lease_ttl: float = 60.0
+    stages: tuple[str, ...] = ()  # only these stages (default: every stage)
+    kubeconfig: str | None = None  # the clusters' contexts (default: the local region's, or $KUBECONFIG)
 
 
 def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[str, Any]:
@@ -395,13 +400,16 @@ def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[
     from release_pipeline.reconcile import tick
 
     pipeline = load_pipeline(request.pipeline_file)
+    for name in request.stages:
+        pipeline.stage(name)  # a stage the pipeline does not hold is exit 2 before the lease is taken
     ledger = ledger_of(pipeline, request.ledger)
     keeper = LeaseKeeper(ledger.store, TICK_LEASE, holder_id(), request.lease_ttl)
     keeper.acquire()
     ledger.keeper = keeper
     try:
         work = Path.cwd() / ".platformctl" / "candidates"  # the lock files deploys read, in the gitignored folder
-        report = tick(pipeline, ledger, AppStages(pipeline, request.infra_dir, work, request.lease_ttl), who(), say)
+        actions = AppStages(pipeline, request.infra_dir, work, request.lease_ttl, request.kubeconfig)
+        report = tick(pipeline, ledger, actions, who(), say, request.stages)
     finally:
         keeper.release()
     return {"ledger": ledger.store.location, **report.to_dict()}

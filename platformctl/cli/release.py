@@ -191,18 +191,22 @@ def release_rollback(ctx: click.Context, stage: str, reason: str, pipeline_file:
 
 @release.command("tick")
 @click.option("--lease-ttl", type=float, default=60.0, show_default=True, help="seconds the tick's lease lasts unrenewed")
+@click.option("--stage", "stages", type=click.Choice(STAGES), multiple=True,
+              help="act in this stage only (repeatable; default: every stage): each stage's CronJob acts in its region")
+@click.option("--kubeconfig", default=None, help="the clusters' contexts (default: the local region's, or $KUBECONFIG)")
 @PIPELINE
 @LEDGER
 @OUTPUT
 @click.pass_context
-def release_tick(ctx: click.Context, lease_ttl: float, pipeline_file: Path | None, ledger: str | None, output: str) -> None:
+def release_tick(ctx: click.Context, lease_ttl: float, stages: tuple[str, ...], kubeconfig: str | None,
+                 pipeline_file: Path | None, ledger: str | None, output: str) -> None:
     """Advance every candidate at most one step (deploy, rotate, soak, gate, promote or halt and roll back); safe to run
     every minute. Exit 0 done, 2 bad input, 3 another tick holds the lease."""
     from platformctl.state import LeaseHeld
 
     quiet = output == "json"
     try:
-        report = app.release_tick(app.TickRequest(pipeline_file, ledger, ctx.obj["infra_dir"], lease_ttl),
+        report = app.release_tick(app.TickRequest(pipeline_file, ledger, ctx.obj["infra_dir"], lease_ttl, stages, kubeconfig),
                                   say=(lambda m: None) if quiet else (lambda m: console().print(m)))
     except LeaseHeld as held:
         click.echo(f"another tick holds the lease ({held}): nothing done", err=True)

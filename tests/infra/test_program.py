@@ -31,7 +31,7 @@ SUBNET = "aws:ec2/subnet:Subnet"
 
 @cache
 def declared(stage: str) -> StageRun:
-    return run_stage(stage, config=stack_config(stage))
+    return run_stage(stage, config=stack_config(stage), release=True)  # as `pulumi up` declares it
 
 
 def zone_of_subnet(run: StageRun, subnet_id: str) -> str:
@@ -267,6 +267,51 @@ def test_every_cluster_runs_remediation_as_its_own_account_with_the_stacks_polic
 
 
 @stages
+def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_pipeline(stage_name: str, tmp_path: Path) -> None:
+    from platformctl.cli import cli
+    from release_pipeline.pipeline import load_pipeline
+    from upgrade_service.policy import load_policy
+
+    stage, run = load_stage(stage_name), declared(stage_name)
+    host = stage.host_cluster.name
+    [cron] = [o for o in k8s_objects(run, host, "CronJob") if o["metadata"]["name"] == "platformctl-release-tick"]
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid" and cron["spec"]["schedule"] == "* * * * *"
+    assert all(o["metadata"]["name"] != "platformctl-release-tick" for m in stage.member_clusters
+               for o in k8s_objects(run, m.name, "CronJob"))
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    tick = cli.get_command(None, "release").get_command(None, "tick")  # type: ignore[union-attr]
+    params = tick.make_context("tick", args[2:]).params  # what the CLI makes of them
+    assert params["stages"] == (stage_name,) and params["ledger"] == "dynamodb://platformctl-release"
+    # The ConfigMap's files, mounted where the args say: the checkout's pipeline, which the tick's parser takes, each
+    # stage's rotation policy beside it, and a kubeconfig of the stage's clusters.
+    [configmap] = [o for o in k8s_objects(run, host, "ConfigMap") if o["metadata"]["name"] == "platformctl-release"]
+    for name, text in configmap["data"].items():
+        (tmp_path / name).write_text(text)
+    pipeline = load_pipeline(tmp_path / "pipeline.yaml")
+    shipped = load_pipeline(Path(__file__).resolve().parents[2] / "release_pipeline" / "pipeline.yaml")
+    assert pipeline.names == shipped.names and pipeline.ledger is None
+    for name in pipeline.names:
+        policy = pipeline.policy_path(name)
+        assert policy is not None and load_policy(policy).model_dump(exclude={"source"}) == \
+            load_policy(shipped.policy_path(name)).model_dump(exclude={"source"})  # type: ignore[arg-type]
+    kubeconfig = yaml.safe_load(configmap["data"]["kubeconfig"])
+    assert sorted(c["name"] for c in kubeconfig["contexts"]) == sorted(c.name for c in stage.clusters())
+    # Its own account and role: admitted by every cluster into the rotation's group, the ledger's table reachable.
+    [account] = [o for o in k8s_objects(run, host, "ServiceAccount") if o["metadata"]["name"] == pod["serviceAccountName"]]
+    role_arn = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    entries = [r.inputs for r in run.of_type("aws:eks/accessEntry:AccessEntry") if r.inputs["principalArn"] == role_arn]
+    assert sorted(e["clusterName"] for e in entries) == sorted(c.name for c in stage.clusters())
+    [policy] = [r.inputs for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{host}-release"]
+    resources = {r for st in json.loads(policy["policy"])["Statement"] for r in ([st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"])}
+    assert "arn:aws:dynamodb:*:*:table/platformctl-release" in resources
+    [role] = [r for r in run.of_type("aws:iam/role:Role") if r.outputs.get("arn") == role_arn]
+    attached = [r.inputs["policyArn"] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+                if r.inputs["role"] == role.outputs.get("name", role.inputs.get("name"))]
+    assert attached == ["arn:aws:iam::aws:policy/AdministratorAccess"]  # to deploy the stage (`pulumi up`)
+
+
+@stages
 def test_every_cluster_runs_the_canary_runner_with_the_checkouts_canaries(stage_name: str) -> None:
     from e2e_canary.definitions import CANARY_DIR, load_canaries, parse_canary
     from platformctl.cli import cli
@@ -316,6 +361,24 @@ def test_a_bad_canary_in_the_stack_config_names_the_key() -> None:
     with pytest.raises(Exception) as raised:
         with_canaries(settings, "Pulumi.dev.yaml", Path("infra"))
     assert "Pulumi.dev.yaml" in str(raised.value) and "config.platformctl:canary.canaries.web.kind" in str(raised.value)
+
+
+@pytest.mark.parametrize("text, said", [
+    (None, "no pipeline file at"),
+    ("stages: [", "is not YAML"),
+    ("freezes: []\n", "lists no stages"),
+    ("stages:\n  - {name: dev, rotationPolicy: nowhere.yaml}\n", "stage dev's rotationPolicy"),
+])
+def test_a_pipeline_file_the_tick_would_trip_on_is_named_at_pulumi_up(tmp_path: Path, text: str | None, said: str) -> None:
+    from infra.settings import parse_settings, release_config
+    from platformctl.errors import PlatformError
+
+    if text is not None:
+        (tmp_path / "pipeline.yaml").write_text(text)
+    settings = parse_settings({"platformctl:release": {"pipeline": "pipeline.yaml"}}, "dev", "Pulumi.dev.yaml")
+    with pytest.raises(PlatformError) as raised:
+        release_config(settings, "Pulumi.dev.yaml", tmp_path)
+    assert str(raised.value).startswith("Pulumi.dev.yaml: config.platformctl:release.pipeline") and said in str(raised.value)
 
 
 @stages

@@ -331,3 +331,19 @@ def test_a_rotation_whose_lease_another_holds_writes_nothing_and_the_next_tick_c
     assert [d for _, d in decisions(ledger, c.id)][:5] == ["start", "enter", "deploy", "deployed", "rotate"]
     assert reports[3].waiting and not reports[3].steps  # held back, nothing written, said why
     assert stages.rotations == [("dev", c.id)] and ledger.state().stages["dev"].step != "rolling-back"
+
+
+def test_a_tick_for_one_stage_acts_in_that_stage_only(ledger: Ledger) -> None:
+    p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0},
+                         {"name": "staging", "soak": 0, "passFor": 0, "minResults": 0}])
+    stages, c = Stages(T0), candidate(1)
+    start(ledger, c, T0)
+    for _ in range(10):
+        tick(p, ledger, stages, "staging's cronjob", only=("staging",))
+    assert stages.deploys == [] and ledger.state().stages["dev"].step == "idle"  # dev's own tick enters dev
+    for _ in range(10):
+        tick(p, ledger, stages, "dev's cronjob", only=("dev",))
+    assert stages.deploys == [("dev", c.id)] and c.id in ledger.state().stages["staging"].ready
+    for _ in range(10):
+        tick(p, ledger, stages, "staging's cronjob", only=("staging",))
+    assert stages.deploys == [("dev", c.id), ("staging", c.id)]

@@ -303,7 +303,8 @@ def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_
     entries = [r.inputs for r in run.of_type("aws:eks/accessEntry:AccessEntry") if r.inputs["principalArn"] == role_arn]
     assert sorted(e["clusterName"] for e in entries) == sorted(c.name for c in stage.clusters())
     [policy] = [r.inputs for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{host}-release"]
-    resources = {r for st in json.loads(policy["policy"])["Statement"] for r in ([st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"])}
+    statements = json.loads(policy["policy"])["Statement"]
+    resources = {r for st in statements for r in ([st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"])}
     assert "arn:aws:dynamodb:*:*:table/platformctl-release" in resources
     [role] = [r for r in run.of_type("aws:iam/role:Role") if r.outputs.get("arn") == role_arn]
     attached = [r.inputs["policyArn"] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")

@@ -99,6 +99,11 @@ def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path =
     """The stage, its settings and its node images, or a ``PlatformError`` naming the file and key."""
     stage = parse_stage_config(config, stage_name, source)
     settings = with_canaries(parse_settings(config, stage_name, source), source, infra_dir)
+    release = settings.release
+    if release.owns_ledger and release.ledger_region != stage.region:
+        raise PlatformError(f"the ledger {release.ledger} is in {release.ledger_region}, not in this stage's region "
+                            f"{stage.region}: set ownsLedger on a stack of {release.ledger_region}", file=source,
+                            field="config.platformctl:release.ownsLedger")
     images = node_images(stage, settings, infra_dir)
     return stage, settings, images
 
@@ -186,7 +191,10 @@ def release_role(stage: Stage, settings: InfraSettings, host: HostCluster, membe
     """The tick's role: the rotation's actions, the stage's state table and the shared ledger table, the deploy
     policies; admitted by every cluster of the stage into the rotation's group."""
     name = stage.name
-    ledger = f"arn:aws:dynamodb:*:*:table/{settings.release.ledger_table}"
+    release = settings.release
+    if release.owns_ledger:  # the one stack that creates the table every stage's tick shares (in its region: load())
+        StateTable(f"{name}-release-ledger", stage=name, table_name=release.ledger_table)
+    ledger = f"arn:aws:dynamodb:{release.ledger_region}:*:table/{release.ledger_table}"
     role = irsa_role(f"{stage.host_cluster.name}-release", name, host.oidc_provider_arn, host.oidc_issuer,
                      SYSTEM_NAMESPACE, RELEASE_SERVICE_ACCOUNT, ROTATION_ACTIONS, parent=host,
                      scoped=[(STATE_ACTIONS, table.arn), (STATE_ACTIONS, ledger)])

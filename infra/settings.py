@@ -18,10 +18,11 @@ model of ``platformctl.topology``):
     ``../e2e_canary/canaries`` relative to ``infra/``, checked by the parser ``canary run`` uses) and
     ``metricsPort`` of the canary runner Deployment every cluster runs.
 ``platformctl:release``
-    ``image``, ``schedule`` (cron, UTC; default every minute), ``ledger`` (``dynamodb://TABLE``, the one ledger every
-    stage's tick shares), ``pipeline`` (the pipeline file, relative to ``infra/``, default
-    ``../release_pipeline/pipeline.yaml``, checked by the parser ``release tick`` uses) and ``deployPolicies`` (the
-    managed policies the tick's role holds to deploy the stage) of the host cluster's ``release tick`` CronJob.
+    ``image``, ``schedule`` (cron, UTC; default every minute), ``ledger`` (``dynamodb://TABLE?region=REGION``, the
+    one ledger every stage's tick shares; ``ownsLedger: true`` on the one stack that creates its table),
+    ``pipeline`` (the pipeline file, relative to ``infra/``, default ``../release_pipeline/pipeline.yaml``; the file,
+    its stages and their rotation policies checked at ``pulumi up``) and ``deployPolicies`` (the managed policies the
+    tick's role holds to deploy the stage) of the host cluster's ``release tick`` CronJob.
 ``platformctl:imageLock``
     The AMI lock file ``platformctl ami build`` writes, relative to ``infra/`` (default
     ``../ami/images.lock.json``). A node pool boots ``topology.images.<family>`` when the stage
@@ -109,7 +110,10 @@ class Release(BaseModel):
 
     image: Annotated[str, Field(min_length=1)] = DEFAULT_ROTATION_IMAGE
     schedule: Schedule = "* * * * *"  # a tick is idempotent and cheap: every minute, one run at a time
-    ledger: Annotated[str, Field(pattern=r"^dynamodb://[A-Za-z0-9_.-]{3,255}$")] = "dynamodb://platformctl-release"
+    # The one ledger every stage's tick shares: one table, in one region (the stack with ``ownsLedger`` creates it).
+    ledger: Annotated[str, Field(pattern=r"^dynamodb://[A-Za-z0-9_.-]{3,255}\?region=[a-z]{2}(-[a-z]+)+-[0-9]$")] = \
+        "dynamodb://platformctl-release?region=us-east-1"
+    owns_ledger: Annotated[bool, Field(alias="ownsLedger")] = False
     pipeline: str = "../release_pipeline/pipeline.yaml"  # relative to infra/
     # The tick deploys its stage (`pulumi up`, which creates and changes the stage's every resource): the managed
     # policies its role holds for that. Narrow them to what your stages' resources need.
@@ -117,7 +121,11 @@ class Release(BaseModel):
 
     @property
     def ledger_table(self) -> str:
-        return self.ledger.removeprefix("dynamodb://")
+        return self.ledger.removeprefix("dynamodb://").partition("?")[0]
+
+    @property
+    def ledger_region(self) -> str:
+        return self.ledger.partition("?region=")[2]
 
 
 class InfraSettings(BaseModel):

@@ -24,12 +24,16 @@ FAKE_CREDENTIALS = {
 }
 
 
-def client(service: str, region: str | None = None) -> Any:
+# For a read that only adds to a report (a status): one attempt, a few seconds, then the report says it could not ask.
+QUICK = Config(retries={"mode": "standard", "max_attempts": 1}, connect_timeout=3, read_timeout=10)
+
+
+def client(service: str, region: str | None = None, config: Config | None = None) -> Any:
     return boto3.client(
         service,
         region_name=region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
         endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None,
-        config=_CONFIG,
+        config=config or _CONFIG,
     )
 
 

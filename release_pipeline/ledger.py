@@ -122,7 +122,8 @@ class Ledger:
     def state(self) -> PipelineState:
         """The last checkpoint and every entry after it, folded."""
         last = self.store.last(STATE)
-        state = PipelineState.from_dict(last.data["state"]) if last is not None else PipelineState()
+        usable = last is not None and all("good" in v for v in last.data["state"]["stages"].values())
+        state = PipelineState.from_dict(last.data["state"]) if last is not None and usable else PipelineState()
         for seq, entry in self.entries(after=state.position):
             apply(state, entry)
             state.position = seq
@@ -162,6 +163,35 @@ def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
         _apply_step(state, stage, decision, cid, name, at, entry)
 
 
+def _apply_halt(state: PipelineState, stage: StageState, cid: str, name: str, at: float, entry: Mapping[str, Any]) -> None:
+    """A halt: the candidate in flight here (the gate's, or by hand), or by hand the stage's last good one. The stage
+    rolls back to ``rollback_to``; the candidate leaves every queue, and every later stage it is in flight in rolls
+    back too: no later stage ever keeps it."""
+    inputs = entry.get("inputs") or {}
+    target = inputs.get("rollback_to")
+    state.candidates.setdefault(cid, {}).update(status="halted", stage=name, at=at, reason=entry["reason"])
+    for s in state.stages.values():
+        s.ready = [c for c in s.ready if c != cid]
+    if cid != stage.current:  # by hand: the last good one (nothing of it in flight here)
+        stage.good = [c for c in stage.good if c != cid]
+        if stage.last_good == cid:
+            stage.last_good = target
+        if stage.step in ("deploying", "rotating", "soaking"):  # another entered after the rollback read the stage:
+            return  # it carries on (it replaces the halted one's images anyway), and rolls back to ``target`` if it fails
+        if stage.step == "waiting" and stage.current is not None and stage.current not in stage.ready:
+            stage.ready.insert(0, stage.current)  # the one waiting to enter waits again, after the rollback
+        stage.current = cid
+    stage.step, stage.since, stage.rollback_to, stage.waiting_for, stage.intent = "rolling-back", at, target, None, None
+    for other in state.stages.values():
+        if other is stage or other.current != cid:
+            continue
+        if other.step == "waiting":
+            other.current, other.step, other.waiting_for = None, "idle", None
+        elif other.step in ("deploying", "rotating", "soaking"):  # a later stage it already entered: back too
+            other.step, other.since, other.rollback_to, other.waiting_for = "rolling-back", at, other.last_good, None
+            other.intent = None
+
+
 # The step a stage must be in, with the entry's candidate in flight, for a step's entry to count. A tick that read the
 # state before an operator's rollback may write a step the rollback has made moot (a rotation finished, a promotion):
 # the fold keeps the ledger's order and passes over it, so the rollback stands.
@@ -178,6 +208,8 @@ def _apply_step(state: PipelineState, stage: StageState, decision: str, cid: str
     if decision == "enter" and stage.step not in ("idle", "waiting"):
         return
     if decision == "halt" and stage.step == "rolling-back":
+        return
+    if decision == "wait" and stage.step not in ("idle", "waiting"):  # read before a rollback by hand: moot
         return
     if decision == "wait":
         stage.current, stage.step, stage.waiting_for = cid, "waiting", entry["reason"]
@@ -209,16 +241,7 @@ def _apply_step(state: PipelineState, stage: StageState, decision: str, cid: str
         if not inputs.get("ready_in"):
             state.candidates[str(cid)].update(status="released")
     elif decision == "halt":
-        if cid != stage.current:  # a rollback by hand of the stage's last good candidate (nothing in flight here)
-            if stage.step == "waiting" and stage.current is not None:
-                stage.ready.insert(0, stage.current)  # the one waiting to enter waits again, after the rollback
-            stage.current = cid
-            stage.good = [c for c in stage.good if c != cid]
-            stage.last_good = inputs.get("rollback_to")
-        state.candidates[str(cid)].update(status="halted", stage=name, at=at, reason=entry["reason"])
-        stage.step, stage.since, stage.rollback_to, stage.waiting_for = "rolling-back", at, inputs.get("rollback_to"), None
-        for s in state.stages.values():
-            s.ready = [c for c in s.ready if c != cid]
+        _apply_halt(state, stage, str(cid), str(name), at, entry)
     elif decision == "rollback-deployed":
         stage.intent = None
         stage.waiting_for = "the rollback's rotation"

@@ -105,6 +105,8 @@ class Rotation(ScheduledJob):
 ROTATION_CONFIG = "platformctl-rotation"
 RELEASE_SERVICE_ACCOUNT = "platformctl-release"
 RELEASE_CONFIG = "platformctl-release"
+IMAGE_INFRA_DIR = "/opt/platformctl/infra"  # the checkout's infra/ as platformctl's image carries it (stack files, program)
+WORK_DIR = "/var/lib/platformctl"
 
 
 @dataclass(frozen=True)
@@ -375,10 +377,17 @@ def release_tick_cronjob_spec(stage: str, image: str, schedule: str, ledger: str
     """The stage's tick: idempotent, so a missed minute is only skipped (a short starting deadline); it holds the
     ledger's lease while it rotates the stage, so no deadline cuts a rotation short. Exit 3 (another stage's tick
     holds the lease) marks the job failed, which a minute later is only history."""
-    args = ["release", "tick", "--stage", stage, "--pipeline", f"{CONFIG_DIR}/pipeline.yaml", "--ledger", ledger,
-            "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--output", "json"]
-    return _cronjob_spec("platformctl-release-tick", RELEASE_SERVICE_ACCOUNT, RELEASE_CONFIG, image, schedule, args, region,
+    args = ["--infra-dir", IMAGE_INFRA_DIR, "release", "tick", "--stage", stage, "--pipeline", f"{CONFIG_DIR}/pipeline.yaml",
+            "--ledger", ledger, "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--output", "json"]
+    spec = _cronjob_spec("platformctl-release-tick", RELEASE_SERVICE_ACCOUNT, RELEASE_CONFIG, image, schedule, args, region,
                          starting_deadline=50, failed_history=5, cpu="250m", memory="256Mi", limit="512Mi")
+    # The root filesystem is read-only: the candidates' lock files and Pulumi's workspace go to a scratch volume.
+    pod = spec["jobTemplate"]["spec"]["template"]["spec"]
+    pod["volumes"].append({"name": "work", "emptyDir": {}})
+    container = pod["containers"][0]
+    container["volumeMounts"].append({"name": "work", "mountPath": WORK_DIR})
+    container["env"] += [{"name": "PLATFORMCTL_HOME", "value": WORK_DIR}, {"name": "HOME", "value": WORK_DIR}]
+    return spec
 
 
 def remediation_cronjob_spec(cluster: str, image: str, schedule: str, state_table: str, region: str) -> dict[str, Any]:

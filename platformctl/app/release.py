@@ -130,20 +130,22 @@ def _candidates(ledger: Ledger, state: PipelineState) -> dict[str, Any]:
     out = {}
     seen: set[str] = set()  # the images of every earlier candidate
     recorded = _recorded_boots(ledger)
+    aws_reachable = True
     for c in sorted(ledger.candidates(), key=lambda c: c.created_at):
         where = state.candidates.get(c.id, {})
         new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
         seen |= c.image_ids()
-        booted = booted_instances(c, new)
-        if booted is not None:  # what AWS still shows, and what the ledger saw booting the new images
-            booted = {n: sorted(set(ids) | {r.split("/")[1] for r in recorded.get((c.id, n), set())
-                                            if r.split("/")[0] in new[n]}) for n, ids in booted.items()}
+        asked = booted_instances(c, new) if aws_reachable else None
+        aws_reachable = aws_reachable and asked is not None  # one failure: the rest of the report from the ledger only
+        # What AWS still shows, and what the ledger saw booting the new images at the end of each rotation.
+        booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get((c.id, n), set())
+                                                             if r.split("/")[0] in new[n]}) for n in new}
         out[c.id] = {"status": where.get("status", "recorded"), "stage": where.get("stage"), "reason": where.get("reason"),
                      "note": c.note, "created_at": c.created_at, "created_by": c.created_by,
                      "infra_revision": c.infra_revision, "images": {n: s.images for n, s in c.stages.items()},
-                     "new_images": new,
-                     "instances_booted": None if booted is None else sum(len(ids) for ids in booted.values()),
-                     "instances_booted_by_stage": None if booted is None else {n: len(ids) for n, ids in booted.items()}}
+                     "new_images": new, "instances_booted": sum(len(ids) for ids in booted.values()),
+                     "instances_booted_by_stage": {n: len(ids) for n, ids in booted.items()},
+                     "instances_booted_from": "ec2 and the ledger" if asked is not None else "the ledger (AWS not reachable)"}
     return out
 
 
@@ -164,7 +166,7 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
     import botocore.exceptions
 
     from platformctl import region_client
-    from platformctl.aws import client
+    from platformctl.aws import QUICK, client
 
     region_client.use_for_aws()
     if not any(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")):
@@ -174,7 +176,7 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
         for name, ids in images.items():
             found: dict[str, set[str]] = {}
             if ids:
-                pages = client("ec2", candidate.stages[name].region).get_paginator("describe_instances").paginate(
+                pages = client("ec2", candidate.stages[name].region, QUICK).get_paginator("describe_instances").paginate(
                     Filters=[{"Name": "image-id", "Values": ids}])
                 for page in pages:
                     for i in (i for r in page["Reservations"] for i in r["Instances"]):
@@ -341,8 +343,11 @@ class AppStages:
         from platformctl.app.deploy import deploy_stage
 
         lock = self.work_dir / f"{candidate.id}.lock.json"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        lock.write_text(json.dumps(candidate.lock(), indent=2, sort_keys=True))
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            lock.write_text(json.dumps(candidate.lock(), indent=2, sort_keys=True))
+        except OSError as exc:
+            raise PlatformError(f"cannot write the candidate's lock file {lock}: {exc.strerror}", field="PLATFORMCTL_HOME") from None
         said = deploy_stage(stage, lock, self.infra_dir).to_dict()
         return {"summary": said["summary"], "images": said["images"]}
 
@@ -357,10 +362,12 @@ class AppStages:
                                            lease_ttl=self.lease_ttl)))
         said = result.to_dict()
         booted = booted_instances(candidate, {stage: sorted(candidate.image_ids(stage))}, by_image=True)
-        busy = [c for c in said["clusters"] if c.get("status") in ("lease-held", "lost-lease", "paused")]
-        if busy:  # a killed tick's rotation until its lease lapses (the next tick resumes its journal), or paused by hand
+        held = ("lease-held", "lost-lease", "paused")
+        failed = [c for c in said["clusters"] if c.get("exit_code") and c.get("status") not in held]
+        busy = [c for c in said["clusters"] if c.get("status") in held]
+        if busy and not failed:  # a killed tick's rotation until its lease lapses (the next tick resumes its journal), or paused by hand
             return {"status": "busy", "reason": "; ".join(str(c.get("reason")) for c in busy)}
-        reasons = [f"{c['cluster']}: {c.get('status')}: {c.get('reason')}" for c in said["clusters"] if c.get("exit_code")]
+        reasons = [f"{c['cluster']}: {c.get('status')}: {c.get('reason')}" for c in failed or said["clusters"] if c.get("exit_code")]
         clusters = [{k: c.get(k) for k in ("cluster", "status", "reason")} for c in said["clusters"]]
         return {"status": "finished" if result.exit_code == 0 else "halted", "reason": "; ".join(reasons),
                 "booted": (booted or {}).get(stage, {}), "exit_code": result.exit_code, "clusters": clusters}
@@ -407,7 +414,9 @@ def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[
     keeper.acquire()
     ledger.keeper = keeper
     try:
-        work = Path.cwd() / ".platformctl" / "candidates"  # the lock files deploys read, in the gitignored folder
+        from platformctl.region_client import home
+
+        work = home() / "candidates"  # the lock files deploys read: $PLATFORMCTL_HOME, else the checkout's .platformctl
         actions = AppStages(pipeline, request.infra_dir, work, request.lease_ttl, request.kubeconfig)
         report = tick(pipeline, ledger, actions, who(), say, request.stages)
     finally:

@@ -46,10 +46,16 @@ def open_store(spec: str | None = None) -> StateStore:
     if given.startswith("dynamodb://"):
         from platformctl.state.dynamodb import DynamoDBStore
 
-        table = given.removeprefix("dynamodb://").strip("/")
+        table, _, query = given.removeprefix("dynamodb://").partition("?")
+        table = table.strip("/")
         if not table:
             raise PlatformError("dynamodb:// needs a table name (dynamodb://TABLE)", file=given, field=where)
-        return DynamoDBStore(table, location=given)
+        region = None  # a table in another region than the command's (the release ledger every stage shares)
+        if query:
+            key, _, region = query.partition("=")
+            if key != "region" or not region:
+                raise PlatformError("expected dynamodb://TABLE or dynamodb://TABLE?region=REGION", file=given, field=where)
+        return DynamoDBStore(table, location=given, region=region)
     from platformctl.state.sqlite import SQLiteStore
 
     if not given:

@@ -281,8 +281,13 @@ def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     args = pod["containers"][0]["args"]
     tick = cli.get_command(None, "release").get_command(None, "tick")  # type: ignore[union-attr]
-    params = tick.make_context("tick", args[2:]).params  # what the CLI makes of them
-    assert params["stages"] == (stage_name,) and params["ledger"] == "dynamodb://platformctl-release"
+    assert args[:4] == ["--infra-dir", "/opt/platformctl/infra", "release", "tick"]
+    params = tick.make_context("tick", args[4:]).params  # what the CLI makes of them
+    assert params["stages"] == (stage_name,) and params["ledger"] == "dynamodb://platformctl-release?region=us-east-1"
+    container = pod["containers"][0]  # a read-only root: the lock files and Pulumi's workspace on a scratch volume
+    scratch = next(v["name"] for v in pod["volumes"] if "emptyDir" in v)
+    work = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == scratch)
+    assert {"name": "PLATFORMCTL_HOME", "value": work} in container["env"]
     # The ConfigMap's files, mounted where the args say: the checkout's pipeline, which the tick's parser takes, each
     # stage's rotation policy beside it, and a kubeconfig of the stage's clusters.
     [configmap] = [o for o in k8s_objects(run, host, "ConfigMap") if o["metadata"]["name"] == "platformctl-release"]
@@ -305,7 +310,10 @@ def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_
     [policy] = [r.inputs for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{host}-release"]
     statements = json.loads(policy["policy"])["Statement"]
     resources = {r for st in statements for r in ([st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"])}
-    assert "arn:aws:dynamodb:*:*:table/platformctl-release" in resources
+    assert "arn:aws:dynamodb:us-east-1:*:table/platformctl-release" in resources
+    # prod's stack creates the ledger's table, in the ledger's region; no other stack does.
+    ledgers = [r for r in run.of_type("aws:dynamodb/table:Table") if r.inputs["name"] == "platformctl-release"]
+    assert len(ledgers) == (1 if stage_name == "prod" else 0)
     [role] = [r for r in run.of_type("aws:iam/role:Role") if r.outputs.get("arn") == role_arn]
     attached = [r.inputs["policyArn"] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
                 if r.inputs["role"] == role.outputs.get("name", role.inputs.get("name"))]

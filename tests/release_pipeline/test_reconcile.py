@@ -347,3 +347,61 @@ def test_a_tick_for_one_stage_acts_in_that_stage_only(ledger: Ledger) -> None:
     for _ in range(10):
         tick(p, ledger, stages, "staging's cronjob", only=("staging",))
     assert stages.deploys == [("dev", c.id), ("staging", c.id)]
+
+
+def test_a_rollback_by_hand_takes_the_candidate_back_out_of_a_later_stage_it_already_entered(
+        tmp_path: Path, ledger: Ledger) -> None:
+    from platformctl.app.release import RollbackRequest, rollback
+
+    text = "stages:\n  - {name: dev, soak: 1h, passFor: 30m, deadline: 2h}\n  - {name: staging, soak: 1h, deadline: 2h}\n"
+    path = write_pipeline(tmp_path, text)
+    p, stages = parse_pipeline(yaml.safe_load(text), str(path), "digest"), Stages(T0)
+    first, second = candidate(1), candidate(2)
+    start(ledger, first, T0)
+    run(ledger, stages, p, 60)
+    assert ledger.state().stages["staging"].last_good == first.id
+    start(ledger, second, stages.clock)
+    for _ in range(40):  # until the second is soaking in staging
+        run(ledger, stages, p, 1)
+        if ledger.state().stages["staging"].step == "soaking":
+            break
+    assert ledger.state().stages["staging"].current == second.id
+    rollback(RollbackRequest("dev", "a leak found in dev", path, str(tmp_path / "release.db")))
+    run(ledger, stages, p, 12)
+    state = ledger.state()
+    assert stages.running["dev"] == first.id and stages.running["staging"] == first.id  # both stages back on the first
+    assert state.stages["staging"].last_good == first.id and state.stages["staging"].step == "idle"
+    assert "promote" not in [d for s, d in decisions(ledger, second.id) if s == "staging"]
+
+
+def test_the_fold_keeps_a_rollback_by_hand_over_what_a_tick_read_before_it(ledger: Ledger) -> None:
+    a, b, c, d = candidate(1), candidate(2), candidate(3), candidate(4)
+    for x in (a, b, c, d):
+        start(ledger, x, T0)
+    for x in (a, b):  # both passed dev: b is the last good one
+        for step in ("enter", "deploy", "deployed", "rotate", "rotated", "promote"):
+            ledger.append(x.id, "dev", step, T0, step, {"ready_in": []} if step == "promote" else {})
+    ledger.append(c.id, "dev", "wait", T0 + 1, "frozen", {"decision": {"decision": "wait", "reason": "frozen"}})
+    # An operator rolls dev back (b, back to a); a tick that read the stage before writes its next steps after it.
+    ledger.append(b.id, "dev", "halt", T0 + 2, "by hand", {"manual": True, "rollback_to": a.id, "step": "waiting"})
+    ledger.append(c.id, "dev", "wait", T0 + 3, "frozen still", {"decision": {"decision": "wait", "reason": "x"}})
+    ledger.append(d.id, "dev", "enter", T0 + 4, "entered", {})
+    state = ledger.state()
+    dev = state.stages["dev"]
+    assert (dev.step, dev.current, dev.rollback_to, dev.last_good) == ("rolling-back", b.id, a.id, a.id)
+    assert dev.ready.count(c.id) == 1 and state.candidates[d.id]["status"] == "queued"  # nothing stranded or doubled
+
+
+def test_a_rollback_by_hand_that_races_an_entry_leaves_the_entered_candidate_in_flight(ledger: Ledger) -> None:
+    a, b, c = candidate(1), candidate(2), candidate(3)
+    for x in (a, b, c):
+        start(ledger, x, T0)
+    for x in (a, b):
+        for step in ("enter", "deploy", "deployed", "rotate", "rotated", "promote"):
+            ledger.append(x.id, "dev", step, T0, step, {"ready_in": []} if step == "promote" else {})
+    ledger.append(c.id, "dev", "enter", T0 + 1, "entered", {})  # between the rollback's read and its write
+    ledger.append(b.id, "dev", "halt", T0 + 2, "by hand", {"manual": True, "rollback_to": a.id, "step": "idle"})
+    state = ledger.state()
+    dev = state.stages["dev"]
+    assert (dev.step, dev.current, dev.last_good) == ("deploying", c.id, a.id)
+    assert state.candidates[b.id]["status"] == "halted" and state.candidates[c.id]["status"] == "in flight"

@@ -137,3 +137,22 @@ def test_a_ledger_that_cannot_be_opened_is_one_line_naming_the_ledger(tmp_path: 
     out = CliRunner().invoke(cli, ["release", "status", "--ledger", str(tmp_path / "missing" / "ledger.db")])
     assert out.exit_code == 2 and "--ledger: cannot open the state store" in out.output, out.output
     assert len(out.output.strip().splitlines()) == 1 and not (tmp_path / "missing").exists()
+
+
+def test_a_ledger_in_another_region_is_named_with_its_region_and_a_wrong_query_is_one_line(tmp_path: Path) -> None:
+    out = CliRunner().invoke(cli, ["release", "status", "--ledger", "dynamodb://platformctl-release?zone=us-east-1"])
+    assert out.exit_code == 2 and "expected dynamodb://TABLE or dynamodb://TABLE?region=REGION" in out.output, out.output
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        boto3.client("dynamodb", region_name="us-east-1").create_table(
+            TableName="platformctl-release", BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "N"}])
+        env = {"AWS_REGION": "us-west-2", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+        status = CliRunner(env=env).invoke(cli, ["release", "status", "--ledger", "dynamodb://platformctl-release?region=us-east-1",
+                                                 "-o", "json"])
+        assert status.exit_code == 0, status.output  # found in us-east-1, though the command's region is us-west-2
+        elsewhere = CliRunner(env=env).invoke(cli, ["release", "status", "--ledger", "dynamodb://platformctl-release"])
+        assert elsewhere.exit_code == 2 and "in us-west-2" in elsewhere.output, elsewhere.output

@@ -11,7 +11,8 @@ object that changed is reported, not applied.
 
 ``PulumiDeployer`` is the same step on a real account: Pulumi's Automation API runs ``pulumi up``
 on the stage's stack in ``infra/``, with ``platformctl:imageLock`` pointing at the lock file for
-the run (and put back after it).
+the run (and put back after it). ``over_pins`` (the release pipeline's deploys) makes the lock file's
+images win over the stage's pinned ones for the run (``platformctl:imagesFromLock``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from infra.materialize import IMAGE_LOCK_KEY, MotoBackend, checkpoint_of, stage_config
+from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend, checkpoint_of, stage_config
 from infra.mocked import run_stage
 from platformctl.deployer import DeployResult, ResourceChange
 from platformctl.errors import PlatformError
@@ -117,7 +118,7 @@ class LocalDeployer:
         self.checkpoint = checkpoint
         self.target = target
 
-    def deploy(self, stage: Stage, image_lock: Path) -> DeployResult:
+    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False) -> DeployResult:
         lock_path = self.checkpoint.with_name(self.checkpoint.name + ".lock")
         with open(lock_path, "w") as held:
             fcntl.flock(held, fcntl.LOCK_EX)  # one deploy at a time, as Pulumi locks a stack
@@ -128,7 +129,8 @@ class LocalDeployer:
                                     "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
             backend = DeployBackend(stage.region, previous["resources"])
             try:
-                run = run_stage(stage.name, backend, config=stage_config(stage, image_lock), source=Path(stage.source))
+                config = {**stage_config(stage, image_lock), **({IMAGES_FROM_LOCK_KEY: True} if over_pins else {})}
+                run = run_stage(stage.name, backend, config=config, source=Path(stage.source))
             except BaseException:
                 self._save(stage, backend.checkpoint())  # what was made before the failure stays known, as Pulumi keeps it
                 raise
@@ -148,7 +150,7 @@ class PulumiDeployer:
     def __init__(self, infra_dir: Path) -> None:
         self.infra_dir = infra_dir
 
-    def deploy(self, stage: Stage, image_lock: Path) -> DeployResult:
+    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False) -> DeployResult:
         from pulumi import automation as auto
 
         try:
@@ -160,15 +162,18 @@ class PulumiDeployer:
         except auto.errors.CommandError as exc:
             raise PlatformError(f"cannot select Pulumi stack {stage.name}: {str(exc).strip().splitlines()[-1]}",
                                 file=str(self.infra_dir), field="stage deploy") from None
-        before = stack.get_all_config().get(IMAGE_LOCK_KEY)
-        stack.set_config(IMAGE_LOCK_KEY, auto.ConfigValue(str(image_lock.resolve())))
+        for_run = {IMAGE_LOCK_KEY: str(image_lock.resolve()), **({IMAGES_FROM_LOCK_KEY: "true"} if over_pins else {})}
+        saved = stack.get_all_config()
+        for key, value in for_run.items():
+            stack.set_config(key, auto.ConfigValue(value))
         try:
             result = stack.up(on_output=print)
-        finally:
-            if before is None:
-                stack.remove_config(IMAGE_LOCK_KEY)
-            else:
-                stack.set_config(IMAGE_LOCK_KEY, before)
+        finally:  # the stack file as it was: these hold for this run only
+            for key in for_run:
+                if key in saved:
+                    stack.set_config(key, saved[key])
+                else:
+                    stack.remove_config(key)
         pools = result.outputs.get("nodePools")
         images = {key: pool["image"] for key, pool in (pools.value if pools else {}).items()}
         changes = [ResourceChange(action, "", "", str(count)) for action, count in (result.summary.resource_changes or {}).items()]

@@ -27,6 +27,7 @@ from platformctl.local_region import Provisioned
 from platformctl.topology import TOPOLOGY_KEY, Stage, read_stack_config
 
 IMAGE_LOCK_KEY = "platformctl:imageLock"
+IMAGES_FROM_LOCK_KEY = "platformctl:imagesFromLock"  # a deploy's own: the lock's images over the pins
 
 KubeSink = Callable[[str, dict[str, Any]], None]
 # Types moto has no API for: the program's declaration is kept, nothing is called.

@@ -23,6 +23,9 @@ model of ``platformctl.topology``):
     ``pipeline`` (the pipeline file, relative to ``infra/``, default ``../release_pipeline/pipeline.yaml``; the file,
     its stages and their rotation policies checked at ``pulumi up``) and ``deployPolicies`` (the managed policies the
     tick's role holds to deploy the stage) of the host cluster's ``release tick`` CronJob.
+``platformctl:imagesFromLock``
+    Set for one run by the release pipeline's deploy, never in a stack file: every family boots the lock file's
+    newest image for the region, the stage's pins notwithstanding (a candidate carries its images to every stage).
 ``platformctl:imageLock``
     The AMI lock file ``platformctl ami build`` writes, relative to ``infra/`` (default
     ``../ami/images.lock.json``). A node pool boots ``topology.images.<family>`` when the stage
@@ -139,6 +142,9 @@ class InfraSettings(BaseModel):
     canary: Annotated[Canary, Field(alias=f"{PREFIX}canary")] = Canary()
     release: Annotated[Release, Field(alias=f"{PREFIX}release")] = Release()
     image_lock: Annotated[str, Field(alias=f"{PREFIX}imageLock")] = "../ami/images.lock.json"
+    # Set for one run by the release pipeline's deploy (never in a stack file): the lock file's images over the
+    # stage's pins, since a candidate carries its images to every stage, pinned ones included.
+    images_from_lock: Annotated[bool, Field(alias=f"{PREFIX}imagesFromLock")] = False
 
 
 
@@ -232,7 +238,7 @@ def node_images(stage: Stage, settings: InfraSettings, infra_dir: Path) -> dict[
     lock: dict[str, Any] | None = None
     images: dict[str, str] = {}
     for family in families:
-        if family in stage.topology.images:
+        if family in stage.topology.images and not settings.images_from_lock:
             images[family] = stage.topology.images[family]
             continue
         if lock is None:

@@ -6,7 +6,7 @@ scaling group (on ``$Latest``) launches new instances from it; existing nodes mo
 upgrade service rotates them. The implementations live with the program (``infra.deploy``): the
 local region's (the program under the mock engine, materialised through boto3 against the region's
 moto, with the region's checkpoint as the stack's state) and a real account's (Pulumi's Automation
-API on the stage's stack). ``platformctl stage deploy`` and, in time, the release pipeline call it.
+API on the stage's stack). ``platformctl stage deploy`` and the release pipeline's tick call it.
 """
 
 from __future__ import annotations
@@ -47,4 +47,6 @@ class DeployResult:
 
 @runtime_checkable
 class Deployer(Protocol):
-    def deploy(self, stage: Stage, image_lock: Path) -> DeployResult: ...
+    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False) -> DeployResult:
+        """``over_pins``: the lock file's images win over the stage's pinned ones (the release pipeline's deploys)."""
+        ...

@@ -77,14 +77,12 @@ def content_digest(stages: Mapping[str, StageImages], infra_revision: str) -> st
 
 
 def stage_images(stage: Stage, settings: InfraSettings, lock: Mapping[str, Any], lock_source: str) -> StageImages:
-    """The images ``stage`` boots under ``lock``: a family the stage pins keeps its pin, every other family the
-    newest version built in the stage's region. A family with none there is a one-line error naming the region."""
+    """The images ``stage`` boots under ``lock``: every family's newest version built in the stage's region, the
+    stage's pins notwithstanding (a pin holds a stage deployed by hand; the pipeline carries the candidate's images to
+    every stage). A family with none there is a one-line error naming the region."""
     families = sorted({p.image_family for c in stage.clusters() for p in c.node_pools})
     images: dict[str, dict[str, str]] = {}
     for family in families:
-        if family in stage.topology.images:
-            images[family] = {"version": "pinned", "id": stage.topology.images[family]}
-            continue
         found = newest_in_lock(lock, family, stage.region)
         if found is None:
             raise PlatformError(f"has no {family} image in {stage.region}, the region of stage {stage.name}: build or "

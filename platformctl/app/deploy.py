@@ -48,8 +48,10 @@ def deployer_for(stage: Stage, lock_file: Path | None) -> tuple[Deployer, Path]:
     return PulumiDeployer(infra_dir), lock
 
 
-def deploy_stage(stage_name: str, lock_file: Path | None = None, infra_dir: Path | None = None) -> DeployResult:
-    """Deploy ``stage_name`` with ``lock_file``'s images (default: the region's or the stack's lock file)."""
+def deploy_stage(stage_name: str, lock_file: Path | None = None, infra_dir: Path | None = None,
+                 over_pins: bool = False) -> DeployResult:
+    """Deploy ``stage_name`` with ``lock_file``'s images (default: the region's or the stack's lock file); with
+    ``over_pins`` (a release candidate's deploy) those images win over the stage's pinned ones."""
     stage = load_stage(stage_name, infra_dir)
     deployer, lock = deployer_for(stage, lock_file)
-    return deployer.deploy(stage, lock)
+    return deployer.deploy(stage, lock, over_pins=over_pins)

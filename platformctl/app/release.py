@@ -348,7 +348,7 @@ class AppStages:
             lock.write_text(json.dumps(candidate.lock(), indent=2, sort_keys=True))
         except OSError as exc:
             raise PlatformError(f"cannot write the candidate's lock file {lock}: {exc.strerror}", field="PLATFORMCTL_HOME") from None
-        said = deploy_stage(stage, lock, self.infra_dir).to_dict()
+        said = deploy_stage(stage, lock, self.infra_dir, over_pins=True).to_dict()  # the pipeline owns the images
         return {"summary": said["summary"], "images": said["images"]}
 
     def rotate(self, stage: str, candidate: Candidate) -> dict[str, Any]:

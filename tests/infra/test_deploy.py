@@ -92,3 +92,33 @@ def test_a_change_the_region_cannot_make_is_one_line_and_the_checkpoint_stays_us
     assert "aws:ec2/vpc:Vpc dev-vpc changed (cidrBlock)" in str(err.value) and "\n" not in str(err.value)
     assert {c.action for c in deployer.deploy(STAGE, lock).changes} == {"unchanged"}
     assert os.path.getsize(deployer.checkpoint) > 0
+
+
+def test_a_release_candidates_deploy_sets_its_images_over_a_stages_pins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """staging pins its images in its stack file: a deploy by hand keeps them; the pipeline's deploy (``over_pins``)
+    boots the candidate's, the lock file's, and a deploy by hand afterwards would put the pins back."""
+    staging = load_stage("staging")
+    for key, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    moto_extensions.install()
+    data = json.loads(LOCK.read_text())
+    for versions_of in data["images"].values():
+        for regions in versions_of.values():
+            regions[staging.region] = next(iter(regions.values())).replace("ami-0", "ami-e")
+    lock = tmp_path / "images.lock.json"
+    lock.write_text(json.dumps(data))
+    with mock_aws(config={"iam": {"load_aws_managed_policies": True}}):
+        made = materialize(staging, image_lock=lock)
+        checkpoint = tmp_path / "stack.json"
+        checkpoint.write_text(json.dumps({"stage": "staging", "resources": made.checkpoint}))
+        deployer = LocalDeployer(checkpoint, "the local region")
+        pins = set(staging.topology.images.values())
+        by_hand = deployer.deploy(staging, lock)
+        assert set(by_hand.images.values()) <= pins and {c.action for c in by_hand.changes} == {"unchanged"}
+        released = deployer.deploy(staging, lock, over_pins=True)
+        assert set(released.images.values()).isdisjoint(pins) and all(i.startswith("ami-e") for i in released.images.values())
+        ec2 = aws.client("ec2", staging.region)
+        pool = f"{staging.member_clusters[0].name}-general"
+        latest = ec2.describe_launch_template_versions(LaunchTemplateName=pool, Versions=["$Latest"])["LaunchTemplateVersions"][0]
+        assert latest["LaunchTemplateData"]["ImageId"] == released.images[f"{staging.member_clusters[0].name}/general"]

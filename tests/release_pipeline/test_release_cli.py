@@ -41,6 +41,8 @@ def test_start_records_one_candidate_per_content_and_status_and_history_name_the
     made = json.loads(first.output)
     assert made["new"] and made["id"].startswith("c-") and set(made["stages"]) == {"dev", "staging", "prod-canary", "prod"}
     assert made["stages"]["dev"]["images"]["general"] == {"version": "2.1.0", "id": "ami-0ge0000000000210"}
+    # staging pins its images in its stack file; a candidate carries the lock file's to it all the same
+    assert made["stages"]["staging"]["images"]["general"] == {"version": "2.1.0", "id": "ami-0ge0000000000210"}
     again = json.loads(release(tmp_path, "start", "--lock-file", str(lock), "--note", "other words", "-o", "json").output)
     assert again["id"] == made["id"] and not again["new"]  # the same content is the same candidate
     status = json.loads(release(tmp_path, "status", "-o", "json").output)

@@ -300,41 +300,39 @@ class ClusterObjects(pulumi.ComponentResource):
                       "certificateAuthorityData": m.certificate_authority, "nodePools": list(m.node_pools)},
                 opts=self._opts(depends_on=[crd, namespace]))
 
-    def _scheduled_rotation(self, stage: str, rotation: Rotation) -> None:
+    def _stage_job(self, key: str, account: str, config: str, role_arn: pulumi.Input[str], region: str,
+                   contexts: Sequence[Context], files: Mapping[str, str]) -> list[pulumi.Resource]:
+        """A host-cluster job over the whole stage: its service account (bound to ``role_arn``) and its ConfigMap
+        (``files`` and a kubeconfig with a context per cluster of the stage)."""
         namespace = self._system_namespace()
-        account = k8s.core.v1.ServiceAccount(
-            f"{self._name}-rotation", opts=self._opts(depends_on=[namespace]),
-            metadata=pulumi.Output.from_input(rotation.role_arn).apply(
-                lambda arn: _meta(ROTATION_SERVICE_ACCOUNT, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
-        contexts = pulumi.Output.all(*[pulumi.Output.all(c.name, c.endpoint, c.certificate_authority) for c in rotation.contexts])
-        config = k8s.core.v1.ConfigMap(
-            f"{self._name}-rotation-config", metadata=_meta(ROTATION_CONFIG, SYSTEM_NAMESPACE),
-            data=contexts.apply(lambda cs: {"policy.yaml": json.dumps(dict(rotation.policy), indent=2, sort_keys=True),
-                                            "kubeconfig": stage_kubeconfig(rotation.region, [tuple(c) for c in cs])}),
+        made = k8s.core.v1.ServiceAccount(
+            f"{self._name}-{key}", opts=self._opts(depends_on=[namespace]),
+            metadata=pulumi.Output.from_input(role_arn).apply(
+                lambda arn: _meta(account, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
+        reached = pulumi.Output.all(*[pulumi.Output.all(c.name, c.endpoint, c.certificate_authority) for c in contexts])
+        configmap = k8s.core.v1.ConfigMap(
+            f"{self._name}-{key}-config", metadata=_meta(config, SYSTEM_NAMESPACE),
+            data=reached.apply(lambda cs: {**files, "kubeconfig": stage_kubeconfig(region, [tuple(c) for c in cs])}),
             opts=self._opts(depends_on=[namespace]))
+        return [made, configmap]
+
+    def _scheduled_rotation(self, stage: str, rotation: Rotation) -> None:
+        policy = {"policy.yaml": json.dumps(dict(rotation.policy), indent=2, sort_keys=True)}
+        made = self._stage_job("rotation", ROTATION_SERVICE_ACCOUNT, ROTATION_CONFIG, rotation.role_arn, rotation.region,
+                               rotation.contexts, policy)
         spec = pulumi.Output.from_input(rotation.state_table).apply(
             lambda table: rotation_cronjob_spec(stage, rotation.image, rotation.schedule, table, rotation.region))
         k8s.batch.v1.CronJob(
             f"{self._name}-rotate", metadata=_meta("platformctl-rotate", SYSTEM_NAMESPACE),
-            spec=spec, opts=self._opts(depends_on=[account, config]))
-
+            spec=spec, opts=self._opts(depends_on=made))
 
     def _release_tick(self, stage: str, release: ReleaseTick) -> None:
-        namespace = self._system_namespace()
-        account = k8s.core.v1.ServiceAccount(
-            f"{self._name}-release", opts=self._opts(depends_on=[namespace]),
-            metadata=pulumi.Output.from_input(release.role_arn).apply(
-                lambda arn: _meta(RELEASE_SERVICE_ACCOUNT, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
-        contexts = pulumi.Output.all(*[pulumi.Output.all(c.name, c.endpoint, c.certificate_authority) for c in release.contexts])
-        config = k8s.core.v1.ConfigMap(
-            f"{self._name}-release-config", metadata=_meta(RELEASE_CONFIG, SYSTEM_NAMESPACE),
-            data=contexts.apply(lambda cs: {**release.files,
-                                            "kubeconfig": stage_kubeconfig(release.region, [tuple(c) for c in cs])}),
-            opts=self._opts(depends_on=[namespace]))
+        made = self._stage_job("release", RELEASE_SERVICE_ACCOUNT, RELEASE_CONFIG, release.role_arn, release.region,
+                               release.contexts, release.files)
         k8s.batch.v1.CronJob(
             f"{self._name}-release-tick", metadata=_meta("platformctl-release-tick", SYSTEM_NAMESPACE),
             spec=release_tick_cronjob_spec(stage, release.image, release.schedule, release.ledger, release.region),
-            opts=self._opts(depends_on=[account, config]))
+            opts=self._opts(depends_on=made))
 
 
 def _cronjob_spec(name: str, account: str, config: str, image: str, schedule: str, args: list[str], region: str, *,

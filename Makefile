@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: $(STAMP)
 	$(BIN)/platformctl demo --stage dev
+	$(BIN)/platformctl demo-pipeline
 
 # The in-process tests on two workers, then the process tests one at a time: each starts a local region server
 # whose virtual clock runs at 300x, and two at once on two cores starve each other's clocks.

@@ -360,9 +360,10 @@ def write_lock(path: Path, manifests: ManifestSet, store: ImageStore, ids: dict[
     return lock
 
 
-def ensure_stage_images(stage: Any, lock: Path, manifests: ManifestSet) -> BuildReport | None:
+def ensure_stage_images(stage: Any, lock: Path, manifests: ManifestSet, copy_to: Iterable[str] = ()) -> BuildReport | None:
     """Build the image tree into the current AWS endpoint and record it in ``lock`` when a family the
-    stage does not pin has no image there for the stage's region (a fresh local region); else None."""
+    stage does not pin has no image there for the stage's region (a fresh local region), copying what is
+    built to ``copy_to``; else None."""
     families = sorted({p.image_family for c in stage.clusters() for p in c.node_pools} - set(stage.topology.images))
     try:
         recorded = json.loads(lock.read_text()) if lock.exists() else {}
@@ -370,7 +371,7 @@ def ensure_stage_images(stage: Any, lock: Path, manifests: ManifestSet) -> Build
         recorded = {}
     if all(newest_in_lock(recorded, family, stage.region) for family in families):
         return None
-    store = ImageStore(stage.region)
+    store = ImageStore(stage.region, copy_to)
     report = build_images(manifests, plan_builds(manifests, store), store, workers=2)
     write_lock(lock, manifests, store, report.ids)
     return report

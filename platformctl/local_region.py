@@ -62,7 +62,8 @@ class PoolBinding:
 
 class LocalRegion:
     def __init__(self, stage: Stage, *, provisioner: Provisioner, clock: VirtualClock | None = None, seed: int = 7,
-                 sync_seconds: float = 10.0, prepare: Callable[[Stage], None] | None = None) -> None:
+                 sync_seconds: float = 10.0, prepare: Callable[[Stage], None] | None = None,
+                 changes: Callable[[], int] | None = None) -> None:
         self.stage = stage
         self._provisioner = provisioner
         self.clock = clock or VirtualClock()
@@ -85,6 +86,10 @@ class LocalRegion:
         # Run once AWS is in place, before anything is provisioned (the image tree is built here, so
         # that the launch templates boot what was built).
         self._prepare = prepare
+        # A count of the AWS calls that changed something (the server's call log keeps it): when it has not moved
+        # since the last sync, no instance came or went and the groups need not be read again.
+        self._changes = changes
+        self._synced_at: int | None = None
         # Faults an operator injected (`platformctl local fault`), newest last, as `local fault list` shows them.
         self.faults: list[dict[str, Any]] = []
         self._no_join: dict[str, int] = {}  # auto scaling group -> how many of its next instances never join
@@ -156,7 +161,17 @@ class LocalRegion:
 
     def _tick(self) -> None:
         self.clock.call_later(self.sync_seconds, self._tick)
+        if self._changes is not None:
+            generation = self._changes()
+            if generation == self._synced_at and not self._node_object_lost():
+                return
+            self._synced_at = generation  # read before the sync: a change made during it brings another
         self.sync()
+
+    def _node_object_lost(self) -> bool:
+        """A node object deleted while its instance runs (its kubelet re-registers it at the next sync)."""
+        names = {cluster: {n.name for n in sim.list_nodes()} for cluster, sim in self.clusters.items()}
+        return any(node not in names[cluster] for cluster, node in self._nodes_by_instance.values())
 
     def sync(self) -> None:
         """Make every cluster's nodes match the instances of its auto scaling groups."""

@@ -75,6 +75,27 @@ def running() -> dict[str, Any] | None:
         return None
 
 
+def stages_of(info: dict[str, Any]) -> list[str]:
+    """The stages a running region holds (one, or several with ``local up --stage all``)."""
+    return list(info.get("stages") or [info["stage"]])
+
+
+def for_stage(info: dict[str, Any] | None, stage: str | None = None, cluster: str | None = None) -> dict[str, Any] | None:
+    """The running region as one stage it holds sees it (that stage's AWS region, stack state, store and clusters),
+    found by name or by one of its clusters; None when the region holds neither."""
+    if info is None:
+        return None
+    held = stages_of(info)
+    if stage not in held:
+        found = [c.get("stage", info["stage"]) for c in info.get("clusters", []) if isinstance(c, dict) and c.get("name") == cluster]
+        stage = found[0] if found else None
+    if stage is None:
+        return None
+    part = {k: v for k, v in (info.get("by_stage") or {}).get(stage, {}).items() if k != "cluster_names"}
+    clusters = [c for c in info.get("clusters", []) if not isinstance(c, dict) or c.get("stage", stage) == stage]
+    return {**info, **part, "stage": stage, "clusters": clusters}
+
+
 class ServerClock:
     """The local region's virtual clock, as a client sees it: ``speed`` virtual seconds per wall second."""
 
@@ -145,25 +166,31 @@ def use_for_aws() -> dict[str, Any] | None:
     return info
 
 
-def up(stage: str, speed: float, infra_dir: Path | None, workloads: bool = True, timeout: float = 180.0) -> tuple[dict[str, Any], bool]:
-    """Start the region for ``stage`` detached, or return the running one. Returns (status, started)."""
+def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool = True, canaries: bool = False,
+       timeout: float | None = None) -> tuple[dict[str, Any], bool]:
+    """Start the region of ``stages`` detached, or return the running one when it holds them. Returns (status, started)."""
     folder = state_dir()
     folder.mkdir(parents=True, exist_ok=True)
+    timeout = timeout if timeout is not None else 180.0 * len(stages)
     with open(folder / "up.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two `up`s at once start one server
         info = running()
         if info is not None:
-            if info["stage"] != stage:
-                raise PlatformError(f"the local region of stage {info['stage']} is running (pid {info['pid']}): run "
-                                    "`platformctl local down` first", file=str(folder / "server.json"), field="stage")
+            if not set(stages) <= set(stages_of(info)):
+                held = stages_of(info)
+                raise PlatformError(f"the local region of stage{'s' if len(held) > 1 else ''} {', '.join(held)} is running "
+                                    f"(pid {info['pid']}): run "
+                                    "`platformctl local down` first", file=str(folder / "server.json"), field="--stage")
             return info, False
         (folder / "server.json").unlink(missing_ok=True)
-        command = [sys.executable, "-m", "platformctl.cli.serve", "--stage", stage, "--state-dir", str(folder),
-                   "--speed", str(speed)]
+        command = [sys.executable, "-m", "platformctl.cli.serve", *[a for s in stages for a in ("--stage", s)],
+                   "--state-dir", str(folder), "--speed", str(speed)]
         if infra_dir is not None:
             command += ["--infra-dir", str(infra_dir)]
         if not workloads:
             command.append("--no-workloads")
+        if canaries:
+            command.append("--canaries")
         with open(folder / "server.log", "ab") as out:
             child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
                                      close_fds=True)
@@ -173,7 +200,8 @@ def up(stage: str, speed: float, infra_dir: Path | None, workloads: bool = True,
                 raise PlatformError(f"the local region server exited with code {child.returncode}: {_last_error(folder)}",
                                     file=str(folder / "server.log"), field="local up")
             info = running()
-            if info is not None and info["pid"] == child.pid:
+            # ready once it answers, and its canary runners (started once it answers) are up
+            if info is not None and info["pid"] == child.pid and (not canaries or info.get("canary_runners")):
                 return info, True
             time.sleep(0.1)
         _terminate(child.pid)

@@ -37,10 +37,12 @@ class StageActions(Protocol):
         """Point the stage's launch templates at ``candidate``'s images (idempotent: the same images change nothing)."""
         ...
 
-    def rotate(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
         """Rotate every cluster of the stage onto them (resuming a rotation a killed tick began):
         ``{"status": "finished" | "halted" | "busy", "reason"}``; ``busy``: a rotation of the stage holds its lease, so
-        nothing was done and the next tick tries again."""
+        nothing was done and the next tick tries again. A ``rollback`` first ends the halted rotation it undoes and is
+        not held by the canary gate: the canaries fail because of the image it takes away (Argo Rollouts' abort goes
+        back to the stable version without analysis, too)."""
         ...
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
@@ -212,7 +214,7 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
         return
     if stage.intent != f"rollback-rotate:{cid}":
         write(cid, name, "rollback-rotate", now, f"rotating every cluster of {name} back onto {target.id}'s images")
-    result = actions.rotate(name, target)
+    result = actions.rotate(name, target, rollback=True)
     failpoints.hit("release:call:rollback-rotate")
     if result.get("status") == "busy":
         held(f"{name} {cid}: {result.get('reason')}")

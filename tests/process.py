@@ -34,9 +34,9 @@ def start(home: Path, *args: str, env: dict[str, str] | None = None) -> subproce
 
 
 def local_region(home: Path, *args: str) -> dict[str, Any]:
-    """`platformctl local up --stage dev ARGS…` in ``home``: the region's status, with ``home`` added (stop it
-    with ``run(home, "local", "down")``)."""
-    info = json.loads(run(home, "local", "up", "--stage", "dev", *args, "-o", "json").stdout)
+    """`platformctl local up --stage dev --no-canaries ARGS…` in ``home``: the region's status, with ``home`` added
+    (stop it with ``run(home, "local", "down")``). A test that wants canary results starts its runners itself."""
+    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-canaries", *args, "-o", "json").stdout)
     info["home"] = home
     return info
 
@@ -86,3 +86,13 @@ def stop_all(processes: list[subprocess.Popen[str]]) -> None:
         process.send_signal(signal.SIGTERM)
     for process in processes:
         process.communicate(timeout=120)
+
+
+
+def small_checkout(home: Path, pool_size: int = 1) -> Path:
+    """An operator's checkout shrunk to run every stage at once (``demo-pipeline``'s): the stack files of ``infra/``
+    with every node pool at ``pool_size`` nodes. Returns the infra folder to pass as ``--infra-dir``."""
+    from platformctl.cli.demo_pipeline import shrink_stacks
+    from platformctl.topology import default_infra_dir
+
+    return shrink_stacks(default_infra_dir(), home / "infra", pool_size)

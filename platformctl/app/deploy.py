@@ -28,10 +28,12 @@ def check_lock_file(lock_file: Path) -> None:
 
 def deployer_for(stage: Stage, lock_file: Path | None) -> tuple[Deployer, Path]:
     """The deployer of ``stage`` and the lock file it deploys (the given one, else the region's or the stack's)."""
-    info = region_client.running()
-    if info is not None and info["stage"] != stage.name:
-        raise PlatformError(f"the local region running here is stage {info['stage']}, not {stage.name}: stop it "
-                            "(`platformctl local down`) or start the region of this stage", field="--stage")
+    running = region_client.running()
+    info = region_client.for_stage(running, stage.name)
+    if running is not None and info is None:
+        raise PlatformError(f"the local region running here holds {', '.join(region_client.stages_of(running))}, not "
+                            f"{stage.name}: stop it (`platformctl local down`) or start a region that holds this stage",
+                            field="--stage")
     if lock_file is not None:
         check_lock_file(lock_file)
     if info is not None:

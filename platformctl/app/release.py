@@ -332,8 +332,8 @@ class AppStages:
     def now(self, stage: str) -> float:
         from platformctl import region_client
 
-        info = region_client.running()
-        if info is not None and info.get("stage") == stage:
+        info = region_client.for_stage(region_client.running(), stage)
+        if info is not None:
             return region_client.ServerClock(f"{info['kubernetes_endpoint']}/platformctl/v1/time").sync()
         return time.time()
 
@@ -351,15 +351,23 @@ class AppStages:
         said = deploy_stage(stage, lock, self.infra_dir, over_pins=True).to_dict()  # the pipeline owns the images
         return {"summary": said["summary"], "images": said["images"]}
 
-    def rotate(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
+        from dataclasses import replace
+
         from platformctl.app.rotation import RunRequest, prepare, rotate
 
         policy = self.pipeline.policy_path(stage)
         if policy is None:
             raise PlatformError("names no rotationPolicy: the tick cannot rotate the stage", file=self.pipeline.source,
                                 field=f"stages[{self.pipeline.names.index(stage)}].rotationPolicy")
-        result = rotate(prepare(RunRequest(policy, stage=stage, kubeconfig=self.kubeconfig, infra_dir=self.infra_dir,
-                                           lease_ttl=self.lease_ttl)))
+        if rollback:
+            self._end_halted(stage, candidate)
+        rotation = prepare(RunRequest(policy, stage=stage, kubeconfig=self.kubeconfig, infra_dir=self.infra_dir,
+                                      lease_ttl=self.lease_ttl))
+        if rollback:  # back to what passed: not held by the canaries the taken-away image fails
+            rotation.policy = rotation.policy.model_copy(update={"health_gate": None})
+            rotation.options = replace(rotation.options, canary=None)
+        result = rotate(rotation)
         said = result.to_dict()
         booted = booted_instances(candidate, {stage: sorted(candidate.image_ids(stage))}, by_image=True)
         held = ("lease-held", "lost-lease", "paused")
@@ -368,9 +376,28 @@ class AppStages:
         if busy and not failed:  # a killed tick's rotation until its lease lapses (the next tick resumes its journal), or paused by hand
             return {"status": "busy", "reason": "; ".join(str(c.get("reason")) for c in busy)}
         reasons = [f"{c['cluster']}: {c.get('status')}: {c.get('reason')}" for c in failed or said["clusters"] if c.get("exit_code")]
-        clusters = [{k: c.get(k) for k in ("cluster", "status", "reason")} for c in said["clusters"]]
+        # Each cluster's waves by size: how far a rotation went before it finished or halted (its first wave is the
+        # most a bad image can reach when the canary gate stops it).
+        clusters = [{**{k: c.get(k) for k in ("cluster", "status", "reason")},
+                     "waves": [len(w.get("nodes", [])) for w in (c.get("report") or {}).get("waves", [])]}
+                    for c in said["clusters"]]
         return {"status": "finished" if result.exit_code == 0 else "halted", "reason": "; ".join(reasons),
                 "booted": (booted or {}).get(stage, {}), "exit_code": result.exit_code, "clusters": clusters}
+
+    def _end_halted(self, stage: str, target: Candidate) -> None:
+        """Abort the stage's halted rotations (the one a failing gate stopped): a new run rotates every node back,
+        where continuing the halted one would wait again for the pods the bad image cannot start. A rotation still
+        running (a killed tick's, whose lease has not lapsed) is left to be resumed."""
+        from platformctl.app.rotation import ControlRequest, abort_rotations, scope_of, store_of
+        from upgrade_service.journal import read_state
+
+        scope = scope_of(None, stage, self.infra_dir, "release rollback")
+        store = store_of(None, scope, self.infra_dir)
+        for name in scope.names:
+            if read_state(store, name).status == "halted":
+                abort_rotations(ControlRequest("abort", context=name, infra_dir=self.infra_dir,
+                                               reason=f"the release pipeline rolls {stage} back to {target.id}"),
+                                self.kubeconfig, wait=False)
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
                 window: int) -> dict[str, Any]:

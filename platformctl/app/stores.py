@@ -53,10 +53,10 @@ def store_for(spec: str | None, *, stage: str | None = None, cluster: str | None
     """The store a command on ``stage`` (or ``cluster``) uses; see the module docstring."""
     if spec or os.environ.get(ENV):
         return open_store(spec)
-    from platformctl.region_client import running, state_dir
+    from platformctl.region_client import for_stage, running, state_dir
 
-    region = running()
-    if region is not None and (stage == region.get("stage") or cluster in {c["name"] for c in region.get("clusters", [])}):
+    region = for_stage(running(), stage, cluster)
+    if region is not None:
         path = Path(region.get("state") or state_dir() / "state.db")
         return open_store(str(path))
     if stage is None and cluster is not None:

@@ -193,6 +193,26 @@ def snapshot_generate(nodes: int, pods_per_node: float, seed: int, blocking_pdbs
 # ---------------------------------------------------------------------------------------- demo
 
 
+@cli.command("demo-pipeline")
+@click.option("--keep", is_flag=True, help="leave the region running at the end (its folder is printed)")
+@OUTPUT
+@click.pass_context
+def demo_pipeline(ctx: click.Context, keep: bool, output: str) -> None:
+    """Tell the release pipeline's story on the local region of every stage: a good candidate through all four
+    stages, then a broken one halted and rolled back in dev (about ten minutes; processes, as an operator runs them)."""
+    from platformctl.checkout import root
+    from platformctl.cli.demo_pipeline import run_story
+    from platformctl.topology import default_infra_dir
+
+    infra = ctx.obj["infra_dir"] or default_infra_dir()
+    manifests = root("--manifests") / "ami" / "manifests"
+    report = run_story(infra, manifests, _console(), keep=keep)
+    if output == "json":
+        _emit_json(report)
+    if report["stages"]["prod"]["last_good"] != report["good"] or report["bad_reached"] != ["dev"]:
+        sys.exit(1)
+
+
 @cli.command()
 @click.option("--stage", "stage_name", type=click.Choice(STAGES), default="dev", show_default=True)
 @click.option("--minutes", type=click.IntRange(5, 24 * 60), default=60, show_default=True, help="virtual minutes to live through")

@@ -25,7 +25,8 @@ MANIFESTS = click.option("--manifests", "manifest_dir", type=click.Path(file_oka
                          help="folder of image manifests (default: ami/manifests of the checkout the current directory is in)")
 REGIONS = [
     click.option("--region", default=None, help="where images are built (default: $AWS_REGION, else the running local region's, else us-west-2)"),
-    click.option("--copy-to", "copy_to", multiple=True, metavar="REGION", help="also copy every image to REGION (repeatable)"),
+    click.option("--copy-to", "copy_to", multiple=True, metavar="REGION", help="also copy every image to REGION (repeatable; "
+                 "default, building into a local region of several stages: their other AWS regions)"),
 ]
 
 
@@ -37,9 +38,13 @@ def _regions(fn: Any) -> Any:
 
 def _store(region: str | None, copy_to: tuple[str, ...]) -> Any:
     from ami.build import ImageStore
-    from platformctl.region_client import use_for_aws
+    from platformctl.region_client import for_stage, running, stages_of, use_for_aws
 
     use_for_aws()  # the running local region, unless another AWS target is set
+    local = running()
+    # Building into a local region of several stages: every stage's AWS region gets the images.
+    if local is not None and os.environ.get("AWS_ENDPOINT_URL") == local["aws_endpoint"] and not copy_to:
+        copy_to = tuple(dict.fromkeys(str((for_stage(local, s) or local)["region"]) for s in stages_of(local)))
     return ImageStore(region or os.environ.get("AWS_REGION") or "us-west-2", copy_to)
 
 

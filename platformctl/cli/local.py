@@ -1,9 +1,10 @@
 """``platformctl local up|status|down``: the local region as a background server.
 
-``up`` starts (detached) a server holding one stage's local region: moto's AWS endpoint and a
-Kubernetes API per simulated cluster, with a kubeconfig, all on 127.0.0.1. It is idempotent: while a
-region runs, ``up`` reports it instead of starting another. Other commands use the running region
-whenever no live target is given.
+``up`` starts (detached) a server holding one stage's local region, or several stages' (``--stage all``,
+or ``--stage`` repeated), each in its own AWS region of one moto: moto's AWS endpoint and a Kubernetes
+API per simulated cluster, with a kubeconfig, all on 127.0.0.1, and each stage's canary runner as a
+process. It is idempotent: while a region runs, ``up`` reports it instead of starting another. Other
+commands use the running region whenever no live target is given.
 """
 
 from __future__ import annotations
@@ -19,14 +20,27 @@ from platformctl.topology import STAGES, load_stage
 
 
 def _print_status(info: dict[str, Any], headline: str) -> None:
+    from platformctl.region_client import for_stage, stages_of
+
     out = console()
-    out.print(f"[bold]{headline}[/]: stage {info['stage']} ({info['region']}), pid {info['pid']}, "
+    held = [for_stage(info, s) or info for s in stages_of(info)]
+    where = ", ".join(f"{h['stage']} ({h['region']})" for h in held)
+    out.print(f"[bold]{headline}[/]: stage{'s' if len(held) > 1 else ''} {where}, pid {info['pid']}, "
               f"virtual time {info['virtual_time']} at {info['speed']:g}× wall time")
     out.print(f"  AWS endpoint   {info['aws_endpoint']}   (commands here use it; elsewhere: export AWS_ENDPOINT_URL={info['aws_endpoint']})")
     out.print(f"  kubeconfig     {info['kubeconfig']}   (kubectl --kubeconfig {info['kubeconfig']} get nodes)")
-    table = Table("cluster (context)", "server", "nodes", "ready", "pods")
+    for h in held:
+        out.print(f"  {h['stage']:<14} state {h['state']}")
+    runners = info.get("canary_runners") or []
+    if runners:
+        alive = sum(r["running"] for r in runners)
+        out.print(f"  canary runners {alive} of {len(runners)} running (logs: canary-<stage>.log beside {info['log']})")
+    elif "canaries" in info:
+        out.print("  canary runners none (--no-canaries)")
+    table = Table("stage", "cluster (context)", "server", "nodes", "ready", "pods")
     for c in info["clusters"]:
-        table.add_row(c["name"], c["server"], str(c["nodes"]), str(c["nodes_ready"]), str(c["pods"]))
+        table.add_row(c.get("stage", info["stage"]), c["name"], c["server"], str(c["nodes"]), str(c["nodes_ready"]),
+                      str(c["pods"]))
     out.print(table)
 
 
@@ -36,19 +50,26 @@ def local() -> None:
 
 
 @local.command("up")
-@click.option("--stage", "stage_name", type=click.Choice(STAGES), default="dev", show_default=True)
+@click.option("--stage", "stage_names", type=click.Choice((*STAGES, "all")), multiple=True, default=("dev",),
+              show_default=True, help="the stage the region holds; repeat it, or say all, for several (each in its own "
+              "AWS region of one moto, on one virtual clock)")
 @click.option("--speed", type=click.FloatRange(min=1.0, max=100_000.0), default=300.0, show_default=True,
               help="virtual seconds per wall second (300: a 300 s node boot takes a second)")
 @click.option("--workloads/--no-workloads", default=True, show_default=True,
               help="fill the member clusters with synthetic services, stateful sets, jobs and budgets")
+@click.option("--canaries/--no-canaries", default=True, show_default=True,
+              help="run each stage's canary runner as a process, as the Pulumi program runs it in each cluster")
 @OUTPUT
 @click.pass_context
-def local_up(ctx: click.Context, stage_name: str, speed: float, workloads: bool, output: str) -> None:
-    """Start the local region of a stage in the background (or report the one running)."""
+def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, workloads: bool, canaries: bool,
+             output: str) -> None:
+    """Start the local region of a stage, or of several, in the background (or report the one running)."""
     from platformctl import region_client as control
 
-    load_stage(stage_name, ctx.obj["infra_dir"])  # a broken stack file fails here, in one line, not in the server log
-    info, started = control.up(stage_name, speed, ctx.obj["infra_dir"], workloads)
+    stages = list(STAGES) if "all" in stage_names else [s for s in STAGES if s in stage_names]  # in the pipeline's order
+    for name in stages:
+        load_stage(name, ctx.obj["infra_dir"])  # a broken stack file fails here, in one line, not in the server log
+    info, started = control.up(stages, speed, ctx.obj["infra_dir"], workloads, canaries)
     if output == "json":
         emit_json({**info, "started": started})
         return
@@ -80,11 +101,12 @@ def local_down(output: str) -> None:
 
     info = control.down()
     if output == "json":
-        emit_json({"stopped": info is not None, **({"pid": info["pid"], "stage": info["stage"]} if info else {})})
+        emit_json({"stopped": info is not None, **({"pid": info["pid"], "stage": info["stage"],
+                                                    "stages": control.stages_of(info)} if info else {})})
     elif info is None:
         console().print("no local region was running")
     else:
-        console().print(f"stopped the local region of stage {info['stage']} (pid {info['pid']})")
+        console().print(f"stopped the local region of {', '.join(control.stages_of(info))} (pid {info['pid']})")
 
 
 

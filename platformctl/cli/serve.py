@@ -15,9 +15,10 @@ from platformctl.server.process import main as serve
 from platformctl.topology import Stage
 
 
-def build_images(stage: Stage, lock: Path) -> None:
-    """A fresh region builds the checkout's image tree into its AWS first, so the stage's pools boot real images."""
-    ensure_stage_images(stage, lock, load_manifests())
+def build_images(stage: Stage, lock: Path, copy_to: tuple[str, ...] = ()) -> None:
+    """A fresh region builds the checkout's image tree into its AWS first, so the stage's pools boot real images
+    (copied to ``copy_to``, the other stages' AWS regions, where a region holds several stages)."""
+    ensure_stage_images(stage, lock, load_manifests(), copy_to)
 
 
 def main(argv: list[str] | None = None) -> int:

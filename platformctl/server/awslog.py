@@ -31,6 +31,8 @@ class AwsCallLog:
         self.capacity = capacity
         self.calls: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        # How many calls have changed something so far: the region's nodes need following only when it moved.
+        self.generation = 0
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -53,6 +55,7 @@ class AwsCallLog:
                 except Exception:  # the region is still starting: no clock yet
                     pass
             with self.lock:
+                self.generation += 1
                 self.calls.append(record)
                 if len(self.calls) > self.capacity:
                     del self.calls[: self.capacity // 2]

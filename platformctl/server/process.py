@@ -1,18 +1,25 @@
-"""The local region server process: ``python -m platformctl.cli.serve --stage dev --state-dir DIR``.
+"""The local region server process: ``python -m platformctl.cli.serve --stage dev [--stage staging …] --state-dir DIR``.
 
 ``platformctl local up`` starts it detached. It
 
 1. starts moto's server on 127.0.0.1 (a free port) and points its own boto3 clients at it;
-2. provisions the stage's local region through that endpoint with the ``provisioner`` it is given
-   (the stage's Pulumi program: VPC, subnets, EKS control planes, launch templates, auto scaling
-   groups; one simulated cluster per cluster, whose nodes follow the groups' instances), boots the
-   nodes, applies the Kubernetes objects the program declares, and fills the member clusters with
-   workloads;
+2. provisions each stage's local region through that endpoint, each in the stage's own AWS region of the one
+   moto, with the ``provisioner`` it is given (the stage's Pulumi program: VPC, subnets, EKS control planes,
+   launch templates, auto scaling groups; one simulated cluster per cluster, whose nodes follow the groups'
+   instances), boots the nodes, applies the Kubernetes objects the program declares, and fills the member
+   clusters with workloads;
 3. serves every cluster's Kubernetes API on 127.0.0.1 (``KubeAPI``) and writes a kubeconfig with
    one context per cluster;
-4. runs the virtual clock at ``--speed`` times wall time: a thread advances it every 50 ms, the
-   CronJob controller runs, and watches are woken with what changed;
-5. writes ``server.json`` (pid, endpoints, clusters) last, which is how ``up`` knows it is ready.
+4. runs one virtual clock for every stage at ``--speed`` times wall time: a thread advances it every 50 ms,
+   the CronJob controller runs, and watches are woken with what changed;
+5. writes ``server.json`` (pid, endpoints, stages, clusters) last, which is how ``up`` knows it is ready;
+6. starts what the Pulumi program runs in each stage and nobody starts by hand, the canary runner (one
+   ``platformctl canary run --stage S`` process per stage, on all its clusters, writing to the stage's
+   store), unless ``--no-canaries``; they stop with the server, and die with it if it is killed.
+
+Each stage keeps its own stack state (``stack-<stage>.json``) and its own state store (``state.db`` when the
+server holds one stage, ``state-<stage>.db`` when several): a stage's rotation, remediation and canaries share
+it, as a stage's in-cluster jobs share the stage's DynamoDB table.
 
 SIGTERM or SIGINT stops it cleanly and removes ``server.json``.
 """
@@ -25,6 +32,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -36,7 +44,7 @@ import yaml
 
 from platformctl.clock import VirtualClock
 from platformctl.cluster.model import format_time
-from platformctl.errors import PlatformError
+from platformctl.errors import NotFoundError, PlatformError
 from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion
 from platformctl.region_client import EXTENSION
 from platformctl.server.kubeapi import KubeAPI
@@ -53,16 +61,19 @@ def write_atomically(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def kubeconfig(stage: str, base_url: str, clusters: Mapping[str, str] | Sequence[str], current: str) -> dict[str, Any]:
-    """One context per cluster, each with its own server URL (given, or under the one port), and where to read the time."""
+def kubeconfig(stage: str | Mapping[str, str], base_url: str, clusters: Mapping[str, str] | Sequence[str],
+               current: str) -> dict[str, Any]:
+    """One context per cluster, each with its own server URL (given, or under the one port), its stage (one, or
+    per cluster) and where to read the time."""
     servers = dict(clusters) if isinstance(clusters, Mapping) else {c: f"{base_url}/clusters/{c}" for c in clusters}
+    stage_of = stage if isinstance(stage, Mapping) else dict.fromkeys(servers, stage)
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "preferences": {},
         "clusters": [{"name": name, "cluster": {
             "server": server,
-            "extensions": [{"name": EXTENSION, "extension": {"stage": stage, "time": f"{base_url}/platformctl/v1/time"}}],
+            "extensions": [{"name": EXTENSION, "extension": {"stage": stage_of[name], "time": f"{base_url}/platformctl/v1/time"}}],
         }} for name, server in servers.items()],
         "users": [{"name": "platformctl-local", "user": {"token": "local-region"}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": "platformctl-local"}} for name in servers],
@@ -86,23 +97,37 @@ class ClusterEndpoint:
 
 
 class Server:
-    def __init__(self, stage_name: str, state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool, seed: int,
-                 provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None) -> None:
-        self.stage = load_stage(stage_name, infra_dir)
+    def __init__(self, stage_names: Sequence[str], state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool,
+                 seed: int, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None,
+                 canaries: bool = False) -> None:
+        self.stages = [load_stage(name, infra_dir) for name in dict.fromkeys(stage_names)]
+        self.stage = self.stages[0]
+        self.infra_dir = infra_dir
         self.provisioner = provisioner
         self.prepare = prepare
         self.state_dir = state_dir
         self.speed = speed
         self.workloads = workloads
+        self.canaries = canaries
         self.seed = seed
         self.stopping = threading.Event()
         self.cond = threading.Condition(threading.RLock())
-        self.region: LocalRegion | None = None
+        self.regions: dict[str, LocalRegion] = {}
+        self.stage_of: dict[str, str] = {}  # cluster -> its stage
         self.clusters: dict[str, ClusterState] = {}
         self.endpoints: dict[str, Any] = {}
         self.servers: dict[str, str] = {}
+        self.runners: list[subprocess.Popen[bytes]] = []
         self.started_wall = time.time()
         self.info: dict[str, Any] = {}
+
+    @property
+    def region(self) -> LocalRegion | None:
+        """The first stage's region (its clock is every stage's)."""
+        return self.regions.get(self.stage.name)
+
+    def _store_path(self, stage: str) -> Path:
+        return self.state_dir / ("state.db" if len(self.stages) == 1 else f"state-{stage}.db")
 
     # ---------------------------------------------------------------- start
 
@@ -122,36 +147,42 @@ class Server:
         os.environ["AWS_ENDPOINT_URL"] = aws_endpoint
         os.environ.setdefault("AWS_REGION", self.stage.region)
 
-        # The virtual clock starts at the wall-clock time of `local up`, so ages and timestamps read as today's.
+        # The virtual clock starts at the wall-clock time of `local up`, so ages and timestamps read as today's. Every
+        # stage runs on it: a candidate's soak in one stage and its rotation in the next are on one time line.
         clock = VirtualClock(time.time())
-        # The region's own lock file of the images built into its AWS: launch templates boot what it names.
-        lock = self.state_dir / "images.lock.json"
-        prepare = functools.partial(self.prepare, lock=lock) if self.prepare is not None else None
-        # Nodes follow their instances every minute of virtual time, or every 0.2 s of wall time at high speed.
-        region = LocalRegion(self.stage, provisioner=functools.partial(self.provisioner, image_lock=lock), seed=self.seed,
-                             sync_seconds=max(10.0, self.speed * 0.2), prepare=prepare, clock=clock)
         moto_extensions.use_clock(clock.now)  # instances' LaunchTime in the region's time, as their nodes' ages are
-        region.__enter__()
-        self.region = region
-        # The stack's state, as Pulumi would keep it: what `platformctl stage deploy` compares the program against.
-        write_atomically(self.state_dir / f"stack-{self.stage.name}.json",
-                         json.dumps({"stage": self.stage.name, "resources": region.checkpoint}) + "\n")
-        region.wait_until_ready()
-        if self.workloads:
-            region.populate_workloads(seed=self.seed + 4)
-            for sim in region.clusters.values():
-                sim.run_until_settled(max_seconds=600)
-        version = "1.32"
-        self.clusters = {name: ClusterState(sim, version) for name, sim in region.clusters.items()}
-        # The Kubernetes objects the stage's Pulumi program declares for each cluster.
-        skipped = []
-        for cluster, manifest in region.kubernetes:
-            try:
-                self.clusters[cluster].apply(manifest)
-            except ApiError as exc:
-                skipped.append(f"{cluster} {manifest.get('kind')}/{manifest['metadata']['name']}: {exc.message}")
-        for line in skipped:
-            log.info("not applied: %s", line)
+        # The region's own lock file of the images built into its AWS: launch templates boot what it names. The first
+        # stage's build copies its images to every other stage's AWS region, as `ami build --copy-to` would.
+        lock = self.state_dir / "images.lock.json"
+        regions = tuple(dict.fromkeys(s.region for s in self.stages))
+        prepare = functools.partial(self.prepare, lock=lock, copy_to=regions) if self.prepare is not None else None
+        for i, stage in enumerate(self.stages):
+            # Nodes follow their instances every minute of virtual time, or every 0.2 s of wall time at high speed.
+            region = LocalRegion(stage, provisioner=functools.partial(self.provisioner, image_lock=lock),
+                                 seed=self.seed + 100 * i, sync_seconds=max(10.0, self.speed * 0.2), prepare=prepare,
+                                 clock=clock, changes=self._aws_changes)
+            region.__enter__()
+            self.regions[stage.name] = region
+            # The stack's state, as Pulumi would keep it: what `platformctl stage deploy` compares the program against.
+            write_atomically(self.state_dir / f"stack-{stage.name}.json",
+                             json.dumps({"stage": stage.name, "resources": region.checkpoint}) + "\n")
+        for i, (name, region) in enumerate(self.regions.items()):
+            region.wait_until_ready()
+            if self.workloads:
+                region.populate_workloads(seed=self.seed + 4 + 100 * i)
+                for sim in region.clusters.values():
+                    sim.run_until_settled(max_seconds=600)
+            version = "1.32"
+            states = {cluster: ClusterState(sim, version) for cluster, sim in region.clusters.items()}
+            # The Kubernetes objects the stage's Pulumi program declares for each cluster.
+            for cluster, manifest in region.kubernetes:
+                try:
+                    states[cluster].apply(manifest)
+                except ApiError as exc:
+                    log.info("not applied: %s %s/%s: %s", cluster, manifest.get("kind"), manifest["metadata"]["name"],
+                             exc.message)
+            self.clusters.update(states)
+            self.stage_of.update(dict.fromkeys(states, name))
 
         app = KubeAPI(self.clusters, self.cond, self.control, self.stopping)
         self.http = make_server("127.0.0.1", 0, app, threaded=True)
@@ -164,21 +195,51 @@ class Server:
         self.servers = {name: f"http://127.0.0.1:{server.server_port}" for name, server in self.endpoints.items()}
         host = next(c.name for c in self.stage.clusters() if isinstance(c, HostCluster))
         config_path = self.state_dir / "kubeconfig"
-        write_atomically(config_path, yaml.safe_dump(kubeconfig(self.stage.name, base, self.servers, host), sort_keys=False))
+        write_atomically(config_path, yaml.safe_dump(kubeconfig(self.stage_of, base, self.servers, host), sort_keys=False))
+        by_stage = {s.name: {
+            "region": s.region, "checkpoint": str((self.state_dir / f"stack-{s.name}.json").resolve()),
+            # The stage's own state store: what rotation, remediation and the canaries of the stage share by default.
+            "state": str(self._store_path(s.name).resolve()),
+            "cluster_names": [c for c, owner in self.stage_of.items() if owner == s.name],
+        } for s in self.stages}
         self.info = {
-            "pid": os.getpid(), "stage": self.stage.name, "region": self.stage.region, "speed": self.speed,
+            "pid": os.getpid(), "stage": self.stage.name, "stages": [s.name for s in self.stages], "speed": self.speed,
             "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
             "clusters": list(self.clusters), "started": format_time(self.started_wall), "log": str((self.state_dir / "server.log").resolve()),
-            "image_lock": str(lock.resolve()), "checkpoint": str((self.state_dir / f"stack-{self.stage.name}.json").resolve()),
-            # The region's own state store: what rotation, remediation and the canaries of this region share by default.
-            "state": str((self.state_dir / "state.db").resolve()),
+            "image_lock": str(lock.resolve()), "canaries": self.canaries, "by_stage": by_stage,
+            # The first stage's, as a region of one stage has always said.
+            **{k: v for k, v in by_stage[self.stage.name].items() if k != "cluster_names"},
         }
         self.ticker = threading.Thread(target=self._tick_forever, name="virtual-clock", daemon=True)
         self.ticker.start()
         write_atomically(self.state_dir / "server.json", json.dumps(self.info, indent=2) + "\n")
-        log.info("local region %s ready: AWS %s, Kubernetes %s", self.stage.name, aws_endpoint, base)
+        if self.canaries:
+            self._start_canaries()
+        log.info("local region of %s ready: AWS %s, Kubernetes %s", ", ".join(self.info["stages"]), aws_endpoint, base)
+
+    def _start_canaries(self) -> None:
+        """One ``canary run`` per stage, on every cluster of it, as the Pulumi program runs the runner in each cluster:
+        in this checkout, against this region (its kubeconfig and store found through ``server.json``)."""
+        env = {**os.environ, "PLATFORMCTL_HOME": str(self.state_dir.resolve().parent)}
+        for key in ("AWS_ENDPOINT_URL", "KUBECONFIG", "PLATFORMCTL_STATE"):
+            env.pop(key, None)  # the runner finds the region as any command does
+        for key in FAKE_CREDENTIALS:
+            env.pop(key, None)
+        infra = ["--infra-dir", str(self.infra_dir.resolve())] if self.infra_dir is not None else []
+        runners = []
+        for stage in self.stages:
+            command = [sys.executable, "-m", "platformctl", *infra, "canary", "run", "--stage", stage.name,
+                       "--metrics-port", "0"]
+            with open(self.state_dir / f"canary-{stage.name}.log", "ab") as out:
+                runners.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+                                                preexec_fn=_die_with_parent))
+            log.info("canary runner of %s started (pid %d, log canary-%s.log)", stage.name, runners[-1].pid, stage.name)
+        self.runners = runners  # all at once: `local up` waits for them
 
     # ---------------------------------------------------------------- time
+
+    def _aws_changes(self) -> int:
+        return self.moto.log.generation if self.moto.log is not None else -1
 
     def _virtual_now(self) -> float:
         if self.region is None:
@@ -202,6 +263,29 @@ class Server:
             except Exception:  # keep time moving; the log has the fault
                 log.exception("virtual clock tick failed")
 
+    def _fault(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Inject a fault into the stage that has what it names (a node, a pool, a cluster); an image's fault goes to
+        every stage whose AWS region has the image."""
+        kind = str(args.pop("kind", ""))
+        done: list[dict[str, Any]] = []
+        refused: list[PlatformError] = []
+        for region in self.regions.values():
+            try:
+                done.append(region.fault(kind, **args))
+            except NotFoundError as exc:
+                refused.append(exc)
+                continue
+            except PlatformError as exc:
+                if kind not in ("bad-image", "slow-start") or len(self.regions) == 1:
+                    raise
+                refused.append(exc)
+                continue
+            if kind not in ("bad-image", "slow-start"):
+                break
+        if not done:
+            raise refused[0]
+        return done[0]
+
     def control(self, what: str, args: dict[str, str] | None = None) -> dict[str, Any]:
         assert self.region is not None
         now = self.region.clock.now()
@@ -218,26 +302,37 @@ class Server:
         if what == "faults":
             try:
                 if args.get("method") == "POST":
-                    kind = str(args.pop("kind", ""))
-                    fault = self.region.fault(kind, **{k: v for k, v in args.items() if k != "method"})
+                    fault = self._fault({k: v for k, v in args.items() if k != "method"})
                     log.info("fault injected: %s", fault)
-                    return {"kind": "FaultList", "faults": self.region.faults, "added": fault}
+                    return {"kind": "FaultList", "faults": self._faults(), "added": fault}
                 if args.get("method") == "DELETE":
-                    cleared = self.region.clear_faults()
+                    cleared = [f for region in self.regions.values() for f in region.clear_faults()]
                     log.info("faults cleared: %d", len(cleared))
                     return {"kind": "FaultList", "faults": [], "cleared": cleared}
             except PlatformError as exc:
                 return {"code": 422, "error": exc.detail, "field": exc.field}
-            return {"kind": "FaultList", "faults": self.region.faults}
+            return {"kind": "FaultList", "faults": self._faults()}
         if what == "time":
             return {"virtual_time": now, "virtual_time_iso": format_time(now), "speed": self.speed, "wall_time": time.time()}
         clusters = []
         for name, state in self.clusters.items():
             nodes = state.sim.list_nodes()
-            clusters.append({"name": name, "server": self.servers[name],
+            clusters.append({"name": name, "stage": self.stage_of[name], "server": self.servers[name],
                              "nodes": len(nodes), "nodes_ready": sum(n.ready for n in nodes),
                              "pods": len(state.sim.list_pods())})
-        return {**self.info, "running": True, "clusters": clusters, "virtual_time": format_time(now), "virtual_epoch": now}
+        runners = [{"pid": r.pid, "running": r.poll() is None, "exit_code": r.returncode} for r in self.runners]
+        return {**self.info, "running": True, "clusters": clusters, "canary_runners": runners,
+                "virtual_time": format_time(now), "virtual_epoch": now}
+
+    def _faults(self) -> list[dict[str, Any]]:
+        seen, out = set(), []
+        for region in self.regions.values():
+            for fault in region.faults:
+                key = json.dumps(fault, sort_keys=True)
+                if key not in seen:  # an image's fault, in every stage that has the image, is one fault
+                    seen.add(key)
+                    out.append(fault)
+        return out
 
     # ---------------------------------------------------------------- run and stop
 
@@ -254,32 +349,56 @@ class Server:
             self.http.serve_forever(poll_interval=0.2)
         finally:
             self.stopping.set()
+            self.stop_canaries()
             with self.cond:
                 self.cond.notify_all()
             self.moto.stop()
             (self.state_dir / "server.json").unlink(missing_ok=True)
             log.info("stopped")
 
+    def stop_canaries(self) -> None:
+        for runner in self.runners:
+            if runner.poll() is None:
+                runner.terminate()
+        for runner in self.runners:
+            try:
+                runner.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                runner.kill()
+                runner.wait()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: the kernel sends it SIGTERM when the server that started it dies, SIGKILLed too."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: `local down` still stops it
+
 
 def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="platformctl-local-region")
-    parser.add_argument("--stage", required=True)
+    parser.add_argument("--stage", required=True, action="append", help="a stage the region holds (repeatable)")
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--speed", type=float, default=300.0)
     parser.add_argument("--infra-dir", type=Path, default=None)
     parser.add_argument("--no-workloads", action="store_true")
+    parser.add_argument("--canaries", action="store_true", help="run each stage's canary runner as a process")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     args.state_dir.mkdir(parents=True, exist_ok=True)
-    server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner, prepare)
+    server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner,
+                    prepare, canaries=args.canaries)
     try:
         server.start()
     except Exception as exc:
         log.exception("the local region did not start")
         print(f"error: the local region did not start: {exc}", file=sys.stderr)
+        server.stop_canaries()
         return 1
     server.serve()
     return 0
-

@@ -43,7 +43,7 @@ class Stages:
         self.deploys.append((stage, candidate.id))
         return {"images": sorted(candidate.image_ids(stage))}
 
-    def rotate(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
         self.rotations.append((stage, candidate.id))
         self.running[stage] = candidate.id
         self.clock += 1200  # a rotation takes twenty minutes
@@ -269,16 +269,17 @@ def test_a_rollback_by_hand_takes_the_stage_back_to_the_good_candidate_before_an
 
 def test_a_rollback_by_hand_during_a_rotation_stands_over_the_rotation_the_tick_then_records(
         tmp_path: Path, ledger: Ledger) -> None:
-    from platformctl.app.release import RollbackRequest, rollback
+    from platformctl.app.release import RollbackRequest
+    from platformctl.app.release import rollback as roll_back
 
     path = write_pipeline(tmp_path, DEV_STAGING)
     p = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest")
 
     class RolledBackMeanwhile(Stages):
-        def rotate(self, stage: str, c: Candidate) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
             said = super().rotate(stage, c)
             if c.id == third.id:  # an operator rolls dev back while the tick's rotation runs
-                rollback(RollbackRequest("dev", "pages from dev", path, str(tmp_path / "release.db")))
+                roll_back(RollbackRequest("dev", "pages from dev", path, str(tmp_path / "release.db")))
             return said
 
     third = candidate(3)
@@ -318,7 +319,7 @@ def test_a_rotation_whose_lease_another_holds_writes_nothing_and_the_next_tick_c
     class Held(Stages):
         busy = 2
 
-        def rotate(self, stage: str, c: Candidate) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
             if self.busy:
                 self.busy -= 1
                 return {"status": "busy", "reason": "another rotation of dev-use1-az1 is running"}

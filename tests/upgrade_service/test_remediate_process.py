@@ -38,7 +38,7 @@ maxPerHour: 100
 @pytest.fixture(scope="module")
 def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("home")
-    info = json.loads(run(home, "local", "up", "--stage", "dev", "-o", "json").stdout)
+    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-canaries", "-o", "json").stdout)
     info["home"] = home
     (home / "remediation.yaml").write_text(POLICY)
     info["manifests"] = home / "manifests"  # for a rotation's new images

@@ -37,7 +37,7 @@ LEASE = "2"  # seconds: a killed run's lease is taken over this soon
 @pytest.fixture(scope="module")
 def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("home")
-    info = json.loads(run(home, "local", "up", "--stage", "dev", "-o", "json").stdout)
+    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-canaries", "-o", "json").stdout)
     info["home"] = home
     policy = home / "policy.yaml"
     policy.write_text("maxInFlight: 3\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")

@@ -25,7 +25,7 @@ KUBECTL = shutil.which("kubectl")
 def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("home")
     up_wall = time.time()
-    info = json.loads(run(home, "local", "up", "--stage", "dev", "-o", "json").stdout)
+    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-canaries", "-o", "json").stdout)
     info["home"] = home
     info["up_wall"] = up_wall
     yield info
@@ -240,7 +240,8 @@ def test_down_stops_the_server_and_leaves_no_process(tmp_path: Path) -> None:
     pid = info["pid"]
     assert run(tmp_path, "local", "status", check=False).returncode == 0
     stopped = json.loads(run(tmp_path, "local", "down", "-o", "json").stdout)
-    assert stopped == {"stopped": True, "pid": pid, "stage": "dev"}
+    assert stopped == {"stopped": True, "pid": pid, "stage": "dev", "stages": ["dev"]}
+    assert len(info["canary_runners"]) == 1  # its canary runner went with it (no process of its session is left)
     assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
     session = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _session(p) == pid]
     assert session == []

@@ -86,7 +86,7 @@ class Story:
     def status(self) -> dict[str, Any]:
         return dict(json.loads(self.release("status", "-o", "json").stdout))
 
-    def tick_until(self, done: Callable[[dict[str, Any]], bool], ticks: int = 150) -> dict[str, Any]:
+    def tick_until(self, done: Callable[[dict[str, Any]], bool], ticks: int = 400) -> dict[str, Any]:
         for _ in range(ticks):
             said = self.release("tick", check=False)
             if said.returncode not in (0, 3):

@@ -71,7 +71,7 @@ def status(region: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(release(region, "status", "-o", "json").stdout))
 
 
-def tick_until(region: dict[str, Any], done: Any, ticks: int = 120) -> dict[str, Any]:
+def tick_until(region: dict[str, Any], done: Any, ticks: int = 400) -> dict[str, Any]:
     said = []
     for _ in range(ticks):
         out = release(region, "tick", check=False, timeout=900)

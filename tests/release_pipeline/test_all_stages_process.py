@@ -56,15 +56,11 @@ def release(region: dict[str, Any], *args: str, **kwargs: Any) -> Any:
 
 
 def build(region: dict[str, Any], version: str) -> None:
-    manifests = region["home"] / f"manifests-{version}"
-    manifests.mkdir()
-    for path in MANIFEST_DIR.glob("*.yaml"):
-        text = path.read_text()
-        if path.name == "base.yaml":
-            current = next(line for line in text.splitlines() if line.startswith("version:"))
-            text = text.replace(current, f"version: {version}", 1)
-        (manifests / path.name).write_text(text)
-    pl(region, "ami", "build", "--manifests", str(manifests))
+    """The checkout's image tree with the base at ``version`` (as demo-pipeline makes it), built into every stage."""
+    from platformctl.cli.demo_pipeline import new_tree
+
+    tree = new_tree(MANIFEST_DIR, region["home"] / f"manifests-{version}", version)
+    pl(region, "ami", "build", "--manifests", str(tree))
 
 
 def status(region: dict[str, Any]) -> dict[str, Any]:

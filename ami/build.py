@@ -35,6 +35,7 @@ from platformctl import aws
 from platformctl.errors import PlatformError
 
 TAG = "platformctl:"
+BUILDER_TAG = f"{TAG}builder"  # on an image build's builder instance: it booted the parent image, it is no node
 BUILDER_TYPES = {"x86_64": "m6i.large", "arm64": "m7g.large"}
 
 
@@ -256,7 +257,7 @@ def _build_one(image: ImageManifest, ids: dict[str, str], store: ImageStore, pro
         UserData=render_user_data(image),
         MetadataOptions={"HttpTokens": "required", "HttpPutResponseHopLimit": 1},
         TagSpecifications=[{"ResourceType": "instance", "Tags": aws.tag_list(
-            {"Name": f"platformctl-builder-{image.name}", f"{TAG}builder": image.name})}],
+            {"Name": f"platformctl-builder-{image.name}", BUILDER_TAG: image.name})}],
     )["Instances"][0]["InstanceId"]
     created: list[tuple[str, str]] = []  # (region, image id) to remove if the build fails before its commit
     try:

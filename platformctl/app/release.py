@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ami.build import BUILDER_TAG
 from infra.settings import parse_settings
 from platformctl.errors import PlatformError
 from platformctl.humanize import parse_duration
@@ -135,7 +136,8 @@ def _candidates(ledger: Ledger, state: PipelineState) -> dict[str, Any]:
         where = state.candidates.get(c.id, {})
         new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
         seen |= c.image_ids()
-        asked = booted_instances(c, new) if aws_reachable else None
+        builders: dict[str, int] = {}
+        asked = booted_instances(c, new, builders=builders) if aws_reachable else None
         aws_reachable = aws_reachable and asked is not None  # one failure: the rest of the report from the ledger only
         # What AWS still shows, and what the ledger saw booting the new images at the end of each rotation.
         booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get((c.id, n), set())
@@ -145,6 +147,7 @@ def _candidates(ledger: Ledger, state: PipelineState) -> dict[str, Any]:
                      "infra_revision": c.infra_revision, "images": {n: s.images for n, s in c.stages.items()},
                      "new_images": new, "instances_booted": sum(len(ids) for ids in booted.values()),
                      "instances_booted_by_stage": {n: len(ids) for n, ids in booted.items()},
+                     "image_builders_booted_by_stage": {n: builders.get(n, 0) for n in new},
                      "instances_booted_from": "ec2 and the ledger" if asked is not None else "the ledger (AWS not reachable)"}
     return out
 
@@ -160,9 +163,13 @@ def _recorded_boots(ledger: Ledger) -> dict[tuple[str, str], set[str]]:
     return out
 
 
-def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_image: bool = False) -> dict[str, Any] | None:
-    """Per stage, the instances (in any state, terminated ones too) that booted ``images`` in the stage's region
-    (``by_image``: per image id); None when AWS cannot be asked (no credentials, nothing reachable)."""
+def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_image: bool = False,
+                     builders: dict[str, int] | None = None) -> dict[str, Any] | None:
+    """Per stage, the instances (in any state, terminated ones too) that booted ``images`` in the stage's region as
+    nodes (``by_image``: per image id); None when AWS cannot be asked (no credentials, nothing reachable).
+
+    An image build's builder (tagged ``platformctl:builder``) boots the parent image to bake a child from it: no
+    workload ever ran there, so it is no node the image reached; ``builders`` (stage -> count) hears of them."""
     import botocore.exceptions
 
     from platformctl import region_client
@@ -180,6 +187,10 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
                     Filters=[{"Name": "image-id", "Values": ids}])
                 for page in pages:
                     for i in (i for r in page["Reservations"] for i in r["Instances"]):
+                        if any(t.get("Key") == BUILDER_TAG for t in i.get("Tags") or []):
+                            if builders is not None:
+                                builders[name] = builders.get(name, 0) + 1
+                            continue
                         found.setdefault(i["ImageId"], set()).add(i["InstanceId"])
             out[name] = ({k: sorted(v) for k, v in found.items()} if by_image
                          else sorted(set().union(*found.values())) if found else [])

@@ -158,3 +158,36 @@ def test_a_ledger_in_another_region_is_named_with_its_region_and_a_wrong_query_i
         assert status.exit_code == 0, status.output  # found in us-east-1, though the command's region is us-west-2
         elsewhere = CliRunner(env=env).invoke(cli, ["release", "status", "--ledger", "dynamodb://platformctl-release"])
         assert elsewhere.exit_code == 2 and "in us-west-2" in elsewhere.output, elsewhere.output
+
+
+def test_an_image_builder_that_booted_a_parent_image_is_no_instance_the_candidate_reached(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status` counts the instances that booted a candidate's images as nodes: `ami build`'s builder boots the parent
+    image to bake its children, and is counted apart (it ran no workload), as EC2's tags tell them."""
+    import boto3
+    from moto import mock_aws
+
+    from ami.build import BUILDER_TAG
+    from platformctl.app.release import booted_instances
+    from release_pipeline.candidates import Candidate, StageImages
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-west-2")
+        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+
+        def boot(tags: dict[str, str]) -> str:
+            spec = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+            return str(ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, TagSpecifications=spec)
+                       ["Instances"][0]["InstanceId"])
+
+        node = boot({"aws:autoscaling:groupName": "dev-usw2a-01-general"})
+        builder = boot({"Name": "platformctl-builder-general", BUILDER_TAG: "general"})
+        ec2.terminate_instances(InstanceIds=[builder])
+        candidate = Candidate("c-1", {"dev": StageImages("dev", "us-west-2", {"base": {"version": "9", "id": image}},
+                                                         "1.31", {})}, "rev")
+        builders: dict[str, int] = {}
+        assert booted_instances(candidate, {"dev": [image]}, builders=builders) == {"dev": [node]}
+        assert builders == {"dev": 1}

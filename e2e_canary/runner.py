@@ -90,9 +90,6 @@ class AttemptReport:
         return Counter(r["outcome"] for r in self.results)
 
 
-REAL_POLL_SECONDS = 0.05
-
-
 class Runner:
     def __init__(self, stage: str, name: str, cluster: Cluster, store: StateStore, *, poll_seconds: float = 2.0,
                  progress: Callable[[str], None] | None = None, retention: float = RETENTION_SECONDS) -> None:
@@ -102,10 +99,7 @@ class Runner:
         self.cluster = cluster
         self.store = store
         self.clock = cluster.clock
-        # At least REAL_POLL_SECONDS of wall time between two looks: a local region's clock at 300x would have
-        # every cluster's thread ask the server again every 7 ms, starving the region it measures.
-        speed = getattr(self.clock, "speed", None)
-        self.poll = max(poll_seconds, REAL_POLL_SECONDS * speed) if isinstance(speed, (int, float)) else poll_seconds
+        self.poll = poll_seconds
         self.progress = progress or (lambda message: None)
 
     def reap(self) -> list[str]:

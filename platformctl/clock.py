@@ -9,7 +9,6 @@ time.
 from __future__ import annotations
 
 import heapq
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -56,32 +55,6 @@ class WallClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
-
-
-class Stopped(KeyboardInterrupt):
-    """Raised at a ``StoppableClock``'s next sleep once its work is to end: the code that slept cleans up (its
-    ``finally``) and returns, as on Ctrl-C, but in whichever thread slept."""
-
-
-class StoppableClock:
-    """``inner``'s time, whose ``sleep`` raises ``Stopped`` once ``stop`` is set: one thread of many (a canary
-    runner's cluster) stops at its next wait without a signal of its own."""
-
-    def __init__(self, inner: Clock, stop: threading.Event) -> None:
-        self._inner, self._stop = inner, stop
-
-    def now(self) -> float:
-        return self._inner.now()
-
-    def sleep(self, seconds: float) -> None:
-        if self._stop.is_set():
-            raise Stopped
-        self._inner.sleep(seconds)
-        if self._stop.is_set():
-            raise Stopped
-
-    def __getattr__(self, name: str) -> Any:  # sync(), speed: the inner clock's
-        return getattr(self._inner, name)
 
 
 class Timer:

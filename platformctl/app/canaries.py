@@ -8,7 +8,6 @@ canary on its jittered interval, records every result in the stage's store and s
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ from e2e_canary.metrics import CanaryMetrics, check_address, serve
 from e2e_canary.runner import AttemptReport, Runner, newest_at, results, stream_of
 from e2e_canary.verdict import EVIDENCE_STEPS, canary_verdicts, stage_verdict
 from platformctl.app.stores import store_for
-from platformctl.clock import StoppableClock, Stopped, WallClock
 from platformctl.cluster.interface import Cluster
 from platformctl.errors import PlatformError
 from platformctl.humanize import parse_duration
@@ -71,7 +69,6 @@ class CanaryRun:
     lease_ttl: float
     retention: float
     metrics: tuple[str, int] | None  # where to serve them, if at all
-    stop: threading.Event = field(default_factory=threading.Event)  # set: every cluster's clock stops its thread
 
 
 @dataclass
@@ -102,7 +99,7 @@ class CanaryRunReport:
 def prepare_canaries(request: CanaryRunRequest) -> CanaryRun:
     """Check every input and reach every cluster; change nothing."""
     from platformctl.cluster.live import LiveCluster
-    from platformctl.region_client import clock_for_context, default_kubeconfig
+    from platformctl.region_client import default_kubeconfig
 
     keep = duration(request.retention, "--retention")
     stage = load_stage(request.stage, request.infra_dir)
@@ -116,13 +113,10 @@ def prepare_canaries(request: CanaryRunRequest) -> CanaryRun:
         check_address(request.metrics_address, request.metrics_port)
     store = store_for(request.state, stage=request.stage, infra_dir=request.infra_dir)
     config = default_kubeconfig(request.kubeconfig)
-    stop = threading.Event()
-    # each cluster runs in a thread of its own (see _loop), on a clock that ends the thread at its next sleep
-    clusters: dict[str, Cluster] = {
-        n: LiveCluster.from_kubeconfig(config, n, clock=StoppableClock(clock_for_context(config, n) or WallClock(), stop))
-        for n in ([request.cluster] if request.cluster else names)}
+    clusters: dict[str, Cluster] = {n: LiveCluster.from_kubeconfig(config, n)
+                                    for n in ([request.cluster] if request.cluster else names)}
     return CanaryRun(request.stage, canaries, store, clusters, request.once, request.lease_ttl, keep,
-                     (request.metrics_address, request.metrics_port) if serving else None, stop)
+                     (request.metrics_address, request.metrics_port) if serving else None)
 
 
 def run_canaries(run: CanaryRun, say: Callable[[str], None], on_attempt: Callable[[str, AttemptReport], None]) -> CanaryRunReport:
@@ -156,72 +150,39 @@ def run_canaries(run: CanaryRun, say: Callable[[str], None], on_attempt: Callabl
 
 def _loop(run: CanaryRun, runners: dict[str, Runner], keepers: list[LeaseKeeper], entries: dict[str, ClusterRun],
           report: CanaryRunReport, say: Callable[[str], None], on_attempt: Callable[[str, AttemptReport], None]) -> None:
-    """Each canary on each cluster when it is due (its interval plus jitter, on the cluster's clock).
-
-    Every cluster in a thread of its own, as the Pulumi program runs a runner in every cluster: a node-pool
-    canary waiting minutes for its pods in one cluster must not hold back the others' (a rotation's canary gate
-    waits for the results of the cluster it rotates, on the definitions' cadence)."""
+    """Each canary on each cluster when it is due (its interval plus jitter, on the cluster's clock)."""
+    due = {(n, c.name): 0.0 for n in runners for c in run.canaries}
     metrics = CanaryMetrics(run.stage)
     for name, runner in runners.items():
         for c in run.canaries:
             metrics.watch(name, c.name, runner.clock)
+    recent: dict[str, list[dict[str, Any]]] = {name: [] for name in runners}
     if run.metrics is not None and runners:
         serve(metrics, *run.metrics)
         say(f"metrics on http://{run.metrics[0]}:{run.metrics[1]}/metrics")
-    stop = run.stop  # the clusters' clocks raise Stopped at their next sleep once it is set
-    lock = threading.Lock()
-    failures: list[BaseException] = []
-
-    def cluster_loop(name: str, runner: Runner) -> None:
-        due = {c.name: 0.0 for c in run.canaries}
-        recent: list[dict[str, Any]] = []
-        clock = runner.clock
-        try:
-            while not stop.is_set():
-                for c in run.canaries:
-                    now = clock.now()
-                    if now < due[c.name] or stop.is_set():
-                        continue
-                    for keeper in keepers:
-                        keeper.check()
-                    attempt = runner.run(c)
-                    now = clock.now()
-                    reach = 2 * EVIDENCE_STEPS * VERDICT_WINDOW  # what the verdict can look at; older results are the store's
-                    recent = [r for r in recent + attempt.results if float(r["at"]) >= now - reach]
-                    due[c.name] = now + c.interval + random.uniform(0, c.jitter)
-                    with lock:
-                        metrics.observe(name, c.name, attempt.results)
-                        metrics.set_verdict(name, canary_verdicts(recent, now, VERDICT_WINDOW)["verdict"])
-                        if run.once:  # a runner that runs for months keeps its results in the store, not in memory
-                            entries[name].attempts.append(attempt)
-                        if (attempt.outcomes.get("fail") or attempt.outcomes.get("timeout")) \
-                                and report.exit_code != EXIT_LEASE_HELD:
-                            report.exit_code = EXIT_FAILED
-                        on_attempt(name, attempt)
-                if run.once:
-                    return
-                clock.sleep(5.0)
-        except Stopped:
-            pass
-        except BaseException as exc:  # a lost lease, an API gone: every cluster's thread stops, the caller hears it
-            with lock:
-                failures.append(exc)
-            stop.set()
-
-    threads = [threading.Thread(target=cluster_loop, args=(name, runner), name=f"canaries-{name}", daemon=True)
-               for name, runner in runners.items()]
-    for thread in threads:
-        thread.start()
-    try:
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(0.5)
-    finally:
-        stop.set()  # Ctrl-C or SIGTERM here: each thread ends its attempt at its next sleep, cleaning up after it
-        for thread in threads:
-            thread.join()
-    if failures:
-        raise failures[0]
+    while runners:
+        for name, runner in runners.items():
+            for c in run.canaries:
+                now = runner.clock.now()
+                if now < due[(name, c.name)]:
+                    continue
+                for keeper in keepers:
+                    keeper.check()
+                attempt = runner.run(c)
+                metrics.observe(name, c.name, attempt.results)
+                now = runner.clock.now()
+                reach = 2 * EVIDENCE_STEPS * VERDICT_WINDOW  # what the verdict can look at; older results are the store's
+                recent[name] = [r for r in recent[name] + attempt.results if float(r["at"]) >= now - reach]
+                metrics.set_verdict(name, canary_verdicts(recent[name], now, VERDICT_WINDOW)["verdict"])
+                due[(name, c.name)] = now + c.interval + random.uniform(0, c.jitter)
+                if run.once:  # a runner that runs for months keeps its results in the store, not in memory
+                    entries[name].attempts.append(attempt)
+                if (attempt.outcomes.get("fail") or attempt.outcomes.get("timeout")) and report.exit_code != EXIT_LEASE_HELD:
+                    report.exit_code = EXIT_FAILED
+                on_attempt(name, attempt)
+        if run.once:
+            return
+        next(iter(runners.values())).clock.sleep(5.0)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
+from ami.build import BUILDER_TAG
 from ami.manifest import MANIFEST_DIR
 from platformctl.cli.demo_pipeline import PIPELINE, POLICY, new_tree
 from platformctl.cluster.live import LiveCluster
@@ -92,8 +93,9 @@ def booted(region: dict[str, Any], stage: str, images: set[str]) -> list[str]:
     ec2 = boto3.client("ec2", endpoint_url=region["aws_endpoint"], region_name=where, aws_access_key_id="testing",
                        aws_secret_access_key="testing")
     pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "image-id", "Values": sorted(images)}])
+    # not an image build's builder: it booted a parent image to bake a child, and ran no workload
     return [i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"]
-            if "aws:autoscaling:groupName" in {t["Key"] for t in i.get("Tags", [])}]  # a node pool's, not a builder
+            if BUILDER_TAG not in {t["Key"] for t in i.get("Tags", [])}]
 
 
 def test_the_region_holds_every_stage_each_in_its_own_aws_region_with_its_canary_runner(region: dict[str, Any]) -> None:

@@ -25,6 +25,10 @@ from release_pipeline.gates import entry_decision, freezes_in_force, rotation_de
 from release_pipeline.ledger import Ledger, PipelineState, StageState, apply
 from release_pipeline.pipeline import Pipeline
 
+# How long, on the stage's clock from the start of its rotation, nodes the planner leaves blocked (a budget that allows
+# no disruption now, nothing failed) are planned again at the next tick before the rotation counts as not finished.
+BLOCKED_PATIENCE = 3600.0
+
 
 class StageActions(Protocol):
     """What the pipeline does to a stage, as the application layer does it."""
@@ -132,6 +136,11 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
         at = actions.now(name)
         if result.get("status") == "busy":  # a rotation of the stage holds its lease (a killed tick's, until it lapses)
             held(f"{name} {cid}: {result.get('reason')}")  # nothing written: the next tick tries again
+            return
+        if result.get("status") == "blocked" and at - stage.since < BLOCKED_PATIENCE:
+            # nothing failed; some nodes wait for a budget that allows no disruption now: planned again next tick
+            held(f"{name} {cid}: waiting: {result.get('reason')} (halts {BLOCKED_PATIENCE / 60:.0f} min into the "
+                 "rotation if it stays so)")
             return
         if result.get("status") == "finished":
             write(cid, name, "rotated", at, f"{name}'s last cluster finished rotating: the soak begins", {"result": result})

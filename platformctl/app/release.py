@@ -387,12 +387,17 @@ class AppStages:
         if busy and not failed:  # a killed tick's rotation until its lease lapses (the next tick resumes its journal), or paused by hand
             return {"status": "busy", "reason": "; ".join(str(c.get("reason")) for c in busy)}
         reasons = [f"{c['cluster']}: {c.get('status')}: {c.get('reason')}" for c in failed or said["clusters"] if c.get("exit_code")]
+        # Nodes the planner left because a budget allows no disruption now (a Deployment whose pods are still starting)
+        # and nothing failed: the next tick plans again, for a while (release_pipeline.reconcile.BLOCKED_PATIENCE).
+        blocked = bool(failed) and all(c.get("status") == "incomplete" and (c.get("report") or {}).get("nodes_blocked")
+                                       and not (c.get("report") or {}).get("nodes_failed") for c in failed)
         # Each cluster's waves by size: how far a rotation went before it finished or halted (its first wave is the
         # most a bad image can reach when the canary gate stops it).
         clusters = [{**{k: c.get(k) for k in ("cluster", "status", "reason")},
                      "waves": [len(w.get("nodes", [])) for w in (c.get("report") or {}).get("waves", [])]}
                     for c in said["clusters"]]
-        return {"status": "finished" if result.exit_code == 0 else "halted", "reason": "; ".join(reasons),
+        return {"status": "finished" if result.exit_code == 0 else "blocked" if blocked else "halted",
+                "reason": "; ".join(reasons),
                 "booted": (booted or {}).get(stage, {}), "exit_code": result.exit_code, "clusters": clusters}
 
     def _end_halted(self, stage: str, target: Candidate) -> None:

@@ -334,6 +334,41 @@ def test_a_rotation_whose_lease_another_holds_writes_nothing_and_the_next_tick_c
     assert stages.rotations == [("dev", c.id)] and ledger.state().stages["dev"].step != "rolling-back"
 
 
+def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only_past_the_patience(
+        ledger: Ledger) -> None:
+    """A Deployment whose pods are still starting has a budget that allows no disruption now: the planner leaves its
+    nodes, and the pipeline tries again next tick instead of halting; blocked for an hour, it halts."""
+    from release_pipeline.reconcile import BLOCKED_PATIENCE
+
+    class Blocked(Stages):
+        blocked = 2
+
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
+            if self.blocked:
+                self.blocked -= 1
+                self.rotations.append((stage, c.id))
+                return {"status": "blocked", "reason": "dev-use1-az1: incomplete: 3 outdated node(s) were not rotated: 3 blocked"}
+            return super().rotate(stage, c)
+
+    p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])
+    stages, c = Blocked(T0), candidate(1)
+    start(ledger, c, T0)
+    reports = [tick(p, ledger, stages, "tester") for _ in range(6)]
+    assert [d for _, d in decisions(ledger, c.id)][:6] == ["start", "enter", "deploy", "deployed", "rotate", "rotated"]
+    assert reports[3].waiting and not reports[3].steps and "3 blocked" in " ".join(reports[3].waiting)
+    assert len(stages.rotations) == 3
+
+    forever = Blocked(T0 + 86400)
+    forever.blocked = 10**6
+    c2 = candidate(2)
+    start(ledger, c2, T0 + 86400)
+    for _ in range(8):
+        tick(p, ledger, forever, "tester")
+        forever.clock += BLOCKED_PATIENCE / 4
+    assert ("dev", "halt") in decisions(ledger, c2.id)
+    assert_every_decision_replays(ledger)
+
+
 def test_a_tick_for_one_stage_acts_in_that_stage_only(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0},
                          {"name": "staging", "soak": 0, "passFor": 0, "minResults": 0}])

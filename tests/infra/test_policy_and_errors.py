@@ -60,7 +60,7 @@ EKS = "aws:eks/cluster:Cluster"
     ("dev", EKS, lambda p: p["vpcConfig"].update(endpointPublicAccess=True, publicAccessCidrs=["0.0.0.0/0"]),
      "eks-no-public-endpoint-in-prod"),
     ("dev", EKS, _set("vpcConfig.endpointPrivateAccess", False), "eks-no-public-endpoint-in-prod"),
-    ("dev", "aws:iam/rolePolicy:RolePolicy", lambda p: p.update(policy=p["policy"].replace("dynamodb:GetItem", "dynamodb:*")),
+    ("dev", "aws:iam/rolePolicy:RolePolicy", lambda p: p.update(policy=p["policy"].replace("dynamodb:GetItem", "dynamodb:*", 1)),
      "iam-no-wildcard-actions"),  # every role policy (rotation, remediation, canary runner) reaches the state table
     ("dev", "aws:iam/role:Role", lambda p: p.update(assumeRolePolicy=p["assumeRolePolicy"].replace("sts:AssumeRole", "sts:*")),
      "iam-no-wildcard-actions"),

@@ -18,26 +18,25 @@ import pytest
 
 from ami.build import BUILDER_TAG
 from ami.manifest import MANIFEST_DIR
-from platformctl.cli.demo_pipeline import PIPELINE, POLICY, new_tree
+from platformctl.cli.demo_pipeline import SPEED, new_tree, write_files
 from platformctl.cluster.live import LiveCluster
 from tests.process import run, small_checkout
 
 pytestmark = pytest.mark.process
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
-# demo-pipeline's files: two nodes a wave, short soaks judged by the canary verdict
+# demo-pipeline's files: two nodes a wave behind the canary gate, short soaks judged by the canary verdict
 
 
 @pytest.fixture(scope="module")
 def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home = tmp_path_factory.mktemp("home")
     infra = small_checkout(home)
-    out = run(home, "--infra-dir", str(infra), "local", "up", "--stage", "all", "--no-workloads", "-o", "json",
+    out = run(home, "--infra-dir", str(infra), "local", "up", "--stage", "all", "--speed", SPEED, "--no-workloads", "-o", "json",
               timeout=900)
     info = json.loads(out.stdout)
     info.update(home=home, infra=infra)
-    (home / "rotation.yaml").write_text(POLICY)
-    (home / "pipeline.yaml").write_text(PIPELINE)
+    write_files(home)
     yield info
     run(home, "local", "down", check=False)
 

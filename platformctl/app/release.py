@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -419,19 +420,57 @@ class AppStages:
                 window: int) -> dict[str, Any]:
         from platformctl.app.stores import store_for
 
-        return soak_verdict(store_for(None, stage=stage, infra_dir=self.infra_dir), stage, since, self.now(stage), window)
+        replaced = replaced_images(stage, candidate, baseline)
+        return soak_verdict(store_for(None, stage=stage, infra_dir=self.infra_dir), stage, since, self.now(stage), window,
+                            replaced, baseline.id if baseline else None)
 
 
-def soak_verdict(store: StateStore, stage: str, since: float, now: float, window: int) -> dict[str, Any]:
+def replaced_images(stage: str, candidate: Candidate, baseline: Candidate | None) -> dict[str, str]:
+    """Each image of ``candidate`` in ``stage`` that differs from the last good candidate's for the same family, and the
+    image it replaces: the arms a soak compares (an image both boot is no comparison)."""
+    if baseline is None or stage not in baseline.stages or stage not in candidate.stages:
+        return {}
+    before = baseline.stages[stage].images
+    return {image["id"]: before[family]["id"] for family, image in sorted(candidate.stages[stage].images.items())
+            if family in before and before[family]["id"] != image["id"]}
+
+
+def soak_verdict(store: StateStore, stage: str, since: float, now: float, window: int,
+                 replaced: Mapping[str, str] | None = None, baseline: str | None = None) -> dict[str, Any]:
     """The soak's canary verdict: the stage's results since its rotation ended (not the rotation's own turbulence,
     pods waiting for surge nodes, which the rotation's gate judged wave by wave), each canary over its evidence
-    window. Reads the days the window covers only: its cost does not grow with the store's history."""
+    window; and, with ``replaced`` (new image -> the last good candidate's image it replaces, ``baseline`` that
+    candidate), each new image's results since then against the replaced image's before it, where both have some.
+    The worse of the two decides: a regression against the last good images fails a stage its objectives would pass.
+    Reads the days the windows cover only: its cost does not grow with the store's history."""
     from e2e_canary.runner import results
-    from e2e_canary.verdict import EVIDENCE_STEPS, canary_verdicts
+    from e2e_canary.verdict import EVIDENCE_STEPS, IMAGE_ARMS, ORDER, canary_verdicts, judge_canaries
 
-    rows = results(store, stage, since=max(since, now - 2 * EVIDENCE_STEPS * window), until=now)
-    verdict = canary_verdicts(rows, now, float(window))
-    return {**verdict, "at": now, "state": store.location, "results_since": len(rows)}
+    reach = 2 * EVIDENCE_STEPS * window
+    rows = results(store, stage, since=max(since, now - reach), until=now)
+    verdict = {**canary_verdicts(rows, now, float(window)), "at": now, "state": store.location, "results_since": len(rows)}
+    if not replaced:
+        return verdict
+    before = results(store, stage, since=since - reach, until=since)
+    arms: dict[str, dict[str, Any]] = {}
+    for image, old in sorted(replaced.items()):
+        mine, theirs = [r for r in rows if r.get("image") == image], [r for r in before if r.get("image") == old]
+        if mine and theirs:
+            arms[image] = {**judge_canaries(theirs, mine, None, IMAGE_ARMS), "against": old,
+                           "results": {"baseline": len(theirs), "experiment": len(mine)}}
+    compared = {"baseline": baseline, "replaced": dict(replaced), "arms": arms}
+    if not arms:
+        compared["reason"] = (f"no new image has results beside results of the image it replaces from before {since:.0f}: "
+                              "the stage's window alone decides")
+        return {**verdict, "images": compared}
+    image, worst = max(arms.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
+    compared.update(verdict=worst["verdict"], reason=f"image {image} against {worst['against']} of {baseline}: {worst['reason']}")
+    if ORDER[worst["verdict"]] > ORDER[verdict["verdict"]]:
+        return {**verdict, "verdict": worst["verdict"], "reason": compared["reason"], "images": compared}
+    if verdict["verdict"] == "pass":  # both pass: say both
+        return {**verdict, "reason": f"{verdict['reason']}; every new image passes against the last good candidate "
+                f"{baseline}'s", "images": compared}
+    return {**verdict, "images": compared}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,74 @@
+"""The soak's verdict with a last good candidate: each new image's canary results since the rotation ended against the
+results of the image it replaces from before, beside the stage's own window; the worse decides. Read from a real
+SQLite state store, where the canary runner writes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from e2e_canary.runner import results_stream
+from platformctl.app.release import replaced_images, soak_verdict
+from platformctl.state.sqlite import SQLiteStore
+from release_pipeline.candidates import StageImages, make_candidate
+from tests.e2e_canary.test_evidence_window import stage_results
+
+ROTATED = 6 * 3600.0  # the stage's last cluster finished rotating
+WINDOW = 1800
+
+
+def candidate(general: str, ml: str = "ami-ml") -> Any:
+    images = {"general": {"version": general, "id": general}, "ml": {"version": "1", "id": ml}}
+    return make_candidate([StageImages("dev", "us-west-2", images, "1.30", {})], "rev", "", 0.0, "test")
+
+
+def stored(tmp_path: Path, new_latency: float, *, before: bool = True) -> SQLiteStore:
+    """Six hours of the last good image (ami-old) and eight of the new one (ami-new) after the rotation, as the shipped
+    canaries record them on dev's clusters; ``new_latency`` is the new image's pod startup."""
+    store = SQLiteStore(tmp_path / "state.db")
+    old = [{**r, "image": "ami-old"} for r in stage_results(0.0, ROTATED, seed=1)] if before else []
+    new = [{**r, "image": "ami-new"} for r in stage_results(ROTATED, ROTATED + 8 * 3600, latency=new_latency, seed=2)]
+    for row in old + new:
+        store.append(results_stream("dev", row["cluster"], row["at"]), {"kind": "result", "stage": "dev", **row})
+    return store
+
+
+def test_only_the_images_the_candidate_changed_are_compared_each_with_the_one_of_its_family() -> None:
+    assert replaced_images("dev", candidate("ami-new"), candidate("ami-old")) == {"ami-new": "ami-old"}
+    assert replaced_images("dev", candidate("ami-new"), None) == {}
+    assert replaced_images("dev", candidate("ami-old"), candidate("ami-old")) == {}
+
+
+def test_a_new_image_slower_than_the_last_good_one_fails_the_soak_its_own_window_would_pass(tmp_path: Path) -> None:
+    # 2.5 s to start against 1.2 s: within the 5 s objective, and steady for longer than the windows reach back, so the
+    # stage's window against the one before it sees no change; against the last good candidate's image it is a regression.
+    store, now = stored(tmp_path, new_latency=2.5), ROTATED + 8 * 3600
+    alone = soak_verdict(store, "dev", ROTATED, now, WINDOW)
+    assert alone["verdict"] == "pass", alone["reason"]
+    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good")
+    assert verdict["verdict"] == "fail", verdict["reason"]
+    assert verdict["reason"].startswith("image ami-new against ami-old of c-good: canary ")
+    assert "pod_startup_seconds: worse by 1.3, significant" in verdict["reason"]
+    arm = verdict["images"]["arms"]["ami-new"]
+    assert arm["results"]["baseline"] > 0 and arm["results"]["experiment"] > 0
+
+
+def test_a_new_image_like_the_last_good_one_passes_and_says_it_was_compared(tmp_path: Path) -> None:
+    store, now = stored(tmp_path, new_latency=1.2), ROTATED + 8 * 3600
+    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good")
+    assert verdict["verdict"] == "pass", verdict["reason"]
+    assert verdict["reason"].endswith("every new image passes against the last good candidate c-good's")
+    assert verdict["images"]["verdict"] == "pass"
+
+
+def test_without_results_of_the_replaced_image_the_stage_window_alone_decides_and_says_so(tmp_path: Path) -> None:
+    store, now = stored(tmp_path, new_latency=2.5, before=False), ROTATED + 8 * 3600
+    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good")
+    assert verdict["verdict"] == "pass" and verdict["images"]["arms"] == {}
+    assert "the stage's window alone decides" in verdict["images"]["reason"]
+
+
+def test_too_little_of_the_new_image_is_never_a_pass(tmp_path: Path) -> None:
+    store, now = stored(tmp_path, new_latency=1.2), ROTATED + 300  # five minutes into the soak
+    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good")
+    assert verdict["verdict"] == "inconclusive", verdict["reason"]

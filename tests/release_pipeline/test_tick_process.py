@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from ami.manifest import MANIFEST_DIR
+from platformctl.cli.demo_pipeline import new_tree
 from platformctl.cluster.live import LiveCluster
 from tests.process import canary_runners, get, local_region, run, start, stop_all
 
@@ -45,15 +46,7 @@ def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 
 
 def build_new_images(home: Path, version: str) -> None:
-    manifests = home / "manifests"
-    manifests.mkdir(exist_ok=True)
-    for path in MANIFEST_DIR.glob("*.yaml"):
-        text = path.read_text()
-        if path.name == "base.yaml":
-            current = next(line for line in text.splitlines() if line.startswith("version:"))
-            text = text.replace(current, f"version: {version}", 1)
-        (manifests / path.name).write_text(text)
-    run(home, "ami", "build", "--manifests", str(manifests))
+    run(home, "ami", "build", "--manifests", str(new_tree(MANIFEST_DIR, home / f"manifests-{version}", version)))
 
 
 def release(home: Path, *args: str, **kwargs: Any) -> Any:

@@ -20,7 +20,7 @@ demo: $(STAMP)
 # whose virtual clock runs at 300x, and two at once on two cores starve each other's clocks.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -m "not process"
-	$(BIN)/python -m pytest -m process
+	$(BIN)/python -m pytest -m process --durations=15
 
 # The everyday loop: the in-process tests only (no local region server, no killed processes).
 test-fast: $(STAMP)

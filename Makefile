@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/platformctl demo-pipeline
 
 # The in-process tests on two workers, then the process tests one at a time: each starts a local region server
-# whose virtual clock runs at 300x, and two at once on two cores starve each other's clocks.
+# whose virtual clock runs at 300x (100x for every stage at once), and two at once on two cores starve each other's clocks.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -m "not process"
 	$(BIN)/python -m pytest -m process --durations=15

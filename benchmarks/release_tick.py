@@ -66,7 +66,7 @@ class Stages:
         return {"status": "finished"}
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
-                window: int) -> dict[str, Any]:
+                window: int, entered: float | None = None) -> dict[str, Any]:
         return soak_verdict(self.results, "dev", since, self.clock, window)  # every stage judged on dev's results
 
 

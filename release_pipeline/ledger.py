@@ -35,6 +35,7 @@ class StageState:
     waiting_for: str | None = None  # what the step waits for, in words
     opens_at: float | None = None
     rotated_at: float | None = None  # the soak's start: the stage's last cluster finished rotating
+    entered_at: float | None = None  # when the current candidate entered: the last good images' results end there
     verdicts: list[dict[str, Any]] = field(default_factory=list)  # the verdict's changes during the soak
     results: int = 0
     ready: list[str] = field(default_factory=list)  # candidates that may enter, oldest first
@@ -217,7 +218,7 @@ def _apply_step(state: PipelineState, stage: StageState, decision: str, cid: str
     elif decision == "enter":
         stage.current, stage.step, stage.since, stage.waiting_for = cid, "deploying", at, None
         stage.ready = [c for c in stage.ready if c != cid]
-        stage.override, stage.verdicts, stage.results, stage.rotated_at = None, [], 0, None
+        stage.override, stage.verdicts, stage.results, stage.rotated_at, stage.entered_at = None, [], 0, None, at
         state.candidates[str(cid)].update(status="in flight", stage=name, at=at)
     elif decision in ("deploy", "rotate", "rollback-deploy", "rollback-rotate"):
         stage.intent = f"{decision}:{cid}"

@@ -50,8 +50,10 @@ class StageActions(Protocol):
         ...
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
-                window: int) -> dict[str, Any]:
-        """The stage's canary verdict JSON, with ``results``: how many canary results it judged since ``since``."""
+                window: int, entered: float | None = None) -> dict[str, Any]:
+        """The stage's canary verdict JSON, with ``results``: how many canary results it judged since ``since``; with
+        ``baseline`` (the last good candidate), its images' results from before ``entered`` are the new images'
+        baseline."""
         ...
 
 
@@ -181,7 +183,7 @@ def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: Stage
     assert stage.rotated_at is not None
     baseline = ledger.candidate(stage.last_good) if stage.last_good else None
     now = actions.now(name)
-    verdict = actions.verdict(name, candidate, baseline, stage.rotated_at, policy.verdict_window)
+    verdict = actions.verdict(name, candidate, baseline, stage.rotated_at, policy.verdict_window, stage.entered_at)
     results = int(verdict.get("results_since", 0))  # canary results stored since the soak began
     if not stage.verdicts or stage.verdicts[-1]["verdict"] != verdict["verdict"]:
         write(candidate.id, name, "verdict", now, f"the canary verdict is {verdict['verdict']}: {verdict['reason']}",

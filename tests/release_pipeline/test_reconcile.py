@@ -49,7 +49,8 @@ class Stages:
         self.clock += 1200  # a rotation takes twenty minutes
         return {"status": "finished"}
 
-    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int) -> dict[str, Any]:
+    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
+                entered: float | None = None) -> dict[str, Any]:
         said = self.verdicts.get(candidate.id, "pass")
         return {"verdict": said, "reason": f"canaries say {said}", "results_since": int((self.clock - since) / 3600 * self.results_per_hour)}
 

@@ -13,6 +13,7 @@ from platformctl.state.sqlite import SQLiteStore
 from release_pipeline.candidates import StageImages, make_candidate
 from tests.e2e_canary.test_evidence_window import stage_results
 
+ENTERED = 5 * 3600.0  # the candidate entered the stage
 ROTATED = 6 * 3600.0  # the stage's last cluster finished rotating
 WINDOW = 1800
 
@@ -22,11 +23,11 @@ def candidate(general: str, ml: str = "ami-ml") -> Any:
     return make_candidate([StageImages("dev", "us-west-2", images, "1.30", {})], "rev", "", 0.0, "test")
 
 
-def stored(tmp_path: Path, new_latency: float, *, before: bool = True) -> SQLiteStore:
-    """Six hours of the last good image (ami-old) and eight of the new one (ami-new) after the rotation, as the shipped
-    canaries record them on dev's clusters; ``new_latency`` is the new image's pod startup."""
+def stored(tmp_path: Path, new_latency: float, *, before: float = ROTATED) -> SQLiteStore:
+    """The last good image (ami-old) from 0 to ``before`` and eight hours of the new one (ami-new) after the rotation, as
+    the shipped canaries record them on dev's clusters; ``new_latency`` is the new image's pod startup."""
     store = SQLiteStore(tmp_path / "state.db")
-    old = [{**r, "image": "ami-old"} for r in stage_results(0.0, ROTATED, seed=1)] if before else []
+    old = [{**r, "image": "ami-old"} for r in stage_results(0.0, before, seed=1)]
     new = [{**r, "image": "ami-new"} for r in stage_results(ROTATED, ROTATED + 8 * 3600, latency=new_latency, seed=2)]
     for row in old + new:
         store.append(results_stream("dev", row["cluster"], row["at"]), {"kind": "result", "stage": "dev", **row})
@@ -45,8 +46,9 @@ def test_a_new_image_slower_than_the_last_good_one_fails_the_soak_its_own_window
     store, now = stored(tmp_path, new_latency=2.5), ROTATED + 8 * 3600
     alone = soak_verdict(store, "dev", ROTATED, now, WINDOW)
     assert alone["verdict"] == "pass", alone["reason"]
-    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good")
+    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good", ENTERED)
     assert verdict["verdict"] == "fail", verdict["reason"]
+    assert verdict["images"]["baseline_until"] == ENTERED  # the old image before the candidate came, not during its rotation
     assert verdict["reason"].startswith("image ami-new against ami-old of c-good: canary ")
     assert "pod_startup_seconds: worse by 1.3, significant" in verdict["reason"]
     arm = verdict["images"]["arms"]["ami-new"]
@@ -57,18 +59,21 @@ def test_a_new_image_like_the_last_good_one_passes_and_says_it_was_compared(tmp_
     store, now = stored(tmp_path, new_latency=1.2), ROTATED + 8 * 3600
     verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good")
     assert verdict["verdict"] == "pass", verdict["reason"]
-    assert verdict["reason"].endswith("every new image passes against the last good candidate c-good's")
+    assert verdict["reason"].endswith("every new image compared passes against the last good candidate c-good's")
     assert verdict["images"]["verdict"] == "pass"
 
 
-def test_without_results_of_the_replaced_image_the_stage_window_alone_decides_and_says_so(tmp_path: Path) -> None:
-    store, now = stored(tmp_path, new_latency=2.5, before=False), ROTATED + 8 * 3600
-    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good")
+def test_with_too_few_results_of_the_replaced_image_the_stage_window_alone_decides_and_says_so(tmp_path: Path) -> None:
+    store, now = stored(tmp_path, new_latency=2.5, before=5.0), ROTATED + 8 * 3600  # the old image at most one pod an arm
+    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good", ENTERED)
     assert verdict["verdict"] == "pass" and verdict["images"]["arms"] == {}
     assert "the stage's window alone decides" in verdict["images"]["reason"]
+    assert verdict["images"]["not_compared"][0].startswith("ami-new (")
 
 
-def test_too_little_of_the_new_image_is_never_a_pass(tmp_path: Path) -> None:
-    store, now = stored(tmp_path, new_latency=1.2), ROTATED + 300  # five minutes into the soak
-    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good")
+def test_too_few_results_of_the_new_image_are_never_a_pass_of_the_comparison(tmp_path: Path) -> None:
+    store, now = stored(tmp_path, new_latency=1.2), ROTATED + 10  # ten seconds into the soak: ten pods of one round
+    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old"}, "c-good", ENTERED)
     assert verdict["verdict"] == "inconclusive", verdict["reason"]
+    compared = verdict["images"]
+    assert compared.get("verdict", "inconclusive") == "inconclusive", compared

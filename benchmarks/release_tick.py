@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from e2e_canary.runner import results_stream
-from platformctl.app.release import soak_verdict
+from platformctl.app.release import replaced_images, soak_verdict
 from platformctl.state import StateStore, open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import LEDGER, Ledger
@@ -67,7 +67,10 @@ class Stages:
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
                 window: int, entered: float | None = None) -> dict[str, Any]:
-        return soak_verdict(self.results, "dev", since, self.clock, window)  # every stage judged on dev's results
+        # every stage judged on dev's results, with the read of the last good images' results before the candidate
+        # entered (the results are all of one image, so no image is compared: the read is what is measured)
+        return soak_verdict(self.results, "dev", since, self.clock, window, replaced_images(stage, candidate, baseline),
+                            baseline.id if baseline else None, entered)
 
 
 def candidate(n: int, at: float) -> Candidate:

@@ -393,9 +393,10 @@ class AppStages:
         blocked = bool(failed) and all(c.get("status") == "incomplete" and (c.get("report") or {}).get("nodes_blocked")
                                        and not (c.get("report") or {}).get("nodes_failed") for c in failed)
         # Each cluster's waves by size: how far a rotation went before it finished or halted (its first wave is the
-        # most a bad image can reach when the canary gate stops it).
+        # most a bad image can reach when the canary gate stops it), and how long the health gate held each wave.
         clusters = [{**{k: c.get(k) for k in ("cluster", "status", "reason")},
-                     "waves": [len(w.get("nodes", [])) for w in (c.get("report") or {}).get("waves", [])]}
+                     "waves": [len(w.get("nodes", [])) for w in (c.get("report") or {}).get("waves", [])],
+                     "gate_seconds": [w.get("gate_seconds", 0.0) for w in (c.get("report") or {}).get("waves", [])]}
                     for c in said["clusters"]]
         return {"status": "finished" if result.exit_code == 0 else "blocked" if blocked else "halted",
                 "reason": "; ".join(reasons),

@@ -117,6 +117,14 @@ def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_within_it
     good = json.loads(release(region, "start", "--note", "base 9.1", "-o", "json").stdout)
     now = tick_until(region, lambda s: s["stages"]["prod"]["last_good"] == good["id"])
     assert all(now["stages"][s]["last_good"] == good["id"] for s in STAGES)
+    # The rotations waited for the canary gate before a second wave: the new image's node-pool results take
+    # a round or two of the canaries to gather (what `release history` keeps of each cluster's rotation report).
+    rotated = [e for e in json.loads(release(region, "history", "-o", "json").stdout)
+               if e["candidate"] == good["id"] and e["decision"] == "rotated"]
+    # (The last tick's rotation report: a rotation re-planned after nodes were blocked reports its last run only.)
+    assert {e["stage"] for e in rotated} == set(STAGES)
+    held = {e["stage"]: [s for c in e["inputs"]["result"]["clusters"] for s in c["gate_seconds"][1:]] for e in rotated}
+    assert max((s for waits in held.values() for s in waits), default=0.0) >= 60, held
     # Every node of every stage runs the candidate's images (the stage's own copies, in its own AWS region).
     nodes = nodes_by_stage(region)
     for stage in STAGES:

@@ -465,8 +465,9 @@ def soak_verdict(store: StateStore, stage: str, since: float, now: float, window
     for image, old in sorted(replaced.items()):
         mine, theirs = [r for r in rows if r.get("image") == image], [r for r in before if r.get("image") == old]
         deciding = [r for r in theirs if r.get("canary_kind") in IMAGE_ARMS]
-        if not mine or not has_evidence(arm_of(deciding), config):
-            thin.append(f"{image} ({len(mine)} results since the rotation; {old}: {len(deciding)} node-pool results before)")
+        if not has_evidence(arm_of(deciding), config):  # nothing to compare with; a new image short of results is not
+            thin.append(f"{image} ({len(mine)} results since the rotation; {old}: {len(deciding)} node-pool results "
+                        "before)")  # skipped: the judge says inconclusive, never a pass on too little
             continue
         arms[image] = {**judge_canaries(theirs, mine, config, IMAGE_ARMS), "against": old,
                        "results": {"baseline": len(theirs), "experiment": len(mine)}}

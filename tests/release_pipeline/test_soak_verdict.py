@@ -77,3 +77,11 @@ def test_too_few_results_of_the_new_image_are_never_a_pass_of_the_comparison(tmp
     assert verdict["verdict"] == "inconclusive", verdict["reason"]
     compared = verdict["images"]
     assert compared.get("verdict", "inconclusive") == "inconclusive", compared
+
+
+def test_a_new_image_with_no_result_yet_holds_the_soak_when_the_old_one_had_enough(tmp_path: Path) -> None:
+    store, now = stored(tmp_path, new_latency=1.2), ROTATED + 8 * 3600
+    verdict = soak_verdict(store, "dev", ROTATED, now, WINDOW, {"ami-new": "ami-old", "ami-unseen": "ami-old"}, "c-good",
+                           ENTERED)
+    assert verdict["verdict"] == "inconclusive", verdict["reason"]
+    assert verdict["reason"].startswith("image ami-unseen against ami-old of c-good: ")

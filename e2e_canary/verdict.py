@@ -9,6 +9,7 @@ identical arms still fail at most ``alpha`` of the time however many canaries th
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,25 @@ from platformctl.humanize import human_duration
 ORDER = {"fail": 2, "inconclusive": 1, "pass": 0}
 EVIDENCE_STEPS = 12  # a canary's evidence window is at most this many verdict windows (6 h of 30 m)
 IMAGE_ARMS = ("node-pool",)  # the canaries that measure images side by side: they decide an image's pass
+
+
+def failures(rows: Sequence[dict[str, Any]], limit: int = 3) -> list[dict[str, Any]]:
+    """The commonest reasons among the results that were not ok, with how many said each: what a person reads
+    first under a failing verdict (the kubelet's ``CreateContainerError``, a CronJob that never fired)."""
+    said = Counter(str(r.get("reason") or r["outcome"]) for r in rows if r["outcome"] != "ok")
+    return [{"reason": reason, "count": count} for reason, count in said.most_common(limit)]
+
+
+def _with_failures(reason: str, worst: str, canaries: Mapping[str, Mapping[str, Any]]) -> str:
+    """A failing or inconclusive verdict's reason, with the commonest failed result: the worst canary's own, else
+    the commonest of any canary's (a slower check beside pods that cannot start names the pods)."""
+    mine = list(canaries[worst].get("failures") or [])
+    if mine:
+        return f"{reason}; its commonest failed result ({mine[0]['count']}x): {mine[0]['reason']}"
+    other = max(((name, f) for name, c in canaries.items() for f in c.get("failures") or []),
+                key=lambda nf: nf[1]["count"], default=None)
+    return f"{reason}; canary {other[0]}'s commonest failed result ({other[1]['count']}x): {other[1]['reason']}" \
+        if other else reason
 
 
 def judge_canaries(baseline: Sequence[dict[str, Any]], experiment: Sequence[dict[str, Any]],
@@ -35,8 +55,9 @@ def judge_canaries(baseline: Sequence[dict[str, Any]], experiment: Sequence[dict
         return {"verdict": "inconclusive", "reason": "no canary results in either arm: nothing to judge, never a pass",
                 "canaries": {}}
     shared = config.model_copy(update={"alpha": config.alpha / len(names)})
-    canaries = {name: judge(arm_of([r for r in baseline if r["canary"] == name]),
-                            arm_of([r for r in experiment if r["canary"] == name]), shared).to_dict() for name in names}
+    canaries = {name: {**judge(arm_of([r for r in baseline if r["canary"] == name]),
+                               arm_of([r for r in experiment if r["canary"] == name]), shared).to_dict(),
+                       "failures": failures([r for r in experiment if r["canary"] == name])} for name in names}
     kinds = {r["canary"]: r.get("canary_kind") for r in (*baseline, *experiment)}
     deciders = {n for n in names if kinds.get(n) in deciding} or set(names)
     counted = {n: v for n, v in canaries.items() if n in deciders or v["verdict"] == "fail"}
@@ -47,7 +68,7 @@ def judge_canaries(baseline: Sequence[dict[str, Any]], experiment: Sequence[dict
         if short:
             reason += f" ({', '.join(short)}: too little data to decide, none to fail it)"
     else:
-        reason = f"canary {worst_name}: {worst['reason']}"
+        reason = _with_failures(f"canary {worst_name}: {worst['reason']}", worst_name, canaries)
     return {"verdict": worst["verdict"], "reason": reason, "canaries": canaries}
 
 
@@ -90,14 +111,15 @@ def canary_verdicts(rows: Sequence[dict[str, Any]], now: float, window: float,
             judged = judge_objectives(arm_of(current), shared)
             against = "its objectives (the window before holds too little to compare with)"
         canaries[name] = {**judged.to_dict(), "window_seconds": span, "window": human_duration(span),
-                          "window_fixed": fixed is not None, "baseline": against}
+                          "window_fixed": fixed is not None, "baseline": against, "failures": failures(current)}
         counts[name] = {"baseline": len(before) if against == "the window before" else 0, "experiment": len(current)}
     worst_name, worst = max(canaries.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
     if worst["verdict"] == "pass":
         reason = f"no significant and material regression in {len(names)} canar{'ies' if len(names) > 1 else 'y'}, " + \
             ", ".join(f"{n} over {c['window']}" for n, c in canaries.items())
     else:
-        reason = f"canary {worst_name} over {worst['window']} against {worst['baseline']}: {worst['reason']}"
+        reason = _with_failures(f"canary {worst_name} over {worst['window']} against {worst['baseline']}: "
+                                f"{worst['reason']}", worst_name, canaries)
     return {"verdict": worst["verdict"], "reason": reason, "canaries": canaries, "window_seconds": window,
             "evidence_window_seconds": max(c["window_seconds"] for c in canaries.values()), "results": counts}
 

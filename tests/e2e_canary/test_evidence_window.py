@@ -97,3 +97,24 @@ def test_no_results_is_inconclusive() -> None:
 def test_a_definition_names_its_evidence_window(tmp_path: Any, text: Any, seconds: int) -> None:
     (tmp_path / "daemon.yaml").write_text(f"name: daemon\nkind: daemon\nevidenceWindow: {text}\n")
     assert load_canaries(tmp_path)[0].evidence_window == seconds
+
+
+def test_a_failing_verdict_names_the_commonest_failed_result_even_when_another_canary_fails_it_first() -> None:
+    history = stage_results(0.0, 6 * 3600.0)
+    # After six healthy hours the daemon's checks slow down everywhere, and a node-pool pod in five cannot start.
+    late = stage_results(6 * 3600.0, 7 * 3600.0, seed=9)
+    for r in late:
+        if r["canary"] == "daemon" and r["outcome"] == "ok":
+            r["metrics"]["check_seconds"] += 40
+    rows = sorted(history + late, key=lambda r: r["at"])
+    verdict = canary_verdicts(rows, 7 * 3600.0, WINDOW)
+    assert verdict["verdict"] == "fail" and verdict["reason"].startswith("canary daemon ")
+    assert "CreateContainerError" not in verdict["reason"]  # nothing failed: the slower check alone
+    pods = stage_results(6 * 3600.0, 7 * 3600.0, failing=0.2, seed=9)
+    broken = sorted(history + [r for r in pods if r["canary"] == "node-pool"]
+                    + [r for r in late if r["canary"] != "node-pool"], key=lambda r: r["at"])
+    verdict = canary_verdicts(broken, 7 * 3600.0, WINDOW)
+    assert verdict["verdict"] == "fail" and verdict["reason"].startswith("canary daemon ")
+    pool = verdict["canaries"]["node-pool"]["failures"]
+    assert pool and pool[0]["reason"] == "CreateContainerError" and pool[0]["count"] >= 1
+    assert "CreateContainerError" in verdict["reason"]

@@ -99,6 +99,7 @@ class RemediationState:
     terminated: set[str] = field(default_factory=set)  # instance ids remediation terminated
     # node left cordoned -> the remediation whose surge stands in for it (its started record)
     standing_in: dict[str, RemediationStarted] = field(default_factory=dict)
+    max_per_hour: int | None = None  # the limit the newest remediation counted against
 
 
 def fold(cluster: str, records: Iterable[Record]) -> RemediationState:
@@ -117,6 +118,7 @@ def apply(state: RemediationState, record: Record) -> None:
         state.open[started.id] = Open(started, surged=started.surged)
         state.standing_in.pop(started.subject, None)
         state.started_at.append(started.at)
+        state.max_per_hour = started.max_per_hour if started.max_per_hour is not None else state.max_per_hour
         state.last_skip.pop(started.subject, None)
     elif kind == FINISHED:
         finished = RemediationFinished.from_record(d)
@@ -379,7 +381,8 @@ class Remediator:
             members = self.groups.describe(problem.group or "").instances if problem.group else ()
         self.log.append(RemediationStarted(rid, problem.subject, problem.subject if problem.joined else None,
                                            problem.instance, problem.group, problem.pool, problem.zone, problem.reason,
-                                           problem.since, list(members), problem.kubelet_gone_since, earlier is not None))
+                                           problem.since, list(members), problem.kubelet_gone_since, earlier is not None,
+                                           int(self.policy.max_per_hour)))
         self.progress(f"{self.name}: remediating {problem.subject}: {problem.reason}")
         return self._carry_out(rid, self.log.state.open[rid])
 

@@ -36,6 +36,7 @@ class RemediationStarted(JournalRecord):
     members: list[str] = field(default_factory=list)  # the group's instances when it started: a new one is the replacement
     kubelet_gone_since: float | None = None
     surged: bool = False  # an earlier surge already stands in for it
+    max_per_hour: int | None = None  # the policy's limit this one counted against (what the dashboard shows it of)
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ class LedgerRequest:
     stage: str | None = None
 
 
-def _open(request: LedgerRequest) -> tuple[Pipeline, Ledger]:
+def open_pipeline(request: LedgerRequest) -> tuple[Pipeline, Ledger]:
     pipeline = load_pipeline(request.pipeline_file)
     if request.stage is not None:
         pipeline.stage(request.stage)  # an unknown stage is exit 2 before anything is read
@@ -115,7 +115,7 @@ def _open(request: LedgerRequest) -> tuple[Pipeline, Ledger]:
 
 def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
     """Where every candidate is: per stage the one in flight, the last good one, the step and what it waits for."""
-    pipeline, ledger = _open(request)
+    pipeline, ledger = open_pipeline(request)
     state = ledger.state()
     stages = {}
     for name in pipeline.names:
@@ -125,14 +125,16 @@ def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
     lease = ledger.store.lease(TICK_LEASE)
     tick_lease = {"holder": lease.holder, "expires": lease.expires, "live": not lease.expired(time.time())} if lease else None
     return {"ledger": ledger.store.location, "pipeline": pipeline.source, "stages": stages,
-            "candidates": _candidates(ledger, state), "freezes": state.freezes, "tick_lease": tick_lease}
+            "candidates": candidate_report(ledger, state), "freezes": state.freezes, "tick_lease": tick_lease}
 
 
-def _candidates(ledger: Ledger, state: PipelineState) -> dict[str, Any]:
+def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> dict[str, Any]:
+    """Each candidate: where it is, why, and how many instances ever booted its new images (asking EC2 too, unless
+    ``aws`` is False: then from what the ledger recorded alone)."""
     out = {}
     seen: set[str] = set()  # the images of every earlier candidate
-    recorded = _recorded_boots(ledger)
-    aws_reachable = True
+    recorded = recorded_boots(ledger)
+    aws_reachable = aws
     for c in sorted(ledger.candidates(), key=lambda c: c.created_at):
         where = state.candidates.get(c.id, {})
         new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
@@ -149,11 +151,12 @@ def _candidates(ledger: Ledger, state: PipelineState) -> dict[str, Any]:
                      "new_images": new, "instances_booted": sum(len(ids) for ids in booted.values()),
                      "instances_booted_by_stage": {n: len(ids) for n, ids in booted.items()},
                      "image_builders_booted_by_stage": {n: builders.get(n, 0) for n in new},
-                     "instances_booted_from": "ec2 and the ledger" if asked is not None else "the ledger (AWS not reachable)"}
+                     "instances_booted_from": "ec2 and the ledger" if asked is not None else "the ledger (AWS not reachable)"
+                     if aws else "the ledger"}
     return out
 
 
-def _recorded_boots(ledger: Ledger) -> dict[tuple[str, str], set[str]]:
+def recorded_boots(ledger: Ledger) -> dict[tuple[str, str], set[str]]:
     """The instances each candidate's rotations saw booting its new images, as the ledger recorded them (AWS forgets a
     terminated instance about an hour after it ends)."""
     out: dict[tuple[str, str], set[str]] = {}
@@ -202,12 +205,12 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
 
 def pipeline_history(request: LedgerRequest) -> list[dict[str, Any]]:
     """Every entry of the ledger, oldest first (of one stage, when given)."""
-    _, ledger = _open(request)
+    _, ledger = open_pipeline(request)
     return [e for _, e in ledger.entries() if request.stage is None or e.get("stage") == request.stage]
 
 
 def replay_decision(request: LedgerRequest, decision_id: str) -> dict[str, Any]:
-    _, ledger = _open(request)
+    _, ledger = open_pipeline(request)
     entry = ledger.entry(decision_id)
     if entry is None:
         raise PlatformError(f"no decision {decision_id!r} in the ledger {ledger.store.location}", field="DECISION")
@@ -245,7 +248,7 @@ def _until(text: str | None, now: float) -> float | None:
 
 
 def freeze(request: FreezeRequest) -> dict[str, Any]:
-    pipeline, ledger = _open(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     if not request.reason.strip():
         raise PlatformError("say why", field="--reason")
     now = time.time()
@@ -255,7 +258,7 @@ def freeze(request: FreezeRequest) -> dict[str, Any]:
 
 
 def unfreeze(request: FreezeRequest) -> dict[str, Any]:
-    pipeline, ledger = _open(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     return ledger.append(None, request.stage, "unfreeze", time.time(), request.reason or "unfrozen", {}, who())
 
 
@@ -271,7 +274,7 @@ class ApproveRequest:
 
 def approve(request: ApproveRequest) -> dict[str, Any]:
     """Approve a candidate into a stage: only one waiting there (or ready for it) can be approved."""
-    pipeline, ledger = _open(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     state = ledger.state()
     stage = state.stage(request.stage)
     if ledger.candidate(request.candidate) is None:
@@ -304,7 +307,7 @@ def rollback(request: RollbackRequest) -> dict[str, Any]:
     """Halt a stage's candidate by hand and roll the stage back as one unit: the one in flight there (back to the last
     good one), else the last good one (back to the good one before it). The next tick deploys and rotates back; the
     halted candidate never enters a later stage."""
-    pipeline, ledger = _open(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     if not request.reason.strip():
         raise PlatformError("say why", field="--reason")
     stage = ledger.state().stage(request.stage)

@@ -237,6 +237,7 @@ def demo(ctx: click.Context, stage_name: str, minutes: int, save_snapshots: Path
 
 from platformctl.cli.ami import ami  # noqa: E402  (registers after the group exists)
 from platformctl.cli.canary import canary  # noqa: E402
+from platformctl.cli.dashboard import dashboard as dashboard_command  # noqa: E402
 from platformctl.cli.local import local  # noqa: E402
 from platformctl.cli.release import release  # noqa: E402
 from platformctl.cli.remediate import remediate  # noqa: E402
@@ -244,6 +245,7 @@ from platformctl.cli.rotate import rotate  # noqa: E402
 
 cli.add_command(ami)
 cli.add_command(canary)
+cli.add_command(dashboard_command)
 cli.add_command(local)
 cli.add_command(release)
 cli.add_command(remediate)

@@ -1,0 +1,69 @@
+"""The canaries' SLIs over time, as a chart wants them: pod startup latency p50/p99 and the success rate per image, in
+time buckets, with the objectives they answer to. Aggregated here so that a month of results becomes a few hundred
+points a line, not a row a pod.
+
+It reads the results a caller hands it; it stores nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from e2e_canary.judge import JudgeConfig
+
+BUCKETS = 120  # points a line, whatever the window
+
+
+def objectives(config: JudgeConfig | None = None) -> dict[str, float | None]:
+    """The SLO lines: the p99 pod startup objective (seconds) and the success rate the failure budget leaves."""
+    config = config or JudgeConfig()
+    budget = config.failure_rate.budget
+    return {"pod_startup_p99_seconds": config.rule("pod_startup_seconds").objective_p99,
+            "success_rate": None if budget is None else 1.0 - budget}
+
+
+def _startups(row: dict[str, Any]) -> list[float]:
+    value = (row.get("metrics") or {}).get("pod_startup_seconds")
+    if isinstance(value, list):
+        return [float(v) for v in value]
+    return [] if value is None else [float(value)]
+
+
+def sli_series(rows: Sequence[dict[str, Any]], start: float, end: float, buckets: int = BUCKETS) -> list[dict[str, Any]]:
+    """One line per image (results with no image: ``"(none)"``): per bucket its middle time, p50 and p99 pod startup
+    (None where no pod started), success rate over the attempts that counted (a disruption is the platform's doing,
+    not the image's, so it is left out, as the judge leaves it out of the failure rate), and the attempts."""
+    width = max((end - start) / buckets, 1.0)
+    samples: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    attempts: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for row in rows:
+        at = float(row.get("at", 0))
+        if not start <= at <= end:
+            continue
+        image = str(row.get("image") or "(none)")
+        bucket = min(int((at - start) // width), buckets - 1)
+        outcome = row.get("outcome")
+        if outcome == "ok":
+            samples[image][bucket] += _startups(row)
+        if outcome != "disrupted":
+            counted = attempts[image][bucket]
+            counted[0] += outcome == "ok"
+            counted[1] += 1
+    lines = []
+    for image in sorted(set(samples) | set(attempts)):
+        points = sorted(set(samples[image]) | set(attempts[image]))
+        p50: list[float | None] = []
+        p99: list[float | None] = []
+        for b in points:
+            values = np.asarray(samples[image].get(b, []), dtype=float)
+            p50.append(float(np.percentile(values, 50)) if values.size else None)
+            p99.append(float(np.percentile(values, 99)) if values.size else None)
+        counts = [attempts[image].get(b, [0, 0]) for b in points]
+        lines.append({"image": image, "at": [start + (b + 0.5) * width for b in points], "p50": p50, "p99": p99,
+                      "success_rate": [ok / n if n else None for ok, n in counts], "attempts": [n for _, n in counts],
+                      "samples": sum(len(samples[image].get(b, [])) for b in points)})
+    return lines

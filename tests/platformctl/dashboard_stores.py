@@ -1,0 +1,136 @@
+"""Stores as the pipeline, the canaries, a rotation and remediation leave them, for the dashboard's tests: a ledger the
+real reconciler wrote (a good candidate promoted out of dev, a bad one halted there by the canaries' verdict and rolled
+back), dev's canary results of two images (the bad one failing), a rotation the executor ran on a simulated cluster and
+two remediation passes, all in real SQLite stores. Names, notes and reasons carry markup that must be shown as text."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from e2e_canary.runner import results_stream
+from e2e_canary.verdict import canary_verdicts
+from platformctl.nodegroups.simulated import SimulatedNodeGroups
+from platformctl.state.sqlite import SQLiteStore
+from release_pipeline.candidates import Candidate, StageImages, make_candidate
+from release_pipeline.ledger import Ledger
+from release_pipeline.pipeline import load_pipeline
+from release_pipeline.reconcile import tick
+from tests.e2e_canary.test_evidence_window import stage_results
+from tests.upgrade_service.rotation import cluster, serving, service
+from upgrade_service.execute import Executor
+from upgrade_service.policy import parse_policy
+from upgrade_service.remediate import run as remediate
+from upgrade_service.remediation_policy import parse_remediation_policy
+from upgrade_service.run_types import Options, Target
+
+SCRIPT = "<script>window.__pwned = 1</script>"
+ONERROR = '<img src=x onerror="window.__pwned = 1">'
+GOOD_IMAGE, BAD_IMAGE = "ami-0good", "ami-0bad"
+EVIL_CLUSTER = f"dev-{SCRIPT}"
+T0 = float(int(time.time()) // 3600 * 3600 - 12 * 3600)  # the canaries' and the ledger's clock: the last twelve hours
+
+
+@dataclass
+class Stores:
+    pipeline: Path
+    ledger: Path
+    state: Path
+    good: Candidate
+    bad: Candidate
+    halt_reason: str
+    rows: list[dict[str, Any]]
+
+    def args(self) -> list[str]:
+        return ["--pipeline", str(self.pipeline), "--ledger", str(self.ledger), "--state", str(self.state)]
+
+
+def canary_rows(start: float, end: float, image: str, failing: float = 0.0, seed: int = 1) -> list[dict[str, Any]]:
+    rows = stage_results(start, end, failing=failing, seed=seed)
+    return [{**r, "kind": "result", "stage": "dev", "image": image,
+             "reason": f"pod on image {image}: CreateContainerError {ONERROR}" if r["outcome"] == "fail" else ""} for r in rows]
+
+
+class Dev:
+    """dev's canary verdict from the real judge over what the store holds; the other stages pass."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.clock = T0 + 6 * 3600
+        self.rows = rows
+
+    def now(self, stage: str) -> float:
+        return self.clock
+
+    def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+        return {"images": sorted(candidate.image_ids(stage))}
+
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
+        self.clock += 1200
+        return {"status": "finished", "booted": {i: [f"i-{stage[:3]}{n}{i[-4:]}" for n in range(3)]
+                                                 for i in candidate.image_ids(stage)}}
+
+    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
+                entered: float | None = None) -> dict[str, Any]:
+        seen = [r for r in self.rows if r["at"] <= self.clock]
+        said = canary_verdicts(seen, self.clock, window) if stage == "dev" else {"verdict": "pass", "reason": "fine"}
+        return {**said, "results_since": sum(1 for r in seen if r["at"] >= since) + 500}
+
+
+def candidate(image: str, note: str, at: float) -> Candidate:
+    stages = [StageImages(s, "us-west-2", {"general": {"version": image, "id": image}}, "1.32", {})
+              for s in ("dev", "staging", "prod-canary", "prod")]
+    return make_candidate(stages, "rev", note, at, "tester")
+
+
+def build(tmp_path: Path) -> Stores:
+    pipeline_file = tmp_path / "pipeline.yaml"
+    pipeline_file.write_text(
+        "stages:\n" + "".join(f"  - {{name: {s}, soak: 1h, minResults: 10, passFor: 30m, deadline: 2h}}\n"
+                              for s in ("dev", "staging", "prod-canary", "prod")))
+    pipeline = load_pipeline(pipeline_file)
+    state = SQLiteStore(tmp_path / "state.db")
+    ledger = Ledger(SQLiteStore(tmp_path / "release.db"))
+    # dev's canaries: the good image for eight hours, then the bad one (a third of its pods cannot start).
+    rows = canary_rows(T0, T0 + 8 * 3600, GOOD_IMAGE) + canary_rows(T0 + 8 * 3600, T0 + 10 * 3600, BAD_IMAGE, 0.35, 2)
+    rows.sort(key=lambda r: r["at"])
+    for row in rows:
+        state.append(results_stream("dev", row["cluster"], row["at"]), row)
+    dev = Dev(rows)
+    good = candidate(GOOD_IMAGE, f"the good one {SCRIPT}", T0)
+    ledger.add_candidate(good)
+    ledger.append(good.id, None, "start", dev.clock, good.note, {"ready_in": ["dev"]}, "tester")
+    while ledger.state().stage("dev").last_good != good.id and dev.clock < T0 + 8 * 3600:
+        tick(pipeline, ledger, dev, "tester")
+        dev.clock += 300
+    dev.clock = max(dev.clock, T0 + 8 * 3600 + 600)
+    bad = candidate(BAD_IMAGE, f"the bad one {ONERROR}", dev.clock)
+    ledger.add_candidate(bad)
+    ledger.append(bad.id, None, "start", dev.clock, bad.note, {"ready_in": ["dev"]}, "tester")
+    for _ in range(40):
+        tick(pipeline, ledger, dev, "tester")
+        dev.clock += 300
+        if ledger.state().candidates.get(bad.id, {}).get("status") in ("halted", "rolled-back"):
+            break
+    halt_reason = str(ledger.state().candidates[bad.id].get("reason"))
+
+    # A rotation the executor ran, and remediation: a breaker open on one cluster, a node replaced on another.
+    sim = serving(nodes=4)
+    Executor(Target("dev-usw2a-01", sim, SimulatedNodeGroups(sim)), parse_policy({}, "policy.yaml"), state, Options()).run()
+    policy = parse_remediation_policy({}, "remediation.yaml")
+    broken = cluster({"general": 5})
+    service(broken, "web", 10, min_available=8)
+    broken.run_until_settled()
+    for node in [n.name for n in broken.list_nodes()][:2]:
+        broken.stop_kubelet(node)
+    broken.advance(400)
+    remediate("dev-usw2b-01", broken, SimulatedNodeGroups(broken), policy, state, "tester")
+    one = cluster({"general": 5})
+    service(one, "web", 10, min_available=8)
+    one.run_until_settled()
+    one.stop_kubelet(one.list_nodes()[0].name)
+    one.advance(400)
+    remediate(EVIL_CLUSTER, one, SimulatedNodeGroups(one), policy, state, "tester")
+    return Stores(pipeline_file, tmp_path / "release.db", tmp_path / "state.db", good, bad, halt_reason, rows)
+

@@ -1,0 +1,153 @@
+"""``platformctl dashboard``: what it reads from the stores the pipeline, the canaries, a rotation and remediation wrote,
+what the page and the export carry, markup shown as text, a store that cannot be read, and bad input (exit 2, nothing
+written). The page in a real browser: test_dashboard_browser_process.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from werkzeug.test import Client
+
+from e2e_canary.runner import results_stream
+from platformctl.app.dashboard import DashboardRequest, gather
+from platformctl.cli import dashboard as command
+from platformctl.state.sqlite import SQLiteStore
+from tests.platformctl.dashboard_stores import BAD_IMAGE, EVIL_CLUSTER, GOOD_IMAGE, ONERROR, SCRIPT, Stores, build
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Stores:
+    return build(tmp_path_factory.mktemp("stores"))
+
+
+def platformctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "platformctl", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def request(stores: Stores, **kw: Any) -> DashboardRequest:
+    return DashboardRequest(stores.pipeline, str(stores.ledger), str(stores.state), **kw)
+
+
+def figures_of(html: str) -> dict[str, Any]:
+    found = re.search(r'<script type="application/json" id="figures">(.*?)</script>', html, re.S)
+    assert found
+    return json.loads(found.group(1))
+
+
+def test_it_shows_each_stage_the_candidates_with_their_boots_and_the_halted_ones_reason(stores: Stores) -> None:
+    d = gather(request(stores))
+    assert [s["name"] for s in d["stages"]] == ["dev", "staging", "prod-canary", "prod"]
+    dev = d["stages"][0]
+    assert dev["last_good"] == stores.good.id and dev["current"] == stores.bad.id  # halted and rolling back to the good one
+    bad = next(c for c in d["candidates"] if c["id"] == stores.bad.id)
+    assert bad["status"] == "halted" and bad["reason"] == stores.halt_reason and "CreateContainerError" in bad["reason"]
+    assert bad["instances_booted_by_stage"] == {"dev": 3, "staging": 0, "prod-canary": 0, "prod": 0}  # as the ledger recorded
+    halt = next(e for e in d["decisions"] if e["decision"] == "halt")
+    assert halt["inputs"]["verdict"]["verdict"] == "fail"  # expandable to the inputs `release replay` uses
+    verdict = d["canaries"]["dev"]["latest_verdict"]
+    assert verdict["verdict"] == "fail" and verdict["candidate"] == stores.bad.id
+    failed = [m for m in verdict["metrics"] if m["verdict"] == "fail"]
+    assert failed and all(m["p_value"] is not None for m in failed)
+
+
+def test_the_charts_carry_each_images_points_as_the_store_holds_them(stores: Stores) -> None:
+    d = gather(request(stores, window=4 * 3600.0))
+    dev = d["canaries"]["dev"]
+    lines = {line["image"]: line for line in dev["lines"]}
+    assert set(lines) == {GOOD_IMAGE, BAD_IMAGE}  # a bad image is its own line
+    newest = max(r["at"] for r in stores.rows)
+    assert dev["end"] == newest and dev["start"] == newest - 4 * 3600
+    # Counted again here from the rows the canaries stored: attempts and successes per image over the window.
+    shown = [r for r in stores.rows if dev["start"] <= r["at"] <= dev["end"] and r["outcome"] != "disrupted"]
+    for image, line in lines.items():
+        mine = [r for r in shown if r["image"] == image]
+        assert sum(line["attempts"]) == len(mine)
+        ok = sum(round(rate * n) for rate, n in zip(line["success_rate"], line["attempts"], strict=True))
+        assert ok == sum(r["outcome"] == "ok" for r in mine)
+    assert sum(lines[BAD_IMAGE]["attempts"]) > 0 and min(lines[BAD_IMAGE]["success_rate"]) < 0.9
+    assert min(lines[GOOD_IMAGE]["success_rate"]) == 1.0
+    assert len(lines[GOOD_IMAGE]["at"]) <= 120  # aggregated points, not a row a pod
+
+
+def test_the_export_is_one_file_with_its_scripts_and_data_inlined_and_markup_shown_as_text(stores: Stores, tmp_path: Path) -> None:
+    out = tmp_path / "review.html"
+    done = platformctl("dashboard", "--export", str(out), *stores.args(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out.resolve())
+    html = out.read_text()
+    assert "<script src=" not in html and "http://" not in html.split("<body")[1].split("id=\"figures\"")[0]
+    assert "Plotly" in html  # plotly.js itself, inlined
+    for markup in (SCRIPT, ONERROR, EVIL_CLUSTER):
+        assert markup not in html  # never as markup ...
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html  # ... but as text
+    assert "onerror=&#34;window.__pwned = 1&#34;" in html
+    figures = figures_of(html)
+    names = {t["name"] for t in figures["dev-latency"]["data"]}
+    assert {f"{GOOD_IMAGE} p50", f"{BAD_IMAGE} p99"} <= names
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html)
+    assert csp and "'unsafe-inline'" not in csp.group(1).split("script-src")[1]  # only its own scripts, by hash
+
+
+def test_a_store_that_cannot_be_read_is_shown_as_such_and_the_page_keeps_serving(stores: Stores, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.db"
+    broken.write_bytes(b"this is not a database" * 100)
+    app = command.Dashboard(lambda: gather(DashboardRequest(stores.pipeline, str(stores.ledger), str(broken))))
+    client = Client(app)
+    page = client.get("/")
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    assert "cannot be read" in text and str(broken) in text
+    assert stores.bad.id in text  # the ledger still read: the rest is shown
+    assert client.get("/data.json").status_code == 200
+
+
+def test_the_served_page_says_what_changed_when_a_new_result_is_stored(stores: Stores, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(command, "CACHE_SECONDS", 0.0)
+    app = command.Dashboard(lambda: gather(request(stores)))
+    client = Client(app)
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "script-src 'self'" in page.headers["Content-Security-Policy"]  # no inline script runs on the served page
+    assert re.search(r"<script>", page.get_data(as_text=True)) is None
+    first = client.get("/data.json").get_json()
+    assert client.get("/data.json").get_json()["version"] == first["version"]  # nothing changed: nothing to redraw
+    last = max(stores.rows, key=lambda r: r["at"])
+    row = {**last, "image": "ami-0newer", "at": last["at"] + 1, "outcome": "ok"}
+    store = SQLiteStore(stores.state)
+    store.append(results_stream("dev", row["cluster"], row["at"]), row)
+    try:
+        after = client.get("/data.json").get_json()
+        assert after["version"] != first["version"]
+        assert "ami-0newer p50" in {t["name"] for t in json.loads(after["figures"])["dev-latency"]["data"]}
+    finally:
+        store.close()
+    assert client.post("/").status_code == 405  # read-only
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--export", "/nonexistent-folder/x.html"], "--export"),
+    (["--window", "soon"], "--window"),
+    (["--window", "0"], "--window"),
+    (["--port", "99999"], "--port"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(stores: Stores, tmp_path: Path, args: list[str], field: str) -> None:
+    before = sorted(p.name for p in tmp_path.iterdir())
+    done = platformctl("dashboard", *args, *stores.args(), cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and field in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_malformed_pipeline_file_is_named_and_nothing_is_exported(stores: Stores, tmp_path: Path) -> None:
+    bad = tmp_path / "pipeline.yaml"
+    bad.write_text("stages: [{name: qa}]\n")
+    out = tmp_path / "x.html"
+    done = platformctl("dashboard", "--export", str(out), "--pipeline", str(bad), "--ledger", str(stores.ledger), cwd=tmp_path)
+    assert done.returncode == 2 and str(bad) in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not out.exists()

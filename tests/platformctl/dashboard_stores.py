@@ -19,7 +19,7 @@ from release_pipeline.ledger import Ledger
 from release_pipeline.pipeline import load_pipeline
 from release_pipeline.reconcile import tick
 from tests.e2e_canary.test_evidence_window import stage_results
-from tests.upgrade_service.rotation import cluster, serving, service
+from tests.upgrade_service.rotation import cluster, service, serving
 from upgrade_service.execute import Executor
 from upgrade_service.policy import parse_policy
 from upgrade_service.remediate import run as remediate

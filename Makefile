@@ -16,9 +16,11 @@ demo: $(STAMP)
 	$(BIN)/platformctl demo --stage dev
 	$(BIN)/platformctl demo-pipeline
 
-# The in-process tests on two workers, then the process tests one at a time: each starts a local region server
+# Debian's chromium for the dashboard's browser tests (installed when missing), the in-process tests on two workers,
+# then the process tests one at a time: each starts a local region server
 # whose virtual clock runs at 300x (100x for every stage at once), and two at once on two cores starve each other's clocks.
 test: $(STAMP)
+	scripts/ensure-chromium
 	$(BIN)/python -m pytest -n 2 -m "not process"
 	$(BIN)/python -m pytest -m process --durations=15
 
@@ -38,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/rotate_run.py
 	$(BIN)/python benchmarks/judge_aa.py
 	$(BIN)/python benchmarks/canary_detect.py
+	$(BIN)/python benchmarks/dashboard.py
 	$(BIN)/python benchmarks/gate_window.py
 	$(BIN)/python benchmarks/release_tick.py
 

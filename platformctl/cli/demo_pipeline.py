@@ -178,7 +178,10 @@ def run_story(infra_dir: Path, manifests: Path, out: Console, keep: bool = False
         out.print(f"  the bad images reached {sum(booted.values())} instance(s), all in dev; the first wave was "
                   f"{first_wave} node(s) (maxInFlight 2); dev rolled back to {now['stages']['dev']['last_good']}")
         out.print(f"  `platformctl release history`, `status` and `replay` read it all from {home / 'ledger.db'}")
-        report = {"home": str(home), "good": good["id"], "bad": bad["id"], "stages": now["stages"],
+        page = home / "dashboard.html"
+        story.run("dashboard", "--export", str(page), "--pipeline", str(home / "pipeline.yaml"), "--ledger", str(home / "ledger.db"))
+        out.print(f"[bold]5. The dashboard[/] (one self-contained file, to attach to a change review): {page}")
+        report = {"home": str(home), "good": good["id"], "bad": bad["id"], "stages": now["stages"], "dashboard": str(page),
                   "bad_reached": reached, "bad_booted": booted, "first_wave": first_wave,
                   "wall_seconds": round(time.monotonic() - started)}
         out.print(f"[bold]done[/] in {report['wall_seconds']} s of wall time")

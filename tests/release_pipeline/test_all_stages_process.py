@@ -10,11 +10,13 @@ region. What is checked is what an operator would see: kubectl's nodes, EC2's in
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
+from markupsafe import escape
 
 from ami.build import BUILDER_TAG
 from ami.manifest import MANIFEST_DIR
@@ -164,3 +166,16 @@ def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_within_it
     for entry in history:
         if entry["decision"] in ("enter", "promote", "halt", "soak"):
             assert release(region, "replay", entry["id"], check=False).returncode == 0, entry
+    # The dashboard people decide from, exported from these stores: the halted candidate with its reason and how many
+    # instances booted it, and dev's canaries charted per image, the bad image's success rate its own line.
+    page = region["home"] / "dashboard.html"
+    home = region["home"]
+    pl(region, "dashboard", "--export", str(page), "--pipeline", str(home / "pipeline.yaml"), "--ledger", str(home / "ledger.db"))
+    html = page.read_text()
+    assert str(escape(counted["reason"])) in html
+    assert re.search(rf'data-candidate="{bad["id"]}">.*?<td><b>{len(launched)}</b></td>', html, re.S)
+    found = re.search(r'<script type="application/json" id="figures">(.*?)</script>', html, re.S)
+    assert found
+    figures = json.loads(found.group(1))
+    drawn = {t["name"] for t in figures["dev-success"]["data"]}
+    assert images_of(good, "dev") & drawn and images_of(bad, "dev") & drawn, drawn

@@ -29,13 +29,13 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from release_tick import T0, build  # noqa: E402  (the month of ledger the tick benchmark builds)
-from werkzeug.test import Client  # noqa: E402
+from release_tick import T0, build  # the month of ledger the tick benchmark builds
+from werkzeug.test import Client
 
-from e2e_canary.runner import results_stream  # noqa: E402
-from platformctl.app.dashboard import DashboardRequest, gather  # noqa: E402
-from platformctl.cli import dashboard as command  # noqa: E402
-from platformctl.state import open_store  # noqa: E402
+from e2e_canary.runner import results_stream
+from platformctl.app.dashboard import DashboardRequest, gather
+from platformctl.cli import dashboard as command
+from platformctl.state import open_store
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 CANARIES = ("service", "batch", "cron", "daemon", "node-pool")

@@ -52,6 +52,9 @@ class PipelineState:
     freezes: list[dict[str, Any]] = field(default_factory=list)  # set by hand: {"stage" ("*": all), "reason", "until", "at", "by"}
     approvals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "<candidate>/<stage>" -> approvals
     position: int = 0  # the ledger's sequence number this state covers
+    # "<candidate>/<stage>" -> the "<image>/<instance>" each rotation there saw booting: kept in the fold (and so in
+    # each checkpoint) so that how far a candidate got is read without reading the whole ledger again
+    booted: dict[str, list[str]] = field(default_factory=dict)
 
     def stage(self, name: str) -> StageState:
         return self.stages.setdefault(name, StageState())
@@ -62,7 +65,8 @@ class PipelineState:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PipelineState:
         return cls({k: StageState(**v) for k, v in data["stages"].items()}, dict(data["candidates"]), list(data["freezes"]),
-                   {k: list(v) for k, v in data["approvals"].items()}, int(data["position"]))
+                   {k: list(v) for k, v in data["approvals"].items()}, int(data["position"]),
+                   {k: list(v) for k, v in data.get("booted", {}).items()})
 
 
 def entry_id(candidate: str | None, stage: str | None, decision: str, at: float, salt: str = "") -> str:
@@ -123,8 +127,7 @@ class Ledger:
     def state(self) -> PipelineState:
         """The last checkpoint and every entry after it, folded."""
         last = self.store.last(STATE)
-        usable = last is not None and all("good" in v for v in last.data["state"]["stages"].values())
-        state = PipelineState.from_dict(last.data["state"]) if last is not None and usable else PipelineState()
+        state = PipelineState.from_dict(last.data["state"]) if last is not None and _usable(last.data) else PipelineState()
         for seq, entry in self.entries(after=state.position):
             apply(state, entry)
             state.position = seq
@@ -132,8 +135,15 @@ class Ledger:
 
     def checkpoint(self, state: PipelineState) -> None:
         last = self.store.last(STATE)
-        if last is None or int(last.data["state"]["position"]) < state.position:
-            self.store.append(STATE, {"state": state.to_dict()}, fence=self.fence, key=f"state/{state.position}")
+        if last is None or not _usable(last.data) or int(last.data["state"]["position"]) < state.position:
+            self.store.append(STATE, {"state": state.to_dict()}, fence=self.fence,
+                              key=f"state/2/{state.position}")  # 2: the fold with ``booted`` (an older one's key has none)
+
+
+def _usable(checkpoint: Mapping[str, Any]) -> bool:
+    """A checkpoint an older version wrote (without a field the fold now keeps) is folded again from the start."""
+    state = checkpoint["state"]
+    return "booted" in state and all("good" in v for v in state["stages"].values())
 
 
 def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
@@ -142,6 +152,10 @@ def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
     cid = str(entry.get("candidate"))
     inputs = entry.get("inputs") or {}
     stage = state.stage(name) if name else None
+    booted = (inputs.get("result") or {}).get("booted") or {} if isinstance(inputs.get("result"), dict) else {}
+    if booted and name:  # {image id: instance ids} a rotation saw booting
+        seen = state.booted.setdefault(f"{cid}/{name}", [])
+        seen.extend(f"{image}/{i}" for image, ids in sorted(booted.items()) for i in ids if f"{image}/{i}" not in seen)
     if decision == "start":
         state.candidates[cid] = {"status": "queued", "stage": None, "at": at, "reason": entry["reason"]}
         for first in inputs.get("ready_in", []):

@@ -34,6 +34,7 @@ from upgrade_service.report import build_report
 UNREADABLE = (PlatformError, sqlite3.Error, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, OSError,
               KeyError, ValueError)
 DECISIONS = 100  # the newest ledger decisions the page lists (the ledger keeps all; `release history` shows them)
+CANDIDATES = 20  # the newest candidates the page lists (`release status` shows them all)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,8 @@ def gather(request: DashboardRequest) -> dict[str, Any]:
         })
     out["stages"] = stages_out
     out["freezes"] = state.freezes if state else []
-    out["candidates"] = sorted(({"id": cid, **c} for cid, c in report.items()), key=lambda c: c["created_at"], reverse=True)
+    newest_first = sorted(({"id": cid, **c} for cid, c in report.items()), key=lambda c: c["created_at"], reverse=True)
+    out["candidates"], out["candidates_total"] = newest_first[:CANDIDATES], len(newest_first)
     out["canaries"], out["rotations"], out["remediation"] = _stages(request, [p.name for p in pipeline.stages], newest, errors)
     return out
 

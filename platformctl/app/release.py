@@ -133,7 +133,7 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
     ``aws`` is False: then from what the ledger recorded alone)."""
     out = {}
     seen: set[str] = set()  # the images of every earlier candidate
-    recorded = recorded_boots(ledger)
+    recorded = {tuple(key.split("/", 1)): set(ids) for key, ids in state.booted.items()}
     aws_reachable = aws
     for c in sorted(ledger.candidates(), key=lambda c: c.created_at):
         where = state.candidates.get(c.id, {})
@@ -153,17 +153,6 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
                      "image_builders_booted_by_stage": {n: builders.get(n, 0) for n in new},
                      "instances_booted_from": "ec2 and the ledger" if asked is not None else "the ledger (AWS not reachable)"
                      if aws else "the ledger"}
-    return out
-
-
-def recorded_boots(ledger: Ledger) -> dict[tuple[str, str], set[str]]:
-    """The instances each candidate's rotations saw booting its new images, as the ledger recorded them (AWS forgets a
-    terminated instance about an hour after it ends)."""
-    out: dict[tuple[str, str], set[str]] = {}
-    for _, e in ledger.entries():
-        booted = ((e.get("inputs") or {}).get("result") or {}).get("booted") or {}
-        for image, ids in booted.items():  # {image id: instance ids}
-            out.setdefault((str(e.get("candidate")), str(e.get("stage"))), set()).update(f"{image}/{i}" for i in ids)
     return out
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from e2e_canary.judge import JudgeConfig
 
 BUCKETS = 120  # points a line, whatever the window
+COUNTED = ("ok", "fail", "timeout")  # the attempts the judge's failure rate counts (``judge.Arm.attempts``)
 
 
 def objectives(config: JudgeConfig | None = None) -> dict[str, float | None]:
@@ -35,8 +36,8 @@ def _startups(row: dict[str, Any]) -> list[float]:
 
 def sli_series(rows: Sequence[dict[str, Any]], start: float, end: float, buckets: int = BUCKETS) -> list[dict[str, Any]]:
     """One line per image (results with no image: ``"(none)"``): per bucket its middle time, p50 and p99 pod startup
-    (None where no pod started), success rate over the attempts that counted (a disruption is the platform's doing,
-    not the image's, so it is left out, as the judge leaves it out of the failure rate), and the attempts."""
+    (None where no pod started), success rate over the attempts the judge counts (ok, fail, timeout: a disruption is
+    the platform's doing and an infra error the canary's own, neither the image's), and those attempts."""
     width = max((end - start) / buckets, 1.0)
     samples: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     attempts: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
@@ -49,7 +50,7 @@ def sli_series(rows: Sequence[dict[str, Any]], start: float, end: float, buckets
         outcome = row.get("outcome")
         if outcome == "ok":
             samples[image][bucket] += _startups(row)
-        if outcome != "disrupted":
+        if outcome in COUNTED:
             counted = attempts[image][bucket]
             counted[0] += outcome == "ok"
             counted[1] += 1

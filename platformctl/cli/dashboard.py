@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from platformctl.app.dashboard import DashboardRequest, gather
+from platformctl.app.dashboard import DashboardRequest, Reader, gather
 from platformctl.cli import dashboard_page as view
 from platformctl.cli.output import writable_file
 from platformctl.errors import PlatformError
@@ -23,25 +23,33 @@ CACHE_SECONDS = 2.0  # one read of the stores serves every poll that comes withi
 
 class Dashboard:
     """The WSGI application: ``/`` the page, ``/data.json`` what changed, ``/plotly.js`` and ``/dashboard.js`` the
-    scripts, ``/healthz``. Reads only; a store that fails is reported on the page, and the page keeps serving."""
+    scripts, ``/healthz``. Reads only; a store that fails is reported on the page, and the page keeps serving: while one
+    read of the stores is under way (a table slow to answer), every request gets the last one."""
 
     CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
            "font-src data:; connect-src 'self'")
 
     def __init__(self, read: Callable[[], dict[str, Any]]) -> None:
         self.read = read
-        self.lock = threading.Lock()
-        self.cached: tuple[float, dict[str, Any]] | None = None
+        self.reading = threading.Lock()
+        self.cached: tuple[float, dict[str, Any], dict[str, Any]] | None = None  # when, the data, its update
 
-    def data(self) -> dict[str, Any]:
-        with self.lock:
-            if self.cached is None or time.monotonic() - self.cached[0] > CACHE_SECONDS:
+    def update(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The newest data and what a poll gets for it; read anew when older than CACHE_SECONDS and no read is under
+        way (else the last one)."""
+        fresh = self.cached is not None and time.monotonic() - self.cached[0] <= CACHE_SECONDS
+        if not fresh and self.reading.acquire(blocking=self.cached is None):
+            try:
                 try:
                     d = self.read()
-                except PlatformError as exc:  # the pipeline file or the ledger went bad while serving
-                    d = {**(self.cached[1] if self.cached else _empty()), "errors": [f"cannot read: {exc}"]}
-                self.cached = (time.monotonic(), d)
-            return self.cached[1]
+                except Exception as exc:  # the page keeps serving, saying what went wrong
+                    d = {**(self.cached[1] if self.cached else _empty()), "generated_at": time.time(),
+                         "errors": [f"cannot read the stores: {exc}"]}
+                self.cached = (time.monotonic(), d, view.update(d))
+            finally:
+                self.reading.release()
+        assert self.cached is not None
+        return self.cached[1], self.cached[2]
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         from werkzeug.wrappers import Request, Response
@@ -51,9 +59,12 @@ class Dashboard:
         if request.method not in ("GET", "HEAD"):
             response = Response("read-only\n", status=405, headers={"Allow": "GET, HEAD"})
         elif request.path == "/":
-            response = Response(view.page(self.data(), served=True), mimetype="text/html", headers=headers)
+            response = Response(view.page(self.update()[0], served=True), mimetype="text/html", headers=headers)
         elif request.path == "/data.json":
-            response = Response(json.dumps(view.update(self.data())), mimetype="application/json", headers=headers)
+            update = self.update()[1]
+            same = request.args.get("version") == update["version"]
+            response = Response(json.dumps({"version": update["version"]} if same else update), mimetype="application/json",
+                                headers=headers)
         elif request.path == "/plotly.js":
             response = Response(view.plotly_js(), mimetype="text/javascript", headers={"Cache-Control": "max-age=3600"})
         elif request.path == "/dashboard.js":
@@ -74,7 +85,7 @@ def _empty() -> dict[str, Any]:
 def export(request: DashboardRequest, path: Path) -> Path:
     """Write the page, scripts and data inlined, to ``path`` (its folder must exist)."""
     writable_file(path, "--export")
-    page = view.page(gather(request), served=False)
+    page = view.page(gather(request), served=False)  # every input checked before the file is written
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)
@@ -106,11 +117,11 @@ def dashboard(ctx: click.Context, port: int, address: str, export_to: Path | Non
         writable_file(export_to, "--export")
         click.echo(str(export(request, export_to).resolve()))
         return
-    gather(request)  # a bad pipeline file or ledger is exit 2 before the server starts
+    reader = Reader(request)  # a bad pipeline file, or a store that does not exist, is exit 2 before the server starts
     from werkzeug.serving import make_server
 
     try:
-        server = make_server(address, port, Dashboard(lambda: gather(request)), threaded=True)
+        server = make_server(address, port, Dashboard(reader.read), threaded=True)
     except OSError as exc:
         raise PlatformError(f"cannot listen on {address}:{port}: {exc.strerror or exc}", field="--port") from None
     click.echo(f"platformctl dashboard: serving http://{address}:{server.server_port}/ (read-only; Ctrl-C stops)", err=True)

@@ -56,9 +56,10 @@ APP_JS = """
     setInterval(countdowns, 1000);
     setInterval(function () {
       fetch('data.json?version=' + encodeURIComponent(body.getAttribute('data-version')), {cache: 'no-store'})
-        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.json(); })
         .then(function (d) {
-          if (!d || d.version === body.getAttribute('data-version')) { return; }
+          document.getElementById('stale').hidden = true;
+          if (d.version === body.getAttribute('data-version')) { return; }
           document.getElementById('dashboard').innerHTML = d.html;
           document.getElementById('figures').textContent = d.figures;
           body.setAttribute('data-version', d.version);
@@ -154,8 +155,7 @@ def version(d: dict[str, Any]) -> str:
     its countdowns down by itself)."""
     stable = {k: v for k, v in d.items() if k != "generated_at"}
     stable["stages"] = [{k: v for k, v in s.items() if k != "clock"} for s in d.get("stages", [])]
-    stable["remediation"] = {stage: [{k: v for k, v in r.items() if k != "last_hour"} for r in rows]
-                             for stage, rows in d.get("remediation", {}).items()}
+    stable["minute"] = int(d.get("generated_at", 0) // 60)  # what is said relative to now is redrawn once a minute
     return hashlib.sha256(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

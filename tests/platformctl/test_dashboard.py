@@ -4,18 +4,22 @@ written). The page in a real browser: test_dashboard_browser_process.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from werkzeug.test import Client
 
 from e2e_canary.runner import results_stream
-from platformctl.app.dashboard import DashboardRequest, gather
+from platformctl.app import dashboard as reading
+from platformctl.app.dashboard import DashboardRequest, Reader, gather
 from platformctl.cli import dashboard as command
 from platformctl.state.sqlite import SQLiteStore
 from tests.platformctl.dashboard_stores import BAD_IMAGE, EVIL_CLUSTER, GOOD_IMAGE, ONERROR, SCRIPT, Stores, build
@@ -54,6 +58,9 @@ def test_it_shows_each_stage_the_candidates_with_their_boots_and_the_halted_ones
     assert verdict["verdict"] == "fail" and verdict["candidate"] == stores.bad.id
     failed = [m for m in verdict["metrics"] if m["verdict"] == "fail"]
     assert failed and all(m["p_value"] is not None for m in failed)
+    # the soak's comparison of the new image with the last good candidate's is in the judge's numbers too
+    against = {m["against"] for m in verdict["metrics"]}
+    assert {"the stage's window", f"{BAD_IMAGE} against {GOOD_IMAGE}"} <= against, against
 
 
 def test_the_charts_carry_each_images_points_as_the_store_holds_them(stores: Stores) -> None:
@@ -63,8 +70,10 @@ def test_the_charts_carry_each_images_points_as_the_store_holds_them(stores: Sto
     assert set(lines) == {GOOD_IMAGE, BAD_IMAGE}  # a bad image is its own line
     newest = max(r["at"] for r in stores.rows)
     assert dev["end"] == newest and dev["start"] == newest - 4 * 3600
-    # Counted again here from the rows the canaries stored: attempts and successes per image over the window.
-    shown = [r for r in stores.rows if dev["start"] <= r["at"] <= dev["end"] and r["outcome"] != "disrupted"]
+    # Counted again here from the rows the canaries stored: attempts and successes per image over the window, the
+    # attempts the judge counts (an infra error is the canary's own trouble, not the image's).
+    assert any(r["outcome"] == "infra_error" for r in stores.rows)
+    shown = [r for r in stores.rows if dev["start"] <= r["at"] <= dev["end"] and r["outcome"] in ("ok", "fail", "timeout")]
     for image, line in lines.items():
         mine = [r for r in shown if r["image"] == image]
         assert sum(line["attempts"]) == len(mine)
@@ -105,30 +114,53 @@ def test_a_store_that_cannot_be_read_is_shown_as_such_and_the_page_keeps_serving
     assert "cannot be read" in text and str(broken) in text
     assert stores.bad.id in text  # the ledger still read: the rest is shown
     assert client.get("/data.json").status_code == 200
+    no_ledger = Client(command.Dashboard(Reader(DashboardRequest(stores.pipeline, str(broken), str(stores.state))).read))
+    page = no_ledger.get("/")
+    assert page.status_code == 200 and f"the ledger {broken} cannot be read" in page.get_data(as_text=True)
+
+
+def copied(stores: Stores, tmp_path: Path) -> Stores:
+    """The stores in a folder of this test's own, to write to without changing what the other tests read."""
+    for path in (stores.pipeline, stores.ledger, stores.state):
+        shutil.copy(path, tmp_path / path.name)
+    return dataclasses.replace(stores, pipeline=tmp_path / stores.pipeline.name, ledger=tmp_path / stores.ledger.name,
+                               state=tmp_path / stores.state.name)
 
 
 def test_the_served_page_says_what_changed_when_a_new_result_is_stored(stores: Stores, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = copied(stores, tmp_path)
     monkeypatch.setattr(command, "CACHE_SECONDS", 0.0)
-    app = command.Dashboard(lambda: gather(request(stores)))
+    monkeypatch.setattr(reading, "time", SimpleNamespace(time=lambda: 1_800_000_000.0))  # one minute throughout
+    app = command.Dashboard(Reader(request(mine)).read)
     client = Client(app)
     page = client.get("/")
     assert page.status_code == 200
     assert "script-src 'self'" in page.headers["Content-Security-Policy"]  # no inline script runs on the served page
     assert re.search(r"<script>", page.get_data(as_text=True)) is None
     first = client.get("/data.json").get_json()
-    assert client.get("/data.json").get_json()["version"] == first["version"]  # nothing changed: nothing to redraw
-    last = max(stores.rows, key=lambda r: r["at"])
+    assert client.get(f"/data.json?version={first['version']}").get_json() == {"version": first["version"]}  # nothing new
+    last = max(mine.rows, key=lambda r: r["at"])
     row = {**last, "image": "ami-0newer", "at": last["at"] + 1, "outcome": "ok"}
-    store = SQLiteStore(stores.state)
-    store.append(results_stream("dev", row["cluster"], row["at"]), row)
+    store = SQLiteStore(mine.state)
     try:
-        after = client.get("/data.json").get_json()
-        assert after["version"] != first["version"]
-        assert "ami-0newer p50" in {t["name"] for t in json.loads(after["figures"])["dev-latency"]["data"]}
+        store.append(results_stream("dev", row["cluster"], row["at"]), row)
     finally:
         store.close()
+    after = client.get(f"/data.json?version={first['version']}").get_json()
+    assert after["version"] != first["version"]
+    assert "ami-0newer p50" in {t["name"] for t in json.loads(after["figures"])["dev-latency"]["data"]}
     assert client.post("/").status_code == 405  # read-only
+
+
+def test_a_store_named_that_does_not_exist_is_exit_2_and_is_not_made(stores: Stores, tmp_path: Path) -> None:
+    for flag in ("--ledger", "--state"):
+        missing = tmp_path / f"typo{flag}.db"
+        args = {"--ledger": str(stores.ledger), "--state": str(stores.state), flag: str(missing)}
+        done = platformctl("dashboard", "--export", str(tmp_path / "x.html"), "--pipeline", str(stores.pipeline),
+                           *[part for kv in args.items() for part in kv], cwd=tmp_path)
+        assert done.returncode == 2 and flag in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert not missing.exists() and not (tmp_path / "x.html").exists()
 
 
 @pytest.mark.parametrize(("args", "field"), [

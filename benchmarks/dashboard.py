@@ -5,7 +5,8 @@ of the four stages records a result every minute, spread over the stage's three 
 pods failing on every fourth image; and a ledger the real reconciler wrote, a candidate every six hours carried
 dev -> staging -> prod-canary -> prod by a tick every fifteen minutes (benchmarks/release_tick.py's). One holds a day
 of it, the other a month. Timed, median of 5: ``GET /`` on the served application (the stores read anew each time,
-no cache, the stores opened once as the server keeps them) and ``platformctl dashboard --export``'s work (read, render, write the file with plotly.js inlined).
+no cache, the stores opened once as the server keeps them) and ``platformctl dashboard --export``'s
+work (read, render, write the file with plotly.js inlined).
 Printed: each time, the rows each set holds, and the ratio month / day. Target: each under 2 s on this machine.
 
 Not part of the test run.

@@ -47,6 +47,17 @@ class Stores:
         return ["--pipeline", str(self.pipeline), "--ledger", str(self.ledger), "--state", str(self.state)]
 
 
+def store_newer_result(stores: Stores, image: str) -> None:
+    """A canary's result one second after the newest, on ``image``, as the runner stores it."""
+    last = max(stores.rows, key=lambda r: r["at"])
+    row = {**last, "image": image, "at": last["at"] + 1, "outcome": "ok"}
+    store = SQLiteStore(stores.state)
+    try:
+        store.append(results_stream("dev", row["cluster"], row["at"]), row)
+    finally:
+        store.close()
+
+
 def canary_rows(start: float, end: float, image: str, failing: float = 0.0, seed: int = 1) -> list[dict[str, Any]]:
     rows = stage_results(start, end, failing=failing, seed=seed)
     out = [{**r, "kind": "result", "stage": "dev", "image": image,

@@ -17,12 +17,10 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
-from e2e_canary.runner import results_stream
 from platformctl.app import dashboard as reading
 from platformctl.app.dashboard import DashboardRequest, Reader, gather
 from platformctl.cli import dashboard as command
-from platformctl.state.sqlite import SQLiteStore
-from tests.platformctl.dashboard_stores import BAD_IMAGE, EVIL_CLUSTER, GOOD_IMAGE, ONERROR, SCRIPT, Stores, build
+from tests.platformctl.dashboard_stores import BAD_IMAGE, EVIL_CLUSTER, GOOD_IMAGE, ONERROR, SCRIPT, Stores, build, store_newer_result
 
 
 @pytest.fixture(scope="module")
@@ -140,13 +138,7 @@ def test_the_served_page_says_what_changed_when_a_new_result_is_stored(stores: S
     assert re.search(r"<script>", page.get_data(as_text=True)) is None
     first = client.get("/data.json").get_json()
     assert client.get(f"/data.json?version={first['version']}").get_json() == {"version": first["version"]}  # nothing new
-    last = max(mine.rows, key=lambda r: r["at"])
-    row = {**last, "image": "ami-0newer", "at": last["at"] + 1, "outcome": "ok"}
-    store = SQLiteStore(mine.state)
-    try:
-        store.append(results_stream("dev", row["cluster"], row["at"]), row)
-    finally:
-        store.close()
+    store_newer_result(mine, "ami-0newer")
     after = client.get(f"/data.json?version={first['version']}").get_json()
     assert after["version"] != first["version"]
     assert "ami-0newer p50" in {t["name"] for t in json.loads(after["figures"])["dev-latency"]["data"]}

@@ -17,10 +17,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
-from e2e_canary.runner import results_stream
 from platformctl.app.dashboard import DashboardRequest, gather
-from platformctl.state.sqlite import SQLiteStore
-from tests.platformctl.dashboard_stores import BAD_IMAGE, ONERROR, SCRIPT, Stores, build
+from tests.platformctl.dashboard_stores import BAD_IMAGE, ONERROR, SCRIPT, Stores, build, store_newer_result
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("PLATFORMCTL_ARTIFACTS") or REPO / "artifacts")
@@ -122,13 +120,7 @@ def test_the_served_page_renders_shows_the_stores_and_redraws_by_itself(browser:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     watched.page.screenshot(path=str(ARTIFACTS / "dashboard-served.png"), full_page=True)
     # A new result stored by a canary on a new image: the page draws its line with no reload.
-    last = max(stores.rows, key=lambda r: r["at"])
-    row = {**last, "image": "ami-0newer", "at": last["at"] + 1, "outcome": "ok"}
-    store = SQLiteStore(stores.state)
-    try:
-        store.append(results_stream("dev", row["cluster"], row["at"]), row)
-    finally:
-        store.close()
+    store_newer_result(stores, "ami-0newer")
     deadline = time.monotonic() + 60
     while "ami-0newer p50" not in watched.traces("dev-latency"):
         assert time.monotonic() < deadline, "the page did not redraw within 60 s of a new result"

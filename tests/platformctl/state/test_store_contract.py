@@ -13,11 +13,9 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
 from platformctl.errors import PlatformError
 from platformctl.state import LeaseHeld, LeaseLost, StateStore, open_store
@@ -34,24 +32,6 @@ class SettableClock:
 
     def sleep(self, seconds: float) -> None:
         self.t += seconds
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def aws_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    env = {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_REGION": "us-west-2"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    return env
 
 
 _tables = iter(range(10_000))

@@ -24,7 +24,7 @@ from e2e_canary.sli import objectives, sli_series
 from platformctl.app.release import DEFAULT_LEDGER, candidate_report
 from platformctl.app.stores import store_for
 from platformctl.errors import PlatformError
-from platformctl.state import StateStore, open_store
+from platformctl.state import StateStore, dynamodb_spec, open_store
 from platformctl.topology import STAGES, load_stage
 from release_pipeline.gates import freezes_in_force
 from release_pipeline.ledger import LEDGER, Ledger
@@ -54,11 +54,14 @@ def _unreadable(what: str, exc: BaseException) -> str:
     return f"{what} cannot be read: {detail}"
 
 
-def must_exist(spec: str, field: str, file: str | None = None) -> None:
-    """A SQLite store named must exist already: a read-only page never makes one (a store that exists but cannot be
-    read is shown on the page instead)."""
-    if not spec.startswith("dynamodb://") and not Path(spec.removeprefix("sqlite:///")).is_file():
-        raise PlatformError(f"no store at {spec} (a SQLite file that does not exist: nothing has written there yet)",
+def must_exist(spec: str, field: str, file: str | None = None, hint: str = "nothing has written there yet") -> None:
+    """A store named must be one: a malformed name is a mistake, and a SQLite file must exist already, since a read-only
+    page never makes one (a store that exists but cannot be read, or a table that does not answer, is shown on the
+    page instead)."""
+    if spec.startswith("dynamodb://"):
+        dynamodb_spec(spec, field)  # its shape only: a table that does not answer is shown on the page
+    elif not Path(spec.removeprefix("sqlite:///")).is_file():
+        raise PlatformError(f"no store at {spec} (a SQLite file that does not exist: {hint})",
                             **({"file": file} if file else {}), field=field)
 
 
@@ -76,7 +79,7 @@ class Reader:
             spec, field, file = str(Path(self.pipeline.source).resolve().parent.parent / DEFAULT_LEDGER), "--ledger", None
         if request.state:
             must_exist(request.state, "--state")
-        must_exist(spec, field, file)
+        must_exist(spec, field, file, "no candidate recorded yet; `platformctl release start` records the first")
         self.ledger_spec = spec
         self.ledger: Ledger | None = None  # opened at the first read that can
         self.stores: dict[str, StateStore] = {}  # stage -> its store, opened once

@@ -85,10 +85,18 @@ def _empty() -> dict[str, Any]:
 def export(request: DashboardRequest, path: Path) -> Path:
     """Write the page, scripts and data inlined, to ``path`` (its folder must exist)."""
     writable_file(path, "--export")
-    page = view.page(gather(request), served=False)  # every input checked before the file is written
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
+    try:  # opened before any work: a folder that cannot be written in is said first, and nothing is left behind
+        out = tmp.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise PlatformError(f"cannot write there: {exc.strerror or exc}", file=str(path), field="--export") from None
+    try:
+        with out:
+            out.write(view.page(gather(request), served=False))
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -39,6 +39,21 @@ def default_path() -> Path:
     return Path(os.environ.get("PLATFORMCTL_HOME") or ".platformctl") / "state.db"
 
 
+def dynamodb_spec(given: str, where: str) -> tuple[str, str | None]:
+    """``dynamodb://TABLE`` or ``dynamodb://TABLE?region=REGION``: the table and its region (None: the command's), or
+    one line naming ``where`` the spec came from."""
+    table, _, query = given.removeprefix("dynamodb://").partition("?")
+    table = table.strip("/")
+    if not table:
+        raise PlatformError("dynamodb:// needs a table name (dynamodb://TABLE)", file=given, field=where)
+    region = None  # a table in another region than the command's (the release ledger every stage shares)
+    if query:
+        key, _, region = query.partition("=")
+        if key != "region" or not region:
+            raise PlatformError("expected dynamodb://TABLE or dynamodb://TABLE?region=REGION", file=given, field=where)
+    return table, region
+
+
 def open_store(spec: str | None = None) -> StateStore:
     """The store ``spec`` names (else ``$PLATFORMCTL_STATE``, else the default SQLite file)."""
     given = spec or os.environ.get(ENV) or ""
@@ -46,15 +61,7 @@ def open_store(spec: str | None = None) -> StateStore:
     if given.startswith("dynamodb://"):
         from platformctl.state.dynamodb import DynamoDBStore
 
-        table, _, query = given.removeprefix("dynamodb://").partition("?")
-        table = table.strip("/")
-        if not table:
-            raise PlatformError("dynamodb:// needs a table name (dynamodb://TABLE)", file=given, field=where)
-        region = None  # a table in another region than the command's (the release ledger every stage shares)
-        if query:
-            key, _, region = query.partition("=")
-            if key != "region" or not region:
-                raise PlatformError("expected dynamodb://TABLE or dynamodb://TABLE?region=REGION", file=given, field=where)
+        table, region = dynamodb_spec(given, where)
         return DynamoDBStore(table, location=given, region=region)
     from platformctl.state.sqlite import SQLiteStore
 
@@ -69,4 +76,4 @@ def open_store(spec: str | None = None) -> StateStore:
     return SQLiteStore(path, location=given)
 
 
-__all__ = ["ENV", "Lease", "LeaseHeld", "LeaseLost", "Record", "StateStore", "default_path", "open_store"]
+__all__ = ["ENV", "Lease", "LeaseHeld", "LeaseLost", "Record", "StateStore", "default_path", "dynamodb_spec", "open_store"]

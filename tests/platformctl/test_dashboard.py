@@ -162,10 +162,13 @@ def test_a_store_named_that_does_not_exist_is_exit_2_and_is_not_made(stores: Sto
     (["--window", "soon"], "--window"),
     (["--window", "0"], "--window"),
     (["--port", "99999"], "--port"),
+    (["--export", "/proc/dashboard.html"], "--export"),  # a folder that cannot be written in: said before any work
+    (["--state", "dynamodb://"], "--state"),
+    (["--state", "dynamodb://t?zone=x"], "--state"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(stores: Stores, tmp_path: Path, args: list[str], field: str) -> None:
     before = sorted(p.name for p in tmp_path.iterdir())
-    done = platformctl("dashboard", *args, *stores.args(), cwd=tmp_path)
+    done = platformctl("dashboard", *stores.args(), *args, cwd=tmp_path)  # the last of a repeated option counts
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and field in done.stderr, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 

@@ -8,6 +8,7 @@ time.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import time
 from collections.abc import Callable
@@ -42,6 +43,13 @@ def synced_now(clock: Clock) -> float:
     server's own timestamps (a pod's Ready time) must be on the server's timeline, not the client's guess of it."""
     sync = getattr(clock, "sync", None)
     return float(sync()) if callable(sync) else clock.now()
+
+
+def parked(clock: Clock) -> contextlib.AbstractContextManager[None]:
+    """While the calling thread waits for other threads' work (not for time): a clock shared with a local region
+    (``parked()``) lets the region skip time the other threads wait through; any other clock ignores it."""
+    park = getattr(clock, "parked", None)
+    return park() if callable(park) else contextlib.nullcontext()
 
 
 class WallClock:

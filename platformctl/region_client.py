@@ -13,15 +13,19 @@ their time from the server (``ServerClock``), so their waits pass in the cluster
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,7 @@ from platformctl.clock import Clock
 from platformctl.errors import PlatformError
 
 EXTENSION = "platformctl.io/local-region"
+CLIENT_HEADER = "X-Platformctl-Client"  # which registered client of the region's clock a request comes from
 
 
 def home() -> Path:
@@ -97,17 +102,115 @@ def for_stage(info: dict[str, Any] | None, stage: str | None = None, cluster: st
 
 
 class ServerClock:
-    """The local region's virtual clock, as a client sees it: ``speed`` virtual seconds per wall second."""
+    """The local region's virtual clock, as a client sees it: ``speed`` virtual seconds per wall second while the
+    client works, read again from the server whenever it waits.
 
-    def __init__(self, time_url: str) -> None:
+    Made with ``register=True`` (``shared_clock``, one per region and process) the client takes part in the region's
+    time (``platformctl.server.timekeeper``): its sleeps and its informers' waits are held by the server, which skips
+    to the next instant something is due once every registered client waits and nobody else has a request in
+    flight. Every thread that uses the clock counts as working until it waits, unless it is ``parked`` (waiting for
+    other threads, not for time). Without registration (an older region, or a one-off read) sleeps are wall sleeps
+    at ``speed``."""
+
+    def __init__(self, time_url: str, register: bool = False) -> None:
         data = _get_json(time_url)
         self.url = time_url
         self.speed = float(data["speed"])
         self._read(data)
+        self.client_id: str | None = None
+        self._base = time_url.rsplit("/", 1)[0] + "/clock"
+        self._lock = threading.Lock()
+        self._threads: dict[int, threading.Thread] = {}
+        self._parked: set[int] = set()
+        if register:
+            self._register()
 
     def _read(self, data: dict[str, Any]) -> None:
         self.read_virtual = float(data["virtual_time"])  # the server's time when it answered
         self._wall = float(data["wall_time"])
+
+    # ---------------------------------------------------------------- taking part in the region's time
+
+    def _register(self) -> None:
+        try:
+            answer = _post_json(f"{self._base}/clients", {"pid": os.getpid(), "name": " ".join(sys.argv[1:5])[:120]})
+        except (OSError, ValueError):
+            return  # a region that does not keep clients: wall sleeps at its speed
+        self.client_id = str(answer["id"])
+        self._read(answer)
+        self._touch()
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Leave the region's time (at exit): a client that is gone holds nothing."""
+        client, self.client_id = self.client_id, None
+        if client is not None:
+            try:
+                _request_json(f"{self._base}/clients/{client}", method="DELETE", timeout=2.0)
+            except (OSError, ValueError):
+                pass
+
+    def _touch(self) -> None:
+        thread = threading.current_thread()
+        if thread.ident is not None and thread.ident not in self._threads:
+            with self._lock:
+                self._threads[thread.ident] = thread
+
+    def _participants(self) -> int:
+        with self._lock:
+            for ident in [i for i, t in self._threads.items() if not t.is_alive()]:
+                del self._threads[ident]
+                self._parked.discard(ident)
+            return len(self._threads) - len(self._parked)
+
+    @contextlib.contextmanager
+    def parked(self) -> Iterator[None]:
+        """While the calling thread waits for other threads (not for time), it does not hold the region's clock."""
+        ident = threading.get_ident()
+        if self.client_id is None:
+            yield
+            return
+        self._touch()
+        with self._lock:
+            self._parked.add(ident)
+        self._tell_participants()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._parked.discard(ident)
+            self._tell_participants()
+
+    def _tell_participants(self) -> None:
+        try:
+            _post_json(f"{self._base}/clients/{self.client_id}", {"participants": self._participants()})
+        except (OSError, ValueError):
+            pass
+
+    def _wait(self, until: float, **watch: Any) -> dict[str, Any] | None:
+        """One wait at the server (held up to a few wall seconds); None when the server cannot be asked."""
+        if self.client_id is None:
+            return None
+        try:
+            answer = _post_json(f"{self._base}/clients/{self.client_id}/wait",
+                                {"until": until, "participants": self._participants(), **watch}, timeout=40.0)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # the region forgot this client (it restarted): take part again
+                self._register()
+            return None
+        except (OSError, ValueError):
+            return None
+        self._read(answer)
+        return answer
+
+    def wait_for_change(self, until: float, cluster: str, kind: str, rv: int) -> int | None:
+        """Wait until ``until`` or until ``kind`` in ``cluster`` has a change newer than resource version ``rv``; the
+        newest change's version (None when the server cannot say: the caller waits by itself)."""
+        self._touch()
+        answer = self._wait(until, cluster=cluster, kind=kind, rv=rv)
+        return int(answer["rv"]) if answer is not None else None
+
+    # ---------------------------------------------------------------- the clock
 
     def sync(self) -> float:
         """Ask the server its time again and go on from there: a busy server's clock (its timers, the CronJobs
@@ -119,11 +222,45 @@ class ServerClock:
         return self.now()
 
     def now(self) -> float:
+        if self.client_id is not None:
+            self._touch()
         return self.read_virtual + (time.time() - self._wall) * self.speed
 
     def sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds / self.speed)
+        if seconds <= 0:
+            return
+        until = self.now() + seconds
+        while self.client_id is not None:
+            answer = self._wait(until)
+            if answer is None:
+                break
+            if answer["released"] or float(answer["virtual_time"]) >= until:
+                return
+        time.sleep(max(until - self.now(), 0.0) / self.speed)
+
+
+_SHARED: dict[str, ServerClock] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_clock(time_url: str) -> ServerClock:
+    """This process's one registered clock of the region at ``time_url``: every context of the region shares it."""
+    with _SHARED_LOCK:
+        clock = _SHARED.get(time_url)
+        if clock is None:
+            clock = _SHARED[time_url] = ServerClock(time_url, register=True)
+        return clock
+
+
+def _request_json(url: str, body: dict[str, Any] | None = None, method: str = "POST", timeout: float = 10.0) -> dict[str, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def _post_json(url: str, body: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+    return _request_json(url, body, "POST", timeout)
 
 
 def clock_for_context(kubeconfig: str | None, context: str | None) -> Clock | None:
@@ -138,7 +275,7 @@ def clock_for_context(kubeconfig: str | None, context: str | None) -> Clock | No
     except (OSError, yaml.YAMLError, StopIteration, KeyError, TypeError, AttributeError):
         return None
     try:
-        return ServerClock(url)
+        return shared_clock(url)
     except (OSError, ValueError, KeyError):
         return None
 
@@ -167,7 +304,7 @@ def use_for_aws() -> dict[str, Any] | None:
 
 
 def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool = True, canaries: bool = False,
-       timeout: float | None = None) -> tuple[dict[str, Any], bool]:
+       timeout: float | None = None, skip: bool = True) -> tuple[dict[str, Any], bool]:
     """Start the region of ``stages`` detached, or return the running one when it holds them. Returns (status, started)."""
     folder = state_dir()
     folder.mkdir(parents=True, exist_ok=True)
@@ -191,6 +328,8 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
             command.append("--no-workloads")
         if canaries:
             command.append("--canaries")
+        if not skip:
+            command.append("--no-skip")
         with open(folder / "server.log", "ab") as out:
             child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
                                      close_fds=True)

@@ -15,6 +15,8 @@ from typing import Any
 def environment(home: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """A clean environment: no AWS target and no kubeconfig of the developer's, this test's PLATFORMCTL_HOME."""
     out = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PLATFORMCTL_")) and k != "KUBECONFIG"}
+    if "PLATFORMCTL_LOCAL_SKIP" in os.environ:  # `local up --no-skip` for every region of the run: both ways compared
+        out["PLATFORMCTL_LOCAL_SKIP"] = os.environ["PLATFORMCTL_LOCAL_SKIP"]
     out.update({"PLATFORMCTL_HOME": str(home), **(env or {})})
     return out
 

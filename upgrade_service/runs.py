@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from platformctl.clock import parked
 from platformctl.cluster.model import format_time
 from platformctl.state import LeaseHeld, StateStore
 from platformctl.state.lease import LeaseKeeper
@@ -135,7 +136,8 @@ def run_stage(steps: Sequence[Sequence[Target]], policy: RotationPolicy, store: 
             pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(len(step), 1))
             futures = [pool.submit(Executor(t, policy, store, options, by_name[j.stream_of(t.name)], progress).run)
                        for t in step]
-            done = _every_result(futures, stop)
+            with parked(step[0].cluster.clock):  # the workers hold the region's time, not this thread
+                done = _every_result(futures, stop)
             pool.shutdown(wait=True)
             outcomes += done
             if any(o.status != "done" for o in done):  # the next zone starts only once this one is through

@@ -21,8 +21,28 @@ from platformctl.cli.output import emit_json as _emit_json
 from platformctl.errors import PlatformError
 from platformctl.topology import STAGES, HostCluster, load_stage
 
+# The subcommands whose modules are imported only when used, as click's documentation does it ("lazily loading
+# subcommands"): every scheduled job and test starts a process, and `rotate run` has no need of scipy or plotly.
+_LAZY = {
+    "ami": "platformctl.cli.ami:ami", "canary": "platformctl.cli.canary:canary",
+    "dashboard": "platformctl.cli.dashboard:dashboard", "local": "platformctl.cli.local:local",
+    "release": "platformctl.cli.release:release", "remediate": "platformctl.cli.remediate:remediate",
+    "rotate": "platformctl.cli.rotate:rotate",
+}
+
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *(_LAZY if self.name == "cli" else ())})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if self.name == "cli" and cmd_name in _LAZY and cmd_name not in self.commands:
+            import importlib
+
+            module, attr = _LAZY[cmd_name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -233,23 +253,6 @@ def demo(ctx: click.Context, stage_name: str, minutes: int, save_snapshots: Path
         _emit_json(report.as_dict())
     if report.budget_violations or report.rotation.get("harm") or not report.rotation.get("all_on_new_images"):
         sys.exit(1)
-
-
-from platformctl.cli.ami import ami  # noqa: E402  (registers after the group exists)
-from platformctl.cli.canary import canary  # noqa: E402
-from platformctl.cli.dashboard import dashboard as dashboard_command  # noqa: E402
-from platformctl.cli.local import local  # noqa: E402
-from platformctl.cli.release import release  # noqa: E402
-from platformctl.cli.remediate import remediate  # noqa: E402
-from platformctl.cli.rotate import rotate  # noqa: E402
-
-cli.add_command(ami)
-cli.add_command(canary)
-cli.add_command(dashboard_command)
-cli.add_command(local)
-cli.add_command(release)
-cli.add_command(remediate)
-cli.add_command(rotate)
 
 
 def main() -> None:

@@ -26,7 +26,12 @@ def _print_status(info: dict[str, Any], headline: str) -> None:
     held = [for_stage(info, s) or info for s in stages_of(info)]
     where = ", ".join(f"{h['stage']} ({h['region']})" for h in held)
     out.print(f"[bold]{headline}[/]: stage{'s' if len(held) > 1 else ''} {where}, pid {info['pid']}, "
-              f"virtual time {info['virtual_time']} at {info['speed']:g}× wall time")
+              f"virtual time {info['virtual_time']} at {info['speed']:g}× wall time"
+              f"{', skipping what nobody waits through' if info.get('skip', False) else ''}")
+    clock = info.get("clock") or {}
+    if clock.get("jumps"):
+        out.print(f"  clock          skipped {clock['skipped_seconds']:.0f} s in {clock['jumps']} jumps; "
+                  f"{len(clock.get('clients') or [])} registered client(s)")
     out.print(f"  AWS endpoint   {info['aws_endpoint']}   (commands here use it; elsewhere: export AWS_ENDPOINT_URL={info['aws_endpoint']})")
     out.print(f"  kubeconfig     {info['kubeconfig']}   (kubectl --kubeconfig {info['kubeconfig']} get nodes)")
     for h in held:
@@ -54,14 +59,17 @@ def local() -> None:
               show_default=True, help="the stage the region holds; repeat it, or say all, for several (each in its own "
               "AWS region of one moto, on one virtual clock)")
 @click.option("--speed", type=click.FloatRange(min=1.0, max=100_000.0), default=300.0, show_default=True,
-              help="virtual seconds per wall second (300: a 300 s node boot takes a second)")
+              help="virtual seconds per wall second while anyone works (300: a 300 s node boot takes a second)")
+@click.option("--skip/--no-skip", default=True, show_default=True, envvar="PLATFORMCTL_LOCAL_SKIP",
+              help="skip to the next instant something is due whenever every registered client (the toolkit's own "
+              "commands) waits and no other request is in flight")
 @click.option("--workloads/--no-workloads", default=True, show_default=True,
               help="fill the member clusters with synthetic services, stateful sets, jobs and budgets")
 @click.option("--canaries/--no-canaries", default=True, show_default=True,
               help="run each stage's canary runner as a process, as the Pulumi program runs it in each cluster")
 @OUTPUT
 @click.pass_context
-def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, workloads: bool, canaries: bool,
+def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, skip: bool, workloads: bool, canaries: bool,
              output: str) -> None:
     """Start the local region of a stage, or of several, in the background (or report the one running)."""
     from platformctl import region_client as control
@@ -69,7 +77,7 @@ def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, wor
     stages = list(STAGES) if "all" in stage_names else [s for s in STAGES if s in stage_names]  # in the pipeline's order
     for name in stages:
         load_stage(name, ctx.obj["infra_dir"])  # a broken stack file fails here, in one line, not in the server log
-    info, started = control.up(stages, speed, ctx.obj["infra_dir"], workloads, canaries)
+    info, started = control.up(stages, speed, ctx.obj["infra_dir"], workloads, canaries, skip=skip)
     if output == "json":
         emit_json({**info, "started": started})
         return

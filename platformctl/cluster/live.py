@@ -65,6 +65,11 @@ class LiveCluster:
             from platformctl.region_client import clock_for_context
 
             clock = clock_for_context(path, context)
+            client_id = getattr(clock, "client_id", None)
+            if client_id:  # the region counts this process's requests as its clock's, not a stranger's
+                from platformctl.region_client import CLIENT_HEADER
+
+                api_client.set_default_header(CLIENT_HEADER, client_id)
         return cls(api_client, name=context or "live", clock=clock, source=path)
 
     @property

@@ -187,12 +187,34 @@ class LiveInformer(Informer):
         self._drain(None)
         if until():
             return True
+        changes = getattr(self.clock, "wait_for_change", None)  # a local region's clock holds the wait itself
         while True:
             remaining = deadline - self.clock.now()
             if remaining <= 0:
                 return until()
-            if self._drain(max(real_seconds(self.clock, remaining), 0.001)) and until():
+            latest = changes(deadline, self.live.name, self.kind, self._version()) if changes is not None else None
+            if latest is None:
+                if self._drain(max(real_seconds(self.clock, remaining), 0.001)) and until():
+                    return True
+            elif self._catch_up(latest) and until():
                 return True
+
+    def _version(self) -> int:
+        try:
+            return int(self.resource_version or 0)
+        except ValueError:
+            return 0
+
+    def _catch_up(self, latest: int, patience: float = 5.0) -> bool:
+        """Apply what the watch brings until this informer has heard of version ``latest`` (the server said a change
+        of its kind exists up to there), for at most ``patience`` wall seconds."""
+        import time
+
+        moved = self._drain(None)
+        end = time.monotonic() + patience
+        while self._version() < latest and (left := end - time.monotonic()) > 0:
+            moved |= self._drain(min(left, 0.5))
+        return moved
 
     def close(self) -> None:
         """Stop watching: the thread's blocked read is woken by shutting its socket down (closing the response from

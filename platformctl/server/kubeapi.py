@@ -12,6 +12,8 @@ each its own server URL. The subset is what the toolkit, the official client and
 - PodDisruptionBudgets with the status the disruption controller computes; namespaces;
   Deployments, DaemonSets, StatefulSets, Jobs and CronJobs: create, get, list, delete.
 
+Bodies are JSON, or protobuf as kubectl 1.32 and later send what ``kubectl create`` and ``debug`` build
+(``platformctl.server.protobuf``); answers are JSON, which kubectl accepts beside protobuf.
 ``kubectl get`` asks for ``Table`` answers and gets the API server's own columns. Mistakes get the
 API's ``Status`` errors (400, 404, 405, 409, 410, 415, 422); any fault of the server's is a 500
 ``Status`` and is logged, never a crash.
@@ -37,7 +39,7 @@ from werkzeug.wrappers import Request, Response
 from platformctl.cluster.model import Node, Pod, Taint
 from platformctl.cluster.workloads import SCALABLE, apply_patch
 from platformctl.errors import NotFoundError, PlatformError
-from platformctl.server import discovery
+from platformctl.server import discovery, protobuf
 from platformctl.server.events import FIELDS as EVENT_FIELDS
 from platformctl.server.events import as_events_v1
 from platformctl.server.objects import (
@@ -396,9 +398,12 @@ class KubeAPI:
     # ---------------------------------------------------------------- writes
 
     def _body(self, request: Request) -> dict[str, Any]:
+        """The object a request sends: JSON, or the protobuf kubectl 1.32 and later send (``protobuf.decode``)."""
+        if request.mimetype == protobuf.MEDIA_TYPE:
+            return protobuf.decode(request.get_data(cache=False))
         if request.mimetype not in ("", "application/json"):
             raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media "
-                           f"types include: application/json (got {request.mimetype!r})")
+                           f"types include: application/json, {protobuf.MEDIA_TYPE} (got {request.mimetype!r})")
         raw = request.get_data(cache=False)
         try:
             body = json.loads(raw or b"{}")

@@ -116,6 +116,11 @@ class ChangeLog:
     def current(self, kind: str) -> list[Node | Pod]:
         return list(self._seen[kind].values())
 
+    def latest(self, kind: str) -> int:
+        """The resource version of the newest change of ``kind`` (what a watcher that has it has heard of)."""
+        log = self.entries.get(kind)
+        return log[-1].rv if log else self._floor.get(kind, 0)
+
     def since(self, kind: str, rv: int) -> list[Change]:
         """The changes after resource version ``rv``; ``Expired`` when some of them are no longer kept."""
         if rv < self._floor[kind]:

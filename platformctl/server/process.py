@@ -49,6 +49,7 @@ from platformctl.local_region import FAKE_CREDENTIALS, LocalRegion
 from platformctl.region_client import EXTENSION
 from platformctl.server.kubeapi import KubeAPI
 from platformctl.server.objects import ApiError, ClusterState
+from platformctl.server.timekeeper import TimedApp, TimeKeeper
 from platformctl.topology import HostCluster, load_stage
 
 TICK_SECONDS = 0.05
@@ -84,7 +85,7 @@ def kubeconfig(stage: str | Mapping[str, str], base_url: str, clusters: Mapping[
 class ClusterEndpoint:
     """One cluster's own endpoint: the shared API with this cluster's path prefix put in front."""
 
-    def __init__(self, app: KubeAPI, cluster: str) -> None:
+    def __init__(self, app: Callable[..., Any], cluster: str) -> None:
         self.app = app
         self.prefix = f"/clusters/{cluster}"
 
@@ -99,7 +100,7 @@ class ClusterEndpoint:
 class Server:
     def __init__(self, stage_names: Sequence[str], state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool,
                  seed: int, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None,
-                 canaries: bool = False) -> None:
+                 canaries: bool = False, skip: bool = True) -> None:
         self.stages = [load_stage(name, infra_dir) for name in dict.fromkeys(stage_names)]
         self.stage = self.stages[0]
         self.infra_dir = infra_dir
@@ -107,6 +108,8 @@ class Server:
         self.prepare = prepare
         self.state_dir = state_dir
         self.speed = speed
+        self.skip = skip
+        self.keeper: TimeKeeper | None = None
         self.workloads = workloads
         self.canaries = canaries
         self.seed = seed
@@ -184,7 +187,10 @@ class Server:
             self.clusters.update(states)
             self.stage_of.update(dict.fromkeys(states, name))
 
-        app = KubeAPI(self.clusters, self.cond, self.control, self.stopping)
+        assert self.region is not None
+        # From here on the clock is the keeper's: at --speed while anyone works, skipping what nobody waits through.
+        self.keeper = TimeKeeper(self.region.clock, self.cond, self.speed, self.skip, self._tick_clusters, self._latest)
+        app = TimedApp(KubeAPI(self.clusters, self.cond, self.control, self.stopping), self.keeper)
         self.http = make_server("127.0.0.1", 0, app, threaded=True)
         base = f"http://127.0.0.1:{self.http.server_port}"
         # Each cluster also gets an endpoint of its own, as EKS gives each cluster its own: paths there are the
@@ -204,6 +210,7 @@ class Server:
         } for s in self.stages}
         self.info = {
             "pid": os.getpid(), "stage": self.stage.name, "stages": [s.name for s in self.stages], "speed": self.speed,
+            "skip": self.skip,
             "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
             "clusters": list(self.clusters), "started": format_time(self.started_wall), "log": str((self.state_dir / "server.log").resolve()),
             "image_lock": str(lock.resolve()), "canaries": self.canaries, "by_stage": by_stage,
@@ -246,20 +253,25 @@ class Server:
             raise RuntimeError("no clock yet")
         return self.region.clock.now()
 
+    def _tick_clusters(self) -> bool:
+        """After the clock moved (under the lock): the clusters' bookkeeping; whether any node or pod changed."""
+        changed = False
+        for state in self.clusters.values():
+            changed = state.tick() or changed
+        return changed
+
+    def _latest(self, cluster: str, kind: str) -> int:
+        state = self.clusters.get(cluster)
+        return state.changes.latest(kind) if state is not None else 0
+
     def _tick_forever(self) -> None:
-        assert self.region is not None
-        clock = self.region.clock
-        v0, w0 = clock.now(), time.monotonic()
-        while not self.stopping.wait(TICK_SECONDS):
-            target = v0 + (time.monotonic() - w0) * self.speed
+        keeper = self.keeper
+        assert keeper is not None
+        while not self.stopping.is_set():
+            keeper.kick.wait(TICK_SECONDS)
+            keeper.kick.clear()
             try:
-                with self.cond:
-                    clock.run_until(target)
-                    changed = False
-                    for state in self.clusters.values():
-                        changed = state.tick() or changed
-                    if changed:
-                        self.cond.notify_all()
+                keeper.advance()
             except Exception:  # keep time moving; the log has the fault
                 log.exception("virtual clock tick failed")
 
@@ -313,7 +325,8 @@ class Server:
                 return {"code": 422, "error": exc.detail, "field": exc.field}
             return {"kind": "FaultList", "faults": self._faults()}
         if what == "time":
-            return {"virtual_time": now, "virtual_time_iso": format_time(now), "speed": self.speed, "wall_time": time.time()}
+            return {"virtual_time": now, "virtual_time_iso": format_time(now), "speed": self.speed, "wall_time": time.time(),
+                    "skip": self.skip}
         clusters = []
         for name, state in self.clusters.items():
             nodes = state.sim.list_nodes()
@@ -322,7 +335,8 @@ class Server:
                              "pods": len(state.sim.list_pods())})
         runners = [{"pid": r.pid, "running": r.poll() is None, "exit_code": r.returncode} for r in self.runners]
         return {**self.info, "running": True, "clusters": clusters, "canary_runners": runners,
-                "virtual_time": format_time(now), "virtual_epoch": now}
+                "virtual_time": format_time(now), "virtual_epoch": now,
+                "clock": self.keeper.status() if self.keeper is not None else {}}
 
     def _faults(self) -> list[dict[str, Any]]:
         seen, out = set(), []
@@ -383,6 +397,7 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
     parser.add_argument("--stage", required=True, action="append", help="a stage the region holds (repeatable)")
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--speed", type=float, default=300.0)
+    parser.add_argument("--no-skip", action="store_true", help="never skip time nobody waits through")
     parser.add_argument("--infra-dir", type=Path, default=None)
     parser.add_argument("--no-workloads", action="store_true")
     parser.add_argument("--canaries", action="store_true", help="run each stage's canary runner as a process")
@@ -392,7 +407,7 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     args.state_dir.mkdir(parents=True, exist_ok=True)
     server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner,
-                    prepare, canaries=args.canaries)
+                    prepare, canaries=args.canaries, skip=not args.no_skip)
     try:
         server.start()
     except Exception as exc:

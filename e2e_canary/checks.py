@@ -32,7 +32,7 @@ from croniter import croniter
 
 from e2e_canary.definitions import Canary
 from e2e_canary.measure import Startup, startup
-from platformctl.clock import Clock, past
+from platformctl.clock import Clock, past, synced_now
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
 from platformctl.errors import ApiRefused, NotFoundError
@@ -66,6 +66,15 @@ class Check:
     deadline: float = 0.0
     disrupted: dict[str, str] = field(default_factory=dict)  # pod -> DisruptionTarget reason, as seen
     nodes: dict[str, Node] = field(default_factory=dict)
+    origin: float | None = None  # the API server's creationTimestamp of the check's first object
+
+    def elapsed(self, end: float | None = None, start: float | None = None) -> float:
+        """A duration of the check on the API server's clock: from ``start`` (else its first object's creation) to
+        ``end`` (else the server's time now), never below zero. Both ends are the server's own stamps or readings,
+        never this client's guess of its time: a busy client's lag is not the platform's."""
+        first = start if start is not None else (self.origin if self.origin is not None else self.started)
+        last = end if end is not None else synced_now(self.clock)
+        return max(last - first, 0.0)
 
     @property
     def clock(self) -> Clock:
@@ -94,11 +103,14 @@ class Check:
         obj["metadata"] = {**obj.get("metadata", {}), "namespace": self.namespace,
                            "labels": {**self.labels, **obj.get("metadata", {}).get("labels", {})}}
         try:
-            return self.cluster.create_object(obj)
+            made = self.cluster.create_object(obj)
         except ApiRefused as exc:
             raise CheckFailed("fail" if exc.status >= 500 else "infra_error",
                               f"the API server answered {exc.status} to creating {obj['kind']} {obj['metadata']['name']}: "
                               f"{exc.detail}") from None
+        if self.origin is None:
+            self.origin = _stamp(made, "creationTimestamp")
+        return made
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         try:
@@ -187,7 +199,7 @@ def service(check: Check) -> list[Row]:
 
     check.wait(f"Deployment {name}: {c.replicas} replicas Ready", ready(c.replicas), lambda: check.pods(selector))
     # The roll: a new template (a new image when the canary names one), availability sampled at every poll.
-    roll_start = check.clock.now()
+    roll_start = synced_now(check.clock)
     patch: dict[str, Any] = {"spec": {"template": {"metadata": {"annotations": {ROLL_ANNOTATION: str(roll_start)}}}}}
     if c.new_image:
         patch["spec"]["template"]["spec"] = {"containers": [{"name": "probe", "image": c.new_image}]}
@@ -202,7 +214,7 @@ def service(check: Check) -> list[Row]:
         return ready(c.replicas)() and all(p.annotations.get(ROLL_ANNOTATION) == str(roll_start) for p in live)
 
     check.wait(f"Deployment {name}: rolled to its new template", rolled, lambda: check.pods(selector))
-    roll_seconds = check.clock.now() - roll_start
+    roll_seconds = check.elapsed(start=roll_start)
     if lowest < c.budget:
         raise CheckFailed("fail", f"Deployment {name}: availability fell to {lowest} Ready during the roll, below the "
                           f"budget's minAvailable {c.budget}")
@@ -212,7 +224,7 @@ def service(check: Check) -> list[Row]:
     check.cluster.delete_object("Deployment", check.namespace, name)
     check.wait(f"Deployment {name}: deleted, its pods gone",
                lambda: not [p for p in check.pods(selector) if p.deletion_time is None], lambda: [])
-    metrics = {"pod_startup_seconds": sorted(seen.values()), "check_seconds": check.clock.now() - check.started,
+    metrics = {"pod_startup_seconds": sorted(seen.values()), "check_seconds": check.elapsed(),
                "roll_seconds": roll_seconds, "min_available": lowest}
     return [{"outcome": "ok", "reason": "", "metrics": metrics}]
 
@@ -250,8 +262,9 @@ def batch(check: Check) -> list[Row]:
     check.create(_job(check, name))
     seen: dict[str, float] = {}
     _finished(check, name, seen)
+    completed = _stamp((check.get("Job", name) or {}).get("status"), "completionTime", None)
     return [{"outcome": "ok", "reason": "", "metrics": {"pod_startup_seconds": sorted(seen.values()),
-                                                        "check_seconds": check.clock.now() - check.started}}]
+                                                        "check_seconds": check.elapsed(completed)}}]
 
 
 # -------------------------------------------------------------------------------------------- cron
@@ -315,9 +328,10 @@ def cron(check: Check) -> list[Row]:
             rows.append({"outcome": "fail", "reason": f"CronJob {name} fired {lateness:.0f} s after its schedule, more "
                          f"than toleranceSeconds {c.tolerance_seconds}", "metrics": {"fire_lateness_seconds": lateness}})
             continue
+        completed = _stamp((check.get("Job", job_name) or {}).get("status"), "completionTime", None)
         rows.append({"outcome": "ok", "reason": "", "metrics": {"fire_lateness_seconds": lateness,
                                                                  "pod_startup_seconds": sorted(seen.values()),
-                                                                 "check_seconds": check.clock.now() - due}})
+                                                                 "check_seconds": check.elapsed(completed, start=due)}})
     return rows
 
 
@@ -345,7 +359,7 @@ def daemon(check: Check) -> list[Row]:
         for pod in pods:
             if pod.ready and pod.node_name in expected and pod.node_name not in ready_at:
                 # the kubelet's Ready time, not when a poll saw it: a busy client's lag is not the platform's
-                ready_at[pod.node_name] = (pod.ready_at if pod.ready_at is not None else check.clock.now()) - check.started
+                ready_at[pod.node_name] = check.elapsed(pod.ready_at)
         return set(ready_at) >= set(expected)
 
     stuck: dict[str, str] = {}
@@ -375,6 +389,15 @@ def daemon(check: Check) -> list[Row]:
             rows.append({**where, "outcome": "timeout", "reason": f"DaemonSet {name}: no Ready pod on {node_name} within "
                          f"readyDeadlineSeconds {c.ready_deadline_seconds}", "metrics": {}})
     return rows
+
+
+def _stamp(obj: dict[str, Any] | None, field_name: str, where: str | None = "metadata") -> float | None:
+    """A timestamp the API server wrote on an object (``metadata.creationTimestamp``, ``status.completionTime``)."""
+    from platformctl.cluster.model import parse_time
+
+    part = (obj or {}).get(where) if where else obj
+    raw = (part or {}).get(field_name) if isinstance(part, dict) else None
+    return parse_time(raw, field_name, None) if isinstance(raw, str) else None
 
 
 CHECKS: dict[str, Callable[[Check], list[Row]]] = {"service": service, "batch": batch, "cron": cron, "daemon": daemon}

@@ -215,7 +215,8 @@ class Runner:
                     # from its own creation, both the server's stamps: pods of many arms are created one after
                     # another, and the last one's wait for its turn is not its image's
                     created = pod.created if pod is not None and pod.created else start
-                    metrics = {**seen.to_dict(), "check_seconds": (ready if ready is not None else self.clock.now()) - created}
+                    end = ready if ready is not None else synced_now(self.clock)
+                    metrics = {**seen.to_dict(), "check_seconds": max(end - created, 0.0)}
                     done[name] = self._record(canary, attempt, arm, "ok", "", metrics)
                 elif seen.reason == "disrupted":
                     done[name] = self._record(canary, attempt, arm, "disrupted", disrupted(name, seen.disruption), {})

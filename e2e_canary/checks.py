@@ -87,7 +87,7 @@ class Check:
         c = self.canary
         container: dict[str, Any] = {"name": "probe", "image": c.pod_image,
                                      "resources": {"requests": {"cpu": c.resources.cpu, "memory": c.resources.memory}}}
-        annotations = {SIM_START: "1"}
+        annotations = {SIM_START: "2"}
         if run_seconds is not None:
             container["command"] = ["sleep", str(run_seconds)]
             annotations[SIM_RUN] = str(run_seconds)

@@ -36,7 +36,7 @@ RUNNABLE = ("node-pool", "service", "batch", "cron", "daemon")
 ATTEMPT_LABEL = "platformctl.io/canary-attempt"
 # The simulator's start time for the probe container (a real kubelet ignores the annotation): a pause
 # container starts in about a second on a warm node.
-SIM_START = {"sim.platformctl.io/start-seconds": "1"}
+SIM_START = {"sim.platformctl.io/start-seconds": "2"}
 
 
 # What each DisruptionTarget reason means for a canary: the platform took the pod away, the image is not to blame.

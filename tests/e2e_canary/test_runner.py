@@ -39,7 +39,7 @@ def test_a_bad_image_fails_its_own_arm_and_the_verdict_names_it(tmp_path: Path) 
     failed = next(r for r in report.results if r["outcome"] == "fail")
     assert "CreateContainerError" in failed["reason"] and NEW in failed["reason"]
     ok = next(r for r in report.results if r["outcome"] == "ok")
-    assert ok["metrics"]["pod_startup_seconds"] == 1.0 and ok["pool"] == "general" and ok["zone"] == "us-east-1a"
+    assert 1.0 <= ok["metrics"]["pod_startup_seconds"] <= 4.0 and ok["pool"] == "general" and ok["zone"] == "us-east-1a"
     sim.advance(1)  # their grace period (0 s) runs out
     assert sim.list_namespaces("platformctl.io/canary") == [] and not sim.list_pods(namespace=report.namespace)
     verdict = stage_verdict(results(store, "dev"), sim.now(), 3600, baseline=OLD)

@@ -11,6 +11,8 @@ its node's kubelet is down, when it stays Terminating until the kubelet is back.
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -36,6 +38,21 @@ from platformctl.cluster.simulation.events import (
 from platformctl.cluster.simulation.scheduler import Scheduler
 from platformctl.cluster.simulation.world import NodeState, World
 from platformctl.errors import NotFoundError, PlatformError
+from platformctl.instance_types import INSTANCE_TYPES
+
+START_SPREAD = 0.2  # sigma of the log of a container start's spread: a real start's p99 is about 1.6x its median
+
+
+def start_seconds(base: float, node: Node | None, rng: random.Random) -> float:
+    """How long a pod's containers take to start, as a real start varies: the pod's own time (its controller's or its
+    annotation's), times the instance type's pace (fewer cores start containers slower), times a lognormal spread
+    drawn from the simulator's seeded random source (the same run gives the same times). Whole seconds, as the API's
+    timestamps are: a duration read from two of them is what the simulation did. A bad image's delay adds to it."""
+    if base <= 0:
+        return 0.0
+    kind = INSTANCE_TYPES.get((node.instance_type if node is not None else None) or "")
+    pace = 1.0 + 0.25 / kind.vcpus if kind is not None else 1.0
+    return float(max(round(base * pace * math.exp(rng.gauss(0.0, START_SPREAD))), 1))
 
 
 class PodRoom:
@@ -289,9 +306,10 @@ class PodRoom:
     def start_pod_timer(self, pod: Pod) -> None:
         w = self.w
         ctrl = w.controller_of(pod)
-        delay = ctrl.start_seconds if ctrl else annotation_seconds(pod, ANNOTATION_START_SECONDS, DEFAULT_START_SECONDS)
+        base = ctrl.start_seconds if ctrl else annotation_seconds(pod, ANNOTATION_START_SECONDS, DEFAULT_START_SECONDS)
+        state = w.nodes.get(pod.node_name or "")
+        delay = start_seconds(base, state.node if state is not None else None, w.rng)
         if self.image_faults:
-            state = w.nodes.get(pod.node_name or "")
             fault = self.image_faults.get(state.node.image or "", 0.0) if state is not None else 0.0
             if fault is None:  # the image's runtime cannot create containers: the kubelet retries, in vain
                 w.rv += 1

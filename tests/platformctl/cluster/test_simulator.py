@@ -19,9 +19,12 @@ def test_pods_start_after_their_start_time_and_spread_over_nodes() -> None:
     sim.advance(1)
     pods = sim.list_pods("app")
     assert len(pods) == 6 and all(p.node_name and not p.ready for p in pods)
-    sim.advance(20)
+    sim.advance(40)
     pods = sim.list_pods("app")
     assert all(p.ready and p.phase == "Running" for p in pods)
+    # Each start varies about its 20 s, as a real one does (whole seconds, as the API stamps them).
+    took = [p.running_at - p.created for p in pods if p.running_at is not None]
+    assert len(took) == 6 and all(12 <= t <= 35 and t == int(t) for t in took) and len(set(took)) > 1
     assert Counter(p.node_name for p in pods).most_common(1)[0][1] == 2
 
 
@@ -81,7 +84,7 @@ def test_daemonset_follows_nodes_and_drain_leaves_it() -> None:
 def test_job_runs_to_completion_and_ttl_removes_it() -> None:
     sim = cluster()
     sim.create_workload("Job", template(name="report", run=300), 2, completions=4, ttl_seconds=60)
-    sim.advance(320)
+    sim.advance(340)
     phases = Counter(p.phase for p in sim.list_pods("app"))
     assert phases == {"Succeeded": 2, "Running": 2}
     sim.advance(320)
@@ -219,3 +222,26 @@ def test_budget_the_controller_cannot_sync_is_still_being_processed() -> None:
     result = sim.evict("app", sim.list_pods("app")[0].name)
     assert (result.code, result.retry_after_seconds) == (429, 10)
     assert result.causes == (("DisruptionBudget", "The disruption budget etl is still being processed by the server."),)
+
+
+def test_a_start_varies_by_instance_type_and_a_slow_image_shifts_it() -> None:
+    """Starts are a distribution, not a constant: fewer cores start containers slower on the whole, and a slow image
+    moves every start on its nodes by its delay."""
+    sim = cluster(nodes=3, instance_type="m6i.large", pool="small")
+    sim.add_pool(NodePoolSpec("big", "us-east-1a", "m6i.8xlarge", "ami-0new", 3))
+    sim.advance(200)
+    for pool in ("small", "big"):
+        sim.create_workload("ReplicaSet", template(name=pool, start=10, node_selector={"eks.amazonaws.com/nodegroup": pool}), 30)
+    sim.advance(60)
+
+    def took(pool: str) -> list[float]:
+        return [p.running_at - p.created for p in sim.list_pods("app") if p.labels["app"] == pool and p.running_at is not None]
+
+    small, big = took("small"), took("big")
+    assert len(small) == len(big) == 30 and len(set(small)) >= 3 and len(set(big)) >= 3
+    assert sum(small) / 30 > sum(big) / 30
+    sim.set_image_fault("ami-0new", 20.0)
+    sim.create_workload("ReplicaSet", template(name="late", start=10, node_selector={"eks.amazonaws.com/nodegroup": "big"}), 30)
+    sim.advance(90)
+    late = [p.running_at - p.created for p in sim.list_pods("app") if p.labels["app"] == "late" and p.running_at is not None]
+    assert len(late) == 30 and sum(late) / 30 - sum(big) / 30 > 15

@@ -241,14 +241,24 @@ class ServerClock:
 
 _SHARED: dict[str, ServerClock] = {}
 _SHARED_LOCK = threading.Lock()
+_TAKING_PART = False
+
+
+def take_part() -> None:
+    """This process is one of the region's own clients (a job: ``rotate run``, ``remediate``, ``canary run``, ``release
+    tick``): its clocks of a local region register with it and hold its time while the process works. Anything else
+    that reads a local cluster (a test, a person's script, the dashboard) does not, and cannot stop it skipping."""
+    global _TAKING_PART
+    _TAKING_PART = True
 
 
 def shared_clock(time_url: str) -> ServerClock:
-    """This process's one registered clock of the region at ``time_url``: every context of the region shares it."""
+    """This process's one clock of the region at ``time_url`` (every context of the region shares it), registered
+    with the region when the process ``take_part``\ s."""
     with _SHARED_LOCK:
         clock = _SHARED.get(time_url)
         if clock is None:
-            clock = _SHARED[time_url] = ServerClock(time_url, register=True)
+            clock = _SHARED[time_url] = ServerClock(time_url, register=_TAKING_PART)
         return clock
 
 

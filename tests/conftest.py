@@ -32,6 +32,19 @@ def _no_running_local_region(tmp_path_factory: pytest.TempPathFactory) -> Iterat
         os.environ["PLATFORMCTL_HOME"] = saved
 
 
+@pytest.fixture(autouse=True)
+def _no_test_takes_part_in_a_regions_time() -> Iterator[None]:
+    """A command run in process (`rotate run` through click's runner) makes this process one of a local region's jobs
+    (``region_client.take_part``): the next test's region must not find the test process holding its time."""
+    from platformctl import region_client
+
+    yield
+    region_client._TAKING_PART = False
+    for clock in list(region_client._SHARED.values()):
+        clock.close()
+    region_client._SHARED.clear()
+
+
 @pytest.fixture
 def rules() -> SimulatedCluster:
     """The hand-written kubectl-format snapshot of eviction cases, loaded into a simulator."""

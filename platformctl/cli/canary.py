@@ -12,6 +12,7 @@ from rich.table import Table
 from e2e_canary.runner import AttemptReport
 from platformctl.app.canaries import CanaryRunRequest, VerdictRequest, judge_stage, prepare_canaries, run_canaries
 from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json
+from platformctl.region_client import take_part
 from platformctl.topology import STAGES
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
@@ -87,6 +88,7 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
                metrics_address: str, output: str) -> None:
     """Run the canaries on a stage's clusters as a user would: reap what a crashed run left, then carry each out and
     record every pod's outcome and startup latency in the state store."""
+    take_part()  # a job of the local region's: it holds the region's time while it works
     import signal
 
     run = prepare_canaries(CanaryRunRequest(stage_name, only, once, folder, kubeconfig, state_spec, lease_ttl, retention,

@@ -12,6 +12,7 @@ from rich.table import Table
 from platformctl.app import release as app
 from platformctl.cli.output import OUTPUT, console, emit_json
 from platformctl.cluster.model import format_time
+from platformctl.region_client import take_part
 from platformctl.topology import STAGES
 
 PIPELINE = click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -202,6 +203,7 @@ def release_tick(ctx: click.Context, lease_ttl: float, stages: tuple[str, ...], 
                  pipeline_file: Path | None, ledger: str | None, output: str) -> None:
     """Advance every candidate at most one step (deploy, rotate, soak, gate, promote or halt and roll back); safe to run
     every minute. Exit 0 done, 2 bad input, 3 another tick holds the lease."""
+    take_part()  # a job of the local region's: it holds the region's time while it works
     from platformctl.state import LeaseHeld
 
     quiet = output == "json"

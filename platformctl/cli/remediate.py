@@ -12,6 +12,7 @@ from platformctl.app import remediation as app
 from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json
 from platformctl.cluster.model import format_time
 from platformctl.errors import PlatformError
+from platformctl.region_client import take_part
 from platformctl.topology import STAGES
 from upgrade_service.remediate import Outcome
 
@@ -59,6 +60,7 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
               dry_run: bool, output: str) -> None:
     """Replace broken nodes (NotReady, under pressure, flagged, never joined) through the eviction API and
     their auto scaling groups, at most maxPerHour, and nothing while too many are broken at once."""
+    take_part()  # a job of the local region's: it holds the region's time while it works
     if ctx.invoked_subcommand is not None:
         return
     if policy_file is None:

@@ -24,6 +24,7 @@ from platformctl.app import rotation as app
 from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json, writable_file
 from platformctl.errors import PlatformError
 from platformctl.humanize import hms
+from platformctl.region_client import take_part
 from platformctl.topology import STAGES
 from upgrade_service.plan import RegionPlan, RotationPlan
 from upgrade_service.run_types import Outcome, Progress
@@ -229,6 +230,7 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
                state_spec: str | None, region: str | None, lease_ttl: float, max_waves: int | None, dry_run: bool,
                output: str) -> None:
     """Carry a rotation out: wave by wave, journalled, resumable, halted by health gates."""
+    take_part()  # a job of the local region's: it holds the region's time while it works
     request = app.RunRequest(policy_file, context=context, stage=stage_name, kubeconfig=kubeconfig, state=state_spec,
                              region=region, lease_ttl=lease_ttl, infra_dir=ctx.obj["infra_dir"], max_waves=max_waves)
     rotation = app.prepare(request)
@@ -369,6 +371,7 @@ def rotate_abort(ctx: click.Context, kubeconfig: str | None, no_wait: bool, cont
     """End a rotation: the running one stops at its next step and puts back what it holds (uncordon,
     untaint); a dead one's lease is waited out and this command puts them back itself, after settling
     what the dead run left unconfirmed. Exit 0 only when nothing is left held."""
+    take_part()  # a job of the local region's: it holds the region's time while it works
     say = None if output == "json" else (lambda text: console().print(text))
     request = app.ControlRequest("abort", context, stage_name, state_spec, reason, ctx.obj["infra_dir"])
     results = app.abort_rotations(request, kubeconfig, wait=not no_wait, say=say)

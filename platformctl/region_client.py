@@ -254,7 +254,7 @@ def take_part() -> None:
 
 def shared_clock(time_url: str) -> ServerClock:
     """This process's one clock of the region at ``time_url`` (every context of the region shares it), registered
-    with the region when the process ``take_part``\ s."""
+    with the region once the process takes part (``take_part``)."""
     with _SHARED_LOCK:
         clock = _SHARED.get(time_url)
         if clock is None:

@@ -51,7 +51,8 @@ def _get_json(url: str, timeout: float = 2.0) -> dict[str, Any]:
         return json.loads(response.read())
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -72,7 +73,7 @@ def running() -> dict[str, Any] | None:
         info = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not _alive(int(info.get("pid", 0))):
+    if not process_alive(int(info.get("pid", 0))):
         return None
     try:
         return _get_json(f"{info['kubernetes_endpoint']}/platformctl/v1/status")
@@ -374,7 +375,7 @@ def _terminate(pid: int, timeout: float = 20.0) -> bool:
         return True
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not process_alive(pid):
             return True
         time.sleep(0.05)
     try:
@@ -392,7 +393,7 @@ def down() -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     pid = int(info.get("pid", 0))
-    if pid and _alive(pid):
+    if pid and process_alive(pid):
         _terminate(pid)
     (folder / "server.json").unlink(missing_ok=True)
     return info

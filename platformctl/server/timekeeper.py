@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from werkzeug.wrappers import Request, Response
 from werkzeug.wsgi import ClosingIterator
 
 from platformctl.clock import VirtualClock
+from platformctl.region_client import process_alive
 
 WAIT_CAP_SECONDS = 5.0  # wall seconds a wait request is held before the client is told to ask again
 MAX_STEPS = 500  # jumps in one hold of the lock: requests get their turn between batches
@@ -62,19 +61,6 @@ class Client:
     @property
     def waiting(self) -> bool:
         return len(self.waits) >= self.participants
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 class TimeKeeper:
@@ -233,7 +219,7 @@ class TimeKeeper:
     def _reap(self) -> None:
         self._last_reap = time.monotonic()
         with self.cond:
-            dead = [c.id for c in self.clients.values() if not _alive(c.pid)]
+            dead = [c.id for c in self.clients.values() if not process_alive(c.pid)]
             for client_id in dead:
                 del self.clients[client_id]
             if dead:

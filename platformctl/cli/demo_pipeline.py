@@ -32,11 +32,13 @@ from platformctl.topology import STAGES
 # Two nodes a wave, each next wave behind the canary gate: a bad image is caught on the first wave's nodes (the
 # canaries' pods pinned to them never start) before a second wave starts. The gate judges a new image's node-pool arm
 # against the images it replaces once it holds 10 results (JUDGE): the shrunk stages have one node a pool, and 18
-# clusters' canaries on two cores give a new image about that many in 30 minutes at SPEED (docs/release.md).
+# clusters' canaries on two cores give a new image about that many in 30 minutes at SPEED (docs/release.md). A stage of
+# seven clusters (prod) gives each arm five in 30 minutes of its time (one runner carries its clusters out one after
+# another, about 200 s a cluster): the gate's window grows until it holds ten, so it waits up to two hours.
 JUDGE = ("# the demo's canary gate: one node a pool gives a new image fewer results than a full stage would\n"
          "minSamples: 10\nminAttempts: 10\n")
 POLICY = ("strategy: surge\nmaxInFlight: 2\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
-          "healthGate: {canary: {window: 30m, config: judge.yaml}}\ngateTimeoutSeconds: 3600\n")
+          "healthGate: {canary: {window: 30m, config: judge.yaml}}\ngateTimeoutSeconds: 7200\n")
 SPEED = "100"  # virtual seconds a wall second: slow enough that every stage's canaries keep up on two cores
 SOAKED = "    rotationPolicy: rotation.yaml\n    soak: 30m\n    minResults: 20\n    passFor: 10m\n    deadline: 6h\n"
 PIPELINE = ("# the demo's pipeline: short soaks, no freezes and no approvals, so that the story is told in minutes\n"

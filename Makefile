@@ -17,8 +17,9 @@ demo: $(STAMP)
 	$(BIN)/platformctl demo-pipeline
 
 # Debian's chromium for the dashboard's browser tests (installed when missing), the in-process tests on two workers,
-# then the process tests one at a time: each starts a local region server
-# whose virtual clock runs at 300x (100x for every stage at once), and two at once on two cores starve each other's clocks.
+# then the process tests one at a time: each starts a local region server whose clock skips what nobody waits through
+# but runs at 300x (100x for every stage at once) while its clients work, and their leases are wall seconds: two at
+# once on two cores would stretch both.
 test: $(STAMP)
 	scripts/ensure-chromium
 	$(BIN)/python -m pytest -n 2 -m "not process"

@@ -152,10 +152,14 @@ class ServerClock:
                 pass
 
     def _touch(self) -> None:
+        """A thread that uses the clock holds it until it waits: the server hears of a new one at once (a count that
+        grows is told at once; one that shrinks rides on the next wait, so the server never thinks fewer work)."""
         thread = threading.current_thread()
         if thread.ident is not None and thread.ident not in self._threads:
             with self._lock:
                 self._threads[thread.ident] = thread
+            if self.client_id is not None:
+                self._tell_participants()
 
     def _participants(self) -> int:
         with self._lock:
@@ -166,7 +170,8 @@ class ServerClock:
 
     @contextlib.contextmanager
     def parked(self) -> Iterator[None]:
-        """While the calling thread waits for other threads (not for time), it does not hold the region's clock."""
+        """While the calling thread waits for other threads (not for time), it does not hold the region's clock: the
+        server learns so with the next wait of the threads that work, and that it works again at once."""
         ident = threading.get_ident()
         if self.client_id is None:
             yield
@@ -174,7 +179,6 @@ class ServerClock:
         self._touch()
         with self._lock:
             self._parked.add(ident)
-        self._tell_participants()
         try:
             yield
         finally:

@@ -1,19 +1,33 @@
 """Who is acting, as the records of every command that changes something name them (the release ledger, a
-rotation's pause, resume and abort): the STS caller's ARN against a real AWS account, else ``user@host``."""
+rotation's pause, resume and abort): the identity the AWS credential chain resolves (the STS caller's ARN: keys,
+a profile, SSO, an assumed role, an instance profile or IRSA alike), whenever one resolves; ``user@host (local)``
+only when none does. ``$USER`` is anyone's to set: it never names an approver while a credential resolves."""
 
 from __future__ import annotations
 
 import getpass
-import os
 import socket
+
+LOCAL = " (local)"  # marks an identity no credential vouches for
 
 
 def who() -> str:
-    if os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_ENDPOINT_URL"):
-        try:
-            from platformctl.aws import client
+    try:
+        import boto3
 
-            return str(client("sts").get_caller_identity()["Arn"])
-        except Exception:  # no answer from STS (offline, expired credentials): say who locally instead
-            pass
-    return f"{getpass.getuser()}@{socket.gethostname()}"
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            return _local()
+        from platformctl.aws import QUICK, client
+
+        return str(client("sts", None, QUICK).get_caller_identity()["Arn"])
+    except Exception:  # no answer from STS (offline, expired credentials): say who locally instead, marked so
+        return _local()
+
+
+def _local() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()}{LOCAL}"
+
+
+def is_local(identity: str) -> bool:
+    return identity.endswith(LOCAL)

@@ -26,11 +26,24 @@ from release_pipeline.pipeline import Freeze, StagePolicy
 @dataclass(frozen=True)
 class Decision:
     decision: str  # enter | wait | pass | halt
-    reason: str
+    reason: str  # for people: nothing branches on it, replay does not compare it
     opens_at: float | None = None  # when a closed gate can open (a freeze's end, the soak's end)
+    # What holds a closed gate, as codes (``frozen``, ``approvals``, ``soak-time``, ``results``, ``verdict``,
+    # ``pass-for``, ``verdict-failed``, ``deadline``, ``rotation``): what the soak records a change of, and what replay
+    # compares with the decision itself.
+    unmet: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "unmet": list(self.unmet)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
+        return cls(str(data["decision"]), str(data.get("reason", "")), data.get("opens_at"), tuple(data.get("unmet") or ()))
+
+    @property
+    def outcome(self) -> tuple[str, tuple[str, ...]]:
+        """What the decision is, whatever its words."""
+        return self.decision, tuple(sorted(self.unmet))
 
 
 def _utc(ts: float) -> datetime:
@@ -52,11 +65,12 @@ def freeze_window_at(freeze: Freeze, at: float) -> tuple[float, float] | None:
         start = freeze.start.replace(tzinfo=zone).timestamp()
         end = freeze.end.replace(tzinfo=zone).timestamp()
         return (start, end) if start <= at < end else None
-    # The latest start at or before ``at`` whose window still holds it (a window lasts ``duration``).
+    # The latest start at or before ``at`` (a wall time in the zone); the window ends ``duration`` later on the
+    # zone's wall clock, not in elapsed seconds: Friday 16:00 + 64 h is Monday 08:00 in New York in every season,
+    # though a window across a daylight-saving change lasts 63 or 65 hours.
     naive = local.replace(tzinfo=None)
     if freeze.rrule is not None:
-        first = freeze.start or (naive - timedelta(seconds=freeze.duration + 366 * 86400))
-        rule = rrule.rrulestr(freeze.rrule, dtstart=first)
+        rule = rrule.rrulestr(freeze.rrule, dtstart=freeze.start) if freeze.start is not None else rrule.rrulestr(freeze.rrule)
         begun = rule.before(naive, inc=True)
     else:
         assert freeze.cron is not None
@@ -64,7 +78,7 @@ def freeze_window_at(freeze: Freeze, at: float) -> tuple[float, float] | None:
     if begun is None:
         return None
     start = begun.replace(tzinfo=zone).timestamp()
-    end = start + freeze.duration
+    end = (begun + timedelta(seconds=freeze.duration)).replace(tzinfo=zone).timestamp()
     return (start, end) if start <= at < end else None
 
 
@@ -86,8 +100,23 @@ def freezes_in_force(freezes: Sequence[Freeze], manual: Sequence[Mapping[str, An
     return held
 
 
+def freeze_key(freeze: Mapping[str, Any]) -> str:
+    """One window of one freeze: what an override covers (it ends with that window)."""
+    return f"{freeze['name']}@{float(freeze['start']):.0f}"
+
+
+def override_applies(override: Mapping[str, Any] | None, frozen: Sequence[Mapping[str, Any]]) -> bool:
+    """An override covers the freeze windows in force when it was given: it holds while only those are in force."""
+    if override is None:
+        return False
+    covers = override.get("freezes")
+    if covers is None:  # written before overrides named their windows
+        return True
+    return all(freeze_key(f) in covers for f in frozen)
+
+
 def entry_decision(stage: StagePolicy, at: float, frozen: Sequence[Mapping[str, Any]], approvals: Sequence[Mapping[str, Any]],
-                   override: Mapping[str, Any] | None) -> Decision:
+                   override: Mapping[str, Any] | None, creator: str = "") -> Decision:
     """May a candidate enter ``stage`` at ``at``: outside every freeze (or with an override, recorded), and with the
     approvals the stage needs from distinct people."""
     if frozen and override is None:
@@ -95,11 +124,13 @@ def entry_decision(stage: StagePolicy, at: float, frozen: Sequence[Mapping[str, 
         opens = None if any(e is None for e in ends) else max(float(e) for e in ends)
         said = "; ".join(f"{f['reason']} (until {_iso(float(f['end'])) if f['end'] is not None else 'unfrozen by hand'})"
                          for f in frozen)
-        return Decision("wait", f"frozen: {said}", opens)
-    approvers = sorted({a["by"] for a in approvals})
+        return Decision("wait", f"frozen: {said}", opens, ("frozen",))
+    approvers = sorted({a["by"] for a in approvals if not creator or a["by"] != creator or not stage.approvers_other_than_creator})
     if len(approvers) < stage.approvals:
+        mine = " (the candidate's creator's own approval does not count here)" if stage.approvers_other_than_creator and \
+            any(a["by"] == creator for a in approvals) else ""
         return Decision("wait", f"waits for approval: {len(approvers)} of {stage.approvals} "
-                        f"({', '.join(approvers) or 'none yet'})")
+                        f"({', '.join(approvers) or 'none yet'}){mine}", None, ("approvals",))
     said = f"{len(approvers)} approval(s) of {stage.approvals} required" if stage.approvals else "no approval required"
     if frozen and override is not None:
         return Decision("enter", f"entered during a freeze, overridden by {override['by']}: {override['reason']}; {said}")
@@ -117,34 +148,41 @@ def soak_decision(stage: StagePolicy, rotated_at: float, at: float, verdicts: Se
     soaked = at - rotated_at
     current = verdicts[-1] if verdicts else None
     if current is not None and current["verdict"] == "fail":
-        return Decision("halt", f"the canary verdict failed: {current['reason']}")
+        return Decision("halt", f"the canary verdict failed: {current['reason']}", None, ("verdict-failed",))
     deadline = rotated_at + stage.soak + stage.deadline
     short: list[str] = []
+    unmet: list[str] = []
     opens = rotated_at + stage.soak
     if soaked < stage.soak:
         short.append(f"soaked {human_duration(soaked)} of {human_duration(stage.soak)}")
+        unmet.append("soak-time")
     if results < stage.min_results:
         short.append(f"{results} canary results of the {stage.min_results} required")
+        unmet.append("results")
     if current is None or current["verdict"] != "pass":
         said = current["reason"] if current is not None else "no verdict yet"
         short.append(f"the verdict is {current['verdict'] if current else 'unknown'} ({said})")
+        unmet.append("verdict")
     else:
         held = at - float(current["at"])
         if held < stage.pass_for:
             short.append(f"the verdict has been pass for {human_duration(held)} of {human_duration(stage.pass_for)}")
+            unmet.append("pass-for")
             opens = max(opens, float(current["at"]) + stage.pass_for)
     if not short:
         return Decision("pass", f"soaked {human_duration(soaked)} (minimum {human_duration(stage.soak)}), {results} canary "
                         f"results (minimum {stage.min_results}), verdict pass for {human_duration(at - float(current['at']))} "  # type: ignore[index]
                         f"(minimum {human_duration(stage.pass_for)})")
     if at >= deadline:
-        return Decision("halt", f"past the deadline ({human_duration(stage.deadline)} after the soak's "
-                        f"{human_duration(stage.soak)}) without a pass: " + "; ".join(short))
-    return Decision("wait", "; ".join(short), opens if opens > at else None)
+        return Decision("halt", f"the deadline ({_iso(deadline)}, {human_duration(stage.deadline)} after the soak's "
+                        f"{human_duration(stage.soak)}) reached without a pass: " + "; ".join(short), None,
+                        ("deadline", *unmet))
+    return Decision("wait", "; ".join(short), opens if opens > at else None, tuple(unmet))
 
 
 def rotation_decision(result: Mapping[str, Any]) -> Decision:
     """The gate after a stage's rotation: no failed rotation. ``result``: the rotation's ``{"status", "reason"}``."""
     if result.get("status") == "finished":
         return Decision("pass", "every cluster of the stage finished rotating")
-    return Decision("halt", f"the rotation did not finish: {result.get('reason') or result.get('status')}")
+    return Decision("halt", f"the rotation did not finish: {result.get('reason') or result.get('status')}", None,
+                    ("rotation", str(result.get("status"))))

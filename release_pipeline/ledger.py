@@ -2,17 +2,21 @@
 pipeline's store, never pruned; and the pipeline's state, folded from it.
 
 Streams: ``release/candidates`` (one record per candidate, keyed by its id: the same content is recorded once),
-``release/ledger`` (the entries, oldest first) and ``release/state`` (checkpoints of the folded state with the
+``release/ledger`` (the entries, oldest first), ``release/state`` (checkpoints of the folded state with the
 ledger position they cover, so a tick reads the last checkpoint and what came after it: its cost does not grow
-with history). An entry is ``{"id", "candidate", "stage", "decision", "at", "reason", "inputs", "by"}``.
+with history) and ``release/boots/<candidate>`` (the instances each rotation saw booting the candidate's images, in
+chunks: neither an entry nor a checkpoint grows with the fleet). An entry is ``{"id", "candidate", "stage",
+"decision", "at", "reason", "inputs", "by"}``: ``decision`` is a ``Kind``, ``reason`` is for people only (the fold
+and replay read ``decision`` and ``inputs``, never the words).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 from platformctl.state import Lease, StateStore
@@ -22,17 +26,79 @@ from release_pipeline.candidates import Candidate
 CANDIDATES, LEDGER, STATE = "release/candidates", "release/ledger", "release/state"
 TICK_LEASE = "release/tick"
 
-# The steps of a candidate in a stage, in order; "idle" when none is in flight.
-STEPS = ("waiting", "deploying", "rotating", "soaking", "rolling-back")
+BOOTS = "release/boots/"  # + candidate id
+BOOT_CHUNK = 2000  # instance ids per boots record: a record stays far below DynamoDB's 400 kB item
+
+
+class Step(StrEnum):
+    """Where a stage is: idle, or a candidate in flight at one step."""
+
+    IDLE = "idle"
+    WAITING = "waiting"
+    DEPLOYING = "deploying"
+    ROTATING = "rotating"
+    SOAKING = "soaking"
+    ROLLING_BACK = "rolling-back"
+
+
+STEPS = tuple(s.value for s in Step if s is not Step.IDLE)
+
+
+class Kind(StrEnum):
+    """Every entry the ledger holds."""
+
+    START = "start"  # a candidate recorded: ready for the first stage
+    SUPERSEDED = "superseded"  # a newer candidate goes instead: never eligible again anywhere
+    FORCE = "force"  # an operator sends a candidate to a stage by hand (``release promote``), older or not
+    FREEZE = "freeze"
+    UNFREEZE = "unfreeze"
+    OVERRIDE = "override"  # a freeze in force overridden for one candidate, until that freeze ends
+    APPROVE = "approve"
+    WAIT = "wait"
+    ENTER = "enter"
+    DEPLOY = "deploy"
+    DEPLOYED = "deployed"
+    ROTATE = "rotate"
+    BLOCKED = "blocked"  # the rotation left nodes behind a budget: the patience counts from here
+    ROTATED = "rotated"
+    VERDICT = "verdict"
+    SOAK = "soak"
+    PROMOTE = "promote"
+    HALT = "halt"
+    ROLLBACK_DEPLOY = "rollback-deploy"
+    ROLLBACK_DEPLOYED = "rollback-deployed"
+    ROLLBACK_ROTATE = "rollback-rotate"
+    ROLLBACK_FAILED = "rollback-failed"  # the rollback's rotation did not finish: the stage stays closed, retried
+    ROLLED_BACK = "rolled-back"
+    ERROR = "error"  # a stage's step raised (an API fault): recorded, the other stages go on
+    RECOVERED = "recovered"  # the stage's step that raised went through again
+
+
+# The state machine: the step a stage must be in, with the entry's candidate in flight, for a step's entry to count.
+# A tick that read the state before an operator's rollback may write a step the rollback has made moot (a rotation
+# finished, a promotion): the fold keeps the ledger's order and passes over it, so the rollback stands.
+STEP_OF: dict[Kind, tuple[Step, ...]] = {
+    Kind.WAIT: (Step.IDLE, Step.WAITING), Kind.ENTER: (Step.IDLE, Step.WAITING),
+    Kind.DEPLOY: (Step.DEPLOYING,), Kind.DEPLOYED: (Step.DEPLOYING,),
+    Kind.ROTATE: (Step.ROTATING,), Kind.BLOCKED: (Step.ROTATING,), Kind.ROTATED: (Step.ROTATING,),
+    Kind.VERDICT: (Step.SOAKING,), Kind.SOAK: (Step.SOAKING,), Kind.PROMOTE: (Step.SOAKING,),
+    Kind.ROLLBACK_DEPLOY: (Step.ROLLING_BACK,), Kind.ROLLBACK_DEPLOYED: (Step.ROLLING_BACK,),
+    Kind.ROLLBACK_ROTATE: (Step.ROLLING_BACK,), Kind.ROLLBACK_FAILED: (Step.ROLLING_BACK,),
+    Kind.ROLLED_BACK: (Step.ROLLING_BACK,),
+}
+# The step each accepted entry leads to (the ones that stay are left out).
+NEXT_STEP: dict[Kind, Step] = {Kind.WAIT: Step.WAITING, Kind.ENTER: Step.DEPLOYING, Kind.DEPLOYED: Step.ROTATING,
+                               Kind.ROTATED: Step.SOAKING, Kind.PROMOTE: Step.IDLE, Kind.HALT: Step.ROLLING_BACK,
+                               Kind.ROLLED_BACK: Step.IDLE}
 
 
 @dataclass
 class StageState:
     current: str | None = None  # the candidate in flight here
     last_good: str | None = None  # the last candidate that passed here
-    step: str = "idle"
+    step: str = Step.IDLE
     since: float = 0.0  # when the step began
-    waiting_for: str | None = None  # what the step waits for, in words
+    waiting_for: str | None = None  # what the step waits for, in words (for people: nothing branches on it)
     opens_at: float | None = None
     rotated_at: float | None = None  # the soak's start: the stage's last cluster finished rotating
     entered_at: float | None = None  # when the current candidate entered: the last good images' results end there
@@ -40,33 +106,50 @@ class StageState:
     results: int = 0
     ready: list[str] = field(default_factory=list)  # candidates that may enter, oldest first
     rollback_to: str | None = None
-    override: dict[str, Any] | None = None  # a freeze override given for one candidate's entry: {"candidate", "by", ...}
-    good: list[str] = field(default_factory=list)  # every candidate that passed here, oldest first
+    override: dict[str, Any] | None = None  # a freeze override: {"candidate", "by", "freezes": the ones it covers}
+    good: list[str] = field(default_factory=list)  # the candidates that passed here, oldest first (the last GOOD_KEPT)
     intent: str | None = None  # a side effect begun and not known finished: "deploy:<id>" or "rotate:<id>"
+    newest: int = -1  # the start order of the newest candidate that entered: an older one never enters (unless forced)
+    forced: str | None = None  # a candidate an operator sent here by hand: it goes next, older or not
+    rollback_phase: str | None = None  # "deploy", then "rotate" (retried after a failure until it finishes)
+    rollback_failures: int = 0  # the rollback's rotations that did not finish
+    blocked_since: float | None = None  # when the rotation was first recorded blocked (the patience counts from it)
+    soak_short: list[str] = field(default_factory=list)  # the soak's unmet conditions, as codes
+    error: dict[str, Any] | None = None  # the last step that raised here and has not gone through since
+    before: dict[str, Any] | None = None  # what the stage ran before the current candidate's deploy (recorded then)
+
+
+GOOD_KEPT = 20  # a stage's good candidates kept in the state: rollbacks by hand go back one at a time
 
 
 @dataclass
 class PipelineState:
     stages: dict[str, StageState] = field(default_factory=dict)
-    candidates: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> {"status", "stage", "at", "reason"}
+    # id -> {"status", "stage", "at", "order"}: where each candidate is; ``order``: its start order
+    candidates: dict[str, dict[str, Any]] = field(default_factory=dict)
     freezes: list[dict[str, Any]] = field(default_factory=list)  # set by hand: {"stage" ("*": all), "reason", "until", "at", "by"}
     approvals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "<candidate>/<stage>" -> approvals
     position: int = 0  # the ledger's sequence number this state covers
-    # "<candidate>/<stage>" -> the "<image>/<instance>" each rotation there saw booting: kept in the fold (and so in
-    # each checkpoint) so that how far a candidate got is read without reading the whole ledger again
-    booted: dict[str, list[str]] = field(default_factory=dict)
+    started: int = 0  # candidates started so far: the next one's start order
 
     def stage(self, name: str) -> StageState:
         return self.stages.setdefault(name, StageState())
+
+    def order(self, cid: str | None) -> int:
+        return int(self.candidates.get(str(cid), {}).get("order", -1))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PipelineState:
-        return cls({k: StageState(**v) for k, v in data["stages"].items()}, dict(data["candidates"]), list(data["freezes"]),
-                   {k: list(v) for k, v in data["approvals"].items()}, int(data["position"]),
-                   {k: list(v) for k, v in data.get("booted", {}).items()})
+        known = {f.name for f in fields(StageState)}
+        stages = {k: StageState(**{f: x for f, x in v.items() if f in known}) for k, v in data["stages"].items()}
+        return cls(stages, dict(data["candidates"]), list(data["freezes"]),
+                   {k: list(v) for k, v in data["approvals"].items()}, int(data["position"]), int(data.get("started", 0)))
+
+
+CHECKPOINT_VERSION = 3  # 3: start orders, rollback phases, boots in their own streams
 
 
 def entry_id(candidate: str | None, stage: str | None, decision: str, at: float, salt: str = "") -> str:
@@ -80,7 +163,7 @@ class Ledger:
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
-        self.keeper: LeaseKeeper | None = None  # the tick's lease: every write is fenced by it
+        self.keeper: LeaseKeeper | None = None  # the lease of the stage a tick acts in: every write is fenced by it
 
     @property
     def fence(self) -> Lease | None:
@@ -89,16 +172,54 @@ class Ledger:
         self.keeper.check()  # a holder that may have lost its lease stops before its next write
         return self.keeper.fence
 
+    def stage_leases(self, holder: str, ttl: float, holders: dict[str, str] | None = None) -> Any:
+        """A tick's leases, one per stage (``reconcile.StageLease``): ``with leases(stage) as held`` takes the stage's
+        lease (``held`` False when another holds it: its holder goes to ``holders``), fences this ledger's writes with
+        it while held, and releases it after."""
+        from contextlib import contextmanager
+
+        from platformctl.state import LeaseHeld
+
+        @contextmanager
+        def hold(stage: str) -> Any:
+            keeper = LeaseKeeper(self.store, f"{TICK_LEASE}/{stage}", holder, ttl)
+            try:
+                keeper.acquire()
+            except LeaseHeld as held:
+                if holders is not None:
+                    holders[stage] = held.lease.holder
+                yield False
+                return
+            self.keeper = keeper
+            try:
+                yield True
+            finally:
+                self.keeper = None
+                keeper.release()
+
+        return hold
+
     # ------------------------------------------------------------------ candidates
 
     def candidate(self, candidate_id: str) -> Candidate | None:
-        for record in self.store.read(CANDIDATES):
-            if record.data.get("id") == candidate_id:
-                return Candidate.from_record(record.data)
-        return None
+        """The recorded candidate, read newest first: the ones a tick looks up are the recent ones, so the cost does
+        not grow with history."""
+        before: int | None = None
+        limit = 4
+        while True:
+            page = self.store.read_back(CANDIDATES, before=before, limit=limit)
+            for record in page:
+                if record.data.get("id") == candidate_id:
+                    return Candidate.from_record(record.data)
+            if len(page) < limit:
+                return None
+            before, limit = page[-1].seq, min(limit * 4, 500)
 
     def candidates(self) -> list[Candidate]:
-        return [Candidate.from_record(r.data) for r in self.store.read(CANDIDATES)]
+        seen: dict[str, Candidate] = {}
+        for r in self.store.read(CANDIDATES):  # two starts of the same content at once may both have written it
+            seen.setdefault(str(r.data.get("id")), Candidate.from_record(r.data))
+        return list(seen.values())
 
     def add_candidate(self, candidate: Candidate) -> bool:
         """Record ``candidate``; False when the same content is recorded already (nothing written)."""
@@ -107,12 +228,31 @@ class Ledger:
         self.store.append(CANDIDATES, candidate.to_record(), key=f"candidate/{candidate.id}")
         return True
 
+    # ------------------------------------------------------------------ boots
+
+    def add_boots(self, candidate: str, stage: str, booted: Mapping[str, Sequence[str]]) -> int:
+        """Record the instances a rotation of ``stage`` saw booting ``candidate``'s images ({image: instance ids}), in
+        chunks of their own stream; how many."""
+        rows = [f"{image}/{i}" for image, ids in sorted(booted.items()) for i in ids]
+        for n in range(0, len(rows), BOOT_CHUNK):
+            self.store.append(BOOTS + candidate, {"stage": stage, "instances": rows[n:n + BOOT_CHUNK]}, fence=self.fence)
+        return len(rows)
+
+    def boots(self, candidate: str) -> dict[str, set[str]]:
+        """Per stage, every ``image/instance`` any rotation saw booting ``candidate``'s images."""
+        out: dict[str, set[str]] = {}
+        for r in self.store.read(BOOTS + candidate):
+            out.setdefault(str(r.data["stage"]), set()).update(r.data.get("instances", []))
+        return out
+
     # ------------------------------------------------------------------ entries
 
     def append(self, candidate: str | None, stage: str | None, decision: str, at: float, reason: str,
-               inputs: Mapping[str, Any] | None = None, by: str = "", salt: str = "") -> dict[str, Any]:
-        entry: dict[str, Any] = {"id": entry_id(candidate, stage, decision, at, salt), "candidate": candidate, "stage": stage,
-                 "decision": decision, "at": at, "reason": reason, "inputs": dict(inputs or {}), "by": by}
+               inputs: Mapping[str, Any] | None = None, by: str = "", salt: str = "",
+               key: str | None = None) -> dict[str, Any]:
+        entry: dict[str, Any] = {"id": key or entry_id(candidate, stage, decision, at, salt), "candidate": candidate,
+                                 "stage": stage, "decision": str(decision), "at": at, "reason": reason,
+                                 "inputs": dict(inputs or {}), "by": by}
         self.store.append(LEDGER, entry, fence=self.fence, key=entry["id"])  # a retry is not written twice
         return entry
 
@@ -136,130 +276,193 @@ class Ledger:
     def checkpoint(self, state: PipelineState) -> None:
         last = self.store.last(STATE)
         if last is None or not _usable(last.data) or int(last.data["state"]["position"]) < state.position:
-            self.store.append(STATE, {"state": state.to_dict()}, fence=self.fence,
-                              key=f"state/2/{state.position}")  # 2: the fold with ``booted`` (an older one's key has none)
+            self.store.append(STATE, {"version": CHECKPOINT_VERSION, "state": compact(state).to_dict()}, fence=self.fence,
+                              key=f"state/{CHECKPOINT_VERSION}/{state.position}")
+
+
+REASON_KEPT = 1000  # characters of a candidate's last reason the state keeps (the ledger keeps every word)
+CANDIDATES_KEPT = 20  # candidates kept whole in the state; older finished ones keep their status and order only
+FINISHED = ("superseded", "halted", "released")
+
+
+def _short(reason: str) -> str:
+    return reason if len(reason) <= REASON_KEPT else reason[:REASON_KEPT - 1] + "…"
+
+
+def compact(state: PipelineState) -> PipelineState:
+    """The state as a checkpoint keeps it: its size does not grow with history (a finished candidate older than the
+    newest ``CANDIDATES_KEPT`` leaves it: nothing can move it again but ``release promote``, which reads the ledger;
+    the ledger keeps every word of it; approvals of finished ones go)."""
+    ordered = sorted(state.candidates, key=state.order)
+    for c in ordered[:-CANDIDATES_KEPT]:
+        if state.candidates[c].get("status") in FINISHED and not any(
+                c in (s.current, s.last_good, s.forced) or c in s.ready for s in state.stages.values()):
+            del state.candidates[c]
+    finished = {c for c, v in state.candidates.items() if v.get("status") in FINISHED}
+    state.approvals = {k: v for k, v in state.approvals.items() if k.rsplit("/", 1)[0] not in finished}
+    return state
 
 
 def _usable(checkpoint: Mapping[str, Any]) -> bool:
     """A checkpoint an older version wrote (without a field the fold now keeps) is folded again from the start."""
-    state = checkpoint["state"]
-    return "booted" in state and all("good" in v for v in state["stages"].values())
+    return int(checkpoint.get("version", 0)) == CHECKPOINT_VERSION
 
 
 def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
     """Fold one ledger entry into ``state``: the one place the meaning of each decision lives."""
-    decision, name, at = entry["decision"], entry.get("stage"), float(entry["at"])
+    try:
+        decision = Kind(entry["decision"])
+    except ValueError:  # written by a newer version: passed over, never guessed at
+        return
+    name, at = entry.get("stage"), float(entry["at"])
     cid = str(entry.get("candidate"))
     inputs = entry.get("inputs") or {}
     stage = state.stage(name) if name else None
-    booted = (inputs.get("result") or {}).get("booted") or {} if isinstance(inputs.get("result"), dict) else {}
-    if booted and name:  # {image id: instance ids} a rotation saw booting
-        seen = state.booted.setdefault(f"{cid}/{name}", [])
-        seen.extend(f"{image}/{i}" for image, ids in sorted(booted.items()) for i in ids if f"{image}/{i}" not in seen)
-    if decision == "start":
-        state.candidates[cid] = {"status": "queued", "stage": None, "at": at, "reason": entry["reason"]}
+    if decision is Kind.START:
+        if cid in state.candidates:  # the same content started twice (at once): one candidate
+            return
+        state.candidates[cid] = {"status": "queued", "stage": None, "at": at, "order": state.started,
+                                 "reason": _short(entry["reason"])}
+        state.started += 1
         for first in inputs.get("ready_in", []):
             state.stage(first).ready.append(cid)
-    elif decision == "superseded":
-        state.candidates[cid].update(status="superseded", at=at, reason=entry["reason"])
+    elif decision is Kind.SUPERSEDED:
+        state.candidates.setdefault(cid, {}).update(status="superseded", at=at, by_candidate=inputs.get("by_candidate"),
+                                                    stage=name, reason=_short(entry["reason"]))
         for s in state.stages.values():
             s.ready = [c for c in s.ready if c != cid]
-    elif decision == "freeze":
+            if s.forced == cid:
+                s.forced = None
+    elif decision is Kind.FORCE:
+        assert stage is not None
+        stage.ready = [cid] + [c for c in stage.ready if c != cid]
+        stage.forced = cid
+        state.candidates.setdefault(cid, {}).update(status="queued", at=at)
+    elif decision is Kind.FREEZE:
         state.freezes.append({"stage": name or "*", "reason": entry["reason"], "until": inputs.get("until"), "at": at,
                               "by": entry.get("by", "")})
-    elif decision == "unfreeze":
+    elif decision is Kind.UNFREEZE:
         state.freezes = [f for f in state.freezes if f["stage"] != name] if name else []  # one stage's, or all
-    elif decision == "override":
+    elif decision is Kind.OVERRIDE:
         assert stage is not None
-        stage.override = {"candidate": entry.get("candidate"), "by": entry.get("by", ""), "reason": entry["reason"], "at": at}
-    elif decision == "approve":
+        stage.override = {"candidate": entry.get("candidate"), "by": entry.get("by", ""), "reason": entry["reason"],
+                          "at": at, "freezes": inputs.get("covers")}
+    elif decision is Kind.APPROVE:
         state.approvals.setdefault(f"{cid}/{name}", []).append({"by": entry.get("by", ""), "at": at, "reason": entry["reason"]})
+    elif decision is Kind.ERROR:
+        if stage is not None:
+            stage.error = {"at": at, "error": inputs.get("error"), "step": inputs.get("step"), "candidate": entry.get("candidate")}
+    elif decision is Kind.RECOVERED:
+        if stage is not None:
+            stage.error = None
     elif stage is not None:
-        _apply_step(state, stage, decision, cid, name, at, entry)
+        _apply_step(state, stage, decision, cid, str(name), at, entry)
+
+
+def _roll_back_stage(stage: StageState, cid: str, at: float, target: str | None) -> None:
+    stage.current, stage.step, stage.since, stage.rollback_to = cid, Step.ROLLING_BACK, at, target
+    stage.waiting_for, stage.intent, stage.rollback_phase, stage.rollback_failures = None, None, "deploy", 0
+    stage.blocked_since = None
 
 
 def _apply_halt(state: PipelineState, stage: StageState, cid: str, name: str, at: float, entry: Mapping[str, Any]) -> None:
     """A halt: the candidate in flight here (the gate's, or by hand), or by hand the stage's last good one. The stage
-    rolls back to ``rollback_to``; the candidate leaves every queue, and every later stage it is in flight in rolls
-    back too: no later stage ever keeps it."""
+    rolls back to ``rollback_to``; the candidate leaves every queue and every stage: one it is in flight in rolls back
+    to its last good, one that passed it rolls back to the good one before it (if nothing newer replaced it there)."""
     inputs = entry.get("inputs") or {}
     target = inputs.get("rollback_to")
-    state.candidates.setdefault(cid, {}).update(status="halted", stage=name, at=at, reason=entry["reason"])
+    state.candidates.setdefault(cid, {}).update(status="halted", stage=name, at=at, reason=_short(entry["reason"]))
     for s in state.stages.values():
         s.ready = [c for c in s.ready if c != cid]
+        if s.forced == cid:
+            s.forced = None
     if cid != stage.current:  # by hand: the last good one (nothing of it in flight here)
         stage.good = [c for c in stage.good if c != cid]
         if stage.last_good == cid:
             stage.last_good = target
-        if stage.step in ("deploying", "rotating", "soaking"):  # another entered after the rollback read the stage:
-            return  # it carries on (it replaces the halted one's images anyway), and rolls back to ``target`` if it fails
-        if stage.step == "waiting" and stage.current is not None and stage.current not in stage.ready:
+        if stage.step in (Step.DEPLOYING, Step.ROTATING, Step.SOAKING):  # another entered after the rollback read the
+            return  # stage: it carries on (it replaces the halted one's images anyway), and rolls back to ``target`` if it fails
+        if stage.step == Step.WAITING and stage.current is not None and stage.current not in stage.ready:
             stage.ready.insert(0, stage.current)  # the one waiting to enter waits again, after the rollback
-        stage.current = cid
-    stage.step, stage.since, stage.rollback_to, stage.waiting_for, stage.intent = "rolling-back", at, target, None, None
+    _roll_back_stage(stage, cid, at, target)
     for other in state.stages.values():
-        if other is stage or other.current != cid:
+        if other is stage:
             continue
-        if other.step == "waiting":
-            other.current, other.step, other.waiting_for = None, "idle", None
-        elif other.step in ("deploying", "rotating", "soaking"):  # a later stage it already entered: back too
-            other.step, other.since, other.rollback_to, other.waiting_for = "rolling-back", at, other.last_good, None
-            other.intent = None
+        if other.current == cid and other.step == Step.WAITING:
+            other.current, other.step, other.waiting_for = None, Step.IDLE, None
+        elif other.current == cid and other.step in (Step.DEPLOYING, Step.ROTATING, Step.SOAKING):  # a later stage it
+            _roll_back_stage(other, cid, at, other.last_good)  # already entered: back too
+        elif cid in other.good:  # a later stage it passed: back to what that stage ran before it
+            was_last = other.last_good == cid
+            other.good = [c for c in other.good if c != cid]
+            if was_last:
+                other.last_good = other.good[-1] if other.good else None
+                if other.step in (Step.IDLE, Step.WAITING):
+                    if other.step == Step.WAITING and other.current is not None and other.current not in other.ready:
+                        other.ready.insert(0, other.current)
+                    _roll_back_stage(other, cid, at, other.last_good)
 
 
-# The step a stage must be in, with the entry's candidate in flight, for a step's entry to count. A tick that read the
-# state before an operator's rollback may write a step the rollback has made moot (a rotation finished, a promotion):
-# the fold keeps the ledger's order and passes over it, so the rollback stands.
-_STEP_OF = {"deploy": "deploying", "deployed": "deploying", "rotate": "rotating", "rotated": "rotating",
-            "verdict": "soaking", "soak": "soaking", "promote": "soaking", "rollback-deploy": "rolling-back",
-            "rollback-deployed": "rolling-back", "rollback-rotate": "rolling-back", "rolled-back": "rolling-back"}
-
-
-def _apply_step(state: PipelineState, stage: StageState, decision: str, cid: str | None, name: str | None, at: float,
+def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: str, name: str, at: float,
                 entry: Mapping[str, Any]) -> None:
     inputs = entry.get("inputs") or {}
-    if decision in _STEP_OF and (stage.current != cid or stage.step != _STEP_OF[decision]):
+    allowed = STEP_OF.get(decision)
+    if allowed is not None and stage.step not in allowed:
         return
-    if decision == "enter" and stage.step not in ("idle", "waiting"):
+    if decision not in (Kind.WAIT, Kind.ENTER) and allowed is not None and stage.current != cid:
         return
-    if decision == "halt" and stage.step == "rolling-back":
+    if decision is Kind.HALT and stage.step == Step.ROLLING_BACK:
         return
-    if decision == "wait" and stage.step not in ("idle", "waiting"):  # read before a rollback by hand: moot
-        return
-    if decision == "wait":
-        stage.current, stage.step, stage.waiting_for = cid, "waiting", entry["reason"]
-        stage.opens_at = (entry.get("inputs") or {}).get("decision", {}).get("opens_at")
-    elif decision == "enter":
-        stage.current, stage.step, stage.since, stage.waiting_for = cid, "deploying", at, None
+    if decision is Kind.WAIT:
+        stage.current, stage.step, stage.waiting_for = cid, Step.WAITING, entry["reason"]
+        stage.opens_at = inputs.get("decision", {}).get("opens_at")
+    elif decision is Kind.ENTER:
+        stage.current, stage.step, stage.since, stage.waiting_for = cid, Step.DEPLOYING, at, None
         stage.ready = [c for c in stage.ready if c != cid]
-        stage.override, stage.verdicts, stage.results, stage.rotated_at, stage.entered_at = None, [], 0, None, at
-        state.candidates[str(cid)].update(status="in flight", stage=name, at=at)
-    elif decision in ("deploy", "rotate", "rollback-deploy", "rollback-rotate"):
-        stage.intent = f"{decision}:{cid}"
-    elif decision == "deployed":
-        stage.intent, stage.step, stage.since = None, "rotating", at
-    elif decision == "rotated":
-        stage.intent, stage.step, stage.since, stage.rotated_at = None, "soaking", at, at
-        stage.waiting_for = "the soak"
-    elif decision == "verdict":
+        stage.forced = None if stage.forced == cid else stage.forced
+        stage.newest = max(stage.newest, state.order(cid))
+        if stage.override is not None and stage.override.get("candidate") not in (None, cid):
+            stage.override = None  # another candidate's: the one entering keeps its own through its deploy
+        stage.verdicts, stage.results, stage.rotated_at, stage.entered_at = [], 0, None, at
+        stage.blocked_since, stage.soak_short, stage.before = None, [], None
+        state.candidates.setdefault(cid, {}).update(status="in flight", stage=name, at=at)
+    elif decision in (Kind.DEPLOY, Kind.ROTATE, Kind.ROLLBACK_DEPLOY, Kind.ROLLBACK_ROTATE):
+        stage.intent = f"{decision.value}:{cid}"
+        if decision is Kind.DEPLOY and stage.before is None and inputs.get("before") is not None:
+            stage.before = inputs["before"]
+    elif decision is Kind.DEPLOYED:
+        stage.intent, stage.step, stage.since = None, Step.ROTATING, at
+    elif decision is Kind.BLOCKED:
+        stage.blocked_since = stage.blocked_since if stage.blocked_since is not None else at
+        stage.waiting_for = entry["reason"]
+    elif decision is Kind.ROTATED:
+        stage.intent, stage.step, stage.since, stage.rotated_at = None, Step.SOAKING, at, at
+        stage.waiting_for, stage.blocked_since = "the soak", None
+    elif decision is Kind.VERDICT:
         stage.verdicts.append({"at": at, "verdict": inputs["verdict"]["verdict"], "reason": inputs["verdict"]["reason"]})
         stage.results = int(inputs.get("results", stage.results))
-    elif decision == "soak":
+    elif decision is Kind.SOAK:
         stage.waiting_for, stage.opens_at = entry["reason"], inputs.get("decision", {}).get("opens_at")
+        stage.soak_short = list(inputs.get("decision", {}).get("unmet") or [])
         stage.results = int(inputs.get("results", stage.results))
-    elif decision == "promote":
-        stage.good.append(str(cid))
-        stage.last_good, stage.current, stage.step, stage.since, stage.waiting_for = cid, None, "idle", at, None
-        state.candidates[str(cid)].update(status="passed", stage=name, at=at, reason=entry["reason"])
+    elif decision is Kind.PROMOTE:
+        stage.good = (stage.good + [cid])[-GOOD_KEPT:]
+        stage.last_good, stage.current, stage.step, stage.since, stage.waiting_for = cid, None, Step.IDLE, at, None
+        stage.verdicts, stage.soak_short, stage.override = [], [], None
+        state.candidates.setdefault(cid, {}).update(status="passed", stage=name, at=at, reason=_short(entry["reason"]))
         for nxt in inputs.get("ready_in", []):
-            state.stage(nxt).ready.append(str(cid))
+            state.stage(nxt).ready.append(cid)
         if not inputs.get("ready_in"):
-            state.candidates[str(cid)].update(status="released")
-    elif decision == "halt":
-        _apply_halt(state, stage, str(cid), str(name), at, entry)
-    elif decision == "rollback-deployed":
-        stage.intent = None
+            state.candidates[cid].update(status="released")
+    elif decision is Kind.HALT:
+        _apply_halt(state, stage, cid, name, at, entry)
+    elif decision is Kind.ROLLBACK_DEPLOYED:
+        stage.intent, stage.rollback_phase = None, "rotate"
         stage.waiting_for = "the rollback's rotation"
-    elif decision == "rolled-back":
-        stage.intent, stage.current, stage.step, stage.since, stage.rollback_to = None, None, "idle", at, None
-        stage.waiting_for = None
+    elif decision is Kind.ROLLBACK_FAILED:
+        stage.intent = None
+        stage.rollback_failures += 1
+        stage.waiting_for = f"the rollback's rotation did not finish ({stage.rollback_failures} time(s)): retried"
+    elif decision is Kind.ROLLED_BACK:
+        stage.intent, stage.current, stage.step, stage.since, stage.rollback_to = None, None, Step.IDLE, at, None
+        stage.waiting_for, stage.rollback_phase, stage.rollback_failures, stage.verdicts = None, None, 0, []

@@ -49,6 +49,7 @@ class StagePolicy(_Value):
     pass_for: Seconds = 1800  # the verdict has stayed pass this long at the end of the soak
     deadline: Seconds = 4 * 3600  # after the soak's minimum: inconclusive past it halts
     approvals: Annotated[int, Field(ge=0)] = 0  # distinct approvers entering the stage needs
+    approvers_other_than_creator: bool = False  # the candidate's creator's own approval does not count
     verdict_window: Annotated[int, Field(ge=60)] = 1800  # the canary verdict's shortest window
 
     @field_validator("soak", "pass_for", "deadline", "verdict_window", mode="before")
@@ -122,6 +123,9 @@ class Freeze(_Value):
         if len(recurring) > 1:
             raise ValueError("give one of rrule and cron, not both")
         if recurring:
+            if self.rrule is not None and self.start is None and "DTSTART" not in self.rrule.upper():
+                raise ValueError("an rrule needs a fixed anchor: give start (the first window's local start, such as "
+                                 "2026-01-02T16:00:00), else its windows would count from whenever it is read")
             if not self.duration:
                 raise ValueError(f"a recurring freeze ({recurring[0]}) needs a duration")
             if self.end is not None:

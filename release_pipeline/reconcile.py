@@ -15,18 +15,28 @@ template version) and the rotation resumes its own journal (no node rotated twic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from platformctl import failpoints
+from platformctl.state import LeaseLost
 from release_pipeline.candidates import Candidate
-from release_pipeline.gates import entry_decision, freezes_in_force, rotation_decision, soak_decision
-from release_pipeline.ledger import Ledger, PipelineState, StageState, apply
+from release_pipeline.gates import (
+    Decision,
+    entry_decision,
+    freezes_in_force,
+    override_applies,
+    rotation_decision,
+    soak_decision,
+)
+from release_pipeline.ledger import Kind, Ledger, PipelineState, StageState, Step, apply
 from release_pipeline.pipeline import Pipeline
 
-# How long, on the stage's clock from the start of its rotation, nodes the planner leaves blocked (a budget that allows
-# no disruption now, nothing failed) are planned again at the next tick before the rotation counts as not finished.
+# How long, on the stage's clock from when the rotation was first recorded blocked, nodes the planner leaves blocked
+# (a budget that allows no disruption now, nothing failed) are planned again at the next tick before the rotation
+# counts as not finished.
 BLOCKED_PATIENCE = 3600.0
 
 
@@ -43,10 +53,10 @@ class StageActions(Protocol):
 
     def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
         """Rotate every cluster of the stage onto them (resuming a rotation a killed tick began):
-        ``{"status": "finished" | "halted" | "busy", "reason"}``; ``busy``: a rotation of the stage holds its lease, so
-        nothing was done and the next tick tries again. A ``rollback`` first ends the halted rotation it undoes and is
-        not held by the canary gate: the canaries fail because of the image it takes away (Argo Rollouts' abort goes
-        back to the stable version without analysis, too)."""
+        ``{"status": "finished" | "halted" | "blocked" | "busy", "reason", "booted": {image: [instance]}}``; ``busy``: a
+        rotation of the stage holds its lease, so nothing was done and the next tick tries again. A ``rollback`` first
+        ends the halted rotation it undoes and is not held by the canary gate: the canaries fail because of the image it
+        takes away (Argo Rollouts' abort goes back to the stable version without analysis, too)."""
         ...
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
@@ -57,64 +67,140 @@ class StageActions(Protocol):
         ...
 
 
+# A stage's lease for the tick: a context that yields whether this tick holds it (and fences the ledger's writes
+# with it while it does).
+StageLease = Callable[[str], AbstractContextManager[bool]]
+
+
+@contextmanager
+def _no_lease(name: str) -> Iterator[bool]:
+    yield True
+
+
 @dataclass
 class TickReport:
     steps: list[dict[str, Any]] = field(default_factory=list)  # the entries this tick wrote
     waiting: list[str] = field(default_factory=list)  # what held a step back without a decision (a rotation's lease)
+    held: list[str] = field(default_factory=list)  # stages another tick holds: nothing done there
+    errors: list[dict[str, Any]] = field(default_factory=list)  # stages whose step raised: {"stage", "error"}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"steps": self.steps, "waiting": self.waiting}
+        return {"steps": self.steps, "waiting": self.waiting, "held": self.held, "errors": self.errors}
+
+
+Write = Callable[..., dict[str, Any]]
 
 
 def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
-         say: Callable[[str], None] = lambda message: None, only: Sequence[str] = ()) -> TickReport:
+         say: Callable[[str], None] = lambda message: None, only: Sequence[str] = (),
+         lease: StageLease = _no_lease) -> TickReport:
     """Advance every candidate at most one step (in the stages ``only`` names, when given: each stage's own CronJob
-    acts in its own region). The caller holds the tick's lease (``ledger.fence``)."""
-    state = ledger.state()
+    acts in its own region), each stage under its own lease (``lease``). A stage whose step raises (an API fault)
+    records it as that stage's ``error`` and the others go on; a lease lost mid-step (``LeaseLost``) stops the tick."""
     report = TickReport()
     moved: set[str] = set()
-
-    def write(candidate: str | None, stage: str | None, decision: str, at: float, reason: str,
-              inputs: dict[str, Any] | None = None, salt: str = "") -> dict[str, Any]:
-        entry = ledger.append(candidate, stage, decision, at, reason, inputs, by, salt)
-        apply(state, entry)
-        report.steps.append(entry)
-        say(f"{stage or '-'} {candidate or '-'}: {decision}: {reason}")
-        failpoints.hit(f"release:{decision}")  # written, the checkpoint and anything after it not
-        return entry
 
     for name in reversed(pipeline.names):  # the last stage first: a candidate promoted here is not entered next door
         if only and name not in only:
             continue
-        _advance(pipeline, ledger, state, name, actions, write, moved, report.waiting.append)
+        with lease(name) as held:
+            if not held:
+                report.held.append(name)
+                continue
+            state = ledger.state()  # read under the stage's lease: what another stage's tick wrote is in it
+
+            def write(candidate: str | None, stage: str | None, decision: Kind, at: float, reason: str,
+                      inputs: dict[str, Any] | None = None, salt: str = "", state: PipelineState = state) -> dict[str, Any]:
+                entry = ledger.append(candidate, stage, decision, at, reason, inputs, by, salt)
+                apply(state, entry)
+                report.steps.append(entry)
+                say(f"{stage or '-'} {candidate or '-'}: {decision}: {reason}")
+                failpoints.hit(f"release:{decision}")  # written, the checkpoint and anything after it not
+                return entry
+
+            step = state.stage(name).step
+            try:
+                _advance(pipeline, ledger, state, name, actions, write, moved, report.waiting.append)
+            except LeaseLost:
+                raise
+            except Exception as exc:  # this stage's fault, recorded as its decision: the other stages go on
+                error = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:500] if str(exc) else ""}
+                report.errors.append({"stage": name, "error": error})
+                s = state.stage(name)
+                if s.error is None or s.error.get("error") != error or s.error.get("step") != step:
+                    write(s.current, name, Kind.ERROR, actions_now(actions, name),
+                          f"{step} raised {error['type']}: {error['message']}", {"error": error, "step": str(step)})
+                continue
+            s = state.stage(name)
+            if s.error is not None:
+                write(s.current, name, Kind.RECOVERED, actions.now(name), f"{name} went on after the error "
+                      f"({s.error.get('error', {}).get('type')})", {"error": s.error})
     # The checkpoint is the ledger folded in its own order: what others wrote during the tick (an approval, a freeze, a
     # rollback by hand) lands where it was written, not after this tick's entries.
-    ledger.checkpoint(ledger.state())
+    if report.steps:
+        ledger.checkpoint(ledger.state())
     return report
 
 
+def actions_now(actions: StageActions, name: str) -> float:
+    """The stage's clock, or the host's when the stage's clock cannot be read (the fault being recorded may be that)."""
+    import time
+
+    try:
+        return actions.now(name)
+    except Exception:
+        return time.time()
+
+
+def eligible(pipeline: Pipeline, state: PipelineState, name: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """The candidate that enters ``name`` next, and the ready ones that never will (each with the newer one it gives
+    way to): never one older than the newest the stage already ran (by start order), unless sent by hand; under
+    ``supersede`` only the newest ready, under ``queue`` the oldest ready."""
+    stage = state.stage(name)
+    if stage.forced is not None and stage.forced in stage.ready:
+        return stage.forced, []
+    ready = sorted(stage.ready, key=state.order)
+    ran = next((c for c, v in state.candidates.items() if int(v.get("order", -2)) == stage.newest), None)
+    gone = [(c, str(ran)) for c in ready if state.order(c) <= stage.newest]
+    ahead = [c for c in ready if state.order(c) > stage.newest]
+    if not ahead:
+        return None, gone
+    if pipeline.on_newer == "queue":
+        return ahead[0], gone
+    return ahead[-1], gone + [(c, ahead[-1]) for c in ahead[:-1]]
+
+
 def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str, actions: StageActions,
-             write: Callable[..., dict[str, Any]], moved: set[str], held: Callable[[str], None]) -> None:
+             write: Write, moved: set[str], held: Callable[[str], None]) -> None:
     stage = state.stage(name)
     policy = pipeline.stage(name)
     now = actions.now(name)
-    if stage.step in ("idle", "waiting"):
-        cid = _next_ready(pipeline, state, stage, name, now, write)
+    if stage.step in (Step.IDLE, Step.WAITING):
+        cid, gone = eligible(pipeline, state, name)
+        for older, newer in gone:
+            write(older, name, Kind.SUPERSEDED, now, f"{newer} is newer: {older} never enters {name} or any stage "
+                  f"(onNewer: {pipeline.on_newer}; a stage only moves forward)", {"by_candidate": newer})
         if cid is None or cid in moved:
             return
         frozen = freezes_in_force(pipeline.freezes, state.freezes, name, now)
         approvals = state.approvals.get(f"{cid}/{name}", [])
-        override = stage.override if stage.override and stage.override.get("candidate") in (None, cid) else None
-        decision = entry_decision(policy, now, frozen, approvals, override)
+        given = stage.override if stage.override and stage.override.get("candidate") in (None, cid) else None
+        override = given if override_applies(given, frozen) else None
+        created = ledger.candidate(cid)
+        creator = created.created_by if created is not None else ""
+        decision = entry_decision(policy, now, frozen, approvals, override, creator)
         inputs = {"decision": decision.to_dict(), "freezes": frozen, "approvals": approvals, "override": override,
-                  "thresholds": {"approvals": policy.approvals}, "pipeline": pipeline.digest,
+                  "creator": creator, "forced": stage.forced == cid,
+                  "thresholds": {"approvals": policy.approvals,
+                                 "approvers_other_than_creator": policy.approvers_other_than_creator},
+                  "pipeline": pipeline.digest,
                   "freeze_definitions": [f.model_dump(mode="json", by_alias=True) for f in pipeline.freezes
                                          if f.applies_to(name)], "manual_freezes": state.freezes}
         if decision.decision == "wait":
-            if stage.step != "waiting" or stage.waiting_for != decision.reason or stage.current != cid:
-                write(cid, name, "wait", now, decision.reason, inputs)
+            if stage.step != Step.WAITING or stage.current != cid or stage.waiting_for != decision.reason:
+                write(cid, name, Kind.WAIT, now, decision.reason, inputs)
             return
-        write(cid, name, "enter", now, decision.reason, inputs)
+        write(cid, name, Kind.ENTER, now, decision.reason, inputs)
         moved.add(cid)
         return
     cid = stage.current
@@ -123,62 +209,73 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
     candidate = ledger.candidate(cid)
     assert candidate is not None, cid
     moved.add(cid)
-    if stage.step == "deploying":
+    if stage.step in (Step.DEPLOYING, Step.ROTATING) and stage.intent is None:
+        # A freeze that began after the candidate entered stops what has not started: no deploy, no new rotation
+        # (a rotation already begun carries on; a rollback is a remedy, never held).
+        frozen = freezes_in_force(pipeline.freezes, state.freezes, name, now)
+        given = stage.override if stage.override and stage.override.get("candidate") in (None, cid) else None
+        if frozen and not override_applies(given, frozen):
+            held(f"{name} {cid}: frozen before its {stage.step[:-3]}: " + "; ".join(str(f["reason"]) for f in frozen))
+            return
+    if stage.step == Step.DEPLOYING:
         if stage.intent != f"deploy:{cid}":
-            write(cid, name, "deploy", now, f"pointing {name}'s launch templates at {cid}'s images",
+            write(cid, name, Kind.DEPLOY, now, f"pointing {name}'s launch templates at {cid}'s images",
                   {"images": candidate.stages[name].images if name in candidate.stages else {}})
         result = actions.deploy(name, candidate)
         failpoints.hit("release:call:deploy")  # deployed, not yet recorded
-        write(cid, name, "deployed", actions.now(name), f"{name} deployed with {cid}'s images", {"result": result})
-    elif stage.step == "rotating":
-        if stage.intent != f"rotate:{cid}":
-            write(cid, name, "rotate", now, f"rotating every cluster of {name} onto {cid}'s images")
-        result = actions.rotate(name, candidate)
-        failpoints.hit("release:call:rotate")  # rotated, not yet recorded
-        at = actions.now(name)
-        if result.get("status") == "busy":  # a rotation of the stage holds its lease (a killed tick's, until it lapses)
-            held(f"{name} {cid}: {result.get('reason')}")  # nothing written: the next tick tries again
-            return
-        if result.get("status") == "blocked" and at - stage.since < BLOCKED_PATIENCE:
-            # nothing failed; some nodes wait for a budget that allows no disruption now: planned again next tick
-            held(f"{name} {cid}: waiting: {result.get('reason')} (halts {BLOCKED_PATIENCE / 60:.0f} min into the "
-                 "rotation if it stays so)")
-            return
-        if result.get("status") == "finished":
-            write(cid, name, "rotated", at, f"{name}'s last cluster finished rotating: the soak begins", {"result": result})
-        else:
-            decision = rotation_decision(result)
-            _halt(pipeline, state, name, cid, at, decision.reason, {"result": result, "decision": decision.to_dict()}, write)
-    elif stage.step == "soaking":
+        write(cid, name, Kind.DEPLOYED, actions.now(name), f"{name} deployed with {cid}'s images", {"result": result})
+    elif stage.step == Step.ROTATING:
+        _rotate(ledger, state, stage, name, candidate, actions, write, held, pipeline)
+    elif stage.step == Step.SOAKING:
         _soak(pipeline, ledger, state, stage, name, candidate, actions, write)
-    elif stage.step == "rolling-back":
+    elif stage.step == Step.ROLLING_BACK:
         _roll_back(ledger, stage, name, cid, actions, write, held)
 
 
-def _next_ready(pipeline: Pipeline, state: PipelineState, stage: StageState, name: str, now: float,
-                write: Callable[..., dict[str, Any]]) -> str | None:
-    """The candidate that enters ``name`` next: the one waiting there, else the oldest ready (``queue``) or the newest
-    (``supersede``: every older one ready here is superseded, recorded)."""
-    if stage.step == "waiting" and stage.current in stage.ready:
-        if pipeline.on_newer == "supersede" and stage.ready[-1] != stage.current:
-            pass  # a newer one arrived while this one waited: it goes instead
-        else:
-            return stage.current
-    if not stage.ready:
-        return None
-    if pipeline.on_newer == "queue":
-        return stage.ready[0]
-    newest = stage.ready[-1]
-    for older in stage.ready[:-1]:
-        if state.candidates.get(older, {}).get("stage") is None:  # not yet past any stage: superseded everywhere
-            write(older, name, "superseded", now, f"superseded by {newest} (onNewer: supersede)", {"by_candidate": newest})
-        else:
-            stage.ready = [c for c in stage.ready if c != older]
-    return newest
+def _boots(ledger: Ledger, cid: str, name: str, result: dict[str, Any]) -> dict[str, Any]:
+    """The rotation's result as an entry keeps it: the instances it saw booting go to their own stream, the entry
+    keeps how many (an entry never grows with the fleet)."""
+    booted = result.get("booted") or {}
+    if not isinstance(booted, dict):
+        return result
+    counted = ledger.add_boots(cid, name, booted) if booted else 0
+    return {**{k: v for k, v in result.items() if k != "booted"}, "booted_count": counted}
+
+
+def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, candidate: Candidate,
+            actions: StageActions, write: Write, held: Callable[[str], None], pipeline: Pipeline) -> None:
+    cid = candidate.id
+    if stage.intent != f"rotate:{cid}":
+        write(cid, name, Kind.ROTATE, actions.now(name), f"rotating every cluster of {name} onto {cid}'s images")
+    result = actions.rotate(name, candidate)
+    failpoints.hit("release:call:rotate")  # rotated, not yet recorded
+    at = actions.now(name)
+    status = result.get("status")
+    if status == "busy":  # a rotation of the stage holds its lease (a killed tick's, until it lapses)
+        held(f"{name} {cid}: {result.get('reason')}")  # nothing written: the next tick tries again
+        return
+    if status == "blocked":
+        # nothing failed; some nodes wait for a budget that allows no disruption now: planned again next tick, for
+        # BLOCKED_PATIENCE from when the rotation was first recorded blocked
+        if stage.blocked_since is None:
+            write(cid, name, Kind.BLOCKED, at, f"waiting: {result.get('reason')}", {"result": _boots(ledger, cid, name, result)})
+        assert stage.blocked_since is not None
+        if at - stage.blocked_since < BLOCKED_PATIENCE:
+            held(f"{name} {cid}: waiting: {result.get('reason')} (halts {BLOCKED_PATIENCE / 60:.0f} min after it was "
+                 "first blocked if it stays so)")
+            return
+    if status == "finished":
+        write(cid, name, Kind.ROTATED, at, f"{name}'s last cluster finished rotating: the soak begins",
+              {"result": _boots(ledger, cid, name, result)})
+    else:
+        decision = rotation_decision(result)
+        _halt(state, name, cid, at, decision.reason, {"result": _boots(ledger, cid, name, result),
+                                                      "decision": decision.to_dict(),
+                                                      "blocked_since": stage.blocked_since}, write, pipeline)
 
 
 def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: StageState, name: str, candidate: Candidate,
-          actions: StageActions, write: Callable[..., dict[str, Any]]) -> None:
+          actions: StageActions, write: Write) -> None:
     policy = pipeline.stage(name)
     assert stage.rotated_at is not None
     baseline = ledger.candidate(stage.last_good) if stage.last_good else None
@@ -186,49 +283,61 @@ def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: Stage
     verdict = actions.verdict(name, candidate, baseline, stage.rotated_at, policy.verdict_window, stage.entered_at)
     results = int(verdict.get("results_since", 0))  # canary results stored since the soak began
     if not stage.verdicts or stage.verdicts[-1]["verdict"] != verdict["verdict"]:
-        write(candidate.id, name, "verdict", now, f"the canary verdict is {verdict['verdict']}: {verdict['reason']}",
+        write(candidate.id, name, Kind.VERDICT, now, f"the canary verdict is {verdict['verdict']}: {verdict['reason']}",
               {"verdict": verdict, "results": results})
     decision = soak_decision(policy, stage.rotated_at, now, stage.verdicts, results)
     inputs = {"decision": decision.to_dict(), "rotated_at": stage.rotated_at, "verdicts": stage.verdicts, "results": results,
               "verdict": verdict, "thresholds": policy.model_dump(mode="json", by_alias=True), "pipeline": pipeline.digest}
     if decision.decision == "pass":
         nxt = pipeline.next_stage(name)
-        write(candidate.id, name, "promote", now, decision.reason, {**inputs, "ready_in": [nxt] if nxt else []})
+        write(candidate.id, name, Kind.PROMOTE, now, decision.reason, {**inputs, "ready_in": [nxt] if nxt else []})
     elif decision.decision == "halt":
-        _halt(pipeline, state, name, candidate.id, now, decision.reason, inputs, write)
-    elif stage.waiting_for != decision.reason:
-        write(candidate.id, name, "soak", now, decision.reason, inputs)
+        _halt(state, name, candidate.id, now, decision.reason, inputs, write, pipeline)
+    elif sorted(stage.soak_short) != sorted(decision.unmet):
+        write(candidate.id, name, Kind.SOAK, now, decision.reason, inputs)  # only when what holds the soak changes
 
 
-def _halt(pipeline: Pipeline, state: PipelineState, name: str, cid: str, at: float, reason: str, inputs: dict[str, Any],
-          write: Callable[..., dict[str, Any]]) -> None:
+def _halt(state: PipelineState, name: str, cid: str, at: float, reason: str, inputs: dict[str, Any], write: Write,
+          pipeline: Pipeline) -> None:
     last_good = state.stage(name).last_good
-    write(cid, name, "halt", at, reason, {**inputs, "rollback_to": last_good, "pipeline": pipeline.digest})
+    write(cid, name, Kind.HALT, at, reason, {**inputs, "rollback_to": last_good, "pipeline": pipeline.digest})
 
 
-def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: StageActions,
-               write: Callable[..., dict[str, Any]], held: Callable[[str], None]) -> None:
-    """Deploy the stage's last good candidate again, then rotate every cluster back onto it: one unit."""
+def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: StageActions, write: Write,
+               held: Callable[[str], None]) -> None:
+    """Deploy the stage's last good candidate again, then rotate every cluster back onto it: one unit. Done only when
+    the rotation finished (every node on the last good images); else recorded as failed, the stage kept closed, and
+    tried again next tick."""
     target = ledger.candidate(stage.rollback_to) if stage.rollback_to else None
     now = actions.now(name)
     if target is None:
-        write(cid, name, "rolled-back", now, f"nothing to roll back to: {name} had no good candidate before {cid}; its "
-              "pools stay as the halted rotation left them", {"rollback_to": None})
+        write(cid, name, Kind.ROLLED_BACK, now, f"nothing to roll back to: {name} had no good candidate before {cid}; its "
+              "pools stay as the halted rotation left them", {"rollback_to": None, "done": False})
         return
-    if stage.waiting_for != "the rollback's rotation":  # not yet deployed back
+    if stage.rollback_phase in (None, "deploy"):
         if stage.intent != f"rollback-deploy:{cid}":
-            write(cid, name, "rollback-deploy", now, f"pointing {name} back at {target.id}'s images")
+            write(cid, name, Kind.ROLLBACK_DEPLOY, now, f"pointing {name} back at {target.id}'s images")
         result = actions.deploy(name, target)
         failpoints.hit("release:call:rollback-deploy")
-        write(cid, name, "rollback-deployed", actions.now(name), f"{name} deployed with {target.id}'s images again",
+        write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {target.id}'s images again",
               {"result": result, "rollback_to": target.id})
         return
     if stage.intent != f"rollback-rotate:{cid}":
-        write(cid, name, "rollback-rotate", now, f"rotating every cluster of {name} back onto {target.id}'s images")
+        write(cid, name, Kind.ROLLBACK_ROTATE, now, f"rotating every cluster of {name} back onto {target.id}'s images")
     result = actions.rotate(name, target, rollback=True)
     failpoints.hit("release:call:rollback-rotate")
-    if result.get("status") == "busy":
+    status = result.get("status")
+    if status == "busy":
         held(f"{name} {cid}: {result.get('reason')}")
         return
-    write(cid, name, "rolled-back", actions.now(name), f"{name} is back on {target.id} ({result.get('status')})",
-          {"result": result, "rollback_to": target.id})
+    if status != "finished":
+        write(cid, name, Kind.ROLLBACK_FAILED, actions.now(name), f"the rollback of {name} to {target.id} did not finish "
+              f"({status}: {result.get('reason')}): {name} stays closed and the next tick tries again",
+              {"result": _boots(ledger, cid, name, result), "rollback_to": target.id,
+               "failures": stage.rollback_failures + 1})
+        return
+    write(cid, name, Kind.ROLLED_BACK, actions.now(name), f"{name} is back on {target.id}: every cluster finished rotating",
+          {"result": _boots(ledger, cid, name, result), "rollback_to": target.id, "done": True})
+
+
+__all__ = ["BLOCKED_PATIENCE", "Decision", "StageActions", "TickReport", "eligible", "tick"]

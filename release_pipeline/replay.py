@@ -26,14 +26,19 @@ def replay(entry: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "entry":
         definitions = [Freeze.model_validate(f) for f in inputs.get("freeze_definitions", [])]
         frozen = freezes_in_force(definitions, inputs.get("manual_freezes", []), entry["stage"], at)
-        policy = StagePolicy(name=entry["stage"], approvals=inputs["thresholds"]["approvals"], soak=0)
-        again = entry_decision(policy, at, frozen, inputs.get("approvals", []), inputs.get("override"))
+        thresholds = inputs["thresholds"]
+        policy = StagePolicy(name=entry["stage"], approvals=thresholds["approvals"], soak=0,
+                             approvers_other_than_creator=bool(thresholds.get("approvers_other_than_creator", False)))
+        again = entry_decision(policy, at, frozen, inputs.get("approvals", []), inputs.get("override"),
+                               str(inputs.get("creator", "")))
     elif "result" in inputs and "rotated_at" not in inputs:  # the rotation's gate
         again = rotation_decision(inputs["result"])
     else:
         policy = StagePolicy.model_validate({**inputs["thresholds"], "name": entry["stage"]})
         again = soak_decision(policy, float(inputs["rotated_at"]), at, inputs.get("verdicts", []), int(inputs["results"]))
-    stored = Decision(**inputs["decision"])
-    same = (again.decision, again.reason) == (stored.decision, stored.reason)
+    stored = Decision.from_dict(inputs["decision"])
+    # The decision and what held it, never its words: rewording a message does not make an old decision different.
+    # (A decision stored before decisions named what held them is compared on the decision alone.)
+    same = again.decision == stored.decision and ("unmet" not in inputs["decision"] or again.outcome == stored.outcome)
     return {"id": entry["id"], "candidate": entry.get("candidate"), "stage": entry.get("stage"), "at": at,
             "stored": stored.to_dict(), "replayed": again.to_dict(), "same": same}

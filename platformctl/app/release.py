@@ -90,12 +90,13 @@ def start_candidate(request: StartRequest) -> Started:
     lock = read_lock(lock_path)
     images = [stage_images(s, settings[s.name], lock, str(lock_path)) for s in stages]
     ledger = ledger_of(pipeline, request.ledger)
-    at = time.time()
+    at = AppStages(pipeline, request.infra_dir, Path.cwd()).now(pipeline.names[0])  # the first stage's clock
     candidate = make_candidate(images, infra_revision(infra_dir), request.note, at, who())
     new = ledger.add_candidate(candidate)
-    if new:
+    if new:  # keyed by the candidate: two starts of the same content at once make one entry (and the fold one candidate)
         ledger.append(candidate.id, None, "start", at, request.note or "started", {"ready_in": [pipeline.names[0]],
-                      "lock_file": str(lock_path), "pipeline": pipeline.digest}, candidate.created_by)
+                      "lock_file": str(lock_path), "pipeline": pipeline.digest}, candidate.created_by,
+                      key=f"start-{candidate.id}")
     return Started(ledger.candidate(candidate.id) or candidate, new, ledger.store.location)
 
 
@@ -120,12 +121,16 @@ def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
     stages = {}
     for name in pipeline.names:
         s = state.stage(name)
+        lease = ledger.store.lease(stage_lease(name))
         stages[name] = {"current": s.current, "last_good": s.last_good, "step": s.step, "waiting_for": s.waiting_for,
-                        "opens_at": s.opens_at, "since": s.since, "soak_started": s.rotated_at, "ready": s.ready}
-    lease = ledger.store.lease(TICK_LEASE)
-    tick_lease = {"holder": lease.holder, "expires": lease.expires, "live": not lease.expired(time.time())} if lease else None
+                        "opens_at": s.opens_at, "since": s.since, "soak_started": s.rotated_at, "ready": s.ready,
+                        "rollback": {"to": s.rollback_to, "phase": s.rollback_phase, "failures": s.rollback_failures,
+                                     "left": s.waiting_for} if s.step == "rolling-back" else None,
+                        "error": s.error, "blocked_since": s.blocked_since,
+                        "tick_lease": {"holder": lease.holder, "expires": lease.expires,
+                                       "live": not lease.expired(time.time())} if lease else None}
     return {"ledger": ledger.store.location, "pipeline": pipeline.source, "stages": stages,
-            "candidates": candidate_report(ledger, state), "freezes": state.freezes, "tick_lease": tick_lease}
+            "candidates": candidate_report(ledger, state), "freezes": state.freezes}
 
 
 def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> dict[str, Any]:
@@ -133,9 +138,9 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
     ``aws`` is False: then from what the ledger recorded alone)."""
     out = {}
     seen: set[str] = set()  # the images of every earlier candidate
-    recorded = {tuple(key.split("/", 1)): set(ids) for key, ids in state.booted.items()}
     aws_reachable = aws
-    for c in sorted(ledger.candidates(), key=lambda c: c.created_at):
+    for c in sorted(ledger.candidates(), key=lambda c: (state.order(c.id), c.created_at)):
+        recorded = ledger.boots(c.id)
         where = state.candidates.get(c.id, {})
         new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
         seen |= c.image_ids()
@@ -143,9 +148,10 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
         asked = booted_instances(c, new, builders=builders) if aws_reachable else None
         aws_reachable = aws_reachable and asked is not None  # one failure: the rest of the report from the ledger only
         # What AWS still shows, and what the ledger saw booting the new images at the end of each rotation.
-        booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get((c.id, n), set())
+        booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get(n, set())
                                                              if r.split("/")[0] in new[n]}) for n in new}
-        out[c.id] = {"status": where.get("status", "recorded"), "stage": where.get("stage"), "reason": where.get("reason"),
+        out[c.id] = {"status": where.get("status", "finished"),  # an old finished one the state no longer keeps "stage": where.get("stage"), "reason": where.get("reason"),
+                     "superseded_by": where.get("by_candidate"),
                      "note": c.note, "created_at": c.created_at, "created_by": c.created_by,
                      "infra_revision": c.infra_revision, "images": {n: s.images for n, s in c.stages.items()},
                      "new_images": new, "instances_booted": sum(len(ids) for ids in booted.values()),
@@ -215,11 +221,12 @@ class FreezeRequest:
     ledger: str | None = None
 
 
-def _until(text: str | None, now: float) -> float | None:
+def _until(text: str | None) -> tuple[str, float] | None:
+    """``--until`` read: ("after", seconds) for a duration from now, ("at", instant) for a time with its offset."""
     if text is None:
         return None
     try:
-        return now + parse_duration(text)
+        return "after", float(parse_duration(text))
     except ValueError:
         pass
     from datetime import datetime
@@ -231,24 +238,37 @@ def _until(text: str | None, now: float) -> float | None:
                             field="--until") from None
     if instant.tzinfo is None:
         raise PlatformError(f"{text!r} has no offset: say which zone (2026-12-24T18:00+01:00, or Z)", field="--until")
-    if instant.timestamp() <= now:
-        raise PlatformError(f"{text} is in the past", field="--until")
-    return instant.timestamp()
+    return "at", instant.timestamp()
+
+
+def _iso(ts: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _stage_now(pipeline: Pipeline, stage: str | None, infra_dir: Path | None = None) -> float:
+    """The clock a record about ``stage`` is stamped on (every stage's: the first's): the stage's own, as the tick's."""
+    return AppStages(pipeline, infra_dir, Path.cwd()).now(stage or pipeline.names[0])
 
 
 def freeze(request: FreezeRequest) -> dict[str, Any]:
-    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     if not request.reason.strip():
         raise PlatformError("say why", field="--reason")
-    now = time.time()
-    until = _until(request.until, now)
-    return ledger.append(None, request.stage, "freeze", now, request.reason, {"until": until, "pipeline": pipeline.digest},
+    until = _until(request.until)  # read before anything is opened or written
+    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    now = _stage_now(pipeline, request.stage)
+    if until is not None and until[0] == "at" and until[1] <= now:
+        raise PlatformError(f"{request.until} is in the past (the stage's clock says {_iso(now)})", field="--until")
+    end = None if until is None else until[1] if until[0] == "at" else now + until[1]
+    return ledger.append(None, request.stage, "freeze", now, request.reason, {"until": end, "pipeline": pipeline.digest},
                          who())
 
 
 def unfreeze(request: FreezeRequest) -> dict[str, Any]:
     pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
-    return ledger.append(None, request.stage, "unfreeze", time.time(), request.reason or "unfrozen", {}, who())
+    return ledger.append(None, request.stage, "unfreeze", _stage_now(pipeline, request.stage), request.reason or "unfrozen",
+                         {}, who())
 
 
 @dataclass(frozen=True)
@@ -262,25 +282,78 @@ class ApproveRequest:
 
 
 def approve(request: ApproveRequest) -> dict[str, Any]:
-    """Approve a candidate into a stage: only one waiting there (or ready for it) can be approved."""
+    """Approve a candidate into a stage: only one that may still enter it (waiting there, or ready and not about to
+    give way to a newer one). With ``override_freeze``, let it enter during the freeze in force now, until that ends."""
+    from release_pipeline.gates import freeze_key, freezes_in_force
+    from release_pipeline.reconcile import eligible
+
     pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    if request.override_freeze is not None and not request.override_freeze.strip():
+        raise PlatformError("say why the freeze is overridden", field="--override-freeze")
     state = ledger.state()
     stage = state.stage(request.stage)
     if ledger.candidate(request.candidate) is None:
         raise PlatformError(f"no candidate {request.candidate!r} in the ledger {ledger.store.location}", field="CANDIDATE")
+    where = state.candidates.get(request.candidate, {})
+    if where.get("status") == "superseded":
+        raise PlatformError(f"{request.candidate} was superseded by {where.get('by_candidate')} (in {where.get('stage')}): "
+                            f"approve {where.get('by_candidate')} instead, or send it by hand (`release promote`)",
+                            field="CANDIDATE")
     waiting = request.candidate in stage.ready or (stage.step == "waiting" and stage.current == request.candidate)
     if not waiting:
         raise PlatformError(f"{request.candidate} is not waiting to enter {request.stage} (it is "
-                            f"{state.candidates.get(request.candidate, {}).get('status', 'recorded')})", field="CANDIDATE")
-    if request.override_freeze is not None and not request.override_freeze.strip():
-        raise PlatformError("say why the freeze is overridden", field="--override-freeze")
-    approval = ledger.append(request.candidate, request.stage, "approve", time.time(), request.reason or "approved",
+                            f"{where.get('status', 'recorded')})", field="CANDIDATE")
+    _, gone = eligible(pipeline, state, request.stage)
+    newer = dict(gone).get(request.candidate)
+    if newer is not None:
+        raise PlatformError(f"{request.candidate} gives way to the newer {newer} in {request.stage} (onNewer: "
+                            f"{pipeline.on_newer}; a stage only moves forward): approve {newer} instead", field="CANDIDATE")
+    now = _stage_now(pipeline, request.stage)
+    covers: list[str] = []
+    if request.override_freeze is not None:
+        frozen = freezes_in_force(pipeline.freezes, state.freezes, request.stage, now)
+        if not frozen:
+            raise PlatformError(f"no freeze holds {request.stage} now ({_iso(now)}): nothing to override (an override "
+                                "applies to the freeze in force when it is given, and ends with it)", field="--override-freeze")
+        covers = [freeze_key(f) for f in frozen]
+    approval = ledger.append(request.candidate, request.stage, "approve", now, request.reason or "approved",
                              {"pipeline": pipeline.digest}, who(), salt=who())
     if request.override_freeze is None:
         return approval
-    override = ledger.append(request.candidate, request.stage, "override", time.time(), request.override_freeze,
-                             {"pipeline": pipeline.digest, "freezes": state.freezes}, who(), salt=who())
+    override = ledger.append(request.candidate, request.stage, "override", now, request.override_freeze,
+                             {"pipeline": pipeline.digest, "freezes": state.freezes, "covers": covers}, who(), salt=who())
     return {**approval, "override": override}
+
+
+@dataclass(frozen=True)
+class PromoteRequest:
+    candidate: str
+    stage: str
+    reason: str
+    pipeline_file: Path | None = None
+    ledger: str | None = None
+    infra_dir: Path | None = None
+
+
+def promote(request: PromoteRequest) -> dict[str, Any]:
+    """Send a candidate to a stage by hand, older than what the stage ran or superseded: it enters next (under the
+    stage's freezes and approvals as any other), recorded with who and why. A halted one is refused."""
+    if not request.reason.strip():
+        raise PlatformError("say why", field="--reason")
+    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    if ledger.candidate(request.candidate) is None:
+        raise PlatformError(f"no candidate {request.candidate!r} in the ledger {ledger.store.location}", field="CANDIDATE")
+    state = ledger.state()
+    where = state.candidates.get(request.candidate, {})
+    if where.get("status") == "halted":
+        raise PlatformError(f"{request.candidate} was halted in {where.get('stage')}: it goes nowhere (start the change "
+                            "again as a new candidate)", field="CANDIDATE")
+    stage = state.stage(request.stage)
+    if stage.current == request.candidate and stage.step not in ("idle", "waiting"):
+        raise PlatformError(f"{request.candidate} is in flight in {request.stage} already ({stage.step})", field="CANDIDATE")
+    now = AppStages(pipeline, request.infra_dir, Path.cwd()).now(request.stage)
+    return ledger.append(request.candidate, request.stage, "force", now, f"sent to {request.stage} by hand: {request.reason}",
+                         {"pipeline": pipeline.digest, "newest_ran": stage.newest}, who())
 
 
 @dataclass(frozen=True)
@@ -296,9 +369,9 @@ def rollback(request: RollbackRequest) -> dict[str, Any]:
     """Halt a stage's candidate by hand and roll the stage back as one unit: the one in flight there (back to the last
     good one), else the last good one (back to the good one before it). The next tick deploys and rotates back; the
     halted candidate never enters a later stage."""
-    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     if not request.reason.strip():
         raise PlatformError("say why", field="--reason")
+    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     stage = ledger.state().stage(request.stage)
     if stage.step == "rolling-back":
         raise PlatformError(f"{request.stage} is rolling back already ({stage.current} to {stage.rollback_to or 'nothing'})",
@@ -490,24 +563,36 @@ class TickRequest:
     kubeconfig: str | None = None  # the clusters' contexts (default: the local region's, or $KUBECONFIG)
 
 
+def stage_lease(stage: str) -> str:
+    """The lease a tick holds while it acts in ``stage`` (``Ledger.stage_leases``): one per stage, so one stage's
+    rotation never holds another."""
+    return f"{TICK_LEASE}/{stage}"
+
+
+class EveryStageHeld(PlatformError):
+    """Every stage the tick would act in is held by another tick: nothing was done."""
+
+
 def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[str, Any]:
-    """Advance every candidate at most one step, under the tick's lease (``LeaseHeld`` when another tick holds it)."""
-    from platformctl.state.lease import LeaseKeeper, holder_id
+    """Advance every candidate at most one step, each stage under its own lease (``EveryStageHeld`` when other ticks
+    hold every stage this one would act in)."""
+    from platformctl.state.lease import holder_id
     from release_pipeline.reconcile import tick
 
     pipeline = load_pipeline(request.pipeline_file)
     for name in request.stages:
-        pipeline.stage(name)  # a stage the pipeline does not hold is exit 2 before the lease is taken
+        pipeline.stage(name)  # a stage the pipeline does not hold is exit 2 before any lease is taken
     ledger = ledger_of(pipeline, request.ledger)
-    keeper = LeaseKeeper(ledger.store, TICK_LEASE, holder_id(), request.lease_ttl)
-    keeper.acquire()
-    ledger.keeper = keeper
-    try:
-        from platformctl.region_client import home
+    holders: dict[str, str] = {}
+    hold = ledger.stage_leases(holder_id(), request.lease_ttl, holders)
 
-        work = home() / "candidates"  # the lock files deploys read: $PLATFORMCTL_HOME, else the checkout's .platformctl
-        actions = AppStages(pipeline, request.infra_dir, work, request.lease_ttl, request.kubeconfig)
-        report = tick(pipeline, ledger, actions, who(), say, request.stages)
-    finally:
-        keeper.release()
-    return {"ledger": ledger.store.location, **report.to_dict()}
+    from platformctl.region_client import home
+
+    work = home() / "candidates"  # the lock files deploys read: $PLATFORMCTL_HOME, else the checkout's .platformctl
+    actions = AppStages(pipeline, request.infra_dir, work, request.lease_ttl, request.kubeconfig)
+    report = tick(pipeline, ledger, actions, who(), say, request.stages, hold)
+    acting = [n for n in pipeline.names if not request.stages or n in request.stages]
+    if acting and set(report.held) == set(acting):
+        raise EveryStageHeld("another tick holds the lease of every stage this one would act in ("
+                             + ", ".join(f"{n}: {holders.get(n, '?')}" for n in acting) + "): nothing done")
+    return {"ledger": ledger.store.location, **report.to_dict(), "holders": holders}

@@ -64,6 +64,12 @@ def release_status(pipeline_file: Path | None, ledger: str | None, output: str) 
         waits = s["waiting_for"] or ""
         if s["opens_at"]:
             waits += f" (can open {format_time(s['opens_at'])})"
+        if s.get("rollback") and s["rollback"]["failures"]:
+            waits = (f"[red]rollback to {s['rollback']['to']} failed {s['rollback']['failures']} time(s)[/]: the stage stays "
+                     "closed; the next tick tries again (docs/release.md: a failed rollback)")
+        if s.get("error"):
+            waits += f" [red]error at {format_time(s['error']['at'])}: {s['error']['error']['type']}: " \
+                     f"{s['error']['error']['message']}[/]"
         table.add_row(name, s["current"] or "-", s["last_good"] or "-", s["step"], waits)
     console().print(table)
     for f in status["freezes"]:
@@ -172,6 +178,25 @@ def release_approve(candidate: str, stage: str, reason: str, override_freeze: st
         _print_entries([entry] + ([entry["override"]] if "override" in entry else []))
 
 
+@release.command("promote")
+@click.argument("candidate")
+@click.option("--stage", type=click.Choice(STAGES), required=True)
+@click.option("--reason", required=True, help="why, for the ledger and the people waiting")
+@PIPELINE
+@LEDGER
+@OUTPUT
+@click.pass_context
+def release_promote(ctx: click.Context, candidate: str, stage: str, reason: str, pipeline_file: Path | None,
+                    ledger: str | None, output: str) -> None:
+    """Send a candidate to a stage by hand, even one older than the stage ran or superseded (recorded with who and why):
+    it enters next, under the stage's freezes and approvals. A stage otherwise only moves forward."""
+    entry = app.promote(app.PromoteRequest(candidate, stage, reason, pipeline_file, ledger, ctx.obj["infra_dir"]))
+    if output == "json":
+        emit_json(entry)
+    else:
+        _print_entries([entry])
+
+
 @release.command("rollback")
 @click.option("--stage", type=click.Choice(STAGES), required=True)
 @click.option("--reason", required=True, help="why, for the ledger and the people waiting")
@@ -202,21 +227,31 @@ def release_rollback(ctx: click.Context, stage: str, reason: str, pipeline_file:
 def release_tick(ctx: click.Context, lease_ttl: float, stages: tuple[str, ...], kubeconfig: str | None,
                  pipeline_file: Path | None, ledger: str | None, output: str) -> None:
     """Advance every candidate at most one step (deploy, rotate, soak, gate, promote or halt and roll back); safe to run
-    every minute. Exit 0 done, 2 bad input, 3 another tick holds the lease."""
+    every minute. Each stage acts under its own lease, and a stage whose step fails is recorded and passed over. Exit 0
+    done, 1 a stage's step failed (named), 2 bad input, 3 another tick holds every stage this one would act in, or this
+    one lost a stage's lease mid-step."""
     take_part()  # a job of the local region's: it holds the region's time while it works
-    from platformctl.state import LeaseHeld
+    from platformctl.state import LeaseLost
 
     quiet = output == "json"
     try:
         report = app.release_tick(app.TickRequest(pipeline_file, ledger, ctx.obj["infra_dir"], lease_ttl, stages, kubeconfig),
                                   say=(lambda m: None) if quiet else (lambda m: console().print(m)))
-    except LeaseHeld as held:
-        click.echo(f"another tick holds the lease ({held}): nothing done", err=True)
+    except app.EveryStageHeld as held:
+        click.echo(str(held.detail), err=True)
+        sys.exit(3)
+    except LeaseLost as lost:
+        click.echo(f"lost a stage's lease mid-tick, stopped before its next write: {str(lost).splitlines()[0]}", err=True)
         sys.exit(3)
     if quiet:
         emit_json(report)
-        return
-    for waiting in report["waiting"]:
-        console().print(f"waiting: {waiting}")
-    if not report["steps"] and not report["waiting"]:
-        console().print("nothing to do")
+    else:
+        for waiting in report["waiting"]:
+            console().print(f"waiting: {waiting}")
+        for name in report["held"]:
+            console().print(f"held: {name}: another tick holds its lease ({report['holders'].get(name)})")
+        if not report["steps"] and not report["waiting"] and not report["errors"]:
+            console().print("nothing to do")
+    for error in report["errors"]:
+        click.echo(f"stage {error['stage']}: {error['error']['type']}: {error['error']['message']}", err=True)
+    sys.exit(1 if report["errors"] else 0)

@@ -141,7 +141,7 @@ def test_inconclusive_past_the_deadline_halts_never_a_pass_and_a_fail_rolls_back
     stages.verdicts[unsure.id] = "inconclusive"
     run(ledger, stages, p, 40)
     halt = next(e for _, e in ledger.entries() if e["decision"] == "halt" and e["candidate"] == unsure.id)
-    assert "past the deadline" in halt["reason"] and halt["inputs"]["rollback_to"] == good.id
+    assert "deadline" in halt["inputs"]["decision"]["unmet"] and halt["inputs"]["rollback_to"] == good.id
     assert stages.running["dev"] == good.id and ledger.state().stages["dev"].last_good == good.id  # rotated back
     start(ledger, bad, stages.clock)
     stages.verdicts[bad.id] = "fail"
@@ -245,7 +245,7 @@ DEV_STAGING = "stages:\n  - {name: dev, soak: 1h, passFor: 30m, deadline: 2h}\n 
 
 def test_a_rollback_by_hand_takes_the_stage_back_to_the_good_candidate_before_and_the_rolled_back_one_goes_no_further(
         tmp_path: Path, ledger: Ledger) -> None:
-    from platformctl.app.release import RollbackRequest, rollback
+    from platformctl.app.release import PromoteRequest, RollbackRequest, promote, rollback
 
     path = write_pipeline(tmp_path, DEV_STAGING)
     p, stages = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest"), Stages(T0)
@@ -263,6 +263,11 @@ def test_a_rollback_by_hand_takes_the_stage_back_to_the_good_candidate_before_an
     # The first candidate is now the only good one: nothing earlier to roll back to; a second rollback is exit 2.
     with pytest.raises(PlatformError, match="no earlier one"):
         rollback(RollbackRequest("dev", "again", path, str(tmp_path / "release.db")))
+    # The first was superseded in staging by the second: never eligible again unless an operator sends it by hand.
+    assert ledger.state().candidates[first.id]["status"] == "superseded"
+    run(ledger, stages, p, 5)
+    assert not [d for d in stages.deploys if d[0] == "staging"]
+    promote(PromoteRequest(first.id, "staging", "the second was rolled back", path, str(tmp_path / "release.db")))
     ledger.append(first.id, "staging", "approve", stages.clock, "ok", by="alice")
     run(ledger, stages, p, 30)
     assert ("staging", first.id) in stages.deploys and ("staging", second.id) not in stages.deploys
@@ -355,18 +360,32 @@ def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only
     stages, c = Blocked(T0), candidate(1)
     start(ledger, c, T0)
     reports = [tick(p, ledger, stages, "tester") for _ in range(6)]
-    assert [d for _, d in decisions(ledger, c.id)][:6] == ["start", "enter", "deploy", "deployed", "rotate", "rotated"]
+    assert [d for _, d in decisions(ledger, c.id)][:7] == ["start", "enter", "deploy", "deployed", "rotate", "blocked",
+                                                           "rotated"]  # blocked recorded once
     assert reports[3].waiting and not reports[3].steps and "3 blocked" in " ".join(reports[3].waiting)
     assert len(stages.rotations) == 3
 
-    forever = Blocked(T0 + 86400)
+    # A rotation that ran for two hours before its last node was blocked has its full patience from the block.
+    class SlowThenBlocked(Blocked):
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
+            if not self.rotations:
+                self.clock += 2 * 3600
+            return super().rotate(stage, c, rollback)
+
+    forever = SlowThenBlocked(T0 + 86400)
     forever.blocked = 10**6
     c2 = candidate(2)
     start(ledger, c2, T0 + 86400)
-    for _ in range(8):
+    for _ in range(12):
         tick(p, ledger, forever, "tester")
         forever.clock += BLOCKED_PATIENCE / 4
-    assert ("dev", "halt") in decisions(ledger, c2.id)
+    entries = [e for _, e in ledger.entries() if e["candidate"] == c2.id]
+    blocked = next(e for e in entries if e["decision"] == "blocked")
+    halt = next(e for e in entries if e["decision"] == "halt")
+    assert blocked["at"] - next(e for e in entries if e["decision"] == "deployed")["at"] >= 2 * 3600
+    assert halt["at"] - blocked["at"] >= BLOCKED_PATIENCE and halt["inputs"]["blocked_since"] == blocked["at"]
+    # the tick before the halt was inside the patience: nothing halted then
+    assert halt["at"] - blocked["at"] < BLOCKED_PATIENCE + BLOCKED_PATIENCE / 4 + 1
     assert_every_decision_replays(ledger)
 
 

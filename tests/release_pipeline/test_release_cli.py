@@ -63,9 +63,17 @@ def test_freeze_unfreeze_and_approve_are_recorded_with_who(tmp_path: Path) -> No
     release(tmp_path, "unfreeze", "--stage", "prod")
     assert json.loads(release(tmp_path, "status", "-o", "json").output)["freezes"] == []
     approved = json.loads(release(tmp_path, "approve", cid, "--stage", "dev", "--reason", "ok", "-o", "json").output)
-    assert approved["decision"] == "approve" and "@" in approved["by"]
+    # no AWS credential resolves here: the local user, marked as no credential's
+    assert approved["decision"] == "approve" and approved["by"].endswith("(local)") and "@" in approved["by"]
+    # An override applies to the freeze in force when it is given: outside one it is refused, and nothing is written.
+    before = json.loads(release(tmp_path, "history", "-o", "json").output)
+    outside = release(tmp_path, "approve", cid, "--stage", "dev", "--override-freeze", "the CVE fix")
+    assert outside.exit_code == 2 and "no freeze holds dev now" in outside.output, outside.output
+    assert json.loads(release(tmp_path, "history", "-o", "json").output) == before
+    release(tmp_path, "freeze", "--stage", "dev", "--reason", "incident 43")
     out = release(tmp_path, "approve", cid, "--stage", "dev", "--override-freeze", "the CVE fix", "-o", "json")
     assert json.loads(out.output)["override"]["reason"] == "the CVE fix"
+    assert json.loads(out.output)["override"]["inputs"]["covers"][0].startswith("manual@")
     history = json.loads(release(tmp_path, "history", "-o", "json").output)
     assert [e["decision"] for e in history][-2:] == ["approve", "override"] and history[-1]["candidate"] == cid
     empty = release(tmp_path, "approve", cid, "--stage", "dev", "--override-freeze", "")
@@ -85,6 +93,16 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: l
     out = release(tmp_path, *args)
     assert out.exit_code == 2 and said in out.output and len(out.output.strip().splitlines()) == 1, out.output
     assert json.loads(release(tmp_path, "history", "-o", "json").output) == []
+
+
+def test_a_malformed_until_or_a_missing_reason_creates_no_ledger(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.db"
+    for args in (["freeze", "--stage", "dev", "--reason", "x", "--until", "tomorrow"],
+                 ["freeze", "--stage", "dev", "--reason", " "], ["rollback", "--stage", "dev", "--reason", " "],
+                 ["promote", "c-000000000000", "--stage", "dev", "--reason", " "]):
+        out = release(tmp_path, *args)
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+        assert not ledger.exists(), args
 
 
 def test_approving_a_candidate_that_is_not_waiting_there_is_exit_2(tmp_path: Path) -> None:

@@ -132,13 +132,14 @@ def test_two_ticks_at_once_never_both_act(region: dict[str, Any]) -> None:
                   "--lease-ttl", "60", "-o", "json")
     try:
         deadline = time.monotonic() + 120
-        while store.lease(TICK_LEASE) is None and time.monotonic() < deadline:
+        while store.lease(f"{TICK_LEASE}/dev") is None and time.monotonic() < deadline:
             time.sleep(0.02)
         first.send_signal(signal.SIGSTOP)  # stopped while it holds the lease, in the middle of its rotation
         status = json.loads(release(home, "status", "-o", "json").stdout)
-        assert status["tick_lease"]["live"] and status["tick_lease"]["holder"], status["tick_lease"]
+        lease = status["stages"]["dev"]["tick_lease"]
+        assert lease["live"] and lease["holder"], lease
         second = release(home, "tick", "--lease-ttl", TTL, "-o", "json", check=False)
-        assert second.returncode == 3 and "another tick holds the lease" in second.stderr, second
+        assert second.returncode == 3 and "another tick holds the lease of every stage" in second.stderr, second
         first.send_signal(signal.SIGCONT)
         out, err = first.communicate(timeout=600)
         assert first.returncode == 0, err[-3000:]

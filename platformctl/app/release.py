@@ -150,7 +150,8 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
         # What AWS still shows, and what the ledger saw booting the new images at the end of each rotation.
         booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get(n, set())
                                                              if r.split("/")[0] in new[n]}) for n in new}
-        out[c.id] = {"status": where.get("status", "finished"),  # an old finished one the state no longer keeps "stage": where.get("stage"), "reason": where.get("reason"),
+        # (an old finished candidate the state no longer keeps: "finished"; the ledger has its history)
+        out[c.id] = {"status": where.get("status", "finished"), "stage": where.get("stage"), "reason": where.get("reason"),
                      "superseded_by": where.get("by_candidate"),
                      "note": c.note, "created_at": c.created_at, "created_by": c.created_by,
                      "infra_revision": c.infra_revision, "images": {n: s.images for n, s in c.stages.items()},

@@ -12,8 +12,8 @@ from release_pipeline.ledger import STATE, Ledger
 
 
 def test_boots_go_to_their_own_stream_in_chunks_and_the_entry_and_checkpoint_keep_only_counts(tmp_path: Path) -> None:
-    from tests.release_pipeline.test_reconcile import T0, Stages, candidate, pipeline, start
     from release_pipeline.reconcile import tick
+    from tests.release_pipeline.test_reconcile import T0, Stages, candidate, pipeline, start
 
     class Fleet(Stages):
         def rotate(self, stage: str, c: object, rollback: bool = False) -> dict[str, object]:

@@ -8,7 +8,7 @@ tested at its boundaries; the ledger stays small and replays by meaning."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 

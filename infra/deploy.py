@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -153,8 +154,11 @@ class PulumiDeployer:
     def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False) -> DeployResult:
         from pulumi import automation as auto
 
+        # The program of this checkout (a release candidate's commit, extracted), not the package installed beside it.
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (str(self.infra_dir.resolve().parent), os.environ.get("PYTHONPATH")) if p)}
         try:
-            stack = auto.select_stack(stack_name=stage.name, work_dir=str(self.infra_dir))
+            stack = auto.select_stack(stack_name=stage.name, work_dir=str(self.infra_dir),
+                                      opts=auto.LocalWorkspaceOptions(env_vars=env))
         except FileNotFoundError:
             raise PlatformError("the Pulumi CLI is not installed: a real account is deployed with `pulumi up` "
                                 "(https://www.pulumi.com/docs/install/); the local region needs neither",

@@ -44,16 +44,75 @@ def ledger_of(pipeline: Pipeline, spec: str | None) -> Ledger:
     return Ledger(store)
 
 
-def infra_revision(infra_dir: Path) -> str:
-    """The checkout's commit, with ``+dirty`` when its infra/ or ami/ differ from it."""
+def _git(where: Path, *args: str, strip: bool = True) -> str:
+    out = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, check=True, timeout=60).stdout
+    return out.strip() if strip else out
+
+
+def infra_revision(infra_dir: Path, lock_file: Path | None = None) -> str:
+    """The commit of the operator's repository a candidate is. Its ``infra/`` and ``ami/`` must be that commit's, or
+    the candidate would not be what is deployed (exit 2 naming the files); the lock file ``ami build`` writes is left
+    out: the candidate records its images itself."""
+    infra_dir = infra_dir.resolve()
     try:
-        head = subprocess.run(["git", "-C", str(infra_dir), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(infra_dir.parent), "status", "--porcelain", "--", "infra", "ami"],
-                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+        root = Path(_git(infra_dir, "rev-parse", "--show-toplevel")).resolve()
+        head = _git(infra_dir, "rev-parse", "HEAD")
+        changed = _git(root, "status", "--porcelain", "--untracked-files=all", "--", str(infra_dir),
+                       str(infra_dir.parent / "ami"), strip=False)  # "XY path": the status's columns matter
     except (OSError, subprocess.SubprocessError):
-        return "unknown (not a git checkout)"
-    return head + ("+dirty" if dirty else "")
+        raise PlatformError("is not in a git checkout with a commit: a candidate is a commit of the operator's repository "
+                            "(commit infra/ and ami/, then start it)", file=str(infra_dir), field="infra") from None
+    skip = {str(lock_file.resolve().relative_to(root))} if lock_file is not None and lock_file.resolve().is_relative_to(root) else set()
+    files = [line[3:].split(" -> ")[-1] for line in changed.splitlines() if line[3:].split(" -> ")[-1] not in skip]
+    if files:
+        more = f" and {len(files) - 5} more" if len(files) > 5 else ""
+        raise PlatformError(f"infra/ and ami/ differ from commit {head[:12]}: {', '.join(files[:5])}{more}: commit them "
+                            "first (a candidate is a commit, and its deploys apply that commit)", file=str(infra_dir),
+                            field="infra")
+    return head
+
+
+def candidate_source(candidate: Candidate, checkout_infra: Path, work: Path) -> Path:
+    """The ``infra/`` of the candidate's commit, extracted once (``git archive``) under ``work``: what its deploys
+    apply, whatever the checkout the tick runs in holds. A candidate recorded before candidates were commits (its
+    revision no commit id) is deployed from the checkout."""
+    import re
+    import shutil
+    import sys
+    import tarfile
+    import tempfile
+
+    revision = candidate.infra_revision
+    if not re.fullmatch(r"[0-9a-f]{40}", revision):
+        return checkout_infra
+    dest = work / "source" / revision
+    if (dest / checkout_infra.name).is_dir():
+        return dest / checkout_infra.name
+    checkout_infra = checkout_infra.resolve()
+    try:
+        root = Path(_git(checkout_infra, "rev-parse", "--show-toplevel")).resolve()
+        inside = checkout_infra.relative_to(root)
+        # the whole tree: the program imports the toolkit, and the stack file names the canary definitions beside it
+        archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", revision],
+                                 capture_output=True, check=True, timeout=300).stdout
+    except (OSError, ValueError, subprocess.SubprocessError):
+        raise PlatformError(f"cannot read commit {revision[:12]} of {candidate.id} from the checkout: fetch it (the "
+                            "tick deploys the candidate's commit, not the checkout)", file=str(checkout_infra),
+                            field="infra_revision") from None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{revision[:12]}-", dir=dest.parent))
+    import io
+
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(scratch, filter="data")
+    top = scratch / inside.parent
+    (top / ".venv").symlink_to(Path(sys.prefix))  # the program's virtualenv (Pulumi.yaml: ../.venv) is the toolkit's
+    try:
+        top.rename(dest)
+    except OSError:  # another tick extracted it first: the same bytes
+        pass
+    shutil.rmtree(scratch, ignore_errors=True)
+    return dest / inside.name
 
 
 def _default_lock(infra_dir: Path, relative: str) -> Path:
@@ -89,9 +148,10 @@ def start_candidate(request: StartRequest) -> Started:
     lock_path = request.lock_file or _default_lock(infra_dir, settings[stages[0].name].image_lock)
     lock = read_lock(lock_path)
     images = [stage_images(s, settings[s.name], lock, str(lock_path)) for s in stages]
+    revision = infra_revision(infra_dir, lock_path)  # checked before the ledger is opened: a refusal writes nothing
     ledger = ledger_of(pipeline, request.ledger)
     at = AppStages(pipeline, request.infra_dir, Path.cwd()).now(pipeline.names[0])  # the first stage's clock
-    candidate = make_candidate(images, infra_revision(infra_dir), request.note, at, who())
+    candidate = make_candidate(images, revision, request.note, at, who())
     new = ledger.add_candidate(candidate)
     if new:  # keyed by the candidate: two starts of the same content at once make one entry (and the fold one candidate)
         ledger.append(candidate.id, None, "start", at, request.note or "started", {"ready_in": [pipeline.names[0]],
@@ -426,8 +486,15 @@ class AppStages:
             lock.write_text(json.dumps(candidate.lock(), indent=2, sort_keys=True))
         except OSError as exc:
             raise PlatformError(f"cannot write the candidate's lock file {lock}: {exc.strerror}", field="PLATFORMCTL_HOME") from None
-        said = deploy_stage(stage, lock, self.infra_dir, over_pins=True).to_dict()  # the pipeline owns the images
-        return {"summary": said["summary"], "images": said["images"]}
+        # The candidate's own commit (its program, stack file, Kubernetes version and components) with its images: never
+        # the checkout the tick runs in.
+        from platformctl.topology import load_stage
+
+        checkout = Path(load_stage(stage, self.infra_dir).source).parent
+        source = candidate_source(candidate, checkout, self.work_dir)
+        said = deploy_stage(stage, lock, source, over_pins=True).to_dict()  # the pipeline owns the images
+        return {"summary": said["summary"], "images": said["images"], "revision": candidate.infra_revision,
+                "source": "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}"}
 
     def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
         from dataclasses import replace

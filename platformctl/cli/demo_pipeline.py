@@ -68,7 +68,27 @@ def shrink_stacks(source: Path, folder: Path, pool_size: int = 1) -> Path:
                     size = 2 if cluster is host else pool_size
                     pool.update(minSize=min(pool["minSize"], size), desiredSize=size, maxSize=max(2 * size, 2))
         (folder / path.name).write_text(yaml.safe_dump(data, sort_keys=False))
+    commit_checkout(folder)
     return folder
+
+
+def commit_checkout(folder: Path, message: str = "the stages, shrunk to run at once") -> str:
+    """Commit ``folder`` in the git repository of its parent (made when there is none): an operator's checkout is a
+    commit, and a release candidate is one (``release start`` refuses a checkout that differs from its commit).
+    Returns the commit."""
+    root = folder.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), "-c", "user.name=platformctl demo", "-c",
+                               "user.email=demo@platformctl.invalid", *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    if not (root / ".git").exists():
+        git("init", "-q")
+    git("add", "--", folder.name)
+    if git("status", "--porcelain", "--", folder.name):
+        git("commit", "-q", "-m", message, "--", folder.name)
+    return git("rev-parse", "HEAD")
 
 
 def new_tree(manifests: Path, folder: Path, version: str) -> Path:

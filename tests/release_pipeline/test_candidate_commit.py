@@ -71,8 +71,8 @@ def test_a_checkout_that_differs_from_its_commit_is_refused_naming_the_files(rep
 
 def test_each_candidate_deploys_its_own_commits_stack_file_whatever_the_checkout_holds(repo: Path, tmp_path: Path) -> None:
     from platformctl.app.release import candidate_source
-    from release_pipeline.ledger import Ledger
     from platformctl.state import open_store
+    from release_pipeline.ledger import Ledger
 
     lock = lock_everywhere(tmp_path)
     bump(repo, "1.31")

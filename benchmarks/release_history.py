@@ -50,7 +50,10 @@ class Fleet:
     def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
         return {"images": sorted(candidate.image_ids(stage))}
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
+    def resume(self, stage: str, reason: str) -> None:
+        pass
+
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
         self.clock += 1200
         count = int(self.nodes * SHARE[stage])
         image = sorted(candidate.image_ids(stage))[0]

@@ -61,7 +61,10 @@ class Stages:
     def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
         return {"images": sorted(candidate.image_ids(stage))}
 
-    def rotate(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+    def resume(self, stage: str, reason: str) -> None:
+        pass
+
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
         self.clock += 900
         return {"status": "finished"}
 

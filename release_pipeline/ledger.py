@@ -70,6 +70,8 @@ class Kind(StrEnum):
     ROLLBACK_ROTATE = "rollback-rotate"
     ROLLBACK_FAILED = "rollback-failed"  # the rollback's rotation did not finish: the stage stays closed, retried
     ROLLED_BACK = "rolled-back"
+    PAUSED = "paused"  # a freeze began while the stage rotated: the rotation paused at its next step
+    RESUMED = "resumed"  # the freeze ended: the paused rotation goes on
     ERROR = "error"  # a stage's step raised (an API fault): recorded, the other stages go on
     RECOVERED = "recovered"  # the stage's step that raised went through again
 
@@ -81,6 +83,7 @@ STEP_OF: dict[Kind, tuple[Step, ...]] = {
     Kind.WAIT: (Step.IDLE, Step.WAITING), Kind.ENTER: (Step.IDLE, Step.WAITING),
     Kind.DEPLOY: (Step.DEPLOYING,), Kind.DEPLOYED: (Step.DEPLOYING,),
     Kind.ROTATE: (Step.ROTATING,), Kind.BLOCKED: (Step.ROTATING,), Kind.ROTATED: (Step.ROTATING,),
+    Kind.PAUSED: (Step.ROTATING,), Kind.RESUMED: (Step.ROTATING,),
     Kind.VERDICT: (Step.SOAKING,), Kind.SOAK: (Step.SOAKING,), Kind.PROMOTE: (Step.SOAKING,),
     Kind.ROLLBACK_DEPLOY: (Step.ROLLING_BACK,), Kind.ROLLBACK_DEPLOYED: (Step.ROLLING_BACK,),
     Kind.ROLLBACK_ROTATE: (Step.ROLLING_BACK,), Kind.ROLLBACK_FAILED: (Step.ROLLING_BACK,),
@@ -117,6 +120,7 @@ class StageState:
     soak_short: list[str] = field(default_factory=list)  # the soak's unmet conditions, as codes
     error: dict[str, Any] | None = None  # the last step that raised here and has not gone through since
     before: dict[str, Any] | None = None  # what the stage ran before the current candidate's deploy (recorded then)
+    paused: bool = False  # its rotation paused for a freeze (the tick resumes it when the freeze ends)
 
 
 GOOD_KEPT = 20  # a stage's good candidates kept in the state: rollbacks by hand go back one at a time
@@ -360,6 +364,7 @@ def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
 
 
 def _roll_back_stage(stage: StageState, cid: str, at: float, target: str | None) -> None:
+    stage.paused = False
     stage.current, stage.step, stage.since, stage.rollback_to = cid, Step.ROLLING_BACK, at, target
     stage.waiting_for, stage.intent, stage.rollback_phase, stage.rollback_failures = None, None, "deploy", 0
     stage.blocked_since = None
@@ -435,7 +440,12 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
     elif decision is Kind.BLOCKED:
         stage.blocked_since = stage.blocked_since if stage.blocked_since is not None else at
         stage.waiting_for = entry["reason"]
+    elif decision is Kind.PAUSED:
+        stage.paused, stage.waiting_for = True, entry["reason"]
+    elif decision is Kind.RESUMED:
+        stage.paused = False
     elif decision is Kind.ROTATED:
+        stage.paused = False
         stage.intent, stage.step, stage.since, stage.rotated_at = None, Step.SOAKING, at, at
         stage.waiting_for, stage.blocked_since = "the soak", None
     elif decision is Kind.VERDICT:

@@ -51,12 +51,19 @@ class StageActions(Protocol):
         """Point the stage's launch templates at ``candidate``'s images (idempotent: the same images change nothing)."""
         ...
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False,
+               hold: Callable[[], str | None] | None = None) -> dict[str, Any]:
         """Rotate every cluster of the stage onto them (resuming a rotation a killed tick began):
-        ``{"status": "finished" | "halted" | "blocked" | "busy", "reason", "booted": {image: [instance]}}``; ``busy``: a
-        rotation of the stage holds its lease, so nothing was done and the next tick tries again. A ``rollback`` first
-        ends the halted rotation it undoes and is not held by the canary gate: the canaries fail because of the image it
-        takes away (Argo Rollouts' abort goes back to the stable version without analysis, too)."""
+        ``{"status": "finished" | "halted" | "blocked" | "busy" | "frozen", "reason", "booted": {image: [instance]}}``;
+        ``busy``: a rotation of the stage holds its lease, so nothing was done and the next tick tries again;
+        ``frozen``: ``hold`` (asked while the rotation runs) said a freeze began, and the rotation paused at its next
+        step. A ``rollback`` first ends the halted rotation it undoes and is not held by the canary gate: the canaries
+        fail because of the image it takes away (Argo Rollouts' abort goes back to the stable version without
+        analysis, too)."""
+        ...
+
+    def resume(self, stage: str, reason: str) -> None:
+        """Resume the stage's rotations a freeze paused."""
         ...
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
@@ -242,15 +249,38 @@ def _boots(ledger: Ledger, cid: str, name: str, result: dict[str, Any]) -> dict[
     return {**{k: v for k, v in result.items() if k != "booted"}, "booted_count": counted}
 
 
+def frozen_now(pipeline: Pipeline, ledger: Ledger, name: str, cid: str, now: float) -> str | None:
+    """What freezes ``name`` at ``now`` for ``cid`` (read from the ledger as it is now: a freeze set by hand during a
+    rotation counts), in words; None when nothing does or an override given in this freeze lets the candidate go."""
+    state = ledger.state()
+    frozen = freezes_in_force(pipeline.freezes, state.freezes, name, now)
+    stage = state.stage(name)
+    given = stage.override if stage.override and stage.override.get("candidate") in (None, cid) else None
+    if not frozen or override_applies(given, frozen):
+        return None
+    return "; ".join(str(f["reason"]) for f in frozen)
+
+
 def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, candidate: Candidate,
             actions: StageActions, write: Write, held: Callable[[str], None], pipeline: Pipeline) -> None:
     cid = candidate.id
+    if stage.paused:  # paused for a freeze: resumed when it ends
+        reason = frozen_now(pipeline, ledger, name, cid, actions.now(name))
+        if reason is not None:
+            held(f"{name} {cid}: the rotation is paused for a freeze: {reason}")
+            return
+        actions.resume(name, f"the freeze ended: {cid}'s rotation goes on")
+        write(cid, name, Kind.RESUMED, actions.now(name), "the freeze ended: the rotation goes on")
     if stage.intent != f"rotate:{cid}":
         write(cid, name, Kind.ROTATE, actions.now(name), f"rotating every cluster of {name} onto {cid}'s images")
-    result = actions.rotate(name, candidate)
+    result = actions.rotate(name, candidate, hold=lambda: frozen_now(pipeline, ledger, name, cid, actions.now(name)))
     failpoints.hit("release:call:rotate")  # rotated, not yet recorded
     at = actions.now(name)
     status = result.get("status")
+    if status == "frozen":
+        write(cid, name, Kind.PAUSED, at, f"a freeze began: the rotation paused at its next step ({result.get('reason')})",
+              {"result": _boots(ledger, cid, name, result)})
+        return
     if status == "busy":  # a rotation of the stage holds its lease (a killed tick's, until it lapses)
         held(f"{name} {cid}: {result.get('reason')}")  # nothing written: the next tick tries again
         return

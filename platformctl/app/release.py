@@ -496,7 +496,41 @@ class AppStages:
         return {"summary": said["summary"], "images": said["images"], "revision": candidate.infra_revision,
                 "source": "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}"}
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
+    def resume(self, stage: str, reason: str) -> None:
+        from platformctl.app.rotation import ControlRequest, control_rotations
+
+        try:
+            control_rotations(ControlRequest("resume", stage=stage, infra_dir=self.infra_dir, reason=reason))
+        except PlatformError:  # nothing paused (a rotation that ended on its own): nothing to resume
+            pass
+
+    def _pause_when(self, stage: str, hold: Any, done: Any) -> tuple[Any, list[str]]:
+        """A watcher that, while the rotation runs, asks ``hold`` every few seconds and, the moment a freeze holds the
+        stage, journals a pause of its rotations (each stops at its next step, as ``rotate pause`` stops it)."""
+        import threading
+
+        from platformctl.app.rotation import ControlRequest, control_rotations
+
+        said: list[str] = []
+
+        def watch() -> None:
+            while not done.wait(3.0):
+                try:
+                    why = hold()
+                except Exception:  # the ledger unreachable for a moment: asked again at the next beat
+                    continue
+                if why is not None:
+                    control_rotations(ControlRequest("pause", stage=stage, infra_dir=self.infra_dir,
+                                                     reason=f"the release pipeline's freeze: {why}"))
+                    said.append(why)
+                    return
+
+        thread = threading.Thread(target=watch, name=f"freeze watch {stage}", daemon=True)
+        thread.start()
+        return thread, said
+
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+        import threading
         from dataclasses import replace
 
         from platformctl.app.rotation import RunRequest, prepare, rotate
@@ -512,9 +546,21 @@ class AppStages:
         if rollback:  # back to what passed: not held by the canaries the taken-away image fails
             rotation.policy = rotation.policy.model_copy(update={"health_gate": None})
             rotation.options = replace(rotation.options, canary=None)
-        result = rotate(rotation)
+        done = threading.Event()
+        watcher, frozen = self._pause_when(stage, hold, done) if hold is not None and not rollback else (None, [])
+        try:
+            result = rotate(rotation)
+        finally:
+            done.set()
+            if watcher is not None:
+                watcher.join(timeout=30)
         said = result.to_dict()
         booted = booted_instances(candidate, {stage: sorted(candidate.image_ids(stage))}, by_image=True)
+        if frozen:
+            if any(c.get("status") == "paused" for c in said["clusters"]):
+                return {"status": "frozen", "reason": frozen[0], "booted": (booted or {}).get(stage, {})}
+            # the rotation ended before the pause reached it: no pause may wait in the journal for the next run
+            self.resume(stage, "the rotation ended before the freeze's pause reached it")
         held = ("lease-held", "lost-lease", "paused")
         failed = [c for c in said["clusters"] if c.get("exit_code") and c.get("status") not in held]
         busy = [c for c in said["clusters"] if c.get("status") in held]

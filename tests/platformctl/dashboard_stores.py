@@ -82,7 +82,10 @@ class Dev:
     def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
         return {"images": sorted(candidate.image_ids(stage))}
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
+    def resume(self, stage: str, reason: str) -> None:
+        pass
+
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
         self.clock += 1200
         return {"status": "finished", "booted": {i: [f"i-{stage[:3]}{n}{i[-4:]}" for n in range(3)]
                                                  for i in candidate.image_ids(stage)}}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from platformctl.state import open_store
 from release_pipeline.ledger import STATE, Ledger
@@ -16,7 +17,7 @@ def test_boots_go_to_their_own_stream_in_chunks_and_the_entry_and_checkpoint_kee
     from tests.release_pipeline.test_reconcile import T0, Stages, candidate, pipeline, start
 
     class Fleet(Stages):
-        def rotate(self, stage: str, c: object, rollback: bool = False) -> dict[str, object]:
+        def rotate(self, stage: str, c: object, rollback: bool = False, hold: Any = None) -> dict[str, object]:
             said = super().rotate(stage, c, rollback)  # type: ignore[arg-type]
             return {**said, "booted": {f"ami-{stage}": [f"i-{n:08x}" for n in range(5000)]}}
 

@@ -35,6 +35,12 @@ class Stages:
         self.rotations: list[tuple[str, str]] = []
         self.verdicts: dict[str, str] = {}  # candidate -> the verdict its stages give
         self.results_per_hour = 200
+        self.freeze_at: float | None = None  # asks ``hold`` this far into a rotation
+        self.paused: list[tuple[str, str]] = []
+        self.resumed: list[str] = []
+
+    def resume(self, stage: str, reason: str) -> None:
+        self.resumed.append(stage)
 
     def now(self, stage: str) -> float:
         return self.clock
@@ -43,7 +49,13 @@ class Stages:
         self.deploys.append((stage, candidate.id))
         return {"images": sorted(candidate.image_ids(stage))}
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+        if hold is not None and self.freeze_at is not None and self.clock <= self.freeze_at <= self.clock + 1200:
+            self.clock = self.freeze_at  # a freeze begins during the rotation: asked, it pauses at its next step
+            why = hold()
+            if why is not None:
+                self.paused.append((stage, candidate.id))
+                return {"status": "frozen", "reason": why}
         self.rotations.append((stage, candidate.id))
         self.running[stage] = candidate.id
         self.clock += 1200  # a rotation takes twenty minutes
@@ -282,7 +294,7 @@ def test_a_rollback_by_hand_during_a_rotation_stands_over_the_rotation_the_tick_
     p = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest")
 
     class RolledBackMeanwhile(Stages):
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
             said = super().rotate(stage, c)
             if c.id == third.id:  # an operator rolls dev back while the tick's rotation runs
                 roll_back(RollbackRequest("dev", "pages from dev", path, str(tmp_path / "release.db")))
@@ -325,7 +337,7 @@ def test_a_rotation_whose_lease_another_holds_writes_nothing_and_the_next_tick_c
     class Held(Stages):
         busy = 2
 
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
             if self.busy:
                 self.busy -= 1
                 return {"status": "busy", "reason": "another rotation of dev-use1-az1 is running"}
@@ -349,7 +361,7 @@ def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only
     class Blocked(Stages):
         blocked = 2
 
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
             if self.blocked:
                 self.blocked -= 1
                 self.rotations.append((stage, c.id))
@@ -367,7 +379,7 @@ def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only
 
     # A rotation that ran for two hours before its last node was blocked has its full patience from the block.
     class SlowThenBlocked(Blocked):
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
             if not self.rotations:
                 self.clock += 2 * 3600
             return super().rotate(stage, c, rollback)

@@ -149,3 +149,56 @@ def test_two_ticks_at_once_never_both_act(region: dict[str, Any]) -> None:
             first.kill()
     said = [e["decision"] for e in json.loads(release(home, "history", "-o", "json").stdout) if e["candidate"] == cid]
     assert said.count("rotate") == 1 and said.count("rotated") == 1, said  # one tick rotated, once
+
+
+ROLLBACK_FAILPOINTS = ["release:halt", "release:rollback-deploy", "release:call:rollback-deploy",
+                       "release:rollback-deployed", "release:rollback-rotate", "release:call:rollback-rotate",
+                       "release:rolled-back"]
+
+
+def tick_until(home: Path, done: Any, failpoints: list[str], ticks: int = 200) -> list[str]:
+    """Tick (the next failpoint armed, while one is left) until ``done(history)``; the failpoints the tick died at."""
+    pending, killed = list(failpoints), []
+    for _ in range(ticks):
+        env = {"PLATFORMCTL_FAILPOINT": pending[0]} if pending else None
+        out = release(home, "tick", "--lease-ttl", TTL, "-o", "json", check=False, timeout=900, env=env)
+        if out.returncode == -signal.SIGKILL:
+            killed.append(pending.pop(0))
+            continue
+        if out.returncode == 3:
+            time.sleep(1)
+            continue
+        assert out.returncode == 0, out.stderr[-3000:]
+        if done(json.loads(release(home, "history", "-o", "json").stdout)) and not pending:
+            return killed
+    pytest.fail(f"not done in {ticks} ticks (killed at {killed})")
+
+
+def test_a_tick_killed_at_every_step_of_a_rollback_finishes_it_once(region: dict[str, Any]) -> None:
+    home = region["home"]
+    tick_until(home, lambda h: json.loads(release(home, "status", "-o", "json").stdout)["stages"]["dev"]["step"] == "idle", [])
+    good = json.loads(release(home, "status", "-o", "json").stdout)["stages"]["dev"]["last_good"]
+    assert good is not None
+    build_new_images(home, "9.3.0")
+    bad = json.loads(release(home, "start", "--note", "base 9.3, broken", "-o", "json").stdout)
+    for ami in {i["id"] for i in bad["stages"]["dev"]["images"].values()}:
+        run(home, "local", "fault", "bad-image", ami)
+    versions_before = len(calls(region, "CreateLaunchTemplateVersion"))
+    killed = tick_until(home, lambda h: any(e["decision"] == "rolled-back" and e["candidate"] == bad["id"] for e in h),
+                        ROLLBACK_FAILPOINTS)
+    assert killed == ROLLBACK_FAILPOINTS
+    said = [e["decision"] for e in json.loads(release(home, "history", "-o", "json").stdout) if e["candidate"] == bad["id"]]
+    for step in ("halt", "rollback-deploy", "rollback-deployed", "rollback-rotate", "rolled-back"):
+        assert said.count(step) == 1, (step, said)  # each recorded once, however many ticks died on the way
+    rolled = [e for e in json.loads(release(home, "history", "-o", "json").stdout) if e["decision"] == "rolled-back"][-1]
+    assert rolled["inputs"]["done"] is True and rolled["inputs"]["rollback_to"] == good
+    # One deploy of the bad images and one back: a launch template version each, per template, never more.
+    made = calls(region, "CreateLaunchTemplateVersion")[versions_before:]
+    templates = Counter(c["params"].get("LaunchTemplateId") or c["params"].get("LaunchTemplateName") for c in made)
+    assert made and max(templates.values()) <= 2, templates
+    good_images = {i["id"] for i in json.loads(release(home, "status", "-o", "json").stdout)["candidates"][good]["images"]["dev"].values()}
+    for cluster in region["clusters"]:
+        live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=cluster["name"])
+        assert {n.image for n in live.list_nodes()} <= good_images, cluster["name"]  # every node back on the good ones
+    status = json.loads(release(home, "status", "-o", "json").stdout)
+    assert status["stages"]["dev"]["step"] == "idle" and status["candidates"][bad["id"]]["status"] == "halted"

@@ -112,7 +112,7 @@ class FailingRollback(Stages):
 
     failures = 2
 
-    def rotate(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
+    def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
         if rollback and self.failures:
             self.failures -= 1
             self.rotations.append((stage, c.id))
@@ -378,7 +378,7 @@ def test_replay_compares_the_decision_and_what_held_it_never_the_words(ledger: L
 def test_a_hundred_releases_keep_the_checkpoint_small(ledger: Ledger) -> None:
     """(The benchmark measures the tick's cost over 100 releases on a 10,000-node fleet; here: the size.)"""
     class Fleet(Stages):
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
             said = super().rotate(stage, c, rollback)
             return {**said, "booted": {f"ami-{stage}-{c.id}": [f"i-{c.id[2:10]}{n:06d}" for n in range(2500)]}}
 
@@ -406,3 +406,22 @@ def test_a_freeze_that_begins_after_the_entry_holds_the_deploy_until_it_ends(led
     stages.clock += 3600
     run(ledger, stages, p, 2)
     assert stages.deploys == [("dev", c.id)]
+
+
+def test_a_freeze_that_begins_during_a_rotation_pauses_it_and_the_tick_resumes_it_when_it_ends(ledger: Ledger) -> None:
+    p = pipeline(stages=[{"name": "dev", **FAST}])
+    stages, c = Stages(T0), candidate(1)
+    start(ledger, c, T0)
+    run(ledger, stages, p, 2)  # entered, deployed
+    assert ledger.state().stage("dev").step == "rotating"
+    begins = stages.clock + 600
+    stages.freeze_at = begins
+    ledger.append(None, "dev", "freeze", begins, "incident 9", {"until": begins + 3600}, "oncall")
+    run(ledger, stages, p, 4, step=300)  # the rotation pauses ten minutes in; the next ticks stay inside the freeze
+    assert stages.paused == [("dev", c.id)] and stages.rotations == [] and stages.resumed == []
+    assert ledger.state().stage("dev").paused and [d for _, d in decisions(ledger, c.id)][-1] == "paused"
+    stages.clock = begins + 3600  # the freeze's end
+    run(ledger, stages, p, 2)
+    assert stages.resumed == ["dev"] and stages.rotations == [("dev", c.id)]
+    said = [d for _, d in decisions(ledger, c.id)]
+    assert said[said.index("paused"):said.index("rotated") + 1] == ["paused", "resumed", "rotated"], said

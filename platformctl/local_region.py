@@ -268,7 +268,7 @@ class LocalRegion:
         ``node-notready NODE [status=Unknown|False]``, ``node-condition NODE TYPE [status] [reason]``,
         ``instance-no-join POOL [count]`` (the pool's next ``count`` instances never register a node),
         ``bad-image AMI`` (containers never start on nodes booted from it: ``CreateContainerError``),
-        ``slow-start AMI SECONDS`` (they start that much late), ``api-errors CLUSTER RATE`` (creates answered 503).
+        ``slow-start AMI SECONDS`` (they start that much late), ``api-errors CLUSTER RATE [verbs]`` (creates, or every request, answered 503).
         """
         now = self.clock.now()
         if kind == "node-notready":
@@ -316,8 +316,11 @@ class LocalRegion:
                 raise PlatformError(f"{raw!r} is not a rate (0.2 or 20%)", field="RATE") from None
             if not 0 <= rate <= 1:
                 raise PlatformError(f"{raw!r} is not a rate between 0 and 1 (or 0% and 100%)", field="RATE")
-            sim.api_error_rate = rate
-            entry = {"kind": kind, "cluster": cluster, "rate": rate}
+            verbs = str(args.get("verbs") or "create")
+            if verbs not in ("create", "all"):
+                raise PlatformError(f"{verbs!r} is not create or all", field="--verbs")
+            sim.api_error_rate, sim.api_error_verbs = rate, verbs
+            entry = {"kind": kind, "cluster": cluster, "rate": rate, "verbs": verbs}
         else:
             raise PlatformError(f"unknown fault {kind!r} (node-notready, node-condition, instance-no-join, bad-image, "
                                 "slow-start, api-errors)", field="KIND")
@@ -335,7 +338,7 @@ class LocalRegion:
                     sim.restore_node(entry["node"])
         for sim in self.clusters.values():
             sim.clear_image_faults()
-            sim.api_error_rate = 0.0
+            sim.api_error_rate, sim.api_error_verbs = 0.0, "create"
         self._no_join.clear()
         self._never_joined.clear()
         self.sync()

@@ -200,10 +200,13 @@ def fault_slow_start(image: str, seconds: float, output: str) -> None:
 @local_fault.command("api-errors")
 @click.argument("cluster")
 @click.argument("rate", metavar="RATE")
+@click.option("--verbs", type=click.Choice(["create", "all"]), default="create", show_default=True,
+              help="which requests fail: creates only, or every request but a watch (reads, patches, deletes, evictions)")
 @OUTPUT
-def fault_api_errors(cluster: str, rate: str, output: str) -> None:
-    """CLUSTER's API server answers creates 503 at RATE (0.2 or 20%)."""
-    _inject({"kind": "api-errors", "cluster": cluster, "rate": rate}, output, f"{cluster}: creates answered 503 at {rate}")
+def fault_api_errors(cluster: str, rate: str, verbs: str, output: str) -> None:
+    """CLUSTER's API server answers creates (--verbs all: every request) 503 at RATE (0.2 or 20%)."""
+    _inject({"kind": "api-errors", "cluster": cluster, "rate": rate, "verbs": verbs}, output,
+            f"{cluster}: {'creates' if verbs == 'create' else 'every request'} answered 503 at {rate}")
 
 
 @local_fault.command("clear")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,12 +27,20 @@ from platformctl.cluster.model import (
     snapshot_document,
 )
 from platformctl.errors import ApiRefused, ApiUnreachable, NotFoundError, PlatformError
+from platformctl.retry import NOT_ACTED, TRANSIENT, Backoff
 
 
 class LiveCluster:
-    def __init__(self, api_client: Any, name: str = "live", clock: Clock | None = None, source: str | None = None) -> None:
+    PAGE = 500  # items a list asks for at a time (``limit``/``continue``), as kubectl and client-go's pager do
+
+    def __init__(self, api_client: Any, name: str = "live", clock: Clock | None = None, source: str | None = None,
+                 backoff: Backoff | None = None, page: int | None = None) -> None:
         from kubernetes import client
 
+        self.backoff = backoff or Backoff()  # transient answers are asked again (platformctl.retry)
+        self.page = page or self.PAGE
+        self._rng = random.Random()
+        self.retried = 0  # calls asked again, for reports and tests
         self.name = name
         self.source = source or "kubeconfig"
         self._clock = clock or WallClock()
@@ -41,7 +50,8 @@ class LiveCluster:
         self._client = client
 
     @classmethod
-    def from_kubeconfig(cls, path: str | None = None, context: str | None = None, clock: Clock | None = None) -> LiveCluster:
+    def from_kubeconfig(cls, path: str | None = None, context: str | None = None, clock: Clock | None = None,
+                        backoff: Backoff | None = None) -> LiveCluster:
         from kubernetes import config
         from kubernetes.config.config_exception import ConfigException
 
@@ -70,7 +80,7 @@ class LiveCluster:
                 from platformctl.region_client import CLIENT_HEADER
 
                 api_client.set_default_header(CLIENT_HEADER, client_id)
-        return cls(api_client, name=context or "live", clock=clock, source=path)
+        return cls(api_client, name=context or "live", clock=clock, source=path, backoff=backoff)
 
     @property
     def clock(self) -> Clock:
@@ -85,15 +95,39 @@ class LiveCluster:
     def list_versioned(self, kind: str) -> tuple[list[Any], str]:
         """Every node, pod or budget (``kind``: nodes, pods, pdbs) and the list's resourceVersion, for a watch to start from."""
         if kind == "nodes":
-            data = self._call(self._core.list_node, what="nodes")
-            items: list[Any] = [parse_node(item, f"items[{i}]", "nodes") for i, item in enumerate(data["items"])]
-        elif kind == "pdbs":
-            data = self._call(self._policy.list_pod_disruption_budget_for_all_namespaces, what="poddisruptionbudgets")
-            items = [parse_pdb(item, f"items[{i}]", "poddisruptionbudgets") for i, item in enumerate(data["items"])]
-        else:
-            data = self._call(self._core.list_pod_for_all_namespaces, what="pods")
-            items = [parse_pod(item, f"items[{i}]", "pods") for i, item in enumerate(data["items"])]
-        return items, str((data.get("metadata") or {}).get("resourceVersion") or "0")
+            return self._list(self._core.list_node, parse_node, what="nodes")
+        if kind == "pdbs":
+            return self._list(self._policy.list_pod_disruption_budget_for_all_namespaces, parse_pdb,
+                              what="poddisruptionbudgets")
+        return self._list(self._core.list_pod_for_all_namespaces, parse_pod, what="pods")
+
+    def _list(self, fn: Any, parse: Any, *args: Any, what: str, **kwargs: Any) -> tuple[list[Any], str]:
+        """Every item of a list, a page at a time (``limit``/``continue``): each page parsed into the model before the
+        next is asked for, so no whole list's JSON is ever held at once. A continue token the server no longer
+        honours (410 Gone: the snapshot it paged is compacted) starts the list again. Returns the items and the
+        list's resourceVersion (the first page's: the snapshot the pages belong to)."""
+        for _ in range(3):
+            items: list[Any] = []
+            token, version = "", ""
+            try:
+                while True:
+                    asked: dict[str, Any] = {**kwargs, "limit": self.page}
+                    if token:
+                        asked["_continue"] = token
+                    data = self._call(fn, *args, what=what, **asked)
+                    meta = data.get("metadata") or {}
+                    version = version or str(meta.get("resourceVersion") or "0")
+                    start = len(items)
+                    items += [parse(item, f"items[{start + i}]", what) for i, item in enumerate(data.get("items") or [])]
+                    del data
+                    token = str(meta.get("continue") or "")
+                    if not token:
+                        return items, version
+            except ApiRefused as exc:
+                if exc.status != 410:
+                    raise
+        raise ApiRefused(f"the Kubernetes API kept answering 410 Gone to the pages of {what}: its list changed faster "
+                         "than it could be read", 410, file=self.source, field=f"context {self.name}")
 
     def informer(self, kind: str) -> LiveInformer:
         """A cache of this cluster's ``nodes`` or ``pods`` kept by the API server's watch (``live_watch``)."""
@@ -105,31 +139,51 @@ class LiveCluster:
         return ApiUnreachable(f"cannot reach the Kubernetes API at {host} ({reason})", file=self.source, field=f"context {self.name}")
 
     # The client raises ApiException for any non-2xx answer.
-    def _call(self, fn: Any, *args: Any, what: str, **kwargs: Any) -> dict[str, Any]:
+    def _call(self, fn: Any, *args: Any, what: str, acts: bool = False, **kwargs: Any) -> dict[str, Any]:
+        """One API call, asked again while its answer is transient (``platformctl.retry``): a read or an idempotent
+        write on every transient answer, one that ``acts`` (a create, a delete) only when the API said it did not."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        try:
-            response = fn(*args, _preload_content=False, _request_timeout=30, **kwargs)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise NotFoundError(f"{what} not found", field=what.split(" ")[0]) from None
-            raise self._refused(exc, what) from None
-        except HTTPError as exc:
-            raise self._unreachable(exc) from None
-        return json.loads(response.data)
+        began = self._clock.now()
+        for attempt in range(1, self.backoff.attempts + 1):
+            last = attempt == self.backoff.attempts
+            try:
+                response = fn(*args, _preload_content=False, _request_timeout=30, **kwargs)
+            except ApiException as exc:
+                if exc.status == 404:
+                    raise NotFoundError(f"{what} not found", field=what.split(" ")[0]) from None
+                again = (NOT_ACTED if acts else TRANSIENT)
+                if last or exc.status not in again or not self._may_wait(began, attempt, _retry_after(exc)):
+                    raise self._refused(exc, what, attempt) from None
+                continue
+            except HTTPError as exc:
+                if last or acts or not self._may_wait(began, attempt, None):
+                    raise self._unreachable(exc) from None
+                continue
+            return json.loads(response.data)
+        raise AssertionError("unreachable")
 
-    def _refused(self, exc: Any, what: str) -> ApiRefused:
+    def _may_wait(self, began: float, attempt: int, retry_after: float | None) -> bool:
+        """Wait before asking again, if the budget allows: False when it does not."""
+        wait = self.backoff.wait(attempt, self._rng, retry_after)
+        if self._clock.now() + wait - began > self.backoff.budget:
+            return False
+        self.retried += 1
+        self._clock.sleep(wait)
+        return True
+
+    def _refused(self, exc: Any, what: str, attempts: int = 1) -> ApiRefused:
         try:
             message = json.loads(exc.body or "{}").get("message") or exc.reason
         except ValueError:
             message = exc.reason
-        return ApiRefused(f"the Kubernetes API answered {exc.status} to {what}: {message}", exc.status or 500,
+        tried = f" (asked {attempts} times)" if attempts > 1 else ""
+        return ApiRefused(f"the Kubernetes API answered {exc.status} to {what}{tried}: {message}", exc.status or 500,
                           file=self.source, field=f"context {self.name}")
 
     def list_nodes(self, label_selector: str | None = None) -> list[Node]:
-        data = self._call(self._core.list_node, what="nodes", label_selector=label_selector or "")
-        return [parse_node(item, f"items[{i}]", "nodes") for i, item in enumerate(data["items"])]
+        return self._list(self._core.list_node, parse_node, what="nodes", label_selector=label_selector or "")[0]
 
     def get_node(self, name: str) -> Node:
         return parse_node(self._call(self._core.read_node, name, what=f"node {name}"), "node", name)
@@ -161,17 +215,15 @@ class LiveCluster:
         return self._set_taints(name, lambda ts: tuple(t for t in ts if t.key != key))
 
     def delete_node(self, name: str) -> None:
-        self._call(self._core.delete_node, name, what=f"node {name}")
+        self._call(self._core.delete_node, name, what=f"node {name}", acts=True)
 
     def list_pods(self, namespace: str | None = None, label_selector: str | None = None, node_name: str | None = None) -> list[Pod]:
         kwargs: dict[str, Any] = {"label_selector": label_selector or ""}
         if node_name:
             kwargs["field_selector"] = f"spec.nodeName={node_name}"
         if namespace:
-            data = self._call(self._core.list_namespaced_pod, namespace, what="pods", **kwargs)
-        else:
-            data = self._call(self._core.list_pod_for_all_namespaces, what="pods", **kwargs)
-        return [parse_pod(item, f"items[{i}]", "pods") for i, item in enumerate(data["items"])]
+            return self._list(self._core.list_namespaced_pod, parse_pod, namespace, what="pods", **kwargs)[0]
+        return self._list(self._core.list_pod_for_all_namespaces, parse_pod, what="pods", **kwargs)[0]
 
     def get_pod(self, namespace: str, name: str) -> Pod:
         return parse_pod(self._call(self._core.read_namespaced_pod, name, namespace, what=f"pod {namespace}/{name}"), "pod", name)
@@ -195,7 +247,8 @@ class LiveCluster:
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> Pod:
         kwargs: dict[str, Any] = {} if grace_seconds is None else {"grace_period_seconds": grace_seconds}
-        data = self._call(self._core.delete_namespaced_pod, name, namespace, what=f"pod {namespace}/{name}", **kwargs)
+        data = self._call(self._core.delete_namespaced_pod, name, namespace, what=f"pod {namespace}/{name}", acts=True,
+                          **kwargs)
         return parse_pod(data, "pod", name)  # the API answers with the pod as the deletion left it
 
     def create_pod(self, pod: Pod) -> Pod:
@@ -203,13 +256,14 @@ class LiveCluster:
         body.pop("status", None)
         for key in ("uid", "resourceVersion", "creationTimestamp"):
             body["metadata"].pop(key, None)
-        data = self._call(self._core.create_namespaced_pod, pod.namespace, body, what=f"pod {pod.namespace}/{pod.name}")
+        data = self._call(self._core.create_namespaced_pod, pod.namespace, body, what=f"pod {pod.namespace}/{pod.name}",
+                          acts=True)
         return parse_pod(data, "pod", pod.name)
 
     def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}}
         try:
-            self._call(self._core.create_namespace, body, what=f"namespace {name}")
+            self._call(self._core.create_namespace, body, what=f"namespace {name}", acts=True)
         except ApiRefused as exc:
             if exc.status != 409:  # AlreadyExists: as it is
                 raise
@@ -220,7 +274,7 @@ class LiveCluster:
 
     def delete_namespace(self, name: str) -> None:
         try:
-            self._call(self._core.delete_namespace, name, what=f"namespace {name}")
+            self._call(self._core.delete_namespace, name, what=f"namespace {name}", acts=True)
         except NotFoundError:
             pass
 
@@ -272,10 +326,25 @@ class LiveCluster:
 
     def list_pdbs(self, namespace: str | None = None) -> list[PodDisruptionBudget]:
         if namespace:
-            data = self._call(self._policy.list_namespaced_pod_disruption_budget, namespace, what="poddisruptionbudgets")
-        else:
-            data = self._call(self._policy.list_pod_disruption_budget_for_all_namespaces, what="poddisruptionbudgets")
-        return [parse_pdb(item, f"items[{i}]", "poddisruptionbudgets") for i, item in enumerate(data["items"])]
+            return self._list(self._policy.list_namespaced_pod_disruption_budget, parse_pdb, namespace,
+                              what="poddisruptionbudgets")[0]
+        return self._list(self._policy.list_pod_disruption_budget_for_all_namespaces, parse_pdb,
+                          what="poddisruptionbudgets")[0]
 
     def snapshot(self) -> dict[str, Any]:
         return snapshot_document(self.list_nodes(), self.list_pods(), self.list_pdbs())
+
+
+def _retry_after(exc: Any) -> float | None:
+    """The wait a 429 or 503 asked for: its Retry-After header, else the Status's details.retryAfterSeconds."""
+    headers = getattr(exc, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if value is None:
+        try:
+            value = (json.loads(exc.body or "{}").get("details") or {}).get("retryAfterSeconds")
+        except (ValueError, AttributeError):
+            value = None
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None

@@ -106,8 +106,10 @@ class SimulatedCluster:
         self._eviction = Eviction(self._world, self._budgets, self._pods)
         self._nodes = NodeRoom(self._world, self._pods, self._scheduler)
         self._pools = PoolRoom(self._world, self._nodes)
-        # The share of creates the simulated API server answers 503 (`local fault api-errors`).
+        # The share of creates (or, with verbs "all", of every request but a watch) the simulated API server answers
+        # 503 (`local fault api-errors`).
         self.api_error_rate = 0.0
+        self.api_error_verbs = "create"
         self._api_objects: Workloads | None = None
 
     # ------------------------------------------------------------------ basics

@@ -217,7 +217,8 @@ class KubeAPI:
         res = self._resource(args["group"], args["version"], args["plural"], args.get("ns"))
         if endpoint == "collection" and request.args.get("watch") in ("1", "t", "T", "true", "True", "TRUE"):
             return self._watch(cluster, res.plural, request, args.get("ns"))
-        if request.method == "POST" and endpoint == "collection" and cluster.sim.api_error_rate > 0 \
+        faulty = cluster.sim.api_error_verbs == "all" or (request.method == "POST" and endpoint == "collection")
+        if faulty and cluster.sim.api_error_rate > 0 \
                 and random.random() < cluster.sim.api_error_rate:  # `local fault api-errors`: an overloaded API server
             raise ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the request",
                            {"causes": [{"reason": "UnexpectedServerResponse", "message": "unknown"}], "retryAfterSeconds": 1})
@@ -300,11 +301,19 @@ class KubeAPI:
             raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {res.plural}")
         objects = self._objects(cluster, res.plural, ns, request)
         rv = str(cluster.sim.resource_version)
-        offset = 0
+        # A continue token names the last key a page held, as kube-apiserver's names the etcd key to start after: an
+        # object created or deleted between pages does not shift the rest (an offset would skip or repeat one).
+        # Kinds listed in another order than by key (events) page by offset.
+        keyed = all(_key(a) <= _key(b) for a, b in zip(objects, objects[1:], strict=False))
         token = request.args.get("continue")
         if token:
             try:
-                offset = int(json.loads(base64.urlsafe_b64decode(token.encode()))["offset"])
+                parsed = json.loads(base64.urlsafe_b64decode(token.encode()))
+                if "after" in parsed and keyed:
+                    after = tuple(parsed["after"])
+                    objects = [o for o in objects if _key(o) > after]
+                else:
+                    objects = objects[int(parsed["offset"]):]
             except (ValueError, KeyError, TypeError):
                 raise bad_request("continue key is not valid: the token is malformed") from None
         limit = request.args.get("limit")
@@ -314,11 +323,11 @@ class KubeAPI:
                 n = int(limit)
             except ValueError:
                 raise bad_request(f"limit: invalid value {limit!r}") from None
-            if n > 0 and offset + n < len(objects):
-                next_token = base64.urlsafe_b64encode(json.dumps({"offset": offset + n, "rv": rv}).encode()).decode()
-            objects = objects[offset: offset + n] if n > 0 else objects[offset:]
-        else:
-            objects = objects[offset:]
+            if 0 < n < len(objects):
+                done = int(json.loads(base64.urlsafe_b64decode(token.encode())).get("offset", 0)) if token else 0
+                mark: dict[str, Any] = {"after": list(_key(objects[n - 1]))} if keyed else {"offset": done + n}
+                next_token = base64.urlsafe_b64encode(json.dumps({**mark, "rv": rv}).encode()).decode()
+                objects = objects[:n]
         if self._wants_table(request):
             return _json(table(res.plural, objects, cluster.now(), rv, request.args.get("includeObject", "Metadata"),
                                next_token))
@@ -670,3 +679,8 @@ class KubeAPI:
                         yield encode(kind, event)
 
         return Response(stream(), mimetype="application/json", direct_passthrough=True)
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")

@@ -341,7 +341,8 @@ class Executor:
             detail = f"stopped by an error from {'AWS' if isinstance(exc, NodeGroupError) else 'the cluster'}: {exc}"
             self.journal.append(Halted("api-error", detail))
             self._show("halted", detail)
-            return self._outcome("halted", EXIT_HALTED, detail)
+            # its own status: an API that would not answer (after the seams' retries) is no verdict on the rotation
+            return self._outcome("api-error", EXIT_HALTED, detail)
 
     def _outcome(self, status: str, code: int, reason: str) -> Outcome:
         return Outcome(self.target.name, status, code, reason, build_report(self.journal.refresh()))

@@ -561,7 +561,8 @@ class AppStages:
                 return {"status": "frozen", "reason": frozen[0], "booted": (booted or {}).get(stage, {})}
             # the rotation ended before the pause reached it: no pause may wait in the journal for the next run
             self.resume(stage, "the rotation ended before the freeze's pause reached it")
-        held = ("lease-held", "lost-lease", "paused")
+        # held back, not failed: a killed tick's lease, a pause by hand, an API that would not answer (retried next tick)
+        held = ("lease-held", "lost-lease", "paused", "api-error")
         failed = [c for c in said["clusters"] if c.get("exit_code") and c.get("status") not in held]
         busy = [c for c in said["clusters"] if c.get("status") in held]
         if busy and not failed:  # a killed tick's rotation until its lease lapses (the next tick resumes its journal), or paused by hand

@@ -261,6 +261,22 @@ def _wait_for(home: Path, condition: Any, timeout: float = 120) -> None:
     raise AssertionError("the rotation never got there")
 
 
+def test_a_rotation_through_api_faults_on_every_verb_finishes_with_no_harm(region: dict[str, Any]) -> None:
+    """Every cluster's API server answers 5% of every request but a watch (reads, patches, deletes, evictions) 503:
+    the calls are asked again and the rotation finishes as it would on a quiet day."""
+    images = new_images(region, "1.8.0")
+    before = world(region)
+    for cluster in CLUSTERS:
+        run(region["home"], "local", "fault", "api-errors", cluster, "5%", "--verbs", "all")
+    try:
+        out = rotate(region, "-o", "json")
+    finally:
+        run(region["home"], "local", "fault", "clear")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert [c["status"] for c in json.loads(out.stdout)["clusters"]] == ["done"] * 3
+    assert_rotated_without_harm(region, images, before)
+
+
 def test_bad_input_is_one_line_exit_2_and_changes_nothing(region: dict[str, Any], tmp_path: Path) -> None:
     home = region["home"]
     state = tmp_path / "state.db"

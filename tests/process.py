@@ -78,9 +78,16 @@ def get(region: dict[str, Any], path: str) -> Any:
 
 def canary_runners(home: Path, region: dict[str, Any]) -> list[subprocess.Popen[str]]:
     """One ``canary run`` process per cluster of the region, as the Pulumi program runs them (stop with
-    ``stop_all``)."""
-    return [start(home, "canary", "run", "--stage", region["stage"], "--cluster", c["name"], "--metrics-port", "0")
-            for c in region["clusters"]]
+    ``stop_all``). Each writes to a log file in ``home`` (``canary-<cluster>.log``), never to a pipe nobody reads
+    while the test runs: a runner that filled one would block on its next line and write no result again."""
+    runners = []
+    for c in region["clusters"]:
+        log = open(home / f"canary-{c['name']}.log", "w")  # noqa: SIM115 (the process holds it until it ends)
+        runners.append(subprocess.Popen([sys.executable, "-m", "platformctl", "canary", "run", "--stage", region["stage"],
+                                         "--cluster", c["name"], "--metrics-port", "0"], stdout=log,
+                                        stderr=subprocess.STDOUT, text=True, env=environment(home, None)))
+        log.close()
+    return runners
 
 
 def stop_all(processes: list[subprocess.Popen[str]]) -> None:

@@ -82,7 +82,7 @@ def canary_runners(home: Path, region: dict[str, Any]) -> list[subprocess.Popen[
     while the test runs: a runner that filled one would block on its next line and write no result again."""
     runners = []
     for c in region["clusters"]:
-        log = open(home / f"canary-{c['name']}.log", "w")  # noqa: SIM115 (the process holds it until it ends)
+        log = open(home / f"canary-{c['name']}.log", "w")  # the process holds it until it ends
         runners.append(subprocess.Popen([sys.executable, "-m", "platformctl", "canary", "run", "--stage", region["stage"],
                                          "--cluster", c["name"], "--metrics-port", "0"], stdout=log,
                                         stderr=subprocess.STDOUT, text=True, env=environment(home, None)))

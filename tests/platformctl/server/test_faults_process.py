@@ -115,7 +115,8 @@ def test_api_errors_answer_creates_with_503_at_the_rate(region: dict[str, Any]) 
     codes = [call(region, "POST", "/api/v1/namespaces/default/pods", pod_on("any", f"half-{i}"))[0] for i in range(40)]
     assert 5 <= codes.count(503) <= 35 and set(codes) == {201, 503}
     listed = json.loads(fault(region, "list", "-o", "json").stdout)["faults"]
-    assert {"kind": "api-errors", "cluster": CLUSTER, "rate": 0.5, "verbs": "create"} in [{k: v for k, v in f.items() if k != "since"} for f in listed]
+    assert {"kind": "api-errors", "cluster": CLUSTER, "rate": 0.5, "verbs": "create"} in [
+        {k: v for k, v in f.items() if k != "since"} for f in listed]
     fault(region, "clear")
     assert call(region, "POST", "/api/v1/namespaces/default/pods", pod_on("any", "accepted"))[0] == 201
 

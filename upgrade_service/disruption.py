@@ -41,15 +41,22 @@ from platformctl.cluster.model import (
     eviction_decision,
 )
 from upgrade_service.policy import DEFAULT_MAX_WAIT_SECONDS, MODES, RotationPolicy
+from upgrade_service.recovery import Recovery, budget_recovery
 
 BudgetKey = tuple[str, str]
+
+
+RECOVERING = "pdb-recovering"  # the one cause that is a wait: a budget at its floor whose pods are on their way back
+NO_ROOM = "pdb-no-room"
 
 
 @dataclass(frozen=True, slots=True)
 class Cause:
     """One reason a node cannot be rotated now, naming the pod, its workload and the rule or budget."""
 
-    kind: str  # pdb-no-room | pdb-not-processed | two-pdbs | skip | bad-annotation | zone-capacity
+    # pdb-no-room | pdb-recovering (a wait: its pods are on their way back) | pdb-not-processed | two-pdbs | skip |
+    # bad-annotation | zone-capacity
+    kind: str
     message: str
     pod: str | None = None
     workload: str | None = None
@@ -133,6 +140,11 @@ class NodeDisruption:
     @property
     def blocked(self) -> bool:
         return bool(self.causes)
+
+    @property
+    def recovering(self) -> bool:
+        """Blocked only by budgets whose pods are on their way back: a wait, not a block."""
+        return bool(self.causes) and all(c.kind == RECOVERING for c in self.causes)
 
 
 @dataclass(frozen=True)
@@ -262,7 +274,7 @@ def protocol_of(pod: Pod, policy: RotationPolicy) -> Protocol | Cause | None:
     return Protocol(mode, workload, source, values[ANNOTATION_SETTLE], values[ANNOTATION_MAX_WAIT])
 
 
-def _refusal(decision: str, pod: Pod, budgets: list[PodDisruptionBudget]) -> Cause:
+def _refusal(decision: str, pod: Pod, budgets: list[PodDisruptionBudget], recovery: Recovery | None = None) -> Cause:
     who = f"{pod.namespace}/{pod.name}"
     workload = workload_of(pod)
     if decision == REFUSE_TWO_BUDGETS:
@@ -277,8 +289,12 @@ def _refusal(decision: str, pod: Pod, budgets: list[PodDisruptionBudget]) -> Cau
                      f"refuses pod {who} of {workload} with 429", pod=who, workload=workload, budget=budget)
     assert decision == REFUSE_NO_ROOM
     why = b.status.sync_failed or f"needs {b.status.desired_healthy} healthy pods and has {b.status.current_healthy}"
-    return Cause("pdb-no-room", f"PodDisruptionBudget {budget} allows no disruption now ({why}): the eviction API refuses "
-                 f"pod {who} of {workload} with 429", pod=who, workload=workload, budget=budget)
+    if recovery is not None and recovery.recovering:
+        return Cause(RECOVERING, f"PodDisruptionBudget {budget} allows no disruption now ({why}), but {recovery.detail}: "
+                     f"pod {who} of {workload} waits for it", pod=who, workload=workload, budget=budget)
+    cannot = f" and {recovery.detail}" if recovery is not None else ""
+    return Cause(NO_ROOM, f"PodDisruptionBudget {budget} allows no disruption now ({why}){cannot}: the eviction API "
+                 f"refuses pod {who} of {workload} with 429", pod=who, workload=workload, budget=budget)
 
 
 def sequence_seconds(node: NodeDisruption, default_start: int) -> int:
@@ -299,6 +315,25 @@ def _took(nd: NodeDisruption, key: str | BudgetKey, pod: Pod, starts: dict[str, 
     policy's podStartSeconds). The longest of a budget's or a workload's pods on the node counts."""
     start = starts.get(pod.owner.uid, default) if pod.owner is not None else default
     nd.start[key] = max(nd.start.get(key, 0), start)
+
+
+class _Recoveries:
+    """Whether each budget at its floor recovers by itself (``upgrade_service.recovery``), asked once per budget."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.known: dict[BudgetKey, Recovery] = {}
+        self._scales: dict[str, int] | None = None
+
+    def of(self, pdb: PodDisruptionBudget) -> Recovery:
+        found = self.known.get(pdb.key)
+        if found is None:
+            if self._scales is None:
+                self._scales = controller_scales(self.snapshot.pods)
+            members = [p for p in self.snapshot.pods if p.namespace == pdb.namespace and pdb.selects(p)]
+            computed = budget_status(pdb, members, self._scales)
+            found = self.known[pdb.key] = budget_recovery(pdb, members, self.snapshot.nodes, computed)
+        return found
 
 
 def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> ClusterView:
@@ -323,6 +358,7 @@ def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> Clus
 
     workloads: dict[str, str] = {}
     starts = observed_starts(snapshot.pods)
+    recovery = _Recoveries(snapshot)
     for pod in snapshot.pods:
         nd = outdated.get(pod.node_name) if pod.node_name else None
         if nd is None or pod.is_daemonset or pod.is_mirror or pod.is_finished:
@@ -334,7 +370,7 @@ def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> Clus
         covering = index.covering(pod)
         decision = eviction_decision(pod, covering)
         if decision in (REFUSE_TWO_BUDGETS, REFUSE_NOT_PROCESSED, REFUSE_NO_ROOM):
-            nd.causes.append(_refusal(decision, pod, covering))
+            nd.causes.append(_refusal(decision, pod, covering, recovery.of(covering[0]) if decision == REFUSE_NO_ROOM else None))
             continue
         if pod.deletion_time is None:
             nd.max_grace = max(nd.max_grace, pod.grace_seconds)

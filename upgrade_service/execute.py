@@ -68,7 +68,7 @@ from upgrade_service.journal_records import (
 )
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.plan import RotationPlan, Wave, plan_cluster
-from upgrade_service.pods_back import WorkloadsBack
+from upgrade_service.pods_back import BudgetsBack, WorkloadsBack
 from upgrade_service.policy import RotationPolicy
 from upgrade_service.remediate import remediation_holds
 from upgrade_service.replacement import NodeReplacer
@@ -134,6 +134,9 @@ class Executor:
         self.replacer = NodeReplacer(self.cluster, self.groups, self.journal, self.pacer, check=self._check,
                                      fence=keeper.check if keeper is not None else None,
                                      poll_seconds=options.poll_seconds, nodes=self.nodes_watch)
+        self.budgets_back = BudgetsBack(self.pods_watch, self.pdbs_watch, self.replacer, self.journal, options.poll_seconds,
+                                        policy.stuck_seconds, policy.durations.pod_start_seconds,
+                                        lambda message: self._show("waiting", message))
 
     # ---------------------------------------------------------------- small helpers
 
@@ -309,7 +312,10 @@ class Executor:
                 plan, waves = self._plan_for(read)
                 self._taint_outdated(plan)
                 if not waves:
-                    return self._finish(plan, read)
+                    if self.budgets_back.wait(plan):  # nodes whose budgets' pods are on their way back: plan again
+                        read = None
+                        continue
+                    return self._finish(self.budgets_back.given_up(plan), read)
                 self.view.waves = len(self.state.waves) + len(waves)
                 if self.options.max_waves is not None and started >= self.options.max_waves:
                     waves_started = f"{started} wave{'s' if started != 1 else ''}"
@@ -659,6 +665,8 @@ class Executor:
                 continue
 
     def _finish(self, plan: RotationPlan, read: ClusterRead) -> Outcome:
+        if plan is not self._plan:  # what the run gave up waiting for: the report's blocked nodes say so
+            self._record_plan(plan, read)
         self._untaint_all()
         left = len(plan.blocked) + len(read.unmanaged) + len(self.state.failed)
         status = "done" if left == 0 else "incomplete"

@@ -47,6 +47,7 @@ from upgrade_service.journal_records import (
     RunContinued,
     RunStarted,
     Settling,
+    Waiting,
     WaveFinished,
     WaveStarted,
 )
@@ -123,6 +124,7 @@ class RunState:
     abort: Control | None = None  # an abort requested for the open run
     holder: str | None = None
     gate_asked: dict[int, float] = field(default_factory=dict)  # wave -> when the health gate was first asked for it
+    waiting: Waiting | None = None  # nodes the run waits for (budgets whose pods come back), until a wave starts
 
     @property
     def open(self) -> bool:
@@ -185,13 +187,14 @@ def apply(state: RunState, record: Record) -> None:
     elif kind == WAVE_STARTED:
         started_wave = WaveStarted.from_record(d)
         state.waves[started_wave.wave] = WaveState(started_wave.wave, started_wave)
+        state.waiting = None
     elif kind in _KINDS:
         _applied(state, _KINDS[kind].from_record(d))
 
 
 _KINDS: dict[str, type[JournalRecord]] = {c.KIND: c for c in (
     RunContinued, PlanRecord, PhaseRecord, Drained, Settling, NodeFailed, WaveFinished, Gate, Halted, Paused, Finished,
-    AbortedRecord)}
+    AbortedRecord, Waiting)}
 
 
 def _applied(state: RunState, r: JournalRecord) -> None:
@@ -219,11 +222,14 @@ def _applied(state: RunState, r: JournalRecord) -> None:
         wave.finished = r
     elif isinstance(r, Gate):
         state.gate_asked.setdefault(int(r.wave), float(r.at))
+    elif isinstance(r, Waiting):
+        state.waiting = r
     elif isinstance(r, Halted):
         state.halted = r
     elif isinstance(r, Finished | AbortedRecord):
         state.ended = r
         state.abort = None
+        state.waiting = None
 
 
 def _confirmed(state: RunState, intent: Mapping[str, Any], d: Mapping[str, Any]) -> None:

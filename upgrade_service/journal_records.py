@@ -28,6 +28,7 @@ FINISHED = "finished"
 ABORTED = "aborted"
 CONTROL = "control"
 GATE = "gate"  # the health gate's answer before a wave (written when it changes)
+WAITING = "waiting"  # nodes held by budgets whose pods are on their way back (written when what they wait for changes)
 
 R = TypeVar("R", bound="JournalRecord")
 
@@ -266,3 +267,14 @@ class Gate(JournalRecord):
     wave: int = 0
     verdict: str = ""
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class Waiting(JournalRecord):
+    """Nodes the run waits for because the budgets they spend are at their floor while their pods come back; it gives
+    up (they are reported blocked) if nothing about those pods changes until ``gives_up_at``."""
+
+    KIND: ClassVar[str] = WAITING
+    nodes: tuple[str, ...] = ()
+    reason: str = ""
+    gives_up_at: float = 0.0

@@ -24,7 +24,7 @@ import networkx as nx
 
 from platformctl.cluster.model import Snapshot
 from platformctl.errors import NotFoundError
-from upgrade_service.disruption import Cause, ClusterView, NodeDisruption, view_cluster
+from upgrade_service.disruption import RECOVERING, Cause, ClusterView, NodeDisruption, view_cluster
 from upgrade_service.fit import PoolCapacity, WaveFit, fit_waves, held_drain_seconds
 from upgrade_service.order import ClusterPlace, Segment, cluster_steps, ordered_segments, segment_graph, why_segment_waits
 from upgrade_service.packing import Limits, WaveDraft, move_gain, pack, pack_in_name_order, rebuild
@@ -77,6 +77,11 @@ class BlockedNode:
     causes: tuple[Cause, ...]
 
     @property
+    def waiting(self) -> bool:
+        """Held only by budgets whose pods are on their way back: the run waits for them (``upgrade_service.recovery``)."""
+        return all(c.kind == RECOVERING for c in self.causes)
+
+    @property
     def reason(self) -> str:
         first = self.causes[0].message
         more = len(self.causes) - 1
@@ -84,7 +89,7 @@ class BlockedNode:
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "reason": self.reason, "pool": self.pool, "zone": self.zone or None,
-                "causes": [c.to_dict() for c in self.causes]}
+                "waiting": self.waiting, "causes": [c.to_dict() for c in self.causes]}
 
 
 @dataclass
@@ -136,7 +141,8 @@ class RotationPlan:
                  f"image {facts.current_image or '(none)'} -> {facts.target_image}"]
         blocked = next((b for b in self.blocked if b.node == node), None)
         if blocked is not None:
-            lines.append("blocked: it cannot be rotated now")
+            lines.append("waiting: a budget it spends is at its floor while its pods come back; a run waits for it"
+                         if blocked.waiting else "blocked: it cannot be rotated now")
             lines += [f"  {c.message}" for c in blocked.causes]
             return lines
         wave = self.wave_of(node)

@@ -1,4 +1,5 @@
-"""After a wave: waiting until every evicted pod's workload is as Ready as before it, watching the pods' informer.
+"""Pods coming back. After a wave: waiting until every evicted pod's workload is as Ready as before it, watching the
+pods' informer. Before one: waiting for budgets at their floor whose pods are on their way back (``BudgetsBack``).
 
 A workload deleted meanwhile (its namespace too) is not waited for; one still short at the deadline is named with what
 the kubelet says of its pods that do not start, and the image of the node they are on (a bad image, most often).
@@ -8,13 +9,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 from platformctl.clock import Clock, past
 from platformctl.cluster.informer import Informer
 from platformctl.cluster.interface import Cluster
 from platformctl.cluster.model import Pod
 from platformctl.errors import NotFoundError, PlatformError
-from upgrade_service.journal_records import OwnerWait
+from upgrade_service.disruption import NO_ROOM
+from upgrade_service.journal import Journal
+from upgrade_service.journal_records import OwnerWait, Waiting
+from upgrade_service.plan import RotationPlan
 from upgrade_service.replacement import NodeReplacer
 
 
@@ -100,3 +105,61 @@ class WorkloadsBack:
                 short = [f"{o.owner} has {ready[uid]} Ready of {o.ready}{self.why(stuck.get(uid, []))}"
                          for uid, o in waiting.items() if ready[uid] < o.ready]
                 return "; ".join(short[:5]) + (f" and {len(short) - 5} more" if len(short) > 5 else "")
+
+
+class BudgetsBack:
+    """Nodes the plan leaves only because the budgets they spend are at their floor while their pods come back
+    (``upgrade_service.recovery``): the run waits for the pods or the budgets to change and plans again. Once nothing
+    about what they wait for has changed for ``stuckSeconds`` past the time those pods take to start, it gives up on
+    them: they are reported blocked, with their reason."""
+
+    def __init__(self, pods: Informer, budgets: Informer, replacer: NodeReplacer, journal: Journal, poll_seconds: float,
+                 stuck_seconds: float, default_start: float, show: Callable[[str], None]) -> None:
+        self.pods = pods
+        self.budgets = budgets
+        self.replacer = replacer
+        self.journal = journal
+        self.poll = poll_seconds
+        self.stuck = stuck_seconds
+        self.default_start = default_start
+        self.show = show
+        self.clock: Clock = replacer.clock
+        self._since: tuple[tuple[str, ...], float] | None = None  # what the nodes wait for, and since when unchanged
+        self.patience = 0.0
+
+    def wait(self, plan: RotationPlan) -> bool:
+        """True after waiting a while (plan again); False when nothing waits, or once the run gives up on them."""
+        waiting = [b for b in plan.blocked if b.waiting]
+        if not waiting:
+            self._since = None
+            return False
+        what = tuple(sorted(c.message for b in waiting for c in b.causes))  # its counts move as the pods come back
+        now = self.clock.now()
+        starts = [s for b in waiting if (facts := plan.view.by_name.get(b.node)) is not None for s in facts.start.values()]
+        patience = self.stuck + max(starts, default=self.default_start)
+        if self._since is None or self._since[0] != what:
+            self._since = (what, now)
+            self.journal.append(Waiting(tuple(b.node for b in waiting), waiting[0].reason, now + patience))
+        since = self._since[1]
+        if now - since >= patience:
+            self.patience = patience
+            return False
+        self.show(f"{len(waiting)} node(s) wait for budgets whose pods are on their way back: {waiting[0].reason}")
+        namespaces = {c.pod.split("/", 1)[0] for b in waiting for c in b.causes if c.pod}
+        before = (self.pods.moves_in(namespaces), self.budgets.changes)
+
+        def changed() -> bool:
+            self.budgets.sync()
+            return (self.pods.moves_in(namespaces), self.budgets.changes) != before
+
+        self.replacer.wait(changed, min(since + patience, now + self.poll), "wait:budgets", self.pods)
+        return True
+
+    def given_up(self, plan: RotationPlan) -> RotationPlan:
+        """The plan as the run ends: nodes it waited for in vain are blocked, saying for how long nothing changed."""
+        if not any(b.waiting for b in plan.blocked):
+            return plan
+        note = f"; nothing about its pods changed for {self.patience:.0f} s (stuckSeconds past their start): given up"
+        blocked = [replace(b, causes=tuple(replace(c, kind=NO_ROOM, message=c.message + note) for c in b.causes))
+                   if b.waiting else b for b in plan.blocked]
+        return replace(plan, blocked=blocked)

@@ -54,6 +54,8 @@ class RunReport(TypedDict):
     nodes_rotated: NotRequired[int]
     nodes_failed: NotRequired[list[dict[str, str]]]
     nodes_blocked: NotRequired[list[dict[str, str]]]
+    # nodes the open run waits for: the budgets they spend are at their floor while their pods come back
+    waiting: NotRequired[dict[str, Any] | None]
     nodes_unmanaged: NotRequired[list[str]]
     evictions: NotRequired[int]
     refused_evictions: NotRequired[int]
@@ -125,7 +127,10 @@ def build_report(state: RunState) -> RunReport:
         "waves": waves,
         "nodes_rotated": len(state.terminated),
         "nodes_failed": [{"node": n, "reason": r} for n, r in sorted(state.failed.items())],
-        "nodes_blocked": [{"node": b["node"], "reason": b["reason"]} for b in (plan.blocked if plan else [])],
+        "nodes_blocked": [{"node": b["node"], "reason": b["reason"]} for b in (plan.blocked if plan else [])
+                          if not (b.get("waiting") and state.open)],
+        "waiting": {"nodes": list(state.waiting.nodes), "reason": state.waiting.reason, "since": format_time(state.waiting.at),
+                    "gives_up_at": format_time(state.waiting.gives_up_at)} if state.waiting and state.open else None,
         "nodes_unmanaged": list(plan.unmanaged if plan else []),
         "evictions": sum(state.evicted.values()),
         "refused_evictions": state.refused,

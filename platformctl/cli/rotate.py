@@ -46,9 +46,9 @@ def _print_cluster_plan(plan: RotationPlan, show_waves: bool = True) -> None:
         out.print("[dim]seconds per wave; `--explain NODE` says why a node is in its wave, `-o json` lists every node "
                   "and reason[/]")
     if plan.blocked:
-        table = Table("node", "pool", "zone", "blocked because", title="Nodes that cannot be rotated now")
-        for b in plan.blocked:
-            table.add_row(b.node, b.pool, b.zone or "-", b.reason)
+        table = Table("node", "pool", "zone", "now", "because", title="Nodes that cannot be rotated now")
+        for b in plan.blocked:  # waiting: a budget at its floor whose pods are on their way back; a run waits for it
+            table.add_row(b.node, b.pool, b.zone or "-", "waiting" if b.waiting else "blocked", b.reason)
         out.print(table)
     for warning in plan.warnings:
         out.print(f"[yellow]warning:[/] {warning}")
@@ -195,6 +195,10 @@ def _print_outcome(outcome: Outcome) -> None:
         out.print(f"  [red]failed[/] {item['node']}: {item['reason']}")
     for item in report.get("nodes_blocked", [])[:20]:
         out.print(f"  [yellow]blocked[/] {item['node']}: {item['reason']}")
+    waiting = report.get("waiting")
+    if waiting:
+        out.print(f"  [cyan]waiting[/] since {waiting['since']} ({len(waiting['nodes'])} node(s), until {waiting['gives_up_at']} "
+                  f"at most without a change): {waiting['reason']}")
     for name in report.get("nodes_unmanaged", []):
         out.print(f"  [yellow]not in any auto scaling group[/] {name}: cannot be replaced")
     if report.get("cordoned_by_this_run"):

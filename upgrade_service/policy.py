@@ -127,7 +127,8 @@ class RotationPolicy(_Value):
     drain_timeout_seconds: Annotated[int, Field(ge=1)] = 3600
     """A drain that makes no progress this long fails its node (counted from the last eviction that went through)."""
     stuck_seconds: Annotated[int, Field(ge=1)] = 30
-    """A drain waiting on a pod the scheduler cannot place, this long: make room (a surge node) or halt."""
+    """A drain waiting on a pod the scheduler cannot place, this long: make room (a surge node) or halt. Nodes waiting for
+    a budget whose pods are on their way back wait this long past those pods' start without a change, then are blocked."""
     pod_ready_timeout_seconds: Annotated[int, Field(ge=1)] = 900
     """Evicted pods must be Ready again elsewhere within this."""
     max_failed_nodes: Annotated[int, Field(ge=0)] = 0

@@ -26,7 +26,13 @@ def who() -> str:
 
 
 def _local() -> str:
-    return f"{getpass.getuser()}@{socket.gethostname()}{LOCAL}"
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a container's UID with no passwd entry and no $USER: its number, never a crash
+        import os
+
+        user = f"uid-{os.getuid()}"
+    return f"{user}@{socket.gethostname()}{LOCAL}"
 
 
 def is_local(identity: str) -> bool:

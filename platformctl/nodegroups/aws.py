@@ -115,17 +115,34 @@ class AutoScalingNodeGroups:
             kwargs["NextToken"] = page["NextToken"]
 
     def members(self, group: str) -> list[Member]:
+        """The group's instances with their launch times. EC2 is eventually consistent: an instance Auto Scaling has
+        just launched may not be in DescribeInstances yet, and asking for it by id (``InstanceIds``) would fail the
+        whole call with ``InvalidInstanceID.NotFound``. They are asked for with an ``instance-id`` filter, which
+        answers with those EC2 shows; one it does not show yet is a member launched just now."""
+        import time
+
         found = self._call(self._asg.describe_auto_scaling_groups, AutoScalingGroupNames=[group])["AutoScalingGroups"]
         if not found:
             raise NodeGroupError(f"no auto scaling group {group!r}", "ValidationError")
-        lifecycle = {i["InstanceId"]: i["LifecycleState"] for i in found[0].get("Instances", [])
-                     if not i["LifecycleState"].startswith(("Terminat", "Detach"))}
-        out: list[Member] = []
+        live = [i for i in found[0].get("Instances", []) if not i["LifecycleState"].startswith(("Terminat", "Detach"))]
+        lifecycle = {i["InstanceId"]: i["LifecycleState"] for i in live}
+        out: dict[str, Member] = {}
         ids = sorted(lifecycle)
-        for start in range(0, len(ids), 100):
-            answer = self._call(self._ec2.describe_instances, InstanceIds=ids[start:start + 100])
-            for reservation in answer["Reservations"]:
-                for inst in reservation["Instances"]:
-                    out.append(Member(inst["InstanceId"], lifecycle[inst["InstanceId"]], inst["LaunchTime"].timestamp(),
-                                      (inst.get("Placement") or {}).get("AvailabilityZone")))
-        return sorted(out, key=lambda m: m.instance_id)
+        for start in range(0, len(ids), 200):  # the most values one filter takes
+            kwargs: dict[str, Any] = {"Filters": [{"Name": "instance-id", "Values": ids[start:start + 200]}]}
+            while True:
+                answer = self._call(self._ec2.describe_instances, **kwargs)
+                for reservation in answer["Reservations"]:
+                    for inst in reservation["Instances"]:
+                        if inst["InstanceId"] in lifecycle:
+                            out[inst["InstanceId"]] = Member(inst["InstanceId"], lifecycle[inst["InstanceId"]],
+                                                             inst["LaunchTime"].timestamp(),
+                                                             (inst.get("Placement") or {}).get("AvailabilityZone"))
+                if not answer.get("NextToken"):
+                    break
+                kwargs["NextToken"] = answer["NextToken"]
+        now = time.time()
+        for i in live:
+            if i["InstanceId"] not in out:  # not in EC2's answer yet: launched a moment ago
+                out[i["InstanceId"]] = Member(i["InstanceId"], i["LifecycleState"], now, i.get("AvailabilityZone"))
+        return sorted(out.values(), key=lambda m: m.instance_id)

@@ -69,3 +69,31 @@ def test_both_implementations_describe_a_group_and_refuse_the_same_calls_the_sam
 def test_a_throttled_call_is_transient() -> None:
     assert NodeGroupError("SetDesiredCapacity: Throttling: Rate exceeded", "Throttling").transient
     assert not NodeGroupError("no auto scaling group 'x'", "ValidationError").transient
+
+
+def test_an_instance_ec2_does_not_show_yet_is_a_member_launched_now_and_the_others_are_read(
+        aws_groups: tuple[NodeGroups, str]) -> None:
+    """EC2 is eventually consistent: Auto Scaling may name an instance DescribeInstances does not know yet. Asked for
+    by id, EC2 refuses the whole call (InvalidInstanceID.NotFound); the seam reads the others and calls the new one
+    launched just now (what a node-startup timeout counts from), so a remediation pass is not lost to it."""
+    import time
+
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ec2.models import ec2_backends
+
+    seam, name = aws_groups
+    before = {m.instance_id: m for m in seam.members(name)}
+    assert len(before) == 2
+    hidden = sorted(before)[0]
+    backend = ec2_backends[DEFAULT_ACCOUNT_ID][REGION]
+    for reservation in backend.reservations.values():  # EC2 does not show it yet; Auto Scaling does
+        reservation.instances = [i for i in reservation.instances if i.id != hidden]
+    ec2 = boto3.client("ec2", region_name=REGION)
+    with pytest.raises(ec2.exceptions.ClientError, match="InvalidInstanceID.NotFound"):
+        ec2.describe_instances(InstanceIds=sorted(before))
+    asked = time.time()
+    after = {m.instance_id: m for m in seam.members(name)}
+    assert set(after) == set(before)
+    other = sorted(before)[1]
+    assert after[other] == before[other]  # read from EC2 as before
+    assert after[hidden].launched >= asked and after[hidden].zone == before[hidden].zone

@@ -255,6 +255,8 @@ class MotoBackend:
             Tags=[{"Key": t["key"], "Value": t["value"], "PropagateAtLaunch": _flag(t.get("propagateAtLaunch"))}
                   for t in i.get("tags") or []],
             **spec)
+        if i.get("suspendedProcesses"):
+            asg.suspend_processes(AutoScalingGroupName=i["name"], ScalingProcesses=list(i["suspendedProcesses"]))
         group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[i["name"]])["AutoScalingGroups"][0]
         return i["name"], {"arn": group["AutoScalingGroupARN"]}
 

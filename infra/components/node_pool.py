@@ -50,6 +50,9 @@ def user_data(cluster: str, endpoint: str, certificate_authority: str, service_c
     return base64.b64encode(text.encode()).decode()
 
 
+SUSPENDED_PROCESSES = ("AZRebalance",)  # on every group the toolkit rotates
+
+
 class NodePool(pulumi.ComponentResource):
     auto_scaling_group: pulumi.Output[str]
     launch_template: pulumi.Output[str]
@@ -97,6 +100,9 @@ class NodePool(pulumi.ComponentResource):
                 id=template.id, version="$Latest"),
             mixed_instances_policy=mixed,
             tags=[aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True) for k, v in sorted(pool_tags.items())],
+            # AZRebalance terminates instances, undrained, to even out zones after one zone's surges: the rotation and
+            # remediation are the only ones that take nodes away.
+            suspended_processes=list(SUSPENDED_PROCESSES),
             opts=child(self, ignore_changes=["desired_capacity"]))
         self.auto_scaling_group = group.name
         self.launch_template = template.name

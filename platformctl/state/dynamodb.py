@@ -41,6 +41,7 @@ from platformctl import aws
 from platformctl.clock import Clock, WallClock
 from platformctl.errors import PlatformError
 from platformctl.state.base import Lease, LeaseHeld, LeaseLost, Record
+from platformctl.state.lease import lease_call_timeout
 
 ITEM_LIMIT = 350_000  # bytes of JSON per record, under DynamoDB's 400 KB item limit
 
@@ -90,6 +91,9 @@ class DynamoDBStore:
         except BotoCoreError as exc:
             raise PlatformError(f"cannot reach DynamoDB ({exc})", file=self.location, field="--state") from None
         self._failed = self._ddb.exceptions.ConditionalCheckFailedException
+        self._region = region
+        self._lease_clients: dict[float, Any] = {}
+        self._ttl_of: dict[str, float] = {}  # lease -> the TTL it was last taken or renewed for
 
     # ---------------------------------------------------------------- streams
 
@@ -262,12 +266,39 @@ class DynamoDBStore:
     def _key(self, name: str) -> dict[str, Any]:
         return {"pk": {"S": f"l#{name}"}, "sk": {"N": "0"}}
 
+    def _leases(self, ttl: float) -> Any:
+        """The client lease calls go through: short timeouts for the TTL (botocore's default, 60 s to connect and 60 s
+        to read, times its attempts, would let one hung connection outlast the lease) and two attempts."""
+        from botocore.config import Config
+
+        timeout = lease_call_timeout(ttl)
+        found = self._lease_clients.get(timeout)
+        if found is None:
+            config = Config(connect_timeout=timeout, read_timeout=timeout, retries={"mode": "standard", "max_attempts": 2})
+            found = self._lease_clients[timeout] = aws.client("dynamodb", self._region, config)
+        return found
+
+    def _conflicted(self, call: Any, **kwargs: Any) -> Any:
+        """A lease write whose item a fenced append's transaction is checking at that moment answers
+        TransactionConflict: it was not applied, and is tried again after a moment."""
+        from botocore.exceptions import ClientError
+
+        for attempt in range(5):
+            try:
+                return call(**kwargs)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "TransactionConflictException" or attempt == 4:
+                    raise
+                time.sleep(random.uniform(0, 0.05 * 2 ** attempt))
+
     def acquire(self, name: str, holder: str, ttl: float) -> Lease:
+        self._ttl_of[name] = ttl
         for _ in range(3):
             now = self.clock.now()
             lease = Lease(name, holder, uuid.uuid4().hex, now, now + ttl)
             try:
-                self._ddb.put_item(
+                self._conflicted(
+                    self._leases(ttl).put_item,
                     TableName=self.table,
                     Item={**self._key(name), "holder": {"S": holder}, "token": {"S": lease.token},
                           "acquired": {"N": repr(lease.acquired)}, "expires": {"N": repr(lease.expires)}},
@@ -283,10 +314,12 @@ class DynamoDBStore:
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
         """Extend the holder's lease; one that expired is not brought back (only a new acquisition takes it again)."""
+        self._ttl_of[lease.name] = ttl
         now = self.clock.now()
         expires = now + ttl
         try:
-            self._ddb.update_item(
+            self._conflicted(
+                self._leases(ttl).update_item,
                 TableName=self.table, Key=self._key(lease.name), UpdateExpression="SET expires = :e",
                 ConditionExpression="holder = :h AND #token = :t AND expires > :now", ExpressionAttributeNames={"#token": "token"},
                 ExpressionAttributeValues={":e": {"N": repr(expires)}, ":h": {"S": lease.holder}, ":t": {"S": lease.token},
@@ -297,7 +330,8 @@ class DynamoDBStore:
 
     def release(self, lease: Lease) -> None:
         try:
-            self._ddb.delete_item(TableName=self.table, Key=self._key(lease.name), ConditionExpression="#token = :t",
+            self._conflicted(self._leases(self._ttl_of.get(lease.name, 60.0)).delete_item, TableName=self.table,
+                             Key=self._key(lease.name), ConditionExpression="#token = :t",
                                   ExpressionAttributeNames={"#token": "token"},
                                   ExpressionAttributeValues={":t": {"S": lease.token}})
         except self._failed:

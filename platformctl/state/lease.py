@@ -1,8 +1,10 @@
 """Holding a lease while work runs: acquire, renew in the background, check before acting, fence writes, release.
 
-``LeaseKeeper`` renews every third of the TTL on a thread of its own, so a holder busy with a long
+``LeaseKeeper`` renews every quarter of the TTL on a thread of its own, so a holder busy with a long
 call keeps its lease, and a holder that dies (SIGKILL, a lost machine) stops renewing and loses it
-after the TTL. The work calls ``check()`` before every side effect. It raises ``LeaseLost`` once the
+after the TTL. A renewal that fails (a hung connection: the store's lease calls give up within a third of
+the TTL, ``lease_call_timeout``) is tried again an eighth of the TTL later, so one lost call never costs
+the lease. The work calls ``check()`` before every side effect. It raises ``LeaseLost`` once the
 lease may have expired as the holder itself can tell: a renewal was refused (someone took the lease
 over), or more than the TTL less a margin has passed on this process's monotonic clock since the
 start of the last renewal that succeeded. The second covers what a refusal cannot: a store that
@@ -34,6 +36,12 @@ def holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def lease_call_timeout(ttl: float) -> float:
+    """How long one attempt of a lease call may take (to connect, and to read its answer): with two attempts, a call
+    gives up within a third of the TTL, and the renewal after it still comes before the lease lapses."""
+    return min(max(ttl / 12, 0.5), 5.0)
+
+
 def margin_for(ttl: float) -> float:
     """How long before its lease's expiry a holder stops acting (and the clock skew hosts may have)."""
     return min(max(ttl / 10, MIN_MARGIN_SECONDS), ttl / 2)
@@ -63,7 +71,8 @@ class LeaseKeeper:
         return self.lease
 
     def _renew_forever(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
+        beat = self.ttl / 4
+        while not self._stop.wait(beat):
             assert self.lease is not None
             sent = time.monotonic()
             try:
@@ -71,9 +80,11 @@ class LeaseKeeper:
             except LeaseLost as exc:
                 self.lost = str(exc)
                 return
-            except Exception as exc:  # the store is unreachable: try again at the next beat; check() minds the clock
+            except Exception as exc:  # the store is unreachable: try again soon; check() minds the clock
                 self.last_error = f"renewal failed: {exc}"
+                beat = self.ttl / 8
                 continue
+            beat = self.ttl / 4
             self._valid_until = sent + self.ttl - self.margin
 
     @property

@@ -49,6 +49,8 @@ def test_the_groups_and_templates_in_aws_are_the_ones_the_program_declares(made)
             zones = {subnets[s]["AvailabilityZone"] for s in group["VPCZoneIdentifier"].split(",")}
             assert zones == {member.zone}
             assert (group["MinSize"], group["DesiredCapacity"], group["MaxSize"]) == (pool.min_size, pool.desired_size, pool.max_size)
+            # AWS never rebalances zones behind the rotation's back (it would terminate instances without a drain)
+            assert [p["ProcessName"] for p in group["SuspendedProcesses"]] == ["AZRebalance"]
             tags = {t["Key"]: t["Value"] for t in group["Tags"]}
             assert tags["platformctl.io/cluster"] == member.name and tags["platformctl.io/node-pool"] == pool.name
             version = ec2.describe_launch_template_versions(LaunchTemplateName=group["AutoScalingGroupName"])["LaunchTemplateVersions"][0]

@@ -71,3 +71,80 @@ def test_a_holder_paused_past_its_lease_fails_its_first_write_even_if_its_clock_
 
 def test_the_margin_is_a_tenth_of_the_ttl_at_least_a_second_and_never_more_than_half() -> None:
     assert margin_for(60) == 6 and margin_for(5) == 1 and margin_for(1) == 0.5
+
+
+class Hanging:
+    """A TCP path to an endpoint that can stop answering for a while: requests sent meanwhile are swallowed and their
+    connections left open, as a half-dead network path or an overloaded endpoint leaves them."""
+
+    def __init__(self, upstream: str) -> None:
+        import socket
+        import socketserver
+        import threading
+        from urllib.parse import urlparse
+
+        target = urlparse(upstream)
+        self.hang_until = 0.0
+        outer = self
+
+        class Pipe(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                up = socket.create_connection((target.hostname, target.port))
+
+                def back() -> None:
+                    try:
+                        while data := up.recv(65536):
+                            self.request.sendall(data)
+                    except OSError:
+                        pass
+
+                threading.Thread(target=back, daemon=True).start()
+                try:
+                    while data := self.request.recv(65536):
+                        if time.monotonic() < outer.hang_until:
+                            time.sleep(outer.hang_until - time.monotonic() + 5)  # never forwarded; the caller gave up
+                            return
+                        up.sendall(data)
+                except OSError:
+                    pass
+                finally:
+                    up.close()
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Pipe)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_dynamodb_renewal_lost_to_a_hung_connection_does_not_cost_the_lease(
+        aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore's own timeouts (60 s to connect, 60 s to read, five attempts) would hold a renewal on a hung connection
+    for minutes, past any TTL: the lease calls give up within a third of the TTL and the next renewal comes soon after,
+    so one lost call keeps the lease and the holder acts on."""
+    from platformctl.state.dynamodb import DynamoDBStore, create_table
+
+    create_table("leases")
+    path = Hanging(aws_env["AWS_ENDPOINT_URL"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", path.url)
+    try:
+        store = DynamoDBStore("leases")
+        ttl = 12.0
+        keeper = LeaseKeeper(store, "rotation/c1", "run-a", ttl=ttl)
+        keeper.acquire()
+        time.sleep(ttl / 4 + 0.5)  # one renewal went through
+        keeper.check()
+        path.hang_until = time.monotonic() + ttl / 4 + 2.5  # the next renewal: both its attempts hang
+        deadline = time.monotonic() + 2 * ttl
+        while time.monotonic() < deadline:
+            keeper.check()  # never lost: the hung call gave up in time and the renewal after it went through
+            time.sleep(0.25)
+        assert keeper.last_error is not None and "timeout" in keeper.last_error.lower()  # one renewal was lost
+        assert store.lease("rotation/c1").token == keeper.lease.token  # and the lease is still this holder's
+        keeper.release()
+        assert store.lease("rotation/c1") is None
+    finally:
+        path.close()

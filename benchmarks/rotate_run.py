@@ -10,6 +10,10 @@ clusters built from the same seed:
 - virtual duration / a one-node-at-a-time rotation of the same cluster (maxInFlight 1; run for its
   first ``--baseline-waves`` waves and extrapolated per node, since all 3,000 would take hours of wall
   time) (target <= 0.2);
+- virtual duration / a naive one-node-at-a-time loop (``benchmarks/naive_rotation.py``: a node added, cordon,
+  evict with retries on 429 as ``kubectl drain`` does, terminate, wait for the node to leave) on the same cluster,
+  for its first ``--naive-nodes`` nodes and extrapolated per node (issue 36's targets: <= 0.4 at 40 nodes, <= 0.3 at
+  3,000), with the pods each evicted more than once;
 - wall time / the foundation's ``rotate_full_cluster.py`` rotation (surge 5 % of a pool at a time,
   no planning, no journal);
 - what the rotation read from the API: list and watch requests, and objects read (listed items and
@@ -21,7 +25,7 @@ clusters built from the same seed:
 
 Not part of the test run.
 
-    .venv/bin/python benchmarks/rotate_run.py [--nodes 3000] [--max-in-flight 20] [--baseline-waves 40]
+    .venv/bin/python benchmarks/rotate_run.py [--nodes 3000] [--max-in-flight 20] [--baseline-waves 40] [--naive-nodes 40]
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.naive_rotation import naive_rotate
 from benchmarks.rotate_full_cluster import rotate_every_node
 from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
 from platformctl.cluster.simulator import SimulatedCluster
@@ -115,6 +120,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=3000)
     parser.add_argument("--max-in-flight", type=int, default=20)
     parser.add_argument("--baseline-waves", type=int, default=40)
+    parser.add_argument("--naive-nodes", type=int, default=40)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="rotate-run-"))
 
@@ -148,6 +154,16 @@ def main() -> None:
     single, single_virtual, single_wall, _ = rotate(sim, 1, folder, max_waves=args.baseline_waves)
     per_node = single_virtual / max(single.report["nodes_rotated"], 1)
     del sim
+    gc.collect()
+
+    # The naive loop, for its first nodes.
+    sim, _ = synthetic_cluster(args.nodes)
+    for pool in sim.pool_names():
+        sim.set_pool_image(pool, NEW_IMAGE)
+    naive = naive_rotate(sim, NEW_IMAGE, limit=args.naive_nodes)
+    naive_violations = len(eviction_budget_violations(sim.events)) + len(lost_pods(sim.events))
+    naive_total = naive.seconds / max(naive.nodes, 1) * args.nodes
+    del sim
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     print(f"cluster: {args.nodes} nodes, {pods} pods, {summary.pdbs} PDBs (built in {build:.1f} s)")
@@ -159,6 +175,13 @@ def main() -> None:
     print(f"one node at a time: {single.report['nodes_rotated']} nodes in {single_virtual / 3600:.1f} virtual hours "
           f"({per_node / 60:.1f} min a node, {single_wall:.1f} s wall); all {args.nodes}: {per_node * args.nodes / 3600:.0f} h")
     print(f"ratio virtual duration / one node at a time: {virtual / (per_node * args.nodes):.3f}   (target <= 0.2)")
+    scaled = "" if naive.nodes == args.nodes else f"; all {args.nodes}: {naive_total / 3600:.0f} h"
+    print(f"naive one node at a time (kubectl drain in a loop): {naive.nodes} nodes in {naive.seconds / 3600:.1f} virtual hours, "
+          f"{naive.evictions} evictions, {naive.refused} refused (429), {naive.evicted_again} pods evicted more than once, "
+          f"{naive_violations} budgets broken or pods lost{scaled}")
+    print(f"ratio virtual duration / naive loop: {virtual / naive_total:.3f}   (target <= 0.4 at 40 nodes, <= 0.3 at 3,000); "
+          f"pods disrupted more than once: {report['pods_disrupted_more_than_once']} against the naive loop's "
+          f"{naive.evicted_again * args.nodes // max(naive.nodes, 1)}")
     print(f"foundation rotate_full_cluster.py: {foundation_wall:.1f} s wall")
     print(f"ratio wall time / foundation's: {wall / foundation_wall:.1f}x")
     print(f"read from the API: {read['lists']} list and {read['gets']} get requests, {read['watches']} watches, "

@@ -335,12 +335,28 @@ class ClusterObjects(pulumi.ComponentResource):
             opts=self._opts(depends_on=made))
 
 
+def scratch(pod: dict[str, Any]) -> None:
+    """A writable place under a read-only root: the scratch volume at ``WORK_DIR`` as ``HOME`` (where the AWS CLI that
+    the kubeconfig's ``aws eks get-token`` runs caches IRSA's web identity credentials), ``TMPDIR`` and the toolkit's
+    own home (lock files, a candidate's extracted sources, Pulumi's workspace)."""
+    pod["volumes"].append({"name": "work", "emptyDir": {}})
+    for container in pod["containers"]:
+        container["volumeMounts"].append({"name": "work", "mountPath": WORK_DIR})
+        container["env"] += [{"name": name, "value": WORK_DIR} for name in ("HOME", "TMPDIR", "PLATFORMCTL_HOME")]
+
+
+# A job's pod evicted by a drain (its own rotation's, remediation's, a node going away) did not fail: its Job makes
+# another at once, which goes on from the journal (Kubernetes' podFailurePolicy; the eviction sets DisruptionTarget).
+DISRUPTION_IS_NO_FAILURE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+
+
 def _cronjob_spec(name: str, account: str, config: str, image: str, schedule: str, args: list[str], region: str, *,
                   starting_deadline: int, failed_history: int, cpu: str, memory: str, limit: str,
                   active_deadline: int | None = None) -> dict[str, Any]:
     """A platformctl CronJob: one run at a time (``Forbid``), never a pile of missed runs, a bounded history,
-    the policy and kubeconfig from its ConfigMap, locked down (non-root, read-only, no capabilities)."""
-    job: dict[str, Any] = {"backoffLimit": 0}
+    the policy and kubeconfig from its ConfigMap, locked down (non-root, read-only, no capabilities) with a scratch
+    volume for what must be written, and a pod a drain evicts replaced at once rather than counted as a failure."""
+    job: dict[str, Any] = {"backoffLimit": 0, "podFailurePolicy": {"rules": [dict(DISRUPTION_IS_NO_FAILURE)]}}
     if active_deadline is not None:
         job["activeDeadlineSeconds"] = active_deadline
     job["template"] = {
@@ -357,6 +373,7 @@ def _cronjob_spec(name: str, account: str, config: str, image: str, schedule: st
                                     "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
             }],
         }}
+    scratch(job["template"]["spec"])
     return {"schedule": schedule, "timeZone": "Etc/UTC", "concurrencyPolicy": "Forbid",
             "startingDeadlineSeconds": starting_deadline, "successfulJobsHistoryLimit": 3,
             "failedJobsHistoryLimit": failed_history, "jobTemplate": {"spec": job}}
@@ -367,8 +384,18 @@ def rotation_cronjob_spec(stage: str, image: str, schedule: str, state_table: st
     with `rotate run`'s codes (a paused stage exits 4, which the job records as failed: visible)."""
     args = ["rotate", "run", "--stage", stage, "--policy", f"{CONFIG_DIR}/policy.yaml", "--kubeconfig",
             f"{CONFIG_DIR}/kubeconfig", "--state", f"dynamodb://{state_table}", "--output", "json"]
-    return _cronjob_spec("platformctl-rotate", ROTATION_SERVICE_ACCOUNT, ROTATION_CONFIG, image, schedule, args, region,
+    spec = _cronjob_spec("platformctl-rotate", ROTATION_SERVICE_ACCOUNT, ROTATION_CONFIG, image, schedule, args, region,
                          starting_deadline=600, failed_history=3, cpu="250m", memory="256Mi", limit="512Mi")
+    # The job runs on the host cluster it rotates: a drain of its own node evicts it. SIGTERM stops it at a safe point
+    # and gives its leases back (within the grace period), and its Job starts another pod at once, which resumes the
+    # journal. A crash (out of memory) is tried once more; what `rotate run` itself answered (halted 1, bad input 2,
+    # lease held 3, paused 4, interrupted 130) is the job's outcome.
+    job = spec["jobTemplate"]["spec"]
+    job["backoffLimit"] = 1
+    job["podFailurePolicy"]["rules"].append({"action": "FailJob", "onExitCodes": {
+        "containerName": "rotate", "operator": "In", "values": [1, 2, 3, 4, 130]}})
+    job["template"]["spec"]["terminationGracePeriodSeconds"] = 120
+    return spec
 
 
 def release_tick_cronjob_spec(stage: str, image: str, schedule: str, ledger: str, region: str) -> dict[str, Any]:
@@ -377,15 +404,9 @@ def release_tick_cronjob_spec(stage: str, image: str, schedule: str, ledger: str
     holds the lease) marks the job failed, which a minute later is only history."""
     args = ["--infra-dir", IMAGE_INFRA_DIR, "release", "tick", "--stage", stage, "--pipeline", f"{CONFIG_DIR}/pipeline.yaml",
             "--ledger", ledger, "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--output", "json"]
-    spec = _cronjob_spec("platformctl-release-tick", RELEASE_SERVICE_ACCOUNT, RELEASE_CONFIG, image, schedule, args, region,
+    # (The root filesystem is read-only: the candidates' lock files and Pulumi's workspace go to the scratch volume.)
+    return _cronjob_spec("platformctl-release-tick", RELEASE_SERVICE_ACCOUNT, RELEASE_CONFIG, image, schedule, args, region,
                          starting_deadline=50, failed_history=5, cpu="250m", memory="256Mi", limit="512Mi")
-    # The root filesystem is read-only: the candidates' lock files and Pulumi's workspace go to a scratch volume.
-    pod = spec["jobTemplate"]["spec"]["template"]["spec"]
-    pod["volumes"].append({"name": "work", "emptyDir": {}})
-    container = pod["containers"][0]
-    container["volumeMounts"].append({"name": "work", "mountPath": WORK_DIR})
-    container["env"] += [{"name": "PLATFORMCTL_HOME", "value": WORK_DIR}, {"name": "HOME", "value": WORK_DIR}]
-    return spec
 
 
 def remediation_cronjob_spec(cluster: str, image: str, schedule: str, state_table: str, region: str) -> dict[str, Any]:
@@ -408,7 +429,7 @@ def canary_runner_spec(runner: CanaryRunner, state_table: str) -> dict[str, Any]
             "--metrics-address", "0.0.0.0", "--metrics-port", str(runner.metrics_port)]
     items = [{"key": "kubeconfig", "path": "kubeconfig"},
              *[{"key": f"canary-{name}.yaml", "path": f"canaries/{name}.yaml"} for name in sorted(runner.canaries)]]
-    return {
+    spec: dict[str, Any] = {
         "replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": {"app.kubernetes.io/name": CANARY_RUNNER}},
         "template": {
             "metadata": {"labels": labels, "annotations": {"prometheus.io/scrape": "true",
@@ -430,6 +451,8 @@ def canary_runner_spec(runner: CanaryRunner, state_table: str) -> dict[str, Any]
                 }],
             }},
     }
+    scratch(spec["template"]["spec"])
+    return spec
 
 
 def member_cluster_crd_spec() -> Mapping[str, Any]:

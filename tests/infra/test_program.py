@@ -50,6 +50,19 @@ def k8s_objects(run: StageRun, cluster: str, kind: str) -> list[dict[str, Any]]:
 stages = pytest.mark.parametrize("stage_name", STAGES)
 
 
+def assert_writable_home(pod: dict[str, Any]) -> None:
+    """A pod with a read-only root whose container has somewhere to write: ``HOME`` (the AWS CLI caches IRSA's
+    credentials there for the kubeconfig's ``aws eks get-token``), ``TMPDIR`` and ``PLATFORMCTL_HOME`` on a scratch
+    volume, as kubectl would show the pod."""
+    scratch = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+    for container in pod["containers"]:
+        assert container["securityContext"]["readOnlyRootFilesystem"]
+        writable = {m["mountPath"] for m in container["volumeMounts"] if m["name"] in scratch and not m.get("readOnly")}
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        for name in ("HOME", "TMPDIR", "PLATFORMCTL_HOME"):
+            assert env.get(name) in writable, (container["name"], name, env.get(name), writable)
+
+
 @stages
 def test_member_clusters_node_pools_live_only_in_their_zone(stage_name: str) -> None:
     stage, run = load_stage(stage_name), declared(stage_name)
@@ -202,6 +215,17 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     assert all(u["user"]["exec"]["args"][:2] == ["eks", "get-token"] for u in kubeconfig["users"])
     mounts = container["volumeMounts"]
     assert mounts[0]["mountPath"] == "/etc/platformctl" and mounts[0]["readOnly"]
+    # It rotates the cluster it runs on: a drain of its own node evicts it. The eviction is no failure (its Job makes
+    # another pod at once, which resumes the journal), SIGTERM has time to stop at a safe point and give the leases
+    # back, a crash is tried once more, and what `rotate run` answered itself ends the job.
+    job = cron["spec"]["jobTemplate"]["spec"]
+    rules = job["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["containerName"] == container["name"]
+    assert {1, 2, 3, 4, 130} <= set(rules[1]["onExitCodes"]["values"]) and job["backoffLimit"] >= 1
+    assert job["template"]["spec"]["restartPolicy"] == "Never"  # what podFailurePolicy requires
+    assert job["template"]["spec"]["terminationGracePeriodSeconds"] >= 60
+    assert_writable_home(job["template"]["spec"])
     # The job's service account assumes the rotation role, which only that account may assume and
     # which every cluster (the host too: the job rotates it) admits into the group its RBAC names.
     [account] = [o for o in k8s_objects(run, host, "ServiceAccount") if o["metadata"]["name"] == "platformctl-rotation"]
@@ -243,6 +267,7 @@ def test_every_cluster_runs_remediation_as_its_own_account_with_the_stacks_polic
         [cron] = [o for o in k8s_objects(run, cluster.name, "CronJob") if o["metadata"]["name"] == "platformctl-remediate"]
         assert cron["spec"]["concurrencyPolicy"] == "Forbid" and cron["spec"]["schedule"] == config.get("schedule", "*/5 * * * *")
         pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        assert_writable_home(pod)
         args = pod["containers"][0]["args"]
         params = command.make_context("remediate", args[1:]).params  # what the CLI makes of them
         assert (params["context"], params["state_spec"], params["once"]) == (cluster.name, f"dynamodb://{table}", True)
@@ -284,10 +309,7 @@ def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_
     assert args[:4] == ["--infra-dir", "/opt/platformctl/infra", "release", "tick"]
     params = tick.make_context("tick", args[4:]).params  # what the CLI makes of them
     assert params["stages"] == (stage_name,) and params["ledger"] == "dynamodb://platformctl-release?region=us-east-1"
-    container = pod["containers"][0]  # a read-only root: the lock files and Pulumi's workspace on a scratch volume
-    scratch = next(v["name"] for v in pod["volumes"] if "emptyDir" in v)
-    work = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == scratch)
-    assert {"name": "PLATFORMCTL_HOME", "value": work} in container["env"]
+    assert_writable_home(pod)  # a read-only root: the lock files and Pulumi's workspace on a scratch volume
     # The ConfigMap's files, mounted where the args say: the checkout's pipeline, which the tick's parser takes, each
     # stage's rotation policy beside it, and a kubeconfig of the stage's clusters.
     [configmap] = [o for o in k8s_objects(run, host, "ConfigMap") if o["metadata"]["name"] == "platformctl-release"]
@@ -337,6 +359,7 @@ def test_every_cluster_runs_the_canary_runner_with_the_checkouts_canaries(stage_
         assert deployment["metadata"]["namespace"] == CANARY_NAMESPACE
         assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
         pod = deployment["spec"]["template"]["spec"]
+        assert_writable_home(pod)
         container = pod["containers"][0]
         params = command.make_context("run", container["args"][2:]).params  # what the CLI makes of them
         assert (params["stage_name"], params["only"], params["state_spec"], params["once"]) == \

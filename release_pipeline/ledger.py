@@ -26,6 +26,11 @@ from release_pipeline.candidates import Candidate
 CANDIDATES, LEDGER, STATE = "release/candidates", "release/ledger", "release/state"
 TICK_LEASE = "release/tick"
 
+
+def stage_lease(stage: str) -> str:
+    """The lease a tick holds while it acts in ``stage``: one per stage, so one stage's rotation never holds another."""
+    return f"{TICK_LEASE}/{stage}"
+
 BOOTS = "release/boots/"  # + candidate id
 BOOT_CHUNK = 2000  # instance ids per boots record: a record stays far below DynamoDB's 400 kB item
 
@@ -186,7 +191,7 @@ class Ledger:
 
         @contextmanager
         def hold(stage: str) -> Any:
-            keeper = LeaseKeeper(self.store, f"{TICK_LEASE}/{stage}", holder, ttl)
+            keeper = LeaseKeeper(self.store, stage_lease(stage), holder, ttl)
             try:
                 keeper.acquire()
             except LeaseHeld as held:

@@ -324,13 +324,17 @@ class _Recoveries:
         self.snapshot = snapshot
         self.known: dict[BudgetKey, Recovery] = {}
         self._scales: dict[str, int] | None = None
+        self._by_namespace: dict[str, list[Pod]] | None = None
 
     def of(self, pdb: PodDisruptionBudget) -> Recovery:
         found = self.known.get(pdb.key)
         if found is None:
-            if self._scales is None:
+            if self._scales is None or self._by_namespace is None:  # once a view, and only when a budget is at its floor
                 self._scales = controller_scales(self.snapshot.pods)
-            members = [p for p in self.snapshot.pods if p.namespace == pdb.namespace and pdb.selects(p)]
+                self._by_namespace = defaultdict(list)
+                for pod in self.snapshot.pods:
+                    self._by_namespace[pod.namespace].append(pod)
+            members = [p for p in self._by_namespace.get(pdb.namespace, ()) if pdb.selects(p)]
             computed = budget_status(pdb, members, self._scales)
             found = self.known[pdb.key] = budget_recovery(pdb, members, self.snapshot.nodes, computed)
         return found

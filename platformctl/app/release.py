@@ -16,13 +16,14 @@ from typing import Any
 from ami.build import BUILDER_TAG
 from infra.settings import parse_settings
 from platformctl.app.release_source import candidate_source, infra_revision
+from platformctl.clock import WallClock
 from platformctl.errors import PlatformError
 from platformctl.humanize import parse_duration
 from platformctl.state import StateStore, open_store
 from platformctl.topology import load_stage, read_stack_config
 from platformctl.who import who
 from release_pipeline.candidates import Candidate, make_candidate, read_lock, stage_images
-from release_pipeline.ledger import TICK_LEASE, Ledger, PipelineState
+from release_pipeline.ledger import Ledger, PipelineState, stage_lease
 from release_pipeline.pipeline import Pipeline, load_pipeline
 from release_pipeline.replay import replay
 
@@ -433,17 +434,22 @@ class AppStages:
         except PlatformError:  # nothing paused (a rotation that ended on its own): nothing to resume
             pass
 
-    def _pause_when(self, stage: str, hold: Any, done: Any) -> tuple[Any, list[str]]:
-        """A watcher that, while the rotation runs, asks ``hold`` every few seconds and, the moment a freeze holds the
-        stage, journals a pause of its rotations (each stops at its next step, as ``rotate pause`` stops it)."""
+    def _pause_when(self, stage: str, hold: Any, done: Any, clock: Any) -> tuple[Any, list[str]]:
+        """A watcher that, while the rotation runs, asks ``hold`` every few seconds of the clusters' clock (a minute of
+        a local region's, whose time runs faster than the wall's) and, the moment a freeze holds the stage, journals a
+        pause of its rotations (each stops at its next step, as ``rotate pause`` stops it)."""
         import threading
 
         from platformctl.app.rotation import ControlRequest, control_rotations
 
         said: list[str] = []
+        beat = 60.0 if getattr(clock, "speed", 1.0) > 1 else 3.0
 
         def watch() -> None:
-            while not done.wait(3.0):
+            while not done.is_set():
+                clock.sleep(beat)
+                if done.is_set():
+                    return
                 try:
                     why = hold()
                 except Exception:  # the ledger unreachable for a moment: asked again at the next beat
@@ -476,7 +482,8 @@ class AppStages:
             rotation.policy = rotation.policy.model_copy(update={"health_gate": None})
             rotation.options = replace(rotation.options, canary=None)
         done = threading.Event()
-        watcher, frozen = self._pause_when(stage, hold, done) if hold is not None and not rollback else (None, [])
+        clock = next(iter(rotation.targets.values())).cluster.clock if rotation.targets else WallClock()
+        watcher, frozen = self._pause_when(stage, hold, done, clock) if hold is not None and not rollback else (None, [])
         try:
             result = rotate(rotation)
         finally:
@@ -605,12 +612,6 @@ class TickRequest:
     lease_ttl: float = 60.0
     stages: tuple[str, ...] = ()  # only these stages (default: every stage)
     kubeconfig: str | None = None  # the clusters' contexts (default: the local region's, or $KUBECONFIG)
-
-
-def stage_lease(stage: str) -> str:
-    """The lease a tick holds while it acts in ``stage`` (``Ledger.stage_leases``): one per stage, so one stage's
-    rotation never holds another."""
-    return f"{TICK_LEASE}/{stage}"
 
 
 class EveryStageHeld(PlatformError):

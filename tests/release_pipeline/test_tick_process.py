@@ -118,7 +118,7 @@ def test_a_candidate_is_carried_through_dev_with_the_tick_killed_at_every_step_a
 
 def test_two_ticks_at_once_never_both_act(region: dict[str, Any]) -> None:
     from platformctl.state import open_store
-    from release_pipeline.ledger import TICK_LEASE
+    from release_pipeline.ledger import stage_lease
 
     home = region["home"]
     build_new_images(home, "9.2.0")
@@ -132,7 +132,7 @@ def test_two_ticks_at_once_never_both_act(region: dict[str, Any]) -> None:
                   "--lease-ttl", "60", "-o", "json")
     try:
         deadline = time.monotonic() + 120
-        while store.lease(f"{TICK_LEASE}/dev") is None and time.monotonic() < deadline:
+        while store.lease(stage_lease("dev")) is None and time.monotonic() < deadline:
             time.sleep(0.02)
         first.send_signal(signal.SIGSTOP)  # stopped while it holds the lease, in the middle of its rotation
         status = json.loads(release(home, "status", "-o", "json").stdout)

@@ -210,8 +210,6 @@ def test_a_daily_freeze_in_sydney_keeps_its_wall_times_across_both_changes() -> 
 
 
 def test_a_recurrence_without_a_fixed_anchor_is_refused_in_one_line(tmp_path: Path) -> None:
-    from platformctl.yamlfile import read_yaml  # noqa: F401  (the file is read as the CLI reads it)
-
     document = {"stages": [{"name": "dev"}], "freezes": [{"name": "nightly", "timezone": "UTC",
                                                           "rrule": "FREQ=DAILY;BYHOUR=22", "duration": "8h"}]}
     with pytest.raises(PlatformError, match="freezes") as err:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from platformctl.cluster import simulator as sim_events
 from platformctl.cluster.model import PDBStatus
@@ -77,10 +80,13 @@ def test_a_budget_whose_status_lags_its_ready_pods_is_a_wait(tmp_path: Path) -> 
     assert "its status lags its pods, 5 of which are healthy" in plan.blocked[0].reason
 
 
-def test_a_rotation_waits_for_a_budget_whose_pods_are_starting_and_rotates_every_node(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", [{"strategy": "surge"}, {"strategy": "replace", "minZoneCapacityPercent": 50}],
+                         ids=["surge", "replace"])
+def test_a_rotation_waits_for_a_budget_whose_pods_are_starting_and_rotates_every_node(
+        tmp_path: Path, strategy: dict[str, Any]) -> None:
     sim = fifth_replica_starting()
     began = sim.now()
-    run = executor(sim, tmp_path, {"maxInFlight": 1})
+    run = executor(sim, tmp_path, {"maxInFlight": 1, **strategy})
     seen: list[Progress] = []
     shown: list[dict] = []  # what `rotate status` shows from another process meanwhile: the run's journal
 

@@ -50,6 +50,9 @@ class Fleet:
     def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
         return {"images": sorted(candidate.image_ids(stage))}
 
+    def deployed(self, stage: str) -> dict[str, str]:
+        return {"general": f"ami-{stage[:3]}-before"}
+
     def resume(self, stage: str, reason: str) -> None:
         pass
 

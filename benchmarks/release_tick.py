@@ -61,6 +61,9 @@ class Stages:
     def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
         return {"images": sorted(candidate.image_ids(stage))}
 
+    def deployed(self, stage: str) -> dict[str, str]:
+        return {"general": f"ami-{stage[:3]}-before"}
+
     def resume(self, stage: str, reason: str) -> None:
         pass
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -139,10 +140,24 @@ class LocalDeployer:
         images = {key: pool["image"] for key, pool in run.outputs["nodePools"].items()}
         return DeployResult(stage.name, self.target, str(image_lock), images, backend.changes)
 
+    def deployed(self, stage: Stage) -> dict[str, str]:
+        try:
+            resources = json.loads(self.checkpoint.read_text())["resources"]
+        except (OSError, ValueError, KeyError):
+            raise PlatformError("the local region has no readable checkpoint of its stack (start it again with "
+                                "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
+        templates = {r["inputs"].get("name"): r["inputs"].get("imageId") for r in resources if r["type"] == LAUNCH_TEMPLATE}
+        pools = {f"{c.name}/{p.name}": templates.get(f"{c.name}-{p.name}") for c in stage.clusters() for p in c.node_pools}
+        return {key: image for key, image in pools.items() if image}
+
     def _save(self, stage: Stage, resources: list[dict[str, Any]]) -> None:
         tmp = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
         tmp.write_text(json.dumps({"stage": stage.name, "resources": resources}) + "\n")
         tmp.replace(self.checkpoint)
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 class PulumiDeployer:
@@ -151,7 +166,7 @@ class PulumiDeployer:
     def __init__(self, infra_dir: Path) -> None:
         self.infra_dir = infra_dir
 
-    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False) -> DeployResult:
+    def _stack(self, stage: Stage) -> Any:
         from pulumi import automation as auto
 
         # The program of this checkout (a release candidate's commit, extracted), not the package installed beside it.
@@ -166,12 +181,22 @@ class PulumiDeployer:
         except auto.errors.CommandError as exc:
             raise PlatformError(f"cannot select Pulumi stack {stage.name}: {str(exc).strip().splitlines()[-1]}",
                                 file=str(self.infra_dir), field="stage deploy") from None
+        return stack
+
+    def deployed(self, stage: Stage) -> dict[str, str]:
+        pools = self._stack(stage).outputs().get("nodePools")
+        return {key: pool["image"] for key, pool in (pools.value if pools else {}).items()}
+
+    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False) -> DeployResult:
+        from pulumi import automation as auto
+
+        stack = self._stack(stage)
         for_run = {IMAGE_LOCK_KEY: str(image_lock.resolve()), **({IMAGES_FROM_LOCK_KEY: "true"} if over_pins else {})}
         saved = stack.get_all_config()
         for key, value in for_run.items():
             stack.set_config(key, auto.ConfigValue(value))
         try:
-            result = stack.up(on_output=print)
+            result = stack.up(on_output=_to_stderr)  # stdout is the command's answer (`-o json`)
         finally:  # the stack file as it was: these hold for this run only
             for key in for_run:
                 if key in saved:

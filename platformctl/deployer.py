@@ -50,3 +50,8 @@ class Deployer(Protocol):
     def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False) -> DeployResult:
         """``over_pins``: the lock file's images win over the stage's pinned ones (the release pipeline's deploys)."""
         ...
+
+    def deployed(self, stage: Stage) -> dict[str, str]:
+        """What the stage's launch templates boot now, as its last deploy left them: ``cluster/pool`` -> image (what
+        the release pipeline records before a candidate's deploy, and a rollback with no good candidate goes back to)."""
+        ...

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from platformctl import failpoints
@@ -60,6 +60,11 @@ class StageActions(Protocol):
         step. A ``rollback`` first ends the halted rotation it undoes and is not held by the canary gate: the canaries
         fail because of the image it takes away (Argo Rollouts' abort goes back to the stable version without
         analysis, too)."""
+        ...
+
+    def deployed(self, stage: str) -> dict[str, str]:
+        """Each image family of the stage and the image its launch templates boot now: recorded with a candidate's
+        deploy, what a rollback goes back to when the stage has no good candidate to go back to."""
         ...
 
     def resume(self, stage: str, reason: str) -> None:
@@ -227,7 +232,8 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
     if stage.step == Step.DEPLOYING:
         if stage.intent != f"deploy:{cid}":
             write(cid, name, Kind.DEPLOY, now, f"pointing {name}'s launch templates at {cid}'s images",
-                  {"images": candidate.stages[name].images if name in candidate.stages else {}})
+                  {"images": candidate.stages[name].images if name in candidate.stages else {},
+                   "before": actions.deployed(name)})
         result = actions.deploy(name, candidate)
         failpoints.hit("release:call:deploy")  # deployed, not yet recorded
         write(cid, name, Kind.DEPLOYED, actions.now(name), f"{name} deployed with {cid}'s images", {"result": result})
@@ -338,22 +344,24 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
     """Deploy the stage's last good candidate again, then rotate every cluster back onto it: one unit. Done only when
     the rotation finished (every node on the last good images); else recorded as failed, the stage kept closed, and
     tried again next tick."""
-    target = ledger.candidate(stage.rollback_to) if stage.rollback_to else None
+    target = ledger.candidate(stage.rollback_to) if stage.rollback_to else _before(ledger, stage, name, cid)
     now = actions.now(name)
     if target is None:
-        write(cid, name, Kind.ROLLED_BACK, now, f"nothing to roll back to: {name} had no good candidate before {cid}; its "
-              "pools stay as the halted rotation left them", {"rollback_to": None, "done": False})
+        write(cid, name, Kind.ROLLED_BACK, now, f"nothing to roll back to: {name} had no good candidate before {cid} and "
+              "no record of what it ran before; its pools stay as the halted rotation left them",
+              {"rollback_to": None, "done": False})
         return
+    to = "the images it ran before" if target.id == _before_id(cid) else f"{target.id}'s images"
     if stage.rollback_phase in (None, "deploy"):
         if stage.intent != f"rollback-deploy:{cid}":
-            write(cid, name, Kind.ROLLBACK_DEPLOY, now, f"pointing {name} back at {target.id}'s images")
+            write(cid, name, Kind.ROLLBACK_DEPLOY, now, f"pointing {name} back at {to}")
         result = actions.deploy(name, target)
         failpoints.hit("release:call:rollback-deploy")
-        write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {target.id}'s images again",
-              {"result": result, "rollback_to": target.id})
+        write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {to} again",
+              {"result": result, "rollback_to": stage.rollback_to})
         return
     if stage.intent != f"rollback-rotate:{cid}":
-        write(cid, name, Kind.ROLLBACK_ROTATE, now, f"rotating every cluster of {name} back onto {target.id}'s images")
+        write(cid, name, Kind.ROLLBACK_ROTATE, now, f"rotating every cluster of {name} back onto {to}")
     result = actions.rotate(name, target, rollback=True)
     failpoints.hit("release:call:rollback-rotate")
     status = result.get("status")
@@ -361,13 +369,31 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
         held(f"{name} {cid}: {result.get('reason')}")
         return
     if status != "finished":
-        write(cid, name, Kind.ROLLBACK_FAILED, actions.now(name), f"the rollback of {name} to {target.id} did not finish "
+        write(cid, name, Kind.ROLLBACK_FAILED, actions.now(name), f"the rollback of {name} to {to} did not finish "
               f"({status}: {result.get('reason')}): {name} stays closed and the next tick tries again",
-              {"result": _boots(ledger, cid, name, result), "rollback_to": target.id,
+              {"result": _boots(ledger, cid, name, result), "rollback_to": stage.rollback_to,
                "failures": stage.rollback_failures + 1})
         return
-    write(cid, name, Kind.ROLLED_BACK, actions.now(name), f"{name} is back on {target.id}: every cluster finished rotating",
-          {"result": _boots(ledger, cid, name, result), "rollback_to": target.id, "done": True})
+    write(cid, name, Kind.ROLLED_BACK, actions.now(name), f"{name} is back on {to}: every cluster finished rotating",
+          {"result": _boots(ledger, cid, name, result), "rollback_to": stage.rollback_to, "done": True,
+           **({"before": stage.before} if stage.rollback_to is None else {})})
+
+
+def _before_id(cid: str) -> str:
+    return f"{cid}~before"
+
+
+def _before(ledger: Ledger, stage: StageState, name: str, cid: str) -> Candidate | None:
+    """What the stage ran before ``cid``'s deploy (recorded with the deploy), as a candidate of that stage alone: its
+    images, with ``cid``'s commit, Kubernetes version and components (no earlier candidate's commit to restore them
+    from). None when nothing was recorded (a ledger older than the record, or a deploy that never began)."""
+    halted = ledger.candidate(cid)
+    if not stage.before or halted is None or name not in halted.stages:
+        return None
+    own = halted.stages[name]
+    images = {family: {"version": "0.0.0-before", "id": image} for family, image in sorted(stage.before.items())}
+    return Candidate(_before_id(cid), {name: replace(own, images=images)}, halted.infra_revision,
+                     f"what {name} ran before {cid}", halted.created_at, halted.created_by)
 
 
 __all__ = ["BLOCKED_PATIENCE", "Decision", "StageActions", "TickReport", "eligible", "tick"]

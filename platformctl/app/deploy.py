@@ -57,3 +57,12 @@ def deploy_stage(stage_name: str, lock_file: Path | None = None, infra_dir: Path
     stage = load_stage(stage_name, infra_dir)
     deployer, lock = deployer_for(stage, lock_file)
     return deployer.deploy(stage, lock, over_pins=over_pins)
+
+
+def deployed_images(stage_name: str, infra_dir: Path | None = None) -> dict[str, str]:
+    """Each image family of ``stage_name`` and the image its launch templates boot now (as the last deploy left them)."""
+    stage = load_stage(stage_name, infra_dir)
+    deployer, _ = deployer_for(stage, None)
+    now = deployer.deployed(stage)
+    families = {f"{c.name}/{p.name}": p.image_family for c in stage.clusters() for p in c.node_pools}
+    return {families[key]: image for key, image in sorted(now.items()) if key in families}

@@ -115,7 +115,10 @@ def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
         stages[name] = {"current": s.current, "last_good": s.last_good, "step": s.step, "waiting_for": s.waiting_for,
                         "opens_at": s.opens_at, "since": s.since, "soak_started": s.rotated_at, "ready": s.ready,
                         "rollback": {"to": s.rollback_to, "phase": s.rollback_phase, "failures": s.rollback_failures,
-                                     "left": s.waiting_for} if s.step == "rolling-back" else None,
+                                     "left": s.waiting_for,
+                                     # no good candidate here: back to the images it ran before the halted one's deploy
+                                     "before": s.before if s.rollback_to is None else None}
+                        if s.step == "rolling-back" else None,
                         "error": s.error, "blocked_since": s.blocked_since,
                         "tick_lease": {"holder": lease.holder, "expires": lease.expires,
                                        "live": not lease.expired(time.time())} if lease else None}
@@ -365,7 +368,7 @@ def rollback(request: RollbackRequest) -> dict[str, Any]:
     pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     stage = ledger.state().stage(request.stage)
     if stage.step == "rolling-back":
-        raise PlatformError(f"{request.stage} is rolling back already ({stage.current} to {stage.rollback_to or 'nothing'})",
+        raise PlatformError(f"{request.stage} is rolling back already ({stage.current} to {stage.rollback_to or 'what it ran before'})",
                             field="--stage")
     if stage.step in ("deploying", "rotating", "soaking"):
         cid, target = stage.current, stage.last_good
@@ -425,6 +428,11 @@ class AppStages:
         said = deploy_stage(stage, lock, source, over_pins=True).to_dict()  # the pipeline owns the images
         return {"summary": said["summary"], "images": said["images"], "revision": candidate.infra_revision,
                 "source": "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}"}
+
+    def deployed(self, stage: str) -> dict[str, str]:
+        from platformctl.app.deploy import deployed_images
+
+        return deployed_images(stage, self.infra_dir)
 
     def resume(self, stage: str, reason: str) -> None:
         from platformctl.app.rotation import ControlRequest, control_rotations

@@ -65,7 +65,7 @@ def release_status(pipeline_file: Path | None, ledger: str | None, output: str) 
         if s["opens_at"]:
             waits += f" (can open {format_time(s['opens_at'])})"
         if s.get("rollback") and s["rollback"]["failures"]:
-            waits = (f"[red]rollback to {s['rollback']['to']} failed {s['rollback']['failures']} time(s)[/]: the stage stays "
+            waits = (f"[red]rollback to {s['rollback']['to'] or 'what it ran before'} failed {s['rollback']['failures']} time(s)[/]: the stage stays "
                      "closed; the next tick tries again (docs/release.md: a failed rollback)")
         if s.get("error"):
             waits += f" [red]error at {format_time(s['error']['at'])}: {s['error']['error']['type']}: " \

@@ -51,10 +51,13 @@ def test_deploying_the_same_images_changes_nothing(region: tuple[LocalDeployer, 
 
 def test_a_new_image_is_a_new_launch_template_version_that_new_instances_boot(region: tuple[LocalDeployer, Path]) -> None:
     deployer, lock = region
+    was = deployer.deployed(STAGE)  # what the release pipeline records before a deploy (a rollback may go back to it)
+    assert was["dev-usw2a-01/general"] == "ami-0ge0000000000210" and len(was) == sum(len(c.node_pools) for c in STAGE.clusters())
     data = json.loads(lock.read_text())
     data["images"]["general"]["2.2.0"] = {"us-west-2": "ami-0ge0000000000220"}
     lock.write_text(json.dumps(data))
     result = deployer.deploy(STAGE, lock)
+    assert deployer.deployed(STAGE) == result.images
     updated = sorted(c.name for c in result.changes if c.action == "update")
     general = sorted(f"{c.name}-{p.name}" for c in STAGE.clusters() for p in c.node_pools if p.image_family == "general")
     assert updated == general  # the general family's pools, and nothing else

@@ -31,6 +31,10 @@ class Stages:
     def __init__(self, start: float) -> None:
         self.clock = start
         self.running: dict[str, str | None] = dict.fromkeys(STAGES)
+        # what each stage's launch templates boot, and what its nodes run (family -> image)
+        self.templates: dict[str, dict[str, str]] = {s: {"general": f"ami-{s[:3]}-initial"} for s in STAGES}
+        self.nodes: dict[str, dict[str, str]] = {s: dict(self.templates[s]) for s in STAGES}
+        self.rotation_fails: list[str] = []  # stages whose next rotations do not finish (one entry each)
         self.deploys: list[tuple[str, str]] = []
         self.rotations: list[tuple[str, str]] = []
         self.verdicts: dict[str, str] = {}  # candidate -> the verdict its stages give
@@ -47,7 +51,11 @@ class Stages:
 
     def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
         self.deploys.append((stage, candidate.id))
+        self.templates[stage] = {f: i["id"] for f, i in candidate.stages[stage].images.items()}
         return {"images": sorted(candidate.image_ids(stage))}
+
+    def deployed(self, stage: str) -> dict[str, str]:
+        return dict(self.templates[stage])
 
     def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
         if hold is not None and self.freeze_at is not None and self.clock <= self.freeze_at <= self.clock + 1200:
@@ -57,8 +65,12 @@ class Stages:
                 self.paused.append((stage, candidate.id))
                 return {"status": "frozen", "reason": why}
         self.rotations.append((stage, candidate.id))
-        self.running[stage] = candidate.id
         self.clock += 1200  # a rotation takes twenty minutes
+        if stage in self.rotation_fails:
+            self.rotation_fails.remove(stage)
+            return {"status": "halted", "reason": "a node would not drain"}
+        self.running[stage] = candidate.id
+        self.nodes[stage] = dict(self.templates[stage])
         return {"status": "finished"}
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,

@@ -147,6 +147,44 @@ def test_a_rollback_whose_rotation_fails_is_recorded_failed_keeps_the_stage_clos
     assert ("dev", waiting.id) in stages.deploys  # open again only once the rollback finished
 
 
+def test_a_stage_with_no_good_candidate_rolls_back_to_the_images_it_ran_before_the_halted_ones_deploy(
+        ledger: Ledger) -> None:
+    """The pipeline's first candidate fails in dev: there is no good candidate to go back to, so dev goes back to what
+    its launch templates booted before the deploy (recorded with it), deployed and rotated as any rollback, and is
+    done only when that rotation finished."""
+    p = pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": "30m", "minResults": 0}])
+    stages, first, second = Stages(T0), candidate(1), candidate(2)
+    before = stages.deployed("dev")
+    stages.verdicts[first.id] = "fail"
+    start(ledger, first, T0)
+    for _ in range(30):
+        run(ledger, stages, p, 1)
+        if "halt" in [d for _, d in decisions(ledger, first.id)] and "rotate" in [d for _, d in decisions(ledger, first.id)]:
+            break
+    assert stages.nodes["dev"] != before  # the halted rotation had moved nodes
+    stages.rotation_fails.append("dev")  # and the rollback's first rotation does not finish: closed, tried again
+    for _ in range(30):
+        run(ledger, stages, p, 1)
+        if "rolled-back" in [d for _, d in decisions(ledger, first.id)]:
+            break
+    deploy = next(e for _, e in ledger.entries() if e["decision"] == "deploy")
+    assert deploy["inputs"]["before"] == before
+    said = [d for _, d in decisions(ledger, first.id)]
+    assert said[-6:] == ["rollback-deploy", "rollback-deployed", "rollback-rotate", "rollback-failed", "rollback-rotate",
+                         "rolled-back"], said
+    assert stages.rotations[-2:] == [("dev", f"{first.id}~before")] * 2  # the failed rotation, then the one that finished
+    assert stages.nodes["dev"] == stages.templates["dev"] == before  # every node back on what it ran before
+    done = next(e for _, e in ledger.entries() if e["decision"] == "rolled-back")
+    assert done["inputs"]["done"] is True and done["inputs"]["before"] == before and "ran before" in done["reason"]
+    state = ledger.state()
+    assert state.stage("dev").step == "idle" and state.stage("dev").last_good is None
+    assert state.candidates[first.id]["status"] == "halted"
+    start(ledger, second, stages.clock)  # open again: the next candidate enters, and its own deploy records before
+    run(ledger, stages, p, 3)
+    assert ("dev", second.id) in stages.deploys
+    assert [e["inputs"]["before"] for _, e in ledger.entries() if e["decision"] == "deploy"][-1] == before
+
+
 def test_a_rollback_by_hand_two_stages_behind_takes_the_candidate_out_of_every_stage_that_passed_it(
         tmp_path: Path, ledger: Ledger) -> None:
     from platformctl.app.release import RollbackRequest, rollback

@@ -47,7 +47,7 @@ class Fleet:
     def now(self, stage: str) -> float:
         return self.clock
 
-    def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
         return {"images": sorted(candidate.image_ids(stage))}
 
     def deployed(self, stage: str) -> dict[str, str]:

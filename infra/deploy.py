@@ -12,7 +12,9 @@ object that changed is reported, not applied.
 ``PulumiDeployer`` is the same step on a real account: Pulumi's Automation API runs ``pulumi up``
 on the stage's stack in ``infra/``, with ``platformctl:imageLock`` pointing at the lock file for
 the run (and put back after it). ``over_pins`` (the release pipeline's deploys) makes the lock file's
-images win over the stage's pinned ones for the run (``platformctl:imagesFromLock``).
+images win over the stage's pinned ones for the run (``platformctl:imagesFromLock``). A control plane's
+Kubernetes version goes up in place, one minor version a deploy (EKS's ``UpdateClusterVersion``); EKS
+never takes one down, so a rollback's deploy names the version it keeps (``kubernetes_version``).
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from typing import Any
 
 from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend, checkpoint_of, stage_config
 from infra.mocked import run_stage
-from platformctl.deployer import DeployResult, ResourceChange
+from platformctl.deployer import Deployed, DeployResult, ResourceChange
 from platformctl.errors import PlatformError
 from platformctl.topology import Stage
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 GROUP = "aws:autoscaling/group:Group"
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+EKS_CLUSTER = "aws:eks/cluster:Cluster"
+KUBERNETES_VERSION_KEY = "platformctl:kubernetesVersion"
 IGNORED_GROUP_INPUTS = ("desiredCapacity",)  # the program's ignore_changes: capacity belongs to the upgrade service
 
 
@@ -98,6 +102,10 @@ class DeployBackend:
             self.moto.update_auto_scaling_group(old["id"], inputs)
             self.changes.append(ResourceChange("update", type_, name, ", ".join(keys)))
             return old["id"], old["state"]
+        if type_ == EKS_CLUSTER and keys == ["version"]:  # EKS upgrades a control plane in place, one minor at a time
+            self.moto.clients["eks"].update_cluster_version(name=old["state"].get("name") or name, version=new["version"])
+            self.changes.append(ResourceChange("update", type_, name, f"version {old['inputs'].get('version')} -> {new['version']}"))
+            return old["id"], {**old["state"], "version": new["version"]}
         if type_ == ROLE_POLICY and set(keys) <= {"policy"}:
             self.moto.clients["iam"].put_role_policy(RoleName=new["role"], PolicyName=old["state"].get("name") or name,
                                                      PolicyDocument=new["policy"])
@@ -109,7 +117,7 @@ class DeployBackend:
         if type_.startswith(("platformctl:infra:", "pulumi:providers:")):
             return old["id"], old["state"]
         raise PlatformError(f"{type_} {name} changed ({', '.join(keys)}): the local region updates launch templates, "
-                            "auto scaling groups and role policies in place, nothing else (`platformctl local down` and "
+                            "auto scaling groups, role policies and EKS versions in place, nothing else (`platformctl local down` and "
                             "`local up` start it afresh from the program)", field="stage deploy")
 
 
@@ -120,7 +128,8 @@ class LocalDeployer:
         self.checkpoint = checkpoint
         self.target = target
 
-    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False) -> DeployResult:
+    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
+               kubernetes_version: str | None = None) -> DeployResult:
         lock_path = self.checkpoint.with_name(self.checkpoint.name + ".lock")
         with open(lock_path, "w") as held:
             fcntl.flock(held, fcntl.LOCK_EX)  # one deploy at a time, as Pulumi locks a stack
@@ -131,7 +140,8 @@ class LocalDeployer:
                                     "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
             backend = DeployBackend(stage.region, previous["resources"])
             try:
-                config = {**stage_config(stage, image_lock), **({IMAGES_FROM_LOCK_KEY: True} if over_pins else {})}
+                config = {**stage_config(stage, image_lock), **({IMAGES_FROM_LOCK_KEY: True} if over_pins else {}),
+                          **({KUBERNETES_VERSION_KEY: kubernetes_version} if kubernetes_version else {})}
                 run = run_stage(stage.name, backend, config=config, source=Path(stage.source))
             except BaseException:
                 self._save(stage, backend.checkpoint())  # what was made before the failure stays known, as Pulumi keeps it
@@ -140,7 +150,7 @@ class LocalDeployer:
         images = {key: pool["image"] for key, pool in run.outputs["nodePools"].items()}
         return DeployResult(stage.name, self.target, str(image_lock), images, backend.changes)
 
-    def deployed(self, stage: Stage) -> dict[str, str]:
+    def deployed(self, stage: Stage) -> Deployed:
         try:
             resources = json.loads(self.checkpoint.read_text())["resources"]
         except (OSError, ValueError, KeyError):
@@ -148,7 +158,10 @@ class LocalDeployer:
                                 "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
         templates = {r["inputs"].get("name"): r["inputs"].get("imageId") for r in resources if r["type"] == LAUNCH_TEMPLATE}
         pools = {f"{c.name}/{p.name}": templates.get(f"{c.name}-{p.name}") for c in stage.clusters() for p in c.node_pools}
-        return {key: image for key, image in pools.items() if image}
+        versions = {r["inputs"].get("name"): str(r["state"].get("version") or r["inputs"].get("version"))
+                    for r in resources if r["type"] == EKS_CLUSTER}
+        return Deployed({key: image for key, image in pools.items() if image},
+                        {c.name: versions[c.name] for c in stage.clusters() if c.name in versions})
 
     def _save(self, stage: Stage, resources: list[dict[str, Any]]) -> None:
         tmp = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
@@ -183,15 +196,21 @@ class PulumiDeployer:
                                 file=str(self.infra_dir), field="stage deploy") from None
         return stack
 
-    def deployed(self, stage: Stage) -> dict[str, str]:
-        pools = self._stack(stage).outputs().get("nodePools")
-        return {key: pool["image"] for key, pool in (pools.value if pools else {}).items()}
+    def deployed(self, stage: Stage) -> Deployed:
+        outputs = self._stack(stage).outputs()
+        pools = outputs.get("nodePools")
+        clusters = outputs.get("clusters")
+        return Deployed({key: pool["image"] for key, pool in (pools.value if pools else {}).items()},
+                        {name: str(c["kubernetesVersion"]) for name, c in (clusters.value if clusters else {}).items()
+                         if c.get("kubernetesVersion")})
 
-    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False) -> DeployResult:
+    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
+               kubernetes_version: str | None = None) -> DeployResult:
         from pulumi import automation as auto
 
         stack = self._stack(stage)
-        for_run = {IMAGE_LOCK_KEY: str(image_lock.resolve()), **({IMAGES_FROM_LOCK_KEY: "true"} if over_pins else {})}
+        for_run = {IMAGE_LOCK_KEY: str(image_lock.resolve()), **({IMAGES_FROM_LOCK_KEY: "true"} if over_pins else {}),
+                   **({KUBERNETES_VERSION_KEY: kubernetes_version} if kubernetes_version else {})}
         saved = stack.get_all_config()
         for key, value in for_run.items():
             stack.set_config(key, auto.ConfigValue(value))

@@ -176,7 +176,8 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
                                                               *zip(stage.member_clusters, members, strict=True)]
     for spec, cluster in placed:
         clusters[spec.name] = {"role": "host" if cluster is host else "member", "zones": list(spec.zones),
-                               "endpoint": cluster.endpoint, "oidcIssuer": cluster.oidc_issuer}
+                               "endpoint": cluster.endpoint, "oidcIssuer": cluster.oidc_issuer,
+                               "kubernetesVersion": cluster.kubernetes_version}
         for pool_name, pool in cluster.node_pools.items():
             pools[f"{spec.name}/{pool_name}"] = {"cluster": spec.name, "pool": pool_name,
                                                  "autoScalingGroup": pool.auto_scaling_group,

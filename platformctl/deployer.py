@@ -45,13 +45,24 @@ class DeployResult:
                 "summary": counts, "changes": [c.to_dict() for c in self.changes if c.action != "unchanged"]}
 
 
+@dataclass(frozen=True)
+class Deployed:
+    """What a stage runs as its last deploy left it."""
+
+    images: dict[str, str]  # cluster/pool -> the image its launch template boots
+    kubernetes_versions: dict[str, str]  # cluster -> its control plane's Kubernetes version
+
+
 @runtime_checkable
 class Deployer(Protocol):
-    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False) -> DeployResult:
-        """``over_pins``: the lock file's images win over the stage's pinned ones (the release pipeline's deploys)."""
+    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
+               kubernetes_version: str | None = None) -> DeployResult:
+        """``over_pins``: the lock file's images win over the stage's pinned ones (the release pipeline's deploys);
+        ``kubernetes_version``: this version instead of the stack file's (a rollback's: EKS never takes a control plane
+        back to an older version, so a rollback keeps the one it has)."""
         ...
 
-    def deployed(self, stage: Stage) -> dict[str, str]:
-        """What the stage's launch templates boot now, as its last deploy left them: ``cluster/pool`` -> image (what
-        the release pipeline records before a candidate's deploy, and a rollback with no good candidate goes back to)."""
+    def deployed(self, stage: Stage) -> Deployed:
+        """What the stage runs now, as its last deploy left it (what the release pipeline records before a candidate's
+        deploy, and a rollback with no good candidate goes back to)."""
         ...

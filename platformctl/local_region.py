@@ -93,6 +93,8 @@ class LocalRegion:
         # Faults an operator injected (`platformctl local fault`), newest last, as `local fault list` shows them.
         self.faults: list[dict[str, Any]] = []
         self._no_join: dict[str, int] = {}  # auto scaling group -> how many of its next instances never join
+        # Each cluster's control plane version, as EKS answers it (read again at every sync: a deploy upgrades it).
+        self.kubernetes_versions: dict[str, str] = {}
         self._never_joined: set[str] = set()  # instances that booted and never registered a node
 
     # ------------------------------------------------------------------ lifecycle
@@ -174,7 +176,14 @@ class LocalRegion:
         return any(node not in names[cluster] for cluster, node in self._nodes_by_instance.values())
 
     def sync(self) -> None:
-        """Make every cluster's nodes match the instances of its auto scaling groups."""
+        """Make every cluster's nodes match the instances of its auto scaling groups (and know each control plane's
+        Kubernetes version: what the API server says it runs, and a node that registers runs)."""
+        eks = self._client("eks")
+        for cluster in self.clusters:
+            try:
+                self.kubernetes_versions[cluster] = eks.describe_cluster(name=cluster)["cluster"]["version"]
+            except eks.exceptions.ResourceNotFoundException:  # a region made without the program's EKS clusters
+                pass
         asg = self.autoscaling()
         in_groups: dict[str, PoolBinding] = {}
         pages = asg.get_paginator("describe_auto_scaling_groups").paginate(AutoScalingGroupNames=list(self.pools))
@@ -229,6 +238,7 @@ class LocalRegion:
             name=name, zone=zone, region=self.stage.region, instance_type=inst["InstanceType"], pool=pool.name, image=inst["ImageId"],
             instance_id=inst["InstanceId"], node_type=pool.node_type, labels=pool.labels,
             taints=[Taint(t.key, t.value, t.effect) for t in pool.taints], created=self.clock.now(),
+            kubelet_version=self.kubernetes_versions.get(binding.cluster, ""),
         )
         self.clusters[binding.cluster].add_node(node, ready_after=30.0 if rejoin else float(pool.boot_seconds))
         self._nodes_by_instance[inst["InstanceId"]] = (binding.cluster, name)

@@ -15,6 +15,11 @@ sent, while ``CreateLaunchTemplate`` wraps it as moto's base64 type; an auto sca
 launches from the new version fails moto's own assertion (a 500). ``stage deploy`` makes exactly such
 versions, so ``install()`` has the new version's user data parsed as ``CreateLaunchTemplate`` parses
 it. Data that is already parsed is left as it is, so a moto that fixes this makes it a no-op.
+
+EKS's ``UpdateClusterVersion`` (``POST /clusters/{name}/updates``) is not in moto either: ``stage deploy``
+calls it when a stack file's ``kubernetesVersion`` goes up. As EKS does, it takes a control plane one minor
+version up and refuses anything else (a skip, the same version, a downgrade) with
+``InvalidParameterException``; the update is ``Successful`` at once (EKS takes minutes).
 """
 
 from __future__ import annotations
@@ -66,6 +71,33 @@ def _parsing_user_data(create_version: Any) -> Any:
     return create_version_with_user_data
 
 
+def _minor(version: str) -> int:
+    major, _, minor = str(version).partition(".")
+    return int(major) * 1000 + int(minor or 0)
+
+
+def _update_cluster_version(self: Any) -> Any:
+    import uuid
+
+    from moto.core.responses import ActionResult
+    from moto.eks.exceptions import InvalidParameterException, ResourceNotFoundException
+
+    name = self._get_param("name")
+    version = str(self._get_param("version"))
+    cluster = self.eks_backend.clusters.get(name)
+    if cluster is None:
+        raise ResourceNotFoundException(clusterName=name, nodegroupName=None, fargateProfileName=None, addonName=None,
+                                        message=f"No cluster found for name: {name}.")
+    if _minor(version) != _minor(cluster.version) + 1:
+        raise InvalidParameterException(clusterName=name, nodegroupName=None, fargateProfileName=None, addonName=None,
+                                        message=f"Unsupported Kubernetes minor version update from {cluster.version} to {version}")
+    cluster.version = version
+    update = {"id": str(uuid.uuid4()), "status": "Successful", "type": "VersionUpdate",
+              "params": [{"type": "Version", "value": version}, {"type": "PlatformVersion", "value": "eks.1"}],
+              "createdAt": datetime.now(UTC), "errors": []}
+    return ActionResult({"update": update})
+
+
 def _bounded_set_desired_capacity(set_desired_capacity: Any) -> Any:
     """Auto Scaling refuses a desired capacity outside the group's bounds (moto takes any): ``ValidationError: New
     SetDesiredCapacity value 9 is above max value 8 for the AutoScalingGroup.``"""
@@ -103,7 +135,7 @@ def _known_instance(terminate: Any) -> Any:
 
 
 def install() -> None:
-    """Add the missing EC2 actions to moto, and Auto Scaling's bounds on a desired capacity (idempotent)."""
+    """Add the missing EC2 and EKS actions to moto, and Auto Scaling's bounds on a desired capacity (idempotent)."""
     from moto.autoscaling.responses import AutoScalingResponse
     from moto.ec2.models.amis import Ami
     from moto.ec2.models.launch_templates import LaunchTemplate
@@ -117,6 +149,13 @@ def install() -> None:
 
     if not getattr(LaunchTemplate.create_version, "platformctl_patched", False):
         LaunchTemplate.create_version = _parsing_user_data(LaunchTemplate.create_version)
+
+    import moto.eks.urls as eks_urls
+    from moto.eks.responses import EKSResponse
+
+    if not hasattr(EKSResponse, "update_cluster_version"):
+        EKSResponse.update_cluster_version = _update_cluster_version
+    eks_urls.url_paths.setdefault("{0}/clusters/(?P<name>[^/]+)/updates$", eks_urls.response.dispatch)
 
     if not hasattr(Ami, "deprecation_time"):
         Ami.deprecation_time = None

@@ -47,8 +47,10 @@ class StageActions(Protocol):
         """The stage's clock: wall time on a real account, the region's virtual clock locally."""
         ...
 
-    def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
-        """Point the stage's launch templates at ``candidate``'s images (idempotent: the same images change nothing)."""
+    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
+        """Point the stage's launch templates at ``candidate``'s images, with its commit's program, Kubernetes version
+        and components (idempotent: the same candidate changes nothing); a ``rollback`` keeps a control plane's newer
+        Kubernetes version (EKS never takes one back)."""
         ...
 
     def rotate(self, stage: str, candidate: Candidate, rollback: bool = False,
@@ -355,7 +357,7 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
     if stage.rollback_phase in (None, "deploy"):
         if stage.intent != f"rollback-deploy:{cid}":
             write(cid, name, Kind.ROLLBACK_DEPLOY, now, f"pointing {name} back at {to}")
-        result = actions.deploy(name, target)
+        result = actions.deploy(name, target, rollback=True)
         failpoints.hit("release:call:rollback-deploy")
         write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {to} again",
               {"result": result, "rollback_to": stage.rollback_to})

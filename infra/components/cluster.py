@@ -88,6 +88,7 @@ class _Cluster(pulumi.ComponentResource):
             kubernetes_network_config=aws.eks.ClusterKubernetesNetworkConfigArgs(service_ipv4_cidr=SERVICE_CIDR),
             tags=tags(stage, name, **cluster_tags), opts=child(self, depends_on=[iam]))
         self.endpoint = cluster.endpoint
+        self.kubernetes_version = cluster.version
         self.certificate_authority = cluster.certificate_authority.apply(lambda ca: ca.data or "")
         self.oidc_issuer = cluster.identities.apply(lambda ids: ids[0].oidcs[0].issuer or "")
         oidc = aws.iam.OpenIdConnectProvider(f"{name}-oidc", url=self.oidc_issuer, client_id_lists=["sts.amazonaws.com"],

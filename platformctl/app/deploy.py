@@ -51,18 +51,20 @@ def deployer_for(stage: Stage, lock_file: Path | None) -> tuple[Deployer, Path]:
 
 
 def deploy_stage(stage_name: str, lock_file: Path | None = None, infra_dir: Path | None = None,
-                 over_pins: bool = False) -> DeployResult:
+                 over_pins: bool = False, kubernetes_version: str | None = None) -> DeployResult:
     """Deploy ``stage_name`` with ``lock_file``'s images (default: the region's or the stack's lock file); with
-    ``over_pins`` (a release candidate's deploy) those images win over the stage's pinned ones."""
+    ``over_pins`` (a release candidate's deploy) those images win over the stage's pinned ones; ``kubernetes_version``
+    over the stack file's (a rollback keeps its control planes' version: EKS never takes one back)."""
     stage = load_stage(stage_name, infra_dir)
     deployer, lock = deployer_for(stage, lock_file)
-    return deployer.deploy(stage, lock, over_pins=over_pins)
+    return deployer.deploy(stage, lock, over_pins=over_pins, kubernetes_version=kubernetes_version)
 
 
-def deployed_images(stage_name: str, infra_dir: Path | None = None) -> dict[str, str]:
-    """Each image family of ``stage_name`` and the image its launch templates boot now (as the last deploy left them)."""
+def deployed_now(stage_name: str, infra_dir: Path | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """What ``stage_name`` runs as its last deploy left it: each image family and the image its launch templates boot,
+    and each cluster's control plane version."""
     stage = load_stage(stage_name, infra_dir)
     deployer, _ = deployer_for(stage, None)
     now = deployer.deployed(stage)
     families = {f"{c.name}/{p.name}": p.image_family for c in stage.clusters() for p in c.node_pools}
-    return {families[key]: image for key, image in sorted(now.items()) if key in families}
+    return {families[key]: image for key, image in sorted(now.images.items()) if key in families}, now.kubernetes_versions

@@ -408,10 +408,10 @@ class AppStages:
             return region_client.ServerClock(f"{info['kubernetes_endpoint']}/platformctl/v1/time").sync()
         return time.time()
 
-    def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
         import json
 
-        from platformctl.app.deploy import deploy_stage
+        from platformctl.app.deploy import deploy_stage, deployed_now
 
         lock = self.work_dir / f"{candidate.id}.lock.json"
         try:
@@ -425,14 +425,19 @@ class AppStages:
 
         checkout = Path(load_stage(stage, self.infra_dir).source).parent
         source = candidate_source(candidate, checkout, self.work_dir)
-        said = deploy_stage(stage, lock, source, over_pins=True).to_dict()  # the pipeline owns the images
+        # EKS never takes a control plane back: a rollback past a version bump keeps the version the clusters have
+        wanted = candidate.stages[stage].kubernetes_version if stage in candidate.stages else None
+        have = max(deployed_now(stage, self.infra_dir)[1].values(), key=minor_version, default=None) if rollback else None
+        keep = have if wanted and have and minor_version(have) > minor_version(wanted) else None
+        said = deploy_stage(stage, lock, source, over_pins=True, kubernetes_version=keep).to_dict()  # the pipeline owns the images
         return {"summary": said["summary"], "images": said["images"], "revision": candidate.infra_revision,
-                "source": "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}"}
+                "source": "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}",
+                **({"kubernetes_version": f"stays {keep}: EKS never takes a control plane back to {wanted}"} if keep else {})}
 
     def deployed(self, stage: str) -> dict[str, str]:
-        from platformctl.app.deploy import deployed_images
+        from platformctl.app.deploy import deployed_now
 
-        return deployed_images(stage, self.infra_dir)
+        return deployed_now(stage, self.infra_dir)[0]
 
     def resume(self, stage: str, reason: str) -> None:
         from platformctl.app.rotation import ControlRequest, control_rotations
@@ -547,6 +552,11 @@ class AppStages:
 
         return soak_verdict(store_for(None, stage=stage, infra_dir=self.infra_dir), stage, since, self.now(stage), window,
                             replaced_images(stage, candidate, baseline), baseline.id if baseline else None, entered)
+
+
+def minor_version(version: str) -> tuple[int, int]:
+    major, _, minor = version.partition(".")
+    return int(major), int(minor.split(".")[0] or 0)
 
 
 def replaced_images(stage: str, candidate: Candidate, baseline: Candidate | None) -> dict[str, str]:

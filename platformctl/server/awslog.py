@@ -86,6 +86,9 @@ def _action(environ: dict[str, Any], body: bytes) -> tuple[str | None, dict[str,
     fields = urllib.parse.parse_qs(body.decode(errors="replace")) if body else {}
     fields.update(urllib.parse.parse_qs(environ.get("QUERY_STRING") or ""))
     action = (fields.pop("Action", [None]) or [None])[0]
+    method = environ.get("REQUEST_METHOD", "GET")
+    if action is None and method not in ("GET", "HEAD"):  # REST JSON (EKS): the method and path are the action
+        action = f"{method} {environ.get('PATH_INFO', '')}"
     query: dict[str, Any] = {k: v[0] if len(v) == 1 else v for k, v in fields.items() if k not in LEFT_OUT and k != "Version"}
     return action, query
 

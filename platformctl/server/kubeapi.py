@@ -108,6 +108,7 @@ def _node_object(node: Node, version: str) -> dict[str, Any]:
     obj = node.to_kube()
     obj["status"]["addresses"] = [{"type": "InternalIP", "address": node_ip(node.name)},
                                   {"type": "Hostname", "address": node.name}]
+    version = node.kubelet_version or version  # a node's kubelet keeps the version it registered with
     obj["status"]["nodeInfo"] = {
         "kubeletVersion": f"v{version}.0-eks", "kubeProxyVersion": f"v{version}.0-eks", "osImage": "Amazon Linux 2023",
         "kernelVersion": "6.1.0-platformctl.amzn2023.x86_64", "containerRuntimeVersion": "containerd://1.7.27",

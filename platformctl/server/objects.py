@@ -135,9 +135,10 @@ class ChangeLog:
 class ClusterState:
     """A simulated cluster with the API objects around it; every method runs under the server's lock."""
 
-    def __init__(self, sim: SimulatedCluster, kubernetes_version: str = "1.32") -> None:
+    def __init__(self, sim: SimulatedCluster, kubernetes_version: str | Callable[[], str] = "1.32") -> None:
         self.sim = sim
-        self.kubernetes_version = kubernetes_version
+        # the control plane's version: a function when it can change (the local region's EKS, which a deploy upgrades)
+        self._version = kubernetes_version
         self.namespaces: dict[str, dict[str, Any]] = {}
         self.terminating: set[str] = set()
         self.objects = sim.api_objects  # the workload objects and their controllers (platformctl.cluster.workloads)
@@ -153,6 +154,10 @@ class ClusterState:
     @property
     def name(self) -> str:
         return self.sim.name
+
+    @property
+    def kubernetes_version(self) -> str:
+        return self._version() if callable(self._version) else self._version
 
     def invariants(self) -> dict[str, Any]:
         """What the event log says about every disruption so far: budgets broken by evictions, pods that went

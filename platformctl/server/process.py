@@ -175,8 +175,9 @@ class Server:
                 region.populate_workloads(seed=self.seed + 4 + 100 * i)
                 for sim in region.clusters.values():
                     sim.run_until_settled(max_seconds=600)
-            version = "1.32"
-            states = {cluster: ClusterState(sim, version) for cluster, sim in region.clusters.items()}
+            # the control plane's version as the region's EKS answers it (a deploy that bumps it is seen at the next sync)
+            states = {cluster: ClusterState(sim, functools.partial(region.kubernetes_versions.get, cluster, "1.32"))
+                      for cluster, sim in region.clusters.items()}
             # The Kubernetes objects the stage's Pulumi program declares for each cluster.
             for cluster, manifest in region.kubernetes:
                 try:

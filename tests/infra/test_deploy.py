@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from moto import mock_aws
@@ -52,12 +53,12 @@ def test_deploying_the_same_images_changes_nothing(region: tuple[LocalDeployer, 
 def test_a_new_image_is_a_new_launch_template_version_that_new_instances_boot(region: tuple[LocalDeployer, Path]) -> None:
     deployer, lock = region
     was = deployer.deployed(STAGE)  # what the release pipeline records before a deploy (a rollback may go back to it)
-    assert was["dev-usw2a-01/general"] == "ami-0ge0000000000210" and len(was) == sum(len(c.node_pools) for c in STAGE.clusters())
+    assert was.images["dev-usw2a-01/general"] == "ami-0ge0000000000210" and len(was.images) == sum(len(c.node_pools) for c in STAGE.clusters())
     data = json.loads(lock.read_text())
     data["images"]["general"]["2.2.0"] = {"us-west-2": "ami-0ge0000000000220"}
     lock.write_text(json.dumps(data))
     result = deployer.deploy(STAGE, lock)
-    assert deployer.deployed(STAGE) == result.images
+    assert deployer.deployed(STAGE).images == result.images
     updated = sorted(c.name for c in result.changes if c.action == "update")
     general = sorted(f"{c.name}-{p.name}" for c in STAGE.clusters() for p in c.node_pools if p.image_family == "general")
     assert updated == general  # the general family's pools, and nothing else
@@ -125,3 +126,43 @@ def test_a_release_candidates_deploy_sets_its_images_over_a_stages_pins(tmp_path
         pool = f"{staging.member_clusters[0].name}-general"
         latest = ec2.describe_launch_template_versions(LaunchTemplateName=pool, Versions=["$Latest"])["LaunchTemplateVersions"][0]
         assert latest["LaunchTemplateData"]["ImageId"] == released.images[f"{staging.member_clusters[0].name}/general"]
+
+
+def with_version(tmp_path: Path, version: str) -> Any:
+    """The dev stage from a copy of its stack file that names ``version``."""
+    from platformctl.topology import parse_stage_file
+
+    text = Path(STAGE.source).read_text()
+    lines = [line for line in text.splitlines(keepends=True) if "platformctl:kubernetesVersion" not in line]
+    text = "".join(lines).replace("config:\n", f"config:\n  platformctl:kubernetesVersion: \"{version}\"\n", 1)
+    path = tmp_path / f"v{version}" / "Pulumi.dev.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return parse_stage_file(path, "dev")
+
+
+def test_a_kubernetes_version_bump_upgrades_each_control_plane_in_place_and_never_back(
+        region: tuple[LocalDeployer, Path], tmp_path: Path) -> None:
+    """EKS upgrades a control plane one minor version at a time and never downgrades one: a deploy of a stack file one
+    version up upgrades every cluster of the stage (nothing replaced, no node touched); a skip or a step back is one
+    line naming the cluster and AWS's answer; a rollback's deploy keeps the version the clusters have."""
+    deployer, lock = region
+    eks = aws.client("eks", STAGE.region)
+    names = [c.name for c in STAGE.clusters()]
+    assert {eks.describe_cluster(name=n)["cluster"]["version"] for n in names} == {"1.32"}
+    assert set(deployer.deployed(STAGE).kubernetes_versions.values()) == {"1.32"}
+    result = deployer.deploy(with_version(tmp_path, "1.33"), lock)
+    bumped = sorted(c.name for c in result.changes if c.action == "update")
+    assert bumped == sorted(names) and all(c.detail == "version 1.32 -> 1.33" for c in result.changes if c.action == "update")
+    assert {eks.describe_cluster(name=n)["cluster"]["version"] for n in names} == {"1.33"}
+    assert deployer.deployed(STAGE).kubernetes_versions == dict.fromkeys(names, "1.33")
+    assert len(versions("dev-usw2a-01-general")) == 1  # no launch template, no node moved
+    for refused in ("1.32", "1.35"):
+        with pytest.raises(PlatformError) as err:
+            deployer.deploy(with_version(tmp_path, refused), lock)
+        assert f"Unsupported Kubernetes minor version update from 1.33 to {refused}" in str(err.value)
+        assert "\n" not in str(err.value)
+    assert {eks.describe_cluster(name=n)["cluster"]["version"] for n in names} == {"1.33"}
+    # A rollback to a stack file of 1.32 names the version it keeps: nothing changes.
+    kept = deployer.deploy(with_version(tmp_path, "1.32"), lock, kubernetes_version="1.33")
+    assert {c.action for c in kept.changes} == {"unchanged"}

@@ -49,7 +49,7 @@ class Stages:
     def now(self, stage: str) -> float:
         return self.clock
 
-    def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
         self.deploys.append((stage, candidate.id))
         self.templates[stage] = {f: i["id"] for f, i in candidate.stages[stage].images.items()}
         return {"images": sorted(candidate.image_ids(stage))}
@@ -236,9 +236,9 @@ def test_a_newer_candidate_supersedes_an_older_one_still_waiting_and_queue_keeps
 
 def test_what_an_operator_writes_during_a_tick_is_in_the_checkpoint_the_tick_leaves(ledger: Ledger) -> None:
     class Busy(Stages):
-        def deploy(self, stage: str, candidate: Candidate) -> dict[str, Any]:
+        def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
             ledger.append(None, "prod", "freeze", self.clock, "incident during the deploy", {"until": None}, "oncall")
-            return super().deploy(stage, candidate)
+            return super().deploy(stage, candidate, rollback)
 
     stages, p, c = Busy(T0), pipeline(), candidate(6)
     start(ledger, c, T0)

@@ -314,10 +314,10 @@ def test_a_stage_can_require_approvers_other_than_the_candidates_creator(ledger:
 def test_an_exception_in_one_stages_deploy_is_its_decision_and_another_stages_failing_candidate_is_halted(
         ledger: Ledger) -> None:
     class StagingDown(Stages):
-        def deploy(self, stage: str, c: Candidate) -> dict[str, Any]:
+        def deploy(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
             if stage == "staging":
                 raise ConnectionResetError("staging's API went away")
-            return super().deploy(stage, c)
+            return super().deploy(stage, c, rollback)
 
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": 0, "minResults": 0},
                          {"name": "staging", **FAST}])

@@ -130,6 +130,7 @@ class Node:
     # (and the kubelet's pressures all False) since the node was created. ``ready`` always agrees with Ready.
     conditions: tuple[NodeCondition, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    kubelet_version: str = ""  # the kubelet's Kubernetes version ("": the control plane's, as when it registered)
 
     def condition(self, type_: str) -> NodeCondition | None:
         for c in self.conditions:

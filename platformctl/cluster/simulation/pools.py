@@ -55,6 +55,7 @@ def build_node(
     taints: Iterable[Taint] = (),
     created: float = 0.0,
     ready: bool = True,
+    kubelet_version: str = "",
 ) -> Node:
     """A node as EKS registers an instance of a node group."""
     itype = INSTANCE_TYPES.get(instance_type)
@@ -83,6 +84,7 @@ def build_node(
         ready=ready,
         taints=tuple(taints),
         created=created,
+        kubelet_version=kubelet_version,
     )
 
 

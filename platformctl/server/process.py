@@ -82,6 +82,10 @@ def kubeconfig(stage: str | Mapping[str, str], base_url: str, clusters: Mapping[
     }
 
 
+def _version_of(region: LocalRegion, cluster: str) -> str:
+    return region.kubernetes_versions.get(cluster, "1.32")
+
+
 class ClusterEndpoint:
     """One cluster's own endpoint: the shared API with this cluster's path prefix put in front."""
 
@@ -176,7 +180,7 @@ class Server:
                 for sim in region.clusters.values():
                     sim.run_until_settled(max_seconds=600)
             # the control plane's version as the region's EKS answers it (a deploy that bumps it is seen at the next sync)
-            states = {cluster: ClusterState(sim, functools.partial(region.kubernetes_versions.get, cluster, "1.32"))
+            states = {cluster: ClusterState(sim, functools.partial(_version_of, region, cluster))
                       for cluster, sim in region.clusters.items()}
             # The Kubernetes objects the stage's Pulumi program declares for each cluster.
             for cluster, manifest in region.kubernetes:

@@ -178,12 +178,8 @@ class LocalRegion:
     def sync(self) -> None:
         """Make every cluster's nodes match the instances of its auto scaling groups (and know each control plane's
         Kubernetes version: what the API server says it runs, and a node that registers runs)."""
-        eks = self._client("eks")
-        for cluster in self.clusters:
-            try:
-                self.kubernetes_versions[cluster] = eks.describe_cluster(name=cluster)["cluster"]["version"]
-            except eks.exceptions.ResourceNotFoundException:  # a region made without the program's EKS clusters
-                pass
+        if self._changes is not None or not self.kubernetes_versions:  # in process (no call log): read once
+            self._read_versions()
         asg = self.autoscaling()
         in_groups: dict[str, PoolBinding] = {}
         pages = asg.get_paginator("describe_auto_scaling_groups").paginate(AutoScalingGroupNames=list(self.pools))
@@ -223,6 +219,14 @@ class LocalRegion:
             for inst in reservation["Instances"]:
                 binding = in_groups[inst["InstanceId"]]
                 self._register(binding, inst, registered)
+
+    def _read_versions(self) -> None:
+        eks = self._client("eks")
+        for cluster in self.clusters:
+            try:
+                self.kubernetes_versions[cluster] = eks.describe_cluster(name=cluster)["cluster"]["version"]
+            except eks.exceptions.ResourceNotFoundException:  # a region made without the program's EKS clusters
+                pass
 
     def _register(self, binding: PoolBinding, inst: dict[str, Any], registered: set[tuple[str, str]]) -> None:
         pool = binding.pool

@@ -2,25 +2,32 @@
 virtual clock, each with its canary runner running as a process, from an operator's checkout whose stack files
 shrink the stages. `release tick` runs as the CronJob runs it, a new process each time.
 
-A good candidate reaches `prod` with every node of every stage on its images. A bad one (its images fail every
-container, `local fault bad-image`) is stopped in the first stage: halted, rolled back (every node of `dev` on the
-last good candidate's images again), at most its first wave's instances ever booted it, and none in a later stage's
-region. What is checked is what an operator would see: kubectl's nodes, EC2's instances, the ledger's JSON."""
+A good candidate, which also carries a Kubernetes version bump committed to every stack file, reaches `prod` with every
+node of every stage on its images; the bump travels with it, each stage's control planes upgraded only when it enters
+there. A bad one (its images fail every container, `local fault bad-image`) is stopped in the first stage: halted,
+rolled back (every node of `dev` on the last good candidate's images again), at most its first wave's instances ever
+booted it, and none in a later stage's region. Its rollback first fails (an operator's workload on a node that booted
+the bad image, held by a budget it can never meet there): `dev` stays closed until the operator removes it and a later
+tick finishes the rollback. What is checked is what an operator would see: kubectl's nodes and version, EC2's instances
+and EKS's clusters, the ledger's JSON."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
 import pytest
+import yaml
 from markupsafe import escape
 
 from ami.build import BUILDER_TAG
 from ami.manifest import MANIFEST_DIR
-from platformctl.cli.demo_pipeline import SPEED, new_tree, write_files
+from platformctl.cli.demo_pipeline import SPEED, commit_checkout, new_tree, write_files
 from platformctl.cluster.live import LiveCluster
 from tests.process import run, small_checkout
 
@@ -63,13 +70,16 @@ def status(region: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(release(region, "status", "-o", "json").stdout))
 
 
-def tick_until(region: dict[str, Any], done: Any, ticks: int = 400) -> dict[str, Any]:
+def tick_until(region: dict[str, Any], done: Any, ticks: int = 400,
+               each: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     said = []
     for _ in range(ticks):
         out = release(region, "tick", check=False, timeout=900)
         assert out.returncode in (0, 3), out.stderr[-3000:]
         said.append(out.stdout.strip())
         now = status(region)
+        if each is not None:
+            each(now)
         if done(now):
             return now
     pytest.fail("the pipeline did not get there:\n" + "\n".join(said[-15:]))
@@ -81,6 +91,34 @@ def nodes_by_stage(region: dict[str, Any]) -> dict[str, dict[str, str]]:
     for c in region["clusters"]:
         for n in LiveCluster.from_kubeconfig(region["kubeconfig"], context=c["name"]).list_nodes():
             out[c["stage"]][f"{c['name']}/{n.name}"] = n.image or ""
+    return out
+
+
+def kubectl(region: dict[str, Any], context: str, *args: str, stdin: str | None = None) -> str:
+    binary = shutil.which("kubectl")
+    assert binary is not None, "kubectl is not installed (.ci/run installs it)"
+    out = subprocess.run([binary, "--kubeconfig", region["kubeconfig"], "--context", context, *args], input=stdin,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def bump_kubernetes(region: dict[str, Any], version: str) -> None:
+    """Every stage's stack file at Kubernetes ``version``, committed: a change the next candidate carries."""
+    for path in sorted(region["infra"].glob("Pulumi.*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        data["config"]["platformctl:kubernetesVersion"] = version
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    commit_checkout(region["infra"], f"Kubernetes {version}")
+
+
+def control_planes(region: dict[str, Any]) -> dict[str, set[str]]:
+    """Each stage's control plane versions, as its EKS answers."""
+    out: dict[str, set[str]] = {s: set() for s in STAGES}
+    for c in region["clusters"]:
+        eks = boto3.client("eks", endpoint_url=region["aws_endpoint"], region_name=region["by_stage"][c["stage"]]["region"],
+                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        out[c["stage"]].add(eks.describe_cluster(name=c["name"])["cluster"]["version"])
     return out
 
 
@@ -116,9 +154,32 @@ def test_the_region_holds_every_stage_each_in_its_own_aws_region_with_its_canary
 def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_within_its_first_wave(
         region: dict[str, Any]) -> None:
     build(region, "9.1.0")
-    good = json.loads(release(region, "start", "--note", "base 9.1", "-o", "json").stdout)
-    now = tick_until(region, lambda s: s["stages"]["prod"]["last_good"] == good["id"])
+    assert control_planes(region) == dict.fromkeys(STAGES, {"1.32"})
+    bump_kubernetes(region, "1.33")
+    good = json.loads(release(region, "start", "--note", "base 9.1, Kubernetes 1.33", "-o", "json").stdout)
+    assert {good["stages"][s]["kubernetes_version"] for s in STAGES} == {"1.33"}
+    seen: list[tuple[dict[str, set[str]], dict[str, tuple[str | None, str | None]]]] = []
+
+    def travel(now: dict[str, Any]) -> None:
+        seen.append((control_planes(region), {s: (now["stages"][s]["current"], now["stages"][s]["last_good"]) for s in STAGES}))
+
+    now = tick_until(region, lambda s: s["stages"]["prod"]["last_good"] == good["id"], each=travel)
     assert all(now["stages"][s]["last_good"] == good["id"] for s in STAGES)
+    # The bump travelled with the candidate: a stage's control planes moved only once it had entered there, never ahead
+    # of an earlier stage's, and at some tick dev ran 1.33 while prod still ran 1.32.
+    for versions, where in seen:
+        for i, stage in enumerate(STAGES):
+            if versions[stage] != {"1.32"}:
+                assert versions[stage] == {"1.33"} and good["id"] in where[stage], (stage, versions, where)
+                assert all(versions[s] == {"1.33"} for s in STAGES[:i]), versions
+    assert any(v["dev"] == {"1.33"} and v["prod"] == {"1.32"} for v, _ in seen)
+    assert control_planes(region) == dict.fromkeys(STAGES, {"1.33"})
+    for c in region["clusters"]:  # kubectl sees the new version: the API server's, and every node's kubelet (all rotated)
+        server = json.loads(kubectl(region, c["name"], "version", "-o", "json"))["serverVersion"]
+        assert (server["major"], server["minor"]) == ("1", "33"), server
+        kubelets = {n["status"]["nodeInfo"]["kubeletVersion"]
+                    for n in json.loads(kubectl(region, c["name"], "get", "nodes", "-o", "json"))["items"]}
+        assert kubelets == {"v1.33.0-eks"}, (c["name"], kubelets)
     # The rotations waited for the canary gate before a second wave: the new image's node-pool results take
     # a round or two of the canaries to gather (what `release history` keeps of each cluster's rotation report).
     rotated = [e for e in json.loads(release(region, "history", "-o", "json").stdout)
@@ -136,8 +197,26 @@ def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_within_it
     bad = json.loads(release(region, "start", "--note", "base 9.2, broken", "-o", "json").stdout)
     for ami in sorted(set().union(*(images_of(bad, s) for s in STAGES))):  # broken wherever it is copied
         pl(region, "local", "fault", "bad-image", ami)
-    now = tick_until(region, lambda s: s["candidates"][bad["id"]]["status"] == "halted"
-                     and s["stages"]["dev"]["step"] == "idle")
+    now = tick_until(region, lambda s: s["candidates"][bad["id"]]["status"] == "halted")
+    assert now["stages"]["dev"]["step"] == "rolling-back"
+    # Before the rollback runs, an operator's workload lands on a node that booted the bad image, under a budget that
+    # needs its one pod Ready: there it never starts, so the rollback cannot drain that node and does not finish.
+    on_bad = sorted(k for k, image in nodes_by_stage(region)["dev"].items() if image in images_of(bad, "dev"))
+    assert on_bad, nodes_by_stage(region)["dev"]
+    cluster, node = on_bad[0].split("/")
+    workload = (f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: held}}\n---\napiVersion: apps/v1\nkind: Deployment\n"
+            f"metadata: {{name: ledger-db, namespace: held}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: db}}}}\n"
+            f"  template:\n    metadata: {{labels: {{app: db}}}}\n    spec:\n      nodeSelector: {{kubernetes.io/hostname: {node}}}\n"
+            f"      tolerations: [{{operator: Exists}}]\n      containers: [{{name: db, image: 'postgres:16'}}]\n---\n"
+            f"apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: ledger-db, namespace: held}}\n"
+            f"spec: {{minAvailable: 1, selector: {{matchLabels: {{app: db}}}}}}\n")
+    kubectl(region, cluster, "apply", "-f", "-", stdin=workload)
+    now = tick_until(region, lambda s: (s["stages"]["dev"]["rollback"] or {}).get("failures", 0) >= 1, ticks=20)
+    assert now["stages"]["dev"]["step"] == "rolling-back" and now["stages"]["dev"]["rollback"]["to"] == good["id"]
+    # closed, and said so: nothing enters dev while nodes run the bad image; the next tick tries again
+    assert "did not finish" in (now["stages"]["dev"]["rollback"]["left"] or ""), now["stages"]["dev"]
+    kubectl(region, cluster, "delete", "namespace", "held", "--wait=false")  # the operator frees the node
+    now = tick_until(region, lambda s: s["stages"]["dev"]["step"] == "idle", ticks=20)
     assert now["stages"]["dev"]["last_good"] == good["id"]
     history = json.loads(release(region, "history", "-o", "json").stdout)
     mine = [e for e in history if e["candidate"] == bad["id"]]
@@ -145,6 +224,8 @@ def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_within_it
     halt = next(e for e in mine if e["decision"] == "halt")
     rolled = next(e for e in mine if e["decision"] == "rolled-back")
     assert rolled["inputs"]["result"]["status"] == "finished", rolled["inputs"]["result"]
+    failed = [e for e in mine if e["decision"] == "rollback-failed"]
+    assert failed and all(e["at"] < rolled["at"] for e in failed), failed
     # How far the bad image got: the first wave of the one cluster that began rotating, as EC2 answers.
     started = [c for c in halt["inputs"]["result"]["clusters"] if c["waves"]]
     assert len(started) == 1 and len(started[0]["waves"]) == 1, halt["inputs"]["result"]

@@ -213,6 +213,9 @@ def build_images(manifests: ManifestSet, plan: BuildPlan, store: ImageStore, wor
     todo = {s.name for s in plan.build}
     for name, image_id in plan.unchanged.items():  # a build that stopped after its commit is published now
         _publish(manifests.images[name], image_id, store)
+        copied = _copy_missing(manifests.images[name], image_id, store, progress)
+        if copied is not None:
+            report.images.append(copied)
     for generation in manifests.generations():
         names = [n for n in generation if n in todo]
         if not names:
@@ -295,6 +298,38 @@ def _build_one(image: ImageManifest, ids: dict[str, str], store: ImageStore, pro
     _publish(image, image_id, store)
     progress(f"{image.name}: built {image_id}")
     return BuiltImage(image.name, image.version, image_id, fp, copies, built=True)
+
+
+def _copy_missing(image: ImageManifest, image_id: str, store: ImageStore,
+                  progress: Callable[[str], None]) -> BuiltImage | None:
+    """An image already built that a ``--copy-to`` region lacks is copied there (with its tags; the fingerprint last,
+    the copy's commit), so a region added later gets the images without a rebuild. None when every region has one."""
+    if not store.extra_regions:
+        return None
+    found = store.ec2().describe_images(ImageIds=[image_id])["Images"]
+    tags = tags_of(found[0]) if found else {}
+    fp = tags.get(f"{TAG}fingerprint")
+    if not fp:
+        return None
+    lacking = [r for r in store.extra_regions if store.find(fp, r) is None]
+    if not lacking:
+        return None
+    copies = {r: store.find(fp, r)["ImageId"] for r in store.extra_regions if r not in lacking}  # type: ignore[index]
+    for region in lacking:
+        progress(f"{image.name}: copying {image_id} to {region}")
+        remote = store.ec2(region)
+        copy = remote.copy_image(Name=found[0].get("Name") or f"platformctl-{image.name}-{image.version}-{fp[:12]}",
+                                 SourceImageId=image_id, SourceRegion=store.region,
+                                 Description=f"platformctl {image.name} {image.version}")["ImageId"]
+        try:
+            remote.get_waiter("image_available").wait(ImageIds=[copy])
+            remote.create_tags(Resources=[copy], Tags=aws.tag_list({k: v for k, v in tags.items() if k != f"{TAG}fingerprint"}))
+            remote.create_tags(Resources=[copy], Tags=[{"Key": f"{TAG}fingerprint", "Value": fp}])
+        except Exception:
+            _remove_image(store, region, copy)
+            raise
+        copies[region] = copy
+    return BuiltImage(image.name, image.version, image_id, fp, copies, built=False)
 
 
 def _remove_image(store: ImageStore, region: str, image_id: str) -> None:

@@ -164,7 +164,8 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
     if release_files is not None:
         release = ReleaseTick(settings.release.image, settings.release.schedule,
                               release_role(stage, settings, host, members, table).arn, settings.release.ledger,
-                              release_files, stage.region, contexts)
+                              release_files, stage.region, contexts, settings.release.pulumi_backend,
+                              settings.release.pulumi_secret)
     ClusterObjects(f"{stage.host_cluster.name}-objects", provider=host.provider, stage=name, region=stage.region,
                    member=False, members=registrations, rotation=rotation, release=release,
                    remediation=remediation(stage.host_cluster, host), canary_runner=canary_runner(stage.host_cluster, host),

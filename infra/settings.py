@@ -21,8 +21,11 @@ model of ``platformctl.topology``):
     ``image``, ``schedule`` (cron, UTC; default every minute), ``ledger`` (``dynamodb://TABLE?region=REGION``, the
     one ledger every stage's tick shares; ``ownsLedger: true`` on the one stack that creates its table),
     ``pipeline`` (the pipeline file, relative to ``infra/``, default ``../release_pipeline/pipeline.yaml``; the file,
-    its stages and their rotation policies checked at ``pulumi up``) and ``deployPolicies`` (the managed policies the
-    tick's role holds to deploy the stage) of the host cluster's ``release tick`` CronJob.
+    its stages and their rotation policies checked at ``pulumi up``), ``deployPolicies`` (the managed policies the
+    tick's role holds to deploy the stage), ``pulumiBackend`` (the Pulumi state backend the tick's ``pulumi up`` logs in
+    to, default ``s3://platformctl-pulumi-state?region=us-east-1``) and ``pulumiSecret`` (the Kubernetes Secret in
+    ``platformctl-system`` whose keys the tick gets as its environment: ``PULUMI_CONFIG_PASSPHRASE`` or
+    ``PULUMI_ACCESS_TOKEN``; default ``platformctl-pulumi``) of the host cluster's ``release tick`` CronJob.
 ``platformctl:imagesFromLock``
     Set for one run by the release pipeline's deploy, never in a stack file: every family boots the lock file's
     newest image for the region, the stage's pins notwithstanding (a candidate carries its images to every stage).
@@ -121,6 +124,14 @@ class Release(BaseModel):
     # The tick deploys its stage (`pulumi up`, which creates and changes the stage's every resource): the managed
     # policies its role holds for that. Narrow them to what your stages' resources need.
     deploy_policies: Annotated[tuple[str, ...], Field(alias="deployPolicies")] = ("arn:aws:iam::aws:policy/AdministratorAccess",)
+    # Where the stage's Pulumi state lives, for the tick's `pulumi up` (PULUMI_BACKEND_URL): a self-managed backend
+    # (s3://, gs://, azblob://) or Pulumi Cloud (https://api.pulumi.com), the one operators log in to by hand.
+    pulumi_backend: Annotated[str, Field(alias="pulumiBackend", pattern=r"^(s3|gs|azblob)://[^\s]+$|^https://[^\s]+$")] = \
+        "s3://platformctl-pulumi-state?region=us-east-1"
+    # The Kubernetes Secret (in platformctl-system, made by the operator: never in the stack's state) whose keys become
+    # the tick's environment: PULUMI_CONFIG_PASSPHRASE for a self-managed backend, PULUMI_ACCESS_TOKEN for Pulumi Cloud.
+    pulumi_secret: Annotated[str, Field(alias="pulumiSecret", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")] = \
+        "platformctl-pulumi"
 
     @property
     def ledger_table(self) -> str:

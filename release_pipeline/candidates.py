@@ -85,8 +85,9 @@ def stage_images(stage: Stage, settings: InfraSettings, lock: Mapping[str, Any],
     for family in families:
         found = newest_in_lock(lock, family, stage.region)
         if found is None:
-            raise PlatformError(f"has no {family} image in {stage.region}, the region of stage {stage.name}: build or "
-                                f"copy it there (`platformctl ami build`)", file=lock_source, field=f"images.{family}")
+            raise PlatformError(f"has no {family} image in {stage.region}, the region of stage {stage.name}: copy it "
+                                f"there (`platformctl ami build --copy-to {stage.region}` copies what is built, without "
+                                "a rebuild, and builds what is not)", file=lock_source, field=f"images.{family}")
         version = max((semver.Version.parse(v), v) for v, ids in lock["images"][family].items()
                       if semver.Version.is_valid(v) and isinstance(ids, dict) and ids.get(stage.region) == found)[1]
         images[family] = {"version": version, "id": found}

@@ -121,6 +121,8 @@ class ReleaseTick:
     files: Mapping[str, str]
     region: str
     contexts: Sequence[Context] = ()
+    pulumi_backend: str = "s3://platformctl-pulumi-state?region=us-east-1"
+    pulumi_secret: str = "platformctl-pulumi"
 CONFIG_DIR = "/etc/platformctl"
 REMEDIATION_SERVICE_ACCOUNT = "platformctl-remediation"
 REMEDIATION_CONFIG = "platformctl-remediation"
@@ -331,7 +333,8 @@ class ClusterObjects(pulumi.ComponentResource):
                                release.contexts, release.files)
         k8s.batch.v1.CronJob(
             f"{self._name}-release-tick", metadata=_meta("platformctl-release-tick", SYSTEM_NAMESPACE),
-            spec=release_tick_cronjob_spec(stage, release.image, release.schedule, release.ledger, release.region),
+            spec=release_tick_cronjob_spec(stage, release.image, release.schedule, release.ledger, release.region,
+                                           release.pulumi_backend, release.pulumi_secret),
             opts=self._opts(depends_on=made))
 
 
@@ -398,15 +401,24 @@ def rotation_cronjob_spec(stage: str, image: str, schedule: str, state_table: st
     return spec
 
 
-def release_tick_cronjob_spec(stage: str, image: str, schedule: str, ledger: str, region: str) -> dict[str, Any]:
+def release_tick_cronjob_spec(stage: str, image: str, schedule: str, ledger: str, region: str,
+                              pulumi_backend: str = "s3://platformctl-pulumi-state?region=us-east-1",
+                              pulumi_secret: str = "platformctl-pulumi") -> dict[str, Any]:
     """The stage's tick: idempotent, so a missed minute is only skipped (a short starting deadline); it holds the
     ledger's lease while it rotates the stage, so no deadline cuts a rotation short. Exit 3 (another stage's tick
-    holds the lease) marks the job failed, which a minute later is only history."""
+    holds the lease) marks the job failed, which a minute later is only history. Its deploy is `pulumi up` on the
+    stage's stack: the backend named in the stack file, the passphrase or token from the operator's Secret."""
     args = ["--infra-dir", IMAGE_INFRA_DIR, "release", "tick", "--stage", stage, "--pipeline", f"{CONFIG_DIR}/pipeline.yaml",
             "--ledger", ledger, "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--output", "json"]
     # (The root filesystem is read-only: the candidates' lock files and Pulumi's workspace go to the scratch volume.)
-    return _cronjob_spec("platformctl-release-tick", RELEASE_SERVICE_ACCOUNT, RELEASE_CONFIG, image, schedule, args, region,
+    spec = _cronjob_spec("platformctl-release-tick", RELEASE_SERVICE_ACCOUNT, RELEASE_CONFIG, image, schedule, args, region,
                          starting_deadline=50, failed_history=5, cpu="250m", memory="256Mi", limit="512Mi")
+    [container] = spec["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    container["env"] += [{"name": "PULUMI_BACKEND_URL", "value": pulumi_backend},
+                         {"name": "PULUMI_HOME", "value": f"{WORK_DIR}/.pulumi"},  # plugins and credentials: scratch
+                         {"name": "PULUMI_SKIP_UPDATE_CHECK", "value": "true"}]
+    container["envFrom"] = [{"secretRef": {"name": pulumi_secret}}]  # a missing Secret: the pod does not start, and says so
+    return spec
 
 
 def remediation_cronjob_spec(cluster: str, image: str, schedule: str, state_table: str, region: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import boto3
 import pytest
 from click.testing import CliRunner
 
-from ami.build import ImageStore, plan_builds, tags_of
+from ami.build import ImageStore, build_images, plan_builds, tags_of, write_lock
 from ami.manifest import load_manifests
 from platformctl.cli import cli
 from platformctl.errors import PlatformError
@@ -49,6 +49,34 @@ def test_a_second_build_builds_nothing(aws: None, folder: Path) -> None:
     again = build(folder)
     assert again["plan"].build == [] and set(again["plan"].unchanged) == set(before)
     assert {n: [i["ImageId"] for i in v] for n, v in images().items()} == before
+
+
+def test_a_region_added_later_gets_copies_of_what_is_built_without_a_rebuild(aws: None, folder: Path,
+                                                                              tmp_path: Path) -> None:
+    """`ami build --copy-to R` on an up-to-date tree: nothing is rebuilt, and R gets a copy of every image it lacks
+    (what `release start` advises when a stage's region has no image), which the lock file then names."""
+    manifests = load_manifests(folder)
+    home = ImageStore(REGION)
+    build_images(manifests, plan_builds(manifests, home), home, workers=2)
+    assert ec2(COPY).describe_images(Owners=["self"])["Images"] == []
+    before = {n: [i["ImageId"] for i in v] for n, v in images().items()}
+    store = ImageStore(REGION, [COPY])
+    plan = plan_builds(manifests, store)
+    assert plan.build == []
+    report = build_images(manifests, plan, store, workers=2)
+    assert {n: [i["ImageId"] for i in v] for n, v in images().items()} == before  # nothing rebuilt
+    copies = {tags_of(i)["platformctl:name"]: i for i in ec2(COPY).describe_images(Owners=["self"])["Images"]}
+    assert set(copies) == set(before)
+    for name, copy in copies.items():  # a committed copy: the fingerprint and the image's own tags
+        assert tags_of(copy)["platformctl:fingerprint"] == tags_of(images()[name][0])["platformctl:fingerprint"]
+        assert tags_of(copy)["platformctl:version"] == manifests.get(name).version
+    assert {i.name: i.copies for i in report.images} == {n: {COPY: c["ImageId"]} for n, c in copies.items()}
+    lock = tmp_path / "images.lock.json"
+    write_lock(lock, manifests, store, report.ids)
+    assert json.loads(lock.read_text())["images"]["custom"]["1.0.0"] == {REGION: before["custom"][0],
+                                                                         COPY: copies["custom"]["ImageId"]}
+    again = build_images(manifests, plan_builds(manifests, store), store, workers=2)
+    assert again.images == [] and len(ec2(COPY).describe_images(Owners=["self"])["Images"]) == len(copies)
 
 
 def test_changing_base_rebuilds_everything_in_order(aws: None, folder: Path) -> None:

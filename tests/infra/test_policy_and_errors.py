@@ -119,6 +119,8 @@ def _broken(mutate: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     (lambda c: c.update({"platformctl:publicAccessCidrs": ["10.0.0.0/33"]}), "config.platformctl:publicAccessCidrs[0]",
      "not a CIDR block"),
     (lambda c: c.update({"platformctl:kubernetesVersion": "v1.32"}), "config.platformctl:kubernetesVersion", "pattern"),
+    (lambda c: c.update({"platformctl:release": {"pulumiBackend": "my-bucket"}}), "config.platformctl:release.pulumiBackend",
+     "pattern"),
 ])
 def test_a_bad_stack_file_names_the_file_and_the_key(mutate: Callable[[dict[str, Any]], None], field: str, message: str) -> None:
     source = Path(load_stage("dev").source)

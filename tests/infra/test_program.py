@@ -310,6 +310,13 @@ def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_
     params = tick.make_context("tick", args[4:]).params  # what the CLI makes of them
     assert params["stages"] == (stage_name,) and params["ledger"] == "dynamodb://platformctl-release?region=us-east-1"
     assert_writable_home(pod)  # a read-only root: the lock files and Pulumi's workspace on a scratch volume
+    # Its deploy is `pulumi up`: the backend the stack file names (the default here), logged in to with the passphrase
+    # or token of the operator's Secret, Pulumi's own files on the scratch volume.
+    [container] = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["PULUMI_BACKEND_URL"] == "s3://platformctl-pulumi-state?region=us-east-1"
+    assert env["PULUMI_HOME"].startswith(env["HOME"] + "/")
+    assert container["envFrom"] == [{"secretRef": {"name": "platformctl-pulumi"}}]
     # The ConfigMap's files, mounted where the args say: the checkout's pipeline, which the tick's parser takes, each
     # stage's rotation policy beside it, and a kubeconfig of the stage's clusters.
     [configmap] = [o for o in k8s_objects(run, host, "ConfigMap") if o["metadata"]["name"] == "platformctl-release"]

@@ -30,6 +30,7 @@ from platformctl.cluster.model import Taint
 from platformctl.cluster.simulator import SimulatedCluster, build_node
 from platformctl.cluster.synthetic import WorkloadSummary, populate
 from platformctl.errors import NotFoundError, PlatformError
+from platformctl.humanize import parse_duration
 from platformctl.instance_types import INSTANCE_TYPES
 from platformctl.topology import HostCluster, NodePool, Stage
 
@@ -282,7 +283,8 @@ class LocalRegion:
         ``node-notready NODE [status=Unknown|False]``, ``node-condition NODE TYPE [status] [reason]``,
         ``instance-no-join POOL [count]`` (the pool's next ``count`` instances never register a node),
         ``bad-image AMI`` (containers never start on nodes booted from it: ``CreateContainerError``),
-        ``slow-start AMI SECONDS`` (they start that much late), ``api-errors CLUSTER RATE [verbs]`` (creates, or every request, answered 503).
+        ``slow-start AMI SECONDS`` (they start that much late), ``api-errors CLUSTER RATE [verbs] [for]`` (creates,
+        or every request, answered 503; for a duration of the region's time from the first one, or until cleared).
         """
         now = self.clock.now()
         if kind == "node-notready":
@@ -333,8 +335,15 @@ class LocalRegion:
             verbs = str(args.get("verbs") or "create")
             if verbs not in ("create", "all"):
                 raise PlatformError(f"{verbs!r} is not create or all", field="--verbs")
+            lasting = None
+            if args.get("for") not in (None, ""):
+                try:
+                    lasting = float(parse_duration(args["for"]))
+                except ValueError as exc:
+                    raise PlatformError(str(exc), field="--for") from None
             sim.api_error_rate, sim.api_error_verbs = rate, verbs
-            entry = {"kind": kind, "cluster": cluster, "rate": rate, "verbs": verbs}
+            sim.api_error_for, sim.api_error_until = lasting, None  # the outage's clock starts at its first 503
+            entry = {"kind": kind, "cluster": cluster, "rate": rate, "verbs": verbs, "for": lasting}
         else:
             raise PlatformError(f"unknown fault {kind!r} (node-notready, node-condition, instance-no-join, bad-image, "
                                 "slow-start, api-errors)", field="KIND")
@@ -352,7 +361,7 @@ class LocalRegion:
                     sim.restore_node(entry["node"])
         for sim in self.clusters.values():
             sim.clear_image_faults()
-            sim.api_error_rate, sim.api_error_verbs = 0.0, "create"
+            sim.api_error_rate, sim.api_error_verbs, sim.api_error_for, sim.api_error_until = 0.0, "create", None, None
         self._no_join.clear()
         self._never_joined.clear()
         self.sync()

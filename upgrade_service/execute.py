@@ -40,7 +40,7 @@ from platformctl.cluster.drain import drain_blocks_on
 from platformctl.cluster.informer import Informer, InformerStats
 from platformctl.cluster.model import Node, Pod, Snapshot
 from platformctl.cluster.scheduling import static_reason
-from platformctl.errors import NotFoundError, PlatformError
+from platformctl.errors import ApiRefused, NotFoundError, PlatformError
 from platformctl.nodegroups import GroupState, NodeGroupError
 from platformctl.state import LeaseLost, StateStore
 from platformctl.state.lease import LeaseKeeper
@@ -68,7 +68,7 @@ from upgrade_service.journal_records import (
 )
 from upgrade_service.pacing import MutationPacer
 from upgrade_service.plan import RotationPlan, Wave, plan_cluster
-from upgrade_service.pods_back import BudgetsBack, WorkloadsBack
+from upgrade_service.pods_back import ApiBack, BudgetsBack, WorkloadsBack
 from upgrade_service.policy import RotationPolicy
 from upgrade_service.remediate import remediation_holds
 from upgrade_service.replacement import NodeReplacer
@@ -130,6 +130,7 @@ class Executor:
         self.pods_watch: Informer = target.cluster.informer("pods")
         self.pdbs_watch: Informer = target.cluster.informer("pdbs")
         self._progress = progress
+        self.api_back = ApiBack(self.journal, self.clock, policy.api_patience_seconds, self._show)
         self.view = Progress(target.name)
         self.replacer = NodeReplacer(self.cluster, self.groups, self.journal, self.pacer, check=self._check,
                                      fence=keeper.check if keeper is not None else None,
@@ -254,7 +255,18 @@ class Executor:
 
     def run(self) -> Outcome:
         try:
-            return self._run()
+            try:
+                outcome = self._run()
+            except ApiRefused as exc:  # its first read: an API that answers, but not now (an outage), is waited for
+                if not exc.transient:  # (one that does not answer at all may be a wrong kubeconfig: said at once)
+                    raise
+                outcome = Outcome(self.target.name, "api-error", EXIT_HALTED, f"stopped by an API error: {exc}")
+            while outcome.status == "api-error" and self.api_back.wait(outcome.reason):
+                try:
+                    outcome = self._run()  # the open run goes on from its journal, as the next `rotate run` would
+                except (NodeGroupError, PlatformError) as exc:  # its first read failed: still down
+                    outcome = Outcome(self.target.name, "api-error", EXIT_HALTED, f"stopped by an API error: {exc}")
+            return outcome
         except LeaseLost as exc:  # lost while writing what stopped it: nothing more is written
             return Outcome(self.target.name, "lost-lease", EXIT_HALTED, f"stopped: {exc}")
         finally:

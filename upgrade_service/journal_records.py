@@ -272,7 +272,8 @@ class Gate(JournalRecord):
 @dataclass(frozen=True)
 class Waiting(JournalRecord):
     """Nodes the run waits for because the budgets they spend are at their floor while their pods come back; it gives
-    up (they are reported blocked) if nothing about those pods changes until ``gives_up_at``."""
+    up (they are reported blocked) if nothing about those pods changes until ``gives_up_at``. With no nodes: an API
+    that does not answer, which the run waits for until ``gives_up_at`` (then it stops as ``api-error``)."""
 
     KIND: ClassVar[str] = WAITING
     nodes: tuple[str, ...] = ()

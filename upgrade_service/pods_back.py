@@ -14,7 +14,7 @@ from dataclasses import replace
 from platformctl.clock import Clock, past
 from platformctl.cluster.informer import Informer
 from platformctl.cluster.interface import Cluster
-from platformctl.cluster.model import Pod
+from platformctl.cluster.model import Pod, format_time
 from platformctl.errors import NotFoundError, PlatformError
 from upgrade_service.disruption import NO_ROOM
 from upgrade_service.journal import Journal
@@ -163,3 +163,32 @@ class BudgetsBack:
         blocked = [replace(b, causes=tuple(replace(c, kind=NO_ROOM, message=c.message + note) for c in b.causes))
                    if b.waiting else b for b in plan.blocked]
         return replace(plan, blocked=blocked)
+
+
+API_PROBE_SECONDS = 30.0
+
+
+class ApiBack:
+    """An API (the cluster's, AWS's) that still fails after each call's own retries: an outage, as while EKS scales or
+    upgrades a control plane. The run waits for it, journalled as a wait (``rotate status`` shows it), asking again
+    every ``API_PROBE_SECONDS``, within ``patience`` of the outage's first failure; then it stops as ``api-error``."""
+
+    def __init__(self, journal: Journal, clock: Clock, patience: float, show: Callable[[str, str], None]) -> None:
+        self.journal, self.clock, self.patience, self.show = journal, clock, patience, show
+        self.since: float | None = None  # the outage's first failure
+        self.last = 0.0
+
+    def wait(self, reason: str) -> bool:
+        """Wait a probe's time and say True (the caller asks again), or False once the patience is spent."""
+        now = self.clock.now()
+        if self.since is None or now - self.last > API_PROBE_SECONDS * 4:
+            self.since = now  # a new outage: the last one's run went on a while since
+        self.last = now
+        gives_up = self.since + self.patience
+        if now >= gives_up:
+            return False
+        self.journal.append(Waiting((), f"an API did not answer ({reason}): asked again every {API_PROBE_SECONDS:.0f} s",
+                                    gives_up))
+        self.show("waiting", f"for the API until {format_time(gives_up)}: {reason}")
+        self.clock.sleep(min(API_PROBE_SECONDS, gives_up - now))
+        return True

@@ -133,6 +133,9 @@ class RotationPolicy(_Value):
     """Evicted pods must be Ready again elsewhere within this."""
     max_failed_nodes: Annotated[int, Field(ge=0)] = 0
     """More failed nodes than this halts the run."""
+    api_patience_seconds: Annotated[int, Field(ge=0)] = 600
+    """An API (the cluster's, AWS's) that still fails after each call's own retries: the run waits for it this long
+    (shown as waiting in ``rotate status``), asking again every 30 s, then stops as ``api-error`` (the next run goes on)."""
     max_mutations_per_minute: Limit = 1000
     """The platform's SLO for mutating pod operations: evictions are paced under it, not failed."""
     health_gate: HealthGate | None = None

@@ -9,7 +9,7 @@ given, else the stage's (the stack file that declares the cluster), else what th
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,10 @@ def region_for(cluster: str, nodes: Iterable[Node], given: str | None = None, in
                         "AWS_REGION is not set: name the region of its auto scaling groups", field="--region")
 
 
+def _nodes_of(live: Any) -> Iterator[Node]:
+    yield from live.list_nodes()
+
+
 def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_dir: Path | None = None) -> dict[str, Target]:
     """A ``Target`` per cluster: the official client via kubeconfig, Auto Scaling via boto3 in the cluster's region."""
     from platformctl.cluster.live import LiveCluster
@@ -68,7 +72,7 @@ def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_
     groups: dict[str, AutoScalingNodeGroups] = {}  # one client per region
     for name in names:
         live = LiveCluster.from_kubeconfig(config, name)
-        where = region_for(name, live.list_nodes(), region, infra_dir)
+        where = region_for(name, _nodes_of(live), region, infra_dir)  # listed only if nothing else names the region
         if where not in groups:
             groups[where] = AutoScalingNodeGroups(where)
             groups[where].probe()

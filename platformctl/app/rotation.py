@@ -18,7 +18,7 @@ from typing import Any
 from platformctl.app.clusters import connect, groups_of, launch_template_targets
 from platformctl.app.stores import store_for
 from platformctl.cluster.model import Snapshot, load_snapshot
-from platformctl.errors import PlatformError
+from platformctl.errors import ApiRefused, PlatformError
 from platformctl.nodegroups import NodeGroupError
 from platformctl.state import StateStore
 from platformctl.state.lease import holder_id
@@ -264,7 +264,7 @@ def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotatio
     store = store_of(request.state, scope, request.infra_dir)
     targets = connect(scope.names, request.kubeconfig, request.region or (scope.stage.region if scope.stage else None),
                       request.infra_dir)
-    present = {n.labels[policy.pool_label] for t in targets.values() for n in t.cluster.list_nodes()
+    present = {n.labels[policy.pool_label] for t in targets.values() for n in _nodes_when_answered(t, policy)
                if policy.pool_label in n.labels}
     check_pools(policy, present, scope.where)
     canary = None
@@ -275,6 +275,20 @@ def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotatio
     options = Options(lease_ttl=request.lease_ttl, stage=scope.stage.name if scope.stage else None,
                       max_waves=request.max_waves, canary=canary, stop=stop)
     return Rotation(policy, scope, store, targets, options)
+
+
+def _nodes_when_answered(target: Target, policy: RotationPolicy) -> list[Any]:
+    """The cluster's nodes; an API that answers but not now (an outage, after the call's own retries) is asked again
+    every 30 s of its clock within the policy's ``apiPatienceSeconds``, as a run waits for it."""
+    clock = target.cluster.clock
+    began = clock.now()
+    while True:
+        try:
+            return list(target.cluster.list_nodes())
+        except ApiRefused as exc:
+            if not exc.transient or clock.now() - began >= policy.api_patience_seconds:
+                raise
+            clock.sleep(min(30.0, began + policy.api_patience_seconds - clock.now()))
 
 
 def rotate(rotation: Rotation, progress: Callable[[Progress], None] | None = None) -> RotationResult:

@@ -202,11 +202,16 @@ def fault_slow_start(image: str, seconds: float, output: str) -> None:
 @click.argument("rate", metavar="RATE")
 @click.option("--verbs", type=click.Choice(["create", "all"]), default="create", show_default=True,
               help="which requests fail: creates only, or every request but a watch (reads, patches, deletes, evictions)")
+@click.option("--for", "lasting", default=None, metavar="DURATION",
+              help="end by itself this long of the region's time after its first 503 (2m, 90s): an outage "
+                   "(default: until cleared)")
 @OUTPUT
-def fault_api_errors(cluster: str, rate: str, verbs: str, output: str) -> None:
-    """CLUSTER's API server answers creates (--verbs all: every request) 503 at RATE (0.2 or 20%)."""
-    _inject({"kind": "api-errors", "cluster": cluster, "rate": rate, "verbs": verbs}, output,
-            f"{cluster}: {'creates' if verbs == 'create' else 'every request'} answered 503 at {rate}")
+def fault_api_errors(cluster: str, rate: str, verbs: str, lasting: str | None, output: str) -> None:
+    """CLUSTER's API server answers creates (--verbs all: every request) 503 at RATE (0.2 or 20%); with --for, for
+    that long (100% --verbs all --for 2m: a two-minute outage, as a control plane being scaled or upgraded)."""
+    _inject({"kind": "api-errors", "cluster": cluster, "rate": rate, "verbs": verbs, "for": lasting}, output,
+            f"{cluster}: {'creates' if verbs == 'create' else 'every request'} answered 503 at {rate}"
+            + (f" for {lasting}" if lasting else ""))
 
 
 @local_fault.command("clear")

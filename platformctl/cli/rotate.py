@@ -196,7 +196,9 @@ def _print_outcome(outcome: Outcome) -> None:
     for item in report.get("nodes_blocked", [])[:20]:
         out.print(f"  [yellow]blocked[/] {item['node']}: {item['reason']}")
     waiting = report.get("waiting")
-    if waiting:
+    if waiting and not waiting["nodes"]:  # for an API that does not answer
+        out.print(f"  [cyan]waiting[/] since {waiting['since']} (until {waiting['gives_up_at']} at most): {waiting['reason']}")
+    elif waiting:
         out.print(f"  [cyan]waiting[/] since {waiting['since']} ({len(waiting['nodes'])} node(s), until {waiting['gives_up_at']} "
                   f"at most without a change): {waiting['reason']}")
     for name in report.get("nodes_unmanaged", []):

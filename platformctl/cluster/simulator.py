@@ -110,6 +110,10 @@ class SimulatedCluster:
         # 503 (`local fault api-errors`).
         self.api_error_rate = 0.0
         self.api_error_verbs = "create"
+        # An outage: the fault lasts ``api_error_for`` seconds of the region's time from the first request it answers
+        # 503 (``api_error_until``, set then), then ends by itself.
+        self.api_error_for: float | None = None
+        self.api_error_until: float | None = None
         self._api_objects: Workloads | None = None
 
     # ------------------------------------------------------------------ basics

@@ -218,9 +218,12 @@ class KubeAPI:
         res = self._resource(args["group"], args["version"], args["plural"], args.get("ns"))
         if endpoint == "collection" and request.args.get("watch") in ("1", "t", "T", "true", "True", "TRUE"):
             return self._watch(cluster, res.plural, request, args.get("ns"))
-        faulty = cluster.sim.api_error_verbs == "all" or (request.method == "POST" and endpoint == "collection")
-        if faulty and cluster.sim.api_error_rate > 0 \
-                and random.random() < cluster.sim.api_error_rate:  # `local fault api-errors`: an overloaded API server
+        sim = cluster.sim
+        faulty = sim.api_error_verbs == "all" or (request.method == "POST" and endpoint == "collection")
+        if faulty and sim.api_error_rate > 0 and (sim.api_error_until is None or cluster.now() < sim.api_error_until) \
+                and random.random() < sim.api_error_rate:  # `local fault api-errors`: an overloaded API server, an outage
+            if sim.api_error_for is not None and sim.api_error_until is None:
+                sim.api_error_until = cluster.now() + sim.api_error_for  # the outage's clock starts at its first 503
             raise ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the request",
                            {"causes": [{"reason": "UnexpectedServerResponse", "message": "unknown"}], "retryAfterSeconds": 1})
         with self.cond:

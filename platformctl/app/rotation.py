@@ -264,9 +264,10 @@ def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotatio
     store = store_of(request.state, scope, request.infra_dir)
     targets = connect(scope.names, request.kubeconfig, request.region or (scope.stage.region if scope.stage else None),
                       request.infra_dir)
-    present = {n.labels[policy.pool_label] for t in targets.values() for n in _nodes_when_answered(t, policy)
-               if policy.pool_label in n.labels}
-    check_pools(policy, present, scope.where)
+    if policy.targets:  # pools the policy names must exist (a policy that follows the launch templates names none)
+        present = {n.labels[policy.pool_label] for t in targets.values() for n in _nodes_when_answered(t, policy)
+                   if policy.pool_label in n.labels}
+        check_pools(policy, present, scope.where)
     canary = None
     if policy.health_gate is not None and policy.health_gate.canary is not None:
         from e2e_canary.verdict import canary_gate

@@ -343,7 +343,8 @@ class LocalRegion:
                     raise PlatformError(str(exc), field="--for") from None
             sim.api_error_rate, sim.api_error_verbs = rate, verbs
             sim.api_error_for, sim.api_error_until = lasting, None  # the outage's clock starts at its first 503
-            entry = {"kind": kind, "cluster": cluster, "rate": rate, "verbs": verbs, "for": lasting}
+            entry = {"kind": kind, "cluster": cluster, "rate": rate, "verbs": verbs,
+                     **({"for": lasting} if lasting is not None else {})}
         else:
             raise PlatformError(f"unknown fault {kind!r} (node-notready, node-condition, instance-no-join, bad-image, "
                                 "slow-start, api-errors)", field="KIND")

@@ -131,6 +131,7 @@ class Executor:
         self.pdbs_watch: Informer = target.cluster.informer("pdbs")
         self._progress = progress
         self.api_back = ApiBack(self.journal, self.clock, policy.api_patience_seconds, self._show)
+        self._api_fault_transient = False  # only an outage is waited for: a 403 or a 409 stops the run at once
         self.view = Progress(target.name)
         self.replacer = NodeReplacer(self.cluster, self.groups, self.journal, self.pacer, check=self._check,
                                      fence=keeper.check if keeper is not None else None,
@@ -260,11 +261,13 @@ class Executor:
             except ApiRefused as exc:  # its first read: an API that answers, but not now (an outage), is waited for
                 if not exc.transient:  # (one that does not answer at all may be a wrong kubeconfig: said at once)
                     raise
+                self._api_fault_transient = True
                 outcome = Outcome(self.target.name, "api-error", EXIT_HALTED, f"stopped by an API error: {exc}")
-            while outcome.status == "api-error" and self.api_back.wait(outcome.reason):
+            while outcome.status == "api-error" and self._api_fault_transient and self.api_back.wait(outcome.reason):
                 try:
                     outcome = self._run()  # the open run goes on from its journal, as the next `rotate run` would
                 except (NodeGroupError, PlatformError) as exc:  # its first read failed: still down
+                    self._api_fault_transient = bool(getattr(exc, "transient", False))
                     outcome = Outcome(self.target.name, "api-error", EXIT_HALTED, f"stopped by an API error: {exc}")
             return outcome
         except LeaseLost as exc:  # lost while writing what stopped it: nothing more is written
@@ -357,6 +360,7 @@ class Executor:
             # Mid-run, an API that refuses or stops answering is a fault to stop for, not a user's mistake:
             # halted, journalled, resumable. The call it was making stays unconfirmed and is settled on resume.
             detail = f"stopped by an error from {'AWS' if isinstance(exc, NodeGroupError) else 'the cluster'}: {exc}"
+            self._api_fault_transient = bool(getattr(exc, "transient", False))
             self.journal.append(Halted("api-error", detail))
             self._show("halted", detail)
             # its own status: an API that would not answer (after the seams' retries) is no verdict on the rotation

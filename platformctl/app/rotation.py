@@ -30,6 +30,7 @@ from upgrade_service.gate import check_gate_exists
 from upgrade_service.journal import control, read_state, stream_of
 from upgrade_service.order import ClusterPlace, cluster_steps
 from upgrade_service.plan import RegionPlan, RotationPlan, plan_cluster, plan_region
+from upgrade_service.pods_back import API_PROBE_SECONDS
 from upgrade_service.policy import RotationPolicy, load_policy
 from upgrade_service.report import RunReport, build_report
 from upgrade_service.run_types import EXIT_HALTED, EXIT_INTERRUPTED, EXIT_LEASE_HELD, EXIT_PAUSED, Options, Outcome, Progress, Target
@@ -280,7 +281,7 @@ def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotatio
 
 def _nodes_when_answered(target: Target, policy: RotationPolicy) -> list[Any]:
     """The cluster's nodes; an API that answers but not now (an outage, after the call's own retries) is asked again
-    every 30 s of its clock within the policy's ``apiPatienceSeconds``, as a run waits for it."""
+    every ``API_PROBE_SECONDS`` of its clock within the policy's ``apiPatienceSeconds``, as a run waits for it."""
     clock = target.cluster.clock
     began = clock.now()
     while True:
@@ -289,7 +290,7 @@ def _nodes_when_answered(target: Target, policy: RotationPolicy) -> list[Any]:
         except ApiRefused as exc:
             if not exc.transient or clock.now() - began >= policy.api_patience_seconds:
                 raise
-            clock.sleep(min(30.0, began + policy.api_patience_seconds - clock.now()))
+            clock.sleep(min(API_PROBE_SECONDS, began + policy.api_patience_seconds - clock.now()))
 
 
 def rotate(rotation: Rotation, progress: Callable[[Progress], None] | None = None) -> RotationResult:

@@ -31,6 +31,7 @@ snapshots) and every call here is handed to the room that owns it.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -114,6 +115,8 @@ class SimulatedCluster:
         # 503 (``api_error_until``, set then), then ends by itself.
         self.api_error_for: float | None = None
         self.api_error_until: float | None = None
+        # Which requests the fault answers 503 is drawn from the cluster's own seed, so a run (and a test) repeats.
+        self.api_error_draw = random.Random(f"{seed}/api-errors")
         self._api_objects: Workloads | None = None
 
     # ------------------------------------------------------------------ basics

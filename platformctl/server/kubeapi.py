@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import random
 import re
 import threading
 import time
@@ -221,7 +220,7 @@ class KubeAPI:
         sim = cluster.sim
         faulty = sim.api_error_verbs == "all" or (request.method == "POST" and endpoint == "collection")
         if faulty and sim.api_error_rate > 0 and (sim.api_error_until is None or cluster.now() < sim.api_error_until) \
-                and random.random() < sim.api_error_rate:  # `local fault api-errors`: an overloaded API server, an outage
+                and sim.api_error_draw.random() < sim.api_error_rate:  # `local fault api-errors`: an overloaded API server, an outage
             if sim.api_error_for is not None and sim.api_error_until is None:
                 sim.api_error_until = cluster.now() + sim.api_error_for  # the outage's clock starts at its first 503
             raise ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the request",

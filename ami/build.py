@@ -31,8 +31,8 @@ from typing import Any
 
 from ami.lock import newest_in_lock
 from ami.manifest import ImageManifest, ManifestSet, Source
-from platformctl import aws
-from platformctl.errors import PlatformError
+from platformctl.kernel import aws
+from platformctl.kernel.errors import PlatformError
 
 TAG = "platformctl:"
 BUILDER_TAG = f"{TAG}builder"  # on an image build's builder instance: it booted the parent image, it is no node

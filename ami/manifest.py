@@ -31,15 +31,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from platformctl.errors import PlatformError
-from platformctl.yamlfile import validation_error
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.yamlfile import validation_error
 
 MANIFEST_DIR = Path(__file__).resolve().parent / "manifests"  # the manifests shipped with this package (tests read them)
 
 
 def default_manifest_dir() -> Path:
     """``ami/manifests/`` of the checkout the current directory is in, never silently the package's."""
-    from platformctl.checkout import find
+    from platformctl.kernel.checkout import find
 
     return find("ami/manifests", None, "--manifests")
 SEMVER = r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"

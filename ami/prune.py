@@ -35,10 +35,10 @@ from typing import Any
 import semver
 
 from ami.build import TAG, ImageStore, tags_of
-from platformctl import aws
-from platformctl.errors import PlatformError
-from platformctl.humanize import human_duration
-from platformctl.topology import parse_stage_file
+from platformctl.kernel import aws
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.humanize import human_duration
+from platformctl.kernel.topology import parse_stage_file
 
 PRUNED_IMAGE = f"{TAG}pruned-image"
 ABANDONED_AFTER = timedelta(days=1)

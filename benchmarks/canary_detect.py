@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from e2e_canary.definitions import CANARY_DIR, load_canaries
 from e2e_canary.runner import Runner, results
 from e2e_canary.verdict import rotation_verdict
-from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.kernel.state.sqlite import SQLiteStore
 
 OLD, NEW = "ami-0000000000000001a", "ami-0000000000000002b"
 SCENARIOS = {"bad image": None, "slow start +4 s": 4.0, "slow start +1 s": 1.0, "healthy": 0.0}

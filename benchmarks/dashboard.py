@@ -36,7 +36,7 @@ from werkzeug.test import Client
 from e2e_canary.runner import results_stream
 from platformctl.app.dashboard import DashboardRequest, Reader
 from platformctl.cli import dashboard as command
-from platformctl.state import open_store
+from platformctl.kernel.state import open_store
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 CANARIES = ("service", "batch", "cron", "daemon", "node-pool")

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from e2e_canary.runner import results_stream
 from e2e_canary.verdict import canary_gate
-from upgrade_service.gate import Question
+from upgrade_service.running.gate import Question
 
 CLUSTERS = ("dev-usw2-host", "dev-usw2a-01", "dev-usw2b-01")
 PER_HOUR = 1000  # results an hour, over the three clusters
@@ -119,7 +119,7 @@ def measure(store: object) -> tuple[float, int, float, str]:
 
 
 def sqlite_store(total: int, folder: Path) -> object:
-    from platformctl.state.sqlite import SQLiteStore
+    from platformctl.kernel.state.sqlite import SQLiteStore
 
     store = SQLiteStore(folder / f"results-{total}.db")
     for stream, rows in history(total).items():
@@ -128,7 +128,7 @@ def sqlite_store(total: int, folder: Path) -> object:
 
 
 def dynamodb_store(total: int) -> object:
-    from platformctl.state.dynamodb import DynamoDBStore, create_table
+    from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
 
     table = f"results-{total}"
     create_table(table)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from platformctl.cluster.drain import drain_blocks_on
-from platformctl.cluster.simulator import SimulatedCluster
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.kernel.cluster.drain import drain_blocks_on
 
 POLL_SECONDS = 1.0  # kubectl drain looks for the evicted pods' deletion every second
 RETRY_SECONDS = 5.0  # and asks again for an eviction the API refused with 429 after five

@@ -26,10 +26,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.snapshot_timing import save_and_time_load
-from platformctl.cluster.model import load_snapshot
-from platformctl.cluster.synthetic import synthetic_cluster
-from upgrade_service.plan import plan_cluster
-from upgrade_service.policy import parse_policy
+from platformctl.emulator.synthetic import synthetic_cluster
+from platformctl.kernel.cluster.model import load_snapshot
+from upgrade_service.planning.plan import plan_cluster
+from upgrade_service.planning.policy import parse_policy
 
 
 def policy_document(max_in_flight: int) -> dict[str, object]:

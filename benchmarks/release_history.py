@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from platformctl.state import open_store
+from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import STATE, Ledger
 from release_pipeline.pipeline import parse_pipeline

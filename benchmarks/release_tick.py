@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from e2e_canary.runner import results_stream
 from platformctl.app.release import replaced_images, soak_verdict
-from platformctl.state import StateStore, open_store
+from platformctl.kernel.state import StateStore, open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import LEDGER, Ledger
 from release_pipeline.pipeline import parse_pipeline

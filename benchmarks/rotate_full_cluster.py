@@ -22,10 +22,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.snapshot_timing import save_and_time_load
-from platformctl.cluster.drain import drain
-from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
-from platformctl.cluster.simulator import SimulatedCluster
-from platformctl.cluster.synthetic import pool_sizes, synthetic_cluster
+from platformctl.emulator.invariants import eviction_budget_violations, lost_pods
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.emulator.synthetic import pool_sizes, synthetic_cluster
+from platformctl.kernel.cluster.drain import drain
 
 NEW_IMAGE = "ami-0b2e00c0ffee00099"
 

@@ -44,14 +44,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.naive_rotation import naive_rotate
 from benchmarks.rotate_full_cluster import rotate_every_node
-from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
-from platformctl.cluster.simulator import SimulatedCluster
-from platformctl.cluster.synthetic import POOL_SHAPES, synthetic_cluster
-from platformctl.nodegroups.simulated import SimulatedNodeGroups
-from platformctl.state.sqlite import SQLiteStore
-from upgrade_service.execute import Executor
-from upgrade_service.policy import parse_policy
-from upgrade_service.run_types import Options, Outcome, Target
+from platformctl.emulator.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
+from platformctl.emulator.nodegroups import SimulatedNodeGroups
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.emulator.synthetic import POOL_SHAPES, synthetic_cluster
+from platformctl.kernel.state.sqlite import SQLiteStore
+from upgrade_service.planning.policy import parse_policy
+from upgrade_service.running.execute import Executor
+from upgrade_service.running.run_types import Options, Outcome, Target
 
 NEW_IMAGE = "ami-0b2e00c0ffee00099"
 

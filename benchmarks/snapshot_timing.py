@@ -7,8 +7,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from platformctl.cluster.model import save_snapshot
-from platformctl.cluster.simulator import SimulatedCluster
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.kernel.cluster.model import save_snapshot
 
 
 @dataclass(frozen=True)

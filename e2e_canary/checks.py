@@ -32,10 +32,10 @@ from croniter import croniter
 
 from e2e_canary.definitions import Canary
 from e2e_canary.measure import Startup, startup
-from platformctl.clock import Clock, past, synced_now
-from platformctl.cluster.interface import Cluster
-from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
-from platformctl.errors import ApiRefused, NotFoundError
+from platformctl.kernel.clock import Clock, past, synced_now
+from platformctl.kernel.cluster.interface import Cluster
+from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
+from platformctl.kernel.errors import ApiRefused, NotFoundError
 
 SIM_START = "sim.platformctl.io/start-seconds"
 SIM_RUN = "sim.platformctl.io/run-seconds"
@@ -277,7 +277,7 @@ def cron(check: Check) -> list[Row]:
     created = check.create({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
                             "spec": {"schedule": c.schedule, "concurrencyPolicy": "Allow", "jobTemplate": {"spec": job["spec"]}}})
     rows: list[Row] = []
-    from platformctl.cluster.model import parse_time
+    from platformctl.kernel.cluster.model import parse_time
 
     # The firings the CronJob owes from its creation, in the API server's time (this client's clock may differ).
     times = croniter(c.schedule, parse_time(created["metadata"]["creationTimestamp"], "creationTimestamp", None))
@@ -393,7 +393,7 @@ def daemon(check: Check) -> list[Row]:
 
 def _stamp(obj: dict[str, Any] | None, field_name: str, where: str | None = "metadata") -> float | None:
     """A timestamp the API server wrote on an object (``metadata.creationTimestamp``, ``status.completionTime``)."""
-    from platformctl.cluster.model import parse_time
+    from platformctl.kernel.cluster.model import parse_time
 
     part = (obj or {}).get(where) if where else obj
     raw = (part or {}).get(field_name) if isinstance(part, dict) else None

@@ -25,11 +25,11 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from platformctl.cluster.model import Resources as PodResources
-from platformctl.cluster.model import parse_quantity
-from platformctl.errors import PlatformError
-from platformctl.humanize import parse_duration as seconds
-from platformctl.yamlfile import read_yaml, validate
+from platformctl.kernel.cluster.model import Resources as PodResources
+from platformctl.kernel.cluster.model import parse_quantity
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.humanize import parse_duration as seconds
+from platformctl.kernel.yamlfile import read_yaml, validate
 
 CANARY_DIR = Path(__file__).resolve().parent / "canaries"  # the canaries shipped with this package (tests read them)
 LABEL = "platformctl.io/canary"
@@ -172,7 +172,7 @@ def parse_canary(document: Any, source: str) -> Canary:
 
 def default_canary_dir() -> Path:
     """``e2e_canary/canaries/`` of the checkout the current directory is in, never silently the package's."""
-    from platformctl.checkout import find
+    from platformctl.kernel.checkout import find
 
     return find("e2e_canary/canaries", None, "--canaries")
 

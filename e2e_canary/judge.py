@@ -40,8 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from scipy import stats
 
-from platformctl.errors import TOO_DEEP, PlatformError
-from platformctl.yamlfile import read_yaml, validate
+from platformctl.kernel.errors import TOO_DEEP, PlatformError
+from platformctl.kernel.yamlfile import read_yaml, validate
 
 OUTCOMES = ("ok", "fail", "timeout", "disrupted", "infra_error")
 EXACT_PAIRS = 2_000_000  # up to this many pairwise differences the Hodges-Lehmann numbers are computed directly

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from platformctl.cluster.model import Pod
+from platformctl.kernel.cluster.model import Pod
 
 
 @dataclass(frozen=True)

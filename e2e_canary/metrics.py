@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from platformctl.errors import PlatformError
+from platformctl.kernel.errors import PlatformError
 
 OUTCOMES = ("ok", "fail", "timeout", "disrupted", "infra_error")
 PHASES = {"scheduled_seconds": "scheduled", "started_seconds": "started", "ready_seconds": "ready"}

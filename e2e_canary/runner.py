@@ -26,11 +26,11 @@ from typing import Any
 
 from e2e_canary.definitions import LABEL, Canary
 from e2e_canary.measure import NotStarted, Startup, startup
-from platformctl.clock import past, synced_now
-from platformctl.cluster.interface import Cluster
-from platformctl.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Toleration
-from platformctl.errors import ApiRefused, PlatformError
-from platformctl.state import StateStore
+from platformctl.kernel.clock import past, synced_now
+from platformctl.kernel.cluster.interface import Cluster
+from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Toleration
+from platformctl.kernel.errors import ApiRefused, PlatformError
+from platformctl.kernel.state import StateStore
 
 RUNNABLE = ("node-pool", "service", "batch", "cron", "daemon")
 ATTEMPT_LABEL = "platformctl.io/canary-attempt"

@@ -15,7 +15,7 @@ from typing import Any
 
 from e2e_canary.judge import JudgeConfig, has_evidence, judge, judge_objectives
 from e2e_canary.runner import arm_of, results
-from platformctl.humanize import human_duration
+from platformctl.kernel.humanize import human_duration
 
 ORDER = {"fail": 2, "inconclusive": 1, "pass": 0}
 EVIDENCE_STEPS = 12  # a canary's evidence window is at most this many verdict windows (6 h of 30 m)

@@ -1,4 +1,4 @@
-"""Deploying a stage's program again: the two implementations of ``platformctl.deployer.Deployer``.
+"""Deploying a stage's program again: the two implementations of ``platformctl.kernel.deployer.Deployer``.
 
 ``LocalDeployer`` re-runs the program under the mock engine against the local region's AWS, with
 the checkpoint of the previous run as the stack's state, and changes what ``pulumi up`` would:
@@ -28,9 +28,9 @@ from typing import Any
 
 from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend, checkpoint_of, stage_config
 from infra.mocked import run_stage
-from platformctl.deployer import Deployed, DeployResult, ResourceChange
-from platformctl.errors import PlatformError
-from platformctl.topology import Stage
+from platformctl.kernel.deployer import Deployed, DeployResult, ResourceChange
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import Stage
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 GROUP = "aws:autoscaling/group:Group"

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from infra.mocked import StageRun, run_stage
-from platformctl import aws
-from platformctl.local_region import Provisioned
-from platformctl.topology import TOPOLOGY_KEY, Stage, read_stack_config
+from platformctl.emulator.local_region import Provisioned
+from platformctl.kernel import aws
+from platformctl.kernel.topology import TOPOLOGY_KEY, Stage, read_stack_config
 
 IMAGE_LOCK_KEY = "platformctl:imageLock"
 IMAGES_FROM_LOCK_KEY = "platformctl:imagesFromLock"  # a deploy's own: the lock's images over the pins

@@ -28,7 +28,7 @@ import pulumi
 
 from infra.program import INFRA_DIR, load, main, provision, stack_config
 from infra.settings import release_config
-from platformctl.topology import read_stack_config
+from platformctl.kernel.topology import read_stack_config
 
 ACCOUNT = "123456789012"
 

@@ -51,8 +51,8 @@ from infra.components.kubernetes import (
 from infra.components.network import Network
 from infra.components.state import StateTable
 from infra.settings import InfraSettings, node_images, parse_settings, release_config, state_table, with_canaries
-from platformctl.errors import PlatformError
-from platformctl.topology import REGION_KEY, Stage, parse_stage_config
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import REGION_KEY, Stage, parse_stage_config
 
 INFRA_DIR = Path(__file__).resolve().parent
 ROTATION_ACTIONS = (
@@ -68,7 +68,7 @@ REMEDIATION_ACTIONS = (
     "autoscaling:TerminateInstanceInAutoScalingGroup", "ec2:DescribeInstances",
 )
 # What the job does with the state store's table: journal, read, lease (conditional writes), on that table only.
-# What the state store does (platformctl/state/dynamodb.py): a fenced append is a transaction of a condition
+# What the state store does (platformctl/kernel/state/dynamodb.py): a fenced append is a transaction of a condition
 # check on the lease item and a put; listing streams is a query of the registry, never a scan.
 STATE_ACTIONS = ("dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                  "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:ConditionCheckItem")

@@ -1,7 +1,7 @@
 """The stack config of a stage beyond its topology, and the image each node pool boots.
 
 A stack file's ``config:`` holds, besides ``aws:region`` and ``platformctl:topology`` (the stage
-model of ``platformctl.topology``):
+model of ``platformctl.kernel.topology``):
 
 ``platformctl:kubernetesVersion``
     The EKS version of every cluster of the stage (default ``"1.32"``).
@@ -50,9 +50,9 @@ from croniter import croniter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ami.lock import newest_in_lock
-from platformctl.errors import PlatformError
-from platformctl.topology import TOPOLOGY_KEY, Stage
-from platformctl.yamlfile import validation_error
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import TOPOLOGY_KEY, Stage
+from platformctl.kernel.yamlfile import validation_error
 
 PREFIX = "platformctl:"
 PROD_STAGES = ("prod", "prod-canary")
@@ -170,14 +170,14 @@ def parse_settings(config: Mapping[str, Any], stage: str, source: str) -> InfraS
         raise PlatformError(f"the {stage} stage keeps the clusters' public endpoints off; remove this key",
                             file=source, field=f"config.{PREFIX}publicAccessCidrs")
     # The job's policy is checked now, by the parser `rotate run` uses, not at 3 a.m. when the job starts.
-    from upgrade_service.policy import parse_policy
+    from upgrade_service.planning.policy import parse_policy
 
     try:
         parse_policy(settings.rotation.policy, source)
     except PlatformError as exc:
         raise PlatformError(exc.detail, file=source,
                             field=f"config.{PREFIX}rotation.policy" + (f".{exc.field}" if exc.field else "")) from None
-    from upgrade_service.remediation_policy import parse_remediation_policy
+    from upgrade_service.remediation.policy import parse_remediation_policy
 
     try:
         parse_remediation_policy(settings.remediation.policy, source)
@@ -191,7 +191,7 @@ def with_canaries(settings: InfraSettings, source: str, infra_dir: Path) -> Infr
     """The settings with every canary the runners carry out, name -> definition, checked by the parser `canary run`
     uses: the stack config's ``canaries``, else the files in ``definitions`` (relative to ``infra/``)."""
     from e2e_canary.definitions import load_canaries, parse_canary
-    from platformctl.yamlfile import read_yaml
+    from platformctl.kernel.yamlfile import read_yaml
 
     if settings.canary.canaries:
         for name, document in sorted(settings.canary.canaries.items()):

@@ -19,8 +19,8 @@ import semver
 
 from ami.lock import newest_in_lock
 from infra.settings import InfraSettings
-from platformctl.errors import PlatformError
-from platformctl.topology import Stage
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import Stage
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 from croniter import croniter
 from dateutil import rrule
 
-from platformctl.humanize import human_duration
+from platformctl.kernel.humanize import human_duration
 from release_pipeline.pipeline import Freeze, StagePolicy
 
 

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
-from platformctl.state import Lease, StateStore
-from platformctl.state.lease import LeaseKeeper
+from platformctl.kernel.state import Lease, StateStore
+from platformctl.kernel.state.lease import LeaseKeeper
 from release_pipeline.candidates import Candidate
 
 CANDIDATES, LEDGER, STATE = "release/candidates", "release/ledger", "release/state"
@@ -187,7 +187,7 @@ class Ledger:
         it while held, and releases it after."""
         from contextlib import contextmanager
 
-        from platformctl.state import LeaseHeld
+        from platformctl.kernel.state import LeaseHeld
 
         @contextmanager
         def hold(stage: str) -> Any:

@@ -21,10 +21,10 @@ from dateutil import rrule
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from platformctl.errors import PlatformError
-from platformctl.humanize import parse_duration
-from platformctl.topology import STAGES
-from platformctl.yamlfile import read_yaml, validate
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.humanize import parse_duration
+from platformctl.kernel.topology import STAGES
+from platformctl.kernel.yamlfile import read_yaml, validate
 
 PIPELINE_FILE = "release_pipeline/pipeline.yaml"
 
@@ -213,7 +213,7 @@ def parse_pipeline(document: Any, source: str, digest: str = "") -> Pipeline:
 
 def default_pipeline_file() -> Path:
     """``release_pipeline/pipeline.yaml`` of the checkout the current directory is in, never the package's."""
-    from platformctl.checkout import find
+    from platformctl.kernel.checkout import find
 
     return find("release_pipeline", "pipeline.yaml", "--pipeline") / "pipeline.yaml"
 

@@ -20,8 +20,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from platformctl import failpoints
-from platformctl.state import LeaseLost
+from platformctl.kernel import failpoints
+from platformctl.kernel.state import LeaseLost
 from release_pipeline.candidates import Candidate
 from release_pipeline.gates import (
     Decision,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from platformctl.errors import PlatformError
+from platformctl.kernel.errors import PlatformError
 from release_pipeline.gates import Decision, entry_decision, freezes_in_force, rotation_decision, soak_decision
 from release_pipeline.pipeline import Freeze, StagePolicy
 

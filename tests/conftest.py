@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from platformctl.cluster.model import load_snapshot
-from platformctl.cluster.simulator import SimulatedCluster
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.kernel.cluster.model import load_snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -36,7 +36,7 @@ def _no_running_local_region(tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def _no_test_takes_part_in_a_regions_time() -> Iterator[None]:
     """A command run in process (`rotate run` through click's runner) makes this process one of a local region's jobs
     (``region_client.take_part``): the next test's region must not find the test process holding its time."""
-    from platformctl import region_client
+    from platformctl.kernel import region_client
 
     yield
     region_client._TAKING_PART = False

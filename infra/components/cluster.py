@@ -25,8 +25,8 @@ import pulumi_kubernetes as k8s
 from infra.components.common import CLUSTER_TAG, child, tags
 from infra.components.iam import ClusterIam
 from infra.components.node_pool import NodePool
-from platformctl.topology import HostCluster as HostSpec
-from platformctl.topology import MemberCluster as MemberSpec
+from platformctl.kernel.topology import HostCluster as HostSpec
+from platformctl.kernel.topology import MemberCluster as MemberSpec
 
 LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 SERVICE_CIDR = "172.20.0.0/16"

@@ -21,7 +21,7 @@ import pulumi_aws as aws
 import yaml
 
 from infra.components.common import CLUSTER_TAG, NODE_TYPE_TAG, POOL_TAG, ZONE_TAG, child, tags
-from platformctl.topology import NodePool as PoolSpec
+from platformctl.kernel.topology import NodePool as PoolSpec
 
 ROOT_DEVICE = "/dev/xvda"
 ROOT_VOLUME_GIB = {"system": 50, "general": 100, "ml": 200, "custom": 100}

@@ -1,7 +1,7 @@
 """The state store's DynamoDB table: where the scheduled rotation (and, later, the canaries and the
 release pipeline) keep their journals and leases, shared by every job and operator of the stage.
 
-Its key is the one ``platformctl.state.dynamodb`` reads and writes (``pk`` string, ``sk`` number),
+Its key is the one ``platformctl.kernel.state.dynamodb`` reads and writes (``pk`` string, ``sk`` number),
 billed per request, encrypted at rest, with point-in-time recovery: a journal is the record of what
 was done to production, and worth a restore.
 """

@@ -20,12 +20,12 @@ from e2e_canary.metrics import CanaryMetrics, check_address, serve
 from e2e_canary.runner import AttemptReport, Runner, newest_at, results, stream_of
 from e2e_canary.verdict import EVIDENCE_STEPS, canary_verdicts, stage_verdict
 from platformctl.app.stores import store_for
-from platformctl.cluster.interface import Cluster
-from platformctl.errors import PlatformError
-from platformctl.humanize import parse_duration
-from platformctl.state import LeaseHeld, StateStore
-from platformctl.state.lease import LeaseKeeper, holder_id
-from platformctl.topology import load_stage
+from platformctl.kernel.cluster.interface import Cluster
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.humanize import parse_duration
+from platformctl.kernel.state import LeaseHeld, StateStore
+from platformctl.kernel.state.lease import LeaseKeeper, holder_id
+from platformctl.kernel.topology import load_stage
 
 EXIT_OK, EXIT_FAILED, EXIT_LEASE_HELD = 0, 1, 3
 VERDICT_WINDOW = 1800.0  # the metrics' verdict: each canary's evidence window, in steps of 30 minutes
@@ -98,8 +98,8 @@ class CanaryRunReport:
 
 def prepare_canaries(request: CanaryRunRequest) -> CanaryRun:
     """Check every input and reach every cluster; change nothing."""
-    from platformctl.cluster.live import LiveCluster
-    from platformctl.region_client import default_kubeconfig
+    from platformctl.kernel.cluster.live import LiveCluster
+    from platformctl.kernel.region_client import default_kubeconfig
 
     keep = duration(request.retention, "--retention")
     stage = load_stage(request.stage, request.infra_dir)
@@ -113,7 +113,7 @@ def prepare_canaries(request: CanaryRunRequest) -> CanaryRun:
         check_address(request.metrics_address, request.metrics_port)
     store = store_for(request.state, stage=request.stage, infra_dir=request.infra_dir)
     config = default_kubeconfig(request.kubeconfig)
-    from platformctl.retry import NEVER
+    from platformctl.kernel.retry import NEVER
 
     # one call each, never asked again: a canary measures the API as its users meet it
     clusters: dict[str, Cluster] = {n: LiveCluster.from_kubeconfig(config, n, backoff=NEVER)

@@ -13,12 +13,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from platformctl.cluster.model import Node, Snapshot
-from platformctl.errors import PlatformError
-from platformctl.topology import STAGES, load_stage
+from platformctl.kernel.cluster.model import Node, Snapshot
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import STAGES, load_stage
 
 if TYPE_CHECKING:
-    from upgrade_service.run_types import Target
+    from upgrade_service.running.run_types import Target
 
 LABEL_REGION = "topology.kubernetes.io/region"
 
@@ -61,10 +61,10 @@ def _nodes_of(live: Any) -> Iterator[Node]:
 
 def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_dir: Path | None = None) -> dict[str, Target]:
     """A ``Target`` per cluster: the official client via kubeconfig, Auto Scaling via boto3 in the cluster's region."""
-    from platformctl.cluster.live import LiveCluster
-    from platformctl.nodegroups.aws import AutoScalingNodeGroups
-    from platformctl.region_client import default_kubeconfig, use_for_aws
-    from upgrade_service.run_types import Target
+    from platformctl.kernel.cluster.live import LiveCluster
+    from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
+    from platformctl.kernel.region_client import default_kubeconfig, use_for_aws
+    from upgrade_service.running.run_types import Target
 
     use_for_aws()
     config = default_kubeconfig(kubeconfig)
@@ -82,8 +82,8 @@ def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_
 
 def groups_of(snap: Snapshot, cluster: str, region: str | None, infra_dir: Path | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """Each node's auto scaling group and each group as AWS describes it (what it launches, its room)."""
-    from platformctl.nodegroups.aws import AutoScalingNodeGroups
-    from platformctl.region_client import use_for_aws
+    from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
+    from platformctl.kernel.region_client import use_for_aws
 
     use_for_aws()
     groups = AutoScalingNodeGroups(region_for(cluster, snap.nodes, region, infra_dir))
@@ -95,7 +95,7 @@ def groups_of(snap: Snapshot, cluster: str, region: str | None, infra_dir: Path 
 def launch_template_targets(snap: Snapshot, cluster: str, policy: Any, region: str | None,
                             infra_dir: Path | None = None) -> dict[str, str]:
     """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets."""
-    from upgrade_service.targets import resolve
+    from upgrade_service.planning.targets import resolve
 
     group_of, described = groups_of(snap, cluster, region, infra_dir)
     return resolve(policy, list(snap.nodes), group_of, {g: d.image for g, d in described.items()}).images

@@ -23,16 +23,16 @@ from e2e_canary.runner import results
 from e2e_canary.sli import objectives, sli_series
 from platformctl.app.release import DEFAULT_LEDGER, candidate_report
 from platformctl.app.stores import store_for
-from platformctl.errors import PlatformError
-from platformctl.state import StateStore, dynamodb_spec, open_store
-from platformctl.topology import STAGES, load_stage
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state import StateStore, dynamodb_spec, open_store
+from platformctl.kernel.topology import STAGES, load_stage
 from release_pipeline.gates import freezes_in_force
 from release_pipeline.ledger import LEDGER, Ledger
 from release_pipeline.pipeline import Pipeline, load_pipeline
-from upgrade_service import journal as rotation_journal
-from upgrade_service import remediate as remediation_journal
-from upgrade_service.remediate import HOUR
-from upgrade_service.report import build_report
+from upgrade_service.journal import remediation as remediation_journal
+from upgrade_service.journal import rotation as rotation_journal
+from upgrade_service.remediation.remediate import HOUR
+from upgrade_service.running.report import build_report
 
 UNREADABLE = (PlatformError, sqlite3.Error, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, OSError)
 DECISIONS = 100  # the newest ledger decisions the page lists (the ledger keeps all; `release history` shows them)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from platformctl import region_client
-from platformctl.deployer import Deployer, DeployResult
-from platformctl.errors import PlatformError
-from platformctl.topology import Stage, load_stage, read_stack_config
+from platformctl.kernel import region_client
+from platformctl.kernel.deployer import Deployer, DeployResult
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import Stage, load_stage, read_stack_config
 
 
 def check_lock_file(lock_file: Path) -> None:

@@ -16,12 +16,12 @@ from typing import Any
 from ami.build import BUILDER_TAG
 from infra.settings import parse_settings
 from platformctl.app.release_source import candidate_source, infra_revision
-from platformctl.clock import WallClock
-from platformctl.errors import PlatformError
-from platformctl.humanize import parse_duration
-from platformctl.state import StateStore, open_store
-from platformctl.topology import load_stage, read_stack_config
-from platformctl.who import who
+from platformctl.kernel.clock import WallClock
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.humanize import parse_duration
+from platformctl.kernel.state import StateStore, open_store
+from platformctl.kernel.topology import load_stage, read_stack_config
+from platformctl.kernel.who import who
 from release_pipeline.candidates import Candidate, make_candidate, read_lock, stage_images
 from release_pipeline.ledger import Ledger, PipelineState, stage_lease
 from release_pipeline.pipeline import Pipeline, load_pipeline
@@ -47,7 +47,7 @@ def ledger_of(pipeline: Pipeline, spec: str | None) -> Ledger:
 
 def _default_lock(infra_dir: Path, relative: str) -> Path:
     """The lock file ``ami build`` writes: the local region's while one runs here, else the stack file's."""
-    from platformctl import region_client
+    from platformctl.kernel import region_client
 
     info = region_client.running()
     return Path(info["image_lock"]) if info is not None else (infra_dir / relative).resolve()
@@ -165,8 +165,8 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
     workload ever ran there, so it is no node the image reached; ``builders`` (stage -> count) hears of them."""
     import botocore.exceptions
 
-    from platformctl import region_client
-    from platformctl.aws import QUICK, client
+    from platformctl.kernel import region_client
+    from platformctl.kernel.aws import QUICK, client
 
     region_client.use_for_aws()
     if not any(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")):
@@ -401,7 +401,7 @@ class AppStages:
         self.kubeconfig = kubeconfig
 
     def now(self, stage: str) -> float:
-        from platformctl import region_client
+        from platformctl.kernel import region_client
 
         info = region_client.for_stage(region_client.running(), stage)
         if info is not None:
@@ -421,7 +421,7 @@ class AppStages:
             raise PlatformError(f"cannot write the candidate's lock file {lock}: {exc.strerror}", field="PLATFORMCTL_HOME") from None
         # The candidate's own commit (its program, stack file, Kubernetes version and components) with its images: never
         # the checkout the tick runs in.
-        from platformctl.topology import load_stage
+        from platformctl.kernel.topology import load_stage
 
         checkout = Path(load_stage(stage, self.infra_dir).source).parent
         source = candidate_source(candidate, checkout, self.work_dir)
@@ -536,7 +536,7 @@ class AppStages:
         where continuing the halted one would wait again for the pods the bad image cannot start. A rotation still
         running (a killed tick's, whose lease has not lapsed) is left to be resumed."""
         from platformctl.app.rotation import ControlRequest, abort_rotations, scope_of, store_of
-        from upgrade_service.journal import read_state
+        from upgrade_service.journal.rotation import read_state
 
         scope = scope_of(None, stage, self.infra_dir, "release rollback")
         store = store_of(None, scope, self.infra_dir)
@@ -639,7 +639,7 @@ class EveryStageHeld(PlatformError):
 def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[str, Any]:
     """Advance every candidate at most one step, each stage under its own lease (``EveryStageHeld`` when other ticks
     hold every stage this one would act in)."""
-    from platformctl.state.lease import holder_id
+    from platformctl.kernel.state.lease import holder_id
     from release_pipeline.reconcile import tick
 
     pipeline = load_pipeline(request.pipeline_file)
@@ -649,7 +649,7 @@ def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[
     holders: dict[str, str] = {}
     hold = ledger.stage_leases(holder_id(), request.lease_ttl, holders)
 
-    from platformctl.region_client import home
+    from platformctl.kernel.region_client import home
 
     work = home() / "candidates"  # the lock files deploys read: $PLATFORMCTL_HOME, else the checkout's .platformctl
     actions = AppStages(pipeline, request.infra_dir, work, request.lease_ttl, request.kubeconfig)

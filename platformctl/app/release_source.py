@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from platformctl.errors import PlatformError
+from platformctl.kernel.errors import PlatformError
 from release_pipeline.candidates import Candidate
 
 

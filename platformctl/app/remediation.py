@@ -14,12 +14,13 @@ from typing import Any
 
 from platformctl.app.clusters import connect
 from platformctl.app.rotation import ActRequest, Scope, scope_of, store_of
-from platformctl.errors import PlatformError
-from platformctl.state import StateStore
-from platformctl.state.lease import holder_id
-from upgrade_service.remediate import EXIT_FAILED, EXIT_LEASE_HELD, EXIT_OK, HOUR, Outcome, read_state, run, stream_of
-from upgrade_service.remediation_policy import RemediationPolicy, load_remediation_policy
-from upgrade_service.run_types import Target
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state import StateStore
+from platformctl.kernel.state.lease import holder_id
+from upgrade_service.journal.remediation import read_state, stream_of
+from upgrade_service.remediation.policy import RemediationPolicy, load_remediation_policy
+from upgrade_service.remediation.remediate import EXIT_FAILED, EXIT_LEASE_HELD, EXIT_OK, HOUR, Outcome, run
+from upgrade_service.running.run_types import Target
 
 
 @dataclass(frozen=True)

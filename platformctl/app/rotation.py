@@ -17,25 +17,25 @@ from typing import Any
 
 from platformctl.app.clusters import connect, groups_of, launch_template_targets
 from platformctl.app.stores import store_for
-from platformctl.cluster.model import Snapshot, load_snapshot
-from platformctl.errors import ApiRefused, PlatformError
-from platformctl.nodegroups import NodeGroupError
-from platformctl.state import StateStore
-from platformctl.state.lease import holder_id
-from platformctl.topology import HostCluster, Stage, load_stage
-from platformctl.who import who
-from upgrade_service.execute import Executor
-from upgrade_service.fit import pool_capacity
-from upgrade_service.gate import check_gate_exists
-from upgrade_service.journal import control, read_state, stream_of
-from upgrade_service.order import ClusterPlace, cluster_steps
-from upgrade_service.plan import RegionPlan, RotationPlan, plan_cluster, plan_region
-from upgrade_service.pods_back import API_PROBE_SECONDS
-from upgrade_service.policy import RotationPolicy, load_policy
-from upgrade_service.report import RunReport, build_report
-from upgrade_service.run_types import EXIT_HALTED, EXIT_INTERRUPTED, EXIT_LEASE_HELD, EXIT_PAUSED, Options, Outcome, Progress, Target
-from upgrade_service.runs import AbortOutcome, abort_cluster, run_cluster, run_stage
-from upgrade_service.targets import check_pools, resolve
+from platformctl.kernel.cluster.model import Snapshot, load_snapshot
+from platformctl.kernel.errors import ApiRefused, PlatformError
+from platformctl.kernel.nodegroups import NodeGroupError
+from platformctl.kernel.state import StateStore
+from platformctl.kernel.state.lease import holder_id
+from platformctl.kernel.topology import HostCluster, Stage, load_stage
+from platformctl.kernel.who import who
+from upgrade_service.journal.rotation import control, read_state, stream_of
+from upgrade_service.planning.fit import pool_capacity
+from upgrade_service.planning.order import ClusterPlace, cluster_steps
+from upgrade_service.planning.plan import RegionPlan, RotationPlan, plan_cluster, plan_region
+from upgrade_service.planning.policy import RotationPolicy, load_policy
+from upgrade_service.planning.targets import check_pools, resolve
+from upgrade_service.running.execute import Executor
+from upgrade_service.running.gate import check_gate_exists
+from upgrade_service.running.pods_back import API_PROBE_SECONDS
+from upgrade_service.running.report import RunReport, build_report
+from upgrade_service.running.run_types import EXIT_HALTED, EXIT_INTERRUPTED, EXIT_LEASE_HELD, EXIT_PAUSED, Options, Outcome, Progress, Target
+from upgrade_service.running.runs import AbortOutcome, abort_cluster, run_cluster, run_stage
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ def snapshot_time(snapshot: Snapshot) -> float:
 
 def live_snapshot(kubeconfig: str | None, context: str | None) -> tuple[Snapshot, str, float]:
     """A live cluster as the planner reads it: its nodes, pods and budgets, its name and its clock."""
-    from platformctl.cluster.live import LiveCluster
-    from platformctl.region_client import default_kubeconfig
+    from platformctl.kernel.cluster.live import LiveCluster
+    from platformctl.kernel.region_client import default_kubeconfig
 
     live = LiveCluster.from_kubeconfig(default_kubeconfig(kubeconfig), context)
     snap = Snapshot(tuple(live.list_nodes()), tuple(live.list_pods()), tuple(live.list_pdbs()),

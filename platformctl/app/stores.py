@@ -10,7 +10,7 @@ see each other, and the canary gate finds no results. So, in order:
 2. against the local region (a region of that stage runs, or the context is one of its clusters): the
    region's own store, a SQLite file in its folder (``local status`` names it);
 3. a stage (``--stage``, or the stage whose stack file has the context's cluster): its table;
-4. else ``.platformctl/state.db`` in the current directory (a cluster of no stage this checkout knows).
+4. else ``.platformctl/kernel/state.db`` in the current directory (a cluster of no stage this checkout knows).
 
 Every command that reads a store says which (``state`` in its JSON, a line on a terminal).
 """
@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from platformctl.errors import PlatformError
-from platformctl.state import ENV, StateStore, open_store
-from platformctl.topology import STAGES, default_infra_dir, read_stack_config, stage_file
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state import ENV, StateStore, open_store
+from platformctl.kernel.topology import STAGES, default_infra_dir, read_stack_config, stage_file
 
 ROTATION_KEY = "platformctl:rotation"
 
@@ -37,7 +37,7 @@ def stage_table(stage: str, infra_dir: Path | None) -> str:
 
 def stage_of(cluster: str, infra_dir: Path | None) -> str | None:
     """The stage whose stack file declares ``cluster`` (None outside a checkout, or for a cluster of no stage)."""
-    from platformctl.topology import load_stage
+    from platformctl.kernel.topology import load_stage
 
     for stage in STAGES:
         try:
@@ -53,7 +53,7 @@ def store_for(spec: str | None, *, stage: str | None = None, cluster: str | None
     """The store a command on ``stage`` (or ``cluster``) uses; see the module docstring."""
     if spec or os.environ.get(ENV):
         return open_store(spec)
-    from platformctl.region_client import for_stage, running, state_dir
+    from platformctl.kernel.region_client import for_stage, running, state_dir
 
     region = for_stage(running(), stage, cluster)
     if region is not None:

@@ -18,8 +18,8 @@ from platformctl import __version__
 from platformctl.cli.output import OUTPUT
 from platformctl.cli.output import console as _console
 from platformctl.cli.output import emit_json as _emit_json
-from platformctl.errors import PlatformError
-from platformctl.topology import STAGES, HostCluster, load_stage
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import STAGES, HostCluster, load_stage
 
 # The subcommands whose modules are imported only when used, as click's documentation does it ("lazily loading
 # subcommands"): every scheduled job and test starts a process, and `rotate run` has no need of scipy or plotly.
@@ -138,8 +138,8 @@ def snapshot() -> None:
 @OUTPUT
 def snapshot_inspect(file: Path, output: str) -> None:
     """Summarise a snapshot: nodes by pool and image, pods, and budgets as the disruption controller sees them."""
-    from platformctl.cluster.model import load_snapshot
-    from platformctl.cluster.simulator import SimulatedCluster
+    from platformctl.emulator.simulator import SimulatedCluster
+    from platformctl.kernel.cluster.model import load_snapshot
 
     snap = load_snapshot(file)
     sim = SimulatedCluster.from_snapshot(snap, name=file.stem)
@@ -195,8 +195,8 @@ def snapshot_inspect(file: Path, output: str) -> None:
 def snapshot_generate(nodes: int, pods_per_node: float, seed: int, blocking_pdbs: int, out: Path, output: str) -> None:
     """Write a synthetic cluster's snapshot: services with budgets, stateful sets, jobs, GPU training, daemons."""
     from platformctl.cli.output import writable_file
-    from platformctl.cluster.model import save_snapshot
-    from platformctl.cluster.synthetic import synthetic_cluster
+    from platformctl.emulator.synthetic import synthetic_cluster
+    from platformctl.kernel.cluster.model import save_snapshot
 
     writable_file(out, "--out")
     sim, summary = synthetic_cluster(nodes, seed=seed, pods_per_node=pods_per_node, blocking_pdbs=blocking_pdbs)
@@ -220,9 +220,9 @@ def snapshot_generate(nodes: int, pods_per_node: float, seed: int, blocking_pdbs
 def demo_pipeline(ctx: click.Context, keep: bool, output: str) -> None:
     """Tell the release pipeline's story on the local region of every stage: a good candidate through all four
     stages, then a broken one halted and rolled back in dev (about ten minutes; processes, as an operator runs them)."""
-    from platformctl.checkout import root
     from platformctl.cli.demo_pipeline import run_story
-    from platformctl.topology import default_infra_dir
+    from platformctl.kernel.checkout import root
+    from platformctl.kernel.topology import default_infra_dir
 
     infra = ctx.obj["infra_dir"] or default_infra_dir()
     manifests = root("--manifests") / "ami" / "manifests"
@@ -273,7 +273,7 @@ def main() -> None:
         sys.exit(130)
     except RecursionError:
         # An input nested thousands deep that a loader did not catch: the user's file, not a crash.
-        from platformctl.errors import TOO_DEEP
+        from platformctl.kernel.errors import TOO_DEEP
 
         click.echo(f"platformctl: error: an input is {TOO_DEEP}", err=True)
         sys.exit(2)

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from platformctl.cli.output import OUTPUT, console, emit_json, writable_file
-from platformctl.errors import PlatformError
+from platformctl.kernel.errors import PlatformError
 
 MANIFESTS = click.option("--manifests", "manifest_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                          help="folder of image manifests (default: ami/manifests of the checkout the current directory is in)")
@@ -38,7 +38,7 @@ def _regions(fn: Any) -> Any:
 
 def _store(region: str | None, copy_to: tuple[str, ...]) -> Any:
     from ami.build import ImageStore
-    from platformctl.region_client import for_stage, running, stages_of, use_for_aws
+    from platformctl.kernel.region_client import for_stage, running, stages_of, use_for_aws
 
     use_for_aws()  # the running local region, unless another AWS target is set
     local = running()
@@ -170,8 +170,8 @@ def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | N
     """Build what the plan says (parents first, independent branches at once), publish, and write the lock file."""
     from ami.build import build_images, plan_builds, write_lock
     from ami.manifest import default_manifest_dir, load_manifests
-    from platformctl.checkout import root
-    from platformctl.region_client import use_for_aws
+    from platformctl.kernel.checkout import root
+    from platformctl.kernel.region_client import use_for_aws
 
     folder = manifest_dir or default_manifest_dir()
     manifests = load_manifests(folder)
@@ -206,7 +206,7 @@ def _target(local: dict[str, Any] | None, region: str) -> str:
         return f"the local region of stage {local['stage']} (AWS endpoint {local['aws_endpoint']}), region {region}"
     if os.environ.get("AWS_ENDPOINT_URL"):
         return f"AWS endpoint {os.environ['AWS_ENDPOINT_URL']}, region {region}"
-    from platformctl import aws
+    from platformctl.kernel import aws
 
     account = aws.client("sts", region).get_caller_identity()["Account"]
     return f"AWS account {account}, region {region}"
@@ -246,10 +246,10 @@ def ami_prune(ctx: click.Context, names: tuple[str, ...], region: str | None, co
     from datetime import datetime
 
     from ami.prune import prune_images
-    from platformctl.topology import default_infra_dir
+    from platformctl.kernel.topology import default_infra_dir
 
     if not lock_files:
-        from platformctl.checkout import root
+        from platformctl.kernel.checkout import root
 
         default = root("--lock-file") / "ami" / "images.lock.json"
         lock_files = (default,) if default.exists() else ()

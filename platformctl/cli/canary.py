@@ -12,8 +12,8 @@ from rich.table import Table
 from e2e_canary.runner import AttemptReport
 from platformctl.app.canaries import CanaryRunRequest, VerdictRequest, judge_stage, prepare_canaries, run_canaries
 from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json
-from platformctl.region_client import take_part
-from platformctl.topology import STAGES
+from platformctl.kernel.region_client import take_part
+from platformctl.kernel.topology import STAGES
 
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_CODES_HELP = "exit 0 pass, 1 fail, 2 bad input, 3 inconclusive"

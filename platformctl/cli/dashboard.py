@@ -15,8 +15,8 @@ import click
 from platformctl.app.dashboard import DashboardRequest, Reader, gather
 from platformctl.cli import dashboard_page as view
 from platformctl.cli.output import writable_file
-from platformctl.errors import PlatformError
-from platformctl.humanize import parse_duration
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.humanize import parse_duration
 
 CACHE_SECONDS = 2.0  # one read of the stores serves every poll that comes within this
 

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.utils import PlotlyJSONEncoder
 
-from platformctl.humanize import human_duration
+from platformctl.kernel.humanize import human_duration
 
 REFRESH_SECONDS = 5
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f")

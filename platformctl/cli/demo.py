@@ -30,10 +30,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from infra.materialize import materialize
-from platformctl.cluster import simulator as sim_events
-from platformctl.cluster.drain import drain
-from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
-from platformctl.cluster.model import (
+from platformctl.emulator import simulator as sim_events
+from platformctl.emulator.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
+from platformctl.emulator.local_region import LocalRegion
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.kernel.cluster.drain import drain
+from platformctl.kernel.cluster.model import (
     ANNOTATION_RUN_SECONDS,
     ANNOTATION_START_SECONDS,
     LABEL_NODE_TYPE,
@@ -43,9 +45,7 @@ from platformctl.cluster.model import (
     format_time,
     save_snapshot,
 )
-from platformctl.cluster.simulator import SimulatedCluster
-from platformctl.local_region import LocalRegion
-from platformctl.topology import HostCluster, Stage
+from platformctl.kernel.topology import HostCluster, Stage
 
 
 @dataclass
@@ -139,12 +139,12 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
     from ami.build import ImageStore, build_images, plan_builds, write_lock
     from ami.manifest import default_manifest_dir, load_manifests
     from infra.deploy import LocalDeployer
-    from platformctl.nodegroups.aws import AutoScalingNodeGroups
-    from platformctl.state.sqlite import SQLiteStore
-    from upgrade_service.order import ClusterPlace, cluster_steps
-    from upgrade_service.policy import parse_policy
-    from upgrade_service.run_types import Options, Target
-    from upgrade_service.runs import run_stage
+    from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
+    from platformctl.kernel.state.sqlite import SQLiteStore
+    from upgrade_service.planning.order import ClusterPlace, cluster_steps
+    from upgrade_service.planning.policy import parse_policy
+    from upgrade_service.running.run_types import Options, Target
+    from upgrade_service.running.runs import run_stage
 
     folder = lock.parent
     manifests_dir = folder / "manifests"

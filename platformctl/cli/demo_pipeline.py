@@ -26,8 +26,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from platformctl.errors import PlatformError
-from platformctl.topology import STAGES
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import STAGES
 
 # Two nodes a wave, each next wave behind the canary gate: a bad image is caught on the first wave's nodes (the
 # canaries' pods pinned to them never start) before a second wave starts. The gate judges a new image's node-pool arm
@@ -140,7 +140,7 @@ class Story:
 
     def nodes(self, region: dict[str, Any]) -> dict[str, list[str]]:
         """Each stage's nodes' images, as kubectl shows them."""
-        from platformctl.cluster.live import LiveCluster
+        from platformctl.kernel.cluster.live import LiveCluster
 
         out: dict[str, list[str]] = {s: [] for s in region["stages"]}
         for c in region["clusters"]:

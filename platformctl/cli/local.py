@@ -16,11 +16,11 @@ import click
 from rich.table import Table
 
 from platformctl.cli.output import OUTPUT, console, emit_json
-from platformctl.topology import STAGES, load_stage
+from platformctl.kernel.topology import STAGES, load_stage
 
 
 def _print_status(info: dict[str, Any], headline: str) -> None:
-    from platformctl.region_client import for_stage, stages_of
+    from platformctl.kernel.region_client import for_stage, stages_of
 
     out = console()
     held = [for_stage(info, s) or info for s in stages_of(info)]
@@ -72,7 +72,7 @@ def local() -> None:
 def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, skip: bool, workloads: bool, canaries: bool,
              output: str) -> None:
     """Start the local region of a stage, or of several, in the background (or report the one running)."""
-    from platformctl import region_client as control
+    from platformctl.kernel import region_client as control
 
     stages = list(STAGES) if "all" in stage_names else [s for s in STAGES if s in stage_names]  # in the pipeline's order
     for name in stages:
@@ -88,7 +88,7 @@ def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, ski
 @OUTPUT
 def local_status(output: str) -> None:
     """Endpoints, clusters and virtual time of the running local region (exit 1 when none runs)."""
-    from platformctl import region_client as control
+    from platformctl.kernel import region_client as control
 
     info = control.running()
     if output == "json":
@@ -105,7 +105,7 @@ def local_status(output: str) -> None:
 @OUTPUT
 def local_down(output: str) -> None:
     """Stop the running local region. Its state goes with it."""
-    from platformctl import region_client as control
+    from platformctl.kernel import region_client as control
 
     info = control.down()
     if output == "json":
@@ -132,7 +132,7 @@ def _show_faults(answer: dict[str, Any], output: str, headline: str) -> None:
 
 
 def _inject(body: dict[str, Any], output: str, headline: str) -> None:
-    from platformctl import region_client as control
+    from platformctl.kernel import region_client as control
 
     _show_faults(control.faults("POST", body), output, headline)
 
@@ -218,7 +218,7 @@ def fault_api_errors(cluster: str, rate: str, verbs: str, lasting: str | None, o
 @OUTPUT
 def fault_clear(output: str) -> None:
     """End every fault: nodes recover, instances that never joined register."""
-    from platformctl import region_client as control
+    from platformctl.kernel import region_client as control
 
     answer = control.faults("DELETE")
     if output == "json":
@@ -231,7 +231,7 @@ def fault_clear(output: str) -> None:
 @OUTPUT
 def fault_list(output: str) -> None:
     """The faults in force."""
-    from platformctl import region_client as control
+    from platformctl.kernel import region_client as control
 
     answer = control.faults("GET")
     _show_faults(answer, output, f"{len(answer.get('faults', []))} fault(s) in force")

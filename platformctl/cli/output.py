@@ -48,7 +48,7 @@ def emit_json(data: Any) -> None:
 
 def writable_file(path: Path, option: str) -> Path:
     """An output file's folder must exist and the path must not be a folder: checked before any work."""
-    from platformctl.errors import PlatformError
+    from platformctl.kernel.errors import PlatformError
 
     if path.is_dir():
         raise PlatformError("is a folder, not a file", file=str(path), field=option)
@@ -59,7 +59,7 @@ def writable_file(path: Path, option: str) -> Path:
 
 def writable_folder(path: Path, option: str) -> Path:
     """An output folder is made if missing (its parent must exist); a file in its place is an error."""
-    from platformctl.errors import PlatformError
+    from platformctl.kernel.errors import PlatformError
 
     if path.exists() and not path.is_dir():
         raise PlatformError("is a file, not a folder", file=str(path), field=option)

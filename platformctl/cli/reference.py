@@ -15,14 +15,14 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from upgrade_service.policy import RotationPolicy
-from upgrade_service.remediation_policy import RemediationPolicy
+from upgrade_service.planning.policy import RotationPolicy
+from upgrade_service.remediation.policy import RemediationPolicy
 
 PAGES: tuple[tuple[str, type[BaseModel], str], ...] = (
     ("Rotation policy", RotationPolicy, "`rotate plan --policy`, `rotate run --policy`, and the stack's "
-     "`platformctl:rotation.policy`; parsed by `upgrade_service/policy.py`. More in [rotate.md](rotate.md)."),
+     "`platformctl:rotation.policy`; parsed by `upgrade_service/planning/policy.py`. More in [rotate.md](rotate.md)."),
     ("Remediation policy", RemediationPolicy, "`remediate --policy`, and the stack's `platformctl:remediation.policy`; "
-     "parsed by `upgrade_service/remediation_policy.py`. More in [remediate.md](remediate.md)."),
+     "parsed by `upgrade_service/remediation/policy.py`. More in [remediate.md](remediate.md)."),
 )
 
 

@@ -11,9 +11,9 @@ from rich.table import Table
 
 from platformctl.app import release as app
 from platformctl.cli.output import OUTPUT, console, emit_json
-from platformctl.cluster.model import format_time
-from platformctl.region_client import take_part
-from platformctl.topology import STAGES
+from platformctl.kernel.cluster.model import format_time
+from platformctl.kernel.region_client import take_part
+from platformctl.kernel.topology import STAGES
 
 PIPELINE = click.option("--pipeline", "pipeline_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
                         help="the pipeline file (default: release_pipeline/pipeline.yaml of this checkout)")
@@ -231,7 +231,7 @@ def release_tick(ctx: click.Context, lease_ttl: float, stages: tuple[str, ...], 
     done, 1 a stage's step failed (named), 2 bad input, 3 another tick holds every stage this one would act in, or this
     one lost a stage's lease mid-step."""
     take_part()  # a job of the local region's: it holds the region's time while it works
-    from platformctl.state import LeaseLost
+    from platformctl.kernel.state import LeaseLost
 
     quiet = output == "json"
     try:

@@ -10,11 +10,11 @@ from rich.table import Table
 
 from platformctl.app import remediation as app
 from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json
-from platformctl.cluster.model import format_time
-from platformctl.errors import PlatformError
-from platformctl.region_client import take_part
-from platformctl.topology import STAGES
-from upgrade_service.remediate import Outcome
+from platformctl.kernel.cluster.model import format_time
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.region_client import take_part
+from platformctl.kernel.topology import STAGES
+from upgrade_service.remediation.remediate import Outcome
 
 EXIT_CODES_HELP = ("exit 0 nothing to do or every broken node replaced, 1 circuit breaker open or a remediation failed, "
                    "2 bad input, 3 another run holds the lease")

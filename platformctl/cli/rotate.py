@@ -22,12 +22,12 @@ from rich.table import Table
 
 from platformctl.app import rotation as app
 from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json, writable_file
-from platformctl.errors import PlatformError
-from platformctl.humanize import hms
-from platformctl.region_client import take_part
-from platformctl.topology import STAGES
-from upgrade_service.plan import RegionPlan, RotationPlan
-from upgrade_service.run_types import Outcome, Progress
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.humanize import hms
+from platformctl.kernel.region_client import take_part
+from platformctl.kernel.topology import STAGES
+from upgrade_service.planning.plan import RegionPlan, RotationPlan
+from upgrade_service.running.run_types import Outcome, Progress
 
 
 def _print_cluster_plan(plan: RotationPlan, show_waves: bool = True) -> None:

@@ -1,6 +1,6 @@
 """``python -m platformctl.cli.serve``: the local region server process, with the stage's Pulumi
 program as what provisions it. ``platformctl local up`` starts this; the server itself lives in
-``platformctl.server.process``, which (as a shared module) does not import the ``infra`` subsystem.
+``platformctl.emulator.server.process``, which (as a shared module) does not import the ``infra`` subsystem.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 from ami.build import ensure_stage_images
 from ami.manifest import load_manifests
 from infra.materialize import materialize
-from platformctl.server.process import main as serve
-from platformctl.topology import Stage
+from platformctl.emulator.server.process import main as serve
+from platformctl.kernel.topology import Stage
 
 
 def build_images(stage: Stage, lock: Path, copy_to: tuple[str, ...] = ()) -> None:

@@ -10,7 +10,7 @@ import pytest
 from moto import mock_aws
 
 from ami.manifest import MANIFEST_DIR
-from platformctl import moto_extensions
+from platformctl.emulator import moto_extensions
 from tests.ami.accounts import REGION
 
 

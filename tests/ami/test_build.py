@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from ami.build import ImageStore, build_images, plan_builds, tags_of, write_lock
 from ami.manifest import load_manifests
 from platformctl.cli import cli
-from platformctl.errors import PlatformError
+from platformctl.kernel.errors import PlatformError
 from tests.ami.accounts import COPY, REGION, build, bump, ec2, fail_on, images, running_builders
 
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from platformctl.cli import cli
-from platformctl.cluster.model import load_snapshot
+from platformctl.kernel.cluster.model import load_snapshot
 
 
 @pytest.mark.slow  # the whole demo, or a stage built for it: make test-fast leaves it out

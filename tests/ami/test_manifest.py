@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from ami.manifest import MANIFEST_DIR, Replace, load_manifests, merge, origin_of
 from platformctl.cli import cli
-from platformctl.errors import PlatformError
+from platformctl.kernel.errors import PlatformError
 
 
 def test_the_shipped_tree_resolves_parents_first() -> None:

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from ami.build import ImageStore, tags_of
 from ami.prune import PruneReport, prune_images
 from platformctl.cli import cli
-from platformctl.topology import default_infra_dir
+from platformctl.kernel.topology import default_infra_dir
 from tests.ami.accounts import COPY, REGION, build, bump, ec2, fail_on, images
 
 WEEK = timedelta(days=7)

@@ -17,7 +17,7 @@ import boto3
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from platformctl.cluster.live import LiveCluster
+from platformctl.kernel.cluster.live import LiveCluster
 from tests.process import local_region, new_images, run, start
 
 CLUSTER = "dev-usw2a-01"

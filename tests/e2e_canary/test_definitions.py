@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from e2e_canary.definitions import CANARY_DIR, KINDS, load_canaries, parse_canary, seconds
-from platformctl.errors import PlatformError
+from platformctl.kernel.errors import PlatformError
 
 
 def test_the_shipped_canaries_cover_every_kind() -> None:

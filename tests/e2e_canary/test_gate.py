@@ -6,7 +6,7 @@ from typing import Any
 
 from e2e_canary.judge import Arm, judge
 from e2e_canary.verdict import rotation_verdict
-from upgrade_service.policy import parse_policy
+from upgrade_service.planning.policy import parse_policy
 
 OLD, NEW = "ami-0ld", "ami-new"
 NOW = 10_000.0

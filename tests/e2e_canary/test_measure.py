@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from e2e_canary.measure import NotStarted, Startup, startup
-from platformctl.cluster.model import Container, Pod, Resources, parse_pod
-from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.kernel.cluster.model import Container, Pod, Resources, parse_pod
 
 
 def cluster() -> SimulatedCluster:

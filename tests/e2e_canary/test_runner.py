@@ -9,8 +9,8 @@ from pathlib import Path
 from e2e_canary.definitions import CANARY_DIR, load_canaries, parse_canary
 from e2e_canary.runner import Runner, results
 from e2e_canary.verdict import stage_verdict
-from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.kernel.state.sqlite import SQLiteStore
 
 OLD, NEW = "ami-0000000000000001a", "ami-0000000000000002b"
 

@@ -13,8 +13,8 @@ import pytest
 
 from e2e_canary.runner import results
 from e2e_canary.verdict import stage_verdict
-from platformctl.cluster.live import LiveCluster
-from platformctl.state import open_store
+from platformctl.kernel.cluster.live import LiveCluster
+from platformctl.kernel.state import open_store
 from tests.process import canary_runners, local_region, run, stop_all
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ami.lock import newest_in_lock
-from platformctl.topology import NodePool, Stage, load_stage, read_stack_config
+from platformctl.kernel.topology import NodePool, Stage, load_stage, read_stack_config
 
 LOCK = Path(__file__).parents[1] / "fixtures" / "images.lock.json"
 

@@ -13,10 +13,11 @@ from moto import mock_aws
 
 from infra.deploy import LocalDeployer
 from infra.materialize import materialize
-from platformctl import aws, moto_extensions
-from platformctl.errors import PlatformError
-from platformctl.local_region import FAKE_CREDENTIALS
-from platformctl.topology import load_stage
+from platformctl.emulator import moto_extensions
+from platformctl.emulator.local_region import FAKE_CREDENTIALS
+from platformctl.kernel import aws
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import load_stage
 from tests.infra.images import LOCK
 
 STAGE = load_stage("dev")
@@ -88,7 +89,7 @@ def test_a_change_the_region_cannot_make_is_one_line_and_the_checkpoint_stays_us
     source = Path(STAGE.source).read_text().replace("vpcCidr: 10.10.0.0/16", "vpcCidr: 10.20.0.0/16")
     changed_file = tmp_path / "Pulumi.dev.yaml"
     changed_file.write_text(source)
-    from platformctl.topology import parse_stage_file
+    from platformctl.kernel.topology import parse_stage_file
 
     changed = parse_stage_file(changed_file, "dev")
     with pytest.raises(PlatformError) as err:
@@ -130,7 +131,7 @@ def test_a_release_candidates_deploy_sets_its_images_over_a_stages_pins(tmp_path
 
 def with_version(tmp_path: Path, version: str) -> Any:
     """The dev stage from a copy of its stack file that names ``version``."""
-    from platformctl.topology import parse_stage_file
+    from platformctl.kernel.topology import parse_stage_file
 
     text = Path(STAGE.source).read_text()
     lines = [line for line in text.splitlines(keepends=True) if "platformctl:kubernetesVersion" not in line]

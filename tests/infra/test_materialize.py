@@ -10,9 +10,9 @@ from moto import mock_aws
 
 from infra.materialize import materialize
 from infra.mocked import run_stage
-from platformctl import aws
-from platformctl.local_region import FAKE_CREDENTIALS, Provisioned
-from platformctl.topology import Stage, load_stage
+from platformctl.emulator.local_region import FAKE_CREDENTIALS, Provisioned
+from platformctl.kernel import aws
+from platformctl.kernel.topology import Stage, load_stage
 from tests.infra.images import image_for, stack_config
 
 

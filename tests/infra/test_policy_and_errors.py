@@ -12,8 +12,8 @@ import pytest
 
 from infra.mocked import run_stage
 from infra.policy.rules import RULES, policies, violations
-from platformctl.errors import PlatformError
-from platformctl.topology import load_stage, read_stack_config
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import load_stage, read_stack_config
 from tests.infra.images import stack_config
 
 from .test_program import declared

@@ -20,7 +20,7 @@ from infra.components.common import REQUIRED_TAGS, STAGE_TAG
 from infra.components.kubernetes import CANARY_NAMESPACE, FEDERATION_NAMESPACE, PRIORITY_TIERS, SYSTEM_NAMESPACE
 from infra.mocked import StageRun, run_main, run_stage
 from infra.policy.rules import TAGGABLE, tags_of, violations
-from platformctl.topology import STAGES, load_stage, read_stack_config
+from platformctl.kernel.topology import STAGES, load_stage, read_stack_config
 from tests.infra.images import image_for, stack_config
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -204,7 +204,7 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     run_command = cli.get_command(None, "rotate").get_command(None, "run")  # type: ignore[union-attr]
     assert run_command.make_context("run", container["args"][2:]).params["state_spec"] == f"dynamodb://{table}"
     [configmap] = [o for o in k8s_objects(run, host, "ConfigMap") if o["metadata"]["name"] == "platformctl-rotation"]
-    from upgrade_service.policy import parse_policy
+    from upgrade_service.planning.policy import parse_policy
 
     assert parse_policy(json.loads(configmap["data"]["policy.yaml"]), "policy.yaml").model_dump() == \
         parse_policy(rotation.get("policy", {}), "policy.yaml").model_dump()
@@ -256,7 +256,7 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
 @stages
 def test_every_cluster_runs_remediation_as_its_own_account_with_the_stacks_policy(stage_name: str) -> None:
     from platformctl.cli import cli
-    from upgrade_service.remediation_policy import parse_remediation_policy
+    from upgrade_service.remediation.policy import parse_remediation_policy
 
     stage, run = load_stage(stage_name), declared(stage_name)
     config = read_stack_config(Path(stage.source)).get("platformctl:remediation", {})
@@ -295,7 +295,7 @@ def test_every_cluster_runs_remediation_as_its_own_account_with_the_stacks_polic
 def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_pipeline(stage_name: str, tmp_path: Path) -> None:
     from platformctl.cli import cli
     from release_pipeline.pipeline import load_pipeline
-    from upgrade_service.policy import load_policy
+    from upgrade_service.planning.policy import load_policy
 
     stage, run = load_stage(stage_name), declared(stage_name)
     host = stage.host_cluster.name
@@ -410,7 +410,7 @@ def test_a_bad_canary_in_the_stack_config_names_the_key() -> None:
 ])
 def test_a_pipeline_file_the_tick_would_trip_on_is_named_at_pulumi_up(tmp_path: Path, text: str | None, said: str) -> None:
     from infra.settings import parse_settings, release_config
-    from platformctl.errors import PlatformError
+    from platformctl.kernel.errors import PlatformError
 
     if text is not None:
         (tmp_path / "pipeline.yaml").write_text(text)

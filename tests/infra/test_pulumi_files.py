@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from platformctl.topology import STAGES
+from platformctl.kernel.topology import STAGES
 
 INFRA = Path(__file__).parents[2] / "infra"
 PROJECT_FIELDS = {"name", "runtime", "description", "config", "packages", "main", "stackConfigDir", "backend", "options",

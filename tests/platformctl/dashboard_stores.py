@@ -12,19 +12,19 @@ from typing import Any
 
 from e2e_canary.runner import results_stream
 from platformctl.app.release import replaced_images, soak_verdict
-from platformctl.nodegroups.simulated import SimulatedNodeGroups
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.emulator.nodegroups import SimulatedNodeGroups
+from platformctl.kernel.state.sqlite import SQLiteStore
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import Ledger
 from release_pipeline.pipeline import load_pipeline
 from release_pipeline.reconcile import tick
 from tests.e2e_canary.test_evidence_window import stage_results
 from tests.upgrade_service.rotation import cluster, service, serving
-from upgrade_service.execute import Executor
-from upgrade_service.policy import parse_policy
-from upgrade_service.remediate import run as remediate
-from upgrade_service.remediation_policy import parse_remediation_policy
-from upgrade_service.run_types import Options, Target
+from upgrade_service.planning.policy import parse_policy
+from upgrade_service.remediation.policy import parse_remediation_policy
+from upgrade_service.remediation.remediate import run as remediate
+from upgrade_service.running.execute import Executor
+from upgrade_service.running.run_types import Options, Target
 
 SCRIPT = "<script>window.__pwned = 1</script>"
 ONERROR = '<img src=x onerror="window.__pwned = 1">'

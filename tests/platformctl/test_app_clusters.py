@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from platformctl.app.clusters import region_for
-from platformctl.cluster.model import Node
-from platformctl.cluster.simulator import build_node
-from platformctl.errors import PlatformError
+from platformctl.emulator.simulator import build_node
+from platformctl.kernel.cluster.model import Node
+from platformctl.kernel.errors import PlatformError
 
 
 def node(zone: str, region: str | None) -> Node:

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from platformctl.cli import cli
-from platformctl.cluster.model import load_snapshot
+from platformctl.kernel.cluster.model import load_snapshot
 from tests.conftest import FIXTURES
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from platformctl.clock import VirtualClock
-from platformctl.cluster.selectors import IntOrPercent, LabelSelector, Requirement, parse_selector_string
-from platformctl.errors import PlatformError
+from platformctl.kernel.clock import VirtualClock
+from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector, Requirement, parse_selector_string
+from platformctl.kernel.errors import PlatformError
 
 
 def test_virtual_clock_runs_callbacks_in_time_then_schedule_order() -> None:

@@ -20,8 +20,8 @@ from werkzeug.test import Client
 from platformctl.app import dashboard as reading
 from platformctl.app.dashboard import DashboardRequest, Reader, gather
 from platformctl.cli import dashboard as command
-from platformctl.state.dynamodb import DynamoDBStore, create_table
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
+from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.platformctl.dashboard_stores import BAD_IMAGE, EVIL_CLUSTER, GOOD_IMAGE, ONERROR, SCRIPT, Stores, build, store_newer_result
 
 

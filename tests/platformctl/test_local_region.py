@@ -7,8 +7,8 @@ import functools
 import pytest
 
 from infra.materialize import materialize
-from platformctl.local_region import LocalRegion
-from platformctl.topology import load_stage
+from platformctl.emulator.local_region import LocalRegion
+from platformctl.kernel.topology import load_stage
 from tests.infra.images import LOCK, image_for
 
 

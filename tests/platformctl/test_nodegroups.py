@@ -9,10 +9,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from platformctl import moto_extensions
-from platformctl.nodegroups import NodeGroupError, NodeGroups
-from platformctl.nodegroups.aws import AutoScalingNodeGroups
-from platformctl.nodegroups.simulated import SimulatedNodeGroups
+from platformctl.emulator import moto_extensions
+from platformctl.emulator.nodegroups import SimulatedNodeGroups
+from platformctl.kernel.nodegroups import NodeGroupError, NodeGroups
+from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
 from tests.upgrade_service.rotation import cluster
 
 REGION = "us-east-1"

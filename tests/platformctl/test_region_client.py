@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from platformctl.region_client import ServerClock
+from platformctl.kernel.region_client import ServerClock
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 from moto import mock_aws
 
 from platformctl.app.stores import stage_of, stage_table, store_for
-from platformctl.state.dynamodb import DynamoDBStore, create_table
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
+from platformctl.kernel.state.sqlite import SQLiteStore
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def test_a_stage_of_a_real_account_reads_and_writes_the_table_its_program_create
         assert isinstance(store, DynamoDBStore) and store.location == "dynamodb://platformctl-state-prod"
         assert stage_table("prod", None) == "platformctl-state-prod"
         # A cluster of that stage, named by its context, finds the same table through the stage's stack file.
-        from platformctl.topology import load_stage
+        from platformctl.kernel.topology import load_stage
 
         member = next(c.name for c in load_stage("prod").clusters())
         assert stage_of(member, None) == "prod"
@@ -41,7 +41,7 @@ def test_a_stage_of_a_real_account_reads_and_writes_the_table_its_program_create
 def test_the_table_a_stage_names_is_the_one_used(no_region: None, tmp_path: Path) -> None:
     import shutil
 
-    from platformctl.topology import default_infra_dir
+    from platformctl.kernel.topology import default_infra_dir
 
     infra = tmp_path / "infra"
     shutil.copytree(default_infra_dir(), infra)

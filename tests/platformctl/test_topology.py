@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from platformctl.errors import PlatformError
-from platformctl.topology import STAGES, HostCluster, load_stage, parse_stage_file
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.topology import STAGES, HostCluster, load_stage, parse_stage_file
 
 
 @pytest.mark.parametrize("name", STAGES)

@@ -11,7 +11,7 @@ import pytest
 
 
 def test_a_uid_with_no_passwd_entry_and_no_user_variable_is_named_by_its_number(monkeypatch: pytest.MonkeyPatch) -> None:
-    from platformctl.who import who
+    from platformctl.kernel.who import who
 
     for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
         monkeypatch.delenv(name, raising=False)

@@ -15,7 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from platformctl.cli import cli
-from platformctl.topology import load_stage
+from platformctl.kernel.topology import load_stage
 from tests.release_pipeline.test_release_cli import lock_everywhere
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def test_a_checkout_that_differs_from_its_commit_is_refused_naming_the_files(rep
 
 def test_each_candidate_deploys_its_own_commits_stack_file_whatever_the_checkout_holds(repo: Path, tmp_path: Path) -> None:
     from platformctl.app.release import candidate_source
-    from platformctl.state import open_store
+    from platformctl.kernel.state import open_store
     from release_pipeline.ledger import Ledger
 
     lock = lock_everywhere(tmp_path)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from platformctl.state import open_store
+from platformctl.kernel.state import open_store
 from release_pipeline.ledger import STATE, Ledger
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from platformctl.errors import PlatformError
-from platformctl.state import open_store
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.gates import freeze_window_at
 from release_pipeline.ledger import Ledger

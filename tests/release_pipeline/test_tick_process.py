@@ -18,7 +18,7 @@ import pytest
 
 from ami.manifest import MANIFEST_DIR
 from platformctl.cli.demo_pipeline import new_tree
-from platformctl.cluster.live import LiveCluster
+from platformctl.kernel.cluster.live import LiveCluster
 from tests.process import canary_runners, get, local_region, run, start, stop_all
 
 POLICY = "strategy: surge\nmaxInFlight: 4\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
@@ -117,7 +117,7 @@ def test_a_candidate_is_carried_through_dev_with_the_tick_killed_at_every_step_a
 
 
 def test_two_ticks_at_once_never_both_act(region: dict[str, Any]) -> None:
-    from platformctl.state import open_store
+    from platformctl.kernel.state import open_store
     from release_pipeline.ledger import stage_lease
 
     home = region["home"]

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from platformctl.errors import PlatformError
-from platformctl.state import open_store
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate
 from release_pipeline.gates import entry_decision, freeze_window_at, soak_decision
 from release_pipeline.ledger import STATE, Ledger
@@ -279,7 +279,7 @@ def test_an_override_ends_with_the_freeze_it_was_given_in(ledger: Ledger) -> Non
 def test_two_approvals_by_one_aws_identity_under_two_user_names_count_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from moto import mock_aws
 
-    from platformctl.who import who
+    from platformctl.kernel.who import who
 
     for key, value in {"AWS_ACCESS_KEY_ID": "AKIAALICE", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)

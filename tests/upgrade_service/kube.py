@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from platformctl.cluster.model import Snapshot, parse_snapshot
-from upgrade_service.policy import RotationPolicy, parse_policy
+from platformctl.kernel.cluster.model import Snapshot, parse_snapshot
+from upgrade_service.planning.policy import RotationPolicy, parse_policy
 
 STAMP = "2026-03-01T10:00:00Z"
 

@@ -11,17 +11,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from platformctl.cluster import simulator as sim_events
-from platformctl.cluster.constraints import parse_constraints
-from platformctl.cluster.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
-from platformctl.cluster.model import ANNOTATION_START_SECONDS, Container, Pod, PodDisruptionBudget, Resources
-from platformctl.cluster.selectors import IntOrPercent, LabelSelector
-from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
-from platformctl.nodegroups.simulated import SimulatedNodeGroups
-from platformctl.state.sqlite import SQLiteStore
-from upgrade_service.execute import Executor
-from upgrade_service.policy import parse_policy
-from upgrade_service.run_types import Options, Outcome, Target
+from platformctl.emulator import simulator as sim_events
+from platformctl.emulator.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
+from platformctl.emulator.nodegroups import SimulatedNodeGroups
+from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.kernel.cluster.constraints import parse_constraints
+from platformctl.kernel.cluster.model import ANNOTATION_START_SECONDS, Container, Pod, PodDisruptionBudget, Resources
+from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
+from platformctl.kernel.state.sqlite import SQLiteStore
+from upgrade_service.planning.policy import parse_policy
+from upgrade_service.running.execute import Executor
+from upgrade_service.running.run_types import Options, Outcome, Target
 
 OLD, NEW = "ami-0old", "ami-0new"
 MIB = 1024**2

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from platformctl.cluster import simulator as sim_events
-from platformctl.cluster.model import PDBStatus
-from platformctl.cluster.simulator import SimulatedCluster
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.emulator import simulator as sim_events
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.kernel.cluster.model import PDBStatus
+from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, executor, harm, new_image, service
-from upgrade_service.journal import read_state
-from upgrade_service.plan import plan_cluster
-from upgrade_service.report import build_report
-from upgrade_service.run_types import EXIT_DONE, EXIT_HALTED, Progress
+from upgrade_service.journal.rotation import read_state
+from upgrade_service.planning.plan import plan_cluster
+from upgrade_service.running.report import build_report
+from upgrade_service.running.run_types import EXIT_DONE, EXIT_HALTED, Progress
 
 START = 60  # web's pods take a minute from scheduled to Ready
 

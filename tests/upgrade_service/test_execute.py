@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from platformctl.cluster import simulator as sim_events
-from platformctl.errors import PlatformError
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.emulator import simulator as sim_events
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.upgrade_service.rotation import (
     NEW,
     NO_HARM,
@@ -30,9 +30,9 @@ from tests.upgrade_service.rotation import (
     service,
     serving,
 )
-from upgrade_service.journal import control, read_state
-from upgrade_service.report import build_report
-from upgrade_service.run_types import EXIT_DONE, EXIT_HALTED, EXIT_PAUSED, TAINT
+from upgrade_service.journal.rotation import control, read_state
+from upgrade_service.running.report import build_report
+from upgrade_service.running.run_types import EXIT_DONE, EXIT_HALTED, EXIT_PAUSED, TAINT
 
 
 def nodes_on(sim, image):
@@ -245,8 +245,8 @@ def test_a_gate_that_crashed_or_answered_an_error_status_never_passes_whatever_i
     import http.server
     import threading
 
-    from upgrade_service.gate import ask
-    from upgrade_service.policy import HealthGate
+    from upgrade_service.planning.policy import HealthGate
+    from upgrade_service.running.gate import ask
 
     said_pass = 'import json, sys; print(json.dumps({"verdict": "pass", "reason": "looks fine"})); sys.exit(1)'
     verdict = ask(HealthGate(command=(sys.executable, "-c", said_pass)), {"cluster": "c"})
@@ -403,9 +403,9 @@ def test_nodes_failing_mid_run_are_replanned_around(tmp_path: Path) -> None:
 
 
 def test_a_second_run_on_the_cluster_exits_at_once(tmp_path: Path) -> None:
-    from platformctl.state.lease import LeaseKeeper
-    from upgrade_service.run_types import EXIT_LEASE_HELD
-    from upgrade_service.runs import run_cluster
+    from platformctl.kernel.state.lease import LeaseKeeper
+    from upgrade_service.running.run_types import EXIT_LEASE_HELD
+    from upgrade_service.running.runs import run_cluster
 
     sim = cluster({"general": 2})
     sim.run_until_settled()
@@ -413,9 +413,9 @@ def test_a_second_run_on_the_cluster_exits_at_once(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "state.db")
     held = LeaseKeeper(store, "rotation/test", "other-host:42:abc", ttl=60)
     held.acquire()
-    from platformctl.nodegroups.simulated import SimulatedNodeGroups
-    from upgrade_service.policy import parse_policy
-    from upgrade_service.run_types import Options, Target
+    from platformctl.emulator.nodegroups import SimulatedNodeGroups
+    from upgrade_service.planning.policy import parse_policy
+    from upgrade_service.running.run_types import Options, Target
 
     outcome = run_cluster(Target("test", sim, SimulatedNodeGroups(sim)), parse_policy({}, "p.yaml"), store, Options(), "me")
     assert (outcome.status, outcome.exit_code) == ("lease-held", EXIT_LEASE_HELD)
@@ -429,7 +429,8 @@ def test_a_second_run_on_the_cluster_exits_at_once(tmp_path: Path) -> None:
 def test_a_node_remediation_is_replacing_is_left_to_it(tmp_path: Path) -> None:
     """Remediation's open work is read before every plan: the rotation neither cordons nor drains nor terminates a
     node whose replacement remediation has started (its replacement boots the target image anyway)."""
-    from upgrade_service.remediate import STARTED, Log
+    from upgrade_service.journal.remediation import STARTED
+    from upgrade_service.remediation.remediate import Log
 
     sim = serving(4, replicas=4, min_available=3)
     new_image(sim)

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from platformctl.cluster.model import parse_snapshot
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.kernel.cluster.model import parse_snapshot
+from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, executor, harm, longest_pending, new_image, rotate, service
-from upgrade_service.journal import read_state
-from upgrade_service.plan import RotationPlan, plan_cluster
+from upgrade_service.journal.rotation import read_state
+from upgrade_service.planning.plan import RotationPlan, plan_cluster
 
 BOOT = 120.0
 GRACE = 30
@@ -202,7 +202,7 @@ def test_required_anti_affinity_one_replica_a_host_moves_one_node_at_a_time_or_o
 
 
 def test_zone_spread_do_not_schedule_keeps_a_zones_replicas_waiting_for_its_own_replacements(tmp_path: Path) -> None:
-    from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
+    from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
 
     sim = SimulatedCluster("host")
     for zone in ("us-east-1a", "us-east-1b", "us-east-1c"):

@@ -7,8 +7,8 @@ from datetime import datetime
 import pytest
 
 from tests.upgrade_service.kube import STAMP, node, pdb, pod, policy, snapshot
-from upgrade_service.order import ClusterPlace
-from upgrade_service.plan import plan_cluster, plan_region
+from upgrade_service.planning.order import ClusterPlace
+from upgrade_service.planning.plan import plan_cluster, plan_region
 
 NOW = datetime.fromisoformat(STAMP.replace("Z", "+00:00")).timestamp()
 
@@ -309,9 +309,9 @@ def test_region_plan_goes_zone_by_zone_with_the_host_as_the_policy_says() -> Non
 
 
 def test_improvement_pass_moves_a_node_that_alone_slows_its_wave() -> None:
-    from upgrade_service.disruption import view_cluster
-    from upgrade_service.packing import improve, rebuild
-    from upgrade_service.plan import limits_for
+    from upgrade_service.planning.disruption import view_cluster
+    from upgrade_service.planning.packing import improve, rebuild
+    from upgrade_service.planning.plan import limits_for
 
     notes = {"platformctl.io/rotation": "one-at-a-time", "platformctl.io/settle-seconds": "600"}
     snap = snapshot(node("a"), node("b"), node("c"), pod("kv-a", on="a", labels={"app": "kv"}, annotations=notes),

@@ -14,13 +14,13 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from platformctl.cluster.model import LABEL_NODEGROUP_IMAGE, PodDisruptionBudget, parse_snapshot
-from platformctl.cluster.selectors import IntOrPercent, LabelSelector
-from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.kernel.cluster.model import LABEL_NODEGROUP_IMAGE, PodDisruptionBudget, parse_snapshot
+from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
 from tests.platformctl.cluster.helpers import template
 from tests.platformctl.cluster.test_eviction_property import budget_specs
-from upgrade_service.plan import plan_cluster
-from upgrade_service.policy import parse_policy
+from upgrade_service.planning.plan import plan_cluster
+from upgrade_service.planning.policy import parse_policy
 
 ZONES = ("us-east-1a", "us-east-1b")
 workloads = st.lists(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from platformctl.errors import PlatformError
-from upgrade_service.policy import load_policy
+from platformctl.kernel.errors import PlatformError
+from upgrade_service.planning.policy import load_policy
 
 EXAMPLE = """\
 cluster: prod-use1a-01

@@ -13,16 +13,17 @@ from typing import Any
 
 import pytest
 
-from platformctl.cluster import simulator as sim_events
-from platformctl.cluster.simulator import SimulatedCluster
-from platformctl.errors import PlatformError
-from platformctl.nodegroups.simulated import SimulatedNodeGroups
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.emulator import simulator as sim_events
+from platformctl.emulator.nodegroups import SimulatedNodeGroups
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.upgrade_service.rotation import NO_HARM, cluster, events, harm, service
-from upgrade_service import journal as rj
-from upgrade_service.health import assess
-from upgrade_service.remediate import EXIT_FAILED, EXIT_OK, Outcome, Remediator, read_state, run
-from upgrade_service.remediation_policy import parse_remediation_policy
+from upgrade_service.journal import rotation as rj
+from upgrade_service.journal.remediation import read_state
+from upgrade_service.remediation.health import assess
+from upgrade_service.remediation.policy import parse_remediation_policy
+from upgrade_service.remediation.remediate import EXIT_FAILED, EXIT_OK, Outcome, Remediator, run
 
 
 def remediate(sim: SimulatedCluster, tmp_path: Path, policy: dict[str, Any] | None = None) -> Outcome:
@@ -116,7 +117,7 @@ def test_too_many_broken_at_once_opens_the_breaker_and_touches_nothing(tmp_path:
 
 def test_a_zone_failing_together_is_an_az_event(tmp_path: Path) -> None:
     sim = cluster({"a": 4}, zone="us-east-1a")
-    from platformctl.cluster.simulator import NodePoolSpec
+    from platformctl.emulator.simulator import NodePoolSpec
 
     for zone in ("us-east-1b", "us-east-1c"):
         sim.add_pool(NodePoolSpec(f"p{zone[-1]}", zone, "m6i.2xlarge", "ami-0old", 4, 120, "general", {}, (), "us-east-1"))
@@ -170,7 +171,7 @@ def test_force_deletes_only_where_the_policy_says_and_the_kubelet_is_gone(tmp_pa
     # Pods of a budget that wants all of them, tolerating an unreachable node forever (as stateful systems
     # that manage their own failover do): the eviction API refuses them once their node is gone (the budget
     # is not whole) and the taint manager never deletes them, so only deleting them frees the node.
-    from platformctl.cluster.model import Toleration
+    from platformctl.kernel.cluster.model import Toleration
 
     sim = cluster({"general": 3})
     service(sim, "db", 3, min_available=3,
@@ -289,7 +290,7 @@ def test_a_percentage_limit_on_a_small_pool_never_rounds_below_one_node(tmp_path
                                                                         allowed: int) -> None:
     """30% of three nodes rounds down to none: a lone broken node of a small pool would open the breaker at once
     and never be replaced. The limit never falls below one node; one more than it allows opens the breaker."""
-    from upgrade_service.remediation_policy import allowed as allowed_of
+    from upgrade_service.remediation.policy import allowed as allowed_of
 
     assert allowed_of(percent, pool) == allowed
     sim = cluster({"general": pool})

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ami.manifest import MANIFEST_DIR
-from platformctl.cluster.live import LiveCluster
+from platformctl.kernel.cluster.live import LiveCluster
 from tests.process import run
 from tests.upgrade_service.test_rotate_run_process import asg, get, new_images, rotate
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from platformctl import failpoints
-from platformctl.cluster import simulator as sim_events
-from platformctl.nodegroups.simulated import SimulatedNodeGroups
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.emulator import simulator as sim_events
+from platformctl.emulator.nodegroups import SimulatedNodeGroups
+from platformctl.kernel import failpoints
+from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.upgrade_service.rotation import NO_HARM, cluster, executor, harm, new_image, service
-from upgrade_service import journal as j
-from upgrade_service.run_types import TAINT, Target
-from upgrade_service.runs import abort_cluster
+from upgrade_service.journal import rotation as j
+from upgrade_service.running.run_types import TAINT, Target
+from upgrade_service.running.runs import abort_cluster
 
 SETTLE = 300
 ONE_AT_A_TIME = {"platformctl.io/rotation": "one-at-a-time", "platformctl.io/settle-seconds": str(SETTLE)}
@@ -81,7 +81,7 @@ def test_abort_after_a_kill_between_a_cordon_and_its_record_leaves_no_node_cordo
 
 
 def test_abort_while_a_dead_runs_lease_is_live_says_when_or_waits_for_it(tmp_path: Path) -> None:
-    from platformctl.state.lease import LeaseKeeper
+    from platformctl.kernel.state.lease import LeaseKeeper
 
     sim = cluster({"general": 2})
     sim.run_until_settled()

@@ -24,8 +24,8 @@ from typing import Any
 import boto3
 import pytest
 
-from platformctl.cluster.live import LiveCluster
-from platformctl.topology import load_stage
+from platformctl.kernel.cluster.live import LiveCluster
+from platformctl.kernel.topology import load_stage
 from tests.process import get, new_images, run, start
 
 STAGE = load_stage("dev")

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from platformctl.cluster.live import LiveCluster
-from platformctl.cluster.model import parse_time
+from platformctl.kernel.cluster.live import LiveCluster
+from platformctl.kernel.cluster.model import parse_time
 from tests.process import local_region, new_images, run
 
 CLUSTER = "dev-usw2a-01"

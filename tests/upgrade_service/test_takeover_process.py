@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from platformctl.cluster.live import LiveCluster
+from platformctl.kernel.cluster.live import LiveCluster
 from tests.process import get, local_region, new_images, run, start
 
 CLUSTER = "dev-usw2a-01"

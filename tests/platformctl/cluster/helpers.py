@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from platformctl.clock import VirtualClock
-from platformctl.cluster.model import (
+from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.kernel.clock import VirtualClock
+from platformctl.kernel.cluster.model import (
     ANNOTATION_RUN_SECONDS,
     ANNOTATION_START_SECONDS,
     Container,
@@ -12,7 +13,6 @@ from platformctl.cluster.model import (
     Taint,
     Toleration,
 )
-from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
 
 MIB = 1024**2
 

@@ -12,8 +12,8 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from platformctl.cluster.model import PodDisruptionBudget
-from platformctl.cluster.selectors import IntOrPercent, LabelSelector
+from platformctl.kernel.cluster.model import PodDisruptionBudget
+from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
 from tests.platformctl.cluster.helpers import cluster, template
 
 budget_specs = st.one_of(

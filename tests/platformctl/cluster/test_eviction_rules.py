@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from platformctl.cluster.drain import drain_blocks_on
-from platformctl.cluster.model import EvictionResult
-from platformctl.cluster.simulator import SimulatedCluster
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.kernel.cluster.drain import drain_blocks_on
+from platformctl.kernel.cluster.model import EvictionResult
 
 TOO_MANY = "Cannot evict pod as it would violate the pod's disruption budget."
 
@@ -154,9 +154,9 @@ def test_daemonset_mirror_and_finished_pods_never_hold_up_a_drain(rules: Simulat
 def test_desired_healthy_rounds_as_the_disruption_controller_does(
     min_available: object, max_unavailable: object, replicas: int, desired: int, allowed: int
 ) -> None:
-    from platformctl.cluster.model import Container, Pod, PodDisruptionBudget, Resources
-    from platformctl.cluster.selectors import IntOrPercent, LabelSelector
-    from platformctl.cluster.synthetic import synthetic_cluster
+    from platformctl.emulator.synthetic import synthetic_cluster
+    from platformctl.kernel.cluster.model import Container, Pod, PodDisruptionBudget, Resources
+    from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
 
     sim, _ = synthetic_cluster(4, pods_per_node=1)
     template = Pod("rounding", "app", "", labels={"app": "r"}, containers=(Container("c", "i", Resources(10, 1)),),

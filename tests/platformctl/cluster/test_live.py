@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from platformctl.cluster.interface import Cluster
-from platformctl.cluster.live import LiveCluster
-from platformctl.cluster.model import EvictionResult
-from platformctl.cluster.simulator import SimulatedCluster
-from platformctl.errors import PlatformError
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.kernel.cluster.interface import Cluster
+from platformctl.kernel.cluster.live import LiveCluster
+from platformctl.kernel.cluster.model import EvictionResult
+from platformctl.kernel.errors import PlatformError
 
 
 def _closed_port() -> int:

@@ -1,4 +1,4 @@
-"""The scheduler's filters as the planner and the simulator share them (``platformctl.cluster.scheduling``).
+"""The scheduler's filters as the planner and the simulator share them (``platformctl.kernel.cluster.scheduling``).
 
 Pods and nodes are written as the API shows them and parsed by the snapshot parser, so what is
 checked is what a plan made from ``kubectl get -o json`` would see.
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from platformctl.cluster.model import parse_pod
-from platformctl.cluster.scheduling import Placement
-from platformctl.cluster.simulator import build_node
-from platformctl.errors import PlatformError
+from platformctl.emulator.simulator import build_node
+from platformctl.kernel.cluster.model import parse_pod
+from platformctl.kernel.cluster.scheduling import Placement
+from platformctl.kernel.errors import PlatformError
 
 
 def node(name: str, zone: str = "us-east-1a", pool: str = "general", itype: str = "m6i.large", **kw: Any):
@@ -42,7 +42,7 @@ def test_resources_count_what_already_runs_there_and_say_so_as_the_scheduler_doe
 
 
 def test_cordon_taints_and_node_selector_filter_nodes() -> None:
-    from platformctl.cluster.model import Taint
+    from platformctl.kernel.cluster.model import Taint
 
     nodes = [node("cordoned"), node("tainted", taints=[Taint("dedicated", "ml", "NoSchedule")]),
              node("ml", pool="ml")]
@@ -60,7 +60,7 @@ def test_cordon_taints_and_node_selector_filter_nodes() -> None:
 
 
 def test_prefer_no_schedule_is_avoided_not_forbidden() -> None:
-    from platformctl.cluster.model import Taint
+    from platformctl.kernel.cluster.model import Taint
 
     outdated = Taint("platformctl.io/rotation", "outdated", "PreferNoSchedule")
     place = Placement([node("old", taints=[outdated]), node("new")])

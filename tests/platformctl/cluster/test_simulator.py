@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from platformctl.cluster import simulator as s
-from platformctl.cluster.drain import drain
-from platformctl.cluster.invariants import eviction_budget_violations, lost_pods
-from platformctl.cluster.model import LABEL_NODE_TYPE, PodDisruptionBudget, Taint, Toleration
-from platformctl.cluster.selectors import IntOrPercent, LabelSelector
-from platformctl.cluster.simulator import Event, NodePoolSpec
+from platformctl.emulator import simulator as s
+from platformctl.emulator.invariants import eviction_budget_violations, lost_pods
+from platformctl.emulator.simulator import Event, NodePoolSpec
+from platformctl.kernel.cluster.drain import drain
+from platformctl.kernel.cluster.model import LABEL_NODE_TYPE, PodDisruptionBudget, Taint, Toleration
+from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
 from tests.platformctl.cluster.helpers import cluster, template
 
 
@@ -165,7 +165,7 @@ def test_checker_catches_an_eviction_that_broke_a_budget() -> None:
 
 
 def test_checker_is_clean_on_a_busy_synthetic_cluster_and_lost_pods_are_reported() -> None:
-    from platformctl.cluster.synthetic import synthetic_cluster
+    from platformctl.emulator.synthetic import synthetic_cluster
 
     sim, summary = synthetic_cluster(30)
     assert summary.pdbs > 0 and summary.workloads["StatefulSet"] > 0
@@ -202,7 +202,7 @@ def test_higher_priority_pods_are_placed_first() -> None:
 
 
 def test_controllers_inferred_from_a_snapshot_keep_working(rules) -> None:  # type: ignore[no-untyped-def]
-    from platformctl.cluster.simulator import build_node
+    from platformctl.emulator.simulator import build_node
 
     rules.add_node(build_node(name="ip-10-0-1-12.ec2.internal", zone="us-east-1a", region="us-east-1", instance_type="m6i.4xlarge",
                               pool="general", image="ami-0new", instance_id="i-0a1b2c3d4e5f60012"), ready_after=60)

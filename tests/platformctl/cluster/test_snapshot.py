@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from platformctl.cluster.model import load_snapshot, parse_snapshot, save_snapshot
-from platformctl.cluster.simulator import SimulatedCluster
-from platformctl.cluster.synthetic import synthetic_cluster
-from platformctl.errors import PlatformError
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.emulator.synthetic import synthetic_cluster
+from platformctl.kernel.cluster.model import load_snapshot, parse_snapshot, save_snapshot
+from platformctl.kernel.errors import PlatformError
 from tests.conftest import FIXTURES
 
 

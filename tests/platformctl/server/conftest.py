@@ -12,12 +12,12 @@ import yaml
 from werkzeug.serving import make_server
 from werkzeug.test import Client
 
-from platformctl.cluster.model import load_snapshot
-from platformctl.cluster.simulator import SimulatedCluster
-from platformctl.cluster.synthetic import synthetic_cluster
-from platformctl.server.kubeapi import KubeAPI
-from platformctl.server.objects import ClusterState
-from platformctl.server.process import kubeconfig
+from platformctl.emulator.server.kubeapi import KubeAPI
+from platformctl.emulator.server.objects import ClusterState
+from platformctl.emulator.server.process import kubeconfig
+from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.emulator.synthetic import synthetic_cluster
+from platformctl.kernel.cluster.model import load_snapshot
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 TABLE = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from platformctl.cluster.model import parse_time
+from platformctl.kernel.cluster.model import parse_time
 from tests.process import local_region, run
 
 KUBECTL = shutil.which("kubectl")

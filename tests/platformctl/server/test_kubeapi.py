@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
-from platformctl.cluster.model import LABEL_NODEGROUP, parse_time
-from platformctl.server.objects import ApiError
+from platformctl.emulator.server.objects import ApiError
+from platformctl.kernel.cluster.model import LABEL_NODEGROUP, parse_time
 from tests.platformctl.server.conftest import TABLE, Api
 
 R = "/clusters/rules"

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
-from platformctl.server.protobuf import MAGIC, MEDIA_TYPE
+from platformctl.emulator.server.protobuf import MAGIC, MEDIA_TYPE
 from tests.process import environment, local_region, run
 
 # ------------------------------------------------------------------------------------ the newest kubectl

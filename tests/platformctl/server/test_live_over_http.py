@@ -16,10 +16,10 @@ from kubernetes import client as k8s
 from kubernetes import config, watch
 
 from platformctl.cli import cli
-from platformctl.cluster.live import LiveCluster
-from platformctl.cluster.model import LABEL_NODEGROUP
-from platformctl.errors import NotFoundError
-from platformctl.server.objects import ChangeLog
+from platformctl.emulator.server.objects import ChangeLog
+from platformctl.kernel.cluster.live import LiveCluster
+from platformctl.kernel.cluster.model import LABEL_NODEGROUP
+from platformctl.kernel.errors import NotFoundError
 from tests.platformctl.server.conftest import Served
 
 
@@ -117,7 +117,7 @@ def test_rotate_plan_runs_against_a_live_context(served: Served, tmp_path: Path)
 
 
 def test_taints_are_added_and_removed_without_touching_the_nodes_others(served: Served) -> None:
-    from platformctl.cluster.model import Taint
+    from platformctl.kernel.cluster.model import Taint
 
     live = _live(served, "synth")
     sim = served.synth
@@ -131,7 +131,7 @@ def test_taints_are_added_and_removed_without_touching_the_nodes_others(served: 
 
 
 def test_a_node_patch_that_names_a_stale_resource_version_is_refused_with_409(served: Served) -> None:
-    from platformctl.errors import ApiRefused
+    from platformctl.kernel.errors import ApiRefused
 
     live = _live(served, "synth")
     node = served.synth.list_nodes()[0]

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from werkzeug.serving import make_server
 
-from platformctl.clock import VirtualClock
-from platformctl.cluster.live import LiveCluster
-from platformctl.errors import ApiRefused
-from platformctl.retry import NEVER
-from platformctl.server.process import kubeconfig
+from platformctl.emulator.server.process import kubeconfig
+from platformctl.kernel.clock import VirtualClock
+from platformctl.kernel.cluster.live import LiveCluster
+from platformctl.kernel.errors import ApiRefused
+from platformctl.kernel.retry import NEVER
 from tests.platformctl.server.conftest import Api, make_api
 
 

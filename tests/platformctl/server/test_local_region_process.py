@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from platformctl.topology import load_stage
+from platformctl.kernel.topology import load_stage
 from tests.process import run
 
 KUBECTL = shutil.which("kubectl")
@@ -53,7 +53,7 @@ def test_a_second_up_reports_the_running_region(region: dict[str, Any]) -> None:
 
 
 def test_the_virtual_clock_runs_at_the_given_speed(region: dict[str, Any]) -> None:
-    from platformctl.region_client import ServerClock
+    from platformctl.kernel.region_client import ServerClock
 
     url = f"{region['kubernetes_endpoint']}/platformctl/v1/time"
     first, wall = ServerClock(url), time.monotonic()
@@ -90,8 +90,8 @@ def test_nothing_listens_beyond_loopback(region: dict[str, Any]) -> None:
 
 
 def test_a_live_cluster_of_the_region_takes_its_time_from_the_server(region: dict[str, Any]) -> None:
-    from platformctl.cluster.live import LiveCluster
-    from platformctl.region_client import ServerClock
+    from platformctl.kernel.cluster.live import LiveCluster
+    from platformctl.kernel.region_client import ServerClock
 
     live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=region["clusters"][1]["name"])
     assert isinstance(live.clock, ServerClock)
@@ -149,7 +149,7 @@ def test_kubectl_sees_the_objects_the_pulumi_program_declares(region: dict[str, 
 
 CLIENT = r'''
 import sys, time, boto3
-from platformctl.cluster.live import LiveCluster
+from platformctl.kernel.cluster.live import LiveCluster
 kubeconfig, context, endpoint = sys.argv[1:4]
 live = LiveCluster.from_kubeconfig(kubeconfig, context=context)
 node = sorted(n.name for n in live.list_nodes())[0]
@@ -166,7 +166,7 @@ time.sleep(600)
 
 CHECK = r'''
 import json, sys, boto3
-from platformctl.cluster.live import LiveCluster
+from platformctl.kernel.cluster.live import LiveCluster
 kubeconfig, context, endpoint, node, ns, pod = sys.argv[1:7]
 live = LiveCluster.from_kubeconfig(kubeconfig, context=context)
 try:
@@ -199,7 +199,7 @@ def test_changes_made_by_a_killed_client_are_all_there_for_the_next(region: dict
 
 
 def test_the_region_boots_the_images_it_built_and_ami_build_finds_them(region: dict[str, Any], tmp_path: Path) -> None:
-    from platformctl.cluster.live import LiveCluster
+    from platformctl.kernel.cluster.live import LiveCluster
 
     # `local up` built the image tree into its own AWS and lock file (dev pins no images): the nodes boot it.
     lock = json.loads(Path(region["image_lock"]).read_text())
@@ -260,7 +260,7 @@ def _session(proc: Path) -> int | None:
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (.ci/run installs it)")
 def test_kubectl_drain_evicts_through_the_budgets(region: dict[str, Any]) -> None:
     """kubectl's own drain: discovery of the eviction subresource, DaemonSet lookups, evictions, waiting for deletion."""
-    from platformctl.cluster.live import LiveCluster
+    from platformctl.kernel.cluster.live import LiveCluster
 
     host = region["clusters"][0]["name"]
     live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=host)

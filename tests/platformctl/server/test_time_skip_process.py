@@ -22,7 +22,7 @@ from tests.process import environment, get, local_region, run
 # server says it (not the client's own guess).
 SLEEPER = """
 import json, sys, time
-from platformctl.region_client import ServerClock, shared_clock, take_part
+from platformctl.kernel.region_client import ServerClock, shared_clock, take_part
 take_part()
 url, seconds = sys.argv[1], float(sys.argv[2])
 clock = shared_clock(url)
@@ -35,7 +35,7 @@ print(json.dumps({"before": before, "after": after, "client": clock.client_id}),
 # A registered client that works (never waits) until it is killed.
 WORKER = """
 import sys, time
-from platformctl.region_client import shared_clock, take_part
+from platformctl.kernel.region_client import shared_clock, take_part
 take_part()
 clock = shared_clock(sys.argv[1])
 print(clock.client_id, flush=True)
@@ -142,7 +142,7 @@ def test_a_client_that_dies_registered_is_forgotten_and_never_freezes_the_region
 
 def test_a_process_that_only_reads_the_region_never_holds_its_time(region: dict[str, Any]) -> None:
     """A test or a person's script with a LiveCluster of the region (not one of its jobs) does not register."""
-    from platformctl.cluster.live import LiveCluster
+    from platformctl.kernel.cluster.live import LiveCluster
 
     live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=region["clusters"][1]["name"])
     assert live.list_nodes()

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from platformctl.cluster.live import LiveCluster
-from platformctl.cluster.simulator import NodePoolSpec, SimulatedCluster
-from platformctl.errors import ApiRefused, NotFoundError
-from platformctl.server.objects import ClusterState
-from platformctl.server.process import kubeconfig
+from platformctl.emulator.server.objects import ClusterState
+from platformctl.emulator.server.process import kubeconfig
+from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.kernel.cluster.live import LiveCluster
+from platformctl.kernel.errors import ApiRefused, NotFoundError
 from tests.platformctl.server.conftest import Served
 
 NS = "canary-test"

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from platformctl.clock import WallClock
-from platformctl.state import LeaseLost
-from platformctl.state.lease import LeaseKeeper, margin_for
-from platformctl.state.sqlite import SQLiteStore
-from upgrade_service.journal import Journal, read_state
+from platformctl.kernel.clock import WallClock
+from platformctl.kernel.state import LeaseLost
+from platformctl.kernel.state.lease import LeaseKeeper, margin_for
+from platformctl.kernel.state.sqlite import SQLiteStore
+from upgrade_service.journal.rotation import Journal, read_state
 
 
 class Unreachable(SQLiteStore):
@@ -125,7 +125,7 @@ def test_a_dynamodb_renewal_lost_to_a_hung_connection_does_not_cost_the_lease(
     """botocore's own timeouts (60 s to connect, 60 s to read, five attempts) would hold a renewal on a hung connection
     for minutes, past any TTL: the lease calls give up within a third of the TTL and the next renewal comes soon after,
     so one lost call keeps the lease and the holder acts on."""
-    from platformctl.state.dynamodb import DynamoDBStore, create_table
+    from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
 
     create_table("leases")
     path = Hanging(aws_env["AWS_ENDPOINT_URL"])

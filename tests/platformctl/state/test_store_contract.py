@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from platformctl.errors import PlatformError
-from platformctl.state import LeaseHeld, LeaseLost, StateStore, open_store
-from platformctl.state.dynamodb import DynamoDBStore, create_table
-from platformctl.state.sqlite import SQLiteStore
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state import LeaseHeld, LeaseLost, StateStore, open_store
+from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
+from platformctl.kernel.state.sqlite import SQLiteStore
 
 
 class SettableClock:
@@ -124,7 +124,7 @@ def test_a_lease_is_one_holders_until_it_expires(spec: str) -> None:
 
 _RACER = textwrap.dedent("""
     import json, sys, time
-    from platformctl.state import LeaseHeld, open_store
+    from platformctl.kernel.state import LeaseHeld, open_store
     store = open_store(sys.argv[1])
     start = float(sys.argv[3])
     while time.time() < start:

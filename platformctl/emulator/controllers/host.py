@@ -1,0 +1,85 @@
+"""What the pod controllers (``replicaset``, ``statefulset``, ``daemonset``, ``job``) see of the cluster that runs them.
+
+``Controller`` is the record of one controller of pods, kept by the simulator: its kind, its pod template,
+its scale and the pods it owns. ``ControllerHost`` names exactly what a controller calls on the cluster:
+find a pod, create one of its own, delete one, delete a finished controller later, the nodes and the
+DaemonSets there are, and the clock. The simulator implements it (its pods room,
+``platformctl.emulator.simulation.pods``); this module imports neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from platformctl.kernel.clock import VirtualClock
+from platformctl.kernel.cluster.model import ANNOTATION_RUN_SECONDS, ANNOTATION_START_SECONDS, Node, Pod
+from platformctl.kernel.cluster.podspec import DEFAULT_RUN_SECONDS, DEFAULT_START_SECONDS, annotation_seconds
+from platformctl.kernel.cluster.scheduling import static_key
+
+PodKey = tuple[str, str]  # (namespace, name)
+
+
+class Controller:
+    """One ReplicaSet, StatefulSet, DaemonSet or Job as the simulator runs it."""
+
+    __slots__ = (
+        "kind", "namespace", "name", "uid", "template", "replicas", "pods", "active",
+        "completions", "succeeded", "ttl_seconds", "start_seconds", "run_seconds", "sched_key", "done", "done_at", "created",
+    )
+
+    def __init__(self, kind: str, namespace: str, name: str, uid: str, template: Pod, replicas: int) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.uid = uid
+        self.template = template
+        self.replicas = replicas  # parallelism, for a Job
+        self.pods: set[PodKey] = set()
+        self.active = 0  # owned pods neither terminating nor finished
+        self.completions = replicas
+        self.succeeded = 0
+        self.ttl_seconds: float | None = None
+        self.start_seconds = annotation_seconds(template, ANNOTATION_START_SECONDS, DEFAULT_START_SECONDS)
+        self.run_seconds = annotation_seconds(template, ANNOTATION_RUN_SECONDS, DEFAULT_RUN_SECONDS)
+        self.sched_key: tuple[Any, ...] = static_key(template)
+        self.done = False
+        self.done_at: float | None = None  # when a Job completed
+        self.created = 0.0
+
+
+class ControllerHost(Protocol):
+    """The cluster as a pod controller acts on it."""
+
+    @property
+    def clock(self) -> VirtualClock: ...
+
+    @property
+    def job_done_hooks(self) -> list[Callable[[str], None]]:
+        """Called with a Job controller's uid when it completes (the CronJob controller prunes its history)."""
+        ...
+
+    def now(self) -> float: ...
+
+    def find_pod(self, key: PodKey) -> Pod | None:
+        """The pod of that namespace and name, if there is one."""
+        ...
+
+    def create_owned_pod(self, ctrl: Controller, node_name: str | None = None, name: str | None = None) -> Pod:
+        """A new pod from ``ctrl``'s template, owned by it: bound to ``node_name`` if given (a DaemonSet's), named
+        ``name`` if given (a StatefulSet's), else ``<controller>-<random suffix>``."""
+        ...
+
+    def terminate_pod(self, pod: Pod) -> Pod:
+        """Delete ``pod`` as its controller does (no budget check): it terminates over its grace period."""
+        ...
+
+    def delete_controller(self, uid: str) -> None:
+        """The controller goes, and as the garbage collector does, every pod it owns."""
+        ...
+
+    def live_nodes(self) -> list[Node]:
+        """Every node of the cluster."""
+        ...
+
+    def controllers_of_kind(self, kind: str) -> list[Controller]: ...

@@ -1,0 +1,424 @@
+"""The local region server process: ``python -m platformctl.cli.serve --stage dev [--stage staging …] --state-dir DIR``.
+
+``platformctl local up`` starts it detached. It
+
+1. starts moto's server on 127.0.0.1 (a free port) and points its own boto3 clients at it;
+2. provisions each stage's local region through that endpoint, each in the stage's own AWS region of the one
+   moto, with the ``provisioner`` it is given (the stage's Pulumi program: VPC, subnets, EKS control planes,
+   launch templates, auto scaling groups; one simulated cluster per cluster, whose nodes follow the groups'
+   instances), boots the nodes, applies the Kubernetes objects the program declares, and fills the member
+   clusters with workloads;
+3. serves every cluster's Kubernetes API on 127.0.0.1 (``KubeAPI``) and writes a kubeconfig with
+   one context per cluster;
+4. runs one virtual clock for every stage at ``--speed`` times wall time: a thread advances it every 50 ms,
+   the CronJob controller runs, and watches are woken with what changed;
+5. writes ``server.json`` (pid, endpoints, stages, clusters) last, which is how ``up`` knows it is ready;
+6. starts what the Pulumi program runs in each stage and nobody starts by hand, the canary runner (one
+   ``platformctl canary run --stage S`` process per stage, on all its clusters, writing to the stage's
+   store), unless ``--no-canaries``; they stop with the server, and die with it if it is killed.
+
+Each stage keeps its own stack state (``stack-<stage>.json``) and its own state store (``state.db`` when the
+server holds one stage, ``state-<stage>.db`` when several): a stage's rotation, remediation and canaries share
+it, as a stage's in-cluster jobs share the stage's DynamoDB table.
+
+SIGTERM or SIGINT stops it cleanly and removes ``server.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from platformctl.emulator.local_region import FAKE_CREDENTIALS, LocalRegion
+from platformctl.emulator.server.kubeapi import KubeAPI
+from platformctl.emulator.server.objects import ApiError, ClusterState
+from platformctl.emulator.server.timekeeper import TimedApp, TimeKeeper
+from platformctl.kernel.clock import VirtualClock
+from platformctl.kernel.cluster.model import format_time
+from platformctl.kernel.errors import NotFoundError, PlatformError
+from platformctl.kernel.region_client import EXTENSION
+from platformctl.kernel.topology import HostCluster, load_stage
+
+TICK_SECONDS = 0.05
+log = logging.getLogger("platformctl.emulator.server")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def kubeconfig(stage: str | Mapping[str, str], base_url: str, clusters: Mapping[str, str] | Sequence[str],
+               current: str) -> dict[str, Any]:
+    """One context per cluster, each with its own server URL (given, or under the one port), its stage (one, or
+    per cluster) and where to read the time."""
+    servers = dict(clusters) if isinstance(clusters, Mapping) else {c: f"{base_url}/clusters/{c}" for c in clusters}
+    stage_of = stage if isinstance(stage, Mapping) else dict.fromkeys(servers, stage)
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": name, "cluster": {
+            "server": server,
+            "extensions": [{"name": EXTENSION, "extension": {"stage": stage_of[name], "time": f"{base_url}/platformctl/v1/time"}}],
+        }} for name, server in servers.items()],
+        "users": [{"name": "platformctl-local", "user": {"token": "local-region"}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": "platformctl-local"}} for name in servers],
+        "current-context": current,
+    }
+
+
+def _version_of(region: LocalRegion, cluster: str) -> str:
+    return region.kubernetes_versions.get(cluster, "1.32")
+
+
+class ClusterEndpoint:
+    """One cluster's own endpoint: the shared API with this cluster's path prefix put in front."""
+
+    def __init__(self, app: Callable[..., Any], cluster: str) -> None:
+        self.app = app
+        self.prefix = f"/clusters/{cluster}"
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if not path.startswith((self.prefix + "/", "/platformctl/")) and path != self.prefix:
+            environ["PATH_INFO"] = self.prefix + path
+            environ["platformctl.own_endpoint"] = True  # links the API gives out carry no prefix here
+        return self.app(environ, start_response)
+
+
+class Server:
+    def __init__(self, stage_names: Sequence[str], state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool,
+                 seed: int, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None,
+                 canaries: bool = False, skip: bool = True) -> None:
+        self.stages = [load_stage(name, infra_dir) for name in dict.fromkeys(stage_names)]
+        self.stage = self.stages[0]
+        self.infra_dir = infra_dir
+        self.provisioner = provisioner
+        self.prepare = prepare
+        self.state_dir = state_dir
+        self.speed = speed
+        self.skip = skip
+        self.keeper: TimeKeeper | None = None
+        self.workloads = workloads
+        self.canaries = canaries
+        self.seed = seed
+        self.stopping = threading.Event()
+        self.cond = threading.Condition(threading.RLock())
+        self.regions: dict[str, LocalRegion] = {}
+        self.stage_of: dict[str, str] = {}  # cluster -> its stage
+        self.clusters: dict[str, ClusterState] = {}
+        self.endpoints: dict[str, Any] = {}
+        self.servers: dict[str, str] = {}
+        self.runners: list[subprocess.Popen[bytes]] = []
+        self.started_wall = time.time()
+        self.info: dict[str, Any] = {}
+
+    @property
+    def region(self) -> LocalRegion | None:
+        """The first stage's region (its clock is every stage's)."""
+        return self.regions.get(self.stage.name)
+
+    def _store_path(self, stage: str) -> Path:
+        return self.state_dir / ("state.db" if len(self.stages) == 1 else f"state-{stage}.db")
+
+    # ---------------------------------------------------------------- start
+
+    def start(self) -> None:
+        from werkzeug.serving import make_server
+
+        from platformctl.emulator import moto_extensions
+        from platformctl.emulator.server.awslog import AwsCallLog, RecordingMotoServer
+
+        moto_extensions.install()  # AMI deprecation, which `ami prune` uses
+        os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"  # the program attaches AWS managed policies
+        self.moto = RecordingMotoServer(lambda app: AwsCallLog(app, self._virtual_now), ip_address="127.0.0.1", port=0,
+                                        verbose=False)
+        self.moto.start()
+        aws_endpoint = "http://{}:{}".format(*self.moto.get_host_and_port())
+        os.environ.update(FAKE_CREDENTIALS)
+        os.environ["AWS_ENDPOINT_URL"] = aws_endpoint
+        os.environ.setdefault("AWS_REGION", self.stage.region)
+
+        # The virtual clock starts at the wall-clock time of `local up`, so ages and timestamps read as today's. Every
+        # stage runs on it: a candidate's soak in one stage and its rotation in the next are on one time line.
+        clock = VirtualClock(time.time())
+        moto_extensions.use_clock(clock.now)  # instances' LaunchTime in the region's time, as their nodes' ages are
+        # The region's own lock file of the images built into its AWS: launch templates boot what it names. The first
+        # stage's build copies its images to every other stage's AWS region, as `ami build --copy-to` would.
+        lock = self.state_dir / "images.lock.json"
+        regions = tuple(dict.fromkeys(s.region for s in self.stages))
+        prepare = functools.partial(self.prepare, lock=lock, copy_to=regions) if self.prepare is not None else None
+        for i, stage in enumerate(self.stages):
+            # Nodes follow their instances every minute of virtual time, or every 0.2 s of wall time at high speed.
+            region = LocalRegion(stage, provisioner=functools.partial(self.provisioner, image_lock=lock),
+                                 seed=self.seed + 100 * i, sync_seconds=max(10.0, self.speed * 0.2), prepare=prepare,
+                                 clock=clock, changes=self._aws_changes)
+            region.__enter__()
+            self.regions[stage.name] = region
+            # The stack's state, as Pulumi would keep it: what `platformctl stage deploy` compares the program against.
+            write_atomically(self.state_dir / f"stack-{stage.name}.json",
+                             json.dumps({"stage": stage.name, "resources": region.checkpoint}) + "\n")
+        for i, (name, region) in enumerate(self.regions.items()):
+            region.wait_until_ready()
+            if self.workloads:
+                region.populate_workloads(seed=self.seed + 4 + 100 * i)
+                for sim in region.clusters.values():
+                    sim.run_until_settled(max_seconds=600)
+            # the control plane's version as the region's EKS answers it (a deploy that bumps it is seen at the next sync)
+            states = {cluster: ClusterState(sim, functools.partial(_version_of, region, cluster))
+                      for cluster, sim in region.clusters.items()}
+            # The Kubernetes objects the stage's Pulumi program declares for each cluster.
+            for cluster, manifest in region.kubernetes:
+                try:
+                    states[cluster].apply(manifest)
+                except ApiError as exc:
+                    log.info("not applied: %s %s/%s: %s", cluster, manifest.get("kind"), manifest["metadata"]["name"],
+                             exc.message)
+            self.clusters.update(states)
+            self.stage_of.update(dict.fromkeys(states, name))
+
+        assert self.region is not None
+        # From here on the clock is the keeper's: at --speed while anyone works, skipping what nobody waits through.
+        self.keeper = TimeKeeper(self.region.clock, self.cond, self.speed, self.skip, self._tick_clusters, self._latest)
+        app = TimedApp(KubeAPI(self.clusters, self.cond, self.control, self.stopping), self.keeper)
+        self.http = make_server("127.0.0.1", 0, app, threaded=True)
+        base = f"http://127.0.0.1:{self.http.server_port}"
+        # Each cluster also gets an endpoint of its own, as EKS gives each cluster its own: paths there are the
+        # API server's own (`kubectl get --raw /version`), with no /clusters/<name> prefix.
+        self.endpoints = {name: make_server("127.0.0.1", 0, ClusterEndpoint(app, name), threaded=True) for name in self.clusters}
+        for name, server in self.endpoints.items():
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name=f"api {name}", daemon=True).start()
+        self.servers = {name: f"http://127.0.0.1:{server.server_port}" for name, server in self.endpoints.items()}
+        host = next(c.name for c in self.stage.clusters() if isinstance(c, HostCluster))
+        config_path = self.state_dir / "kubeconfig"
+        write_atomically(config_path, yaml.safe_dump(kubeconfig(self.stage_of, base, self.servers, host), sort_keys=False))
+        by_stage = {s.name: {
+            "region": s.region, "checkpoint": str((self.state_dir / f"stack-{s.name}.json").resolve()),
+            # The stage's own state store: what rotation, remediation and the canaries of the stage share by default.
+            "state": str(self._store_path(s.name).resolve()),
+            "cluster_names": [c for c, owner in self.stage_of.items() if owner == s.name],
+        } for s in self.stages}
+        self.info = {
+            "pid": os.getpid(), "stage": self.stage.name, "stages": [s.name for s in self.stages], "speed": self.speed,
+            "skip": self.skip,
+            "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
+            "clusters": list(self.clusters), "started": format_time(self.started_wall), "log": str((self.state_dir / "server.log").resolve()),
+            "image_lock": str(lock.resolve()), "canaries": self.canaries, "by_stage": by_stage,
+            # The first stage's, as a region of one stage has always said.
+            **{k: v for k, v in by_stage[self.stage.name].items() if k != "cluster_names"},
+        }
+        self.ticker = threading.Thread(target=self._tick_forever, name="virtual-clock", daemon=True)
+        self.ticker.start()
+        write_atomically(self.state_dir / "server.json", json.dumps(self.info, indent=2) + "\n")
+        if self.canaries:
+            self._start_canaries()
+        log.info("local region of %s ready: AWS %s, Kubernetes %s", ", ".join(self.info["stages"]), aws_endpoint, base)
+
+    def _start_canaries(self) -> None:
+        """One ``canary run`` per stage, on every cluster of it, as the Pulumi program runs the runner in each cluster:
+        in this checkout, against this region (its kubeconfig and store found through ``server.json``)."""
+        env = {**os.environ, "PLATFORMCTL_HOME": str(self.state_dir.resolve().parent)}
+        for key in ("AWS_ENDPOINT_URL", "KUBECONFIG", "PLATFORMCTL_STATE"):
+            env.pop(key, None)  # the runner finds the region as any command does
+        for key in FAKE_CREDENTIALS:
+            env.pop(key, None)
+        infra = ["--infra-dir", str(self.infra_dir.resolve())] if self.infra_dir is not None else []
+        runners = []
+        for stage in self.stages:
+            command = [sys.executable, "-m", "platformctl", *infra, "canary", "run", "--stage", stage.name,
+                       "--metrics-port", "0"]
+            with open(self.state_dir / f"canary-{stage.name}.log", "ab") as out:
+                runners.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+                                                preexec_fn=_die_with_parent))
+            log.info("canary runner of %s started (pid %d, log canary-%s.log)", stage.name, runners[-1].pid, stage.name)
+        self.runners = runners  # all at once: `local up` waits for them
+
+    # ---------------------------------------------------------------- time
+
+    def _aws_changes(self) -> int:
+        return self.moto.log.generation if self.moto.log is not None else -1
+
+    def _virtual_now(self) -> float:
+        if self.region is None:
+            raise RuntimeError("no clock yet")
+        return self.region.clock.now()
+
+    def _tick_clusters(self) -> bool:
+        """After the clock moved (under the lock): the clusters' bookkeeping; whether any node or pod changed."""
+        changed = False
+        for state in self.clusters.values():
+            changed = state.tick() or changed
+        return changed
+
+    def _latest(self, cluster: str, kind: str) -> int:
+        state = self.clusters.get(cluster)
+        return state.changes.latest(kind) if state is not None else 0
+
+    def _tick_forever(self) -> None:
+        keeper = self.keeper
+        assert keeper is not None
+        while not self.stopping.is_set():
+            keeper.kick.wait(TICK_SECONDS)
+            keeper.kick.clear()
+            try:
+                keeper.advance()
+            except Exception:  # keep time moving; the log has the fault
+                log.exception("virtual clock tick failed")
+
+    def _fault(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Inject a fault into the stage that has what it names (a node, a pool, a cluster); an image's fault goes to
+        every stage whose AWS region has the image."""
+        kind = str(args.pop("kind", ""))
+        done: list[dict[str, Any]] = []
+        refused: list[PlatformError] = []
+        for region in self.regions.values():
+            try:
+                done.append(region.fault(kind, **args))
+            except NotFoundError as exc:
+                refused.append(exc)
+                continue
+            except PlatformError as exc:
+                if kind not in ("bad-image", "slow-start") or len(self.regions) == 1:
+                    raise
+                refused.append(exc)
+                continue
+            if kind not in ("bad-image", "slow-start"):
+                break
+        if not done:
+            raise refused[0]
+        return done[0]
+
+    def control(self, what: str, args: dict[str, str] | None = None) -> dict[str, Any]:
+        assert self.region is not None
+        now = self.region.clock.now()
+        args = args or {}
+        if what == "aws_calls":
+            record = self.moto.log
+            calls = record.query(args.get("action")) if record is not None else []
+            return {"kind": "AwsCallList", "calls": calls}
+        if what == "invariants":
+            state = self.clusters.get(args.get("cluster", ""))
+            if state is None:
+                return {"error": f"no cluster {args.get('cluster')!r}"}
+            return state.invariants()
+        if what == "faults":
+            try:
+                if args.get("method") == "POST":
+                    fault = self._fault({k: v for k, v in args.items() if k != "method"})
+                    log.info("fault injected: %s", fault)
+                    return {"kind": "FaultList", "faults": self._faults(), "added": fault}
+                if args.get("method") == "DELETE":
+                    cleared = [f for region in self.regions.values() for f in region.clear_faults()]
+                    log.info("faults cleared: %d", len(cleared))
+                    return {"kind": "FaultList", "faults": [], "cleared": cleared}
+            except PlatformError as exc:
+                return {"code": 422, "error": exc.detail, "field": exc.field}
+            return {"kind": "FaultList", "faults": self._faults()}
+        if what == "time":
+            return {"virtual_time": now, "virtual_time_iso": format_time(now), "speed": self.speed, "wall_time": time.time(),
+                    "skip": self.skip}
+        clusters = []
+        for name, state in self.clusters.items():
+            nodes = state.sim.list_nodes()
+            clusters.append({"name": name, "stage": self.stage_of[name], "server": self.servers[name],
+                             "nodes": len(nodes), "nodes_ready": sum(n.ready for n in nodes),
+                             "pods": len(state.sim.list_pods())})
+        runners = [{"pid": r.pid, "running": r.poll() is None, "exit_code": r.returncode} for r in self.runners]
+        return {**self.info, "running": True, "clusters": clusters, "canary_runners": runners,
+                "virtual_time": format_time(now), "virtual_epoch": now,
+                "clock": self.keeper.status() if self.keeper is not None else {}}
+
+    def _faults(self) -> list[dict[str, Any]]:
+        seen, out = set(), []
+        for region in self.regions.values():
+            for fault in region.faults:
+                key = json.dumps(fault, sort_keys=True)
+                if key not in seen:  # an image's fault, in every stage that has the image, is one fault
+                    seen.add(key)
+                    out.append(fault)
+        return out
+
+    # ---------------------------------------------------------------- run and stop
+
+    def serve(self) -> None:
+        def stop(signum: int, frame: Any) -> None:
+            log.info("signal %d: stopping", signum)
+            self.stopping.set()
+            for server in [self.http, *self.endpoints.values()]:
+                threading.Thread(target=server.shutdown, daemon=True).start()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            self.http.serve_forever(poll_interval=0.2)
+        finally:
+            self.stopping.set()
+            self.stop_canaries()
+            with self.cond:
+                self.cond.notify_all()
+            self.moto.stop()
+            (self.state_dir / "server.json").unlink(missing_ok=True)
+            log.info("stopped")
+
+    def stop_canaries(self) -> None:
+        for runner in self.runners:
+            if runner.poll() is None:
+                runner.terminate()
+        for runner in self.runners:
+            try:
+                runner.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                runner.kill()
+                runner.wait()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: the kernel sends it SIGTERM when the server that started it dies, SIGKILLed too."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: `local down` still stops it
+
+
+def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="platformctl-local-region")
+    parser.add_argument("--stage", required=True, action="append", help="a stage the region holds (repeatable)")
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--speed", type=float, default=300.0)
+    parser.add_argument("--no-skip", action="store_true", help="never skip time nobody waits through")
+    parser.add_argument("--infra-dir", type=Path, default=None)
+    parser.add_argument("--no-workloads", action="store_true")
+    parser.add_argument("--canaries", action="store_true", help="run each stage's canary runner as a process")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    args.state_dir.mkdir(parents=True, exist_ok=True)
+    server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner,
+                    prepare, canaries=args.canaries, skip=not args.no_skip)
+    try:
+        server.start()
+    except Exception as exc:
+        log.exception("the local region did not start")
+        print(f"error: the local region did not start: {exc}", file=sys.stderr)
+        server.stop_canaries()
+        return 1
+    server.serve()
+    return 0

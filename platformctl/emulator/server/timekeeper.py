@@ -1,0 +1,296 @@
+"""The local region's time: it runs at ``speed`` while anyone works, and skips what nobody waits through.
+
+Temporal's test server skips time whenever no client holds it; discrete-event simulators jump to the next event.
+The local region does the same across processes. Its own clients (the toolkit's processes: rotations, remediation,
+canary runners, ticks; ``region_client.ServerClock``) register, and tell it when they wait and until when; every
+other request (kubectl, a person's script) is counted while it is in flight, and an open watch of theirs holds the
+clock for as long as it stays open. The clock then moves in two ways:
+
+- at ``speed`` times wall time, always (``advance``), so that a region nobody uses, or that an unregistered client
+  watches, moves at its configured pace;
+- and, when skipping is on, at least one client is registered, every registered client waits and no other request
+  is in flight, straight to the next instant something is due: the simulation's next timer (a boot, a pod's start,
+  a CronJob's schedule) or the earliest deadline a client waits for. Each jump is one step; after it, what woke
+  (a deadline reached, a change a client waits on) is released under the same lock, so that the woken client holds
+  the clock before anyone can skip past what it must see.
+
+A client that waits on a change (an informer waiting for its watch) names the cluster and kind and the newest
+resource version it has; it is released when that kind's newest change is newer. A registered client that dies is
+forgotten when its process is gone, so a crash never stops the skipping for good; time itself never stops.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from werkzeug.wrappers import Request, Response
+from werkzeug.wsgi import ClosingIterator
+
+from platformctl.kernel.clock import VirtualClock
+from platformctl.kernel.region_client import process_alive
+
+WAIT_CAP_SECONDS = 5.0  # wall seconds a wait request is held before the client is told to ask again
+MAX_STEPS = 500  # jumps in one hold of the lock: requests get their turn between batches
+KINDS = {"nodes": "nodes", "pods": "pods", "pdbs": "poddisruptionbudgets", "poddisruptionbudgets": "poddisruptionbudgets"}
+
+
+@dataclass
+class Wait:
+    until: float
+    cluster: str | None = None
+    kind: str | None = None
+    rv: int = 0
+    released: bool = False
+
+
+@dataclass
+class Client:
+    id: str
+    pid: int
+    name: str
+    participants: int = 1  # threads of the client that use the clock and are not parked
+    waits: list[Wait] = field(default_factory=list)
+    registered_wall: float = field(default_factory=time.time)
+
+    @property
+    def waiting(self) -> bool:
+        return len(self.waits) >= self.participants
+
+
+class TimeKeeper:
+    """Moves the region's ``clock`` under ``cond`` (the lock every cluster is read and changed under).
+
+    ``tick`` is called after every move: it runs the clusters' own bookkeeping and returns whether anything changed;
+    ``latest`` answers the newest change's resource version of a cluster's kind."""
+
+    def __init__(self, clock: VirtualClock, cond: threading.Condition, speed: float, skip: bool,
+                 tick: Callable[[], bool], latest: Callable[[str, str], int]) -> None:
+        self.clock = clock
+        self.cond = cond
+        self.speed = speed
+        self.skip = skip
+        self._tick = tick
+        self._latest = latest
+        self.clients: dict[str, Client] = {}
+        self._ids = itertools.count(1)
+        self._v0 = clock.now()
+        self._w0 = time.monotonic()
+        self.skipped = 0.0  # virtual seconds jumped over in all
+        self.jumps = 0
+        self._in_flight = 0
+        self._flight_lock = threading.Lock()
+        self.kick = threading.Event()  # a client started waiting: look at once, not at the next tick
+        self._last_reap = 0.0
+
+    # ---------------------------------------------------------------- requests in flight
+
+    def begin_request(self) -> None:
+        with self._flight_lock:
+            self._in_flight += 1
+
+    def end_request(self) -> None:
+        with self._flight_lock:
+            self._in_flight -= 1
+        self.kick.set()
+
+    @property
+    def in_flight(self) -> int:
+        with self._flight_lock:
+            return self._in_flight
+
+    def registered(self, client_id: str | None) -> bool:
+        return bool(client_id) and client_id in self.clients
+
+    # ---------------------------------------------------------------- clients
+
+    def register(self, pid: int, name: str) -> Client:
+        with self.cond:
+            client = Client(f"c{next(self._ids)}-{pid}", pid, name)
+            self.clients[client.id] = client
+            return client
+
+    def unregister(self, client_id: str) -> None:
+        with self.cond:
+            self.clients.pop(client_id, None)
+            self.cond.notify_all()
+        self.kick.set()
+
+    def set_participants(self, client_id: str, participants: int) -> None:
+        with self.cond:
+            client = self.clients.get(client_id)
+            if client is not None:
+                client.participants = max(int(participants), 0)
+        self.kick.set()
+
+    def wait(self, client_id: str, until: float, participants: int, cluster: str | None = None, kind: str | None = None,
+             rv: int = 0, cap: float = WAIT_CAP_SECONDS) -> dict[str, Any]:
+        """Hold the caller until the region's time reaches ``until`` or, given a cluster and kind, until that kind
+        has a change newer than ``rv``; at most ``cap`` wall seconds (then ``released`` is false: ask again)."""
+        kind = KINDS.get(kind or "", kind) if kind else None
+        with self.cond:
+            client = self.clients.get(client_id)
+            if client is None:
+                return {"code": 404, "error": f"no client {client_id!r}: register again"}
+            client.participants = max(int(participants), 1)
+            entry = Wait(until, cluster, kind, rv)
+            client.waits.append(entry)
+            self._release_due()
+            self.kick.set()
+            end = time.monotonic() + cap
+            while not entry.released:
+                remaining = end - time.monotonic()
+                if remaining <= 0 or client_id not in self.clients:
+                    break
+                self.cond.wait(min(remaining, 0.5))
+            if entry in client.waits:
+                client.waits.remove(entry)
+            now = self.clock.now()
+            latest = self._latest(cluster, kind) if cluster and kind else 0
+            return {"released": entry.released, "virtual_time": now, "wall_time": time.time(), "speed": self.speed,
+                    "rv": latest}
+
+    # ---------------------------------------------------------------- time
+
+    def _release_due(self) -> bool:
+        """Release every wait whose deadline is reached or whose change came (under the lock): its client works now."""
+        now = self.clock.now()
+        released = False
+        for client in self.clients.values():
+            for entry in list(client.waits):
+                if now >= entry.until or (entry.cluster and entry.kind and self._latest(entry.cluster, entry.kind) > entry.rv):
+                    entry.released = True
+                    client.waits.remove(entry)
+                    released = True
+        return released
+
+    def _skippable(self) -> bool:
+        return (self.skip and bool(self.clients) and all(c.waiting for c in self.clients.values())
+                and self.in_flight == 0)
+
+    def _next_instant(self) -> float | None:
+        due = [w.until for c in self.clients.values() for w in c.waits]
+        nxt = self.clock.next_due()
+        if nxt is not None:
+            due.append(nxt)
+        return min(due) if due else None
+
+    def wall_target(self) -> float:
+        return self._v0 + (time.monotonic() - self._w0) * self.speed + self.skipped
+
+    def catch_up(self) -> None:
+        """Before a request is answered: the clock brought to this instant of its pace, so that what the request
+        stamps (an object's creation, the time it reads) is the region's now and not the last beat's, up to
+        ``speed`` x 50 ms behind (15 s at 300x, which a canary would measure as a slower cluster)."""
+        with self.cond:
+            if self.clock.now() < self.wall_target():
+                self.clock.run_until(self.wall_target())
+                if self._tick() | self._release_due():
+                    self.cond.notify_all()
+
+    def advance(self) -> None:
+        """One beat: time at its pace, then as many jumps as nobody is there to see."""
+        if time.monotonic() - self._last_reap > 0.5:
+            self._reap()
+        with self.cond:
+            self.clock.run_until(self.wall_target())
+            changed = self._tick()
+            changed = self._release_due() or changed
+            for _ in range(MAX_STEPS):
+                if not self._skippable():
+                    break
+                target = self._next_instant()
+                now = self.clock.now()
+                if target is None or target <= now:
+                    break
+                self.skipped += max(target - self.wall_target(), 0.0)
+                self.jumps += 1
+                self.clock.run_until(target)
+                changed = self._tick() or changed
+                changed = self._release_due() or changed
+            if changed:
+                self.cond.notify_all()
+
+    def _reap(self) -> None:
+        self._last_reap = time.monotonic()
+        with self.cond:
+            dead = [c.id for c in self.clients.values() if not process_alive(c.pid)]
+            for client_id in dead:
+                del self.clients[client_id]
+            if dead:
+                self.cond.notify_all()
+
+    def status(self) -> dict[str, Any]:
+        with self.cond:
+            return {"skip": self.skip, "speed": self.speed, "skipped_seconds": round(self.skipped, 3), "jumps": self.jumps,
+                    "in_flight": self.in_flight,
+                    "clients": [{"id": c.id, "pid": c.pid, "name": c.name, "participants": c.participants,
+                                 "waiting": c.waiting, "until": min((w.until for w in c.waits), default=None)}
+                                for c in self.clients.values()]}
+
+
+class TimedApp:
+    """The region's WSGI application with its time in front: ``/platformctl/v1/clock/…`` is the clients' protocol,
+    and every other request that no registered client made is counted while it is in flight (a watch, until it
+    closes), so that a person's kubectl holds the clock."""
+
+    PREFIX = "/platformctl/v1/clock"
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], keeper: TimeKeeper) -> None:
+        self.app = app
+        self.keeper = keeper
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path.startswith(self.PREFIX):
+            return self._clock(Request(environ), path.removeprefix(self.PREFIX))(environ, start_response)
+        keeper = self.keeper
+        keeper.catch_up()
+        if path.startswith("/platformctl/v1/") or keeper.registered(environ.get("HTTP_X_PLATFORMCTL_CLIENT")):
+            return self.app(environ, start_response)
+        keeper.begin_request()
+        try:
+            result = self.app(environ, start_response)
+        except BaseException:
+            keeper.end_request()
+            raise
+        return ClosingIterator(result, [keeper.end_request])
+
+    def _clock(self, request: Request, rest: str) -> Response:
+        keeper = self.keeper
+        try:
+            body = json.loads(request.get_data() or b"{}") if request.method == "POST" else {}
+            if rest in ("", "/") and request.method == "GET":
+                return _json(keeper.status())
+            if rest == "/clients" and request.method == "POST":
+                keeper.catch_up()
+                client = keeper.register(int(body.get("pid") or 0), str(body.get("name") or ""))
+                return _json({"id": client.id, "skip": keeper.skip, "speed": keeper.speed,
+                              "virtual_time": keeper.clock.now(), "wall_time": time.time()})
+            parts = rest.strip("/").split("/")
+            if len(parts) >= 2 and parts[0] == "clients":
+                client_id = parts[1]
+                if len(parts) == 2 and request.method == "DELETE":
+                    keeper.unregister(client_id)
+                    return _json({"id": client_id, "unregistered": True})
+                if len(parts) == 2 and request.method == "POST":
+                    keeper.set_participants(client_id, int(body.get("participants", 1)))
+                    return _json({"id": client_id, "participants": int(body.get("participants", 1))})
+                if len(parts) == 3 and parts[2] == "wait" and request.method == "POST":
+                    answer = keeper.wait(client_id, float(body["until"]), int(body.get("participants", 1)),
+                                         body.get("cluster"), body.get("kind"), int(body.get("rv") or 0),
+                                         min(float(body.get("cap") or WAIT_CAP_SECONDS), 30.0))
+                    return _json(answer, int(answer.pop("code", 200)))
+        except (ValueError, KeyError, TypeError) as exc:
+            return _json({"error": f"bad clock request: {exc}"}, 400)
+        return _json({"error": f"no clock endpoint {request.method} {rest or '/'}"}, 404)
+
+
+def _json(body: Any, code: int = 200) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), status=code, mimetype="application/json")
+

@@ -1,0 +1,117 @@
+"""The Kubernetes API's objects as the simulator serves them: the kinds (as discovery describes them) and the
+API's error answers (``Status`` bodies: 400, 404, 409, 422, ...). Shared by the workload objects the
+simulator keeps (``platformctl.emulator.workloads``) and the local region's API server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from platformctl.kernel.errors import PlatformError
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+class ApiError(Exception):
+    """An answer of the API other than success, carried as its ``Status`` body."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details or {}
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                "message": self.message, "reason": self.reason}
+        if self.details:
+            body["details"] = self.details
+        body["code"] = self.code
+        return body
+
+
+def not_found(resource: str, name: str, group: str = "") -> ApiError:
+    what = f"{resource}.{group}" if group else resource
+    return ApiError(404, "NotFound", f'{what} "{name}" not found', {"name": name, "group": group, "kind": resource})
+
+
+def already_exists(resource: str, name: str, group: str = "") -> ApiError:
+    what = f"{resource}.{group}" if group else resource
+    return ApiError(409, "AlreadyExists", f'{what} "{name}" already exists', {"name": name, "group": group, "kind": resource})
+
+
+def invalid(kind: str, name: str, field_path: str, message: str, reason: str = "FieldValueInvalid", group: str = "") -> ApiError:
+    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {field_path}: {message}', {
+        "name": name, "group": group, "kind": kind,
+        "causes": [{"reason": reason, "message": message, "field": field_path}],
+    })
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One kind the API serves, as discovery describes it."""
+
+    plural: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+    verbs: tuple[str, ...]
+    short_names: tuple[str, ...] = ()
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+_READ = ("get", "list", "watch")
+_WRITE = ("create", "delete", "get", "list", "patch", "update", "watch")  # workloads
+RESOURCES: dict[str, Resource] = {r.plural: r for r in (
+    Resource("namespaces", "Namespace", "", "v1", False, ("create", "delete", "get", "list"), ("ns",)),
+    Resource("nodes", "Node", "", "v1", False, ("delete", "get", "list", "patch", "watch"), ("no",)),
+    Resource("pods", "Pod", "", "v1", True, ("create", "delete", *_READ), ("po",)),
+    Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", True, ("create", "delete", "get", "list"), ("pdb",)),
+    Resource("deployments", "Deployment", "apps", "v1", True, _WRITE, ("deploy",)),
+    Resource("replicasets", "ReplicaSet", "apps", "v1", True, _WRITE, ("rs",)),
+    Resource("daemonsets", "DaemonSet", "apps", "v1", True, _WRITE, ("ds",)),
+    Resource("statefulsets", "StatefulSet", "apps", "v1", True, _WRITE, ("sts",)),
+    Resource("jobs", "Job", "batch", "v1", True, _WRITE, ()),
+    Resource("cronjobs", "CronJob", "batch", "v1", True, _WRITE, ("cj",)),
+    Resource("serviceaccounts", "ServiceAccount", "", "v1", True, ("create", "delete", "get", "list"), ("sa",)),
+    Resource("configmaps", "ConfigMap", "", "v1", True, ("create", "delete", "get", "list"), ("cm",)),
+    Resource("events", "Event", "", "v1", True, ("get", "list", "watch"), ("ev",)),
+    Resource("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("create", "delete", "get", "list"), ("pc",)),
+    Resource("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", False, ("create", "delete", "get", "list")),
+    Resource("clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", False,
+             ("create", "delete", "get", "list")),
+    Resource("customresourcedefinitions", "CustomResourceDefinition", "apiextensions.k8s.io", "v1", False,
+             ("create", "delete", "get", "list"), ("crd", "crds")),
+)}
+# The same events as events.k8s.io/v1 serves them (RESOURCES is keyed by plural, so it lives beside it).
+EVENTS_V1 = Resource("events", "Event", "events.k8s.io", "v1", True, ("get", "list", "watch"), ("ev",))
+# Kinds the server keeps as written (no controller acts on them): what the Pulumi program applies besides namespaces and workloads.
+STORED = ("serviceaccounts", "configmaps", "priorityclasses", "clusterroles", "clusterrolebindings",
+          "customresourcedefinitions")
+WORKLOADS = ("deployments", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs")
+def platform_invalid(exc: PlatformError, kind: str, name: str) -> ApiError:
+    return invalid(kind, name, exc.field or "", exc.detail)
+
+PLURAL_OF_KIND = {r.kind: p for p, r in RESOURCES.items()}
+
+
+def plural_of(kind: str) -> str:
+    """The API's plural of a workload kind or PodDisruptionBudget (what a client's path names)."""
+    plural = PLURAL_OF_KIND.get(kind)
+    if plural is None or plural not in (*WORKLOADS, "poddisruptionbudgets"):
+        raise PlatformError(f"unsupported kind {kind!r} (one of Deployment, ReplicaSet, DaemonSet, StatefulSet, Job, "
+                            "CronJob, PodDisruptionBudget)", field="kind")
+    return plural

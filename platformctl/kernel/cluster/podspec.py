@@ -1,0 +1,69 @@
+"""What a workload object's spec says of its pods, read as the API server reads it.
+
+``template_pod`` turns a workload's ``spec.template`` into the ``Pod`` its controller stamps out,
+``selector_of`` checks the ``spec.selector`` against the template's labels, ``int_field`` reads a
+non-negative integer field (``replicas``, ``parallelism`` …); each refuses what the API refuses, as
+``ApiError`` 422. ``annotation_seconds`` reads a pod's simulator knobs (``sim.platformctl.io/start-seconds``,
+``run-seconds``). Shared by the workload objects (``platformctl.emulator.workloads``), their controllers and
+the simulator; it imports none of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from platformctl.kernel.cluster.apiobjects import invalid, platform_invalid
+from platformctl.kernel.cluster.model import Pod, parse_pod
+from platformctl.kernel.cluster.selectors import LabelSelector
+from platformctl.kernel.errors import PlatformError
+
+DEFAULT_START_SECONDS = 10.0  # scheduled to Ready, unless the pod's start-seconds annotation says otherwise
+DEFAULT_RUN_SECONDS = 900.0  # a Job pod's run time, unless its run-seconds annotation says otherwise
+
+
+def selector_of(spec: dict[str, Any], kind: str, name: str, template_labels: dict[str, str], group: str) -> LabelSelector:
+    raw = spec.get("selector")
+    if raw is None:
+        raise invalid(kind, name, "spec.selector", "Required value", "FieldValueRequired", group)
+    try:
+        selector = LabelSelector.parse(raw, "spec.selector", None)
+    except PlatformError as exc:
+        raise platform_invalid(exc, kind, name) from None
+    if selector is None or not selector.matches(template_labels):
+        raise invalid(kind, name, "spec.template.metadata.labels", f"Invalid value: {template_labels!r}: "
+                      "`selector` does not match template `labels`", group=group)
+    return selector
+
+
+def template_pod(obj: dict[str, Any], template: Any, where: str, kind: str) -> Pod:
+    meta = obj["metadata"]
+    if not isinstance(template, dict):
+        raise invalid(kind, meta["name"], where, "Required value", "FieldValueRequired")
+    tmeta = template.get("metadata") or {}
+    raw = {"metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": tmeta.get("labels"),
+                        "annotations": tmeta.get("annotations")},
+           "spec": template.get("spec")}
+    try:
+        return parse_pod(raw, where)
+    except PlatformError as exc:
+        raise platform_invalid(exc, kind, meta["name"]) from None
+
+
+def int_field(spec: dict[str, Any], key: str, default: int, kind: str, name: str) -> int:
+    value = spec.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise invalid(kind, name, f"spec.{key}", f"Invalid value: {value!r}: must be greater than or equal to 0")
+    return value
+
+
+def annotation_seconds(pod: Pod, key: str, default: float) -> float:
+    """A duration the pod's annotation ``key`` gives (never negative), else ``default``."""
+    raw = pod.annotations.get(key)
+    if raw is None:
+        return default
+    try:
+        return max(float(raw), 0.0)
+    except ValueError:
+        return default

@@ -1,0 +1,68 @@
+"""The deployer: the seam that points a stage's launch templates at new images.
+
+``Deployer.deploy`` re-runs the stage's Pulumi program with the images of a lock file, as
+``pulumi up`` does: a node pool whose image changed gets a new launch template version, and its auto
+scaling group (on ``$Latest``) launches new instances from it; existing nodes move only when the
+upgrade service rotates them. The implementations live with the program (``infra.deploy``): the
+local region's (the program under the mock engine, materialised through boto3 against the region's
+moto, with the region's checkpoint as the stack's state) and a real account's (Pulumi's Automation
+API on the stage's stack). ``platformctl stage deploy`` and the release pipeline's tick call it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from platformctl.kernel.topology import Stage
+
+
+@dataclass(frozen=True)
+class ResourceChange:
+    action: str  # create | update | unchanged | not-applied
+    type: str
+    name: str
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"action": self.action, "type": self.type, "name": self.name, "detail": self.detail}
+
+
+@dataclass
+class DeployResult:
+    stage: str
+    target: str  # where it deployed: the local region's endpoint, or the Pulumi stack
+    lock_file: str
+    images: dict[str, str]  # cluster/pool -> the image its launch template boots now
+    changes: list[ResourceChange] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for change in self.changes:
+            counts[change.action] = counts.get(change.action, 0) + 1
+        return {"stage": self.stage, "target": self.target, "lock_file": self.lock_file, "images": self.images,
+                "summary": counts, "changes": [c.to_dict() for c in self.changes if c.action != "unchanged"]}
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """What a stage runs as its last deploy left it."""
+
+    images: dict[str, str]  # cluster/pool -> the image its launch template boots
+    kubernetes_versions: dict[str, str]  # cluster -> its control plane's Kubernetes version
+
+
+@runtime_checkable
+class Deployer(Protocol):
+    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
+               kubernetes_version: str | None = None) -> DeployResult:
+        """``over_pins``: the lock file's images win over the stage's pinned ones (the release pipeline's deploys);
+        ``kubernetes_version``: this version instead of the stack file's (a rollback's: EKS never takes a control plane
+        back to an older version, so a rollback keeps the one it has)."""
+        ...
+
+    def deployed(self, stage: Stage) -> Deployed:
+        """What the stage runs now, as its last deploy left it (what the release pipeline records before a candidate's
+        deploy, and a rollback with no good candidate goes back to)."""
+        ...

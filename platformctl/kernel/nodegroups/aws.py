@@ -1,0 +1,148 @@
+"""Node groups as EC2 Auto Scaling groups, through the project's boto3 clients.
+
+What a group boots now is read from AWS, not assumed: its launch template version (``$Latest``,
+``$Default`` or a number, also inside a mixed-instances policy) or launch configuration, and the
+``ImageId`` in it (an SSM ``resolve:ssm:`` reference is resolved as EC2 would resolve it at launch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from platformctl.kernel import aws
+from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.nodegroups import GroupState, InstanceState, Member, NodeGroupError
+
+CLUSTER_TAG = "eks:cluster-name"  # on every group of an EKS cluster's nodes, as EKS and the stage's program tag them
+
+
+class AutoScalingNodeGroups:
+    def __init__(self, region: str | None = None) -> None:
+        # Made here, once: boto3's default session is not safe to make clients from on several threads.
+        self.region = region
+        self._asg = aws.client("autoscaling", region)
+        self._ec2 = aws.client("ec2", region)
+        self._ssm = aws.client("ssm", region)
+
+    def _call(self, fn: Any, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(**kwargs)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise NodeGroupError(f"{exc.operation_name}: {error.get('Code', '')}: {error.get('Message', '')}",
+                                 error.get("Code", "")) from None
+        except BotoCoreError as exc:
+            raise PlatformError(f"cannot reach AWS Auto Scaling ({exc})", field="AWS_ENDPOINT_URL") from None
+
+    def probe(self) -> None:
+        """One cheap call, so that an unreachable or unauthorised AWS is a one-line error before anything changes."""
+        try:
+            self._call(self._asg.describe_auto_scaling_groups, MaxRecords=1)
+        except NodeGroupError as exc:
+            raise PlatformError(f"AWS Auto Scaling refused the first call ({exc})", field="AWS credentials") from None
+
+    def instances(self, instance_ids: Sequence[str]) -> dict[str, InstanceState]:
+        out: dict[str, InstanceState] = {}
+        ids = list(dict.fromkeys(instance_ids))
+        for start in range(0, len(ids), 50):  # the API's limit per call
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {"InstanceIds": ids[start:start + 50], "MaxRecords": 50}
+                if token:
+                    kwargs["NextToken"] = token
+                page = self._call(self._asg.describe_auto_scaling_instances, **kwargs)
+                for inst in page["AutoScalingInstances"]:
+                    out[inst["InstanceId"]] = InstanceState(inst["InstanceId"], inst["AutoScalingGroupName"], inst["LifecycleState"])
+                token = page.get("NextToken")
+                if not token:
+                    break
+        return out
+
+    def describe(self, group: str) -> GroupState:
+        found = self._call(self._asg.describe_auto_scaling_groups, AutoScalingGroupNames=[group])["AutoScalingGroups"]
+        if not found:
+            raise NodeGroupError(f"no auto scaling group {group!r}", "ValidationError")
+        g = found[0]
+        members = tuple(i["InstanceId"] for i in g.get("Instances", [])
+                        if not i["LifecycleState"].startswith(("Terminat", "Detach")))
+        image, instance_type = self._launch_data(g)
+        return GroupState(g["AutoScalingGroupName"], g["DesiredCapacity"], g["MinSize"], g["MaxSize"], members, image,
+                          instance_type)
+
+    def _launch_data(self, group: dict[str, Any]) -> tuple[str | None, str | None]:
+        """(image, instance type) of what the group launches now, from its launch template or configuration."""
+        spec = group.get("LaunchTemplate") or \
+            ((group.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}).get("LaunchTemplateSpecification")
+        if spec:
+            ref = {"LaunchTemplateId": spec["LaunchTemplateId"]} if spec.get("LaunchTemplateId") else \
+                {"LaunchTemplateName": spec["LaunchTemplateName"]}
+            versions = self._call(self._ec2.describe_launch_template_versions, **ref,
+                                  Versions=[str(spec.get("Version") or "$Default")])["LaunchTemplateVersions"]
+            data = versions[0]["LaunchTemplateData"] if versions else {}
+            image, instance_type = data.get("ImageId"), data.get("InstanceType")
+            overrides = ((group.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}).get("Overrides") or []
+            if overrides and overrides[0].get("InstanceType"):
+                instance_type = overrides[0]["InstanceType"]  # the first override is the type tried first
+        elif group.get("LaunchConfigurationName"):
+            configs = self._call(self._asg.describe_launch_configurations,
+                                 LaunchConfigurationNames=[group["LaunchConfigurationName"]])["LaunchConfigurations"]
+            image, instance_type = (configs[0]["ImageId"], configs[0].get("InstanceType")) if configs else (None, None)
+        else:
+            return None, None
+        if image and image.startswith("resolve:ssm:"):
+            name = image.removeprefix("resolve:ssm:")
+            image = self._call(self._ssm.get_parameter, Name=name)["Parameter"]["Value"]
+        return image, instance_type
+
+    def set_desired(self, group: str, desired: int) -> None:
+        self._call(self._asg.set_desired_capacity, AutoScalingGroupName=group, DesiredCapacity=desired, HonorCooldown=False)
+
+    def terminate(self, instance_id: str, decrement: bool) -> None:
+        self._call(self._asg.terminate_instance_in_auto_scaling_group, InstanceId=instance_id,
+                   ShouldDecrementDesiredCapacity=decrement)
+
+    def cluster_groups(self, cluster: str) -> list[str]:
+        names: list[str] = []
+        kwargs: dict[str, Any] = {"Filters": [{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]}]}
+        while True:
+            page = self._call(self._asg.describe_auto_scaling_groups, **kwargs)
+            names += [g["AutoScalingGroupName"] for g in page["AutoScalingGroups"]]
+            if not page.get("NextToken"):
+                return sorted(names)
+            kwargs["NextToken"] = page["NextToken"]
+
+    def members(self, group: str) -> list[Member]:
+        """The group's instances with their launch times. EC2 is eventually consistent: an instance Auto Scaling has
+        just launched may not be in DescribeInstances yet, and asking for it by id (``InstanceIds``) would fail the
+        whole call with ``InvalidInstanceID.NotFound``. They are asked for with an ``instance-id`` filter, which
+        answers with those EC2 shows; one it does not show yet is a member launched just now."""
+        import time
+
+        found = self._call(self._asg.describe_auto_scaling_groups, AutoScalingGroupNames=[group])["AutoScalingGroups"]
+        if not found:
+            raise NodeGroupError(f"no auto scaling group {group!r}", "ValidationError")
+        live = [i for i in found[0].get("Instances", []) if not i["LifecycleState"].startswith(("Terminat", "Detach"))]
+        lifecycle = {i["InstanceId"]: i["LifecycleState"] for i in live}
+        out: dict[str, Member] = {}
+        ids = sorted(lifecycle)
+        for start in range(0, len(ids), 200):  # the most values one filter takes
+            kwargs: dict[str, Any] = {"Filters": [{"Name": "instance-id", "Values": ids[start:start + 200]}]}
+            while True:
+                answer = self._call(self._ec2.describe_instances, **kwargs)
+                for reservation in answer["Reservations"]:
+                    for inst in reservation["Instances"]:
+                        if inst["InstanceId"] in lifecycle:
+                            out[inst["InstanceId"]] = Member(inst["InstanceId"], lifecycle[inst["InstanceId"]],
+                                                             inst["LaunchTime"].timestamp(),
+                                                             (inst.get("Placement") or {}).get("AvailabilityZone"))
+                if not answer.get("NextToken"):
+                    break
+                kwargs["NextToken"] = answer["NextToken"]
+        now = time.time()
+        for i in live:
+            if i["InstanceId"] not in out:  # not in EC2's answer yet: launched a moment ago
+                out[i["InstanceId"]] = Member(i["InstanceId"], i["LifecycleState"], now, i.get("AvailabilityZone"))
+        return sorted(out.values(), key=lambda m: m.instance_id)

@@ -1,0 +1,421 @@
+"""Finding, starting and stopping the local region server, and using it from other commands.
+
+The server's state lives in ``$PLATFORMCTL_HOME/local/`` (default ``./.platformctl/local/``):
+``server.json`` (written by the server once it is ready, removed when it stops), ``kubeconfig``
+and ``server.log``. A region counts as running when ``server.json`` names a live process that
+answers on its endpoint; anything else is stale and is cleaned up.
+
+Commands given no live target use the running region: AWS calls go to its moto endpoint (unless
+``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` or ``AWS_ACCESS_KEY_ID`` is set) and Kubernetes calls use its
+kubeconfig (unless ``--kubeconfig`` or ``$KUBECONFIG`` is given). Clients of a local cluster take
+their time from the server (``ServerClock``), so their waits pass in the cluster's time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from platformctl.kernel.clock import Clock
+from platformctl.kernel.errors import PlatformError
+
+EXTENSION = "platformctl.io/local-region"
+CLIENT_HEADER = "X-Platformctl-Client"  # which registered client of the region's clock a request comes from
+
+
+def home() -> Path:
+    return Path(os.environ.get("PLATFORMCTL_HOME") or ".platformctl")
+
+
+def state_dir() -> Path:
+    return home() / "local"
+
+
+def _get_json(url: str, timeout: float = 2.0) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) is not running.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def running() -> dict[str, Any] | None:
+    """The running region's status (as ``local status -o json`` prints it), or None."""
+    path = state_dir() / "server.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not process_alive(int(info.get("pid", 0))):
+        return None
+    try:
+        return _get_json(f"{info['kubernetes_endpoint']}/platformctl/v1/status")
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def stages_of(info: dict[str, Any]) -> list[str]:
+    """The stages a running region holds (one, or several with ``local up --stage all``)."""
+    return list(info.get("stages") or [info["stage"]])
+
+
+def for_stage(info: dict[str, Any] | None, stage: str | None = None, cluster: str | None = None) -> dict[str, Any] | None:
+    """The running region as one stage it holds sees it (that stage's AWS region, stack state, store and clusters),
+    found by name or by one of its clusters; None when the region holds neither."""
+    if info is None:
+        return None
+    held = stages_of(info)
+    if stage not in held:
+        found = [c.get("stage", info["stage"]) for c in info.get("clusters", []) if isinstance(c, dict) and c.get("name") == cluster]
+        stage = found[0] if found else None
+    if stage is None:
+        return None
+    part = {k: v for k, v in (info.get("by_stage") or {}).get(stage, {}).items() if k != "cluster_names"}
+    clusters = [c for c in info.get("clusters", []) if not isinstance(c, dict) or c.get("stage", stage) == stage]
+    return {**info, **part, "stage": stage, "clusters": clusters}
+
+
+class ServerClock:
+    """The local region's virtual clock, as a client sees it: ``speed`` virtual seconds per wall second while the
+    client works, read again from the server whenever it waits.
+
+    Made with ``register=True`` (``shared_clock``, one per region and process) the client takes part in the region's
+    time (``platformctl.emulator.server.timekeeper``): its sleeps and its informers' waits are held by the server, which skips
+    to the next instant something is due once every registered client waits and nobody else has a request in
+    flight. Every thread that uses the clock counts as working until it waits, unless it is ``parked`` (waiting for
+    other threads, not for time). Without registration (an older region, or a one-off read) sleeps are wall sleeps
+    at ``speed``."""
+
+    def __init__(self, time_url: str, register: bool = False) -> None:
+        data = _get_json(time_url)
+        self.url = time_url
+        self.speed = float(data["speed"])
+        self._read(data)
+        self.client_id: str | None = None
+        self._base = time_url.rsplit("/", 1)[0] + "/clock"
+        self._lock = threading.Lock()
+        self._threads: dict[int, threading.Thread] = {}
+        self._parked: set[int] = set()
+        if register:
+            self._register()
+
+    def _read(self, data: dict[str, Any]) -> None:
+        self.read_virtual = float(data["virtual_time"])  # the server's time when it answered
+        self._wall = float(data["wall_time"])
+
+    # ---------------------------------------------------------------- taking part in the region's time
+
+    def _register(self) -> None:
+        try:
+            answer = _post_json(f"{self._base}/clients", {"pid": os.getpid(), "name": " ".join(sys.argv[1:5])[:120]})
+        except (OSError, ValueError):
+            return  # a region that does not keep clients: wall sleeps at its speed
+        self.client_id = str(answer["id"])
+        self._read(answer)
+        self._touch()
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Leave the region's time (at exit): a client that is gone holds nothing."""
+        client, self.client_id = self.client_id, None
+        if client is not None:
+            try:
+                _request_json(f"{self._base}/clients/{client}", method="DELETE", timeout=2.0)
+            except (OSError, ValueError):
+                pass
+
+    def _touch(self) -> None:
+        """A thread that uses the clock holds it until it waits: the server hears of a new one at once (a count that
+        grows is told at once; one that shrinks rides on the next wait, so the server never thinks fewer work)."""
+        thread = threading.current_thread()
+        if thread.ident is not None and thread.ident not in self._threads:
+            with self._lock:
+                self._threads[thread.ident] = thread
+            if self.client_id is not None:
+                self._tell_participants()
+
+    def _participants(self) -> int:
+        with self._lock:
+            for ident in [i for i, t in self._threads.items() if not t.is_alive()]:
+                del self._threads[ident]
+                self._parked.discard(ident)
+            return len(self._threads) - len(self._parked)
+
+    @contextlib.contextmanager
+    def parked(self) -> Iterator[None]:
+        """While the calling thread waits for other threads (not for time), it does not hold the region's clock: the
+        server learns so with the next wait of the threads that work, and that it works again at once."""
+        ident = threading.get_ident()
+        if self.client_id is None:
+            yield
+            return
+        self._touch()
+        with self._lock:
+            self._parked.add(ident)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._parked.discard(ident)
+            self._tell_participants()
+
+    def _tell_participants(self) -> None:
+        try:
+            _post_json(f"{self._base}/clients/{self.client_id}", {"participants": self._participants()})
+        except (OSError, ValueError):
+            pass
+
+    def _wait(self, until: float, **watch: Any) -> dict[str, Any] | None:
+        """One wait at the server (held up to a few wall seconds); None when the server cannot be asked."""
+        if self.client_id is None:
+            return None
+        try:
+            answer = _post_json(f"{self._base}/clients/{self.client_id}/wait",
+                                {"until": until, "participants": self._participants(), **watch}, timeout=40.0)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # the region forgot this client (it restarted): take part again
+                self._register()
+            return None
+        except (OSError, ValueError):
+            return None
+        self._read(answer)
+        return answer
+
+    def wait_for_change(self, until: float, cluster: str, kind: str, rv: int) -> int | None:
+        """Wait until ``until`` or until ``kind`` in ``cluster`` has a change newer than resource version ``rv``; the
+        newest change's version (None when the server cannot say: the caller waits by itself)."""
+        self._touch()
+        answer = self._wait(until, cluster=cluster, kind=kind, rv=rv)
+        return int(answer["rv"]) if answer is not None else None
+
+    # ---------------------------------------------------------------- the clock
+
+    def sync(self) -> float:
+        """Ask the server its time again and go on from there: a busy server's clock (its timers, the CronJobs
+        they fire) can fall behind wall time for a while, and a deadline is the server's to call."""
+        try:
+            self._read(_get_json(self.url))
+        except (OSError, ValueError, KeyError):
+            pass  # keep extrapolating from the last answer
+        return self.now()
+
+    def now(self) -> float:
+        if self.client_id is not None:
+            self._touch()
+        return self.read_virtual + (time.time() - self._wall) * self.speed
+
+    def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        until = self.now() + seconds
+        while self.client_id is not None:
+            answer = self._wait(until)
+            if answer is None:
+                break
+            if answer["released"] or float(answer["virtual_time"]) >= until:
+                return
+        time.sleep(max(until - self.now(), 0.0) / self.speed)
+
+
+_SHARED: dict[str, ServerClock] = {}
+_SHARED_LOCK = threading.Lock()
+_TAKING_PART = False
+
+
+def take_part() -> None:
+    """This process is one of the region's own clients (a job: ``rotate run``, ``remediate``, ``canary run``, ``release
+    tick``): its clocks of a local region register with it and hold its time while the process works. Anything else
+    that reads a local cluster (a test, a person's script, the dashboard) does not, and cannot stop it skipping."""
+    global _TAKING_PART
+    _TAKING_PART = True
+
+
+def shared_clock(time_url: str) -> ServerClock:
+    """This process's one clock of the region at ``time_url`` (every context of the region shares it), registered
+    with the region once the process takes part (``take_part``)."""
+    with _SHARED_LOCK:
+        clock = _SHARED.get(time_url)
+        if clock is None:
+            clock = _SHARED[time_url] = ServerClock(time_url, register=_TAKING_PART)
+        return clock
+
+
+def _request_json(url: str, body: dict[str, Any] | None = None, method: str = "POST", timeout: float = 10.0) -> dict[str, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def _post_json(url: str, body: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+    return _request_json(url, body, "POST", timeout)
+
+
+def clock_for_context(kubeconfig: str | None, context: str | None) -> Clock | None:
+    """The server clock of a kubeconfig context that names a local region cluster, else None."""
+    path = Path(kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+        context = context or config.get("current-context")
+        cluster = next(c["context"]["cluster"] for c in config.get("contexts", []) if c["name"] == context)
+        entry = next(c["cluster"] for c in config.get("clusters", []) if c["name"] == cluster)
+        url = next(e["extension"]["time"] for e in entry.get("extensions") or [] if e.get("name") == EXTENSION)
+    except (OSError, yaml.YAMLError, StopIteration, KeyError, TypeError, AttributeError):
+        return None
+    try:
+        return shared_clock(url)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def default_kubeconfig(given: str | None) -> str | None:
+    """The kubeconfig a command uses: the one given, else ``$KUBECONFIG``, else the running local region's."""
+    if given or os.environ.get("KUBECONFIG"):
+        return given
+    info = running()
+    return info["kubeconfig"] if info else None
+
+
+def use_for_aws() -> dict[str, Any] | None:
+    """Point this process's AWS clients at the running local region when no other AWS target is set."""
+    if any(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")):
+        return None
+    info = running()
+    if info is None:
+        return None
+    from platformctl.kernel.aws import FAKE_CREDENTIALS
+
+    os.environ.update(FAKE_CREDENTIALS)
+    os.environ["AWS_ENDPOINT_URL"] = info["aws_endpoint"]
+    os.environ.setdefault("AWS_REGION", info["region"])
+    return info
+
+
+def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool = True, canaries: bool = False,
+       timeout: float | None = None, skip: bool = True) -> tuple[dict[str, Any], bool]:
+    """Start the region of ``stages`` detached, or return the running one when it holds them. Returns (status, started)."""
+    folder = state_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    timeout = timeout if timeout is not None else 180.0 * len(stages)
+    with open(folder / "up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two `up`s at once start one server
+        info = running()
+        if info is not None:
+            if not set(stages) <= set(stages_of(info)):
+                held = stages_of(info)
+                raise PlatformError(f"the local region of stage{'s' if len(held) > 1 else ''} {', '.join(held)} is running "
+                                    f"(pid {info['pid']}): run "
+                                    "`platformctl local down` first", file=str(folder / "server.json"), field="--stage")
+            return info, False
+        (folder / "server.json").unlink(missing_ok=True)
+        command = [sys.executable, "-m", "platformctl.cli.serve", *[a for s in stages for a in ("--stage", s)],
+                   "--state-dir", str(folder), "--speed", str(speed)]
+        if infra_dir is not None:
+            command += ["--infra-dir", str(infra_dir)]
+        if not workloads:
+            command.append("--no-workloads")
+        if canaries:
+            command.append("--canaries")
+        if not skip:
+            command.append("--no-skip")
+        with open(folder / "server.log", "ab") as out:
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+                                     close_fds=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                raise PlatformError(f"the local region server exited with code {child.returncode}: {_last_error(folder)}",
+                                    file=str(folder / "server.log"), field="local up")
+            info = running()
+            # ready once it answers, and its canary runners (started once it answers) are up
+            if info is not None and info["pid"] == child.pid and (not canaries or info.get("canary_runners")):
+                return info, True
+            time.sleep(0.1)
+        _terminate(child.pid)
+        raise PlatformError(f"the local region server was not ready within {timeout:.0f} s", file=str(folder / "server.log"),
+                            field="local up")
+
+
+def _last_error(folder: Path) -> str:
+    try:
+        lines = [line for line in (folder / "server.log").read_text().splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["no log"])[-1]
+
+
+def _terminate(pid: int, timeout: float = 20.0) -> bool:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process_alive(pid):
+            return True
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return False
+
+
+def down() -> dict[str, Any] | None:
+    """Stop the running region; returns what was stopped (None when nothing ran). Leaves no process behind."""
+    folder = state_dir()
+    try:
+        info = json.loads((folder / "server.json").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = int(info.get("pid", 0))
+    if pid and process_alive(pid):
+        _terminate(pid)
+    (folder / "server.json").unlink(missing_ok=True)
+    return info
+
+
+def faults(method: str = "GET", body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Inject (POST), list (GET) or clear (DELETE) the running region's faults. A fault the region refuses
+    (an unknown node or pool) is a ``PlatformError`` with the region's own words."""
+    info = running()
+    if info is None:
+        raise PlatformError("no local region is running (start one with `platformctl local up`)", field="local fault")
+    data = json.dumps(body or {}).encode() if method == "POST" else None
+    request = urllib.request.Request(f"{info['kubernetes_endpoint']}/platformctl/v1/faults", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        answer = json.loads(exc.read() or b"{}")
+        raise PlatformError(answer.get("error") or f"the local region answered {exc.code}",
+                            field=answer.get("field") or "local fault") from None

@@ -1,0 +1,39 @@
+"""Who is acting, as the records of every command that changes something name them (the release ledger, a
+rotation's pause, resume and abort): the identity the AWS credential chain resolves (the STS caller's ARN: keys,
+a profile, SSO, an assumed role, an instance profile or IRSA alike), whenever one resolves; ``user@host (local)``
+only when none does. ``$USER`` is anyone's to set: it never names an approver while a credential resolves."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+
+LOCAL = " (local)"  # marks an identity no credential vouches for
+
+
+def who() -> str:
+    try:
+        import boto3
+
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            return _local()
+        from platformctl.kernel.aws import QUICK, client
+
+        return str(client("sts", None, QUICK).get_caller_identity()["Arn"])
+    except Exception:  # no answer from STS (offline, expired credentials): say who locally instead, marked so
+        return _local()
+
+
+def _local() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a container's UID with no passwd entry and no $USER: its number, never a crash
+        import os
+
+        user = f"uid-{os.getuid()}"
+    return f"{user}@{socket.gethostname()}{LOCAL}"
+
+
+def is_local(identity: str) -> bool:
+    return identity.endswith(LOCAL)

@@ -1,0 +1,332 @@
+"""The rotation journal: what a run of ``rotate run`` did to one cluster, in the state store.
+
+One stream per cluster, ``rotation/<cluster>``. The executor writes a record before and after every
+side effect (``intent`` / ``done``, paired by ``id``: ``upgrade_service.journal.intents``, the records remediation writes
+too), a record when a wave starts (everything a
+resumed run needs to finish it: its nodes, their instances and groups, each group's capacity before
+the wave, how many nodes it surges, which terminations lower capacity), one per phase a wave
+completes, and one when the run halts, pauses, finishes or is aborted. Other processes append
+``control`` records (pause, resume, abort) that the running executor reads between steps.
+
+``fold`` reads the stream back into a ``RunState``: the open run and its waves, what is cordoned
+and tainted because of it, which instances were terminated, which side effects were started but
+never confirmed (the ones a run killed mid-call left behind), and whether rotations of the cluster
+are paused. The executor resumes from it and ``rotate status`` reports it; nothing else is kept.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from platformctl.kernel import failpoints
+from platformctl.kernel.clock import Clock
+from platformctl.kernel.state import Lease, Record, StateStore
+from upgrade_service.journal.intents import DONE, INTENT, Done, Intent, IntentLog
+
+# Record kinds and their dataclasses (``upgrade_service.journal.records``).
+from upgrade_service.journal.records import (
+    CONTROL,
+    DRAINED,
+    PHASE,
+    RUN_STARTED,
+    WAVE_FINISHED,
+    WAVE_STARTED,
+    AbortedRecord,
+    Control,
+    Drained,
+    Finished,
+    Gate,
+    Halted,
+    JournalRecord,
+    NodeFailed,
+    Paused,
+    PlanRecord,
+    RunContinued,
+    RunStarted,
+    Settling,
+    Waiting,
+    WaveFinished,
+    WaveStarted,
+)
+from upgrade_service.journal.records import Phase as PhaseRecord
+
+# Wave phases, in order.
+SURGED = "surged"
+NEW_NODES_READY = "new-nodes-ready"
+DRAIN_DONE = "drain-done"
+TERMINATED = "terminated"
+REPLACEMENTS_READY = "replacements-ready"
+PODS_READY = "pods-ready"
+SETTLED = "settled"
+
+
+def stream_of(cluster: str) -> str:
+    return f"rotation/{cluster}"
+
+
+@dataclass
+class WaveState:
+    """One wave as the journal tells it."""
+
+    number: int
+    started: WaveStarted
+    phases: dict[str, PhaseRecord] = field(default_factory=dict)  # phase -> its record
+    cordoned: set[str] = field(default_factory=set)
+    drained: set[str] = field(default_factory=set)
+    terminated: set[str] = field(default_factory=set)  # instance ids
+    failed: dict[str, str] = field(default_factory=dict)  # node -> why
+    evictions: int = 0
+    refused: int = 0
+    finished: WaveFinished | None = None
+    extra_surge: dict[str, str] = field(default_factory=dict)  # node whose termination gives back a later surge -> group
+    # One-at-a-time workloads whose evicted pod is not back yet (workload -> the eviction as journalled), and those
+    # settling (workload -> until when): what a resumed drain must honour before it evicts their next pod.
+    in_flight: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    settling: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self.started.nodes)
+
+    def decrements(self, node: str) -> bool:
+        """Whether terminating ``node`` lowers its group's capacity (a surge node stands in for it)."""
+        return bool(self.started.decrement.get(node)) or node in self.extra_surge
+
+
+@dataclass
+class RunState:
+    """The cluster's rotation history folded into what matters now."""
+
+    cluster: str
+    last_seq: int = 0
+    run: str | None = None  # the open (or last) run's id
+    started: RunStarted | None = None
+    ended: Finished | AbortedRecord | None = None  # how the last run ended
+    halted: Halted | None = None  # the open run's latest halt, until it continues
+    waves: dict[int, WaveState] = field(default_factory=dict)
+    cordoned: set[str] = field(default_factory=set)
+    tainted: set[str] = field(default_factory=set)
+    terminated: set[str] = field(default_factory=set)  # instance ids this run terminated
+    pending: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # intent id -> intent without a done
+    failed: dict[str, str] = field(default_factory=dict)
+    # group -> instances the run (and the runs it inherited from) added that no decrement has given back:
+    # raised by capacity changes, lowered by terminations with a decrement.
+    capacity: Counter[str] = field(default_factory=Counter)
+    evicted: Counter[str] = field(default_factory=Counter)  # namespace/name -> times this run evicted it
+    evicted_again: int = 0  # evicted pods this run had already moved once (created after the run began)
+    refused: int = 0
+    first_plan: PlanRecord | None = None  # the plan the run started with: its estimate is the report's
+    last_plan: PlanRecord | None = None
+    paused: Control | None = None  # the pause control record in force
+    abort: Control | None = None  # an abort requested for the open run
+    holder: str | None = None
+    gate_asked: dict[int, float] = field(default_factory=dict)  # wave -> when the health gate was first asked for it
+    waiting: Waiting | None = None  # nodes the run waits for (budgets whose pods come back), until a wave starts
+
+    @property
+    def open(self) -> bool:
+        return self.run is not None and self.ended is None
+
+    @property
+    def current_wave(self) -> WaveState | None:
+        if not self.open or not self.waves:
+            return None
+        last = self.waves[max(self.waves)]
+        return last if last.finished is None else None
+
+    @property
+    def status(self) -> str:
+        if self.run is None:
+            return "never-run"
+        if self.ended is not None:
+            return self.ended.KIND
+        if self.halted is not None:  # a run that stopped where --max-waves asked is not a fault
+            return "partial" if self.halted.reason == "max-waves" else "halted"
+        return "running"
+
+
+def fold(cluster: str, records: Iterable[Record]) -> RunState:
+    state = RunState(cluster)
+    for record in records:
+        apply(state, record)
+    return state
+
+
+def apply(state: RunState, record: Record) -> None:
+    d = record.data
+    kind = d.get("kind")
+    state.last_seq = record.seq
+    if kind == CONTROL:
+        control = Control.from_record(d)
+        if control.action == "pause":
+            state.paused = control
+        elif control.action == "resume":
+            state.paused = None
+        elif control.action == "abort" and state.open:
+            state.abort = control
+        return
+    if kind == RUN_STARTED:
+        # A new run: forget the previous one's details, keep the stream-level pause.
+        started = RunStarted.from_record(d)
+        new = RunState(state.cluster, last_seq=record.seq, run=started.run, started=started, paused=state.paused,
+                       holder=started.holder, capacity=Counter(started.inherited or {}))
+        state.__dict__.update(new.__dict__)
+        return
+    if d.get("run") != state.run:
+        return  # a record of an older run
+    if kind == INTENT:
+        state.pending[Intent.from_record(d).id] = d
+    elif kind == DONE:
+        done = Done.from_record(d)
+        intent = state.pending.pop(done.id, None)
+        if intent is not None and done.ok:
+            _confirmed(state, intent, d)
+    elif kind == WAVE_STARTED:
+        started_wave = WaveStarted.from_record(d)
+        state.waves[started_wave.wave] = WaveState(started_wave.wave, started_wave)
+        state.waiting = None
+    elif kind in _KINDS:
+        _applied(state, _KINDS[kind].from_record(d))
+
+
+_KINDS: dict[str, type[JournalRecord]] = {c.KIND: c for c in (
+    RunContinued, PlanRecord, PhaseRecord, Drained, Settling, NodeFailed, WaveFinished, Gate, Halted, Paused, Finished,
+    AbortedRecord, Waiting)}
+
+
+def _applied(state: RunState, r: JournalRecord) -> None:
+    """What a record of the open run other than a side effect changes."""
+    wave = state.waves.get(r.wave) if isinstance(r, PhaseRecord | Drained | Settling | NodeFailed | WaveFinished) \
+        and isinstance(r.wave, int) else None
+    if isinstance(r, RunContinued):
+        state.halted = None
+        state.holder = r.holder
+    elif isinstance(r, PlanRecord):
+        state.first_plan = state.first_plan or r
+        state.last_plan = r
+    elif isinstance(r, PhaseRecord) and wave is not None:
+        wave.phases[r.phase] = r
+    elif isinstance(r, Drained) and wave is not None:
+        wave.drained.add(r.node)
+    elif isinstance(r, Settling) and wave is not None:
+        wave.in_flight.pop(r.workload, None)
+        wave.settling[r.workload] = float(r.until)
+    elif isinstance(r, NodeFailed):
+        state.failed[r.node] = r.reason
+        if wave is not None:
+            wave.failed[r.node] = r.reason
+    elif isinstance(r, WaveFinished) and wave is not None:
+        wave.finished = r
+    elif isinstance(r, Gate):
+        state.gate_asked.setdefault(int(r.wave), float(r.at))
+    elif isinstance(r, Waiting):
+        state.waiting = r
+    elif isinstance(r, Halted):
+        state.halted = r
+    elif isinstance(r, Finished | AbortedRecord):
+        state.ended = r
+        state.abort = None
+        state.waiting = None
+
+
+def _confirmed(state: RunState, intent: Mapping[str, Any], d: Mapping[str, Any]) -> None:
+    """What a confirmed intent changed: the nodes held, the groups' capacity, the instances terminated, the evictions."""
+    op, wave = intent["op"], state.waves.get(intent.get("wave", -1))
+    node = str(intent.get("node"))  # every cordon, taint and their undoing names its node
+    if op == "cordon":
+        state.cordoned.add(node)
+        if wave is not None:
+            wave.cordoned.add(node)
+    elif op == "uncordon":
+        state.cordoned.discard(node)
+        if wave is not None:
+            wave.cordoned.discard(node)
+    elif op == "taint":
+        state.tainted.add(node)
+    elif op == "untaint":
+        state.tainted.discard(node)
+    elif op == "set-desired":
+        state.capacity[intent["group"]] += int(intent["desired"]) - int(intent["before"])
+        if wave is not None and intent.get("stands_in_for"):
+            # A surge node added for a stuck drain: the node it stands in for gives the capacity back.
+            wave.extra_surge[intent["stands_in_for"]] = intent["group"]
+    elif op == "terminate":
+        if intent.get("decrement") and not d.get("not_called"):
+            state.capacity[intent["group"]] -= 1
+        state.terminated.add(intent["instance"])
+        state.cordoned.discard(node)
+        state.tainted.discard(node)
+        if wave is not None:
+            wave.terminated.add(intent["instance"])
+    elif op == "evict":
+        born = state.started.at if state.started else 0.0
+        for pod in d.get("evicted", ()):
+            state.evicted[pod["pod"]] += 1
+            if pod.get("created", 0.0) > born:
+                state.evicted_again += 1
+        refused = sum(d.get("refused", {}).values())
+        state.refused += refused
+        if wave is not None:
+            wave.evictions += len(d.get("evicted", ()))
+            wave.refused += refused
+            for pod in d.get("evicted", ()):
+                if pod.get("workload"):
+                    wave.in_flight[pod["workload"]] = pod
+
+
+class Fence(Protocol):
+    """What fences a journal's writes: the lease its writer holds (``platformctl.kernel.state.lease.LeaseKeeper``)."""
+
+    @property
+    def fence(self) -> Lease | None: ...
+
+
+class Journal(IntentLog):
+    """Appends this cluster's records, stamped with the cluster's time, and keeps the folded state current.
+
+    With ``keeper`` every record is written only while the keeper's lease is still its own (the store checks
+    the lease in the write's transaction): a run that lost its lease cannot add a word to the journal the run
+    that took over now owns."""
+
+    def __init__(self, store: StateStore, cluster: str, clock: Clock, keeper: Fence | None = None) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.stream = stream_of(cluster)
+        self.clock = clock
+        self.keeper = keeper
+        self.state = fold(cluster, store.read(self.stream))
+
+    def refresh(self) -> RunState:
+        """Read what other processes appended (control records) since the last look."""
+        for record in self.store.read(self.stream, after=self.state.last_seq):
+            apply(self.state, record)
+        return self.state
+
+    def write(self, kind: str, **data: Any) -> Record:
+        body = {"kind": kind, "at": self.clock.now(), **data}
+        if self.state.run is not None and "run" not in body and kind not in (CONTROL,):
+            body["run"] = self.state.run
+        record = self.store.append(self.stream, body, fence=self.keeper.fence if self.keeper is not None else None)
+        # Records of other writers may have come in between: fold everything up to ours.
+        if record.seq != self.state.last_seq + 1:
+            self.refresh()
+        else:
+            apply(self.state, record)
+        if kind == PHASE:
+            failpoints.hit(f"phase:{data.get('phase')}")
+        elif kind in (WAVE_STARTED, DRAINED, WAVE_FINISHED):
+            failpoints.hit(kind)
+        return record
+
+
+
+def control(store: StateStore, cluster: str, action: str, by: str, reason: str, at: float) -> Record:
+    """A pause, resume or abort request, written by another process."""
+    return store.append(stream_of(cluster), {"kind": CONTROL, "at": at, **Control(action, by, reason).to_record()})
+
+
+def read_state(store: StateStore, cluster: str) -> RunState:
+    return fold(cluster, store.read(stream_of(cluster)))

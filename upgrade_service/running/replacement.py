@@ -1,0 +1,201 @@
+"""Replacing nodes: the steps rotation and remediation share, each journalled through one intent/done record.
+
+cordon → (surge: raise the group's capacity so a new node boots first) → drain through the eviction API
+(``upgrade_service.running.wave_drain``) → terminate the instance → wait for the replacement to be Ready. The executor
+replaces a wave of nodes at a time and remediation one broken node; both call the same ``NodeReplacer``, so they
+cordon, surge, terminate and wait the same way, and their crash tests kill at the same named points
+(``intent:<op>``, ``call:<op>``, the wait's failpoint):
+
+- every call that changes the world is an ``intent`` before and a ``done`` after (``upgrade_service.journal.intents``), with
+  the lease asked once more between the two;
+- an instance is terminated at most once: one already leaving or gone is recorded as such, never called again;
+- each instance's group is asked of the node groups once and remembered (an instance never changes group);
+- the waits watch the cluster (the nodes' informer) and end when what they wait for happened, asking ``check``
+  (the lease, a stop, an abort) at least every ``poll_seconds`` and the cluster's clock for the deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from platformctl.kernel import failpoints
+from platformctl.kernel.clock import Clock, past
+from platformctl.kernel.cluster.informer import Informer
+from platformctl.kernel.cluster.interface import Cluster
+from platformctl.kernel.cluster.model import Node
+from platformctl.kernel.errors import NotFoundError
+from platformctl.kernel.nodegroups import NodeGroups
+from upgrade_service.journal.intents import Writes, journalled
+from upgrade_service.running.pacing import MutationPacer
+
+
+class NodeReplacer:
+    def __init__(self, cluster: Cluster, groups: NodeGroups, log: Writes, pacer: MutationPacer, *,
+                 check: Callable[[], None], fence: Callable[[], None] | None, poll_seconds: float,
+                 nodes: Informer | None = None) -> None:
+        self.cluster = cluster
+        self.groups = groups
+        self.log = log
+        self.pacer = pacer
+        self.check = check  # before every side effect and during every wait: may this still act?
+        self.fence = fence  # between an intent and its call: is the lease still ours?
+        self.poll = poll_seconds
+        self.clock: Clock = cluster.clock
+        self._nodes = nodes
+        self._own_nodes = nodes is None
+        self._group_of_instance: dict[str, str] = {}
+        self._group_of_node: dict[str, str] = {}  # a node's instance never changes
+        self._instance_of_node: dict[str, str | None] = {}
+        self._no_group: set[str] = set()
+
+    @property
+    def nodes(self) -> Informer:
+        """The cluster's nodes as their watch tells them (started on first use)."""
+        if self._nodes is None:
+            self._nodes = self.cluster.informer("nodes")
+        return self._nodes
+
+    def close(self) -> None:
+        """Stop the nodes' watch if this started it (one it was given is its giver's to close)."""
+        if self._nodes is not None and self._own_nodes:
+            self._nodes.close()
+            self._nodes = None
+
+    # ---------------------------------------------------------------- which group
+
+    def groups_of(self, nodes: Sequence[Node]) -> dict[str, str]:
+        """Node name -> its auto scaling group, for the nodes some group owns (each instance asked about once)."""
+        known = self._group_of_node
+        unknown = [n for n in nodes if n.name not in known]
+        ids = [n.instance_id for n in unknown if n.instance_id and n.instance_id not in self._group_of_instance
+               and n.instance_id not in self._no_group]
+        if ids:
+            found = self.groups.instances(ids)
+            for instance_id, inst in found.items():
+                self._group_of_instance[instance_id] = inst.group
+            # An instance no group has is in none for good (a group knows its instances from their launch, before
+            # they register as nodes): it is not asked about again at every look.
+            self._no_group.update(i for i in ids if i not in found)
+        for n in unknown:
+            group = self._group_of_instance.get(n.instance_id or "")
+            if group is not None:
+                known[n.name] = group
+        return {n.name: known[n.name] for n in nodes if n.name in known}
+
+    def in_service(self, instance: str) -> bool:
+        """Whether the instance is still one of its group's, and not on its way out."""
+        found = self.groups.instances([instance]).get(instance)
+        return found is not None and not found.leaving
+
+    # ---------------------------------------------------------------- side effects, journalled
+
+    def op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
+        """One side effect: asked whether it may act, then journalled before and after."""
+        self.check()
+        return journalled(self.log, op, action, self.fence, **args)
+
+    def cordon(self, node: str, **context: Any) -> bool:
+        """Cordon ``node``; False when it went away by itself (its instance is gone too)."""
+        self.pacer.take()
+        try:
+            self.op("cordon", lambda: self.cluster.cordon(node), node=node, **context)
+        except NotFoundError:
+            return False
+        return True
+
+    def uncordon(self, node: str, **context: Any) -> bool:
+        self.pacer.take()
+        try:
+            self.op("uncordon", lambda: self.cluster.cordon(node, False), node=node, **context)
+        except NotFoundError:
+            return False
+        return True
+
+    def set_desired(self, group: str, want: int, before: int, **context: Any) -> None:
+        self.op("set-desired", lambda: self.groups.set_desired(group, want), group=group, desired=want, before=before,
+                **context)
+
+    def surge(self, group: str, **context: Any) -> bool:
+        """Raise the group's capacity by one so that a replacement boots before the drain; False when it has no room."""
+        state = self.groups.describe(group)
+        if state.room <= 0:
+            return False
+        self.set_desired(group, state.desired + 1, state.desired, **context)
+        return True
+
+    def terminate(self, node: str | None, instance: str, group: str | None, decrement: bool,
+                  announce: Callable[[], None] | None = None, **context: Any) -> bool:
+        """Terminate the instance (lowering its group's capacity with ``decrement``, after a surge), once: one already
+        leaving or gone is recorded as such and not called again. True when this called it (``announce`` first)."""
+        if not self.in_service(instance):
+            key = self.log.intent("terminate", node=node, instance=instance, group=group, decrement=decrement, **context)
+            self.log.done(key, ok=True, not_called=True, result="already gone; not called again")
+            return False
+        self.pacer.take()
+        if announce is not None:
+            announce()
+        self.op("terminate", lambda: self.groups.terminate(instance, decrement), node=node, instance=instance, group=group,
+                decrement=decrement, **context)
+        return True
+
+    # ---------------------------------------------------------------- waiting for what the group launches
+
+    def wait(self, until: Callable[[], bool], deadline: float, failpoint: str, informer: Informer | None = None) -> bool:
+        """Wait on a watch (the nodes', unless ``informer`` says) until ``until()`` holds (True) or ``deadline`` on the
+        cluster's clock (False), asking ``check`` at least every ``poll_seconds``."""
+        watch = informer if informer is not None else self.nodes
+        while True:
+            self.check()
+            if until():
+                return True
+            failpoints.hit(failpoint)
+            if past(self.clock, deadline):
+                return until()
+            # A client's clock a moment ahead of the cluster's (which called the deadline not yet) waits a little.
+            remaining = deadline - self.clock.now()
+            if watch.wait(until, min(remaining if remaining > 0 else 1.0, self.poll)):
+                return True
+
+    def new_nodes(self, group: str, before: Collection[str], *, image: str | None = None, image_label: str = "",
+                  schedulable: bool = False) -> tuple[list[Node], list[Node]]:
+        """The group's nodes whose instances were not among ``before``: (those Ready — on ``image`` when given, and
+        not cordoned when ``schedulable`` — , the others)."""
+        known = before if isinstance(before, set | frozenset) else frozenset(before)
+        fresh = []
+        instance_of = self._instance_of_node
+        for n in self.nodes.nodes():
+            if self._group_of_node.get(n.name, group) != group:
+                continue  # a node known to be another group's (a node's group never changes): not asked again
+            instance = instance_of.get(n.name, "")
+            if instance == "":
+                instance = instance_of[n.name] = n.instance_id  # parsed from its providerID once
+            if instance and instance not in known:
+                fresh.append(n)
+        def fit(n: Node) -> bool:
+            return n.ready and (image is None or n.labels.get(image_label) == image) and not (schedulable and n.unschedulable)
+
+        # Only a node that would do is worth asking its group about; the others are named from what is known.
+        group_of = {**self.groups_of([n for n in fresh if fit(n)]),
+                    **{n.name: self._group_of_node[n.name] for n in fresh if n.name in self._group_of_node}}
+        good: list[Node] = []
+        others: list[Node] = []
+        for n in fresh:
+            if group_of.get(n.name) == group:
+                (good if fit(n) else others).append(n)
+        return good, others
+
+    def wait_replacement(self, group: str, before: Collection[str], deadline: float,
+                         failpoint: str = "wait:replacement") -> str | None:
+        """The first Ready, schedulable node of ``group`` that was not among ``before``, once it is (None at the
+        deadline)."""
+        found: list[str] = []
+
+        def ready() -> bool:
+            good, _ = self.new_nodes(group, before, schedulable=True)
+            found[:] = sorted(n.name for n in good)
+            return bool(found)
+
+        if self.wait(ready, deadline, failpoint) or found:
+            return found[0]
+        return None

@@ -1,0 +1,82 @@
+"""What a rotation run takes and gives: the cluster it acts on (``Target``), its ``Options``, the ``Progress`` it
+shows, the ``Outcome`` it ends with and ``rotate run``'s exit codes; and the taint it marks outdated nodes with."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from platformctl.kernel.cluster.interface import Cluster
+from platformctl.kernel.cluster.model import Taint
+from platformctl.kernel.nodegroups import NodeGroups
+from upgrade_service.running.report import RunReport
+from upgrade_service.running.wave_drain import DrainStatus
+
+TAINT = Taint("platformctl.io/rotation", "outdated", "PreferNoSchedule")
+
+# Exit codes of `rotate run`, documented in docs/commands.md and docs/rotate.md.
+EXIT_DONE, EXIT_HALTED, EXIT_BAD_INPUT, EXIT_LEASE_HELD, EXIT_PAUSED = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130  # as a shell reports a command that Ctrl-C stopped
+
+
+@dataclass
+class Target:
+    """One cluster to rotate and the owner of its instances."""
+
+    name: str
+    cluster: Cluster
+    groups: NodeGroups
+
+
+@dataclass(frozen=True)
+class Options:
+    poll_seconds: float = 5.0
+    lease_ttl: float = 60.0
+    gate_poll_seconds: float = 30.0
+    stage: str | None = None
+    max_waves: int | None = None  # start at most this many waves in this run; the next run goes on
+    canary: Any = None  # the canary verdict (upgrade_service.running.gate.CanaryVerdict) a `canary` health gate asks
+    # Set (by a first Ctrl-C or SIGTERM) to stop every cluster at its next safe point: no new side effect starts.
+    stop: threading.Event | None = None
+
+
+@dataclass
+class Progress:
+    """What the live display shows for one cluster."""
+
+    cluster: str
+    phase: str = "starting"
+    wave: int = 0
+    waves: int = 0
+    in_flight: list[str] = field(default_factory=list)
+    drain: DrainStatus | None = None
+    message: str = ""
+
+
+@dataclass
+class Outcome:
+    cluster: str
+    status: str  # done | partial (--max-waves) | incomplete | halted | paused | aborted | lease-held | lost-lease
+    exit_code: int
+    reason: str
+    report: RunReport | None = None  # the journal's report once the run has read it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "status": self.status, "exit_code": self.exit_code, "reason": self.reason,
+                "report": self.report or {}}
+
+
+class Halt(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class Aborted(Exception):
+    pass
+
+
+class Interrupted(Exception):
+    """Asked to stop (Ctrl-C, SIGTERM): the run stops before its next side effect, journals it, and can be resumed."""

@@ -33,9 +33,9 @@ from ami.lock import newest_in_lock
 from ami.manifest import ImageManifest, ManifestSet, Source
 from platformctl.kernel import aws
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.nodegroups import BUILDER_TAG
 
 TAG = "platformctl:"
-BUILDER_TAG = f"{TAG}builder"  # on an image build's builder instance: it booted the parent image, it is no node
 BUILDER_TYPES = {"x86_64": "m6i.large", "arm64": "m7g.large"}
 
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ami.build import BUILDER_TAG
 from infra.settings import parse_settings
 from platformctl.app.release_source import candidate_source, infra_revision
 from platformctl.kernel.clock import WallClock
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
+from platformctl.kernel.nodegroups import Booted, NodeGroupError
 from platformctl.kernel.state import StateStore, open_store
 from platformctl.kernel.topology import load_stage, read_stack_config
 from platformctl.kernel.who import who
@@ -159,14 +159,13 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
 def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_image: bool = False,
                      builders: dict[str, int] | None = None) -> dict[str, Any] | None:
     """Per stage, the instances (in any state, terminated ones too) that booted ``images`` in the stage's region as
-    nodes (``by_image``: per image id); None when AWS cannot be asked (no credentials, nothing reachable).
+    nodes (``by_image``: per image id), asked of the node-group seam; None when AWS cannot be asked (no credentials,
+    nothing reachable, a refusal).
 
-    An image build's builder (tagged ``platformctl:builder``) boots the parent image to bake a child from it: no
-    workload ever ran there, so it is no node the image reached; ``builders`` (stage -> count) hears of them."""
-    import botocore.exceptions
-
+    An image build's builder boots the parent image to bake a child from it: no workload ever ran there, so it is no
+    node the image reached; ``builders`` (stage -> count) hears of them."""
     from platformctl.kernel import region_client
-    from platformctl.kernel.aws import QUICK, client
+    from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
 
     region_client.use_for_aws()
     if not any(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")):
@@ -174,20 +173,11 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
     out: dict[str, Any] = {}
     try:
         for name, ids in images.items():
-            found: dict[str, set[str]] = {}
-            if ids:
-                pages = client("ec2", candidate.stages[name].region, QUICK).get_paginator("describe_instances").paginate(
-                    Filters=[{"Name": "image-id", "Values": ids}])
-                for page in pages:
-                    for i in (i for r in page["Reservations"] for i in r["Instances"]):
-                        if any(t.get("Key") == BUILDER_TAG for t in i.get("Tags") or []):
-                            if builders is not None:
-                                builders[name] = builders.get(name, 0) + 1
-                            continue
-                        found.setdefault(i["ImageId"], set()).add(i["InstanceId"])
-            out[name] = ({k: sorted(v) for k, v in found.items()} if by_image
-                         else sorted(set().union(*found.values())) if found else [])
-    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError):
+            booted = AutoScalingNodeGroups(candidate.stages[name].region, quick=True).booted(ids) if ids else Booted()
+            if builders is not None and booted.builders:
+                builders[name] = builders.get(name, 0) + booted.builders
+            out[name] = {k: list(v) for k, v in booted.by_image.items()} if by_image else booted.instances
+    except (NodeGroupError, PlatformError):
         return None
     return out
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
 from platformctl.kernel.errors import NotFoundError
-from platformctl.kernel.nodegroups import GroupState, InstanceState, Member, NodeGroupError
+from platformctl.kernel.nodegroups import Booted, GroupState, InstanceState, Member, NodeGroupError
 
 
 class SimulatedNodeGroups:
@@ -63,3 +63,13 @@ class SimulatedNodeGroups:
     def members(self, group: str) -> list[Member]:
         self._pool(group)
         return [Member(n.instance_id or n.name, "InService", n.created, n.zone) for n in self.sim.pool_nodes(group)]
+
+    def booted(self, images: Sequence[str]) -> Booted:
+        """The simulator's nodes on those images. A pure simulation forgets a node once its instance is gone, so this
+        is what runs them now, not everything that ever did (no builders: nothing builds images here)."""
+        wanted = set(images)
+        found: dict[str, set[str]] = {}
+        for node in self.sim.list_nodes():
+            if node.image in wanted:
+                found.setdefault(node.image, set()).add(node.instance_id or node.name)
+        return Booted({image: tuple(sorted(v)) for image, v in sorted(found.items())})

@@ -66,6 +66,36 @@ def test_both_implementations_describe_a_group_and_refuse_the_same_calls_the_sam
     assert seam.describe(name).desired == 3
 
 
+def test_both_implementations_say_which_instances_booted_an_image(groups: tuple[NodeGroups, str]) -> None:
+    """How far an image reached, asked of the seam: the group's instances on its image, none on another."""
+    seam, name = groups
+    state = seam.describe(name)
+    assert state.image is not None
+    booted = seam.booted([state.image, "ami-00000000000000000"])
+    assert set(booted.by_image) == {state.image} and booted.instances == sorted(state.instances)
+    assert booted.builders == 0
+    assert seam.booted(["ami-00000000000000000"]).instances == []
+
+
+def test_ec2_counts_an_ended_instance_and_a_builder_apart(aws_groups: tuple[NodeGroups, str]) -> None:
+    """On AWS a terminated instance still booted the image (EC2 lists it for a while); an image build's builder booted it
+    to bake another image from it, which is no node it reached."""
+    from platformctl.kernel.nodegroups import BUILDER_TAG
+
+    seam, name = aws_groups
+    state = seam.describe(name)
+    assert state.image is not None
+    ec2 = boto3.client("ec2", region_name=REGION)
+    spec = [{"ResourceType": "instance", "Tags": [{"Key": BUILDER_TAG, "Value": "general"}]}]
+    builder = ec2.run_instances(ImageId=state.image, MinCount=1, MaxCount=1, TagSpecifications=spec)["Instances"][0]["InstanceId"]
+    ended = state.instances[0]
+    seam.terminate(ended, decrement=True)
+    ec2.terminate_instances(InstanceIds=[builder])
+    booted = seam.booted([state.image])
+    assert ended in booted.instances and builder not in booted.instances and booted.builders == 1
+    assert len(booted.instances) == 2
+
+
 def test_a_throttled_call_is_transient() -> None:
     assert NodeGroupError("SetDesiredCapacity: Throttling: Rate exceeded", "Throttling").transient
     assert not NodeGroupError("no auto scaling group 'x'", "ValidationError").transient

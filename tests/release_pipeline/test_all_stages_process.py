@@ -24,10 +24,10 @@ import pytest
 import yaml
 from markupsafe import escape
 
-from ami.build import BUILDER_TAG
 from ami.manifest import MANIFEST_DIR
 from platformctl.cli.demo_pipeline import SPEED, commit_checkout, new_tree, write_files
 from platformctl.kernel.cluster.live import LiveCluster
+from platformctl.kernel.nodegroups import BUILDER_TAG
 from tests.process import run, small_checkout
 
 pytestmark = pytest.mark.process

@@ -185,8 +185,8 @@ def test_an_image_builder_that_booted_a_parent_image_is_no_instance_the_candidat
     import boto3
     from moto import mock_aws
 
-    from ami.build import BUILDER_TAG
     from platformctl.app.release import booted_instances
+    from platformctl.kernel.nodegroups import BUILDER_TAG
     from release_pipeline.candidates import Candidate, StageImages
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")

@@ -10,8 +10,8 @@ group by asking the owner (``DescribeAutoScalingInstances``), never by a naming 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 
@@ -50,6 +50,24 @@ class Member:
     lifecycle: str
     launched: float  # epoch seconds
     zone: str | None = None
+
+
+# On an image build's builder instance (``ami build``): it booted the parent image to bake a child from it, so it ran
+# no workload and is no node the image reached.
+BUILDER_TAG = "platformctl:builder"
+
+
+@dataclass(frozen=True)
+class Booted:
+    """The instances, in any state (terminated ones too), that booted some images: per image, their ids; and how many
+    were image builders (``BUILDER_TAG``), which are left out of ``by_image``."""
+
+    by_image: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    builders: int = 0
+
+    @property
+    def instances(self) -> list[str]:
+        return sorted({i for ids in self.by_image.values() for i in ids})
 
 
 class NodeGroupError(Exception):
@@ -92,5 +110,10 @@ class NodeGroups(Protocol):
         the group launches a replacement from its launch template."""
         ...
 
+    def booted(self, images: Sequence[str]) -> Booted:
+        """Every instance of this region that booted one of ``images``, whichever group launched it and in any state:
+        how far an image reached (the release pipeline's measure of a bad image)."""
+        ...
 
-__all__ = ["GroupState", "InstanceState", "Member", "NodeGroupError", "NodeGroups"]
+
+__all__ = ["BUILDER_TAG", "Booted", "GroupState", "InstanceState", "Member", "NodeGroupError", "NodeGroups"]

@@ -12,18 +12,21 @@ from typing import Any
 
 from platformctl.kernel import aws
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.nodegroups import GroupState, InstanceState, Member, NodeGroupError
+from platformctl.kernel.nodegroups import BUILDER_TAG, Booted, GroupState, InstanceState, Member, NodeGroupError
 
 CLUSTER_TAG = "eks:cluster-name"  # on every group of an EKS cluster's nodes, as EKS and the stage's program tag them
 
 
 class AutoScalingNodeGroups:
-    def __init__(self, region: str | None = None) -> None:
+    def __init__(self, region: str | None = None, quick: bool = False) -> None:
+        """``quick``: one attempt on short timeouts (``aws.QUICK``), for a report that must not hang on an AWS it cannot
+        reach; a rotation's calls keep botocore's retries."""
         # Made here, once: boto3's default session is not safe to make clients from on several threads.
         self.region = region
-        self._asg = aws.client("autoscaling", region)
-        self._ec2 = aws.client("ec2", region)
-        self._ssm = aws.client("ssm", region)
+        config = aws.QUICK if quick else None
+        self._asg = aws.client("autoscaling", region, config)
+        self._ec2 = aws.client("ec2", region, config)
+        self._ssm = aws.client("ssm", region, config)
 
     def _call(self, fn: Any, **kwargs: Any) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -146,3 +149,26 @@ class AutoScalingNodeGroups:
             if i["InstanceId"] not in out:  # not in EC2's answer yet: launched a moment ago
                 out[i["InstanceId"]] = Member(i["InstanceId"], i["LifecycleState"], now, i.get("AvailabilityZone"))
         return sorted(out.values(), key=lambda m: m.instance_id)
+
+    def booted(self, images: Sequence[str]) -> Booted:
+        """EC2's DescribeInstances filtered by ``image-id``, page by page (terminated instances stay listed for about an
+        hour after they end: the release pipeline also keeps what it saw in its ledger)."""
+        found: dict[str, set[str]] = {}
+        builders = 0
+        ids = sorted(set(images))
+        for start in range(0, len(ids), 200):  # a filter takes at most 200 values
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {"Filters": [{"Name": "image-id", "Values": ids[start:start + 200]}], "MaxResults": 1000}
+                if token:
+                    kwargs["NextToken"] = token
+                page = self._call(self._ec2.describe_instances, **kwargs)
+                for i in (i for r in page["Reservations"] for i in r["Instances"]):
+                    if any(t.get("Key") == BUILDER_TAG for t in i.get("Tags") or []):
+                        builders += 1
+                        continue
+                    found.setdefault(i["ImageId"], set()).add(i["InstanceId"])
+                token = page.get("NextToken")
+                if not token:
+                    break
+        return Booted({image: tuple(sorted(v)) for image, v in sorted(found.items())}, builders)

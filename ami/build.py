@@ -22,8 +22,9 @@ import hashlib
 import json
 import shlex
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -411,3 +412,21 @@ def ensure_stage_images(stage: Any, lock: Path, manifests: ManifestSet, copy_to:
     report = build_images(manifests, plan_builds(manifests, store), store, workers=2)
     write_lock(lock, manifests, store, report.ids)
     return report
+
+
+@contextmanager
+def aws_errors() -> Iterator[None]:
+    """AWS being unreachable or refusing, under an ``ami`` command: one line (a ``PlatformError`` naming AWS), not a
+    traceback. The image store's calls are boto3's; their errors are turned into the project's here, at that seam."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    try:
+        yield
+    except NoCredentialsError:
+        raise PlatformError("no AWS credentials: set AWS_ENDPOINT_URL to the local region's endpoint, or configure "
+                            "credentials", field="AWS") from None
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise PlatformError(f"{error.get('Code', 'error')}: {error.get('Message', '')}", field="AWS") from None
+    except BotoCoreError as exc:
+        raise PlatformError(str(exc), field="AWS") from None

@@ -17,14 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import botocore.exceptions
-
 from e2e_canary.runner import results
 from e2e_canary.sli import objectives, sli_series
 from platformctl.app.release import DEFAULT_LEDGER, candidate_report
 from platformctl.app.stores import store_for
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.state import StateStore, dynamodb_spec, open_store
+from platformctl.kernel.state import StateStore, StoreUnavailable, dynamodb_spec, open_store
 from platformctl.kernel.topology import STAGES, load_stage
 from release_pipeline.gates import freezes_in_force
 from release_pipeline.ledger import LEDGER, Ledger
@@ -34,7 +32,7 @@ from upgrade_service.journal import rotation as rotation_journal
 from upgrade_service.remediation.remediate import HOUR
 from upgrade_service.running.report import build_report
 
-UNREADABLE = (PlatformError, sqlite3.Error, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError, OSError)
+UNREADABLE = (PlatformError, StoreUnavailable, sqlite3.Error, OSError)
 DECISIONS = 100  # the newest ledger decisions the page lists (the ledger keeps all; `release history` shows them)
 CANDIDATES = 20  # the newest candidates the page lists (`release status` shows them all)
 STALE_SECONDS = 1800.0  # a stage whose newest canary result is older than this (on the wall clock) says so

@@ -18,7 +18,7 @@ from platformctl import __version__
 from platformctl.cli.output import OUTPUT
 from platformctl.cli.output import console as _console
 from platformctl.cli.output import emit_json as _emit_json
-from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.topology import STAGES, HostCluster, load_stage
 
 # The subcommands whose modules are imported only when used, as click's documentation does it ("lazily loading
@@ -49,6 +49,9 @@ class _Group(click.Group):
         except PlatformError as exc:
             click.echo(f"platformctl: error: {exc}", err=True)
             ctx.exit(2)
+        except Unavailable as exc:  # an API's or a store's fault, not the user's: one line, exit 1
+            click.echo(f"platformctl: error: {exc}", err=True)
+            ctx.exit(1)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -8,8 +8,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,6 @@ from rich.table import Table
 from rich.tree import Tree
 
 from platformctl.cli.output import OUTPUT, console, emit_json, writable_file
-from platformctl.kernel.errors import PlatformError
 
 MANIFESTS = click.option("--manifests", "manifest_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                          help="folder of image manifests (default: ami/manifests of the checkout the current directory is in)")
@@ -46,23 +43,6 @@ def _store(region: str | None, copy_to: tuple[str, ...]) -> Any:
     if local is not None and os.environ.get("AWS_ENDPOINT_URL") == local["aws_endpoint"] and not copy_to:
         copy_to = tuple(dict.fromkeys(str((for_stage(local, s) or local)["region"]) for s in stages_of(local)))
     return ImageStore(region or os.environ.get("AWS_REGION") or "us-west-2", copy_to)
-
-
-@contextmanager
-def _aws_errors() -> Iterator[None]:
-    """AWS being unreachable or refusing is one line, not a traceback."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-    try:
-        yield
-    except NoCredentialsError:
-        raise PlatformError("no AWS credentials: set AWS_ENDPOINT_URL to the local region's endpoint, or configure "
-                            "credentials", field="AWS") from None
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        raise PlatformError(f"{error.get('Code', 'error')}: {error.get('Message', '')}", field="AWS") from None
-    except BotoCoreError as exc:
-        raise PlatformError(str(exc), field="AWS") from None
 
 
 @click.group()
@@ -141,7 +121,9 @@ def ami_plan(names: tuple[str, ...], manifest_dir: Path | None, region: str | No
 
     folder = manifest_dir or default_manifest_dir()
     manifests = load_manifests(folder)
-    with _aws_errors():
+    from ami.build import aws_errors
+
+    with aws_errors():
         plan = plan_builds(manifests, _store(region, copy_to), names)
     if output == "json":
         emit_json({"manifests": str(folder), **plan.to_dict()})
@@ -182,7 +164,9 @@ def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | N
     store = _store(region, copy_to)
     quiet = output == "json"
     out = console()
-    with _aws_errors():
+    from ami.build import aws_errors
+
+    with aws_errors():
         if not quiet:
             out.print(f"building {folder} into {_target(local, store.region)}")
         plan = plan_builds(manifests, store, names)
@@ -257,7 +241,9 @@ def ami_prune(ctx: click.Context, names: tuple[str, ...], region: str | None, co
         infra_dir = (ctx.find_root().obj or {}).get("infra_dir") or default_infra_dir()
         stack_files = tuple(sorted(Path(infra_dir).glob("Pulumi.*.yaml")))
     store = _store(region, copy_to)
-    with _aws_errors():
+    from ami.build import aws_errors
+
+    with aws_errors():
         report = prune_images(store, keep=keep, grace=grace, now=datetime.now(UTC), names=names,
                               lock_files=lock_files, stack_files=stack_files, dry_run=dry_run)
     if output == "json":

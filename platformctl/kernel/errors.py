@@ -47,3 +47,8 @@ class ApiUnreachable(PlatformError):
 
 # What a file nested thousands of levels deep is told (the parsers recurse; Python's stack is not a user's concern).
 TOO_DEEP = "nested too deeply to read (a snapshot, a policy or a sample is a few levels deep, not thousands)"
+
+
+class Unavailable(Exception):
+    """A fault of an API or a store, not the user's mistake: it did not answer, or refused for a reason of its own
+    (throttled past its retries, an outage, permissions it lacks). A command says it on one line and exits 1."""

@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record, StateStore
+from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record, StateStore, StoreUnavailable
 
 ENV = "PLATFORMCTL_STATE"
 
@@ -76,4 +76,4 @@ def open_store(spec: str | None = None) -> StateStore:
     return SQLiteStore(path, location=given)
 
 
-__all__ = ["ENV", "Lease", "LeaseHeld", "LeaseLost", "Record", "StateStore", "default_path", "dynamodb_spec", "open_store"]
+__all__ = ["ENV", "Lease", "LeaseHeld", "LeaseLost", "Record", "StateStore", "StoreUnavailable", "default_path", "dynamodb_spec", "open_store"]

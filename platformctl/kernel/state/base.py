@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from platformctl.kernel.errors import Unavailable
+
 
 @dataclass(frozen=True)
 class Record:
@@ -35,6 +37,12 @@ class LeaseHeld(Exception):
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
         super().__init__(f"lease {lease.name} is held by {lease.holder} until {lease.expires:.0f}")
+
+
+class StoreUnavailable(Unavailable):
+    """The state store did not answer or refused (DynamoDB's own error, or no connection), said with the store's location
+    and the store's own code: raised by a store's adapter in place of its SDK's error, so that nothing above the seam
+    knows which store it talks to."""
 
 
 class LeaseLost(Exception):

@@ -29,24 +29,26 @@ The table is reached through ``platformctl.kernel.aws.client`` (so ``AWS_ENDPOIN
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from platformctl.kernel import aws
 from platformctl.kernel.clock import Clock, WallClock
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record
+from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record, StoreUnavailable
 from platformctl.kernel.state.lease import lease_call_timeout
 
 ITEM_LIMIT = 350_000  # bytes of JSON per record, under DynamoDB's 400 KB item limit
 
 
 TTL_ATTRIBUTE = "expires_at"
+F = TypeVar("F", bound=Callable[..., Any])
 # Answers after which an append may or may not have been written: look for it before trying again.
 AMBIGUOUS = ("InternalServerError", "ServiceUnavailable", "ThrottlingException", "ProvisionedThroughputExceededException",
              "RequestLimitExceeded", "TransactionConflictException")
@@ -69,6 +71,26 @@ def _family(stream: str) -> str:
 
 def _name_key(stream: str) -> int:
     return int(hashlib.sha1(stream.encode()).hexdigest()[:12], 16)
+
+
+def _store_errors(method: F) -> F:
+    """What escapes a store call as botocore's error (after the retries the call makes itself) leaves the seam as a
+    ``StoreUnavailable`` naming the store and DynamoDB's code."""
+
+    @functools.wraps(method)
+    def wrapped(self: DynamoDBStore, *args: Any, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return method(self, *args, **kwargs)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise StoreUnavailable(f"{self.location}: DynamoDB answered {error.get('Code', 'an error')} to "
+                                   f"{exc.operation_name}: {error.get('Message', '')}") from None
+        except BotoCoreError as exc:
+            raise StoreUnavailable(f"{self.location}: cannot reach DynamoDB ({exc})") from None
+
+    return cast(F, wrapped)
 
 
 class DynamoDBStore:
@@ -97,6 +119,7 @@ class DynamoDBStore:
 
     # ---------------------------------------------------------------- streams
 
+    @_store_errors
     def append(self, stream: str, data: Mapping[str, Any], *, fence: Lease | None = None, key: str | None = None,
                retain_seconds: float | None = None) -> Record:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -174,10 +197,12 @@ class DynamoDBStore:
         self._ddb.update_item(TableName=self.table, Key={"pk": {"S": "i#"}, "sk": {"N": "0"}}, UpdateExpression="ADD f :f",
                               ExpressionAttributeValues={":f": {"SS": [family]}})
 
+    @_store_errors
     def append_many(self, stream: str, rows: Sequence[Mapping[str, Any]], *, fence: Lease | None = None,
                     retain_seconds: float | None = None) -> list[Record]:
         return [self.append(stream, data, fence=fence, retain_seconds=retain_seconds) for data in rows]
 
+    @_store_errors
     def bulk_load(self, stream: str, rows: Sequence[Mapping[str, Any]], retain_seconds: float | None = None) -> int:
         """Write ``rows`` after the stream's last record in batches of 25, without conditions: for seeding history
         into a stream nothing else writes meanwhile (a restore, a benchmark), never for live appends."""
@@ -203,6 +228,7 @@ class DynamoDBStore:
     def prune(self) -> int:
         return 0  # the table's TTL deletes expired items (within a day or two; reads skip them meanwhile)
 
+    @_store_errors
     def read_back(self, stream: str, before: int | None = None, limit: int = 500) -> list[Record]:
         kwargs: dict[str, Any] = {
             "TableName": self.table, "ConsistentRead": True, "ScanIndexForward": False, "Limit": limit,
@@ -230,13 +256,16 @@ class DynamoDBStore:
                 return out
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    @_store_errors
     def read(self, stream: str, after: int = 0, limit: int | None = None) -> list[Record]:
         return self._query(stream, after, limit)
 
+    @_store_errors
     def last(self, stream: str) -> Record | None:
         found = self._query(stream, 0, 1, forward=False)
         return found[0] if found else None
 
+    @_store_errors
     def streams(self, prefix: str = "") -> list[str]:
         """From the registry (a key condition per path segment), never a scan of the records."""
         if "/" in prefix or prefix:
@@ -291,6 +320,7 @@ class DynamoDBStore:
                     raise
                 time.sleep(random.uniform(0, 0.05 * 2 ** attempt))
 
+    @_store_errors
     def acquire(self, name: str, holder: str, ttl: float) -> Lease:
         self._ttl_of[name] = ttl
         for _ in range(3):
@@ -312,6 +342,7 @@ class DynamoDBStore:
             return lease
         raise LeaseHeld(self.lease(name) or Lease(name, "unknown", "", 0.0, 0.0))
 
+    @_store_errors
     def renew(self, lease: Lease, ttl: float) -> Lease:
         """Extend the holder's lease; one that expired is not brought back (only a new acquisition takes it again)."""
         self._ttl_of[lease.name] = ttl
@@ -328,6 +359,7 @@ class DynamoDBStore:
             raise LeaseLost(f"lease {lease.name} is no longer held by {lease.holder}") from None
         return Lease(lease.name, lease.holder, lease.token, lease.acquired, expires)
 
+    @_store_errors
     def release(self, lease: Lease) -> None:
         try:
             self._conflicted(self._leases(self._ttl_of.get(lease.name, 60.0)).delete_item, TableName=self.table,
@@ -337,6 +369,7 @@ class DynamoDBStore:
         except self._failed:
             pass  # no longer ours: nothing to give up
 
+    @_store_errors
     def lease(self, name: str) -> Lease | None:
         item = self._ddb.get_item(TableName=self.table, Key=self._key(name), ConsistentRead=True).get("Item")
         if not item:

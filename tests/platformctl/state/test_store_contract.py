@@ -174,6 +174,27 @@ def test_stores_that_cannot_be_opened_say_so_in_one_line(tmp_path: Path, aws_env
         open_store("postgres://db/state")
 
 
+def test_a_dynamodb_store_that_stops_answering_says_so_as_the_stores_fault_not_as_botocores(aws_env: dict[str, str]) -> None:
+    """Nothing above the seam knows it is DynamoDB: a table gone from under an open store is a ``StoreUnavailable``
+    naming the store and DynamoDB's own code, which a command prints on one line and exits 1 for (a fault, not the
+    user's mistake)."""
+    from platformctl.kernel import aws
+    from platformctl.kernel.errors import PlatformError, Unavailable
+    from platformctl.kernel.state import StoreUnavailable
+
+    table = f"platformctl-state-{next(_tables)}"
+    create_table(table)
+    store = open_store(f"dynamodb://{table}")
+    store.append("journal/c1", {"kind": "run-started"})
+    aws.client("dynamodb").delete_table(TableName=table)
+    for call in (lambda: store.read("journal/c1"), lambda: store.append("journal/c1", {"kind": "x"}),
+                 lambda: store.acquire("rotation/c1", "me", 60.0), lambda: store.streams("journal/")):
+        with pytest.raises(StoreUnavailable) as gone:
+            call()
+        assert isinstance(gone.value, Unavailable) and not isinstance(gone.value, PlatformError)
+        assert f"dynamodb://{table}" in str(gone.value) and "ResourceNotFoundException" in str(gone.value)
+
+
 def test_the_default_store_is_a_file_under_platformctl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLATFORMCTL_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("PLATFORMCTL_STATE", raising=False)

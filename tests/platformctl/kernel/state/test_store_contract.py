@@ -141,7 +141,7 @@ _RACER = textwrap.dedent("""
 def test_processes_racing_for_one_lease_one_wins(spec: str, tmp_path: Path) -> None:
     script = tmp_path / "racer.py"
     script.write_text(_RACER)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[4])}
     start = time.time() + 3.0  # every process is up and waiting before the race starts
     racers = [subprocess.Popen([sys.executable, str(script), spec, f"racer-{i}", str(start)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env) for i in range(6)]

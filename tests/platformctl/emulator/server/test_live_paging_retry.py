@@ -20,7 +20,7 @@ from platformctl.kernel.clock import VirtualClock
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.errors import ApiRefused
 from platformctl.kernel.retry import NEVER
-from tests.platformctl.server.conftest import Api, make_api
+from tests.platformctl.emulator.server.conftest import Api, make_api
 
 
 class Logged:

@@ -223,7 +223,7 @@ def test_a_custom_condition_counts_once_declared() -> None:
 
 
 def test_remediation_evicts_a_one_at_a_time_workloads_pods_one_after_the_other_each_settled(tmp_path: Path) -> None:
-    from tests.upgrade_service.test_execute import ONE_AT_A_TIME, settled_one_at_a_time
+    from tests.upgrade_service.running.test_execute import ONE_AT_A_TIME, settled_one_at_a_time
 
     sim = cluster({"kv": 2})
     service(sim, "kv", 4, kind="StatefulSet", annotations=ONE_AT_A_TIME, node_selector={"eks.amazonaws.com/nodegroup": "kv"})
@@ -240,7 +240,7 @@ def test_remediation_evicts_a_one_at_a_time_workloads_pods_one_after_the_other_e
 
 def training_job_on_a_pressured_node() -> tuple[SimulatedCluster, str]:
     """A half-hour training job on a node whose disk fills (its kubelet still answers)."""
-    from tests.platformctl.cluster.helpers import template
+    from tests.platformctl.emulator.helpers import template
 
     sim = cluster({"general": 2})
     sim.create_workload("Job", template("batch", "train", run=1800, start=10), 1, completions=1)

@@ -19,7 +19,7 @@ from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.emulator.synthetic import synthetic_cluster
 from platformctl.kernel.cluster.model import load_snapshot
 
-FIXTURES = Path(__file__).parents[2] / "fixtures"
+FIXTURES = Path(__file__).parents[3] / "fixtures"
 TABLE = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}
 
 

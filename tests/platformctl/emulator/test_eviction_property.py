@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from platformctl.kernel.cluster.model import PodDisruptionBudget
 from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
-from tests.platformctl.cluster.helpers import cluster, template
+from tests.platformctl.emulator.helpers import cluster, template
 
 budget_specs = st.one_of(
     st.none(),

@@ -21,7 +21,7 @@ import pytest
 from ami.manifest import MANIFEST_DIR
 from platformctl.kernel.cluster.live import LiveCluster
 from tests.process import run
-from tests.upgrade_service.test_rotate_run_process import asg, get, new_images, rotate
+from tests.upgrade_service.running.test_rotate_run_process import asg, get, new_images, rotate
 
 LEASE = "2"
 POLICY = """\

@@ -322,7 +322,7 @@ def test_kubectl_can_diagnose_the_region(region: dict[str, Any], tmp_path: Path)
 
 
 def test_ami_build_says_where_it_builds_and_keeps_the_regions_ids_out_of_the_checkout(region: dict[str, Any]) -> None:
-    checkout_lock = Path(__file__).resolve().parents[3] / "ami" / "images.lock.json"
+    checkout_lock = Path(__file__).resolve().parents[4] / "ami" / "images.lock.json"
     existed = checkout_lock.exists()
     built = run(region["home"], "ami", "build")
     assert f"into the local region of stage dev (AWS endpoint {region['aws_endpoint']}), region us-west-2" in built.stdout

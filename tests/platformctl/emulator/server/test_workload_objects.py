@@ -17,7 +17,7 @@ from platformctl.emulator.server.process import kubeconfig
 from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.errors import ApiRefused, NotFoundError
-from tests.platformctl.server.conftest import Served
+from tests.platformctl.emulator.server.conftest import Served
 
 NS = "canary-test"
 

@@ -22,7 +22,7 @@ from platformctl.app.dashboard import DashboardRequest, Reader, gather
 from platformctl.cli import dashboard as command
 from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
 from platformctl.kernel.state.sqlite import SQLiteStore
-from tests.platformctl.dashboard_stores import BAD_IMAGE, EVIL_CLUSTER, GOOD_IMAGE, ONERROR, SCRIPT, Stores, build, store_newer_result
+from tests.platformctl.app.dashboard_stores import BAD_IMAGE, EVIL_CLUSTER, GOOD_IMAGE, ONERROR, SCRIPT, Stores, build, store_newer_result
 
 
 @pytest.fixture(scope="module")

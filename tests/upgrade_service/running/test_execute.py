@@ -310,7 +310,7 @@ def test_one_at_a_time_workloads_lose_one_pod_at_a_time_and_settle(tmp_path: Pat
 
 
 def test_wait_for_completion_pods_finish_before_their_node_goes(tmp_path: Path) -> None:
-    from tests.platformctl.cluster.helpers import template
+    from tests.platformctl.emulator.helpers import template
 
     sim = cluster({"general": 2})
     job = template("batch", "train", run=1800, start=10)

@@ -10,7 +10,7 @@ from platformctl.emulator.simulator import Event, NodePoolSpec
 from platformctl.kernel.cluster.drain import drain
 from platformctl.kernel.cluster.model import LABEL_NODE_TYPE, PodDisruptionBudget, Taint, Toleration
 from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
-from tests.platformctl.cluster.helpers import cluster, template
+from tests.platformctl.emulator.helpers import cluster, template
 
 
 def test_pods_start_after_their_start_time_and_spread_over_nodes() -> None:

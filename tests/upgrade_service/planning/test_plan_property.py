@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
 from platformctl.kernel.cluster.model import LABEL_NODEGROUP_IMAGE, PodDisruptionBudget, parse_snapshot
 from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
-from tests.platformctl.cluster.helpers import template
-from tests.platformctl.cluster.test_eviction_property import budget_specs
+from tests.platformctl.emulator.helpers import template
+from tests.platformctl.emulator.test_eviction_property import budget_specs
 from upgrade_service.planning.plan import plan_cluster
 from upgrade_service.planning.policy import parse_policy
 

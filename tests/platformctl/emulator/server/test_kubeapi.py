@@ -10,7 +10,7 @@ from werkzeug.test import Client
 
 from platformctl.emulator.server.objects import ApiError
 from platformctl.kernel.cluster.model import LABEL_NODEGROUP, parse_time
-from tests.platformctl.server.conftest import TABLE, Api
+from tests.platformctl.emulator.server.conftest import TABLE, Api
 
 R = "/clusters/rules"
 S = "/clusters/synth"

@@ -18,9 +18,9 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 from platformctl.app.dashboard import DashboardRequest, gather
-from tests.platformctl.dashboard_stores import BAD_IMAGE, ONERROR, SCRIPT, Stores, build, store_newer_result
+from tests.platformctl.app.dashboard_stores import BAD_IMAGE, ONERROR, SCRIPT, Stores, build, store_newer_result
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ARTIFACTS = Path(os.environ.get("PLATFORMCTL_ARTIFACTS") or REPO / "artifacts")
 # As root on a machine with no network: no sandbox, and none of Chromium's own calls home.
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",

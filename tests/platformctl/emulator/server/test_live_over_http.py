@@ -20,7 +20,7 @@ from platformctl.emulator.server.objects import ChangeLog
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.cluster.model import LABEL_NODEGROUP
 from platformctl.kernel.errors import NotFoundError
-from tests.platformctl.server.conftest import Served
+from tests.platformctl.emulator.server.conftest import Served
 
 
 def _live(served: Served, context: str) -> LiveCluster:

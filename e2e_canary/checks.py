@@ -292,6 +292,8 @@ def cron(check: Check) -> list[Row]:
                 found.update(obj)
             return obj is not None
 
+        # No run is made before its schedule: wait for it on the cluster's clock, then look (not a poll a minute long).
+        check.clock.sleep(min(due, check.deadline) - synced_now(check.clock))
         try:
             # Lateness is the Job's own creationTimestamp against the schedule; looking for it a while past the
             # tolerance only keeps a slow poll (or a busy API server) from being taken for a late firing.

@@ -18,7 +18,7 @@ from platformctl.app.release_source import candidate_source, infra_revision
 from platformctl.kernel.clock import WallClock
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
-from platformctl.kernel.nodegroups import Booted, NodeGroupError
+from platformctl.kernel.nodegroups import Booted, NodeGroupError, NodeGroups
 from platformctl.kernel.state import StateStore, open_store
 from platformctl.kernel.topology import load_stage, read_stack_config
 from platformctl.kernel.who import who
@@ -132,13 +132,14 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
     out = {}
     seen: set[str] = set()  # the images of every earlier candidate
     aws_reachable = aws
+    seams: dict[str, NodeGroups] = {}  # one per region for the whole report, not three clients per candidate
     for c in sorted(ledger.candidates(), key=lambda c: (state.order(c.id), c.created_at)):
         recorded = ledger.boots(c.id)
         where = state.candidates.get(c.id, {})
         new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
         seen |= c.image_ids()
         builders: dict[str, int] = {}
-        asked = booted_instances(c, new, builders=builders) if aws_reachable else None
+        asked = booted_instances(c, new, builders=builders, seams=seams) if aws_reachable else None
         aws_reachable = aws_reachable and asked is not None  # one failure: the rest of the report from the ledger only
         # What AWS still shows, and what the ledger saw booting the new images at the end of each rotation.
         booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get(n, set())
@@ -157,13 +158,15 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
 
 
 def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_image: bool = False,
-                     builders: dict[str, int] | None = None) -> dict[str, Any] | None:
+                     builders: dict[str, int] | None = None,
+                     seams: dict[str, NodeGroups] | None = None) -> dict[str, Any] | None:
     """Per stage, the instances (in any state, terminated ones too) that booted ``images`` in the stage's region as
     nodes (``by_image``: per image id), asked of the node-group seam; None when AWS cannot be asked (no credentials,
     nothing reachable, a refusal).
 
     An image build's builder boots the parent image to bake a child from it: no workload ever ran there, so it is no
-    node the image reached; ``builders`` (stage -> count) hears of them."""
+    node the image reached; ``builders`` (stage -> count) hears of them. ``seams`` (region -> node groups) keeps the
+    seams made here for the caller's next question."""
     from platformctl.kernel import region_client
     from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
 
@@ -171,9 +174,13 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
     if not any(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")):
         return None
     out: dict[str, Any] = {}
+    seams = {} if seams is None else seams
     try:
         for name, ids in images.items():
-            booted = AutoScalingNodeGroups(candidate.stages[name].region, quick=True).booted(ids) if ids else Booted()
+            region = candidate.stages[name].region
+            if ids and region not in seams:
+                seams[region] = AutoScalingNodeGroups(region, quick=True)
+            booted = seams[region].booted(ids) if ids else Booted()
             if builders is not None and booted.builders:
                 builders[name] = builders.get(name, 0) + booted.builders
             out[name] = {k: list(v) for k, v in booted.by_image.items()} if by_image else booted.instances

@@ -47,14 +47,28 @@ def emit_json(data: Any) -> None:
 
 
 def writable_file(path: Path, option: str) -> Path:
-    """An output file's folder must exist and the path must not be a folder: checked before any work."""
+    """An output file's folder must exist and take a file, and the path must not be a folder: checked before any work
+    (a file is made in the folder and removed at once: permissions alone do not say it, for root or on /proc)."""
     from platformctl.kernel.errors import PlatformError
 
     if path.is_dir():
         raise PlatformError("is a folder, not a file", file=str(path), field=option)
     if not path.parent.is_dir():
         raise PlatformError(f"folder {path.parent} does not exist", file=str(path), field=option)
+    _probe(path.parent, path, option)
     return path
+
+
+def _probe(folder: Path, path: Path, option: str) -> None:
+    import tempfile
+
+    from platformctl.kernel.errors import PlatformError
+
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise PlatformError(f"cannot be written ({exc.strerror})", file=str(path), field=option) from None
 
 
 def writable_folder(path: Path, option: str) -> Path:
@@ -65,14 +79,11 @@ def writable_folder(path: Path, option: str) -> Path:
         raise PlatformError("is a file, not a folder", file=str(path), field=option)
     if not path.parent.is_dir():
         raise PlatformError(f"folder {path.parent} does not exist", file=str(path), field=option)
-    import tempfile
-
     try:  # made and written to now, so that a folder the work cannot be saved in is said before the work
         path.mkdir(exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
     except OSError as exc:
         raise PlatformError(f"cannot be written ({exc.strerror})", file=str(path), field=option) from None
+    _probe(path, path, option)
     return path
 
 

@@ -111,6 +111,7 @@ def test_every_output_path_is_checked_before_any_work(tmp_path: Path) -> None:
         (["demo", "--save-snapshots", "/proc/snaps"], "--save-snapshots: cannot be written"),  # its parent refuses it
         (["ami", "build", "--lock-file", str(missing / "images.lock.json")], "--lock-file: folder"),
         (["snapshot", "generate", "--out", str(tmp_path)], "is a directory"),
+        (["snapshot", "generate", "--nodes", "3000", "--out", "/proc/x.json"], "--out: cannot be written"),  # even as root
     ]
     for args, message in cases:
         began = time.monotonic()

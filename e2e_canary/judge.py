@@ -33,12 +33,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
-from scipy import stats
 
 from platformctl.kernel.errors import TOO_DEEP, PlatformError
 from platformctl.kernel.yamlfile import read_yaml, validate
@@ -204,7 +204,7 @@ def hodges_lehmann(baseline: Sequence[float], experiment: Sequence[float], confi
     y = np.asarray(experiment, dtype=float)
     m, n = len(x), len(y)
     total = m * n
-    z = float(stats.norm.ppf(1 - (1 - confidence) / 2))
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
     c = int(math.floor(total / 2 - z * math.sqrt(total * (m + n + 1) / 12)))
     c = min(max(c, 1), total)
     ranks = [c, total - c + 1, (total + 1) // 2, total // 2 + 1]
@@ -228,7 +228,7 @@ def _wilson(k: int, n: int, z: float) -> tuple[float, float]:
 
 def newcombe(k_e: int, n_e: int, k_b: int, n_b: int, confidence: float) -> tuple[float, float]:
     """Newcombe's hybrid score interval for ``p_e - p_b`` (method 10 of Newcombe 1998), from Wilson intervals."""
-    z = float(stats.norm.ppf(1 - (1 - confidence) / 2))
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
     p_e, p_b = k_e / n_e, k_b / n_b
     l_e, u_e = _wilson(k_e, n_e, z)
     l_b, u_b = _wilson(k_b, n_b, z)
@@ -303,7 +303,7 @@ def _judge_metric(name: str, baseline: Sequence[float], experiment: Sequence[flo
     if out.reason:
         return out
     worse = "greater" if rule.direction == "increase" else "less"
-    test = stats.mannwhitneyu(experiment, baseline, alternative=worse)
+    test = _stats().mannwhitneyu(experiment, baseline, alternative=worse)
     shift, lower, upper = hodges_lehmann(baseline, experiment, config.confidence)
     material = max(rule.material_relative * abs(b["median"]), rule.material_absolute)
     signed = shift if rule.direction == "increase" else -shift
@@ -345,14 +345,14 @@ def _judge_rate(name: str, k_b: int, n_b: int, k_e: int, n_e: int, rule: RateRul
     # fail (a broken image is caught on its first attempts), but a pass needs minAttempts in each arm.
     said = f"{k_e}/{n_e} against the baseline's {k_b}/{n_b}"
     if n_b:
-        test = stats.fisher_exact([[k_e, n_e - k_e], [k_b, n_b - k_b]], alternative="greater")
+        test = _stats().fisher_exact([[k_e, n_e - k_e], [k_b, n_b - k_b]], alternative="greater")
         shift = k_e / n_e - k_b / n_b
         lower, upper = newcombe(k_e, n_e, k_b, n_b, config.confidence)
         out.u_statistic, out.p_value = None, float(test.pvalue)
         out.shift, out.shift_ci = shift, [lower, upper]
         said = f"{k_e}/{n_e} against {k_b}/{n_b}, difference {shift:+.2%} ({int(config.confidence * 100)}% CI {lower:+.2%} to {upper:+.2%})"
     if rule.budget is not None:
-        over = stats.binomtest(k_e, n_e, rule.budget, alternative="greater")
+        over = _stats().binomtest(k_e, n_e, rule.budget, alternative="greater")
         out.threshold["budget_p_value"] = float(over.pvalue)
         if over.pvalue < alpha:
             out.verdict = "fail"
@@ -433,7 +433,7 @@ def judge_objectives(experiment: Arm, config: JudgeConfig | None = None) -> Verd
         if n == 0:
             out.reason = "no attempts: nothing to judge, never a pass"
         else:
-            over = stats.binomtest(k, n, budget, alternative="greater")
+            over = _stats().binomtest(k, n, budget, alternative="greater")
             out.p_value = float(over.pvalue)
             if over.pvalue < alpha:
                 out.verdict = "fail"
@@ -455,3 +455,11 @@ def judge_objectives(experiment: Arm, config: JudgeConfig | None = None) -> Verd
         return Verdict("inconclusive", "; ".join(f"{m.name}: {m.reason}" for m in unsure), metrics, alpha)
     return Verdict("pass", "within its objectives: " + "; ".join(f"{m.name}: {m.reason}" for m in metrics.values()),
                    metrics, alpha)
+
+
+def _stats() -> Any:
+    """scipy.stats, imported when a judgement needs it: a second or more of every process's start otherwise (a tick or
+    a status that judges nothing)."""
+    from scipy import stats
+
+    return stats

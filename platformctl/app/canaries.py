@@ -7,12 +7,14 @@ canary on its jittered interval, records every result in the stage's store and s
 
 from __future__ import annotations
 
+import contextlib
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from e2e_canary.definitions import Canary, default_canary_dir, load_canaries
 from e2e_canary.judge import load_config
@@ -20,6 +22,7 @@ from e2e_canary.metrics import CanaryMetrics, check_address, serve
 from e2e_canary.runner import AttemptReport, Runner, newest_at, results, stream_of
 from e2e_canary.verdict import EVIDENCE_STEPS, canary_verdicts, stage_verdict
 from platformctl.app.stores import store_for
+from platformctl.kernel.clock import Clock, parked
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
@@ -128,6 +131,7 @@ def run_canaries(run: CanaryRun, say: Callable[[str], None], on_attempt: Callabl
     report = CanaryRunReport(run.stage)
     keepers: list[LeaseKeeper] = []
     holder = holder_id()
+    stop = threading.Event()  # set on Ctrl-C: every cluster's check ends at its next wait
     try:
         runners: dict[str, Runner] = {}
         for name, cluster in run.clusters.items():
@@ -139,9 +143,10 @@ def run_canaries(run: CanaryRun, say: Callable[[str], None], on_attempt: Callabl
                 report.exit_code = EXIT_LEASE_HELD
                 continue
             keepers.append(keeper)
-            runners[name] = Runner(run.stage, name, cluster, run.store, progress=say, retention=run.retention)
+            runners[name] = Runner(run.stage, name, cast(Cluster, _Stoppable(cluster, stop)), run.store, progress=say,
+                                   retention=run.retention)
         entries = {name: ClusterRun(name, runner.reap()) for name, runner in runners.items()}
-        _loop(run, runners, keepers, entries, report, say, on_attempt)
+        _loop(run, runners, keepers, entries, report, say, on_attempt, stop)
         report.clusters += list(entries.values())
     except KeyboardInterrupt:
         pass
@@ -152,40 +157,128 @@ def run_canaries(run: CanaryRun, say: Callable[[str], None], on_attempt: Callabl
 
 
 def _loop(run: CanaryRun, runners: dict[str, Runner], keepers: list[LeaseKeeper], entries: dict[str, ClusterRun],
-          report: CanaryRunReport, say: Callable[[str], None], on_attempt: Callable[[str, AttemptReport], None]) -> None:
-    """Each canary on each cluster when it is due (its interval plus jitter, on the cluster's clock)."""
-    due = {(n, c.name): 0.0 for n in runners for c in run.canaries}
+          report: CanaryRunReport, say: Callable[[str], None], on_attempt: Callable[[str, AttemptReport], None],
+          stop: threading.Event) -> None:
+    """Each cluster's canaries in a thread of its own, each canary when it is due there (its interval plus jitter, on
+    the cluster's clock), as the Pulumi program runs a runner in every cluster: one cluster's slow check or a
+    CronJob's schedule never holds another's, and a canary's interval is what each cluster gets. A Ctrl-C (or SIGTERM)
+    stops every cluster's check at its next wait, and each deletes its namespace."""
     metrics = CanaryMetrics(run.stage)
     for name, runner in runners.items():
         for c in run.canaries:
             metrics.watch(name, c.name, runner.clock)
-    recent: dict[str, list[dict[str, Any]]] = {name: [] for name in runners}
     if run.metrics is not None and runners:
         serve(metrics, *run.metrics)
         say(f"metrics on http://{run.metrics[0]}:{run.metrics[1]}/metrics")
-    while runners:
-        for name, runner in runners.items():
-            for c in run.canaries:
-                now = runner.clock.now()
-                if now < due[(name, c.name)]:
-                    continue
-                for keeper in keepers:
-                    keeper.check()
-                attempt = runner.run(c)
-                metrics.observe(name, c.name, attempt.results)
-                now = runner.clock.now()
-                reach = 2 * EVIDENCE_STEPS * VERDICT_WINDOW  # what the verdict can look at; older results are the store's
-                recent[name] = [r for r in recent[name] + attempt.results if float(r["at"]) >= now - reach]
-                metrics.set_verdict(name, canary_verdicts(recent[name], now, VERDICT_WINDOW)["verdict"])
-                due[(name, c.name)] = now + c.interval + random.uniform(0, c.jitter)
-                if run.once:  # a runner that runs for months keeps its results in the store, not in memory
-                    entries[name].attempts.append(attempt)
-                if (attempt.outcomes.get("fail") or attempt.outcomes.get("timeout")) and report.exit_code != EXIT_LEASE_HELD:
-                    report.exit_code = EXIT_FAILED
-                on_attempt(name, attempt)
+    lock = threading.Lock()
+    failed: list[BaseException] = []
+
+    def attempted(name: str, attempt: AttemptReport) -> None:
+        with lock:
+            if run.once:  # a runner that runs for months keeps its results in the store, not in memory
+                entries[name].attempts.append(attempt)
+            if (attempt.outcomes.get("fail") or attempt.outcomes.get("timeout")) and report.exit_code != EXIT_LEASE_HELD:
+                report.exit_code = EXIT_FAILED
+            on_attempt(name, attempt)
+
+    def cluster(name: str, runner: Runner) -> None:
+        try:
+            _one_cluster(run, name, runner, keepers, metrics, attempted)
+        except _Stopped:
+            pass
+        except BaseException as exc:  # a lost lease, an unreachable store: the whole run stops, as it did
+            failed.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=cluster, args=(name, runner), name=f"canaries {name}", daemon=True)
+               for name, runner in runners.items()]
+    clock = next(iter(runners.values())).clock if runners else None
+    try:
+        with parked(clock) if clock is not None else contextlib.nullcontext():  # waiting for threads, not for time
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.5)
+    except KeyboardInterrupt:
+        stop.set()
+        end = time.monotonic() + STOP_WAIT_SECONDS
+        for thread in threads:  # each ends at its check's next wait and deletes its namespace
+            thread.join(max(end - time.monotonic(), 0.0))
+        raise
+    if failed:
+        raise failed[0]
+
+
+STOP_WAIT_SECONDS = 20.0  # wall seconds a stopped run gives its clusters' checks to clean up
+
+
+def _one_cluster(run: CanaryRun, name: str, runner: Runner, keepers: list[LeaseKeeper], metrics: CanaryMetrics,
+                 attempted: Callable[[str, AttemptReport], None]) -> None:
+    due = {c.name: 0.0 for c in run.canaries}
+    recent: list[dict[str, Any]] = []
+    while True:
+        for c in run.canaries:
+            if runner.clock.now() < due[c.name]:
+                continue
+            for keeper in keepers:
+                keeper.check()
+            attempt = runner.run(c)
+            metrics.observe(name, c.name, attempt.results)
+            now = runner.clock.now()
+            reach = 2 * EVIDENCE_STEPS * VERDICT_WINDOW  # what the verdict can look at; older results are the store's
+            recent = [r for r in recent + attempt.results if float(r["at"]) >= now - reach]
+            metrics.set_verdict(name, canary_verdicts(recent, now, VERDICT_WINDOW)["verdict"])
+            due[c.name] = now + c.interval + random.uniform(0, c.jitter)
+            attempted(name, attempt)
         if run.once:
             return
-        next(iter(runners.values())).clock.sleep(5.0)
+        # until the next canary is due (a lease's check at least every 5 s of the cluster's time, as before)
+        runner.clock.sleep(max(min(min(due.values()) - runner.clock.now(), IDLE_SECONDS), 0.0) or 0.1)
+
+
+IDLE_SECONDS = 60.0  # the longest a cluster's runner waits between looks at what is due
+
+
+class _Stopped(Exception):
+    """The run was asked to stop: the check ends at its next wait."""
+
+
+class _Stoppable:
+    """A runner thread's cluster, whose clock cuts each wait in slices of about a wall second and, once the run is
+    asked to stop, raises ``_Stopped`` at the next one: a check ends there (and deletes its namespace) instead of
+    running on. Everything else is the cluster's own."""
+
+    def __init__(self, cluster: Cluster, stop: threading.Event) -> None:
+        self._cluster = cluster
+        self._stop = stop
+        self.clock = _StoppableClock(cluster.clock, stop)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cluster, name)
+
+
+class _StoppableClock:
+    def __init__(self, clock: Clock, stop: threading.Event) -> None:
+        self._clock = clock
+        self._stop = stop
+
+    def now(self) -> float:
+        return self._clock.now()
+
+    def sleep(self, seconds: float) -> None:
+        until = self._clock.now() + seconds
+        piece = max(float(getattr(self._clock, "speed", 1.0)), 1.0)  # about a wall second of the cluster's time
+        while True:
+            if self._stop.is_set():
+                raise _Stopped()
+            left = until - self._clock.now()
+            if left <= 0:
+                return
+            self._clock.sleep(min(left, piece))
+
+    def __getattr__(self, name: str) -> Any:  # sync, parked, wait_for_change: the cluster's clock's own
+        return getattr(self._clock, name)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from croniter import croniter
 
 from e2e_canary.definitions import Canary
 from e2e_canary.measure import Startup, startup
-from platformctl.kernel.clock import Clock, past, synced_now
+from e2e_canary.runner import LONGEST_WAIT
+from platformctl.kernel.clock import Clock, past, synced_now, wait_for_change
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
 from platformctl.kernel.errors import ApiRefused, NotFoundError
@@ -53,6 +54,7 @@ class CheckFailed(Exception):
         self.reason = reason
 
 
+
 @dataclass
 class Check:
     """One attempt of one workload canary in its own namespace."""
@@ -67,6 +69,7 @@ class Check:
     disrupted: dict[str, str] = field(default_factory=dict)  # pod -> DisruptionTarget reason, as seen
     nodes: dict[str, Node] = field(default_factory=dict)
     origin: float | None = None  # the API server's creationTimestamp of the check's first object
+    seen_version: int = 0  # the newest change of the cluster's pods this check has heard of (a local region's)
 
     def elapsed(self, end: float | None = None, start: float | None = None) -> float:
         """A duration of the check on the API server's clock: from ``start`` (else its first object's creation) to
@@ -168,7 +171,13 @@ class Check:
                     raise CheckFailed("disrupted", f"{what}: not done in {end - self.started:.0f} s after the platform "
                                       f"disrupted pod {name} ({reason})")
                 raise CheckFailed("timeout", f"{what}: not done within {end - self.started:.0f} s")
-            self.clock.sleep(self.poll)
+            self.rest()
+
+    def rest(self) -> None:
+        """Until the next look: a poll, or on a local region until the cluster's pods change (every step of a check
+        is a pod's: scheduled, started, Ready, finished, gone), at most ``LONGEST_WAIT`` seconds."""
+        self.seen_version = wait_for_change(self.clock, self.poll, self.cluster.name, "pods", self.seen_version,
+                                            LONGEST_WAIT)
 
 
 # -------------------------------------------------------------------------------------------- service

@@ -26,7 +26,7 @@ from typing import Any
 
 from e2e_canary.definitions import LABEL, Canary
 from e2e_canary.measure import NotStarted, Startup, startup
-from platformctl.kernel.clock import past, synced_now
+from platformctl.kernel.clock import past, synced_now, wait_for_change
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Toleration
 from platformctl.kernel.errors import ApiRefused, PlatformError
@@ -37,6 +37,7 @@ ATTEMPT_LABEL = "platformctl.io/canary-attempt"
 # The simulator's start time for the probe container (a real kubelet ignores the annotation): a pause
 # container starts in about a second on a warm node.
 SIM_START = {"sim.platformctl.io/start-seconds": "2"}
+LONGEST_WAIT = 15.0  # seconds a check waits for its cluster's pods to change before it looks anyway
 
 
 # What each DisruptionTarget reason means for a canary: the platform took the pod away, the image is not to blame.
@@ -201,6 +202,7 @@ class Runner:
                 arms[made.name] = (arm, i, False)
         self.progress(f"{self.name}: {canary.name}: {len(arms)} pods on {len(present)} arms, waiting up to {canary.deadline} s")
         done: dict[str, dict[str, Any]] = {}
+        heard = 0  # the newest change of the cluster's pods heard of
         while True:
             pods = {p.name: p for p in self.cluster.list_pods(namespace=namespace)}
             for name, (arm, i, retried) in list(arms.items()):
@@ -229,7 +231,7 @@ class Runner:
                             pass
             if len(done) == len(arms) or past(self.clock, deadline):
                 break
-            self.clock.sleep(self.poll)
+            heard = wait_for_change(self.clock, self.poll, self.cluster.name, "pods", heard, LONGEST_WAIT)
         for name, (arm, _, _) in arms.items():
             if name in done:
                 results.append(done[name])

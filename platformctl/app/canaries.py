@@ -278,7 +278,19 @@ class _StoppableClock:
             self._clock.sleep(min(left, piece))
 
     def __getattr__(self, name: str) -> Any:  # sync, parked, wait_for_change: the cluster's clock's own
-        return getattr(self._clock, name)
+        found = getattr(self._clock, name)
+        if name != "wait_for_change":
+            return found
+
+        def wait_for_change(*args: Any) -> Any:  # a local region's wait for a change: held a few wall seconds at most
+            if self._stop.is_set():
+                raise _Stopped()
+            answer = found(*args)
+            if self._stop.is_set():
+                raise _Stopped()
+            return answer
+
+        return wait_for_change
 
 
 @dataclass(frozen=True)

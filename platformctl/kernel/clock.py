@@ -52,6 +52,20 @@ def parked(clock: Clock) -> contextlib.AbstractContextManager[None]:
     return park() if callable(park) else contextlib.nullcontext()
 
 
+def wait_for_change(clock: Clock, poll: float, cluster: str, kind: str, rv: int, longest: float) -> int:
+    """Wait before the next look at ``kind`` in ``cluster``: ``poll`` seconds of a plain clock; on a clock that can be
+    told what its caller waits for (a local region's), until that kind has a change newer than resource version ``rv``
+    or ``longest`` seconds pass, so that the region skips what nobody waits through instead of answering a poll every
+    ``poll`` seconds. Returns the newest version heard of (``rv`` when the clock cannot say)."""
+    changes = getattr(clock, "wait_for_change", None)
+    if callable(changes):
+        latest = changes(clock.now() + max(longest, poll), cluster, kind, rv)
+        if latest is not None:
+            return int(latest)
+    clock.sleep(poll)
+    return rv
+
+
 class WallClock:
     """Real time."""
 

@@ -149,8 +149,8 @@ def test_a_slow_image_passes_each_check_and_fails_the_verdict_on_startup_latency
     assert slow in said["reason"] and "pod_startup_seconds" in said["reason"], said["reason"]
 
 
-def _canary_namespaces(region: dict[str, Any]) -> list[str]:
-    url = f"{region['kubernetes_endpoint']}/clusters/{CLUSTER}/api/v1/namespaces?labelSelector=platformctl.io/canary"
+def _canary_namespaces(region: dict[str, Any], cluster: str = CLUSTER) -> list[str]:
+    url = f"{region['kubernetes_endpoint']}/clusters/{cluster}/api/v1/namespaces?labelSelector=platformctl.io/canary"
     with urllib.request.urlopen(url, timeout=30) as response:
         return [n["metadata"]["name"] for n in json.loads(response.read())["items"]
                 if n.get("status", {}).get("phase") != "Terminating"]
@@ -183,6 +183,33 @@ def test_a_runner_killed_mid_check_leaves_nothing_once_the_next_run_reaps(region
         url = f"{region['kubernetes_endpoint']}/clusters/{CLUSTER}/{path}?labelSelector=platformctl.io/canary"
         with urllib.request.urlopen(url, timeout=30) as response:
             assert json.loads(response.read())["items"] == [], path  # no canary object of any kind remains
+
+
+def test_every_cluster_of_a_stage_has_its_canaries_at_once_and_sigterm_cleans_up_each(
+        region: dict[str, Any], tmp_path: Path) -> None:
+    # A CronJob's check waits for its schedule: a runner that carried the stage's clusters one after another would
+    # make each next cluster's CronJob wait for a later minute, as if one cluster's canaries held up another's.
+    (tmp_path / "cron.yaml").write_text("name: cron\nkind: cron\ndeadline: 3m\nschedule: '* * * * *'\ntoleranceSeconds: 30\n")
+    out = run(region["home"], "canary", "run", "--stage", "dev", "--canaries", str(tmp_path), "--lease-ttl", "2", "--once",
+              "-o", "json", check=False, timeout=300)
+    assert out.returncode == 0, out.stderr
+    clusters = [c["name"] for c in region["clusters"]]
+    firsts = {c["cluster"]: min(r["at"] for a in c["canaries"] for r in a["results"]) for c in json.loads(out.stdout)["clusters"]}
+    assert sorted(firsts) == sorted(clusters) and len(clusters) == 3
+    assert max(firsts.values()) - min(firsts.values()) < 30, firsts  # every cluster's first firing in the same minute
+    # Stopped as a Deployment's pod is, mid-check on every cluster: each check ends and deletes its namespace.
+    proc = start(region["home"], "canary", "run", "--stage", "dev", "--canaries", str(tmp_path), "--lease-ttl", "2",
+                 "--metrics-port", "0")
+    try:
+        deadline = time.monotonic() + 120
+        while not all(_canary_namespaces(region, c) for c in clusters) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(_canary_namespaces(region, c) for c in clusters), "every cluster's check under way at once"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert {c: _canary_namespaces(region, c) for c in clusters} == dict.fromkeys(clusters, []), err[-3000:]
 
 
 def test_bad_input_is_one_line_exit_2(region: dict[str, Any], tmp_path: Path) -> None:

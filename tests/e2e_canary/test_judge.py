@@ -98,6 +98,21 @@ def test_a_significant_but_immaterial_shift_passes_and_a_material_one_fails() ->
     assert m.shift_ci[0] > m.threshold["material"] * 0.5 and "significant" in m.reason and "material" in m.reason
 
 
+def test_durations_in_whole_seconds_fail_only_when_the_shifts_interval_clears_no_change() -> None:
+    # The API's timestamps are whole seconds: a 2 s start reads 2 or 3. A new image read 3 a little more often (on a
+    # slower instance type, say): the rank test is sure of it, the shift's median pair is 1 s, "material" past 0.25 s;
+    # but the interval of the shift still holds no change. Seen halting a good candidate's rotation on the local region.
+    base = Arm({"pod_startup_seconds": [2.0] * 80 + [3.0] * 20}, OK)
+    new = Arm({"pod_startup_seconds": [2.0] * 35 + [3.0] * 65}, OK)
+    verdict = judge(base, new)
+    m = verdict.metrics["pod_startup_seconds"]
+    assert m.p_value < verdict.alpha_per_test and m.shift == 1.0 and m.shift_ci == [0.0, 1.0], m.reason
+    assert m.verdict == "pass" and verdict.verdict == "pass" and "the interval holds no change" in m.reason, m.reason
+    # A whole second slower every time clears it.
+    slower = judge(base, Arm({"pod_startup_seconds": [3.0] * 35 + [4.0] * 65}, OK)).metrics["pod_startup_seconds"]
+    assert slower.verdict == "fail" and slower.shift_ci[0] >= 1.0, slower.reason
+
+
 def test_the_slo_fails_an_experiment_whose_p99_is_over_its_objective_whatever_the_baseline() -> None:
     rng = np.random.default_rng(5)
     slow = arm(rng, 300, scale=4.0)  # p99 well over 5 s in both arms: no shift, still out of its SLO

@@ -32,7 +32,6 @@ from croniter import croniter
 
 from e2e_canary.definitions import Canary
 from e2e_canary.measure import Startup, startup
-from e2e_canary.runner import LONGEST_WAIT
 from platformctl.kernel.clock import Clock, past, synced_now, wait_for_change
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
@@ -41,6 +40,7 @@ from platformctl.kernel.errors import ApiRefused, NotFoundError
 SIM_START = "sim.platformctl.io/start-seconds"
 SIM_RUN = "sim.platformctl.io/run-seconds"
 ROLL_ANNOTATION = "platformctl.io/canary-roll"
+LONGEST_WAIT = 15.0  # seconds a check waits for its cluster's pods to change before it looks anyway
 
 Row = dict[str, Any]
 

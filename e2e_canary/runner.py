@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from e2e_canary.checks import LONGEST_WAIT
 from e2e_canary.definitions import LABEL, Canary
 from e2e_canary.measure import NotStarted, Startup, startup
 from platformctl.kernel.clock import past, synced_now, wait_for_change
@@ -37,7 +38,6 @@ ATTEMPT_LABEL = "platformctl.io/canary-attempt"
 # The simulator's start time for the probe container (a real kubelet ignores the annotation): a pause
 # container starts in about a second on a warm node.
 SIM_START = {"sim.platformctl.io/start-seconds": "2"}
-LONGEST_WAIT = 15.0  # seconds a check waits for its cluster's pods to change before it looks anyway
 
 
 # What each DisruptionTarget reason means for a canary: the platform took the pod away, the image is not to blame.

@@ -54,7 +54,6 @@ class CheckFailed(Exception):
         self.reason = reason
 
 
-
 @dataclass
 class Check:
     """One attempt of one workload canary in its own namespace."""

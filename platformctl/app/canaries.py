@@ -233,8 +233,8 @@ def _one_cluster(run: CanaryRun, name: str, runner: Runner, keepers: list[LeaseK
             attempted(name, attempt)
         if run.once:
             return
-        # until the next canary is due (a lease's check at least every 5 s of the cluster's time, as before)
-        runner.clock.sleep(max(min(min(due.values()) - runner.clock.now(), IDLE_SECONDS), 0.0) or 0.1)
+        # until the next canary is due, looking again at least every IDLE_SECONDS of the cluster's time
+        runner.clock.sleep(min(max(min(due.values()) - runner.clock.now(), 0.1), IDLE_SECONDS))
 
 
 IDLE_SECONDS = 60.0  # the longest a cluster's runner waits between looks at what is due

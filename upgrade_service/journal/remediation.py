@@ -185,8 +185,7 @@ def rotation_holds(store: StateStore, cluster: str) -> dict[str, str]:
     out: dict[str, str] = {}
     if not state.open:
         return out
-    wave = state.current_wave
-    if wave is not None:
+    for wave in state.open_waves:
         for node in wave.nodes:
             if wave.started.instances.get(node) not in wave.terminated:
                 out[node] = f"wave {wave.number} of rotation {state.run}"

@@ -131,11 +131,18 @@ class RunState:
         return self.run is not None and self.ended is None
 
     @property
+    def open_waves(self) -> list[WaveState]:
+        """The open run's waves not finished, oldest first: with overlapping waves, earlier ones may still wait for
+        their replacements, their pods or their settle time while the newest drains."""
+        if not self.open:
+            return []
+        return [w for _, w in sorted(self.waves.items()) if w.finished is None]
+
+    @property
     def current_wave(self) -> WaveState | None:
-        if not self.open or not self.waves:
-            return None
-        last = self.waves[max(self.waves)]
-        return last if last.finished is None else None
+        """The newest open wave (the one draining, or the last to have drained)."""
+        waves = self.open_waves
+        return waves[-1] if waves else None
 
     @property
     def status(self) -> str:

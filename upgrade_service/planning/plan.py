@@ -6,7 +6,8 @@ be rotated now, orders the rest into segments (``order``), packs each segment in
 image shows itself where a retry is cheap), stateful ones after, and waves that wait for
 wait-for-completion pods last, so those pods have the longest to finish on their own. The estimate
 of a wave is ``packing``'s, plus, for a wave that waits, whatever remains of its pods' ``maxWaitSeconds``
-when the wave starts. ``plan_region`` orders a stage's clusters (one zone at a time, the host
+when the wave starts; the plan's estimate is when its last wave ends, waves overlapping as the executor overlaps
+them (``schedule``). ``plan_region`` orders a stage's clusters (one zone at a time, the host
 cluster as the policy says) and nests their plans.
 
 Called by the ``platformctl rotate plan`` command and, in time, the executor; its output is the
@@ -15,7 +16,7 @@ plan JSON operators and automation read.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from upgrade_service.planning.fit import PoolCapacity, WaveFit, fit_waves, held_
 from upgrade_service.planning.order import ClusterPlace, Segment, cluster_steps, ordered_segments, segment_graph, why_segment_waits
 from upgrade_service.planning.packing import Limits, WaveDraft, move_gain, pack, pack_in_name_order, rebuild
 from upgrade_service.planning.policy import RotationPolicy
+from upgrade_service.planning.schedule import Schedule, Span
 
 
 @dataclass(frozen=True)
@@ -106,10 +108,16 @@ class RotationPlan:
     drafts: dict[int, WaveDraft] = field(repr=False, default_factory=dict)  # wave index -> its draft
     fits: dict[int, WaveFit] = field(repr=False, default_factory=dict)  # wave index -> where its pods go
     planned_nodes: dict[str, str] = field(repr=False, default_factory=dict)  # surge/replacement node -> what it is
+    ends_seconds: int | None = None  # when the last wave ends, waves overlapping as the executor overlaps them
+    spans: dict[int, Span] = field(repr=False, default_factory=dict)  # wave index -> when it starts and ends
 
     @property
     def estimated_seconds(self) -> int:
-        return sum(w.estimated_seconds for w in self.waves)
+        return self.ends_seconds if self.ends_seconds is not None else sum(w.estimated_seconds for w in self.waves)
+
+    def _span(self, index: int) -> dict[str, int]:
+        span = self.spans.get(index)
+        return {} if span is None else {"starts_at_seconds": span.start, "ends_at_seconds": span.end}
 
     def wave_of(self, node: str) -> Wave | None:
         for wave in self.waves:
@@ -125,7 +133,7 @@ class RotationPlan:
             "strategy": self.policy.strategy,
             "nodes_to_rotate": sum(len(w.nodes) for w in self.waves) + len(self.blocked),
             "estimated_seconds": self.estimated_seconds,
-            "waves": [w.to_dict() for w in self.waves],
+            "waves": [{**w.to_dict(), **self._span(w.index)} for w in self.waves],
             "blocked": [b.to_dict() for b in self.blocked],
             "warnings": self.warnings,
         }
@@ -293,6 +301,31 @@ def _fit_reasons(fit: WaveFit, policy: RotationPolicy) -> list[str]:
     return out
 
 
+def _after_waiting_pools(movable: list[NodeDisruption], blocked: list[BlockedNode],
+                         policy: RotationPolicy) -> list[NodeDisruption]:
+    """``poolOrder`` holds through a wait: a pool whose earlier pools still have nodes waiting for their budgets' pods
+    to come back waits with them (it would otherwise go first, as if those pools were done). Such nodes join the
+    blocked ones as waiting, and ``movable`` loses them."""
+    waiting = {b.pool for b in blocked if b.waiting}
+    if not waiting or not policy.pool_order:
+        return movable
+    graph = nx.DiGraph((before, pool) for pool, befores in policy.pool_order.items() for before in befores)
+    after: dict[str, set[str]] = {}
+    for pool in waiting & set(graph.nodes):
+        for later in nx.descendants(graph, pool):
+            after.setdefault(later, set()).add(pool)
+    keep = []
+    for n in movable:
+        if n.pool not in after:
+            keep.append(n)
+            continue
+        firsts = ", ".join(sorted(after[n.pool]))
+        blocked.append(BlockedNode(n.name, n.pool, n.zone, (Cause(
+            RECOVERING, f"poolOrder: pool {n.pool} goes after {firsts}, whose nodes wait for budgets whose pods are on "
+            "their way back", rule="poolOrder"),)))
+    return keep
+
+
 def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster: str | None = None,
                  naive: bool = False, in_stage: bool = False, capacity: PoolCapacity | None = None) -> RotationPlan:
     """The rotation plan of one cluster. ``naive`` packs in name order with no scheduling simulation (the
@@ -314,6 +347,7 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
                 "replace (lower minZoneCapacityPercent, or use strategy: surge)", rule="minZoneCapacityPercent"),)))
             continue
         movable.append(n)
+    movable = _after_waiting_pools(movable, blocked, policy)
     blocked.sort(key=lambda b: b.node)
 
     counts: dict[tuple[str, str], int] = defaultdict(int)
@@ -335,11 +369,14 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
     waves: list[Wave] = []
     drafts: dict[int, WaveDraft] = {}
     by_index: dict[int, WaveFit] = {}
-    elapsed = 0
+    schedule = Schedule(policy.overlap_waves, policy.max_in_flight, policy.max_in_flight_per_pool)
+    spans: dict[int, Span] = {}
     for fit in fits:
         draft = rebuild(fit.nodes, limits)
         until = max((n.wait_until for n in draft.nodes if n.wait_until is not None), default=None)
-        wait = max(0, int(until - now) - elapsed) if until is not None else 0
+        in_pools = Counter(n.pool for n in draft.nodes)
+        begins = schedule.start_of(fit.segment.pools, in_pools)
+        wait = max(0, int(until - now) - begins) if until is not None else 0
         index = len(waves) + 1
         drain = max(draft.drain, held_drain_seconds(fit, limits, draft.budget_grace, draft.after_gone, draft.start))
         start = limits.pod_start_seconds if fit.homeless else 0
@@ -349,14 +386,18 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
         waves.append(wave)
         drafts[index] = draft
         by_index[index] = fit
-        elapsed += wave.estimated_seconds
+        surge_first = policy.strategy == "surge" or fit.planned_surge  # its new nodes boot before the drain
+        boot_after = 0 if surge_first else wave.boot_seconds
+        spans[index] = schedule.add(fit.segment.pools, in_pools, wave.wait_seconds + wave.drain_seconds + (0 if boot_after else wave.boot_seconds),
+                     boot_after + wave.start_seconds + wave.settle_seconds, boot_after, wave.settle_seconds,
+                     {w for n in draft.nodes for w in n.one_at_a_time})
     warnings = [] if in_stage else pool_warnings(policy, view.pools_present, "this cluster")
     stuck = [w for w in waves if w.stuck]
     if stuck:
         warnings.append(f"{len(stuck)} wave(s) cannot be drained without pods waiting for nodes that only the drain's end "
                         f"brings (first: wave {stuck[0].index}, node {stuck[0].nodes[0]}): {stuck[0].stuck}")
     return RotationPlan(cluster or policy.cluster or "cluster", snapshot.source or "live", policy, waves, blocked,
-                        warnings, view, segments, limits, drafts, by_index, planned_nodes)
+                        warnings, view, segments, limits, drafts, by_index, planned_nodes, schedule.ends, spans)
 
 
 @dataclass

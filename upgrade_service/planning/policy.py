@@ -112,6 +112,10 @@ class RotationPolicy(_Value):
     """Nodes being rotated at once, whole cluster."""
     max_in_flight_per_pool: dict[str, Limit] = Field(default_factory=dict)
     """Pool -> nodes being rotated at once in that pool (only pools in targets)."""
+    overlap_waves: bool = True
+    """The next wave may drain while earlier waves' replacements boot, their pods start and their one-at-a-time
+    workloads settle, as long as every limit holds (``upgrade_service.planning.schedule``); false: each wave ends
+    before the next starts."""
     zone_at_a_time: bool = True
     """Never two zones in one wave."""
     min_zone_capacity_percent: Annotated[int, Field(ge=0, le=100)] = 90

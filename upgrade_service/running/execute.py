@@ -1,30 +1,29 @@
 """The rotation executor: carries a rotation out, wave by wave, durably. It acts; the planner plans.
 
-``Executor.run`` rotates one cluster. Each turn it reads the cluster, resolves what every pool
-should run (the policy's ``targets``, or with none what each node's auto scaling group's launch
-template boots now), plans what is left with ``plan_cluster`` (reality drifts: nodes fail, pods
-move, budgets change), asks the health gate, paces itself under ``maxMutationsPerMinute``, and
-carries out the first wave of that plan:
+``Executor.run`` rotates one cluster. Each turn it reads the cluster, resolves what every pool should run (the policy's
+``targets``, or with none what each node's auto scaling group's launch template boots now), plans what is left with
+``plan_cluster`` (reality drifts: nodes fail, pods move, budgets change), asks the health gate, paces itself under
+``maxMutationsPerMinute``, and carries out the first wave of that plan:
 
-1. cordon every node of the wave (evicted pods never land on a node about to go); outdated nodes
-   also carry a ``PreferNoSchedule`` taint from the start of the run, so evicted pods prefer
-   current nodes;
-2. ``surge``: raise each group's desired capacity by its share of the wave (within its max) and
-   wait until that many new nodes are Ready on the target image;
+1. cordon every node of the wave (evicted pods never land on a node about to go); outdated nodes also carry a
+   ``PreferNoSchedule`` taint from the start of the run, so evicted pods prefer current nodes;
+2. ``surge``: raise each group's desired capacity by its share of the wave (within its max) and wait until that many
+   new nodes are Ready on the target image;
 3. drain through the eviction API only (``WaveDrain``);
-4. terminate the drained nodes' instances: the surged share with a capacity decrement, the rest
-   without, so the group launches their replacements from its current template (``replace`` is
-   all of the latter), and wait until the replacements are Ready;
-5. wait until the evicted pods' workloads are Ready again, and for the one-at-a-time workloads'
-   settle time.
+4. terminate the drained nodes' instances: the surged share with a capacity decrement, the rest without, so the group
+   launches their replacements from its current template (``replace`` is all of the latter);
+5. wait until the replacements are Ready, the evicted pods' workloads are Ready again, and for the one-at-a-time
+   workloads' settle time.
 
-Every side effect is journalled before and after (``upgrade_service.journal.rotation``); a run killed at any
-moment and started again folds the journal, settles the side effects it never confirmed by looking
-at the world (an instance is terminated again only if it is still in service), and finishes the wave
-it was in. It starts no new wave — and says why — when new nodes do not turn Ready, when more than
-``maxFailedNodes`` nodes failed, when evicted pods do not come back, or when the gate says stop;
-it paces instead of failing when the next wave would break the mutation SLO. ``rotate pause``,
-``resume`` and ``abort`` reach it through the journal.
+Steps 1 to 4 are a wave's head, step 5 its tail: the next wave's head may run while earlier waves are in their tails,
+when every limit holds at that instant (``upgrade_service.running.overlap``); else the oldest open wave finishes first.
+
+Every side effect is journalled before and after (``upgrade_service.journal.rotation``); a run killed at any moment and
+started again folds the journal, settles the side effects it never confirmed by looking at the world (an instance is
+terminated again only if it is still in service), and finishes the waves it left open. It starts no new wave — and
+says why — when new nodes do not turn Ready, when more than ``maxFailedNodes`` nodes failed, when evicted pods do not
+come back, or when the gate says stop; it paces instead of failing when the next wave would break the mutation SLO.
+``rotate pause``, ``resume`` and ``abort`` reach it through the journal.
 """
 
 from __future__ import annotations
@@ -70,6 +69,7 @@ from upgrade_service.planning.policy import RotationPolicy
 from upgrade_service.planning.targets import resolve as resolve_targets
 from upgrade_service.running.abort import put_back
 from upgrade_service.running.gate import Question, ask
+from upgrade_service.running.overlap import carried, out_of_service, why_wait
 from upgrade_service.running.pacing import MutationPacer
 from upgrade_service.running.pods_back import ApiBack, BudgetsBack, WorkloadsBack
 from upgrade_service.running.replacement import NodeReplacer
@@ -168,9 +168,6 @@ class Executor:
     def _op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
         """One side effect, journalled before and after."""
         return self.replacer.op(op, action, **args)
-
-    def _mutate(self) -> None:
-        self.pacer.take()
 
     # ---------------------------------------------------------------- reading the cluster
 
@@ -309,14 +306,14 @@ class Executor:
                 self._settle_unconfirmed()
                 read = None  # what it settles (an instance found terminated) changes what is left
             started = 0
-            wave = self.state.current_wave
-            if wave is not None:
+            for wave in self.state.open_waves:  # the newest may be mid-drain; earlier ones wait for what they left
                 self._show("resuming", f"resuming wave {wave.number}")
-                self._run_wave(wave)
+                self._head(wave)
                 read = None
             while True:
                 self._check()
                 if self.state.paused is not None:
+                    self._finish_open()
                     self.journal.append(Paused(self.state.paused.by))
                     return self._outcome("paused", EXIT_PAUSED, f"paused by {self.state.paused.by} after wave "
                                          f"{len(self.state.waves)}; `platformctl rotate resume` lets it go on")
@@ -330,9 +327,21 @@ class Executor:
                     if self.budgets_back.wait(plan):  # nodes whose budgets' pods are on their way back: plan again
                         read = None
                         continue
+                    if self.state.open_waves:  # what the open waves bring back may be what the rest needs
+                        self._tail(self.state.open_waves[0])
+                        read = None
+                        continue
                     return self._finish(self.budgets_back.given_up(plan), read)
                 self.view.waves = len(self.state.waves) + len(waves)
+                why = self._why_wait(waves[0], read)
+                if why is not None:
+                    oldest = self.state.open_waves[0]
+                    self._show("overlap", f"finishing wave {oldest.number} before the next: {why}")
+                    self._tail(oldest)
+                    read = None
+                    continue
                 if self.options.max_waves is not None and started >= self.options.max_waves:
+                    self._finish_open()
                     waves_started = f"{started} wave{'s' if started != 1 else ''}"
                     self.journal.append(Halted("max-waves", f"started {waves_started} (--max-waves)"))
                     return self._outcome("partial", EXIT_DONE, f"stopped after {waves_started} as --max-waves asked; "
@@ -341,7 +350,7 @@ class Executor:
                 self._gate(read)
                 self._pace(waves[0], read)
                 self._next_wave += 1
-                self._run_wave(self._start_wave(waves[0], plan, read))
+                self._head(self._start_wave(waves[0], plan, read))  # its tail runs beside the next waves' heads
                 read = None
         except Halt as halt:
             self.journal.append(Halted(halt.reason, halt.detail))
@@ -392,7 +401,7 @@ class Executor:
                 continue
             if TAINT in node.taints:
                 continue
-            self._mutate()
+            self.pacer.take()
             self._op("taint", partial(self.cluster.taint, name, TAINT), node=name)
 
     # ---------------------------------------------------------------- gate and pacing
@@ -477,7 +486,22 @@ class Executor:
         self.journal.write(j.WAVE_STARTED, **started.to_record())  # a WaveStarted: its number is its own
         return self.state.waves[number]
 
-    def _run_wave(self, wave: WaveState) -> None:
+    def _why_wait(self, wave: Wave, read: ClusterRead) -> str | None:
+        """Why ``wave`` may not start beside the open waves now (``upgrade_service.running.overlap``); None: it may."""
+        if not self.state.open_waves:
+            return None
+        nodes = self.nodes_watch.nodes()
+        group_of = self._groups_of(nodes)
+        described = {g: self.groups.describe(g) for g in sorted(set(group_of.values()))}
+        out = out_of_service(nodes, self.state.cordoned, group_of, described, self.state.capacity, self.policy.pool_label)
+        return why_wait(wave, self.state, out, self.policy, read.nodes)
+
+    def _finish_open(self) -> None:
+        for wave in self.state.open_waves:
+            self._tail(wave)
+
+    def _head(self, wave: WaveState) -> None:
+        """Cordon, surge, drain and terminate: what the next wave may not overlap."""
         number = wave.number
         info = wave.started
         nodes: list[str] = list(info.nodes)
@@ -513,7 +537,8 @@ class Executor:
             self._show("drain", f"wave {number}: draining {len(nodes)} nodes")
             drain = WaveDrain(self.cluster, self.policy, self.journal, self.pacer, wave=number,
                               poll_seconds=self.options.poll_seconds, check=self._check, pods=self.pods_watch,
-                              budgets=self.pdbs_watch, resume=wave,
+                              budgets=self.pdbs_watch,
+                              resume=carried(w for w in self.state.open_waves if w.number <= number),
                               progress=lambda status: self._show(drain=status),
                               on_drained=lambda name: self._terminate_drained(wave, name),
                               on_stuck=lambda stuck: self._unstick(wave, stuck))
@@ -530,6 +555,13 @@ class Executor:
             self._terminate_drained(wave, name)
         if j.TERMINATED not in wave.phases:
             self.journal.append(Phase(number, j.TERMINATED))
+
+    def _tail(self, wave: WaveState) -> None:
+        """Its replacements, then its evicted pods, then its settle time: what the next wave's head may overlap."""
+        number = wave.number
+        info = wave.started
+        nodes: list[str] = list(info.nodes)
+        groups = info.groups
         # 5. replacements, then the evicted pods, then settle
         expected = {}
         for g, gi in groups.items():
@@ -576,7 +608,7 @@ class Executor:
         if name not in wave.drained or instance in wave.terminated or name in wave.failed:
             return
         group = info.group_of(name)
-        self._terminate(wave, name, instance, group, wave.decrements(name))
+        self.replacer.terminate(name, instance, group, wave.decrements(name), wave=wave.number)
 
     def _unstick(self, wave: WaveState, stuck: Stuck) -> bool:
         """The drain waits on a pod the scheduler cannot place. True when room is on its way: a new node of a group
@@ -619,51 +651,17 @@ class Executor:
                 return True
         return False
 
-    def _terminate(self, wave: WaveState, node: str, instance: str, group: str, decrement: bool) -> None:
-        self.replacer.terminate(node, instance, group, decrement, wave=wave.number)
-
-    def _watch(self, informer: Informer, until: Callable[[], bool], deadline: float, failpoint: str) -> bool:
-        return self.replacer.wait(until, deadline, failpoint, informer)
-
     def _wait_new_nodes(self, wave: WaveState, expected: dict[str, int]) -> str | None:
-        """Wait until each group has ``expected`` Ready nodes on its target image that were not its members
-        when the wave started. Returns what is missing after ``nodeReadyTimeoutSeconds``, or None."""
-        groups = wave.started.groups
-        deadline = self.clock.now() + self.policy.node_ready_timeout_seconds
+        """Wait until each group has ``expected`` Ready nodes on its target image that were not its members when the
+        wave started. Returns what is missing after ``nodeReadyTimeoutSeconds``, or None."""
         self._show("boot", f"wave {wave.number}: waiting for " + ", ".join(f"{n} new node(s) in {g}" for g, n in expected.items()))
-
-        label = self.policy.image_label
-        members = {g: frozenset(groups[g].members) for g in expected}
-
-        def short() -> list[str]:
-            out = []
-            for g, want in expected.items():
-                image = groups[g].image
-                good, others = self.replacer.new_nodes(g, members[g], image=image, image_label=label)
-                if len(good) < want:
-                    seen = [f"{n.name} ({'Ready' if n.ready else 'NotReady'}, image {n.labels.get(label)})" for n in others]
-                    out.append(f"group {g}: {len(good)} of {want} new nodes Ready on {image}"
-                               + (f"; also {', '.join(seen[:3])}" if seen else ""))
-            return out
-
-        if self._watch(self.nodes_watch, lambda: not short(), deadline, "wait:new-nodes"):
-            return None
-        return (f"new nodes not Ready on the target image within nodeReadyTimeoutSeconds "
-                f"{self.policy.node_ready_timeout_seconds}: " + "; ".join(short()))
+        groups = wave.started.groups
+        return self.replacer.wait_new_nodes({g: (frozenset(groups[g].members), groups[g].image, n) for g, n in expected.items()},
+                                            self.policy.image_label, self.policy.node_ready_timeout_seconds)
 
     def _wait_gone(self, names: list[str]) -> list[str]:
-        """Wait until the nodes of terminated instances are deregistered (the cloud's node controller deletes
-        them), so that what the wave leaves behind is what the cluster shows. Returns any still there after
-        ``nodeReadyTimeoutSeconds``: reported, not a failure, since the instances are gone."""
-        deadline = self.clock.now() + self.policy.node_ready_timeout_seconds
-
-        def left() -> list[str]:
-            return [n for n in names if self.nodes_watch.get(n) is not None]
-
-        if left():
-            self._show("deregister", f"waiting for {len(left())} terminated node(s) to leave the cluster")
-            self._watch(self.nodes_watch, lambda: not left(), deadline, "wait:gone")
-        return left()
+        return self.replacer.wait_gone(names, self.policy.node_ready_timeout_seconds,
+                                       lambda n: self._show("deregister", f"waiting for {n} terminated node(s) to leave the cluster"))
 
     def _wait_pods_ready(self, owners: dict[str, OwnerWait]) -> str | None:
         back = WorkloadsBack(self.cluster, self.nodes_watch, self.pods_watch, self.replacer, self.options.poll_seconds,
@@ -674,7 +672,7 @@ class Executor:
 
     def _untaint_all(self) -> None:
         for name in sorted(self.state.tainted):
-            self._mutate()
+            self.pacer.take()
             try:
                 self._op("untaint", partial(self.cluster.untaint, name, TAINT.key), node=name)
             except NotFoundError:

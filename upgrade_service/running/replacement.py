@@ -199,3 +199,37 @@ class NodeReplacer:
         if self.wait(ready, deadline, failpoint) or found:
             return found[0]
         return None
+
+    def wait_new_nodes(self, expected: dict[str, tuple[frozenset[str], str | None, int]], image_label: str,
+                       timeout: float) -> str | None:
+        """Wait until each group (-> the instances it had before, the image, how many) has that many Ready nodes on
+        the image that were not among those instances. Returns what is missing after ``timeout``, or None."""
+        deadline = self.clock.now() + timeout
+
+        def short() -> list[str]:
+            out = []
+            for g, (before, image, want) in expected.items():
+                good, others = self.new_nodes(g, before, image=image, image_label=image_label)
+                if len(good) < want:
+                    seen = [f"{n.name} ({'Ready' if n.ready else 'NotReady'}, image {n.labels.get(image_label)})" for n in others]
+                    out.append(f"group {g}: {len(good)} of {want} new nodes Ready on {image}"
+                               + (f"; also {', '.join(seen[:3])}" if seen else ""))
+            return out
+
+        if self.wait(lambda: not short(), deadline, "wait:new-nodes", self.nodes):
+            return None
+        return f"new nodes not Ready on the target image within nodeReadyTimeoutSeconds {timeout:.0f}: " + "; ".join(short())
+
+    def wait_gone(self, names: list[str], timeout: float, show: Callable[[int], None]) -> list[str]:
+        """Wait until the nodes of terminated instances are deregistered (the cloud's node controller deletes them), so
+        that what is left behind is what the cluster shows. Returns any still there after ``timeout``: reported, not a
+        failure, since the instances are gone."""
+        deadline = self.clock.now() + timeout
+
+        def left() -> list[str]:
+            return [n for n in names if self.nodes.get(n) is not None]
+
+        if left():
+            show(len(left()))
+            self.wait(lambda: not left(), deadline, "wait:gone", self.nodes)
+        return left()

@@ -1,0 +1,84 @@
+"""When each wave of a plan starts and ends once waves overlap: the plan's estimate, by the executor's own rules.
+
+A wave has a head (surge nodes booting, the drain, the terminations) and a tail (replacements booting, evicted pods
+starting again, one-at-a-time workloads settling). The executor starts the next wave's head while earlier waves are
+in their tails (``upgrade_service.running.overlap``), when:
+
+- the open waves are of the same pools as the next one, and a wave of those pools has already finished whole in the
+  run (the first wave of a pool proves its image alone; a pool after another in ``poolOrder`` starts when nothing is
+  open);
+- the nodes out of service (cordoned, or terminated with a replacement still booting) and the next wave's nodes
+  stay within ``maxInFlight`` and ``maxInFlightPerPool``.
+
+Otherwise it finishes the oldest open wave first. A one-at-a-time workload that the next wave moves again cannot
+have its pod evicted before its last move has settled, so that wave's drain ends no sooner than the settle does.
+``Schedule`` replays those rules over the plan's waves; the plan's estimate is when the last wave ends.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Span:
+    """One wave as scheduled: offsets in seconds from the plan's start."""
+
+    pools: frozenset[str]
+    nodes: Counter[str]  # pool -> the wave's nodes in it
+    start: int
+    head_end: int  # drained and terminated
+    out_until: int  # its nodes are back in service (replacements Ready): what maxInFlight counts until
+    settle_end: int  # its one-at-a-time workloads have settled
+    end: int
+    workloads: frozenset[str]
+
+
+@dataclass
+class Schedule:
+    overlap: bool
+    max_in_flight: int
+    per_pool: Mapping[str, int]
+    now: int = 0  # when the next wave may start (the last head's end)
+    open: list[Span] = field(default_factory=list)
+    proven: set[frozenset[str]] = field(default_factory=set)
+    ends: int = 0
+
+    def _admits(self, pools: frozenset[str], nodes: Counter[str]) -> bool:
+        if any(s.pools != pools for s in self.open) or pools not in self.proven:
+            return False
+        out: Counter[str] = Counter()
+        for s in self.open:
+            if s.out_until > self.now:
+                out.update(s.nodes)
+        if sum(out.values()) + sum(nodes.values()) > self.max_in_flight:
+            return False
+        return all(out[p] + n <= self.per_pool[p] for p, n in nodes.items() if p in self.per_pool)
+
+    def start_of(self, pools: Iterable[str], nodes: Counter[str]) -> int:
+        """When a wave of ``nodes`` (pool -> count) starts: open waves that it may not overlap are finished first."""
+        key = frozenset(pools)
+        while self.open and not (self.overlap and self._admits(key, nodes)):
+            oldest = self.open.pop(0)
+            self.now = max(self.now, oldest.end)
+            self.proven.add(oldest.pools)
+        return self.now
+
+    def add(self, pools: Iterable[str], nodes: Counter[str], head: int, tail: int, out: int, settle: int,
+            workloads: Iterable[str]) -> Span:
+        """Schedule the next wave (it starts when ``start_of`` says): ``head`` seconds until drained and terminated,
+        ``tail`` more until it ends; its nodes out of service ``out`` seconds past its head (its replacements' boot),
+        its one-at-a-time ``workloads`` settled ``settle`` seconds past it."""
+        start = self.start_of(pools, nodes)
+        moved = frozenset(workloads)
+        head_end = start + head
+        for s in self.open:
+            if s.workloads & moved:  # its pod of that workload goes once the last move has settled
+                head_end = max(head_end, s.settle_end)
+        span = Span(frozenset(pools), nodes, start, head_end, head_end + out, head_end + settle, head_end + tail, moved)
+        self.open.append(span)
+        self.now = head_end
+        self.ends = max(self.ends, span.end)
+        return span

@@ -6,9 +6,10 @@ than trusting the simulator's incremental counters, so a bug in those counters s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from platformctl.emulator import simulator as sim
+from platformctl.kernel.cluster.model import ANNOTATION_ROTATION, ANNOTATION_SETTLE, Pod
 
 
 def eviction_budget_violations(events: Iterable[sim.Event]) -> list[str]:
@@ -67,3 +68,40 @@ def lost_pods(events: Iterable[sim.Event], include_daemonsets: bool = False) -> 
 def deleted_without_eviction(events: Iterable[sim.Event]) -> list[str]:
     """Running pods a client deleted directly, bypassing the eviction API and every budget."""
     return [f"{e.namespace}/{e.name}" for e in events if e.kind == sim.POD_DELETE_REQUESTED]
+
+
+def one_at_a_time_breaches(events: Iterable[sim.Event], pods: Iterable[Pod],
+                           settle_of: Callable[[Pod], float | None] | None = None) -> list[str]:
+    """Evictions of a one-at-a-time workload's pod while another of its pods was not Ready again yet, or before the
+    last one back had been Ready for the workload's settle time. ``pods``: the cluster's pods before (a StatefulSet's
+    pods keep their names); ``settle_of``: a pod's settle seconds when it is one-at-a-time, else None (a rotation
+    policy's rules decide); without it, the pods' own ``platformctl.io/rotation`` annotations."""
+    workload_of: dict[tuple[str, str], tuple[str, str]] = {}
+    settle: dict[tuple[str, str], float] = {}
+    for p in pods:
+        seconds = settle_of(p) if settle_of is not None else \
+            float(p.annotations.get(ANNOTATION_SETTLE) or 0) if p.annotations.get(ANNOTATION_ROTATION) == "one-at-a-time" \
+            else None
+        if seconds is not None and p.owner is not None:
+            key = (p.namespace, p.owner.name)
+            workload_of[(p.namespace, p.name)] = key
+            settle[key] = seconds
+    away: dict[tuple[str, str], set[str]] = {}
+    back: dict[tuple[str, str], float] = {}
+    out = []
+    for e in events:
+        workload = workload_of.get((e.namespace, e.name))
+        if workload is None:
+            continue
+        gone = away.setdefault(workload, set())
+        if e.kind == sim.POD_EVICTED:
+            others = gone - {e.name}
+            if others or e.time < back.get(workload, float("-inf")) + settle[workload]:
+                why = f"{', '.join(sorted(others))} not back yet" if others else \
+                    f"{e.time - back[workload]:.0f} s after the last one came back, of {settle[workload]:.0f} s to settle"
+                out.append(f"{e.namespace}/{e.name} evicted while {why}")
+            gone.add(e.name)
+        elif e.kind == sim.POD_READY and e.name in gone:
+            gone.discard(e.name)
+            back[workload] = e.time
+    return out

@@ -109,15 +109,16 @@ class GroupShare:
     surge: int  # new nodes raised for the wave before it drains
     absorb: int  # capacity added earlier that stands in for some of its nodes
     image: str | None  # what its new nodes must boot
+    ahead: int = 0  # new nodes raised with the surge for the next wave, which absorbs them: they boot while this drains
 
     def to_record(self) -> dict[str, Any]:
         return {"desired": self.desired, "max": self.max, "members": list(self.members), "nodes": list(self.nodes),
-                "surge": self.surge, "absorb": self.absorb, "image": self.image}
+                "surge": self.surge, "absorb": self.absorb, "image": self.image, "ahead": self.ahead}
 
     @classmethod
     def from_record(cls, d: Mapping[str, Any]) -> GroupShare:
         return cls(int(d["desired"]), int(d["max"]), tuple(d["members"]), tuple(d["nodes"]), int(d["surge"]),
-                   int(d.get("absorb", 0)), d.get("image"))
+                   int(d.get("absorb", 0)), d.get("image"), int(d.get("ahead", 0)))
 
 
 @dataclass(frozen=True)

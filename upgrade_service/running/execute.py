@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -38,7 +38,6 @@ from platformctl.kernel.clock import past
 from platformctl.kernel.cluster.drain import drain_blocks_on
 from platformctl.kernel.cluster.informer import Informer, InformerStats
 from platformctl.kernel.cluster.model import Node, Pod, Snapshot
-from platformctl.kernel.cluster.scheduling import static_reason
 from platformctl.kernel.errors import ApiRefused, NotFoundError, PlatformError
 from platformctl.kernel.nodegroups import GroupState, NodeGroupError
 from platformctl.kernel.state import LeaseLost, StateStore
@@ -63,7 +62,7 @@ from upgrade_service.journal.records import (
 from upgrade_service.journal.remediation import remediation_holds
 from upgrade_service.journal.rotation import Journal, RunState, WaveState
 from upgrade_service.planning.disruption import view_cluster
-from upgrade_service.planning.fit import TRANSIENT_TAINT_PREFIXES, PoolCapacity, pool_capacity
+from upgrade_service.planning.fit import PoolCapacity, pool_capacity
 from upgrade_service.planning.plan import RotationPlan, Wave, plan_cluster
 from upgrade_service.planning.policy import RotationPolicy
 from upgrade_service.planning.targets import resolve as resolve_targets
@@ -88,7 +87,8 @@ from upgrade_service.running.run_types import (
     Progress,
     Target,
 )
-from upgrade_service.running.wave_drain import DrainStatus, Stuck, WaveDrain
+from upgrade_service.running.unstick import Unstick
+from upgrade_service.running.wave_drain import DrainStatus, WaveDrain
 
 SCALABLE = ("ReplicaSet", "StatefulSet")
 
@@ -124,7 +124,6 @@ class Executor:
         self._plan: RotationPlan | None = None
         self._plan_targets: dict[str, str] = {}
         self._next_wave = 0  # the cached plan's waves before this one have been carried out
-        self._unstick_since: dict[str, float] = {}  # group -> since when a stuck drain waits for its new node
         # The cluster as its watch tells it: listed once, then kept current; every wait wakes when its thing happens.
         self.nodes_watch: Informer = target.cluster.informer("nodes")
         self.pods_watch: Informer = target.cluster.informer("pods")
@@ -136,6 +135,8 @@ class Executor:
         self.replacer = NodeReplacer(self.cluster, self.groups, self.journal, self.pacer, check=self._check,
                                      fence=keeper.check if keeper is not None else None,
                                      poll_seconds=options.poll_seconds, nodes=self.nodes_watch)
+        self.unstick = Unstick(self.replacer, self.groups, self.nodes_watch, policy.node_ready_timeout_seconds,
+                               lambda message: self._show("drain", message))
         self.budgets_back = BudgetsBack(self.pods_watch, self.pdbs_watch, self.replacer, self.journal, options.poll_seconds,
                                         policy.stuck_seconds, policy.durations.pod_start_seconds,
                                         lambda message: self._show("waiting", message))
@@ -247,7 +248,9 @@ class Executor:
         snapshot = Snapshot(tuple(n for n in read.nodes if n.name in nodes),
                             tuple(p for p in read.snapshot.pods if p.node_name in nodes), read.snapshot.pdbs)
         view = view_cluster(snapshot, self.policy.with_targets(read.targets), self.clock.now())
-        return any(n.blocked for n in view.nodes) or {n.name for n in view.nodes} != nodes
+        # A budget at its floor while its pods come back (as they do while an earlier wave's tail runs) is no reason to
+        # plan again: the drain waits for it on 429 as it would for any budget.
+        return any(n.blocked and not n.recovering for n in view.nodes) or {n.name for n in view.nodes} != nodes
 
     # ---------------------------------------------------------------- the run
 
@@ -305,7 +308,7 @@ class Executor:
             if self.state.pending:
                 self._settle_unconfirmed()
                 read = None  # what it settles (an instance found terminated) changes what is left
-            started = 0
+            self._started = 0
             for wave in self.state.open_waves:  # the newest may be mid-drain; earlier ones wait for what they left
                 self._show("resuming", f"resuming wave {wave.number}")
                 self._head(wave)
@@ -333,6 +336,9 @@ class Executor:
                         continue
                     return self._finish(self.budgets_back.given_up(plan), read)
                 self.view.waves = len(self.state.waves) + len(waves)
+                for open_wave in self.state.open_waves:  # a wave whose tail is over ends now, not when it is needed
+                    if j.TERMINATED not in open_wave.phases or not self._tail(open_wave, wait=False):
+                        break
                 why = self._why_wait(waves[0], read)
                 if why is not None:
                     oldest = self.state.open_waves[0]
@@ -340,13 +346,13 @@ class Executor:
                     self._tail(oldest)
                     read = None
                     continue
-                if self.options.max_waves is not None and started >= self.options.max_waves:
+                if self.options.max_waves is not None and self._started >= self.options.max_waves:
                     self._finish_open()
-                    waves_started = f"{started} wave{'s' if started != 1 else ''}"
+                    waves_started = f"{self._started} wave{'s' if self._started != 1 else ''}"
                     self.journal.append(Halted("max-waves", f"started {waves_started} (--max-waves)"))
                     return self._outcome("partial", EXIT_DONE, f"stopped after {waves_started} as --max-waves asked; "
                                          f"{len(waves)} to go: the next `rotate run` goes on")
-                started += 1
+                self._started += 1
                 self._gate(read)
                 self._pace(waves[0], read)
                 self._next_wave += 1
@@ -466,7 +472,7 @@ class Executor:
                 min(wave.surge.get(pool, 0) if wave.planned_surge else 0, len(members) - absorb)
             surge = min(wanted, gs.room)
             groups[g] = GroupShare(gs.desired, gs.max_size, tuple(gs.instances), tuple(members), surge, absorb,
-                                   read.targets.get(pool))
+                                   read.targets.get(pool), self._ahead(wave, plan, read, g, gs.room - surge))
             for i, n in enumerate(members):
                 decrement[n] = i < surge + absorb
         # Each evicted pod's workload must be as Ready after the wave as before it.
@@ -485,6 +491,19 @@ class Executor:
                               reasons=tuple(wave.reasons[:6]), waiting=tuple(wave.waiting[:20]), stuck=wave.stuck)
         self.journal.write(j.WAVE_STARTED, **started.to_record())  # a WaveStarted: its number is its own
         return self.state.waves[number]
+
+    def _ahead(self, wave: Wave, plan: RotationPlan, read: ClusterRead, group: str, room: int) -> int:
+        """Under ``surge``, the next planned wave's share of ``group``, raised with this wave's surge so that it boots
+        while this wave drains (the next wave absorbs it): once a wave of these pools has finished (a pool's first wave
+        proves its image alone), and when the next wave may overlap this one."""
+        if self.policy.strategy != "surge" or not self.policy.overlap_waves or room <= 0 or wave.index >= len(plan.waves) \
+                or (self.options.max_waves is not None and self._started >= self.options.max_waves):
+            return 0
+        after, pools = plan.waves[wave.index], frozenset(wave.segment.pools)
+        if frozenset(after.segment.pools) != pools or \
+                not any(w.finished is not None and frozenset(w.started.pools) == pools for w in self.state.waves.values()):
+            return 0
+        return min(sum(1 for n in after.nodes if read.group_of.get(n) == group), room)
 
     def _why_wait(self, wave: Wave, read: ClusterRead) -> str | None:
         """Why ``wave`` may not start beside the open waves now (``upgrade_service.running.overlap``); None: it may."""
@@ -517,15 +536,15 @@ class Executor:
         groups = info.groups
         if j.SURGED not in wave.phases:
             for g, gi in groups.items():
-                if gi.surge:
-                    want = gi.desired + gi.surge
+                if gi.surge or gi.ahead:
+                    want = gi.desired + gi.surge + gi.ahead
                     current = self.groups.describe(g).desired
                     if current < want:
                         self._show("surge", f"wave {number}: raising {g} from {current} to {want}")
                         self.replacer.set_desired(g, want, current, wave=number)
             self.journal.append(Phase(number, j.SURGED))
-        if any(gi.surge for gi in groups.values()) and j.NEW_NODES_READY not in wave.phases:
-            missing = self._wait_new_nodes(wave, {g: gi.surge for g, gi in groups.items() if gi.surge})
+        if any(gi.surge or gi.absorb for gi in groups.values()) and j.NEW_NODES_READY not in wave.phases:
+            missing = self._wait_new_nodes(wave, {g: gi.surge for g, gi in groups.items() if gi.surge or gi.absorb})
             if missing:
                 for name in nodes:  # nothing was drained: give the nodes back until the run goes on
                     if name in wave.cordoned:
@@ -541,7 +560,7 @@ class Executor:
                               resume=carried(w for w in self.state.open_waves if w.number <= number),
                               progress=lambda status: self._show(drain=status),
                               on_drained=lambda name: self._terminate_drained(wave, name),
-                              on_stuck=lambda stuck: self._unstick(wave, stuck))
+                              on_stuck=lambda stuck: self.unstick(wave, stuck))
             todo = [n for n in nodes if n not in wave.drained and n not in wave.failed
                     and info.instances[n] not in wave.terminated]
             outcome = drain.run(todo, self.policy.drain_timeout_seconds)
@@ -556,9 +575,11 @@ class Executor:
         if j.TERMINATED not in wave.phases:
             self.journal.append(Phase(number, j.TERMINATED))
 
-    def _tail(self, wave: WaveState) -> None:
-        """Its replacements, then its evicted pods, then its settle time: what the next wave's head may overlap."""
+    def _tail(self, wave: WaveState, wait: bool = True) -> bool:
+        """Its replacements, then its evicted pods, then its settle time: what the next wave's head may overlap. Without
+        ``wait``, only what is done already is recorded: False when something is still to come."""
         number = wave.number
+        patience = None if wait else 0.0
         info = wave.started
         nodes: list[str] = list(info.nodes)
         groups = info.groups
@@ -570,18 +591,24 @@ class Executor:
             if added + replaced:
                 expected[g] = added + replaced
         if expected and j.REPLACEMENTS_READY not in wave.phases:
-            missing = self._wait_new_nodes(wave, expected)
+            missing = self._wait_new_nodes(wave, expected, patience)
+            if missing and not wait:
+                return False
             if missing:
                 raise Halt("new-node-not-ready", f"wave {number}: {missing}")
             self.journal.append(Phase(number, j.REPLACEMENTS_READY))
-        lingering = self._wait_gone([n for n in nodes if info.instances[n] in wave.terminated])
+        lingering = self._wait_gone([n for n in nodes if info.instances[n] in wave.terminated], patience)
+        if lingering and not wait:
+            return False
         if j.PODS_READY not in wave.phases:
             # A workload with pods still on a node that failed to drain cannot be whole while that node is
             # held: the failure is what gets reported, not the workload.
             held = set()
             for name in wave.failed:
                 held |= {p.owner.uid for p in self.pods_watch.pods_on(name) if p.owner is not None}
-            late = self._wait_pods_ready({uid: o for uid, o in info.owners.items() if uid not in held})
+            late = self._wait_pods_ready({uid: o for uid, o in info.owners.items() if uid not in held}, patience)
+            if late and not wait:
+                return False
             if late:
                 raise Halt("pods-not-ready", f"wave {number}: evicted pods were not Ready again within "
                            f"podReadyTimeoutSeconds {self.policy.pod_ready_timeout_seconds}: {late}")
@@ -592,6 +619,8 @@ class Executor:
             remaining = settle - (self.clock.now() - (drained_at.at if drained_at else self.clock.now()))
             # A workload that came back in a run that then died settles until when that run journalled.
             remaining = max([remaining, *(until - self.clock.now() for until in wave.settling.values())])
+            if remaining > 0 and not wait:
+                return False
             if remaining > 0:
                 self._show("settle", f"wave {number}: letting one-at-a-time workloads settle for {remaining:.0f} s")
                 self.clock.sleep(remaining)
@@ -599,6 +628,7 @@ class Executor:
         self.journal.append(WaveFinished(number, self.clock.now() - info.at, info.estimated_seconds, wave.evictions,
                                          wave.refused, dict(wave.failed), drained_at.lowest_headroom if drained_at else None,
                                          lingering))
+        return True
 
     def _terminate_drained(self, wave: WaveState, name: str) -> None:
         """Terminate a drained node of the wave (once): as soon as it is drained, so its replacement boots while the
@@ -610,63 +640,31 @@ class Executor:
         group = info.group_of(name)
         self.replacer.terminate(name, instance, group, wave.decrements(name), wave=wave.number)
 
-    def _unstick(self, wave: WaveState, stuck: Stuck) -> bool:
-        """The drain waits on a pod the scheduler cannot place. True when room is on its way: a new node of a group
-        whose nodes would take the pod is booting (a replacement, a surge), or this adds one where the group has room
-        (the capacity comes back when one of the wave's nodes of that group is terminated). False: nothing can."""
-        pod = stuck.pod
-        info = wave.started
-        self.nodes_watch.sync()
-        nodes = self.nodes_watch.nodes()
-        group_of = self._groups_of(nodes)
-        for g, gi in sorted(info.groups.items()):
-            sample = next((n for n in nodes if group_of.get(n.name) == g and n.ready), None) or \
-                next((n for n in nodes if n.name in gi.nodes), None)
-            if sample is None:
-                continue
-            template = replace(sample, unschedulable=False, ready=True,
-                               taints=tuple(t for t in sample.taints if not t.key.startswith(TRANSIENT_TAINT_PREFIXES)))
-            if static_reason(pod, template) is not None:
-                continue  # a new node of this group would not take the pod either
-            gs = self.groups.describe(g)
-            ready = {n.instance_id for n in nodes if n.ready and group_of.get(n.name) == g}
-            booting = [i for i in gs.instances if i not in ready]
-            if booting or gs.desired > len(gs.instances):
-                since = self._unstick_since.setdefault(g, self.clock.now())
-                if self.clock.now() - since <= self.policy.node_ready_timeout_seconds:
-                    self._show("drain", f"wave {wave.number}: {stuck.message}; waiting for {max(len(booting), 1)} new "
-                               f"node(s) of {g} to boot")
-                    return True
-                continue
-            self._unstick_since.pop(g, None)
-            spare = [n for n in gi.nodes if info.instances[n] not in wave.terminated and not wave.decrements(n)
-                     and n not in wave.failed]
-            if gs.room > 0 and spare:
-                want = gs.desired + 1
-                self._show("drain", f"wave {wave.number}: {stuck.message}; adding a surge node to {g}")
-                self._op("set-desired", partial(self.groups.set_desired, g, want), group=g, desired=want,
-                         before=gs.desired, wave=wave.number, stands_in_for=spare[0],
-                         reason=f"stuck drain: {pod.namespace}/{pod.name} Unschedulable")
-                self._unstick_since[g] = self.clock.now()
-                return True
-        return False
-
-    def _wait_new_nodes(self, wave: WaveState, expected: dict[str, int]) -> str | None:
+    def _wait_new_nodes(self, wave: WaveState, expected: dict[str, int], timeout: float | None = None) -> str | None:
         """Wait until each group has ``expected`` Ready nodes on its target image that were not its members when the
-        wave started. Returns what is missing after ``nodeReadyTimeoutSeconds``, or None."""
+        wave started, and the nodes an earlier wave raised ahead for it (absorbed) are Ready too: counted as new since
+        that wave began, with its own. Returns what is missing after ``nodeReadyTimeoutSeconds``, or None."""
         self._show("boot", f"wave {wave.number}: waiting for " + ", ".join(f"{n} new node(s) in {g}" for g, n in expected.items()))
-        groups = wave.started.groups
-        return self.replacer.wait_new_nodes({g: (frozenset(groups[g].members), groups[g].image, n) for g, n in expected.items()},
-                                            self.policy.image_label, self.policy.node_ready_timeout_seconds)
+        wanted = {}
+        for g, n in expected.items():
+            share = wave.started.groups[g]
+            since = next((w.started.groups[g] for w in sorted(self.state.waves.values(), key=lambda w: -w.number)
+                          if w.number < wave.number and g in w.started.groups), None) if share.absorb else None
+            if since is not None and since.ahead:  # the wave before raised nodes ahead for this one
+                wanted[g] = (frozenset(since.members), share.image, since.surge + since.ahead + n)
+            elif n:
+                wanted[g] = (frozenset(share.members), share.image, n)
+        return self.replacer.wait_new_nodes(wanted, self.policy.image_label,
+                                            self.policy.node_ready_timeout_seconds if timeout is None else timeout)
 
-    def _wait_gone(self, names: list[str]) -> list[str]:
-        return self.replacer.wait_gone(names, self.policy.node_ready_timeout_seconds,
+    def _wait_gone(self, names: list[str], timeout: float | None = None) -> list[str]:
+        return self.replacer.wait_gone(names, self.policy.node_ready_timeout_seconds if timeout is None else timeout,
                                        lambda n: self._show("deregister", f"waiting for {n} terminated node(s) to leave the cluster"))
 
-    def _wait_pods_ready(self, owners: dict[str, OwnerWait]) -> str | None:
+    def _wait_pods_ready(self, owners: dict[str, OwnerWait], timeout: float | None = None) -> str | None:
         back = WorkloadsBack(self.cluster, self.nodes_watch, self.pods_watch, self.replacer, self.options.poll_seconds,
                              lambda message: self._show("pods", message))
-        return back.wait(owners, self.policy.pod_ready_timeout_seconds)
+        return back.wait(owners, self.policy.pod_ready_timeout_seconds if timeout is None else timeout)
 
     # ---------------------------------------------------------------- ending
 

@@ -459,10 +459,10 @@ def test_a_workload_deleted_during_a_wave_is_not_waited_for(tmp_path: Path) -> N
     run = executor(sim, tmp_path, {"maxInFlight": 2})
     waited = run._wait_pods_ready
 
-    def deleted_first(owners):
+    def deleted_first(owners, *timeout):
         for namespace in {o.namespace for o in owners.values()}:
             sim.delete_namespace(namespace)  # the moment the wave starts waiting on the evicted pods
-        return waited(owners)
+        return waited(owners, *timeout)
 
     run._wait_pods_ready = deleted_first  # type: ignore[method-assign]
     before = sim.now()

@@ -102,3 +102,33 @@ def test_a_one_at_a_time_workload_moved_by_an_open_wave_keeps_its_next_pod_until
     for before, after in zip(evicted, evicted[1:], strict=False):
         back = min(e.time for e in kv if e.kind == sim_events.POD_READY and e.time > before.time)
         assert after.time >= back + 200, (before.name, after.name)
+
+
+def test_under_surge_the_next_waves_new_nodes_boot_while_this_wave_drains_and_every_one_is_given_back(tmp_path: Path) -> None:
+    def surge_cluster() -> SimulatedCluster:
+        sim = cluster({"general": 8}, boot=180)
+        service(sim, "web", 16, min_available=14, start=20)
+        sim.run_until_settled()
+        new_image(sim)
+        return sim
+
+    took = {}
+    for overlap in (True, False):
+        sim = surge_cluster()
+        start = sim.now()
+        folder = tmp_path / str(overlap)
+        folder.mkdir()
+        outcome = rotate(sim, folder, {"maxInFlight": 2, "overlapWaves": overlap})
+        assert outcome.status == "done" and harm(sim) == NO_HARM
+        took[overlap] = sim.now() - start
+        added = [e for e in sim.events if e.kind == sim_events.NODE_ADDED and e.time >= start]
+        assert len(added) == 8  # one new node for each old one, never one more
+        assert sim.pool("general").desired == 8  # what was raised, ahead or not, was given back
+        if overlap:
+            # A wave whose new nodes were raised with the wave before it drains as it starts: no boot to wait for.
+            state = read_state(SQLiteStore(folder / "state.db"), "test")
+            evicted = [e.time for e in sim.events if e.kind == sim_events.POD_EVICTED]
+            waits = [min(t for t in evicted if t >= w.started.at) - w.started.at for w in state.waves.values()]
+            assert any(w.started.groups["general"].ahead for w in state.waves.values())
+            assert waits[0] >= 180 and min(waits) < 180, waits
+    assert took[True] < 0.8 * took[False], took

@@ -301,6 +301,16 @@ def _fit_reasons(fit: WaveFit, policy: RotationPolicy) -> list[str]:
     return out
 
 
+def chain_steps(node: NodeDisruption, limits: Limits) -> dict[str, int]:
+    """Each one-at-a-time workload on ``node`` -> how long after its pod leaves its next pod may: the successor's start,
+    the grace first when the successor is made only once the pod is gone, and the settle time."""
+    out = {}
+    for workload, settle in node.one_at_a_time.items():
+        grace = max(node.one_at_a_time_pods.get(workload) or [0])
+        out[workload] = node.start.get(workload, limits.pod_start_seconds) + (grace if workload in node.after_gone else 0) + settle
+    return out
+
+
 def _after_waiting_pools(movable: list[NodeDisruption], blocked: list[BlockedNode],
                          policy: RotationPolicy) -> list[NodeDisruption]:
     """``poolOrder`` holds through a wait: a pool whose earlier pools still have nodes waiting for their budgets' pods
@@ -369,7 +379,7 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
     waves: list[Wave] = []
     drafts: dict[int, WaveDraft] = {}
     by_index: dict[int, WaveFit] = {}
-    schedule = Schedule(policy.overlap_waves, policy.max_in_flight, policy.max_in_flight_per_pool)
+    schedule = Schedule(policy.overlap_waves, policy.max_in_flight, policy.max_in_flight_per_pool, policy.strategy == "surge")
     spans: dict[int, Span] = {}
     for fit in fits:
         draft = rebuild(fit.nodes, limits)
@@ -388,9 +398,9 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
         by_index[index] = fit
         surge_first = policy.strategy == "surge" or fit.planned_surge  # its new nodes boot before the drain
         boot_after = 0 if surge_first else wave.boot_seconds
-        spans[index] = schedule.add(fit.segment.pools, in_pools, wave.wait_seconds + wave.drain_seconds + (0 if boot_after else wave.boot_seconds),
-                     boot_after + wave.start_seconds + wave.settle_seconds, boot_after, wave.settle_seconds,
-                     {w for n in draft.nodes for w in n.one_at_a_time})
+        spans[index] = schedule.add(fit.segment.pools, in_pools, 0 if boot_after else wave.boot_seconds,
+                                    wave.wait_seconds + wave.drain_seconds, boot_after + wave.start_seconds + wave.settle_seconds,
+                                    boot_after, {w: step for n in draft.nodes for w, step in chain_steps(n, limits).items()})
     warnings = [] if in_stage else pool_warnings(policy, view.pools_present, "this cluster")
     stuck = [w for w in waves if w.stuck]
     if stuck:

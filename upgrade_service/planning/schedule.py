@@ -31,9 +31,9 @@ class Span:
     start: int
     head_end: int  # drained and terminated
     out_until: int  # its nodes are back in service (replacements Ready): what maxInFlight counts until
-    settle_end: int  # its one-at-a-time workloads have settled
     end: int
-    workloads: frozenset[str]
+    chains: Mapping[str, int]  # one-at-a-time workload -> when its next pod may have left (its last is back, settled)
+    proven: bool = False  # a wave of its pools had finished when it started: under surge it raised the next one's nodes
 
 
 @dataclass
@@ -41,10 +41,12 @@ class Schedule:
     overlap: bool
     max_in_flight: int
     per_pool: Mapping[str, int]
+    surge: bool = False  # surge strategy: a proven wave raises the next wave's new nodes with its own
     now: int = 0  # when the next wave may start (the last head's end)
     open: list[Span] = field(default_factory=list)
     proven: set[frozenset[str]] = field(default_factory=set)
     ends: int = 0
+    last: Span | None = None
 
     def _admits(self, pools: frozenset[str], nodes: Counter[str]) -> bool:
         if any(s.pools != pools for s in self.open) or pools not in self.proven:
@@ -60,25 +62,33 @@ class Schedule:
     def start_of(self, pools: Iterable[str], nodes: Counter[str]) -> int:
         """When a wave of ``nodes`` (pool -> count) starts: open waves that it may not overlap are finished first."""
         key = frozenset(pools)
+        while self.open and self.open[0].end <= self.now:  # over by now: ended, as the executor ends them, in order
+            self.proven.add(self.open.pop(0).pools)
         while self.open and not (self.overlap and self._admits(key, nodes)):
             oldest = self.open.pop(0)
             self.now = max(self.now, oldest.end)
             self.proven.add(oldest.pools)
         return self.now
 
-    def add(self, pools: Iterable[str], nodes: Counter[str], head: int, tail: int, out: int, settle: int,
-            workloads: Iterable[str]) -> Span:
-        """Schedule the next wave (it starts when ``start_of`` says): ``head`` seconds until drained and terminated,
-        ``tail`` more until it ends; its nodes out of service ``out`` seconds past its head (its replacements' boot),
-        its one-at-a-time ``workloads`` settled ``settle`` seconds past it."""
+    def add(self, pools: Iterable[str], nodes: Counter[str], boot: int, head: int, tail: int, out: int,
+            steps: Mapping[str, int]) -> Span:
+        """Schedule the next wave (it starts when ``start_of`` says): ``boot`` seconds for its surge nodes, then ``head``
+        until drained and terminated, ``tail`` more until it ends; its nodes out of service ``out`` seconds past its
+        head (its replacements' boot); each one-at-a-time workload it moves (-> its step: its successor's start, the
+        grace first when a StatefulSet makes it only once the pod is gone, and its settle time) lets its next pod leave
+        a step past its head. Under surge, the wave before, if proven and of the same pools, raised this one's nodes:
+        they boot from its start."""
         start = self.start_of(pools, nodes)
-        moved = frozenset(workloads)
-        head_end = start + head
-        for s in self.open:
-            if s.workloads & moved:  # its pod of that workload goes once the last move has settled
-                head_end = max(head_end, s.settle_end)
-        span = Span(frozenset(pools), nodes, start, head_end, head_end + out, head_end + settle, head_end + tail, moved)
+        key = frozenset(pools)
+        ahead = self.overlap and self.surge and self.last is not None and self.last.proven and self.last.pools == key
+        booted = (self.last.start if ahead and self.last is not None else start) + boot
+        head_end = max(start, booted) + head
+        for s in self.open:  # its pod of a workload an open wave moved goes once that one is back and has settled
+            head_end = max([head_end, *(s.chains[w] for w in steps if w in s.chains)])
+        span = Span(key, nodes, start, head_end, head_end + out, head_end + tail,
+                    {w: head_end + step for w, step in steps.items()}, key in self.proven)
         self.open.append(span)
+        self.last = span
         self.now = head_end
         self.ends = max(self.ends, span.end)
         return span

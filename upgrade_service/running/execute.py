@@ -124,6 +124,7 @@ class Executor:
         self._plan: RotationPlan | None = None
         self._plan_targets: dict[str, str] = {}
         self._next_wave = 0  # the cached plan's waves before this one have been carried out
+        self._started = 0  # waves this process started (what --max-waves counts)
         # The cluster as its watch tells it: listed once, then kept current; every wait wakes when its thing happens.
         self.nodes_watch: Informer = target.cluster.informer("nodes")
         self.pods_watch: Informer = target.cluster.informer("pods")
@@ -511,7 +512,8 @@ class Executor:
             return None
         nodes = self.nodes_watch.nodes()
         group_of = self._groups_of(nodes)
-        described = {g: self.groups.describe(g) for g in sorted(set(group_of.values()))}
+        described = {g: read.described[g] if g in read.described else self.groups.describe(g)
+                     for g in sorted(set(group_of.values()))}  # the turn's read described them: no second call
         out = out_of_service(nodes, self.state.cordoned, group_of, described, self.state.capacity, self.policy.pool_label)
         return why_wait(wave, self.state, out, self.policy, read.nodes)
 

@@ -37,13 +37,16 @@ def _print_cluster_plan(plan: RotationPlan, show_waves: bool = True) -> None:
               f"{len(plan.blocked)} blocked; estimated {hms(plan.estimated_seconds)} "
               f"(strategy {plan.policy.strategy}, policy {plan.policy.source})")
     if show_waves and plan.waves:
-        table = Table("wave", "zone", "pools", "nodes", "first node", "boot", "drain", "settle", "wait", "estimate")
+        table = Table("wave", "zone", "pools", "nodes", "first node", "boot", "drain", "settle", "wait", "estimate",
+                      "starts", "ends")
         for w in plan.waves:
+            span = plan.spans.get(w.index)
             table.add_row(str(w.index), w.segment.zone or "-", ",".join(w.segment.pools), str(len(w.nodes)), w.nodes[0],
                           str(w.boot_seconds), str(w.drain_seconds), str(w.settle_seconds), str(w.wait_seconds),
-                          hms(w.estimated_seconds))
+                          hms(w.estimated_seconds), hms(span.start) if span else "-", hms(span.end) if span else "-")
         out.print(table)
-        out.print("[dim]seconds per wave; `--explain NODE` says why a node is in its wave, `-o json` lists every node "
+        out.print("[dim]seconds per wave; waves overlap (starts and ends: from the rotation's start), so the estimate is "
+                  "when the last one ends; `--explain NODE` says why a node is in its wave, `-o json` lists every node "
                   "and reason[/]")
     if plan.blocked:
         table = Table("node", "pool", "zone", "now", "because", title="Nodes that cannot be rotated now")

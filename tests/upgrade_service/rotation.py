@@ -18,7 +18,9 @@ from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
 from platformctl.kernel.cluster.constraints import parse_constraints
 from platformctl.kernel.cluster.model import ANNOTATION_START_SECONDS, Container, Pod, PodDisruptionBudget, Resources
 from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
+from platformctl.kernel.state import StateStore
 from platformctl.kernel.state.sqlite import SQLiteStore
+from upgrade_service.journal.rotation import read_state
 from upgrade_service.planning.policy import parse_policy
 from upgrade_service.running.execute import Executor
 from upgrade_service.running.run_types import Options, Outcome, Target
@@ -109,3 +111,12 @@ def longest_pending(sim: SimulatedCluster, since: float) -> tuple[float, str]:
         if pod is not None and pod.node_name is None and not pod.terminating:
             worst = max(worst, (sim.now() - at, name))
     return worst
+
+
+def overlapping_waves(store: StateStore, cluster: str) -> int:
+    """Waves of the cluster's last run that started while an earlier wave of it was still open (its replacements, pods
+    or settle time still to come), as its journal tells it."""
+    state = read_state(store, cluster)
+    finished = {n: w.finished.at for n, w in state.waves.items() if w.finished is not None}
+    return sum(1 for n, w in state.waves.items()
+               if any(finished.get(m, float("inf")) > w.started.at for m in range(1, n)))

@@ -138,11 +138,10 @@ class RunState:
             return []
         return [w for _, w in sorted(self.waves.items()) if w.finished is None]
 
-    @property
-    def current_wave(self) -> WaveState | None:
-        """The newest open wave (the one draining, or the last to have drained)."""
-        waves = self.open_waves
-        return waves[-1] if waves else None
+    def proven(self, pools: frozenset[str]) -> bool:
+        """Whether a wave of exactly these pools has finished whole in this run (its new nodes Ready, its pods back):
+        what lets the next waves of those pools overlap."""
+        return any(w.finished is not None and frozenset(w.started.pools) == pools for w in self.waves.values())
 
     @property
     def status(self) -> str:

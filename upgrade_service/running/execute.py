@@ -501,8 +501,7 @@ class Executor:
                 or (self.options.max_waves is not None and self._started >= self.options.max_waves):
             return 0
         after, pools = plan.waves[wave.index], frozenset(wave.segment.pools)
-        if frozenset(after.segment.pools) != pools or \
-                not any(w.finished is not None and frozenset(w.started.pools) == pools for w in self.state.waves.values()):
+        if frozenset(after.segment.pools) != pools or not self.state.proven(pools):
             return 0
         return min(sum(1 for n in after.nodes if read.group_of.get(n) == group), room)
 
@@ -510,6 +509,8 @@ class Executor:
         """Why ``wave`` may not start beside the open waves now (``upgrade_service.running.overlap``); None: it may."""
         if not self.state.open_waves:
             return None
+        if not self.policy.overlap_waves:
+            return "overlapWaves is off"
         nodes = self.nodes_watch.nodes()
         group_of = self._groups_of(nodes)
         described = {g: read.described[g] if g in read.described else self.groups.describe(g)
@@ -650,8 +651,9 @@ class Executor:
         wanted = {}
         for g, n in expected.items():
             share = wave.started.groups[g]
-            since = next((w.started.groups[g] for w in sorted(self.state.waves.values(), key=lambda w: -w.number)
-                          if w.number < wave.number and g in w.started.groups), None) if share.absorb else None
+            before = max((w for w in self.state.waves.values() if w.number < wave.number and g in w.started.groups),
+                         key=lambda w: w.number, default=None) if share.absorb else None
+            since = before.started.groups[g] if before is not None else None
             if since is not None and since.ahead:  # the wave before raised nodes ahead for this one
                 wanted[g] = (frozenset(since.members), share.image, since.surge + since.ahead + n)
             elif n:

@@ -69,6 +69,7 @@ def out_of_service(nodes: Sequence[Node], cordoned: Iterable[str], group_of: Map
                    groups: Mapping[str, GroupState], added: Mapping[str, int], pool_label: str) -> OutOfService:
     """``added``: group -> capacity the run added and has not given back (surge nodes are no node missing)."""
     held = set(cordoned)
+    members = {name: frozenset(state.instances) for name, state in groups.items()}
     pools: Counter[str] = Counter()
     zones: Counter[str] = Counter()
     sizes: Counter[str] = Counter()
@@ -83,7 +84,7 @@ def out_of_service(nodes: Sequence[Node], cordoned: Iterable[str], group_of: Map
         if group is not None:
             pool_of.setdefault(group, pool)
             zones_of.setdefault(group, set()).add(zone)
-            member = group in groups and node.instance_id in groups[group].instances
+            member = node.instance_id in members.get(group, ())
             if node.ready and member:  # a terminated instance's node that has not left yet is no capacity
                 ready[group] += 1
         if node.name in held:
@@ -102,17 +103,16 @@ def out_of_service(nodes: Sequence[Node], cordoned: Iterable[str], group_of: Map
 
 def why_wait(wave: Wave, state: RunState, out: OutOfService, policy: RotationPolicy, nodes: Sequence[Node]) -> str | None:
     """Why ``wave`` may not start beside the open waves of ``state`` now, or None when it may."""
-    if not policy.overlap_waves:
-        return "overlapWaves is off"
     pools = frozenset(wave.segment.pools)
     other = next((w for w in state.open_waves if frozenset(w.started.pools) != pools), None)
     if other is not None:
         return f"wave {other.number} of other pools ({', '.join(other.started.pools)}) is still open"
-    if not any(w.finished is not None and frozenset(w.started.pools) == pools for w in state.waves.values()):
+    if not state.proven(pools):
         return f"no wave of pools {', '.join(sorted(pools))} has finished yet: the first proves the image"
     if out.total + len(wave.nodes) > policy.max_in_flight:
         return f"maxInFlight {policy.max_in_flight}: {out.total} node(s) out of service and {len(wave.nodes)} in the wave"
-    mine = [n for n in nodes if n.name in set(wave.nodes)]
+    names = set(wave.nodes)
+    mine = [n for n in nodes if n.name in names]
     for pool, count in sorted(Counter(n.labels.get(policy.pool_label, "") for n in mine).items()):
         cap = policy.max_in_flight_per_pool.get(pool)
         if cap is not None and out.pools[pool] + count > cap:

@@ -25,6 +25,7 @@ from upgrade_service.running.report import build_report
 from upgrade_service.running.run_types import EXIT_DONE, EXIT_HALTED, Progress
 
 START = 60  # web's pods take a minute from scheduled to Ready
+POOL = "eks.amazonaws.com/nodegroup"
 
 
 def fifth_replica_starting(fault: float | None = 0.0) -> SimulatedCluster:
@@ -132,3 +133,29 @@ def test_a_budget_whose_pods_cannot_start_blocks_at_once_with_the_kubelets_reaso
     assert (outcome.status, outcome.exit_code) == ("incomplete", EXIT_HALTED)
     assert "CreateContainerError" in outcome.report["nodes_blocked"][0]["reason"]
     assert sim.now() - began < 30 and not [e for e in sim.events if e.kind == sim_events.POD_EVICTED]
+
+
+def test_a_pool_ordered_after_one_whose_nodes_wait_for_their_budget_waits_with_them(tmp_path: Path) -> None:
+    """``poolOrder: {ml: [general]}``: while general's nodes wait for web's fifth replica, ml is not planned first as if
+    general were done; it waits with them, and rotates after the last general node has gone."""
+    sim = cluster({"general": 4, "ml": 1}, max_size=8)
+    service(sim, "web", 4, min_available=4, start=START, cpu=5000, node_selector={POOL: "general"})
+    sim.run_until_settled()
+    new_image(sim)
+    sim.scale_pool("general", 5)
+    sim.advance(150)
+    uid = next(w[3] for w in sim.workloads() if w[2] == "web")
+    sim.scale_workload(uid, 5)
+    sim.advance(5)
+    run = executor(sim, tmp_path, {"poolOrder": {"ml": ["general"]}, "maxInFlight": 1})
+    plan = run.plan(run.read(first=True))
+    assert not plan.waves and len(plan.blocked) == 5 and all(b.waiting for b in plan.blocked)
+    ml = next(b for b in plan.blocked if b.pool == "ml")
+    assert ml.causes[0].rule == "poolOrder" and "goes after general" in ml.reason
+
+    outcome = run.run()
+    assert outcome.status == "done" and harm(sim) == NO_HARM and outdated(sim) == []
+    ml_node = ml.node
+    general_gone = max(e.time for e in sim.events if e.kind == sim_events.NODE_DELETED and e.name != ml_node)
+    ml_cordoned = min(e.time for e in sim.events if e.kind == sim_events.NODE_CORDONED and e.name == ml_node)
+    assert ml_cordoned >= general_gone

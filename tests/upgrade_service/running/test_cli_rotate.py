@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from platformctl.cli import cli
+from platformctl.kernel.humanize import hms
 
 POLICY = """\
 targets: {system: ami-0new, general: ami-0new, custom: ami-0new, ml: ami-0newgpu}
@@ -70,6 +71,11 @@ def test_plan_to_a_file_and_a_table_on_screen(blocking_snapshot: Path, policy: P
     assert "Nodes that cannot be rotated now" in result.stdout and f"wrote {out}" in result.stdout
     table = run("rotate", "plan", "--snapshot", str(blocking_snapshot), "--policy", str(policy), "-o", "text")
     assert "estimate" in table.stdout and "blocked" in table.stdout
+    # Waves overlap: the table says when each starts and ends, and the last ends when the header's estimate says.
+    written = json.loads(out.read_text())
+    estimate, waves = hms(written["estimated_seconds"]), len(written["waves"])
+    last = next(line for line in table.stdout.splitlines() if line.startswith(f"│ {waves} "))
+    assert f"estimated {estimate}" in table.stdout and last.rstrip(" │").endswith(estimate)
 
 
 def test_explain_says_why_a_node_is_where_it_is(blocking_snapshot: Path, policy: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from platformctl.emulator import simulator as sim_events
 from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, harm, new_image, rotate, service
+from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, harm, new_image, overlapping_waves, rotate, service
 from upgrade_service.journal.rotation import read_state
 
 REPLACE = {"strategy": "replace", "maxInFlight": 4, "minZoneCapacityPercent": 50,
@@ -52,10 +52,7 @@ def most_out_of_service(sim: SimulatedCluster, since: float) -> int:
 
 
 def overlapping(tmp_path: Path) -> int:
-    """Waves that started while an earlier wave of the run was still open, as the journal tells it."""
-    state = read_state(SQLiteStore(tmp_path / "state.db"), "test")
-    finished = {n: w.finished.at for n, w in state.waves.items() if w.finished is not None}
-    return sum(1 for n, w in state.waves.items() if any(finished[m] > w.started.at for m in range(1, n)))
+    return overlapping_waves(SQLiteStore(tmp_path / "state.db"), "test")
 
 
 def run(tmp_path: Path, policy: dict[str, Any]) -> tuple[SimulatedCluster, float, float]:

@@ -25,8 +25,10 @@ import boto3
 import pytest
 
 from platformctl.kernel.cluster.live import LiveCluster
+from platformctl.kernel.state.sqlite import SQLiteStore
 from platformctl.kernel.topology import load_stage
 from tests.process import get, new_images, run, start
+from tests.upgrade_service.rotation import overlapping_waves
 
 STAGE = load_stage("dev")
 CLUSTERS = [c.name for c in STAGE.clusters()]
@@ -176,27 +178,14 @@ def test_a_rotation_killed_at_any_moment_resumes_and_still_does_no_harm(region: 
     assert {"intent terminate", "intent set-desired", "intent evict", "phase surged", "phase drain-done",
             "phase terminated"} <= set(where), where
     assert len(where) >= 10, where
-    assert _overlapped(state), "no wave drained while an earlier one was still open: the kills never met overlapping waves"
+    overlapped = sum(overlapping_waves(SQLiteStore(state), c) for c in CLUSTERS)
+    assert overlapped, "no wave drained while an earlier one was still open: the kills never met overlapping waves"
     assert_rotated_without_harm(region, images, before)
 
 
 def _rotated(region: dict[str, Any], images: dict[str, str]) -> bool:
     return all(n.image == images[f"{c}/{n.labels['eks.amazonaws.com/nodegroup']}"]
                for c in CLUSTERS for n in LiveCluster.from_kubeconfig(region["kubeconfig"], context=c).list_nodes())
-
-
-def _overlapped(db: Path) -> int:
-    """Waves that started while an earlier wave of the same run was still open (its replacements, pods or settle time
-    still to come), as the journals tell it."""
-    opened: dict[tuple[str, str, int], float] = {}
-    finished: dict[tuple[str, str, int], float] = {}
-    with sqlite3.connect(db) as conn:
-        for stream, data in conn.execute("SELECT stream, data FROM records WHERE stream LIKE 'rotation/%' ORDER BY seq"):
-            d = json.loads(data)
-            if d.get("kind") in ("wave-started", "wave-finished"):
-                (opened if d["kind"] == "wave-started" else finished)[(stream, d["run"], int(d["wave"]))] = float(d["at"])
-    return sum(1 for (stream, run, wave), at in opened.items()
-               if any(finished.get((stream, run, earlier), float("inf")) > at for earlier in range(1, wave)))
 
 
 def _last_word(db: Path) -> str:

@@ -207,9 +207,9 @@ def test_every_cluster_of_a_stage_has_its_canaries_at_once_and_sigterm_cleans_up
         assert all(_canary_namespaces(region, c) for c in clusters), "every cluster's check under way at once"
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
+        said, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-3000:]
-    assert {c: _canary_namespaces(region, c) for c in clusters} == dict.fromkeys(clusters, []), err[-3000:]
+    assert {c: _canary_namespaces(region, c) for c in clusters} == dict.fromkeys(clusters, []), said[-3000:] + err[-3000:]
 
 
 def test_bad_input_is_one_line_exit_2(region: dict[str, Any], tmp_path: Path) -> None:

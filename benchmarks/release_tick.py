@@ -7,7 +7,7 @@ stores side by side in one run, each with a ledger and canary results of the sam
 carried dev -> staging -> prod-canary -> prod by a tick every fifteen minutes; 200 canary results an hour over three
 clusters, as dev's shipped canaries write them), one holding a day of it and one a month, then a fresh candidate
 soaking in dev, and times one tick on each (median of 9; SQLite stores, the canary verdict computed for real by
-`platformctl.app.release.soak_verdict`). Printed: each tick's time and the ledger entries and canary results each
+`e2e_canary.verdict.soak_verdict`). Printed: each tick's time and the ledger entries and canary results each
 store holds, and the ratio month / day (target: within 2x).
 
 Not part of the test run.
@@ -30,7 +30,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from e2e_canary.runner import results_stream
-from platformctl.app.release import replaced_images, soak_verdict
+from e2e_canary.verdict import soak_verdict
+from platformctl.app.release import replaced_images
 from platformctl.kernel.state import StateStore, open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import LEDGER, Ledger

@@ -59,15 +59,56 @@ RETENTION_SECONDS = 90 * 86400  # canary results are kept this long (journals an
 SLACK_SECONDS = 600.0  # how far a window read goes past its start: results appended a little out of order
 
 
+@dataclass(frozen=True)
+class ResultStream:
+    """The name of a stream of canary results, read and written here only: ``canary/<stage>/<cluster>/<day>`` (a
+    day's results of a cluster, UTC, so that a window reads only the days it covers), or ``canary/<stage>/<cluster>``
+    with no day (the runner's lease; results an older runner wrote)."""
+
+    stage: str
+    cluster: str
+    day: str = ""  # YYYY-MM-DD, or "" for the undated stream
+
+    @classmethod
+    def of(cls, stage: str, cluster: str, at: float) -> ResultStream:
+        return cls(stage, cluster, _day(at))
+
+    @classmethod
+    def parse(cls, name: str) -> ResultStream | None:
+        """The stream ``name`` names, or None when it is not a canary stream."""
+        parts = name.split("/")
+        if parts[0] != "canary" or len(parts) not in (3, 4) or not all(parts[1:]):
+            return None
+        return cls(parts[1], parts[2], parts[3] if len(parts) == 4 else "")
+
+    @staticmethod
+    def prefix(stage: str | None = None) -> str:
+        """What every stream of ``stage`` (of every stage, with none) begins with: ``StateStore.streams``' argument."""
+        return f"canary/{stage}/" if stage is not None else "canary/"
+
+    @property
+    def name(self) -> str:
+        return f"canary/{self.stage}/{self.cluster}" + (f"/{self.day}" if self.day else "")
+
+
+def _day(at: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(at))
+
+
+def streams_of(store: StateStore, stage: str | None = None) -> list[ResultStream]:
+    """The canary streams in ``store`` (of ``stage``, when given)."""
+    return [found for name in store.streams(ResultStream.prefix(stage)) if (found := ResultStream.parse(name)) is not None]
+
+
 def stream_of(stage: str, cluster: str) -> str:
     """The name of a cluster's canaries: its runner's lease, and the stem of its results' streams."""
-    return f"canary/{stage}/{cluster}"
+    return ResultStream(stage, cluster).name
 
 
 def results_stream(stage: str, cluster: str, at: float) -> str:
     """Where a result taken at ``at`` (the cluster's time) is kept: one stream per cluster and day, so that reading a
     window touches the days it covers, newest first, and stops at its start."""
-    return f"{stream_of(stage, cluster)}/{time.strftime('%Y-%m-%d', time.gmtime(at))}"
+    return ResultStream.of(stage, cluster, at).name
 
 
 @dataclass
@@ -269,27 +310,26 @@ def results(store: StateStore, stage: str, since: float | None = None, until: fl
     """The stage's canary results (of one cluster, when given) at or after ``since`` and at or before ``until``, in the
     clusters' time, oldest first. A window costs what it holds: only the days it covers are read, newest first, until
     a result older than the window (less some slack) shows up; never the whole history."""
-    first = time.strftime("%Y-%m-%d", time.gmtime(since - SLACK_SECONDS)) if since is not None else ""
-    last = time.strftime("%Y-%m-%d", time.gmtime(until)) if until is not None else "9999"
+    first = _day(since - SLACK_SECONDS) if since is not None else ""
+    last = _day(until) if until is not None else "9999"
     out: list[dict[str, Any]] = []
-    for stream in store.streams(f"canary/{stage}/"):
-        parts = stream.split("/")
-        if len(parts) < 3 or (cluster is not None and parts[2] != cluster):
+    for stream in streams_of(store, stage):
+        if cluster is not None and stream.cluster != cluster:
             continue
-        if len(parts) == 4 and not first <= parts[3] <= last:
+        if stream.day and not first <= stream.day <= last:
             continue
-        out += [r for r in _window(store, stream, since) if until is None or float(r.get("at", 0)) <= until]
+        out += [r for r in _window(store, stream.name, since) if until is None or float(r.get("at", 0)) <= until]
     return sorted(out, key=lambda r: r["at"])
 
 
 def newest_at(store: StateStore, stage: str) -> float | None:
-    """When the stage's newest canary result was taken (the clusters' time): one record read per cluster."""
-    latest: dict[str, str] = {}
-    for stream in store.streams(f"canary/{stage}/"):
-        parts = stream.split("/")
-        if len(parts) >= 3 and stream > latest.get(parts[2], ""):
-            latest[parts[2]] = stream  # day streams sort by day; an undated stream sorts first
-    found = [float(r.data.get("at", 0)) for stream in latest.values() for r in store.read_back(stream, limit=1)]
+    """When the stage's newest canary result was taken (the clusters' time): the last record of each cluster's newest
+    stream (by day; an undated stream, as an older runner wrote, sorts first), one record read per cluster."""
+    latest: dict[str, ResultStream] = {}
+    for stream in streams_of(store, stage):
+        if stream.cluster not in latest or stream.day > latest[stream.cluster].day:
+            latest[stream.cluster] = stream
+    found = [float(r.data.get("at", 0)) for stream in latest.values() for r in store.read_back(stream.name, limit=1)]
     return max(found, default=None)
 
 

@@ -1,5 +1,6 @@
 """The stage's canary verdict over stored results: this window against the one before, or each image's arm
-against a baseline image's (mid-rotation, the new image against the old); and the rotation's canary gate.
+against a baseline image's (mid-rotation, the new image against the old); the rotation's canary gate; and the
+soak's verdict, which the release pipeline asks before it promotes a candidate.
 It judges; it runs nothing.
 
 Arms are compared canary by canary (a Deployment's check time is not a node-pool pod's, and the mix of
@@ -14,8 +15,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from e2e_canary.judge import JudgeConfig, has_evidence, judge, judge_objectives
-from e2e_canary.runner import arm_of, results
+from e2e_canary.runner import arm_of, results, streams_of
 from platformctl.kernel.humanize import human_duration
+from platformctl.kernel.state import StateStore
 
 ORDER = {"fail": 2, "inconclusive": 1, "pass": 0}
 EVIDENCE_STEPS = 12  # a canary's evidence window is at most this many verdict windows (6 h of 30 m)
@@ -202,9 +204,58 @@ def canary_gate(store: Any, window: float, config: JudgeConfig | None = None) ->
 
     def ask(question: Any) -> dict[str, Any]:
         since = question.now - window
-        stages = [question.stage] if question.stage else sorted({s.split("/")[1] for s in store.streams("canary/")
-                                                                  if s.count("/") >= 2 and s.split("/")[2] == question.cluster})
+        stages = [question.stage] if question.stage else sorted({s.stage for s in streams_of(store)
+                                                                  if s.cluster == question.cluster})
         rows = [r for stage in stages for r in results(store, stage, since, question.now, cluster=question.cluster)]
         return rotation_verdict(rows, question.now, window, question.cluster, question.targets, question.present, config)
 
     return ask
+
+
+def soak_verdict(store: StateStore, stage: str, since: float, now: float, window: int,
+                 replaced: Mapping[str, str] | None = None, baseline: str | None = None,
+                 entered: float | None = None) -> dict[str, Any]:
+    """The soak's canary verdict: the stage's results since its rotation ended (``since``; not the rotation's own
+    turbulence, pods waiting for surge nodes, which the rotation's gate judged wave by wave), each canary over its
+    evidence window; and, with ``replaced`` (new image -> the last good candidate's image of the same family,
+    ``baseline`` that candidate), each new image's results since then against the replaced image's from before the
+    candidate entered the stage (``entered``, else ``since``), where the replaced image's hold the minimum evidence.
+    The worse decides, the judge's ``alpha`` shared among them: a regression against the last good images fails a
+    stage its own window would pass. Reads the days the windows cover only: its cost does not grow with the history."""
+    replaced = dict(replaced or {})
+    config = JudgeConfig()
+    config = config.model_copy(update={"alpha": config.alpha / (1 + len(replaced))})
+    reach = 2 * EVIDENCE_STEPS * window
+    rows = results(store, stage, since=max(since, now - reach), until=now)
+    verdict = {**canary_verdicts(rows, now, float(window), config), "at": now, "state": store.location,
+               "results_since": len(rows)}
+    if not replaced:
+        return verdict
+    end = since if entered is None else min(entered, since)
+    before = [r for r in results(store, stage, since=end - reach, until=end) if float(r["at"]) < end]
+    arms: dict[str, dict[str, Any]] = {}
+    thin: list[str] = []
+    for image, old in sorted(replaced.items()):
+        mine, theirs = [r for r in rows if r.get("image") == image], [r for r in before if r.get("image") == old]
+        deciding = [r for r in theirs if r.get("canary_kind") in IMAGE_ARMS]
+        if not has_evidence(arm_of(deciding), config):  # nothing to compare with; a new image short of results is not
+            thin.append(f"{image} ({len(mine)} results since the rotation; {old}: {len(deciding)} node-pool results "
+                        "before)")  # skipped: the judge says inconclusive, never a pass on too little
+            continue
+        arms[image] = {**judge_canaries(theirs, mine, config, IMAGE_ARMS), "against": old,
+                       "results": {"baseline": len(theirs), "experiment": len(mine)}}
+    compared: dict[str, Any] = {"baseline": baseline, "replaced": replaced, "baseline_until": end, "arms": arms}
+    if thin:
+        compared["not_compared"] = thin
+    if not arms:
+        compared["reason"] = ("no new image could be compared with the image it replaces (too few results of that image "
+                              "from before the candidate entered): the stage's window alone decides")
+        return {**verdict, "images": compared}
+    image, worst = max(arms.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
+    compared.update(verdict=worst["verdict"], reason=f"image {image} against {worst['against']} of {baseline}: {worst['reason']}")
+    if ORDER[worst["verdict"]] > ORDER[verdict["verdict"]]:
+        return {**verdict, "verdict": worst["verdict"], "reason": compared["reason"], "images": compared}
+    if verdict["verdict"] == "pass":  # both pass: say both
+        return {**verdict, "reason": f"{verdict['reason']}; every new image compared passes against the last good "
+                f"candidate {baseline}'s", "images": compared}
+    return {**verdict, "images": compared}

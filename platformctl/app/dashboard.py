@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e_canary.runner import results
+from e2e_canary.runner import newest_at, results
 from e2e_canary.sli import objectives, sli_series
 from platformctl.app.release import DEFAULT_LEDGER, candidate_report
 from platformctl.app.stores import store_for
@@ -254,19 +254,6 @@ def _stage_clusters(infra_dir: Path | None) -> dict[str, str]:
     return out
 
 
-def _newest_result(store: StateStore, stage: str) -> float | None:
-    """The stage's newest canary result's time: the last record of each cluster's newest stream (by day; a stream with
-    no day, as an older runner wrote, counts too)."""
-    newest: dict[str, str] = {}
-    for stream in store.streams(f"canary/{stage}/"):
-        parts = stream.split("/")
-        day = parts[3] if len(parts) == 4 else ""
-        if len(parts) in (3, 4) and (parts[2] not in newest or day > newest[parts[2]].split("/")[-1]):
-            newest[parts[2]] = stream
-    times = [float(last.data.get("at", 0)) for s in newest.values() if (last := store.last(s)) is not None]
-    return max(times) if times else None
-
-
 def _latest_verdict(decisions: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
     """The newest canary verdict the ledger holds for ``stage``, with the judge's numbers."""
     for d in decisions:  # newest first
@@ -303,7 +290,7 @@ def judge_numbers(verdict: dict[str, Any]) -> dict[str, Any]:
 
 
 def _canaries(store: StateStore, stage: str, window: float, decisions: list[dict[str, Any]]) -> dict[str, Any]:
-    end = _newest_result(store, stage)
+    end = newest_at(store, stage)
     out: dict[str, Any] = {"store": store.location, "error": None, "latest_verdict": _latest_verdict(decisions, stage),
                            "stale": None}
     if end is None:

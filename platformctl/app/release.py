@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -545,6 +544,7 @@ class AppStages:
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
                 window: int, entered: float | None = None) -> dict[str, Any]:
+        from e2e_canary.verdict import soak_verdict  # its judge's imports only when a soak is judged
         from platformctl.app.stores import store_for
 
         return soak_verdict(store_for(None, stage=stage, infra_dir=self.infra_dir), stage, since, self.now(stage), window,
@@ -564,59 +564,6 @@ def replaced_images(stage: str, candidate: Candidate, baseline: Candidate | None
     before = baseline.stages[stage].images
     return {image["id"]: before[family]["id"] for family, image in sorted(candidate.stages[stage].images.items())
             if family in before and before[family]["id"] != image["id"]}
-
-
-def soak_verdict(store: StateStore, stage: str, since: float, now: float, window: int,
-                 replaced: Mapping[str, str] | None = None, baseline: str | None = None,
-                 entered: float | None = None) -> dict[str, Any]:
-    """The soak's canary verdict: the stage's results since its rotation ended (``since``; not the rotation's own
-    turbulence, pods waiting for surge nodes, which the rotation's gate judged wave by wave), each canary over its
-    evidence window; and, with ``replaced`` (new image -> the last good candidate's image of the same family,
-    ``baseline`` that candidate), each new image's results since then against the replaced image's from before the
-    candidate entered the stage (``entered``, else ``since``), where the replaced image's hold the minimum evidence.
-    The worse decides, the judge's ``alpha`` shared among them: a regression against the last good images fails a
-    stage its own window would pass. Reads the days the windows cover only: its cost does not grow with the history."""
-    from e2e_canary.judge import JudgeConfig, has_evidence
-    from e2e_canary.runner import arm_of, results
-    from e2e_canary.verdict import EVIDENCE_STEPS, IMAGE_ARMS, ORDER, canary_verdicts, judge_canaries
-
-    replaced = dict(replaced or {})
-    config = JudgeConfig()
-    config = config.model_copy(update={"alpha": config.alpha / (1 + len(replaced))})
-    reach = 2 * EVIDENCE_STEPS * window
-    rows = results(store, stage, since=max(since, now - reach), until=now)
-    verdict = {**canary_verdicts(rows, now, float(window), config), "at": now, "state": store.location,
-               "results_since": len(rows)}
-    if not replaced:
-        return verdict
-    end = since if entered is None else min(entered, since)
-    before = [r for r in results(store, stage, since=end - reach, until=end) if float(r["at"]) < end]
-    arms: dict[str, dict[str, Any]] = {}
-    thin: list[str] = []
-    for image, old in sorted(replaced.items()):
-        mine, theirs = [r for r in rows if r.get("image") == image], [r for r in before if r.get("image") == old]
-        deciding = [r for r in theirs if r.get("canary_kind") in IMAGE_ARMS]
-        if not has_evidence(arm_of(deciding), config):  # nothing to compare with; a new image short of results is not
-            thin.append(f"{image} ({len(mine)} results since the rotation; {old}: {len(deciding)} node-pool results "
-                        "before)")  # skipped: the judge says inconclusive, never a pass on too little
-            continue
-        arms[image] = {**judge_canaries(theirs, mine, config, IMAGE_ARMS), "against": old,
-                       "results": {"baseline": len(theirs), "experiment": len(mine)}}
-    compared: dict[str, Any] = {"baseline": baseline, "replaced": replaced, "baseline_until": end, "arms": arms}
-    if thin:
-        compared["not_compared"] = thin
-    if not arms:
-        compared["reason"] = ("no new image could be compared with the image it replaces (too few results of that image "
-                              "from before the candidate entered): the stage's window alone decides")
-        return {**verdict, "images": compared}
-    image, worst = max(arms.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
-    compared.update(verdict=worst["verdict"], reason=f"image {image} against {worst['against']} of {baseline}: {worst['reason']}")
-    if ORDER[worst["verdict"]] > ORDER[verdict["verdict"]]:
-        return {**verdict, "verdict": worst["verdict"], "reason": compared["reason"], "images": compared}
-    if verdict["verdict"] == "pass":  # both pass: say both
-        return {**verdict, "reason": f"{verdict['reason']}; every new image compared passes against the last good "
-                f"candidate {baseline}'s", "images": compared}
-    return {**verdict, "images": compared}
 
 
 @dataclass(frozen=True)

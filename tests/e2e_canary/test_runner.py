@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from e2e_canary.definitions import CANARY_DIR, load_canaries, parse_canary
-from e2e_canary.runner import Runner, results
+from e2e_canary.runner import ResultStream, Runner, newest_at, results, results_stream, streams_of
 from e2e_canary.verdict import stage_verdict
 from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
 from platformctl.kernel.state.sqlite import SQLiteStore
@@ -176,3 +176,21 @@ def test_durations_are_the_servers_own_never_the_clients_guess_and_never_below_z
                         for name in ("daemon", "batch", "cron", "service")})
     assert figures[0] == figures[1]
     assert all(v >= 0 for values in figures[0].values() for v in values)
+
+
+def test_result_streams_are_named_and_read_one_way_and_the_newest_result_is_the_newest_days_last(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "state.db")
+    day = 86400.0 * 20_000  # 2024-10-04, UTC
+    assert ResultStream.of("dev", "c1", day + 5).name == "canary/dev/c1/2024-10-04"
+    for name in ("canary/dev/c1/2024-10-04", "canary/dev/c1"):
+        assert ResultStream.parse(name) is not None and ResultStream.parse(name).name == name  # type: ignore[union-attr]
+    assert [ResultStream.parse(n) for n in ("canary/dev", "canary//c1", "rotation/dev/c1", "canary/dev/c1/x/y")] == [None] * 4
+    store.append("canary/dev/c1", {"kind": "result", "at": day + 7 * 86400})  # an older runner's undated stream
+    store.append(results_stream("dev", "c1", day + 10), {"kind": "result", "at": day + 10})
+    store.append(results_stream("dev", "c1", day + 86400 + 3), {"kind": "result", "at": day + 86400 + 3})
+    store.append(results_stream("dev", "c2", day + 50), {"kind": "result", "at": day + 50})
+    store.append(results_stream("prod", "c1", day + 9 * 86400), {"kind": "result", "at": day + 9 * 86400})
+    # each cluster's newest day wins over its undated stream, whatever that holds; another stage is not read
+    assert newest_at(store, "dev") == day + 86400 + 3
+    assert [r["at"] for r in results(store, "dev", since=day, until=day + 86400, cluster="c1")] == [day + 10]
+    assert {s.cluster for s in streams_of(store, "dev")} == {"c1", "c2"}

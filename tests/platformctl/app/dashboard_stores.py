@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from e2e_canary.runner import results_stream
-from platformctl.app.release import replaced_images, soak_verdict
+from e2e_canary.verdict import soak_verdict
+from platformctl.app.release import replaced_images
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.kernel.state.sqlite import SQLiteStore
 from release_pipeline.candidates import Candidate, StageImages, make_candidate

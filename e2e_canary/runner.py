@@ -22,7 +22,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from e2e_canary.checks import LONGEST_WAIT
 from e2e_canary.definitions import LABEL, Canary
@@ -32,6 +32,9 @@ from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Toleration
 from platformctl.kernel.errors import ApiRefused, PlatformError
 from platformctl.kernel.state import StateStore
+
+if TYPE_CHECKING:
+    from e2e_canary.judge import Arm
 
 RUNNABLE = ("node-pool", "service", "batch", "cron", "daemon")
 ATTEMPT_LABEL = "platformctl.io/canary-attempt"
@@ -112,7 +115,10 @@ def results_stream(stage: str, cluster: str, at: float) -> str:
 
 
 @dataclass
-class Arm:
+class PoolArm:
+    """Where the node-pool canary runs one of its arms: a pool's schedulable, Ready nodes on one image (the judge's
+    ``Arm`` is what an arm measured)."""
+
     pool: str
     image: str
     zone: str | None
@@ -152,13 +158,13 @@ class Runner:
             self.cluster.delete_namespace(namespace)
         return left
 
-    def arms(self) -> list[Arm]:
-        found: dict[tuple[str, str], Arm] = {}
+    def arms(self) -> list[PoolArm]:
+        found: dict[tuple[str, str], PoolArm] = {}
         for node in self.cluster.list_nodes():
             pool, image = node.labels.get(LABEL_NODEGROUP), node.labels.get(LABEL_NODEGROUP_IMAGE)
             if pool is None or image is None or node.unschedulable or not node.ready:
                 continue  # a cordoned or broken node is the rotation's or remediation's: no user can land there
-            arm = found.setdefault((pool, image), Arm(pool, image, node.zone, 0))
+            arm = found.setdefault((pool, image), PoolArm(pool, image, node.zone, 0))
             arm.nodes += 1
         return [found[k] for k in sorted(found)]
 
@@ -207,7 +213,7 @@ class Runner:
             rows = [{"outcome": "fail" if exc.status >= 500 else "infra_error", "reason": str(exc.detail), "metrics": {}}]
         return [self.record(canary, attempt, None, row) for row in rows]
 
-    def record(self, canary: Canary, attempt: str, arm: Arm | None, row: dict[str, Any]) -> dict[str, Any]:
+    def record(self, canary: Canary, attempt: str, arm: PoolArm | None, row: dict[str, Any]) -> dict[str, Any]:
         """A check's row, where it ran (the row's own zone, pool and image, else the arm's) and when."""
         data = self._record(canary, attempt, arm, row["outcome"], row.get("reason", ""), row.get("metrics", {}),
                             where={k: row[k] for k in ("zone", "pool", "image") if k in row})
@@ -215,7 +221,7 @@ class Runner:
 
     # ---------------------------------------------------------------- node-pool
 
-    def _pod(self, canary: Canary, attempt: str, namespace: str, arm: Arm, i: int, retry: bool = False) -> Pod:
+    def _pod(self, canary: Canary, attempt: str, namespace: str, arm: PoolArm, i: int, retry: bool = False) -> Pod:
         requests = canary.resources.requests()
         name = f"{arm.pool}-{arm.image.removeprefix('ami-')[-8:]}-{i}{'-r' if retry else ''}"
         return Pod(namespace, name, str(uuid.uuid4()), labels={LABEL: canary.name, ATTEMPT_LABEL: attempt, "arm-pool": arm.pool},
@@ -294,7 +300,7 @@ class Runner:
                                             f"running within the deadline {canary.deadline} s ({reason})", {}))
         return results
 
-    def _record(self, canary: Canary, attempt: str, arm: Arm | None, outcome: str, reason: str,
+    def _record(self, canary: Canary, attempt: str, arm: PoolArm | None, outcome: str, reason: str,
                 metrics: dict[str, Any], where: dict[str, Any] | None = None) -> dict[str, Any]:
         data = {"kind": "result", "canary": canary.name, "canary_kind": canary.kind, "attempt": attempt,
                 "stage": self.stage, "cluster": self.name, "zone": arm.zone if arm else None,
@@ -349,9 +355,9 @@ def _window(store: StateStore, stream: str, since: float | None) -> list[dict[st
         before = page[-1].seq
 
 
-def arm_of(rows: Sequence[dict[str, Any]]) -> Any:
+def arm_of(rows: Sequence[dict[str, Any]]) -> Arm:
     """The judge's arm of some results: startup samples and check times of the ok ones, and every outcome."""
-    from e2e_canary.judge import Arm as JudgeArm
+    from e2e_canary.judge import Arm  # numpy's import only when a verdict is asked
 
     samples: dict[str, list[float]] = {"pod_startup_seconds": [], "check_seconds": []}
     for r in rows:
@@ -362,4 +368,4 @@ def arm_of(rows: Sequence[dict[str, Any]]) -> Any:
                     samples[metric] += [float(v) for v in value]
                 elif value is not None:
                     samples[metric].append(float(value))
-    return JudgeArm(samples, dict(Counter(r["outcome"] for r in rows)))
+    return Arm(samples, dict(Counter(r["outcome"] for r in rows)))

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from platformctl.kernel.clock import Clock
-from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.errors import PlatformError, Unavailable
 
 EXTENSION = "platformctl.io/local-region"
 CLIENT_HEADER = "X-Platformctl-Client"  # which registered client of the region's clock a request comes from
@@ -66,19 +66,32 @@ def process_alive(pid: int) -> bool:
         return True
 
 
+ANSWER_SECONDS = 60.0  # wall seconds a running region's server, busy with every stage and its canaries, may take to answer
+
+
 def running() -> dict[str, Any] | None:
-    """The running region's status (as ``local status -o json`` prints it), or None."""
+    """The running region's status (as ``local status -o json`` prints it), or None when none runs (no server file,
+    its process gone, or not listening yet). A server that runs and is slow to answer is waited for: on two busy cores
+    it can take seconds, and a command that took it for gone would fall back to ``~/.kube/config`` or to real AWS.
+    One that does not answer within ``ANSWER_SECONDS`` is ``Unavailable``."""
     path = state_dir() / "server.json"
     try:
         info = json.loads(path.read_text())
-    except (OSError, ValueError):
+        pid, url = int(info.get("pid", 0)), f"{info['kubernetes_endpoint']}/platformctl/v1/status"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    if not process_alive(int(info.get("pid", 0))):
-        return None
-    try:
-        return _get_json(f"{info['kubernetes_endpoint']}/platformctl/v1/status")
-    except (OSError, ValueError, KeyError):
-        return None
+    deadline = time.monotonic() + ANSWER_SECONDS
+    while process_alive(pid):
+        try:
+            return _get_json(url, timeout=max(min(deadline - time.monotonic(), 10.0), 0.1))
+        except (OSError, ValueError) as exc:
+            slow = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
+            if not slow:
+                return None  # refused: not listening yet, or going away
+            if time.monotonic() >= deadline:
+                raise Unavailable(f"the local region (pid {pid}, {path}) did not answer at {url} within "
+                                  f"{ANSWER_SECONDS:.0f} s") from None
+    return None
 
 
 def stages_of(info: dict[str, Any]) -> list[str]:

@@ -1,8 +1,11 @@
-"""A client's view of the local region's clock: extrapolated between answers, corrected when asked again."""
+"""A client's view of the local region: its clock extrapolated between answers and corrected when asked again; a
+region that runs and is slow to answer is waited for, never taken for none."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -11,22 +14,26 @@ from typing import Any
 
 import pytest
 
-from platformctl.kernel.region_client import ServerClock
+from platformctl.kernel import region_client
+from platformctl.kernel.errors import Unavailable
+from platformctl.kernel.region_client import ServerClock, default_kubeconfig
 
 
 @pytest.fixture
 def server() -> Iterator[dict[str, Any]]:
     """A /time endpoint whose virtual time the test sets (a busy region's clock stands still)."""
-    state: dict[str, Any] = {"virtual_time": 1000.0, "speed": 300.0}
+    state: dict[str, Any] = {"virtual_time": 1000.0, "speed": 300.0, "delay": 0.0}
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            time.sleep(state["delay"])  # a region busy with every stage and its canaries
             body = json.dumps({**state, "wall_time": time.time()}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client stopped waiting
+                self.wfile.write(body)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -34,7 +41,8 @@ def server() -> Iterator[dict[str, Any]]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    state["url"] = f"http://127.0.0.1:{httpd.server_address[1]}/time"
+    state["base"] = f"http://127.0.0.1:{httpd.server_address[1]}"
+    state["url"] = f"{state['base']}/time"
     yield state
     httpd.shutdown()
 
@@ -50,3 +58,21 @@ def test_a_lagging_server_clock_is_read_again_before_a_deadline_is_called(server
     server["url"] = None  # an unreachable server keeps the last answer
     clock.url = "http://127.0.0.1:9/time"
     assert clock.sync() >= 5000.0
+
+
+def test_a_running_region_slow_to_answer_is_waited_for_and_one_that_never_answers_is_unavailable(
+        server: dict[str, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLATFORMCTL_HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    (tmp_path / "local").mkdir()
+    server.update(kubeconfig=str(tmp_path / "local" / "kubeconfig"))
+    (tmp_path / "local" / "server.json").write_text(json.dumps({"pid": os.getpid(), "kubernetes_endpoint": server["base"]}))
+    server["delay"] = 2.5  # longer than one look used to wait: the command then took ~/.kube/config for the region's
+    assert default_kubeconfig(None) == server["kubeconfig"]
+    monkeypatch.setattr(region_client, "ANSWER_SECONDS", 1.0)
+    with pytest.raises(Unavailable, match="did not answer"):
+        default_kubeconfig(None)
+    server["delay"] = 0.0
+    assert region_client.running() is not None
+    (tmp_path / "local" / "server.json").write_text(json.dumps({"pid": os.getpid(), "kubernetes_endpoint": "http://127.0.0.1:9"}))
+    assert region_client.running() is None  # nothing listens there: no region

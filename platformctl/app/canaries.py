@@ -224,6 +224,7 @@ def _one_cluster(run: CanaryRun, name: str, runner: Runner, keepers: list[LeaseK
                  attempted: Callable[[str, AttemptReport], None]) -> None:
     due = {c.name: 0.0 for c in run.canaries}
     recent: list[dict[str, Any]] = []
+    judged = float("-inf")  # when the metrics' verdict was last taken
     while True:
         for c in run.canaries:
             if runner.clock.now() < due[c.name]:
@@ -235,7 +236,11 @@ def _one_cluster(run: CanaryRun, name: str, runner: Runner, keepers: list[LeaseK
             now = runner.clock.now()
             reach = 2 * EVIDENCE_STEPS * VERDICT_WINDOW  # what the verdict can look at; older results are the store's
             recent = [r for r in recent + attempt.results if float(r["at"]) >= now - reach]
-            metrics.set_verdict(name, canary_verdicts(recent, now, VERDICT_WINDOW)["verdict"])
+            # The verdict's statistics over hours of results cost more than a check: taken again at once after a result
+            # that is not ok, else every VERDICT_REFRESH_SECONDS of the cluster's time (a slowdown shows within them).
+            if now - judged >= VERDICT_REFRESH_SECONDS or any(r["outcome"] != "ok" for r in attempt.results):
+                judged = now
+                metrics.set_verdict(name, canary_verdicts(recent, now, VERDICT_WINDOW)["verdict"])
             due[c.name] = now + c.interval + random.uniform(0, c.jitter)
             attempted(name, attempt)
         if run.once:
@@ -245,6 +250,7 @@ def _one_cluster(run: CanaryRun, name: str, runner: Runner, keepers: list[LeaseK
 
 
 IDLE_SECONDS = 60.0  # the longest a cluster's runner waits between looks at what is due
+VERDICT_REFRESH_SECONDS = 300.0  # how stale the metrics' verdict may be while every result is ok
 
 
 class _Stopped(Exception):

@@ -133,6 +133,12 @@ class SimulatedCluster:
     def clock(self) -> VirtualClock:
         return self._world.clock
 
+    def change_mark(self) -> tuple[int, int, int]:
+        """What moves whenever anything in the cluster changed: the resource version, the event log's length and the
+        count of controllers gone. An API layer's bookkeeping has nothing to do while it stays the same."""
+        world = self._world
+        return world.rv, len(world.events), world.controllers_removed
+
     @property
     def events(self) -> list[Event]:
         """An event log of everything that happened (``platformctl.emulator.simulation.events``)."""

@@ -383,6 +383,14 @@ class ObjectApi:
     def __init__(self, sim: ObjectHost) -> None:
         self.sim = sim
 
+    @property
+    def _objects(self) -> Workloads:
+        """The workload objects, without those the simulator deleted itself (a Job past its TTL): in process nothing
+        ticks between calls, as the local region's server does."""
+        objects = self.sim.api_objects
+        objects.forget_finished_jobs()
+        return objects
+
     @staticmethod
     def _refused(exc: ApiError) -> PlatformError:
         if exc.code == 404:
@@ -409,7 +417,7 @@ class ObjectApi:
                     return self.sim.create_pdb(pdb).to_kube()
                 except PlatformError:
                     raise already_exists(plural, pdb.name, "policy") from None
-            objects = self.sim.api_objects
+            objects = self._objects
             return objects.object(objects.create(plural, namespace, obj))
         except ApiError as exc:
             raise self._refused(exc) from None
@@ -419,7 +427,7 @@ class ObjectApi:
         try:
             if plural == "poddisruptionbudgets":
                 return self.sim.get_pdb(namespace, name).to_kube()
-            objects = self.sim.api_objects
+            objects = self._objects
             return objects.object(objects.get(plural, namespace, name))
         except ApiError as exc:
             raise self._refused(exc) from None
@@ -427,21 +435,21 @@ class ObjectApi:
     def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
         plural, namespace, name = self._name(obj)
         try:
-            objects = self.sim.api_objects
+            objects = self._objects
             return objects.object(objects.replace(plural, namespace, name, copy.deepcopy(obj)))
         except ApiError as exc:
             raise self._refused(exc) from None
 
     def patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         try:
-            objects = self.sim.api_objects
+            objects = self._objects
             return objects.object(objects.patch(plural_of(kind), namespace, name, copy.deepcopy(patch)))
         except ApiError as exc:
             raise self._refused(exc) from None
 
     def scale(self, kind: str, namespace: str, name: str, replicas: int) -> dict[str, Any]:
         try:
-            objects = self.sim.api_objects
+            objects = self._objects
             return objects.scale_object(objects.scale(plural_of(kind), namespace, name, replicas))
         except ApiError as exc:
             raise self._refused(exc) from None
@@ -452,6 +460,6 @@ class ObjectApi:
             if plural == "poddisruptionbudgets":
                 self.sim.delete_pdb(namespace, name)
                 return
-            self.sim.api_objects.delete(plural, namespace, name)
+            self._objects.delete(plural, namespace, name)
         except ApiError as exc:
             raise self._refused(exc) from None

@@ -95,6 +95,7 @@ class PodRoom:
         ctrl = self.w.controllers.pop(uid, None)
         if ctrl is None:
             return
+        self.w.controllers_removed += 1
         ctrl.done = True
         for key in list(ctrl.pods):
             pod = self.w.pods.get(key)

@@ -154,6 +154,24 @@ def test_a_job_completes_and_a_cronjob_fires_on_its_schedule(under: Under) -> No
     assert cron["lastScheduleTime"]
 
 
+def test_a_finished_job_is_gone_once_its_ttl_passes(under: Under) -> None:
+    template = {"metadata": {"annotations": {"sim.platformctl.io/run-seconds": "5", "sim.platformctl.io/start-seconds": "1"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "busybox"}]}}
+    under.cluster.create_object({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once", "namespace": NS},
+                                 "spec": {"ttlSecondsAfterFinished": 60, "template": template}})
+    under.advance(20)
+    assert under.cluster.get_object("Job", NS, "once")["status"]["succeeded"] == 1
+    under.advance(30)  # finished, its TTL not yet passed
+    assert under.cluster.get_object("Job", NS, "once")["status"]["succeeded"] == 1
+    under.advance(60)
+    with pytest.raises(NotFoundError):
+        under.cluster.get_object("Job", NS, "once")
+    under.advance(60)  # and it stays gone, as do its pods
+    with pytest.raises(NotFoundError):
+        under.cluster.get_object("Job", NS, "once")
+    assert not [p for p in under.sim.list_pods(NS) if p.name.startswith("once-")]
+
+
 def test_a_daemonset_runs_on_every_node_that_admits_it(under: Under) -> None:
     labels = {"app": "agent"}
     under.cluster.create_object({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": NS},

@@ -214,16 +214,17 @@ def canary_gate(store: Any, window: float, config: JudgeConfig | None = None) ->
 
 def soak_verdict(store: StateStore, stage: str, since: float, now: float, window: int,
                  replaced: Mapping[str, str] | None = None, baseline: str | None = None,
-                 entered: float | None = None) -> dict[str, Any]:
-    """The soak's canary verdict: the stage's results since its rotation ended (``since``; not the rotation's own
-    turbulence, pods waiting for surge nodes, which the rotation's gate judged wave by wave), each canary over its
-    evidence window; and, with ``replaced`` (new image -> the last good candidate's image of the same family,
-    ``baseline`` that candidate), each new image's results since then against the replaced image's from before the
-    candidate entered the stage (``entered``, else ``since``), where the replaced image's hold the minimum evidence.
-    The worse decides, the judge's ``alpha`` shared among them: a regression against the last good images fails a
-    stage its own window would pass. Reads the days the windows cover only: its cost does not grow with the history."""
+                 entered: float | None = None, config: JudgeConfig | None = None) -> dict[str, Any]:
+    """The soak's canary verdict, by ``config`` (the stage's judge; else the judge's defaults): the stage's results
+    since its rotation ended (``since``; not the rotation's own turbulence, pods waiting for surge nodes, which the
+    rotation's gate judged wave by wave), each canary over its evidence window; and, with ``replaced`` (new image ->
+    the last good candidate's image of the same family, ``baseline`` that candidate), each new image's results since
+    then against the replaced image's from before the candidate entered the stage (``entered``, else ``since``),
+    where the replaced image's hold the minimum evidence. The worse decides, the judge's ``alpha`` shared among
+    them: a regression against the last good images fails a stage its own window would pass. Reads the days the
+    windows cover only: its cost does not grow with the history."""
     replaced = dict(replaced or {})
-    config = JudgeConfig()
+    config = config or JudgeConfig()
     config = config.model_copy(update={"alpha": config.alpha / (1 + len(replaced))})
     reach = 2 * EVIDENCE_STEPS * window
     rows = results(store, stage, since=max(since, now - reach), until=now)

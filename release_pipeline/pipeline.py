@@ -44,6 +44,7 @@ def _seconds(value: Any) -> int:
 class StagePolicy(_Value):
     name: Literal["dev", "staging", "prod-canary", "prod"]
     rotation_policy: str | None = None  # relative to the pipeline file; none: the example policy's defaults
+    judge: str | None = None  # the soak verdict's judge configuration, relative to the pipeline file; none: its defaults
     soak: Seconds = 3600  # from the end of the stage's last rotation
     min_results: Annotated[int, Field(ge=0)] = 100  # canary results the soak must hold
     pass_for: Seconds = 1800  # the verdict has stayed pass this long at the end of the soak
@@ -200,6 +201,10 @@ class Pipeline(_Value):
         relative = self.stage(stage).rotation_policy
         return None if relative is None else (Path(self.source).parent / relative)
 
+    def judge_path(self, stage: str) -> Path | None:
+        relative = self.stage(stage).judge
+        return None if relative is None else (Path(self.source).parent / relative)
+
 
 def parse_pipeline(document: Any, source: str, digest: str = "") -> Pipeline:
     pipeline = validate(Pipeline, document, source, "release pipeline")
@@ -208,6 +213,13 @@ def parse_pipeline(document: Any, source: str, digest: str = "") -> Pipeline:
         path = pipeline.policy_path(stage.name)
         if path is not None and not path.is_file():
             raise PlatformError(f"no rotation policy at {path}", file=source, field=f"stages[{i}].rotationPolicy")
+        judge = pipeline.judge_path(stage.name)
+        if judge is not None:
+            if not judge.is_file():
+                raise PlatformError(f"no judge configuration at {judge}", file=source, field=f"stages[{i}].judge")
+            from e2e_canary.judge import load_config  # a mistake in it said now, naming its file, not at the soak
+
+            load_config(judge)
     return pipeline
 
 

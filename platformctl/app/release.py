@@ -544,11 +544,13 @@ class AppStages:
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
                 window: int, entered: float | None = None) -> dict[str, Any]:
+        from e2e_canary.judge import load_config
         from e2e_canary.verdict import soak_verdict  # its judge's imports only when a soak is judged
         from platformctl.app.stores import store_for
 
         return soak_verdict(store_for(None, stage=stage, infra_dir=self.infra_dir), stage, since, self.now(stage), window,
-                            replaced_images(stage, candidate, baseline), baseline.id if baseline else None, entered)
+                            replaced_images(stage, candidate, baseline), baseline.id if baseline else None, entered,
+                            load_config(self.pipeline.judge_path(stage)))
 
 
 def minor_version(version: str) -> tuple[int, int]:

@@ -35,15 +35,19 @@ from platformctl.kernel.topology import STAGES
 # cluster's runner thread gives a new image a few pods a round (docs/release.md). On two cores, with every stage's
 # runner beside the region server, a round comes more slowly than the canary's interval: the gate's window grows until
 # it holds ten (prod's rotation took about two virtual hours on 2026-11-26).
-JUDGE = ("# the demo's canary gate: one node a pool gives a new image fewer results than a full stage would\n"
+# The soaks' verdict takes the same judge: each stage's window needs each canary's attempts, and the runners, beside the
+# region server on two cores, carry the checks out at about half their cadence (docs/release.md, known gaps).
+JUDGE = ("# the demo's canary gate and soaks: one node a pool gives a new image fewer results than a full stage would\n"
          "minSamples: 10\nminAttempts: 10\n")
 POLICY = ("strategy: surge\nmaxInFlight: 2\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
           "healthGate: {canary: {window: 30m, config: judge.yaml}}\ngateTimeoutSeconds: 7200\n")
 SPEED = "100"  # virtual seconds a wall second: slow enough that every stage's canaries keep up on two cores
-SOAKED = "    rotationPolicy: rotation.yaml\n    soak: 30m\n    minResults: 20\n    passFor: 10m\n    deadline: 6h\n"
+SOAKED = ("    rotationPolicy: rotation.yaml\n    judge: judge.yaml\n    soak: 30m\n    minResults: 20\n    passFor: 10m\n"
+          "    deadline: 6h\n")
 PIPELINE = ("# the demo's pipeline: short soaks, no freezes and no approvals, so that the story is told in minutes\n"
             "stages:\n" + "".join(f"  - name: {s}\n{SOAKED}" for s in STAGES[:-1])
-            + "  - name: prod\n    rotationPolicy: rotation.yaml\n    soak: none\n    minResults: 0\n    passFor: 0\n")
+            + "  - name: prod\n    rotationPolicy: rotation.yaml\n    judge: judge.yaml\n    soak: none\n    minResults: 0\n"
+            "    passFor: 0\n")
 
 
 def write_files(home: Path) -> None:

@@ -140,12 +140,24 @@ def test_a_lock_file_without_a_stage_region_is_exit_2_naming_it(tmp_path: Path) 
     ("stages:\n  - name: dev\nfreezes:\n  - {name: f, timezone: UTC, cron: '0 1 * * *'}\n", "freezes[0]"),
     ("stages:\n  - name: dev\nonNewer: drop\n", "onNewer"),
     ("stages:\n  - name: dev\n    rotationPolicy: nowhere.yaml\n", "stages[0].rotationPolicy"),
+    ("stages:\n  - name: dev\n    judge: nowhere.yaml\n", "stages[0].judge"),
 ])
 def test_a_malformed_pipeline_file_is_one_line_naming_the_field(tmp_path: Path, text: str, field: str) -> None:
     pipeline = tmp_path / "pipeline.yaml"
     pipeline.write_text(text)
     out = CliRunner().invoke(cli, ["release", "status", "--pipeline", str(pipeline), "--ledger", str(tmp_path / "l.db")])
     assert out.exit_code == 2 and f"{pipeline}: {field}" in out.output and len(out.output.strip().splitlines()) == 1, out.output
+
+
+def test_a_stage_judge_is_read_beside_the_pipeline_file_and_a_mistake_in_it_names_that_file(tmp_path: Path) -> None:
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text("stages:\n  - name: dev\n    judge: judge.yaml\n")
+    (tmp_path / "judge.yaml").write_text("minAttempts: 10\n")
+    assert load_pipeline(pipeline).judge_path("dev") == tmp_path / "judge.yaml"
+    (tmp_path / "judge.yaml").write_text("minAttempts: many\n")
+    out = CliRunner().invoke(cli, ["release", "status", "--pipeline", str(pipeline), "--ledger", str(tmp_path / "l.db")])
+    assert out.exit_code == 2 and f"{tmp_path / 'judge.yaml'}: minAttempts" in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1 and not (tmp_path / "l.db").exists()
 
 
 def test_the_shipped_pipeline_file_parses() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from e2e_canary.judge import JudgeConfig
 from e2e_canary.runner import results_stream
 from e2e_canary.verdict import soak_verdict
 from platformctl.app.release import replaced_images
@@ -86,3 +87,14 @@ def test_a_new_image_with_no_result_yet_holds_the_soak_when_the_old_one_had_enou
                            ENTERED)
     assert verdict["verdict"] == "inconclusive", verdict["reason"]
     assert verdict["reason"].startswith("image ami-unseen against ami-old of c-good: ")
+
+
+def test_a_stage_judge_with_a_smaller_minimum_decides_a_soak_the_defaults_find_too_thin(tmp_path: Path) -> None:
+    # Forty minutes after the rotation the cron canary has 12 attempts: too few for the judge's default minimum (20),
+    # enough for a stage whose pipeline names a judge of its own (the demo's: one node a pool, fewer results).
+    store, now = stored(tmp_path, new_latency=1.2), ROTATED + 2400
+    thin = soak_verdict(store, "dev", ROTATED, now, WINDOW)
+    assert thin["verdict"] == "inconclusive" and "too little data" in thin["reason"], thin["reason"]
+    judge = JudgeConfig.model_validate({"minSamples": 10, "minAttempts": 10})
+    judged = soak_verdict(store, "dev", ROTATED, now, WINDOW, config=judge)
+    assert judged["verdict"] == "pass", judged["reason"]

@@ -198,12 +198,14 @@ class Pipeline(_Value):
         return names[i - 1] if i else None
 
     def policy_path(self, stage: str) -> Path | None:
-        relative = self.stage(stage).rotation_policy
-        return None if relative is None else (Path(self.source).parent / relative)
+        return self._beside(self.stage(stage).rotation_policy)
 
     def judge_path(self, stage: str) -> Path | None:
-        relative = self.stage(stage).judge
-        return None if relative is None else (Path(self.source).parent / relative)
+        return self._beside(self.stage(stage).judge)
+
+    def _beside(self, relative: str | None) -> Path | None:
+        """A file the pipeline names, relative to the pipeline file."""
+        return None if relative is None else Path(self.source).parent / relative
 
 
 def parse_pipeline(document: Any, source: str, digest: str = "") -> Pipeline:

@@ -133,11 +133,10 @@ class SimulatedCluster:
     def clock(self) -> VirtualClock:
         return self._world.clock
 
-    def change_mark(self) -> tuple[int, int, int]:
-        """What moves whenever anything in the cluster changed: the resource version, the event log's length and the
-        count of controllers gone. An API layer's bookkeeping has nothing to do while it stays the same."""
-        world = self._world
-        return world.rv, len(world.events), world.controllers_removed
+    @property
+    def workloads_removed(self) -> int:
+        """How many workload controllers are gone so far (deleted, or a Job past its TTL): it moves when one goes."""
+        return self._world.controllers_removed
 
     @property
     def events(self) -> list[Event]:

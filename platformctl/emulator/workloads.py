@@ -88,6 +88,7 @@ class Workloads:
         self.require_namespace = require_namespace or (lambda name: None)
         self.objects: dict[str, dict[tuple[str, str], Workload]] = {r: {} for r in WORKLOADS}
         self._adopted = -1
+        self._forgotten = 0  # the simulator's count of removed workloads when they were last looked for
         self.deployments = DeploymentController(self)
         self.cronjobs = CronJobController(self)
         sim.job_done_hooks.append(self._job_done)
@@ -355,7 +356,11 @@ class Workloads:
         return job is not None and not self.sim.workload_status(job.sim_uid or "")["complete"]
 
     def forget_finished_jobs(self) -> None:
-        """Controllers the simulator deleted itself (a Job past ``ttlSecondsAfterFinished``): drop their objects."""
+        """Controllers the simulator deleted itself (a Job past ``ttlSecondsAfterFinished``): drop their objects. Called
+        before every request, so it looks only when a controller went since it last looked."""
+        if self.sim.workloads_removed == self._forgotten:
+            return
+        self._forgotten = self.sim.workloads_removed
         for plural in ("jobs", "replicasets", "daemonsets", "statefulsets"):
             for key, workload in list(self.objects[plural].items()):
                 if workload.sim_uid is not None and not self.sim.has_workload(workload.sim_uid):
@@ -386,7 +391,7 @@ class ObjectApi:
     @property
     def _objects(self) -> Workloads:
         """The workload objects, without those the simulator deleted itself (a Job past its TTL): in process nothing
-        ticks between calls, as the local region's server does."""
+        ticks between calls as the local region's server does."""
         objects = self.sim.api_objects
         objects.forget_finished_jobs()
         return objects

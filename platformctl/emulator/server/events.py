@@ -90,11 +90,6 @@ class EventRecorder:
                 self._node_uids[name] = ""
         return self._node_uids[name]
 
-    @property
-    def refreshing(self) -> bool:
-        """Whether a pending pod's FailedScheduling event is kept fresh: the scheduler says so again as time passes."""
-        return bool(self._failed_scheduling)
-
     def sync(self) -> None:
         log = self.sim.events
         for event in log[self.cursor:]:

@@ -61,7 +61,7 @@ class World:
         self.pods: dict[PodKey, Pod] = {}
         self.pods_by_ns: dict[str, set[PodKey]] = {}
         self.controllers: dict[str, Controller] = {}
-        self.controllers_removed = 0  # counts every controller gone, which no resource version need show
+        self.controllers_removed = 0  # every controller gone so far, which no resource version need show
         self._selectors: dict[str, LabelSelector] = {}
 
     def now(self) -> float:

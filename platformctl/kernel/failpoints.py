@@ -1,7 +1,7 @@
 """Failpoints: named places where a crash test may have the process killed, as etcd's gofail and TiKV's fail-rs do.
 
 ``PLATFORMCTL_FAILPOINT=NAME#N`` makes the process SIGKILL itself the N-th time it passes ``NAME``
-(N defaults to 1). Unset — always, outside crash tests — ``hit()`` is one dictionary lookup. Killing at a
+(N defaults to 1). Unset — always, outside crash tests — ``hit()`` is a comparison or two. Killing at a
 named place, rather than after a timer, is what lets a test hit the narrow windows that matter (an
 instance terminated and the journal not yet told) every time instead of by luck; the kill is a real
 SIGKILL of the real process, so nothing gets a chance to clean up.
@@ -20,10 +20,21 @@ from contextlib import contextmanager
 from typing import Any
 
 _ENV = "PLATFORMCTL_FAILPOINT"
-_spec = os.environ.get(_ENV, "")
-_name, _, _count = _spec.partition("#")
-_target = int(_count or 1) if _spec else 0
+_armed: tuple[str, int] | None = None  # the failpoint and the pass to die at, read from the environment at the first hit
+_read = False
 _hits = 0
+
+
+def _arm() -> tuple[str, int] | None:
+    """The environment's failpoint, read once, when the first failpoint is passed (not when this module is imported:
+    a process forked from a preloaded interpreter has its own environment by then)."""
+    global _armed, _read
+    if not _read:
+        spec = os.environ.get(_ENV, "")
+        name, _, count = spec.partition("#")
+        _armed = (name, int(count or 1)) if spec else None
+        _read = True
+    return _armed
 
 
 class Killed(BaseException):
@@ -37,10 +48,11 @@ def hit(name: str) -> None:
         _raise_at[1] -= 1
         if _raise_at[1] == 0:
             raise Killed(name)
-    if not _spec or name != _name:
+    armed = _armed if _read else _arm()
+    if armed is None or name != armed[0]:
         return
     _hits += 1
-    if _hits == _target:
+    if _hits == armed[1]:
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -421,4 +421,9 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
         server.stop_canaries()
         return 1
     server.serve()
-    return 0
+    # Nothing is left to write (the state files are written as they change, server.json is gone): leave without the
+    # interpreter's teardown, which takes seconds to free moto's and the simulation's objects one by one.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -24,6 +24,8 @@ version up and refuses anything else (a skip, the same version, a downgrade) wit
 
 from __future__ import annotations
 
+import functools
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -134,6 +136,23 @@ def _known_instance(terminate: Any) -> Any:
     return checked
 
 
+_TAGS = threading.RLock()
+
+
+def _one_at_a_time(method: Any) -> Any:
+    """EC2's tags, read and written one call at a time: moto's ``describe_tags`` walks every resource's tags while
+    another thread's ``create_tags`` adds to them ("dictionary changed size during iteration"), which images built
+    concurrently (``ami build --workers``) against one account do; EC2 itself answers them all."""
+
+    @functools.wraps(method)
+    def serialized(*args: Any, **kwargs: Any) -> Any:
+        with _TAGS:
+            return method(*args, **kwargs)
+
+    serialized.platformctl_patched = True  # type: ignore[attr-defined]
+    return serialized
+
+
 def install() -> None:
     """Add the missing EC2 and EKS actions to moto, and Auto Scaling's bounds on a desired capacity (idempotent)."""
     from moto.autoscaling.responses import AutoScalingResponse
@@ -156,6 +175,13 @@ def install() -> None:
     if not hasattr(EKSResponse, "update_cluster_version"):
         EKSResponse.update_cluster_version = _update_cluster_version
     eks_urls.url_paths.setdefault("{0}/clusters/(?P<name>[^/]+)/updates$", eks_urls.response.dispatch)
+
+    from moto.ec2.models.tags import TagBackend
+
+    for name in ("create_tags", "delete_tags", "delete_tag_keys", "describe_tags"):
+        method = getattr(TagBackend, name)
+        if not getattr(method, "platformctl_patched", False):
+            setattr(TagBackend, name, _one_at_a_time(method))
 
     if not hasattr(Ami, "deprecation_time"):
         Ami.deprecation_time = None

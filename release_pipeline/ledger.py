@@ -360,7 +360,8 @@ def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
         state.approvals.setdefault(f"{cid}/{name}", []).append({"by": entry.get("by", ""), "at": at, "reason": entry["reason"]})
     elif decision is Kind.ERROR:
         if stage is not None:
-            stage.error = {"at": at, "error": inputs.get("error"), "step": inputs.get("step"), "candidate": entry.get("candidate")}
+            stage.error = {"at": at, "error": inputs.get("error"), "step": inputs.get("step"), "candidate": entry.get("candidate"),
+                           "transient": bool(inputs.get("transient")), "since": inputs.get("since")}
     elif decision is Kind.RECOVERED:
         if stage is not None:
             stage.error = None

@@ -15,12 +15,14 @@ template version) and the rotation resumes its own journal (no node rotated twic
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from platformctl.kernel import failpoints
+from platformctl.kernel.errors import is_transient
 from platformctl.kernel.state import LeaseLost
 from release_pipeline.candidates import Candidate
 from release_pipeline.gates import (
@@ -38,6 +40,10 @@ from release_pipeline.pipeline import Pipeline
 # (a budget that allows no disruption now, nothing failed) are planned again at the next tick before the rotation
 # counts as not finished.
 BLOCKED_PATIENCE = 3600.0
+# Wall seconds a stage's step may keep meeting a transient fault (its region's API or clock not answering, throttling)
+# before the tick calls the stage failing (exit 1): until then the stage is busy, tried again next tick. A transient
+# fault never halts nor rolls back a candidate.
+TRANSIENT_PATIENCE = 900.0
 
 
 class StageActions(Protocol):
@@ -96,7 +102,13 @@ class TickReport:
     steps: list[dict[str, Any]] = field(default_factory=list)  # the entries this tick wrote
     waiting: list[str] = field(default_factory=list)  # what held a step back without a decision (a rotation's lease)
     held: list[str] = field(default_factory=list)  # stages another tick holds: nothing done there
-    errors: list[dict[str, Any]] = field(default_factory=list)  # stages whose step raised: {"stage", "error"}
+    # stages whose step raised: {"stage", "error", "transient", "since"} (``since``: the host's time the stage's run
+    # of transient faults began)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def failing(self, now: float) -> list[dict[str, Any]]:
+        """The errors that need someone: not transient, or transient for ``TRANSIENT_PATIENCE`` and more."""
+        return [e for e in self.errors if not e.get("transient") or now - float(e["since"]) >= TRANSIENT_PATIENCE]
 
     def to_dict(self) -> dict[str, Any]:
         return {"steps": self.steps, "waiting": self.waiting, "held": self.held, "errors": self.errors}
@@ -139,11 +151,16 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
                 raise
             except Exception as exc:  # this stage's fault, recorded as its decision: the other stages go on
                 error = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:500] if str(exc) else ""}
-                report.errors.append({"stage": name, "error": error})
                 s = state.stage(name)
+                transient = is_transient(exc)
+                began = s.error if s.error is not None and s.error.get("transient") else None
+                since = float(began.get("since") or time.time()) if began is not None and transient else time.time()
+                report.errors.append({"stage": name, "error": error, "transient": transient, "since": since})
                 if s.error is None or s.error.get("error") != error or s.error.get("step") != step:
+                    busy = " (transient: tried again next tick)" if transient else ""
                     write(s.current, name, Kind.ERROR, actions_now(actions, name),
-                          f"{step} raised {error['type']}: {error['message']}", {"error": error, "step": str(step)})
+                          f"{step} raised {error['type']}: {error['message']}{busy}",
+                          {"error": error, "step": str(step), "transient": transient, "since": since})
                 continue
             s = state.stage(name)
             if s.error is not None:
@@ -158,8 +175,6 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
 
 def actions_now(actions: StageActions, name: str) -> float:
     """The stage's clock, or the host's when the stage's clock cannot be read (the fault being recorded may be that)."""
-    import time
-
     try:
         return actions.now(name)
     except Exception:

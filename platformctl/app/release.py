@@ -604,4 +604,5 @@ def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[
     if acting and set(report.held) == set(acting):
         raise EveryStageHeld("another tick holds the lease of every stage this one would act in ("
                              + ", ".join(f"{n}: {holders.get(n, '?')}" for n in acting) + "): nothing done")
-    return {"ledger": ledger.store.location, **report.to_dict(), "holders": holders}
+    return {"ledger": ledger.store.location, **report.to_dict(), "holders": holders,
+            "failing": [e["stage"] for e in report.failing(time.time())]}

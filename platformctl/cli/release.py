@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -228,8 +229,9 @@ def release_tick(ctx: click.Context, lease_ttl: float, stages: tuple[str, ...], 
                  pipeline_file: Path | None, ledger: str | None, output: str) -> None:
     """Advance every candidate at most one step (deploy, rotate, soak, gate, promote or halt and roll back); safe to run
     every minute. Each stage acts under its own lease, and a stage whose step fails is recorded and passed over. Exit 0
-    done, 1 a stage's step failed (named), 2 bad input, 3 another tick holds every stage this one would act in, or this
-    one lost a stage's lease mid-step."""
+    done (a stage whose API or region did not answer is busy, tried again next tick, for up to 15 minutes), 1 a
+    stage's step failed (named), 2 bad input, 3 another tick holds every stage this one would act in, or this one lost
+    a stage's lease mid-step."""
     take_part()  # a job of the local region's: it holds the region's time while it works
     from platformctl.kernel.state import LeaseLost
 
@@ -253,5 +255,8 @@ def release_tick(ctx: click.Context, lease_ttl: float, stages: tuple[str, ...], 
         if not report["steps"] and not report["waiting"] and not report["errors"]:
             console().print("nothing to do")
     for error in report["errors"]:
-        click.echo(f"stage {error['stage']}: {error['error']['type']}: {error['error']['message']}", err=True)
-    sys.exit(1 if report["errors"] else 0)
+        said = f"stage {error['stage']}: {error['error']['type']}: {error['error']['message']}"
+        if error["stage"] not in report["failing"]:  # a transient fault, not yet for long: busy, tried again next tick
+            said = f"busy: {said} (transient for {time.time() - error['since']:.0f} s: tried again next tick)"
+        click.echo(said, err=True)
+    sys.exit(1 if report["failing"] else 0)

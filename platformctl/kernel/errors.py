@@ -51,4 +51,24 @@ TOO_DEEP = "nested too deeply to read (a snapshot, a policy or a sample is a few
 
 class Unavailable(Exception):
     """A fault of an API or a store, not the user's mistake: it did not answer, or refused for a reason of its own
-    (throttled past its retries, an outage, permissions it lacks). A command says it on one line and exits 1."""
+    (throttled past its retries, an outage, permissions it lacks). A command says it on one line and exits 1.
+    ``transient`` says whether it may pass by itself (an outage, throttling) or needs someone (permissions)."""
+
+    def __init__(self, message: str, *, transient: bool = True) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a fault that may pass by itself, so that the same step asked again later may go through: an
+    API or a store that did not answer (a timeout, a reset, refused), or answered with a typed transient refusal
+    (429, 5xx, throttling; each adapter sets ``transient`` on what it raises in place of its SDK's error). A user's
+    mistake, a 403, a 409 or a bug is not: it needs someone. Decided on the error's type and its typed flag, never
+    on its words."""
+    if isinstance(exc, (TimeoutError, ConnectionError)):  # ConnectionError: reset, refused, aborted, broken pipe
+        return True
+    flag = getattr(exc, "transient", None)
+    if isinstance(flag, bool):
+        return flag
+    reason = getattr(exc, "reason", None)  # urllib's URLError wraps the socket's own error
+    return isinstance(reason, BaseException) and reason is not exc and is_transient(reason)

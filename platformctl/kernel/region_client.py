@@ -127,7 +127,7 @@ class ServerClock:
     at ``speed``."""
 
     def __init__(self, time_url: str, register: bool = False) -> None:
-        data = _get_json(time_url)
+        data = _get_json(time_url, timeout=10.0)  # a region busy with every stage may take seconds to answer
         self.url = time_url
         self.speed = float(data["speed"])
         self._read(data)

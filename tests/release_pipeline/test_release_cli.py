@@ -221,3 +221,33 @@ def test_an_image_builder_that_booted_a_parent_image_is_no_instance_the_candidat
         builders: dict[str, int] = {}
         assert booted_instances(candidate, {"dev": [image]}, builders=builders) == {"dev": [node]}
         assert builders == {"dev": 1}
+
+
+def test_a_tick_whose_stage_meets_a_transient_fault_says_busy_and_exits_0_and_a_permanent_one_exits_1(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from platformctl.app.release import AppStages
+    from platformctl.kernel.errors import ApiRefused
+
+    monkeypatch.setenv("PLATFORMCTL_HOME", str(tmp_path / "home"))  # no local region runs here
+    fault: list[BaseException] = [TimeoutError("timed out")]
+
+    def unreachable(self: AppStages, *args: Any, **kwargs: Any) -> Any:
+        raise fault[0]  # the stage's account as the deploy step reaches it
+
+    monkeypatch.setattr(AppStages, "deployed", unreachable)
+    monkeypatch.setattr(AppStages, "deploy", unreachable)
+    made = json.loads(release(tmp_path, "start", "--lock-file", str(lock_everywhere(tmp_path)), "-o", "json").output)
+    runner = CliRunner()
+    tick = ["release", "tick", "--stage", "dev", "--ledger", str(tmp_path / "ledger.db")]
+    entered = runner.invoke(cli, tick, catch_exceptions=False)
+    assert entered.exit_code == 0, entered.output
+    busy = runner.invoke(cli, tick, catch_exceptions=False)
+    assert busy.exit_code == 0, busy.output
+    assert "busy: stage dev: TimeoutError: timed out" in busy.stderr and "tried again next tick" in busy.stderr
+    fault[0] = ApiRefused("forbidden: the tick's role may not update the cluster", 403)
+    failing = runner.invoke(cli, [*tick, "-o", "json"], catch_exceptions=False)
+    assert failing.exit_code == 1 and "stage dev: ApiRefused: forbidden" in failing.stderr
+    assert json.loads(failing.stdout)["failing"] == ["dev"]
+    status = json.loads(release(tmp_path, "status", "-o", "json").output)
+    assert status["candidates"][made["id"]]["status"] != "halted"
+    assert status["stages"]["dev"]["error"]["transient"] is False

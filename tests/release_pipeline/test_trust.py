@@ -337,6 +337,61 @@ def test_an_exception_in_one_stages_deploy_is_its_decision_and_another_stages_fa
     assert ledger.state().stage("staging").error is not None
 
 
+def test_a_transient_fault_makes_the_stage_busy_and_only_a_lasting_or_permanent_one_makes_it_failing(
+        ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    import urllib.error
+
+    from platformctl.kernel.errors import ApiRefused
+    from release_pipeline import reconcile
+
+    faults: list[BaseException] = []
+
+    class Flaky(Stages):
+        def deploy(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
+            if faults:
+                raise faults.pop(0)
+            return super().deploy(stage, c, rollback)
+
+    wall = [1_000.0]
+    monkeypatch.setattr(reconcile.time, "time", lambda: wall[0])
+    p = pipeline(stages=[{"name": "dev", **FAST}])
+    stages, c = Flaky(T0), candidate(1)
+    start(ledger, c, T0)
+    assert [e["decision"] for e in tick(p, ledger, stages, "tester").steps] == ["enter"]
+    # the region's clock timing out, a refused connection, a 503: the same step tried again, nothing halted
+    faults += [TimeoutError("timed out"), urllib.error.URLError(ConnectionRefusedError(111, "refused")),
+               ApiRefused("the server is scaling", 503)]
+    reports = []
+    for _ in range(3):
+        reports.append(tick(p, ledger, stages, "tester"))
+        wall[0] += 60
+    assert all(r.errors and r.errors[0]["transient"] for r in reports)
+    assert all(not r.failing(wall[0]) for r in reports)  # busy: the tick exits 0
+    assert {r.errors[0]["since"] for r in reports} == {1_000.0}  # one run of transient faults, from its first
+    assert not stages.deploys and ("dev", "halt") not in decisions(ledger, c.id)
+    assert ledger.state().stage("dev").error["transient"] is True
+    tick(p, ledger, stages, "tester")  # the API answers again: the candidate is deployed, the error over
+    assert stages.deploys == [("dev", c.id)] and ledger.state().stage("dev").error is None
+    assert [e["decision"] for _, e in ledger.entries()].count("recovered") == 1
+
+    run(ledger, stages, p, 6)
+    assert ledger.state().stage("dev").step == "idle"
+    other = candidate(2)
+    start(ledger, other, stages.clock + 1)
+    stages.clock += 10
+    tick(p, ledger, stages, "tester")  # entered
+    faults += [TimeoutError("timed out")] * 2
+    first = tick(p, ledger, stages, "tester")
+    wall[0] += reconcile.TRANSIENT_PATIENCE  # the same stage still not answering after 15 minutes: someone looks
+    late = tick(p, ledger, stages, "tester")
+    assert not first.failing(wall[0] - reconcile.TRANSIENT_PATIENCE) and late.failing(wall[0])
+    faults[:] = [ApiRefused("forbidden: the tick's role cannot UpdateClusterVersion", 403)]
+    denied = tick(p, ledger, stages, "tester")  # a permanent fault needs someone at once
+    assert denied.failing(wall[0]) and not denied.errors[0]["transient"]
+    assert not any(e["decision"] in ("halt", "rollback") for _, e in ledger.entries())
+    assert_every_decision_replays(ledger)
+
+
 def test_a_tick_acts_in_dev_while_another_holds_stagings_lease(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", **FAST}, {"name": "staging", **FAST}])
     stages, c = Stages(T0), candidate(1)

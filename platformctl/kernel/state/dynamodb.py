@@ -86,9 +86,14 @@ def _store_errors(method: F) -> F:
         except ClientError as exc:
             error = exc.response.get("Error", {})
             raise StoreUnavailable(f"{self.location}: DynamoDB answered {error.get('Code', 'an error')} to "
-                                   f"{exc.operation_name}: {error.get('Message', '')}") from None
+                                   f"{exc.operation_name}: {error.get('Message', '')}",
+                                   transient=error.get("Code") in AMBIGUOUS) from None
         except BotoCoreError as exc:
-            raise StoreUnavailable(f"{self.location}: cannot reach DynamoDB ({exc})") from None
+            from botocore.exceptions import ConnectionError as NoConnection
+            from botocore.exceptions import HTTPClientError
+
+            raise StoreUnavailable(f"{self.location}: cannot reach DynamoDB ({exc})",
+                                   transient=isinstance(exc, (NoConnection, HTTPClientError))) from None
 
     return cast(F, wrapped)
 

@@ -74,7 +74,7 @@ def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_
         live = LiveCluster.from_kubeconfig(config, name)
         where = region_for(name, _nodes_of(live), region, infra_dir)  # listed only if nothing else names the region
         if where not in groups:
-            groups[where] = AutoScalingNodeGroups(where)
+            groups[where] = AutoScalingNodeGroups(where, clock=live.clock)  # its waits on the rotation's clock
             groups[where].probe()
         targets[name] = Target(name, live, groups[where])
     return targets

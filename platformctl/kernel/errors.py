@@ -32,6 +32,7 @@ class ApiRefused(PlatformError):
     def __init__(self, message: str, status: int, *, file: str | None = None, field: str | None = None) -> None:
         super().__init__(message, file=file, field=field)
         self.status = status
+        self.retry_after: float | None = None  # seconds the API asked to be left alone (a 429's or 503's Retry-After)
 
     @property
     def transient(self) -> bool:

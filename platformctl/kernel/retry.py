@@ -11,7 +11,13 @@ answer 409 or 404."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+from platformctl.kernel.clock import Clock
+
+T = TypeVar("T")
 
 TRANSIENT = frozenset({429, 500, 502, 503, 504})
 NOT_ACTED = frozenset({429, 503})  # the API says it did nothing: safe to ask again whatever the call
@@ -32,3 +38,24 @@ class Backoff:
 
 
 NEVER = Backoff(attempts=1)  # one call, as a canary makes it: it measures the API as users meet it
+
+
+def retrying(call: Callable[[], T], again: Callable[[Exception], bool], backoff: Backoff, clock: Clock,
+             rng: random.Random, retry_after: Callable[[Exception], float | None] = lambda exc: None,
+             retried: Callable[[], None] = lambda: None) -> T:
+    """``call()``, asked again while ``again`` says its error is worth asking again for and the backoff's attempts and
+    budget (on ``clock``, from the first call) allow; the last error is raised as it came. ``retried`` is told of
+    each retry (a count for reports)."""
+    began = clock.now()
+    for attempt in range(1, backoff.attempts + 1):
+        try:
+            return call()
+        except Exception as exc:
+            if attempt == backoff.attempts or not again(exc):
+                raise
+            wait = backoff.wait(attempt, rng, retry_after(exc))
+            if clock.now() + wait - began > backoff.budget:
+                raise
+        retried()
+        clock.sleep(wait)
+    raise AssertionError("unreachable")

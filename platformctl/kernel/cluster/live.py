@@ -27,7 +27,7 @@ from platformctl.kernel.cluster.model import (
     snapshot_document,
 )
 from platformctl.kernel.errors import ApiRefused, ApiUnreachable, NotFoundError, PlatformError
-from platformctl.kernel.retry import NOT_ACTED, TRANSIENT, Backoff
+from platformctl.kernel.retry import NOT_ACTED, TRANSIENT, Backoff, retrying
 
 
 class LiveCluster:
@@ -145,33 +145,31 @@ class LiveCluster:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        began = self._clock.now()
-        for attempt in range(1, self.backoff.attempts + 1):
-            last = attempt == self.backoff.attempts
+        attempts = 0
+
+        def once() -> dict[str, Any]:
+            nonlocal attempts
+            attempts += 1
             try:
                 response = fn(*args, _preload_content=False, _request_timeout=30, **kwargs)
             except ApiException as exc:
                 if exc.status == 404:
                     raise NotFoundError(f"{what} not found", field=what.split(" ")[0]) from None
-                again = (NOT_ACTED if acts else TRANSIENT)
-                if last or exc.status not in again or not self._may_wait(began, attempt, _retry_after(exc)):
-                    raise self._refused(exc, what, attempt) from None
-                continue
+                raise self._refused(exc, what, attempts) from None
             except HTTPError as exc:
-                if last or acts or not self._may_wait(began, attempt, None):
-                    raise self._unreachable(exc) from None
-                continue
-            return json.loads(response.data)
-        raise AssertionError("unreachable")
+                raise self._unreachable(exc) from None
+            return dict(json.loads(response.data))
 
-    def _may_wait(self, began: float, attempt: int, retry_after: float | None) -> bool:
-        """Wait before asking again, if the budget allows: False when it does not."""
-        wait = self.backoff.wait(attempt, self._rng, retry_after)
-        if self._clock.now() + wait - began > self.backoff.budget:
-            return False
+        def again(exc: Exception) -> bool:
+            if isinstance(exc, ApiRefused):
+                return exc.status in (NOT_ACTED if acts else TRANSIENT)
+            return isinstance(exc, ApiUnreachable) and not acts  # a lost answer to one that acts: it may have
+
+        return retrying(once, again, self.backoff, self._clock, self._rng,
+                        retry_after=lambda exc: getattr(exc, "retry_after", None), retried=self._count_retry)
+
+    def _count_retry(self) -> None:
         self.retried += 1
-        self._clock.sleep(wait)
-        return True
 
     def _refused(self, exc: Any, what: str, attempts: int = 1) -> ApiRefused:
         try:
@@ -179,8 +177,10 @@ class LiveCluster:
         except ValueError:
             message = exc.reason
         tried = f" (asked {attempts} times)" if attempts > 1 else ""
-        return ApiRefused(f"the Kubernetes API answered {exc.status} to {what}{tried}: {message}", exc.status or 500,
-                          file=self.source, field=f"context {self.name}")
+        refused = ApiRefused(f"the Kubernetes API answered {exc.status} to {what}{tried}: {message}", exc.status or 500,
+                             file=self.source, field=f"context {self.name}")
+        refused.retry_after = _retry_after(exc)
+        return refused
 
     def list_nodes(self, label_selector: str | None = None) -> list[Node]:
         return self._list(self._core.list_node, parse_node, what="nodes", label_selector=label_selector or "")[0]

@@ -7,29 +7,55 @@ What a group boots now is read from AWS, not assumed: its launch template versio
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
 from platformctl.kernel import aws
+from platformctl.kernel.clock import Clock, WallClock
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.nodegroups import BUILDER_TAG, Booted, GroupState, InstanceState, Member, NodeGroupError
+from platformctl.kernel.retry import NEVER, Backoff, retrying
 
 CLUSTER_TAG = "eks:cluster-name"  # on every group of an EKS cluster's nodes, as EKS and the stage's program tag them
 
 
 class AutoScalingNodeGroups:
-    def __init__(self, region: str | None = None, quick: bool = False) -> None:
+    def __init__(self, region: str | None = None, quick: bool = False, clock: Clock | None = None,
+                 backoff: Backoff | None = None, seed: int | None = None) -> None:
         """``quick``: one attempt on short timeouts (``aws.QUICK``), for a report that must not hang on an AWS it cannot
-        reach; a rotation's calls keep botocore's retries."""
+        reach; a rotation's calls keep botocore's retries (throttling, 5xx, resets) and add their own, on ``clock``
+        (the rotation's), for what botocore does not retry: a group busy with a scaling activity
+        (``ScalingActivityInProgress``, ``ResourceContention``) and an AWS that did not answer after botocore's."""
         # Made here, once: boto3's default session is not safe to make clients from on several threads.
         self.region = region
         config = aws.QUICK if quick else None
         self._asg = aws.client("autoscaling", region, config)
         self._ec2 = aws.client("ec2", region, config)
         self._ssm = aws.client("ssm", region, config)
+        self.backoff = NEVER if quick else (backoff or Backoff())
+        self._clock: Clock = clock or WallClock()
+        self._rng = random.Random(seed)
+        self.retried = 0  # calls asked again, for reports and tests
 
-    def _call(self, fn: Any, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
+    def _call(self, fn: Any, acts: bool = False, **kwargs: Any) -> Any:
+        """One call, asked again while AWS's answer is transient: a read or an idempotent write (a desired capacity) on
+        every transient answer, one that ``acts`` (a termination) only when AWS said it did nothing."""
+
+        def again(exc: Exception) -> bool:
+            if not isinstance(exc, NodeGroupError):
+                return False
+            return exc.code in (NodeGroupError.NOT_ACTED if acts else NodeGroupError.TRANSIENT)
+
+        def count() -> None:
+            self.retried += 1
+
+        return retrying(lambda: self._once(fn, **kwargs), again, self.backoff, self._clock, self._rng, retried=count)
+
+    @staticmethod
+    def _once(fn: Any, **kwargs: Any) -> Any:
+        from botocore.exceptions import ClientError, HTTPClientError
+        from botocore.exceptions import ConnectionError as NoConnection
 
         try:
             return fn(**kwargs)
@@ -37,14 +63,22 @@ class AutoScalingNodeGroups:
             error = exc.response.get("Error", {})
             raise NodeGroupError(f"{exc.operation_name}: {error.get('Code', '')}: {error.get('Message', '')}",
                                  error.get("Code", "")) from None
-        except BotoCoreError as exc:
-            raise PlatformError(f"cannot reach AWS Auto Scaling ({exc})", field="AWS_ENDPOINT_URL") from None
+        except (NoConnection, HTTPClientError) as exc:  # no answer after botocore's own retries: may pass by itself
+            raise NodeGroupError(f"cannot reach AWS Auto Scaling ({exc})", "Unreachable") from None
+        except Exception as exc:
+            from botocore.exceptions import BotoCoreError
+
+            if isinstance(exc, BotoCoreError):  # no credentials, no region: the operator's to mend
+                raise PlatformError(f"cannot call AWS ({exc})", field="AWS credentials") from None
+            raise
 
     def probe(self) -> None:
         """One cheap call, so that an unreachable or unauthorised AWS is a one-line error before anything changes."""
         try:
-            self._call(self._asg.describe_auto_scaling_groups, MaxRecords=1)
+            self._once(self._asg.describe_auto_scaling_groups, MaxRecords=1)  # botocore's retries, none of ours
         except NodeGroupError as exc:
+            if exc.code == "Unreachable":
+                raise PlatformError(str(exc), field="AWS_ENDPOINT_URL") from None
             raise PlatformError(f"AWS Auto Scaling refused the first call ({exc})", field="AWS credentials") from None
 
     def instances(self, instance_ids: Sequence[str]) -> dict[str, InstanceState]:
@@ -104,7 +138,7 @@ class AutoScalingNodeGroups:
         self._call(self._asg.set_desired_capacity, AutoScalingGroupName=group, DesiredCapacity=desired, HonorCooldown=False)
 
     def terminate(self, instance_id: str, decrement: bool) -> None:
-        self._call(self._asg.terminate_instance_in_auto_scaling_group, InstanceId=instance_id,
+        self._call(self._asg.terminate_instance_in_auto_scaling_group, acts=True, InstanceId=instance_id,
                    ShouldDecrementDesiredCapacity=decrement)
 
     def cluster_groups(self, cluster: str) -> list[str]:

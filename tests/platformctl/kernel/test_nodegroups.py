@@ -101,6 +101,62 @@ def test_a_throttled_call_is_transient() -> None:
     assert not NodeGroupError("no auto scaling group 'x'", "ValidationError").transient
 
 
+def test_a_group_busy_with_a_scaling_activity_is_asked_again_on_the_rotations_clock_and_a_termination_only_then() -> None:
+    """botocore retries throttling, 5xx and resets itself; ``ScalingActivityInProgress`` and ``ResourceContention``
+    (the group busy, nothing done) it does not: the seam asks again after a jittered wait on the caller's clock. A
+    termination whose answer was lost is not asked again (it may have acted); one AWS refused as busy is."""
+    from botocore.stub import Stubber
+
+    from platformctl.kernel.clock import VirtualClock
+    from platformctl.kernel.retry import Backoff
+
+    clock = VirtualClock(1000.0)
+    seam = AutoScalingNodeGroups(REGION, clock=clock, backoff=Backoff(attempts=4, base=2.0), seed=1)
+    with Stubber(seam._asg) as stub:
+        for code in ("ScalingActivityInProgress", "ResourceContention"):
+            stub.add_client_error("set_desired_capacity", service_error_code=code, http_status_code=400)
+        stub.add_response("set_desired_capacity", {}, {"AutoScalingGroupName": "general", "DesiredCapacity": 3,
+                                                       "HonorCooldown": False})
+        seam.set_desired("general", 3)
+        stub.assert_no_pending_responses()
+        assert seam.retried == 2 and 1000.0 < clock.now() <= 1000.0 + 2.0 + 4.0  # full jitter: at most 2 s, then 4 s
+
+        stub.add_client_error("terminate_instance_in_auto_scaling_group", service_error_code="ScalingActivityInProgress",
+                              http_status_code=400)
+        stub.add_response("terminate_instance_in_auto_scaling_group", {"Activity": {
+            "ActivityId": "a", "AutoScalingGroupName": "general", "Cause": "c", "StartTime": "2026-11-27T00:00:00Z",
+            "StatusCode": "InProgress"}})
+        seam.terminate("i-0123456789abcdef0", decrement=False)
+        stub.assert_no_pending_responses()
+
+        for _ in range(4):  # busy on every attempt: the last answer is raised, typed and transient
+            stub.add_client_error("set_desired_capacity", service_error_code="ScalingActivityInProgress",
+                                  http_status_code=400)
+        with pytest.raises(NodeGroupError) as busy:
+            seam.set_desired("general", 3)
+        assert busy.value.code == "ScalingActivityInProgress" and busy.value.transient
+
+
+def test_an_aws_that_does_not_answer_is_a_transient_fault_mid_rotation_and_a_one_line_error_at_the_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from platformctl.kernel.errors import PlatformError, is_transient
+
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "testing")
+    seam = AutoScalingNodeGroups(REGION, quick=True)
+    with pytest.raises(PlatformError, match="AWS_ENDPOINT_URL: cannot reach AWS Auto Scaling"):
+        seam.probe()
+    with pytest.raises(NodeGroupError) as lost:
+        seam.terminate("i-0123456789abcdef0", decrement=False)
+    assert lost.value.code == "Unreachable" and is_transient(lost.value)
+
+
 def test_an_instance_ec2_does_not_show_yet_is_a_member_launched_now_and_the_others_are_read(
         aws_groups: tuple[NodeGroups, str]) -> None:
     """EC2 is eventually consistent: Auto Scaling may name an instance DescribeInstances does not know yet. Asked for

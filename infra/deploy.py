@@ -28,8 +28,8 @@ from typing import Any
 
 from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend, checkpoint_of, stage_config
 from infra.mocked import run_stage
-from platformctl.kernel.deployer import Deployed, DeployResult, ResourceChange
-from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.deployer import Deployed, DeployLocked, DeployResult, ResourceChange
+from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.topology import Stage
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -173,6 +173,23 @@ def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+def pulumi_failure(stage: str, exc: Exception) -> Exception:
+    """A failed ``pulumi up`` as one line: a locked stack (``ConcurrentUpdateError``, typed by the Automation API) is
+    ``DeployLocked``, naming the lock's holder as the backend describes it; anything else is an ``Unavailable``
+    whose line is Pulumi's last ``error:`` line (its full output went to stderr as it ran)."""
+    from pulumi import automation as auto
+
+    text = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if isinstance(exc, auto.errors.ConcurrentUpdateError):
+        holder = next((line for line in text if "created by" in line), "")
+        said = f" ({holder})" if holder else ""
+        return DeployLocked(f"stage {stage}: its Pulumi stack is locked by another update{said}: tried again next tick; "
+                            f"if its holder is gone, `pulumi cancel -s {stage}` clears it", holder)
+    errors = [line for line in text if line.startswith("error:")]
+    cause = errors[-1] if errors else (text[-1] if text else type(exc).__name__)
+    return Unavailable(f"stage {stage}: pulumi up failed: {cause}", transient=False)
+
+
 class PulumiDeployer:
     """``stage deploy`` on a real account: ``pulumi up`` on the stage's stack through the Automation API."""
 
@@ -216,6 +233,8 @@ class PulumiDeployer:
             stack.set_config(key, auto.ConfigValue(value))
         try:
             result = stack.up(on_output=_to_stderr)  # stdout is the command's answer (`-o json`)
+        except auto.errors.CommandError as exc:
+            raise pulumi_failure(stage.name, exc) from None
         finally:  # the stack file as it was: these hold for this run only
             for key in for_run:
                 if key in saved:

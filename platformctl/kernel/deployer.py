@@ -15,7 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from platformctl.kernel.errors import Unavailable
 from platformctl.kernel.topology import Stage
+
+
+class DeployLocked(Unavailable):
+    """The stage's stack is locked by another update (Pulumi's ``ConcurrentUpdateError``): one running now, or one a
+    killed process left behind. Transient: the release tick is busy and tries again next tick; a lock that outlasts
+    the tick's patience is for someone to look at (``pulumi cancel``), never cancelled by the toolkit, which cannot
+    tell a stale lock from a person's update in progress."""
+
+    def __init__(self, message: str, holder: str = "") -> None:
+        super().__init__(message, transient=True)
+        self.holder = holder  # the backend's own words for who holds it and since when, as it said them
 
 
 @dataclass(frozen=True)

@@ -167,3 +167,26 @@ def test_a_kubernetes_version_bump_upgrades_each_control_plane_in_place_and_neve
     # A rollback to a stack file of 1.32 names the version it keeps: nothing changes.
     kept = deployer.deploy(with_version(tmp_path, "1.32"), lock, kubernetes_version="1.33")
     assert {c.action for c in kept.changes} == {"unchanged"}
+
+
+def test_a_locked_pulumi_stack_is_a_transient_one_line_fault_naming_its_holder_and_any_other_failure_its_error_line() -> None:
+    """What the Automation API raises when ``pulumi up`` fails (its own typed errors, built from the CLI's output as it
+    builds them): a stack a killed update left locked is busy (the tick tries again next tick), never a traceback."""
+    from pulumi.automation._cmd import CommandResult
+    from pulumi.automation.errors import CommandError, ConcurrentUpdateError
+
+    from infra.deploy import pulumi_failure
+    from platformctl.kernel.deployer import DeployLocked
+    from platformctl.kernel.errors import is_transient
+
+    stderr = ("error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) to end or "
+              "delete the lock file with `pulumi cancel`.\n  s3://platformctl-pulumi-state/.pulumi/locks/organization/"
+              "platformctl/dev/ec3a6b52.json: created by root@platformctl-release-tick-29123-x7 (pid 7) at "
+              "2026-11-27T03:01:09Z\n")
+    locked = pulumi_failure("dev", ConcurrentUpdateError(CommandResult("", stderr, 255)))
+    assert isinstance(locked, DeployLocked) and is_transient(locked)
+    assert "\n" not in str(locked) and "created by root@platformctl-release-tick-29123-x7 (pid 7) at 2026-11-27T03:01:09Z" in str(locked)
+    assert "pulumi cancel -s dev" in str(locked)
+
+    failed = pulumi_failure("dev", CommandError(CommandResult("Updating (dev)\n", "warning: x\nerror: update failed\n", 255)))
+    assert str(failed) == "stage dev: pulumi up failed: error: update failed" and not is_transient(failed)

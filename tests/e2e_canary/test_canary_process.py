@@ -8,6 +8,7 @@ import json
 import signal
 import socket
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,8 +253,22 @@ def test_a_rotation_onto_a_bad_image_with_the_canary_gate_halts_after_its_first_
                    "--lease-ttl", "2", "--metrics-port", str(port))
     try:
         out = run(home, "rotate", "run", "--context", CLUSTER, "--policy", str(policy), "-o", "json", check=False, timeout=600)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
-            scraped = {s.name: s for s in text_string_to_metric_families(response.read().decode())}
+        # Scraped as Prometheus scrapes, every few seconds, until the runner has judged the bad image's node: a rotation
+        # halted by the evicted pods' own failures may end before the runner's next node-pool round reaches it.
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+                    scraped = {s.name: s for s in text_string_to_metric_families(response.read().decode())}
+            except urllib.error.URLError:  # the runner still starting: not listening yet
+                assert runner.poll() is None and time.monotonic() < deadline, "the canary runner never served /metrics"
+                time.sleep(2)
+                continue
+            failed = sum(x.value for x in scraped["platformctl_canary_attempts"].samples if x.name.endswith("_total")
+                         and x.labels["canary"] == "node-pool" and x.labels["outcome"] == "fail")
+            if failed > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(2)
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.communicate(timeout=120)

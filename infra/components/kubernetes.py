@@ -382,13 +382,18 @@ def _cronjob_spec(name: str, account: str, config: str, image: str, schedule: st
             "failedJobsHistoryLimit": failed_history, "jobTemplate": {"spec": job}}
 
 
+JOB_MEMORY, JOB_MEMORY_LIMIT = "768Mi", "1536Mi"  # a rotation's (the rotation Job's, and the release tick's, which rotates)
+
+
 def rotation_cronjob_spec(stage: str, image: str, schedule: str, state_table: str, region: str) -> dict[str, Any]:
     """The job rotates the whole stage with the stack's policy, journals in the stage's state table, and exits
     with `rotate run`'s codes (a paused stage exits 4, which the job records as failed: visible)."""
     args = ["rotate", "run", "--stage", stage, "--policy", f"{CONFIG_DIR}/policy.yaml", "--kubeconfig",
             f"{CONFIG_DIR}/kubeconfig", "--state", f"dynamodb://{state_table}", "--output", "json"]
+    # Memory from benchmarks/live_memory.py: `rotate plan --context` of a 3,000-node, 121,715-pod cluster peaks at 546
+    # MiB with its lists paged (1,286 MiB read whole); a run holds its informers' caches beside the plan: room for both.
     spec = _cronjob_spec("platformctl-rotate", ROTATION_SERVICE_ACCOUNT, ROTATION_CONFIG, image, schedule, args, region,
-                         starting_deadline=600, failed_history=3, cpu="250m", memory="256Mi", limit="512Mi")
+                         starting_deadline=600, failed_history=3, cpu="250m", memory=JOB_MEMORY, limit=JOB_MEMORY_LIMIT)
     # The job runs on the host cluster it rotates: a drain of its own node evicts it. SIGTERM stops it at a safe point
     # and gives its leases back (within the grace period), and its Job starts another pod at once, which resumes the
     # journal. A crash (out of memory) is tried once more; what `rotate run` itself answered (halted 1, bad input 2,
@@ -412,7 +417,7 @@ def release_tick_cronjob_spec(stage: str, image: str, schedule: str, ledger: str
             "--ledger", ledger, "--kubeconfig", f"{CONFIG_DIR}/kubeconfig", "--output", "json"]
     # (The root filesystem is read-only: the candidates' lock files and Pulumi's workspace go to the scratch volume.)
     spec = _cronjob_spec("platformctl-release-tick", RELEASE_SERVICE_ACCOUNT, RELEASE_CONFIG, image, schedule, args, region,
-                         starting_deadline=50, failed_history=5, cpu="250m", memory="256Mi", limit="512Mi")
+                         starting_deadline=50, failed_history=5, cpu="250m", memory=JOB_MEMORY, limit=JOB_MEMORY_LIMIT)
     [container] = spec["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     container["env"] += [{"name": "PULUMI_BACKEND_URL", "value": pulumi_backend},
                          {"name": "PULUMI_HOME", "value": f"{WORK_DIR}/.pulumi"},  # plugins and credentials: scratch

@@ -22,6 +22,7 @@ API's ``Status`` errors (400, 404, 405, 409, 410, 415, 422); any fault of the se
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 import logging
 import re
@@ -242,25 +243,31 @@ class KubeAPI:
     # ---------------------------------------------------------------- objects
 
     def _objects(self, cluster: ClusterState, plural: str, ns: str | None, request: Request) -> list[dict[str, Any]]:
-        """Every object of a kind in scope, filtered by the request's selectors, sorted by namespace and name."""
+        selected, convert, _ = self._selected(cluster, plural, ns, request)  # filtered by the selectors, sorted by key
+        return [convert(o) for o in selected]
+
+    def _selected(self, cluster: ClusterState, plural: str, ns: str | None,
+                  request: Request) -> tuple[list[Any], Callable[[Any], dict[str, Any]], Callable[[Any], tuple[str, str]]]:
+        """What ``_objects`` lists, nodes and pods as the simulator holds them (a page converts its own 500, not all
+        120,000), with what turns one into its JSON and its key (namespace, name)."""
         labels = label_selector(request.args.get("labelSelector"))
         fields_text = request.args.get("fieldSelector") or ""
         version = cluster.kubernetes_version
         if plural == "nodes":
             match = field_selector(fields_text, _NODE_FIELDS)
             nodes = [n for n in cluster.sim.list_nodes() if match(n) and (labels is None or labels(n.labels))]
-            return [_node_object(n, version) for n in sorted(nodes, key=lambda n: n.name)]
+            return sorted(nodes, key=lambda n: n.name), lambda n: _node_object(n, version), lambda n: ("", n.name)
         if plural == "pods":
             match = field_selector(fields_text, _POD_FIELDS)
             pods = [p for p in cluster.sim.list_pods(ns) if match(p) and (labels is None or labels(p.labels))]
-            return [_pod_object(p) for p in sorted(pods, key=lambda p: p.key)]
+            return sorted(pods, key=lambda p: p.key), _pod_object, lambda p: p.key
         if plural == "events":
             v1 = request.path.find("/apis/events.k8s.io/") >= 0
             fields = {**EVENT_FIELDS, **{k.replace("involvedObject.", "regarding."): f for k, f in EVENT_FIELDS.items()
                                          if k.startswith("involvedObject.")}}
             match = field_selector(fields_text, fields)
             events = [e for e in cluster.recorder.list(ns) if match(e)]
-            return [as_events_v1(e) for e in events] if v1 else events
+            return ([as_events_v1(e) for e in events] if v1 else events), (lambda o: o), _key
         match = field_selector(fields_text, _OBJECT_FIELDS)
         if plural == "poddisruptionbudgets":
             objects = [b.to_kube() for b in sorted(cluster.sim.list_pdbs(ns), key=lambda b: b.key)]
@@ -270,7 +277,7 @@ class KubeAPI:
             objects = cluster.list_stored(plural, ns)
         else:
             objects = [cluster.workload_object(w) for w in cluster.list_workloads(plural, ns)]
-        return [o for o in objects if match(o) and (labels is None or labels(o["metadata"].get("labels") or {}))]
+        return [o for o in objects if match(o) and (labels is None or labels(o["metadata"].get("labels") or {}))], (lambda o: o), _key
 
     def _get_object(self, cluster: ClusterState, plural: str, ns: str | None, name: str) -> dict[str, Any]:
         group = RESOURCES[plural].group
@@ -302,21 +309,22 @@ class KubeAPI:
             return self._create(cluster, res, request, ns)
         if request.method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {res.plural}")
-        objects = self._objects(cluster, res.plural, ns, request)
+        objects, convert, key = self._selected(cluster, res.plural, ns, request)
         rv = str(cluster.sim.resource_version)
         # A continue token names the last key a page held, as kube-apiserver's names the etcd key to start after: an
         # object created or deleted between pages does not shift the rest (an offset would skip or repeat one).
         # Kinds listed in another order than by key (events) page by offset.
-        keyed = all(_key(a) <= _key(b) for a, b in zip(objects, objects[1:], strict=False))
+        keys = [key(o) for o in objects]
+        keyed = all(a <= b for a, b in zip(keys, keys[1:], strict=False))
         token = request.args.get("continue")
         if token:
             try:
                 parsed = json.loads(base64.urlsafe_b64decode(token.encode()))
                 if "after" in parsed and keyed:
-                    after = tuple(parsed["after"])
-                    objects = [o for o in objects if _key(o) > after]
+                    start = bisect.bisect_right(keys, tuple(parsed["after"]))
+                    objects, keys = objects[start:], keys[start:]
                 else:
-                    objects = objects[int(parsed["offset"]):]
+                    objects, keys = objects[int(parsed["offset"]):], keys[int(parsed["offset"]):]
             except (ValueError, KeyError, TypeError):
                 raise bad_request("continue key is not valid: the token is malformed") from None
         limit = request.args.get("limit")
@@ -328,9 +336,10 @@ class KubeAPI:
                 raise bad_request(f"limit: invalid value {limit!r}") from None
             if 0 < n < len(objects):
                 done = int(json.loads(base64.urlsafe_b64decode(token.encode())).get("offset", 0)) if token else 0
-                mark: dict[str, Any] = {"after": list(_key(objects[n - 1]))} if keyed else {"offset": done + n}
+                mark: dict[str, Any] = {"after": list(keys[n - 1])} if keyed else {"offset": done + n}
                 next_token = base64.urlsafe_b64encode(json.dumps({**mark, "rv": rv}).encode()).decode()
                 objects = objects[:n]
+        objects = [convert(o) for o in objects]  # only the page's
         if self._wants_table(request):
             return _json(table(res.plural, objects, cluster.now(), rv, request.args.get("includeObject", "Metadata"),
                                next_token))

@@ -36,13 +36,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from werkzeug.serving import make_server
 
+from infra.components.kubernetes import JOB_MEMORY_LIMIT
 from platformctl.emulator.server.kubeapi import KubeAPI
 from platformctl.emulator.server.objects import ClusterState
 from platformctl.emulator.server.process import kubeconfig
 from platformctl.emulator.synthetic import POOL_SHAPES, synthetic_cluster
 
 NEW_IMAGE = "ami-0b2e00c0ffee00099"
-JOB_LIMIT_MIB = 512  # the rotation Job's memory limit in the Pulumi program (infra/components/kubernetes.py)
+JOB_LIMIT_MIB = int(JOB_MEMORY_LIMIT.removesuffix("Mi"))  # the rotation Job's memory limit in the Pulumi program
 # Each command reports its own high-water mark (``VmHWM``, of its own address space, which exec starts afresh; the
 # ``ru_maxrss`` wait4 returns also counts what the child held before exec, a copy of this large process).
 RUN = ("import atexit, sys\n"
@@ -102,12 +103,12 @@ def main() -> int:
         env["PLATFORMCTL_HOME"] = str(Path(folder) / "home")  # no local region of the operator's is asked
         plan = ["rotate", "plan", "--policy", str(policy), "--context", "synthetic", "--kubeconfig", str(config),
                 "-o", str(Path(folder) / "plan.json")]
-        start, _, _ = peak_mib(["rotate", "plan", "--help"], env)
+        start, _, rc0 = peak_mib(["rotate", "plan", "--help"], env)
         paged, paged_s, rc1 = peak_mib(plan, env)
         whole, whole_s, rc2 = peak_mib(plan, env, one_page=True)
     app.stopping.set()
     server.shutdown()
-    if rc1 or rc2:
+    if rc0 or rc1 or rc2:
         print("a plan failed: the figures below are not comparable", file=sys.stderr)
         return 1
     print(f"{'':34}{'peak MiB':>10}{'wall s':>9}")

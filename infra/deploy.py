@@ -179,14 +179,18 @@ def pulumi_failure(stage: str, exc: Exception) -> Exception:
     whose line is Pulumi's last ``error:`` line (its full output went to stderr as it ran)."""
     from pulumi import automation as auto
 
-    text = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    # str() of the API's CommandError is its CommandResult's: " code: N", " stdout: ...", " stderr: ..." (each stream's
+    # first line after its label)
+    text = [line.strip().removeprefix("stdout: ").removeprefix("stderr: ").strip() for line in str(exc).splitlines()]
+    text = [line for line in text if line]
     if isinstance(exc, auto.errors.ConcurrentUpdateError):
         holder = next((line for line in text if "created by" in line), "")
         said = f" ({holder})" if holder else ""
         return DeployLocked(f"stage {stage}: its Pulumi stack is locked by another update{said}: tried again next tick; "
                             f"if its holder is gone, `pulumi cancel -s {stage}` clears it", holder)
     errors = [line for line in text if line.startswith("error:")]
-    cause = errors[-1] if errors else (text[-1] if text else type(exc).__name__)
+    named = [line for line in errors if line != "error: update failed"]  # the resource's own error, not the summary
+    cause = (named or errors or text or [type(exc).__name__])[0]
     return Unavailable(f"stage {stage}: pulumi up failed: {cause}", transient=False)
 
 

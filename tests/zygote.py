@@ -133,8 +133,11 @@ class Zygote:
                 pid = int(answers.readline())
 
                 def kill() -> None:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:  # it ended as the timer fired: its status is on its way
+                        return
                     timed_out.set()
-                    os.kill(pid, signal.SIGKILL)
 
                 timer = threading.Timer(timeout, kill)
                 timer.start()

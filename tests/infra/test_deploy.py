@@ -190,3 +190,6 @@ def test_a_locked_pulumi_stack_is_a_transient_one_line_fault_naming_its_holder_a
 
     failed = pulumi_failure("dev", CommandError(CommandResult("Updating (dev)\n", "warning: x\nerror: update failed\n", 255)))
     assert str(failed) == "stage dev: pulumi up failed: error: update failed" and not is_transient(failed)
+    denied = pulumi_failure("dev", CommandError(CommandResult("", "error: aws:eks:Cluster dev-host: AccessDenied\n"
+                                                                  "error: update failed\n", 255)))
+    assert str(denied) == "stage dev: pulumi up failed: error: aws:eks:Cluster dev-host: AccessDenied"

@@ -17,6 +17,9 @@ from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.nodegroups import BUILDER_TAG, Booted, GroupState, InstanceState, Member, NodeGroupError
 from platformctl.kernel.retry import NEVER, Backoff, retrying
 
+# What botocore's standard retries leave to the caller: the group busy with a scaling activity or another caller (AWS
+# did nothing: asked again even for a termination), and no answer after botocore's own attempts.
+BUSY = frozenset({"ScalingActivityInProgress", "ResourceContention"})
 CLUSTER_TAG = "eks:cluster-name"  # on every group of an EKS cluster's nodes, as EKS and the stage's program tag them
 
 
@@ -42,10 +45,8 @@ class AutoScalingNodeGroups:
         """One call, asked again while AWS's answer is transient: a read or an idempotent write (a desired capacity) on
         every transient answer, one that ``acts`` (a termination) only when AWS said it did nothing."""
 
-        def again(exc: Exception) -> bool:
-            if not isinstance(exc, NodeGroupError):
-                return False
-            return exc.code in (NodeGroupError.NOT_ACTED if acts else NodeGroupError.TRANSIENT)
+        def again(exc: Exception) -> bool:  # botocore has retried throttling and 5xx already: not again on top of it
+            return isinstance(exc, NodeGroupError) and exc.code in (BUSY if acts else BUSY | {"Unreachable"})
 
         def count() -> None:
             self.retried += 1
@@ -66,10 +67,12 @@ class AutoScalingNodeGroups:
         except (NoConnection, HTTPClientError) as exc:  # no answer after botocore's own retries: may pass by itself
             raise NodeGroupError(f"cannot reach AWS Auto Scaling ({exc})", "Unreachable") from None
         except Exception as exc:
-            from botocore.exceptions import BotoCoreError
+            from botocore.exceptions import BotoCoreError, NoCredentialsError, NoRegionError, PartialCredentialsError
 
-            if isinstance(exc, BotoCoreError):  # no credentials, no region: the operator's to mend
+            if isinstance(exc, (NoCredentialsError, PartialCredentialsError, NoRegionError)):  # the operator's to mend
                 raise PlatformError(f"cannot call AWS ({exc})", field="AWS credentials") from None
+            if isinstance(exc, BotoCoreError):  # anything else botocore says: the call failed, named, not retried
+                raise NodeGroupError(f"AWS Auto Scaling: {exc}", type(exc).__name__) from None
             raise
 
     def probe(self) -> None:

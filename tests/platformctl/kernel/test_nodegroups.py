@@ -128,13 +128,46 @@ def test_a_group_busy_with_a_scaling_activity_is_asked_again_on_the_rotations_cl
             "StatusCode": "InProgress"}})
         seam.terminate("i-0123456789abcdef0", decrement=False)
         stub.assert_no_pending_responses()
+        assert seam.retried == 3
+
+        stub.add_client_error("set_desired_capacity", service_error_code="Throttling", http_status_code=400)
+        with pytest.raises(NodeGroupError) as throttled:  # botocore asked again already (its standard mode): not again
+            seam.set_desired("general", 3)
+        assert throttled.value.code == "Throttling" and throttled.value.transient and seam.retried == 3
 
         for _ in range(4):  # busy on every attempt: the last answer is raised, typed and transient
             stub.add_client_error("set_desired_capacity", service_error_code="ScalingActivityInProgress",
                                   http_status_code=400)
         with pytest.raises(NodeGroupError) as busy:
             seam.set_desired("general", 3)
-        assert busy.value.code == "ScalingActivityInProgress" and busy.value.transient
+        stub.assert_no_pending_responses()
+        assert busy.value.code == "ScalingActivityInProgress" and busy.value.transient and seam.retried == 6
+
+
+def test_a_termination_whose_answer_was_lost_is_not_asked_again_and_a_read_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    from botocore.exceptions import EndpointConnectionError
+
+    from platformctl.kernel.clock import VirtualClock
+    from platformctl.kernel.retry import Backoff
+
+    seam = AutoScalingNodeGroups(REGION, clock=VirtualClock(1000.0), backoff=Backoff(attempts=3), seed=1)
+    calls: list[str] = []
+
+    def lost(name: str, then: object = None) -> object:
+        def call(**kwargs: object) -> object:
+            calls.append(name)
+            if calls.count(name) == 1 or then is None:
+                raise EndpointConnectionError(endpoint_url="https://autoscaling.us-east-1.amazonaws.com")
+            return then
+        return call
+
+    monkeypatch.setattr(seam._asg, "terminate_instance_in_auto_scaling_group", lost("terminate"))
+    with pytest.raises(NodeGroupError) as unreachable:
+        seam.terminate("i-0123456789abcdef0", decrement=False)
+    assert unreachable.value.code == "Unreachable" and calls == ["terminate"]  # it may have acted: not again
+    monkeypatch.setattr(seam._asg, "set_desired_capacity", lost("set", {}))
+    seam.set_desired("general", 3)  # idempotent: asked again
+    assert calls == ["terminate", "set", "set"] and seam.retried == 1
 
 
 def test_an_aws_that_does_not_answer_is_a_transient_fault_mid_rotation_and_a_one_line_error_at_the_start(

@@ -162,6 +162,8 @@ class Check:
         end = min(until if until is not None else self.deadline, self.deadline)
         while not done():
             if past(self.clock, end):
+                if done():  # looked at again once the cluster's own clock passed the deadline: what it made in time counts
+                    return
                 stuck = self.stuck(pods())
                 if stuck:
                     raise CheckFailed("fail", f"{what}: not done in {end - self.started:.0f} s; " + "; ".join(stuck[:3]))

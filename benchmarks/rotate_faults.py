@@ -42,6 +42,7 @@ from platformctl.emulator.synthetic import synthetic_cluster
 from platformctl.kernel.cluster.model import EvictionResult
 from platformctl.kernel.errors import ApiRefused
 from platformctl.kernel.nodegroups import NodeGroupError
+from platformctl.kernel.nodegroups.aws import BUSY
 from platformctl.kernel.retry import NOT_ACTED, Backoff, retrying
 from platformctl.kernel.state.sqlite import SQLiteStore
 from upgrade_service.planning.policy import parse_policy
@@ -110,7 +111,7 @@ def rotate(nodes: int, rate: float, max_in_flight: int, folder: Path, seed: int)
                      lambda exc: isinstance(exc, ApiRefused) and exc.status in NOT_ACTED, evictions=True)
     groups = Faulty(SimulatedNodeGroups(sim), faults, sim.clock,
                     lambda name: NodeGroupError(f"{name}: ScalingActivityInProgress", "ScalingActivityInProgress"),
-                    lambda exc: isinstance(exc, NodeGroupError) and exc.code in NodeGroupError.NOT_ACTED)
+                    lambda exc: isinstance(exc, NodeGroupError) and exc.code in BUSY)
     store = SQLiteStore(folder / f"state-{rate}.db")
     executor = Executor(Target("synthetic", cluster, groups),  # type: ignore[arg-type]  # seams behind a proxy
                         parse_policy(policy_document(max_in_flight), "benchmark policy"), store, Options())

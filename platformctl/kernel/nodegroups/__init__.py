@@ -77,10 +77,6 @@ class NodeGroupError(Exception):
     TRANSIENT = frozenset({"Throttling", "ThrottlingException", "RequestLimitExceeded", "ServiceUnavailable",
                            "InternalFailure", "RequestTimeout", "ScalingActivityInProgress", "ResourceContention",
                            "Unreachable"})
-    # Answers that say the call did nothing (throttled, the group busy with a scaling activity or another caller):
-    # safe to ask again even for a call that acts (a termination); ``Unreachable`` (no answer) is not among them.
-    NOT_ACTED = frozenset({"Throttling", "ThrottlingException", "RequestLimitExceeded", "ScalingActivityInProgress",
-                           "ResourceContention", "ServiceUnavailable"})
 
     def __init__(self, message: str, code: str = "") -> None:
         super().__init__(message)

@@ -11,6 +11,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.zygote import zygote
+
 
 def environment(home: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """A clean environment: no AWS target and no kubeconfig of the developer's, this test's PLATFORMCTL_HOME."""
@@ -23,8 +25,12 @@ def environment(home: Path, env: dict[str, str] | None = None) -> dict[str, str]
 
 def run(home: Path, *args: str, check: bool = True, env: dict[str, str] | None = None,
         timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "platformctl", *args], capture_output=True, text=True,
-                            env=environment(home, env), timeout=timeout)
+    forks = zygote()
+    if forks is not None:
+        result = forks.run(list(args), environment(home, env), timeout)
+    else:
+        result = subprocess.run([sys.executable, "-m", "platformctl", *args], capture_output=True, text=True,
+                                env=environment(home, env), timeout=timeout)
     if check:
         assert result.returncode == 0, result.stderr
     return result

@@ -32,6 +32,10 @@ def _print_status(info: dict[str, Any], headline: str) -> None:
     if clock.get("jumps"):
         out.print(f"  clock          skipped {clock['skipped_seconds']:.0f} s in {clock['jumps']} jumps; "
                   f"{len(clock.get('clients') or [])} registered client(s)")
+    if clock.get("held_seconds"):
+        silent = clock.get("silent_holds")
+        out.print(f"  clock          held {clock['held_seconds']:.0f} s back for clients at work"
+                  + (f"; {silent} hold(s) outlasted {clock['hold_seconds']:g} s of silence" if silent else ""))
     out.print(f"  AWS endpoint   {info['aws_endpoint']}   (commands here use it; elsewhere: export AWS_ENDPOINT_URL={info['aws_endpoint']})")
     out.print(f"  kubeconfig     {info['kubeconfig']}   (kubectl --kubeconfig {info['kubeconfig']} get nodes)")
     for h in held:

@@ -46,8 +46,8 @@ def state_dir() -> Path:
     return home() / "local"
 
 
-def _get_json(url: str, timeout: float = 2.0) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def _get_json(url: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as response:
         return json.loads(response.read())
 
 
@@ -123,7 +123,10 @@ class ServerClock:
     time (``platformctl.emulator.server.timekeeper``): its sleeps and its informers' waits are held by the server, which skips
     to the next instant something is due once every registered client waits and nobody else has a request in
     flight. Every thread that uses the clock counts as working until it waits, unless it is ``parked`` (waiting for
-    other threads, not for time). Without registration (an older region, or a one-off read) sleeps are wall sleeps
+    other threads, not for time). While it works, the region runs at most ``lead`` seconds past its last word for
+    ``hold`` wall seconds of silence, and this clock's ``now`` guesses the same way, so that a client starved of the
+    CPU does not take the seconds it lost for the region's; a sleep is counted from the server's time when it
+    arrives, not from the guess. Without registration (an older region, or a one-off read) sleeps are wall sleeps
     at ``speed``."""
 
     def __init__(self, time_url: str, register: bool = False) -> None:
@@ -132,6 +135,8 @@ class ServerClock:
         self.speed = float(data["speed"])
         self._read(data)
         self.client_id: str | None = None
+        self.lead: float | None = None  # the region's hold of a working client (None: an older region, or not taking part)
+        self.hold = 0.0
         self._base = time_url.rsplit("/", 1)[0] + "/clock"
         self._lock = threading.Lock()
         self._threads: dict[int, threading.Thread] = {}
@@ -151,6 +156,8 @@ class ServerClock:
         except (OSError, ValueError):
             return  # a region that does not keep clients: wall sleeps at its speed
         self.client_id = str(answer["id"])
+        if answer.get("lead_seconds") is not None:
+            self.lead, self.hold = float(answer["lead_seconds"]), float(answer.get("hold_seconds") or 0.0)
         self._read(answer)
         self._touch()
         atexit.register(self.close)
@@ -205,13 +212,16 @@ class ServerClock:
         except (OSError, ValueError):
             pass
 
-    def _wait(self, until: float, **watch: Any) -> dict[str, Any] | None:
-        """One wait at the server (held up to a few wall seconds); None when the server cannot be asked."""
+    def _wait(self, until: float | None, **watch: Any) -> dict[str, Any] | None:
+        """One wait at the server (held up to a few wall seconds) until ``until``, or ``seconds`` after the server's
+        time when it arrives; None when the server cannot be asked."""
         if self.client_id is None:
             return None
+        body = {"participants": self._participants(), **watch}
+        if until is not None:
+            body["until"] = until
         try:
-            answer = _post_json(f"{self._base}/clients/{self.client_id}/wait",
-                                {"until": until, "participants": self._participants(), **watch}, timeout=40.0)
+            answer = _post_json(f"{self._base}/clients/{self.client_id}/wait", body, timeout=40.0)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:  # the region forgot this client (it restarted): take part again
                 self._register()
@@ -233,21 +243,35 @@ class ServerClock:
     def sync(self) -> float:
         """Ask the server its time again and go on from there: a busy server's clock (its timers, the CronJobs
         they fire) can fall behind wall time for a while, and a deadline is the server's to call."""
+        client = self.client_id
         try:
-            self._read(_get_json(self.url))
+            self._read(_get_json(self.url, headers={CLIENT_HEADER: client} if client else None))
         except (OSError, ValueError, KeyError):
             pass  # keep extrapolating from the last answer
         return self.now()
 
     def now(self) -> float:
-        if self.client_id is not None:
-            self._touch()
-        return self.read_virtual + (time.time() - self._wall) * self.speed
+        elapsed = max(time.time() - self._wall, 0.0)
+        if self.client_id is None:
+            return self.read_virtual + elapsed * self.speed
+        self._touch()
+        if self.lead is None:
+            return self.read_virtual + elapsed * self.speed
+        # the region waits for this working client: ``lead`` at most while it is silent, its pace once the hold runs out
+        return self.read_virtual + min(elapsed * self.speed, self.lead) + max(elapsed - self.hold, 0.0) * self.speed
 
     def sleep(self, seconds: float) -> None:
         if seconds <= 0:
             return
-        until = self.now() + seconds
+        until: float | None = None
+        if self.client_id is not None and self.lead is not None:
+            answer = self._wait(None, seconds=seconds)  # counted from the server's time, not this client's guess
+            if answer is not None:
+                if answer["released"]:
+                    return
+                until = float(answer["until"])
+        if until is None:
+            until = self.now() + seconds
         while self.client_id is not None:
             answer = self._wait(until)
             if answer is None:

@@ -17,6 +17,15 @@ clock for as long as it stays open. The clock then moves in two ways:
 A client that waits on a change (an informer waiting for its watch) names the cluster and kind and the newest
 resource version it has; it is released when that kind's newest change is newer. A registered client that dies is
 forgotten when its process is gone, so a crash never stops the skipping for good; time itself never stops.
+
+The region's time also waits for its own clients. A registered client that works (not every one of its threads
+waits) holds the clock at most ``LEAD_SECONDS`` of region time past its last word (a request, a wait released, a
+registration): a client starved of the CPU for a second on a busy machine would otherwise come back to a region 300
+seconds on, find a CronJob's run already gone or a deadline already passed, and measure its own lag as the
+platform's. The hold lasts ``HOLD_SECONDS`` of wall time of silence at most (a client may do work the region cannot
+see, such as AWS calls to moto, or wait on something that is not the region); then time goes on at its pace, and the
+status counts the hold as ``silent_holds``. Held time is not caught up afterwards: the pace goes on from where the
+clock stood.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ from platformctl.kernel.region_client import process_alive
 
 WAIT_CAP_SECONDS = 5.0  # wall seconds a wait request is held before the client is told to ask again
 MAX_STEPS = 500  # jumps in one hold of the lock: requests get their turn between batches
+LEAD_SECONDS = 5.0  # region seconds the clock may run past a working client's last word
+HOLD_SECONDS = 2.0  # wall seconds a working client's silence holds the clock; then time goes on at its pace
 KINDS = {"nodes": "nodes", "pods": "pods", "pdbs": "poddisruptionbudgets", "poddisruptionbudgets": "poddisruptionbudgets"}
 
 
@@ -57,6 +68,9 @@ class Client:
     participants: int = 1  # threads of the client that use the clock and are not parked
     waits: list[Wait] = field(default_factory=list)
     registered_wall: float = field(default_factory=time.time)
+    heard: float = 0.0  # the region's time at the client's last word
+    heard_wall: float = 0.0  # the keeper's wall clock (monotonic) then
+    silent: bool = False  # its silence outlasted HOLD_SECONDS: it holds nothing until it speaks again
 
     @property
     def waiting(self) -> bool:
@@ -70,18 +84,25 @@ class TimeKeeper:
     ``latest`` answers the newest change's resource version of a cluster's kind."""
 
     def __init__(self, clock: VirtualClock, cond: threading.Condition, speed: float, skip: bool,
-                 tick: Callable[[], bool], latest: Callable[[str, str], int]) -> None:
+                 tick: Callable[[], bool], latest: Callable[[str, str], int], *, lead: float = LEAD_SECONDS,
+                 hold: float = HOLD_SECONDS, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.cond = cond
         self.speed = speed
         self.skip = skip
+        self.lead = lead
+        self.hold = hold
+        self._mono = monotonic
         self._tick = tick
         self._latest = latest
         self.clients: dict[str, Client] = {}
         self._ids = itertools.count(1)
         self._v0 = clock.now()
-        self._w0 = time.monotonic()
+        self._w0 = monotonic()
+        self._offset = 0.0  # region seconds skipped, less those held back for a working client
         self.skipped = 0.0  # virtual seconds jumped over in all
+        self.held = 0.0  # virtual seconds the pace gave up waiting for working clients
+        self.silent_holds = 0  # holds that ran out: a working client silent for HOLD_SECONDS of wall time
         self.jumps = 0
         self._in_flight = 0
         self._flight_lock = threading.Lock()
@@ -113,7 +134,18 @@ class TimeKeeper:
         with self.cond:
             client = Client(f"c{next(self._ids)}-{pid}", pid, name)
             self.clients[client.id] = client
+            self._heard(client)
             return client
+
+    def heard(self, client_id: str | None) -> None:
+        """A registered client spoke (a request of its own): it holds the clock from this instant."""
+        with self.cond:
+            client = self.clients.get(client_id or "")
+            if client is not None:
+                self._heard(client)
+
+    def _heard(self, client: Client) -> None:
+        client.heard, client.heard_wall, client.silent = self.clock.now(), self._mono(), False
 
     def unregister(self, client_id: str) -> None:
         with self.cond:
@@ -126,17 +158,21 @@ class TimeKeeper:
             client = self.clients.get(client_id)
             if client is not None:
                 client.participants = max(int(participants), 0)
+                self._heard(client)
         self.kick.set()
 
-    def wait(self, client_id: str, until: float, participants: int, cluster: str | None = None, kind: str | None = None,
-             rv: int = 0, cap: float = WAIT_CAP_SECONDS) -> dict[str, Any]:
-        """Hold the caller until the region's time reaches ``until`` or, given a cluster and kind, until that kind
-        has a change newer than ``rv``; at most ``cap`` wall seconds (then ``released`` is false: ask again)."""
+    def wait(self, client_id: str, until: float | None, participants: int, cluster: str | None = None,
+             kind: str | None = None, rv: int = 0, cap: float = WAIT_CAP_SECONDS, seconds: float | None = None) -> dict[str, Any]:
+        """Hold the caller until the region's time reaches ``until`` (else ``seconds`` past its time now) or, given a
+        cluster and kind, until that kind has a change newer than ``rv``; at most ``cap`` wall seconds (then
+        ``released`` is false: ask again, with the ``until`` answered)."""
         kind = KINDS.get(kind or "", kind) if kind else None
         with self.cond:
             client = self.clients.get(client_id)
             if client is None:
                 return {"code": 404, "error": f"no client {client_id!r}: register again"}
+            if until is None:
+                until = self.clock.now() + max(float(seconds or 0.0), 0.0)
             client.participants = max(int(participants), 1)
             entry = Wait(until, cluster, kind, rv)
             client.waits.append(entry)
@@ -150,10 +186,12 @@ class TimeKeeper:
                 self.cond.wait(min(remaining, 0.5))
             if entry in client.waits:
                 client.waits.remove(entry)
+            if client_id in self.clients:
+                self._heard(client)
             now = self.clock.now()
             latest = self._latest(cluster, kind) if cluster and kind else 0
             return {"released": entry.released, "virtual_time": now, "wall_time": time.time(), "speed": self.speed,
-                    "rv": latest}
+                    "rv": latest, "until": until}
 
     # ---------------------------------------------------------------- time
 
@@ -166,6 +204,7 @@ class TimeKeeper:
                 if now >= entry.until or (entry.cluster and entry.kind and self._latest(entry.cluster, entry.kind) > entry.rv):
                     entry.released = True
                     client.waits.remove(entry)
+                    self._heard(client)  # it works from this instant: the clock waits for its next word
                     released = True
         return released
 
@@ -181,24 +220,52 @@ class TimeKeeper:
         return min(due) if due else None
 
     def wall_target(self) -> float:
-        return self._v0 + (time.monotonic() - self._w0) * self.speed + self.skipped
+        return self._v0 + (self._mono() - self._w0) * self.speed + self._offset
+
+    def _hold_limit(self) -> float | None:
+        """The furthest the clock may go now: ``lead`` past the last word of every registered client that works and
+        has not been silent for ``hold`` wall seconds (under the lock)."""
+        mono = self._mono()
+        limits = []
+        for client in self.clients.values():
+            if client.waiting or client.silent:
+                continue
+            if mono - client.heard_wall > self.hold:
+                client.silent = True
+                self.silent_holds += 1
+                continue
+            limits.append(client.heard + self.lead)
+        return min(limits) if limits else None
+
+    def target(self) -> float:
+        """Where the clock goes at its pace (under the lock): ``wall_target``, unless a working client holds it. What
+        a hold keeps back is given up, not caught up later: the pace goes on from where the clock stood."""
+        target = self.wall_target()
+        limit = self._hold_limit()
+        if limit is not None and limit < target:
+            held = target - max(limit, self.clock.now())
+            self._offset -= held
+            self.held += held
+            target -= held
+        return target
 
     def catch_up(self) -> None:
         """Before a request is answered: the clock brought to this instant of its pace, so that what the request
         stamps (an object's creation, the time it reads) is the region's now and not the last beat's, up to
         ``speed`` x 50 ms behind (15 s at 300x, which a canary would measure as a slower cluster)."""
         with self.cond:
-            if self.clock.now() < self.wall_target():
-                self.clock.run_until(self.wall_target())
+            target = self.target()
+            if self.clock.now() < target:
+                self.clock.run_until(target)
                 if self._tick() | self._release_due():
                     self.cond.notify_all()
 
     def advance(self) -> None:
         """One beat: time at its pace, then as many jumps as nobody is there to see."""
-        if time.monotonic() - self._last_reap > 0.5:
+        if self._mono() - self._last_reap > 0.5:
             self._reap()
         with self.cond:
-            self.clock.run_until(self.wall_target())
+            self.clock.run_until(max(self.target(), self.clock.now()))
             changed = self._tick()
             changed = self._release_due() or changed
             for _ in range(MAX_STEPS):
@@ -208,7 +275,9 @@ class TimeKeeper:
                 now = self.clock.now()
                 if target is None or target <= now:
                     break
-                self.skipped += max(target - self.wall_target(), 0.0)
+                jump = max(target - self.wall_target(), 0.0)
+                self.skipped += jump
+                self._offset += jump
                 self.jumps += 1
                 self.clock.run_until(target)
                 changed = self._tick() or changed
@@ -217,7 +286,7 @@ class TimeKeeper:
                 self.cond.notify_all()
 
     def _reap(self) -> None:
-        self._last_reap = time.monotonic()
+        self._last_reap = self._mono()
         with self.cond:
             dead = [c.id for c in self.clients.values() if not process_alive(c.pid)]
             for client_id in dead:
@@ -228,7 +297,8 @@ class TimeKeeper:
     def status(self) -> dict[str, Any]:
         with self.cond:
             return {"skip": self.skip, "speed": self.speed, "skipped_seconds": round(self.skipped, 3), "jumps": self.jumps,
-                    "in_flight": self.in_flight,
+                    "held_seconds": round(self.held, 3), "silent_holds": self.silent_holds,
+                    "lead_seconds": self.lead, "hold_seconds": self.hold, "in_flight": self.in_flight,
                     "clients": [{"id": c.id, "pid": c.pid, "name": c.name, "participants": c.participants,
                                  "waiting": c.waiting, "until": min((w.until for w in c.waits), default=None)}
                                 for c in self.clients.values()]}
@@ -251,7 +321,11 @@ class TimedApp:
             return self._clock(Request(environ), path.removeprefix(self.PREFIX))(environ, start_response)
         keeper = self.keeper
         keeper.catch_up()
-        if path.startswith("/platformctl/v1/") or keeper.registered(environ.get("HTTP_X_PLATFORMCTL_CLIENT")):
+        client = environ.get("HTTP_X_PLATFORMCTL_CLIENT")
+        if keeper.registered(client):  # one of the region's own clients: its word holds the clock from here
+            keeper.heard(client)
+            return ClosingIterator(self.app(environ, start_response), [lambda: keeper.heard(client)])
+        if path.startswith("/platformctl/v1/"):
             return self.app(environ, start_response)
         keeper.begin_request()
         try:
@@ -271,6 +345,7 @@ class TimedApp:
                 keeper.catch_up()
                 client = keeper.register(int(body.get("pid") or 0), str(body.get("name") or ""))
                 return _json({"id": client.id, "skip": keeper.skip, "speed": keeper.speed,
+                              "lead_seconds": keeper.lead, "hold_seconds": keeper.hold,
                               "virtual_time": keeper.clock.now(), "wall_time": time.time()})
             parts = rest.strip("/").split("/")
             if len(parts) >= 2 and parts[0] == "clients":
@@ -282,9 +357,12 @@ class TimedApp:
                     keeper.set_participants(client_id, int(body.get("participants", 1)))
                     return _json({"id": client_id, "participants": int(body.get("participants", 1))})
                 if len(parts) == 3 and parts[2] == "wait" and request.method == "POST":
-                    answer = keeper.wait(client_id, float(body["until"]), int(body.get("participants", 1)),
-                                         body.get("cluster"), body.get("kind"), int(body.get("rv") or 0),
-                                         min(float(body.get("cap") or WAIT_CAP_SECONDS), 30.0))
+                    if "until" not in body and "seconds" not in body:
+                        raise KeyError("until")
+                    answer = keeper.wait(client_id, float(body["until"]) if "until" in body else None,
+                                         int(body.get("participants", 1)), body.get("cluster"), body.get("kind"),
+                                         int(body.get("rv") or 0), min(float(body.get("cap") or WAIT_CAP_SECONDS), 30.0),
+                                         float(body["seconds"]) if "seconds" in body else None)
                     return _json(answer, int(answer.pop("code", 200)))
         except (ValueError, KeyError, TypeError) as exc:
             return _json({"error": f"bad clock request: {exc}"}, 400)

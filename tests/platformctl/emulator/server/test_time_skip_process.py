@@ -32,6 +32,20 @@ after = ServerClock(url).read_virtual
 print(json.dumps({"before": before, "after": after, "client": clock.client_id}), flush=True)
 """
 
+# A registered client that says a word, then is silent for SILENCE wall seconds (a process starved of the CPU, as the
+# region sees it), then says another: the region's time at both words, as the server answered them.
+SILENT = """
+import json, sys, time
+from platformctl.kernel.region_client import shared_clock, take_part
+take_part()
+url, silence = sys.argv[1], float(sys.argv[2])
+clock = shared_clock(url)
+before = clock.sync()
+time.sleep(silence)
+after = clock.sync()
+print(json.dumps({"before": before, "after": after, "lead": clock.lead}), flush=True)
+"""
+
 # A registered client that works (never waits) until it is killed.
 WORKER = """
 import sys, time
@@ -138,6 +152,19 @@ def test_a_client_that_dies_registered_is_forgotten_and_never_freezes_the_region
     skipped = _clock(region)["skipped_seconds"]
     _sleep(region, 3600)
     assert _clock(region)["skipped_seconds"] - skipped >= 1800
+
+
+def test_a_client_starved_for_a_second_comes_back_to_a_region_its_lead_on_not_its_pace(region: dict[str, Any]) -> None:
+    """A busy machine does not make the region's time run away from its clients: 1 wall second at 300x would be five
+    minutes, enough for a CronJob's run to be pruned or a canary's deadline to pass while the canary was descheduled."""
+    held = _clock(region)["held_seconds"]
+    done = subprocess.run([sys.executable, "-c", SILENT, region["time_url"], "1.0"], capture_output=True, text=True,
+                          env=environment(region["home"]), timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["lead"] is not None
+    assert 0 <= said["after"] - said["before"] <= said["lead"] + 1.0, said
+    assert _clock(region)["held_seconds"] - held >= 0.5 * region["speed"]
 
 
 def test_a_process_that_only_reads_the_region_never_holds_its_time(region: dict[str, Any]) -> None:

@@ -112,6 +112,11 @@ class Check:
                               f"{exc.detail}") from None
         if self.origin is None:
             self.origin = _stamp(made, "creationTimestamp")
+            if self.origin is not None:
+                # The deadline runs from the check's first object as the API server stamped it, as its durations do:
+                # a client late to create it (descheduled, or guessing the server's time when it could not ask) does
+                # not shorten what the platform is given.
+                self.deadline = max(self.deadline, self.origin + self.canary.deadline)
         return made
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
@@ -284,8 +289,13 @@ def cron(check: Check) -> list[Row]:
     c = check.canary
     name = c.name
     job = _job(check, name)
+    # The controller deletes finished Jobs beyond successfulJobsHistoryLimit (3 by default): a check that comes back
+    # late (its process descheduled, its API calls slow) must still find the runs it watches, so the CronJob keeps
+    # every run that can fire within the check's deadline (a cron schedule fires at most once a minute).
+    keep = c.runs + int(c.deadline // 60) + 2
     created = check.create({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
-                            "spec": {"schedule": c.schedule, "concurrencyPolicy": "Allow", "jobTemplate": {"spec": job["spec"]}}})
+                            "spec": {"schedule": c.schedule, "concurrencyPolicy": "Allow", "successfulJobsHistoryLimit": keep,
+                                     "jobTemplate": {"spec": job["spec"]}}})
     rows: list[Row] = []
     from platformctl.kernel.cluster.model import parse_time
 

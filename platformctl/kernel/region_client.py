@@ -245,7 +245,7 @@ class ServerClock:
         they fire) can fall behind wall time for a while, and a deadline is the server's to call."""
         client = self.client_id
         try:
-            self._read(_get_json(self.url, headers={CLIENT_HEADER: client} if client else None))
+            self._read(_get_json(self.url, 5.0, {CLIENT_HEADER: client} if client else None))
         except (OSError, ValueError, KeyError):
             pass  # keep extrapolating from the last answer
         return self.now()

@@ -178,6 +178,49 @@ def test_durations_are_the_servers_own_never_the_clients_guess_and_never_below_z
     assert all(v >= 0 for values in figures[0].values() for v in values)
 
 
+class _LateCluster:
+    """The simulated cluster, seen by a client descheduled for ``lag`` seconds right after it creates a CronJob (or,
+    ``before``, right before): the cluster goes on meanwhile (its CronJob fires, its Jobs run and finish)."""
+
+    def __init__(self, sim: SimulatedCluster, lag: float, before: bool = False) -> None:
+        self._sim = sim
+        self.lag = lag
+        self.before = before
+
+    def create_object(self, obj: dict[str, object]) -> dict[str, object]:
+        if obj.get("kind") == "CronJob" and self.before:
+            self._sim.advance(self.lag)
+        made = self._sim.create_object(obj)
+        if obj.get("kind") == "CronJob" and not self.before:
+            self._sim.advance(self.lag)
+        return made
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sim, name)
+
+
+def test_a_cron_check_that_comes_back_late_still_finds_each_run_the_cronjob_made_on_time(tmp_path: Path) -> None:
+    """Five minutes away (past the check's deadline), the client finds both runs it watches, fired on schedule by the
+    cluster's own stamps: its lag is not the platform's. The controller's default history of three would have deleted
+    the first run before the client looked, and the check would have said "did not fire"."""
+    canary = next(c for c in load_canaries(CANARY_DIR) if c.name == "cron")
+    sim = cluster()
+    runner = Runner("dev", "c1", _LateCluster(sim, 300.0), SQLiteStore(tmp_path / "state.db"))
+    report = runner.run(canary)
+    assert [r["outcome"] for r in report.results] == ["ok"] * canary.runs, report.results
+    assert [r["metrics"]["fire_lateness_seconds"] for r in report.results] == [0.0] * canary.runs
+
+
+def test_a_check_late_to_create_its_first_object_is_given_its_whole_deadline_from_that_object(tmp_path: Path) -> None:
+    """The deadline runs from the first object as the API server stamped it: a client that took 200 s of the cluster's
+    time to send it (descheduled, or guessing the server's time when it could not ask) still watches both runs."""
+    canary = next(c for c in load_canaries(CANARY_DIR) if c.name == "cron")
+    sim = cluster()
+    runner = Runner("dev", "c1", _LateCluster(sim, 200.0, before=True), SQLiteStore(tmp_path / "state.db"))
+    report = runner.run(canary)
+    assert [r["outcome"] for r in report.results] == ["ok"] * canary.runs, report.results
+
+
 def test_result_streams_are_named_and_read_one_way_and_the_newest_result_is_the_newest_days_last(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "state.db")
     day = 86400.0 * 20_000  # 2024-10-04, UTC

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -48,6 +49,8 @@ WAIT_CAP_SECONDS = 5.0  # wall seconds a wait request is held before the client 
 MAX_STEPS = 500  # jumps in one hold of the lock: requests get their turn between batches
 LEAD_SECONDS = 5.0  # region seconds the clock may run past a working client's last word
 HOLD_SECONDS = 2.0  # wall seconds a working client's silence holds the clock; then time goes on at its pace
+log = logging.getLogger("platformctl.emulator.server")
+
 KINDS = {"nodes": "nodes", "pods": "pods", "pdbs": "poddisruptionbudgets", "poddisruptionbudgets": "poddisruptionbudgets"}
 
 
@@ -233,6 +236,8 @@ class TimeKeeper:
             if mono - client.heard_wall > self.hold:
                 client.silent = True
                 self.silent_holds += 1
+                log.info("clock: client %s (pid %d, %s) at work and silent for %.1f s: time goes on at its pace",
+                         client.id, client.pid, client.name, mono - client.heard_wall)
                 continue
             limits.append(client.heard + self.lead)
         return min(limits) if limits else None

@@ -91,6 +91,11 @@ class WaveState:
     def nodes(self) -> list[str]:
         return list(self.started.nodes)
 
+    @property
+    def back(self) -> bool:
+        """Its new nodes are Ready and its evicted pods are back: only its settle time, if any, is left."""
+        return self.finished is not None or PODS_READY in self.phases
+
     def decrements(self, node: str) -> bool:
         """Whether terminating ``node`` lowers its group's capacity (a surge node stands in for it)."""
         return bool(self.started.decrement.get(node)) or node in self.extra_surge
@@ -139,9 +144,10 @@ class RunState:
         return [w for _, w in sorted(self.waves.items()) if w.finished is None]
 
     def proven(self, pools: frozenset[str]) -> bool:
-        """Whether a wave of exactly these pools has finished whole in this run (its new nodes Ready, its pods back):
-        what lets the next waves of those pools overlap."""
-        return any(w.finished is not None and frozenset(w.started.pools) == pools for w in self.waves.values())
+        """Whether a wave of exactly these pools has come through in this run (its new nodes Ready, its pods back; its
+        one-at-a-time workloads may still be settling, which holds only their own next pods): what lets the next
+        waves of those pools overlap."""
+        return any(w.back and frozenset(w.started.pools) == pools for w in self.waves.values())
 
     @property
     def status(self) -> str:

@@ -81,6 +81,7 @@ class Protocol:
     source: str  # "workloadRules[0]" or "annotation platformctl.io/rotation"
     settle_seconds: int = 0
     max_wait_seconds: int = DEFAULT_MAX_WAIT_SECONDS
+    per_owner: bool = False  # the group is the pod's controller (its pods are found by owner), not a rule's namespace
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,8 +253,10 @@ def protocol_of(pod: Pod, policy: RotationPolicy) -> Protocol | Cause | None:
         if settle is None and rule.mode == "one-at-a-time":
             own = _annotation_int(pod, ANNOTATION_SETTLE)
             settle = own if isinstance(own, int) else 0
-        return Protocol(rule.mode, f"{source} in namespace {pod.namespace}", source, settle or 0,
-                        rule.max_wait_seconds if rule.max_wait_seconds is not None else DEFAULT_MAX_WAIT_SECONDS)
+        max_wait = rule.max_wait_seconds if rule.max_wait_seconds is not None else DEFAULT_MAX_WAIT_SECONDS
+        if rule.scope == "namespace":
+            return Protocol(rule.mode, f"{source} in namespace {pod.namespace}", source, settle or 0, max_wait)
+        return Protocol(rule.mode, workload_of(pod), source, settle or 0, max_wait, per_owner=True)
     mode = pod.annotations.get(ANNOTATION_ROTATION)
     if mode is None:
         return None
@@ -271,7 +274,7 @@ def protocol_of(pod: Pod, policy: RotationPolicy) -> Protocol | Cause | None:
                          "not a whole number of seconds: not rotated until the application fixes it",
                          pod=f"{pod.namespace}/{pod.name}", workload=workload, rule=f"annotation {key}")
         values[key] = default if value is None else value
-    return Protocol(mode, workload, source, values[ANNOTATION_SETTLE], values[ANNOTATION_MAX_WAIT])
+    return Protocol(mode, workload, source, values[ANNOTATION_SETTLE], values[ANNOTATION_MAX_WAIT], per_owner=True)
 
 
 def _refusal(decision: str, pod: Pod, budgets: list[PodDisruptionBudget], recovery: Recovery | None = None) -> Cause:

@@ -386,7 +386,9 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
         until = max((n.wait_until for n in draft.nodes if n.wait_until is not None), default=None)
         in_pools = Counter(n.pool for n in draft.nodes)
         begins = schedule.start_of(fit.segment.pools, in_pools)
-        wait = max(0, int(until - now) - begins) if until is not None else 0
+        surge_first = policy.strategy == "surge" or fit.planned_surge  # its new nodes boot before the drain
+        # Its wait-for-completion pods run on while its new nodes boot: the drain waits only for what is left then.
+        wait = max(0, int(until - now) - begins - (draft.boot if surge_first else 0)) if until is not None else 0
         index = len(waves) + 1
         drain = max(draft.drain, held_drain_seconds(fit, limits, draft.budget_grace, draft.after_gone, draft.start))
         start = limits.pod_start_seconds if fit.homeless else 0
@@ -396,11 +398,11 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
         waves.append(wave)
         drafts[index] = draft
         by_index[index] = fit
-        surge_first = policy.strategy == "surge" or fit.planned_surge  # its new nodes boot before the drain
         boot_after = 0 if surge_first else wave.boot_seconds
         spans[index] = schedule.add(fit.segment.pools, in_pools, 0 if boot_after else wave.boot_seconds,
                                     wave.wait_seconds + wave.drain_seconds, boot_after + wave.start_seconds + wave.settle_seconds,
-                                    boot_after, {w: step for n in draft.nodes for w, step in chain_steps(n, limits).items()})
+                                    boot_after, {w: step for n in draft.nodes for w, step in chain_steps(n, limits).items()},
+                                    wave.settle_seconds)
     warnings = [] if in_stage else pool_warnings(policy, view.pools_present, "this cluster")
     stuck = [w for w in waves if w.stuck]
     if stuck:

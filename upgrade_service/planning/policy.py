@@ -63,6 +63,10 @@ class WorkloadRule(_Value):
     left alone)."""
     settle_seconds: Seconds | None = None
     """one-at-a-time: how long after a moved pod is Ready again before the next may go."""
+    scope: Literal["workload", "namespace"] = "workload"
+    """one-at-a-time: what moves one pod at a time. ``workload``: each controller the selector matches (a
+    StatefulSet, a ReplicaSet) on its own, as the pod annotation does; ``namespace``: every pod the rule selects
+    in a namespace together, for an application made of several controllers (a ring of one StatefulSet per rack)."""
     max_wait_seconds: Seconds | None = None
     """wait-for-completion: how long to wait before the pod is evicted anyway (default 3600)."""
 

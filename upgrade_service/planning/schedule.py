@@ -4,14 +4,15 @@ A wave has a head (surge nodes booting, the drain, the terminations) and a tail 
 starting again, one-at-a-time workloads settling). The executor starts the next wave's head while earlier waves are
 in their tails (``upgrade_service.running.overlap``), when:
 
-- the open waves are of the same pools as the next one, and a wave of those pools has already finished whole in the
-  run (the first wave of a pool proves its image alone; a pool after another in ``poolOrder`` starts when nothing is
-  open);
+- the open waves are of the same pools as the next one, and a wave of those pools has already come through in the
+  run, its new nodes Ready and its pods back (the first wave of a pool proves its image alone; a pool after another in
+  ``poolOrder`` starts when every open wave has come through, some perhaps still settling);
 - the nodes out of service (cordoned, or terminated with a replacement still booting) and the next wave's nodes
   stay within ``maxInFlight`` and ``maxInFlightPerPool``.
 
-Otherwise it finishes the oldest open wave first. A one-at-a-time workload that the next wave moves again cannot
-have its pod evicted before its last move has settled, so that wave's drain ends no sooner than the settle does.
+Otherwise it waits for the open waves' pods to be back, then for the oldest one's end. A one-at-a-time workload
+that the next wave moves again cannot have its pod evicted before its last move has settled, so that wave's drain
+ends no sooner than the settle does.
 ``Schedule`` replays those rules over the plan's waves; the plan's estimate is when the last wave ends.
 """
 
@@ -32,6 +33,7 @@ class Span:
     head_end: int  # drained and terminated
     out_until: int  # its nodes are back in service (replacements Ready): what maxInFlight counts until
     end: int
+    back: int  # its pods are back: only its one-at-a-time workloads' settle time is left until its end
     chains: Mapping[str, int]  # one-at-a-time workload -> when its next pod may have left (its last is back, settled)
     proven: bool = False  # a wave of its pools had finished when it started: under surge it raised the next one's nodes
 
@@ -49,7 +51,8 @@ class Schedule:
     last: Span | None = None
 
     def _admits(self, pools: frozenset[str], nodes: Counter[str]) -> bool:
-        if any(s.pools != pools for s in self.open) or pools not in self.proven:
+        working = [s for s in self.open if s.back > self.now]  # the rest only settle
+        if any(s.pools != pools for s in working) or (working and pools not in self.proven):
             return False
         out: Counter[str] = Counter()
         for s in self.open:
@@ -64,20 +67,25 @@ class Schedule:
         key = frozenset(pools)
         while self.open and self.open[0].end <= self.now:  # over by now: ended, as the executor ends them, in order
             self.proven.add(self.open.pop(0).pools)
+        self.proven.update(s.pools for s in self.open if s.back <= self.now)
         while self.open and not (self.overlap and self._admits(key, nodes)):
-            oldest = self.open.pop(0)
+            oldest = self.open[0]
+            if oldest.back > self.now:  # its pods back first: that may be all the next wave needs
+                self.now = oldest.back
+                self.proven.add(oldest.pools)
+                continue
+            self.open.pop(0)
             self.now = max(self.now, oldest.end)
-            self.proven.add(oldest.pools)
         return self.now
 
     def add(self, pools: Iterable[str], nodes: Counter[str], boot: int, head: int, tail: int, out: int,
-            steps: Mapping[str, int]) -> Span:
+            steps: Mapping[str, int], settle: int = 0) -> Span:
         """Schedule the next wave (it starts when ``start_of`` says): ``boot`` seconds for its surge nodes, then ``head``
-        until drained and terminated, ``tail`` more until it ends; its nodes out of service ``out`` seconds past its
-        head (its replacements' boot); each one-at-a-time workload it moves (-> its step: its successor's start, the
-        grace first when a StatefulSet makes it only once the pod is gone, and its settle time) lets its next pod leave
-        a step past its head. Under surge, the wave before, if proven and of the same pools, raised this one's nodes:
-        they boot from its start."""
+        until drained and terminated, ``tail`` more until it ends, the last ``settle`` of it settling; its nodes out
+        of service ``out`` seconds past its head (its replacements' boot); each one-at-a-time workload it moves (-> its
+        step: its successor's start, the grace first when a StatefulSet makes it only once the pod is gone, and its
+        settle time) lets its next pod leave a step past its head. Under surge, the wave before, if proven and of the
+        same pools, raised this one's nodes: they boot from its start."""
         start = self.start_of(pools, nodes)
         key = frozenset(pools)
         ahead = self.overlap and self.surge and self.last is not None and self.last.proven and self.last.pools == key
@@ -85,7 +93,7 @@ class Schedule:
         head_end = max(start, booted) + head
         for s in self.open:  # its pod of a workload an open wave moved goes once that one is back and has settled
             head_end = max([head_end, *(s.chains[w] for w in steps if w in s.chains)])
-        span = Span(key, nodes, start, head_end, head_end + out, head_end + tail,
+        span = Span(key, nodes, start, head_end, head_end + out, head_end + tail, head_end + tail - min(settle, tail),
                     {w: head_end + step for w, step in steps.items()}, key in self.proven)
         self.open.append(span)
         self.last = span

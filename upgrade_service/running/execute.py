@@ -328,23 +328,22 @@ class Executor:
                 plan, waves = self._plan_for(read)
                 self._taint_outdated(plan)
                 if not waves:
-                    if self.budgets_back.wait(plan):  # nodes whose budgets' pods are on their way back: plan again
-                        read = None
-                        continue
-                    if self.state.open_waves:  # what the open waves bring back may be what the rest needs
-                        self._tail(self.state.open_waves[0])
-                        read = None
-                        continue
-                    return self._finish(self.budgets_back.given_up(plan), read)
+                    if not self.budgets_back.wait(plan):  # nodes whose budgets' pods are on their way back: plan again
+                        if not self.state.open_waves:
+                            return self._finish(self.budgets_back.given_up(plan), read)
+                        self._tail(self.state.open_waves[0])  # what the open waves bring back may be what the rest needs
+                    read = None
+                    continue
                 self.view.waves = len(self.state.waves) + len(waves)
                 for open_wave in self.state.open_waves:  # a wave whose tail is over ends now, not when it is needed
                     if j.TERMINATED not in open_wave.phases or not self._tail(open_wave, wait=False):
                         break
                 why = self._why_wait(waves[0], read)
                 if why is not None:
-                    oldest = self.state.open_waves[0]
-                    self._show("overlap", f"finishing wave {oldest.number} before the next: {why}")
-                    self._tail(oldest)
+                    coming = next((w for w in self.state.open_waves if not w.back), None)  # pods back may do
+                    oldest = coming or self.state.open_waves[0]
+                    self._show("overlap", f"waiting for wave {oldest.number}'s {'pods' if coming else 'end'}: {why}")
+                    self._tail(oldest, settle=coming is None)
                     read = None
                     continue
                 if self.options.max_waves is not None and self._started >= self.options.max_waves:
@@ -578,9 +577,10 @@ class Executor:
         if j.TERMINATED not in wave.phases:
             self.journal.append(Phase(number, j.TERMINATED))
 
-    def _tail(self, wave: WaveState, wait: bool = True) -> bool:
+    def _tail(self, wave: WaveState, wait: bool = True, settle: bool = True) -> bool:
         """Its replacements, then its evicted pods, then its settle time: what the next wave's head may overlap. Without
-        ``wait``, only what is done already is recorded: False when something is still to come."""
+        ``wait``, only what is done already is recorded: False when something is still to come (or, without
+        ``settle``, while its settle time runs)."""
         number = wave.number
         patience = None if wait else 0.0
         info = wave.started
@@ -618,11 +618,11 @@ class Executor:
             self.journal.append(Phase(number, j.PODS_READY))
         drained_at = wave.phases.get(j.DRAIN_DONE)
         if j.SETTLED not in wave.phases:
-            settle = int(drained_at.settle or 0) if drained_at else 0
-            remaining = settle - (self.clock.now() - (drained_at.at if drained_at else self.clock.now()))
+            seconds = int(drained_at.settle or 0) if drained_at else 0
+            remaining = seconds - (self.clock.now() - (drained_at.at if drained_at else self.clock.now()))
             # A workload that came back in a run that then died settles until when that run journalled.
             remaining = max([remaining, *(until - self.clock.now() for until in wave.settling.values())])
-            if remaining > 0 and not wait:
+            if remaining > 0 and not (wait and settle):
                 return False
             if remaining > 0:
                 self._show("settle", f"wave {number}: letting one-at-a-time workloads settle for {remaining:.0f} s")

@@ -5,8 +5,10 @@ An open wave has drained and terminated its nodes and waits for its replacements
 one-at-a-time workloads' settle time. The next wave may start beside it when every limit holds at this instant
 (``upgrade_service.planning.schedule`` models the same rules for the plan's estimate):
 
-- its pools are the open waves' pools, and a wave of those pools has already finished whole in this run: a pool's
-  first wave proves its image alone, and ``poolOrder`` holds because a new pool starts only when nothing is open;
+- its pools are the open waves' pools, and a wave of those pools has already come through in this run (its new
+  nodes Ready, its pods back): a pool's first wave proves its image alone, and ``poolOrder`` holds because a new
+  pool starts only when every open wave has its nodes replaced and its pods back. A wave whose one-at-a-time
+  workloads are only settling holds nothing but their own next pods (below);
 - ``maxInFlight`` and ``maxInFlightPerPool`` count what is out of service: the nodes the run cordoned and has not
   terminated, each group's capacity that is not (yet) a Ready node (replacements booting, launches the group still
   owes; not the surge nodes the run added), and the next wave's nodes;
@@ -104,10 +106,11 @@ def out_of_service(nodes: Sequence[Node], cordoned: Iterable[str], group_of: Map
 def why_wait(wave: Wave, state: RunState, out: OutOfService, policy: RotationPolicy, nodes: Sequence[Node]) -> str | None:
     """Why ``wave`` may not start beside the open waves of ``state`` now, or None when it may."""
     pools = frozenset(wave.segment.pools)
-    other = next((w for w in state.open_waves if frozenset(w.started.pools) != pools), None)
+    working = [w for w in state.open_waves if not w.back]  # the rest only settle: they hold their workloads alone
+    other = next((w for w in working if frozenset(w.started.pools) != pools), None)
     if other is not None:
         return f"wave {other.number} of other pools ({', '.join(other.started.pools)}) is still open"
-    if not state.proven(pools):
+    if working and not state.proven(pools):
         return f"no wave of pools {', '.join(sorted(pools))} has finished yet: the first proves the image"
     if out.total + len(wave.nodes) > policy.max_in_flight:
         return f"maxInFlight {policy.max_in_flight}: {out.total} node(s) out of service and {len(wave.nodes)} in the wave"

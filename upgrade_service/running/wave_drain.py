@@ -75,7 +75,7 @@ class DrainOutcome:
     drained: list[str]
     failed: dict[str, str]  # node -> what held it
     status: DrainStatus
-    settle_seconds: int  # the longest settle time of the one-at-a-time workloads it moved
+    settle_seconds: int  # the longest settle time of the one-at-a-time workloads it left on their way back
     stuck: str | None = None  # why it stopped early: it waits on a pod that has nowhere to run
 
 
@@ -138,7 +138,6 @@ class WaveDrain:
         self.backoff: dict[str, tuple[float, float]] = {}  # pod uid -> (retry at, last delay)
         self.in_flight: dict[str, _InFlight] = {}  # one-at-a-time workload -> its pod on the way out
         self.settling: dict[str, float] = {}  # one-at-a-time workload -> when its last moved pod has settled
-        self.settle = 0
         self.skip_wait_for_delete = skip_wait_for_delete
         self.on_drained = on_drained
         self.on_stuck = on_stuck
@@ -153,7 +152,6 @@ class WaveDrain:
             for workload, e in resume.in_flight.items():
                 self.in_flight[workload] = _InFlight(e["namespace"], e["name"], e["uid"], int(e["ready_before"]),
                                                      int(e.get("settle") or 0), e.get("owner_uid"))
-                self.settle = max(self.settle, int(e.get("settle") or 0))
             self.settling.update(resume.settling)
         self._covering: dict[str, tuple[frozenset[tuple[str, str]], tuple[tuple[str, str], ...]]] = {}  # pod uid -> budgets
 
@@ -183,6 +181,11 @@ class WaveDrain:
                 out.append(pod)
         return out
 
+    def _settle_left(self) -> int:
+        """The settle time of the workloads still on their way back as the drain ends: the wave's tail counts it from
+        then (one that came back during the drain has its own end, journalled, in the wave's settling)."""
+        return max((f.settle_seconds for f in self.in_flight.values()), default=0)
+
     def _recovered(self, workload: str) -> bool:
         flight = self.in_flight[workload]
         if self.pods is not None:
@@ -199,7 +202,12 @@ class WaveDrain:
         ready = sum(1 for p in pods if p.ready and not p.terminating)
         if ready >= flight.ready_before and all(p.ready for p in pods if not p.terminating):
             del self.in_flight[workload]
-            until = self.clock.now() + flight.settle_seconds
+            # Its settle time runs from when it was whole again (its pods' latest Ready transition, whole seconds as
+            # the API writes it: one more), not from when this drain looked: a drain that starts after a boot finds
+            # it back long since.
+            now = self.clock.now()
+            back = max((p.ready_at for p in pods if p.ready_at is not None and not p.terminating), default=now)
+            until = min(back + 1.0, now) + flight.settle_seconds
             self.settling[workload] = until
             # Journalled: a run killed now and started again still waits out the settle time.
             self.journal.write(Settling.KIND, **Settling(self.wave, workload, until).to_record())
@@ -242,16 +250,16 @@ class WaveDrain:
             if moved != last_left:
                 last_left, deadline = moved, now + timeout_seconds  # progress: the timeout counts from here
             if not left:
-                return DrainOutcome(drained, {}, self.status, self.settle)
+                return DrainOutcome(drained, {}, self.status, self._settle_left())
             if now >= deadline and past(self.clock, deadline):
                 failed = {node: self._why_stuck(node, pods, timeout_seconds) for node, pods in pods_of.items()}
-                return DrainOutcome(drained, failed, self.status, self.settle)
+                return DrainOutcome(drained, failed, self.status, self._settle_left())
             self._round(now, [p for pods in pods_of.values() for p in pods])
             stuck = self._stuck(now)
             if stuck is not None:
                 # Nothing will make room: the nodes still holding pods fail now, with what the scheduler said, rather
                 # than after drainTimeoutSeconds. They stay cordoned; maxFailedNodes decides whether the run goes on.
-                return DrainOutcome(drained, {node: stuck for node in pods_of}, self.status, self.settle, stuck)
+                return DrainOutcome(drained, {node: stuck for node in pods_of}, self.status, self._settle_left(), stuck)
             failpoints.hit("wait:drain")
             if self.progress is not None:
                 self.progress(self.status)
@@ -403,7 +411,7 @@ class WaveDrain:
         for pod in pods:
             protocol = self._protocol(pod)
             if protocol is not None and protocol.mode == "one-at-a-time":
-                owner_uid = pod.owner.uid if protocol.source.startswith("annotation") and pod.owner else None
+                owner_uid = pod.owner.uid if protocol.per_owner and pod.owner else None
                 ready_before = sum(1 for p in self._workload_pods(pod.namespace, protocol.workload, owner_uid)
                                    if p.ready and not p.terminating)
                 sequence[f"{pod.namespace}/{pod.name}"] = {
@@ -429,7 +437,6 @@ class WaveDrain:
                     e = sequence[who]
                     self.in_flight[e["workload"]] = _InFlight(pod.namespace, pod.name, pod.uid, e["ready_before"],
                                                               e["settle"], e["owner_uid"])
-                    self.settle = max(self.settle, e["settle"])
             elif result.code == 404:
                 continue  # gone already
             else:

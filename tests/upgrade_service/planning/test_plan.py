@@ -284,7 +284,8 @@ def test_wait_for_completion_waves_go_last_and_wait_for_their_bound() -> None:
     assert waves_of(plan)[-1] == ["n0"]
     last = plan.waves[-1]
     before = sum(w.estimated_seconds for w in plan.waves[:-1])
-    assert last.wait_seconds == 7200 - before  # the job started at NOW; earlier waves ran meanwhile
+    # The job started at NOW; earlier waves ran meanwhile, and the wave's own new node (surge) booted beside it.
+    assert last.wait_seconds == 7200 - before - last.boot_seconds
     assert any("wait-for-completion" in r for r in last.reasons)
 
 

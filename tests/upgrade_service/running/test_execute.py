@@ -554,3 +554,48 @@ def test_an_eviction_refused_because_another_client_spent_the_budget_is_counted_
     assert len(refused) == 1 and refused[0].detail[0] == 429
     assert outcome.report["refused_evictions"] == 1  # the report reads the refusal, as `rotate status` shows it
     assert outcome.report["waves"][0]["refused_evictions"] == 1
+
+
+def _away_intervals(sim, ns: str) -> list[tuple[float, float, str]]:
+    """Each eviction in ``ns`` to its successor's Ready (a StatefulSet's pods keep their names), with the pod."""
+    out, left = [], {}
+    for e in sim.events:
+        if e.namespace != ns:
+            continue
+        if e.kind == sim_events.POD_EVICTED:
+            left[e.name] = e.time
+        elif e.kind == sim_events.POD_READY and e.name in left:
+            out.append((left.pop(e.name), e.time, e.name))
+    assert not left, left
+    return out
+
+
+@pytest.mark.parametrize("scope", ["workload", "namespace"])
+def test_a_rule_moves_each_controller_it_matches_on_its_own_unless_its_scope_is_the_namespace(tmp_path: Path,
+                                                                                              scope: str) -> None:
+    from platformctl.emulator.invariants import one_at_a_time_breaches
+
+    sim = cluster({"general": 4})
+    for name in ("kv-a", "kv-b"):  # one pod a node: each eviction waits for its successor to be placed and Ready
+        service(sim, name, 2, kind="StatefulSet", start=60, cpu=3000, min_available=1)
+    sim.run_until_settled()
+    before = sim.list_pods(namespace="app")
+    assert len({p.node_name for p in before}) == 4
+    new_image(sim)
+    rule = {"selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["kv-a", "kv-b"]}]},
+            "mode": "one-at-a-time", "settleSeconds": 120, **({"scope": scope} if scope == "namespace" else {})}
+    outcome = rotate(sim, tmp_path, {"maxInFlight": 4, "workloadRules": [rule]})
+    assert outcome.status == "done" and harm(sim) == NO_HARM
+    # Each StatefulSet lost one pod at a time and waited its settle time, whatever the scope.
+    assert one_at_a_time_breaches(sim.events, before, lambda p: 120.0) == []
+    away = _away_intervals(sim, "app")
+    assert len(away) == 4
+    overlapping = [(a, b) for a in away for b in away if a < b and a[0] < b[1] and b[0] < a[1]]
+    if scope == "workload":
+        # The two stores are independent: each moves its pods one at a time, side by side.
+        assert overlapping and all(a[2].rsplit("-", 1)[0] != b[2].rsplit("-", 1)[0] for a, b in overlapping)
+    else:
+        # One queue for the namespace: never two of the four away at once, each after the last settled.
+        assert not overlapping
+        ordered = sorted(away)
+        assert all(nxt[0] >= prev[1] + 120 for prev, nxt in zip(ordered, ordered[1:]))

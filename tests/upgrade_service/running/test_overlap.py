@@ -129,3 +129,27 @@ def test_under_surge_the_next_waves_new_nodes_boot_while_this_wave_drains_and_ev
             assert any(w.started.groups["general"].ahead for w in state.waves.values())
             assert waits[0] >= 180 and min(waits) < 180, waits
     assert took[True] < 0.8 * took[False], took
+
+
+def test_a_wave_whose_pods_are_back_and_only_settle_holds_nothing_but_its_own_workloads_next_pods(tmp_path: Path) -> None:
+    # The system pool (first, by poolOrder) carries a one-at-a-time store that settles 900 s after each move; the
+    # general pool's first wave may start once system's last wave has its new node Ready and its pods back, without
+    # waiting out that settle time, which no pod of general is subject to.
+    sim = cluster({"system": 2, "general": 2})
+    system = {"eks.amazonaws.com/nodegroup": "system"}
+    service(sim, "kv", 2, kind="StatefulSet", start=30, cpu=3000, node_selector=system,
+            annotations={"platformctl.io/rotation": "one-at-a-time", "platformctl.io/settle-seconds": "900"})
+    service(sim, "web", 2, cpu=3000, node_selector={"eks.amazonaws.com/nodegroup": "general"}, min_available=1)
+    sim.run_until_settled()
+    new_image(sim)
+    general = {n.name for n in sim.list_nodes() if n.labels["eks.amazonaws.com/nodegroup"] == "general"}
+    outcome = rotate(sim, tmp_path, {"maxInFlight": 2, "poolOrder": {"general": ["system"]}})
+    assert outcome.status == "done" and harm(sim) == NO_HARM
+    first_general = min(e.time for e in sim.events if e.kind == sim_events.NODE_CORDONED and e.name in general)
+    kv = [e for e in sim.events if e.namespace == "app" and e.name.startswith("kv-")]
+    evicted = [e.time for e in kv if e.kind == sim_events.POD_EVICTED]
+    back = max(e.time for e in kv if e.kind == sim_events.POD_READY and e.time > max(evicted))
+    assert len(evicted) == 2 and evicted[1] >= min(e.time for e in kv if e.kind == sim_events.POD_READY
+                                                   and e.time > evicted[0]) + 900  # the store settled between moves
+    assert back <= first_general < back + 120  # poolOrder held; the settle did not hold general
+    assert sim.now() <= back + 900 + 30  # the run ended once the store's last move had settled

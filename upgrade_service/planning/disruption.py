@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -82,6 +82,12 @@ class Protocol:
     settle_seconds: int = 0
     max_wait_seconds: int = DEFAULT_MAX_WAIT_SECONDS
     per_owner: bool = False  # the group is the pod's controller (its pods are found by owner), not a rule's namespace
+    # A rule's pods in the pod's namespace, as a run journalled before rules moved each controller on its own keyed
+    # them: a drain resumed from such a journal still holds and recovers them by it.
+    legacy: str | None = None
+
+    def held_by(self, keys: Container[str]) -> bool:
+        return self.workload in keys or (self.legacy is not None and self.legacy in keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,9 +260,10 @@ def protocol_of(pod: Pod, policy: RotationPolicy) -> Protocol | Cause | None:
             own = _annotation_int(pod, ANNOTATION_SETTLE)
             settle = own if isinstance(own, int) else 0
         max_wait = rule.max_wait_seconds if rule.max_wait_seconds is not None else DEFAULT_MAX_WAIT_SECONDS
+        legacy = f"{source} in namespace {pod.namespace}"
         if rule.scope == "namespace":
-            return Protocol(rule.mode, f"{source} in namespace {pod.namespace}", source, settle or 0, max_wait)
-        return Protocol(rule.mode, workload_of(pod), source, settle or 0, max_wait, per_owner=True)
+            return Protocol(rule.mode, legacy, source, settle or 0, max_wait)
+        return Protocol(rule.mode, workload_of(pod), source, settle or 0, max_wait, per_owner=True, legacy=legacy)
     mode = pod.annotations.get(ANNOTATION_ROTATION)
     if mode is None:
         return None

@@ -388,7 +388,8 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
         begins = schedule.start_of(fit.segment.pools, in_pools)
         surge_first = policy.strategy == "surge" or fit.planned_surge  # its new nodes boot before the drain
         # Its wait-for-completion pods run on while its new nodes boot: the drain waits only for what is left then.
-        wait = max(0, int(until - now) - begins - (draft.boot if surge_first else 0)) if until is not None else 0
+        drains = schedule.drains_from(fit.segment.pools, begins, draft.boot if surge_first else 0)
+        wait = max(0, int(until - now) - drains) if until is not None else 0
         index = len(waves) + 1
         drain = max(draft.drain, held_drain_seconds(fit, limits, draft.budget_grace, draft.after_gone, draft.start))
         start = limits.pod_start_seconds if fit.homeless else 0

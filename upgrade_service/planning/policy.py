@@ -108,7 +108,8 @@ class RotationPolicy(_Value):
     """Pool -> image; only these pools rotate. Left out: every pool rotates onto what its auto scaling group's launch
     template boots now (a plan from a snapshot needs targets)."""
     pool_order: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-    """Pool -> the pools that must be fully done first (a DAG; a cycle is refused)."""
+    """Pool -> the pools that must be done first: every node replaced and its pods back (their one-at-a-time
+    workloads may still be settling, which holds only those workloads' next pods). A DAG; a cycle is refused."""
     strategy: Literal["replace", "surge"] = "surge"
     """``surge``: new nodes boot before old ones drain (as GKE and EKS managed node groups do); ``replace``: old
     nodes go first, under ``minZoneCapacityPercent``."""

@@ -69,14 +69,21 @@ class Schedule:
             self.proven.add(self.open.pop(0).pools)
         self.proven.update(s.pools for s in self.open if s.back <= self.now)
         while self.open and not (self.overlap and self._admits(key, nodes)):
-            oldest = self.open[0]
-            if oldest.back > self.now:  # its pods back first: that may be all the next wave needs
-                self.now = oldest.back
-                self.proven.add(oldest.pools)
+            coming = next((s for s in self.open if s.back > self.now), None)
+            if coming is not None:  # the open waves' pods back first: that may be all the next wave needs
+                self.now = coming.back
+                self.proven.update(s.pools for s in self.open if s.back <= self.now)
                 continue
-            self.open.pop(0)
+            oldest = self.open.pop(0)
             self.now = max(self.now, oldest.end)
         return self.now
+
+    def drains_from(self, pools: Iterable[str], start: int, boot: int) -> int:
+        """When a wave starting at ``start`` may drain: once its surge nodes have booted (``boot`` seconds), from its
+        start or, raised ahead under surge by the wave before (proven, of the same pools), from that wave's start."""
+        key = frozenset(pools)
+        ahead = self.overlap and self.surge and self.last is not None and self.last.proven and self.last.pools == key
+        return max(start, (self.last.start if ahead and self.last is not None else start) + boot)
 
     def add(self, pools: Iterable[str], nodes: Counter[str], boot: int, head: int, tail: int, out: int,
             steps: Mapping[str, int], settle: int = 0) -> Span:
@@ -88,9 +95,7 @@ class Schedule:
         same pools, raised this one's nodes: they boot from its start."""
         start = self.start_of(pools, nodes)
         key = frozenset(pools)
-        ahead = self.overlap and self.surge and self.last is not None and self.last.proven and self.last.pools == key
-        booted = (self.last.start if ahead and self.last is not None else start) + boot
-        head_end = max(start, booted) + head
+        head_end = self.drains_from(key, start, boot) + head
         for s in self.open:  # its pod of a workload an open wave moved goes once that one is back and has settled
             head_end = max([head_end, *(s.chains[w] for w in steps if w in s.chains)])
         span = Span(key, nodes, start, head_end, head_end + out, head_end + tail, head_end + tail - min(settle, tail),

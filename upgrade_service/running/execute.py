@@ -15,8 +15,8 @@
 5. wait until the replacements are Ready, the evicted pods' workloads are Ready again, and for the one-at-a-time
    workloads' settle time.
 
-Steps 1 to 4 are a wave's head, step 5 its tail: the next wave's head may run while earlier waves are in their tails,
-when every limit holds at that instant (``upgrade_service.running.overlap``); else the oldest open wave finishes first.
+Steps 1 to 4 are a wave's head, step 5 its tail: the next wave's head may run beside earlier waves' tails when every
+limit holds at that instant (``upgrade_service.running.overlap``); else the open waves' pods come back, or one ends.
 
 Every side effect is journalled before and after (``upgrade_service.journal.rotation``); a run killed at any moment and
 started again folds the journal, settles the side effects it never confirmed by looking at the world (an instance is
@@ -68,7 +68,7 @@ from upgrade_service.planning.policy import RotationPolicy
 from upgrade_service.planning.targets import resolve as resolve_targets
 from upgrade_service.running.abort import put_back
 from upgrade_service.running.gate import Question, ask
-from upgrade_service.running.overlap import carried, out_of_service, why_wait
+from upgrade_service.running.overlap import carried, out_of_service, settling_from, why_wait
 from upgrade_service.running.pacing import MutationPacer
 from upgrade_service.running.pods_back import ApiBack, BudgetsBack, WorkloadsBack
 from upgrade_service.running.replacement import NodeReplacer
@@ -340,10 +340,9 @@ class Executor:
                         break
                 why = self._why_wait(waves[0], read)
                 if why is not None:
-                    coming = next((w for w in self.state.open_waves if not w.back), None)  # pods back may do
-                    oldest = coming or self.state.open_waves[0]
-                    self._show("overlap", f"waiting for wave {oldest.number}'s {'pods' if coming else 'end'}: {why}")
-                    self._tail(oldest, settle=coming is None)
+                    oldest = next((w for w in self.state.open_waves if not w.back), self.state.open_waves[0])  # pods back may do
+                    self._show("overlap", f"waiting for wave {oldest.number}'s {'end' if oldest.back else 'pods'}: {why}")
+                    self._tail(oldest, settle=oldest.back)
                     read = None
                     continue
                 if self.options.max_waves is not None and self._started >= self.options.max_waves:
@@ -579,8 +578,8 @@ class Executor:
 
     def _tail(self, wave: WaveState, wait: bool = True, settle: bool = True) -> bool:
         """Its replacements, then its evicted pods, then its settle time: what the next wave's head may overlap. Without
-        ``wait``, only what is done already is recorded: False when something is still to come (or, without
-        ``settle``, while its settle time runs)."""
+        ``wait``, only what is done already is recorded: False when something is still to come, or without ``settle``
+        its settle time."""
         number = wave.number
         patience = None if wait else 0.0
         info = wave.started
@@ -604,8 +603,7 @@ class Executor:
         if lingering and not wait:
             return False
         if j.PODS_READY not in wave.phases:
-            # A workload with pods still on a node that failed to drain cannot be whole while that node is
-            # held: the failure is what gets reported, not the workload.
+            # A workload with pods still on a node that failed to drain cannot be whole while that node is held.
             held = set()
             for name in wave.failed:
                 held |= {p.owner.uid for p in self.pods_watch.pods_on(name) if p.owner is not None}
@@ -615,6 +613,8 @@ class Executor:
             if late:
                 raise Halt("pods-not-ready", f"wave {number}: evicted pods were not Ready again within "
                            f"podReadyTimeoutSeconds {self.policy.pod_ready_timeout_seconds}: {late}")
+            for record in settling_from(wave, self.clock.now()):  # what its drain left on the way back settles now
+                self.journal.append(record)
             self.journal.append(Phase(number, j.PODS_READY))
         drained_at = wave.phases.get(j.DRAIN_DONE)
         if j.SETTLED not in wave.phases:

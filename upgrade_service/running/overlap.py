@@ -27,6 +27,7 @@ from typing import Any
 
 from platformctl.kernel.cluster.model import Node
 from platformctl.kernel.nodegroups import GroupState
+from upgrade_service.journal.records import Settling
 from upgrade_service.journal.rotation import RunState, WaveState
 from upgrade_service.planning.plan import Wave
 from upgrade_service.planning.policy import RotationPolicy
@@ -39,6 +40,13 @@ class Carried:
 
     in_flight: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     settling: dict[str, float] = field(default_factory=dict)
+
+
+def settling_from(wave: WaveState, now: float) -> list[Settling]:
+    """Once ``wave``'s pods are back: the one-at-a-time workloads its drain left on their way back settle from now (a
+    workload a drain saw back has its own record; one it left would otherwise settle from the drain's end)."""
+    return [Settling(wave.number, workload, now + float(evicted.get("settle") or 0))
+            for workload, evicted in wave.in_flight.items()]
 
 
 def carried(waves: Iterable[WaveState]) -> Carried:
@@ -111,7 +119,7 @@ def why_wait(wave: Wave, state: RunState, out: OutOfService, policy: RotationPol
     if other is not None:
         return f"wave {other.number} of other pools ({', '.join(other.started.pools)}) is still open"
     if working and not state.proven(pools):
-        return f"no wave of pools {', '.join(sorted(pools))} has finished yet: the first proves the image"
+        return f"no wave of pools {', '.join(sorted(pools))} has come through yet: the first proves the image"
     if out.total + len(wave.nodes) > policy.max_in_flight:
         return f"maxInFlight {policy.max_in_flight}: {out.total} node(s) out of service and {len(wave.nodes)} in the wave"
     names = set(wave.nodes)

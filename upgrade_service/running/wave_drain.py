@@ -138,6 +138,7 @@ class WaveDrain:
         self.backoff: dict[str, tuple[float, float]] = {}  # pod uid -> (retry at, last delay)
         self.in_flight: dict[str, _InFlight] = {}  # one-at-a-time workload -> its pod on the way out
         self.settling: dict[str, float] = {}  # one-at-a-time workload -> when its last moved pod has settled
+        self._away_at: dict[str, float] = {}  # one-at-a-time workload -> when this drain last saw it incomplete
         self.skip_wait_for_delete = skip_wait_for_delete
         self.on_drained = on_drained
         self.on_stuck = on_stuck
@@ -177,7 +178,7 @@ class WaveDrain:
         out = []
         for pod in pods:
             protocol = self._protocol(pod)
-            if protocol is not None and protocol.workload == workload and not pod.is_finished:
+            if protocol is not None and protocol.held_by((workload,)) and not pod.is_finished:
                 out.append(pod)
         return out
 
@@ -188,13 +189,16 @@ class WaveDrain:
 
     def _recovered(self, workload: str) -> bool:
         flight = self.in_flight[workload]
+        now = self.clock.now()
         if self.pods is not None:
             found = self.pods.get((flight.namespace, flight.name))
             if found is not None and found.uid == flight.uid:
+                self._away_at[workload] = now
                 return False  # still terminating
         else:
             try:
                 if self.cluster.get_pod(flight.namespace, flight.name).uid == flight.uid:
+                    self._away_at[workload] = now
                     return False
             except NotFoundError:
                 pass
@@ -204,14 +208,14 @@ class WaveDrain:
             del self.in_flight[workload]
             # Its settle time runs from when it was whole again (its pods' latest Ready transition, whole seconds as
             # the API writes it: one more), not from when this drain looked: a drain that starts after a boot finds
-            # it back long since.
-            now = self.clock.now()
+            # it back long since. Never from before this drain last saw it incomplete (a kubelet's clock may lag).
             back = max((p.ready_at for p in pods if p.ready_at is not None and not p.terminating), default=now)
-            until = min(back + 1.0, now) + flight.settle_seconds
+            until = max(min(back + 1.0, now), self._away_at.pop(workload, 0.0)) + flight.settle_seconds
             self.settling[workload] = until
             # Journalled: a run killed now and started again still waits out the settle time.
             self.journal.write(Settling.KIND, **Settling(self.wave, workload, until).to_record())
             return True
+        self._away_at[workload] = now
         return False
 
     # ---------------------------------------------------------------- the loop
@@ -382,10 +386,10 @@ class WaveDrain:
                     self._next_due = min(self._next_due, started + protocol.max_wait_seconds)
                     continue
             if protocol is not None and protocol.mode == "one-at-a-time":
-                if protocol.workload in self.in_flight or protocol.workload in taken:
+                if protocol.held_by(self.in_flight) or protocol.workload in taken:
                     status.waiting_other[f"one-at-a-time {protocol.workload}"] += 1
                     continue
-                if self.settling.get(protocol.workload, 0.0) > now:
+                if protocol.held_by({w for w, until in self.settling.items() if until > now}):
                     status.waiting_other[f"one-at-a-time {protocol.workload} settling"] += 1
                     continue
             found = covering[pod.key]

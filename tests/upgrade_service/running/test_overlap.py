@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from platformctl.emulator import simulator as sim_events
+from platformctl.emulator.invariants import one_at_a_time_breaches
 from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, harm, new_image, overlapping_waves, rotate, service
@@ -143,6 +144,7 @@ def test_a_wave_whose_pods_are_back_and_only_settle_holds_nothing_but_its_own_wo
     sim.run_until_settled()
     new_image(sim)
     general = {n.name for n in sim.list_nodes() if n.labels["eks.amazonaws.com/nodegroup"] == "general"}
+    before = sim.list_pods()
     outcome = rotate(sim, tmp_path, {"maxInFlight": 2, "poolOrder": {"general": ["system"]}})
     assert outcome.status == "done" and harm(sim) == NO_HARM
     first_general = min(e.time for e in sim.events if e.kind == sim_events.NODE_CORDONED and e.name in general)
@@ -152,4 +154,5 @@ def test_a_wave_whose_pods_are_back_and_only_settle_holds_nothing_but_its_own_wo
     assert len(evicted) == 2 and evicted[1] >= min(e.time for e in kv if e.kind == sim_events.POD_READY
                                                    and e.time > evicted[0]) + 900  # the store settled between moves
     assert back <= first_general < back + 120  # poolOrder held; the settle did not hold general
+    assert one_at_a_time_breaches(sim.events, before, lambda p: 900.0 if p.name.startswith("kv-") else None) == []
     assert sim.now() <= back + 900 + 30  # the run ended once the store's last move had settled

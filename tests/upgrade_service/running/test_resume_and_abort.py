@@ -59,6 +59,27 @@ def test_a_resumed_run_keeps_a_one_at_a_time_workloads_settle_time(tmp_path: Pat
     assert next_eviction >= back + SETTLE, f"the second pod went {next_eviction - back:.0f} s after the first was back"
 
 
+@pytest.mark.parametrize("killed_at", ["call:evict", "drained", "phase:drain-done"])
+def test_a_run_journalled_when_a_rule_held_its_namespace_resumed_by_one_that_holds_each_controller_keeps_the_settle(
+        tmp_path: Path, killed_at: str) -> None:
+    # A run journals its one-at-a-time workloads by key: a rule's used to be the rule in the namespace, and a run
+    # killed then and resumed by a platformctl that keys each controller on its own must still hold the next pod.
+    sim = kv_cluster()
+    rule = {"selector": {"matchLabels": {"app": "kv"}}, "mode": "one-at-a-time", "settleSeconds": SETTLE}
+    with failpoints.killed_at(killed_at), pytest.raises(failpoints.Killed):
+        executor(sim, tmp_path, {"maxInFlight": 1, "workloadRules": [{**rule, "scope": "namespace"}]}).run()
+    journalled = j.read_state(SQLiteStore(tmp_path / "state.db"), "test")
+    assert {w for wave in journalled.waves.values() for w in (*wave.in_flight, *wave.settling)} <= \
+        {"workloadRules[0] in namespace app"}
+    sim.advance(60)
+    outcome = executor(sim, tmp_path, {"maxInFlight": 1, "workloadRules": [rule]}).run()
+    assert outcome.status == "done" and harm(sim) == NO_HARM
+    pairs = evictions_settled(sim)
+    assert len(pairs) == 1
+    back, next_eviction = pairs[0]
+    assert next_eviction >= back + SETTLE, f"the second pod went {next_eviction - back:.0f} s after the first was back"
+
+
 def test_abort_after_a_kill_between_a_cordon_and_its_record_leaves_no_node_cordoned(tmp_path: Path) -> None:
     sim = cluster({"general": 4})
     service(sim, "web", 8, min_available=6)

@@ -86,18 +86,19 @@ class Schedule:
         return max(start, (self.last.start if ahead and self.last is not None else start) + boot)
 
     def add(self, pools: Iterable[str], nodes: Counter[str], boot: int, head: int, tail: int, out: int,
-            steps: Mapping[str, int], settle: int = 0) -> Span:
+            steps: Mapping[str, int], settle: int = 0, tails: Mapping[str, int] | None = None) -> Span:
         """Schedule the next wave (it starts when ``start_of`` says): ``boot`` seconds for its surge nodes, then ``head``
         until drained and terminated, ``tail`` more until it ends, the last ``settle`` of it settling; its nodes out
         of service ``out`` seconds past its head (its replacements' boot); each one-at-a-time workload it moves (-> its
         step: its successor's start, the grace first when a StatefulSet makes it only once the pod is gone, and its
-        settle time) lets its next pod leave a step past its head. Under surge, the wave before, if proven and of the
+        settle time) lets its next pod leave a step past its head, and its own pods of it leave over ``tails`` (-> from
+        its first leaving until its last is gone) once an open wave's move of it lets them. Under surge, the wave before, if proven and of the
         same pools, raised this one's nodes: they boot from its start."""
         start = self.start_of(pools, nodes)
         key = frozenset(pools)
         head_end = self.drains_from(key, start, boot) + head
         for s in self.open:  # its pod of a workload an open wave moved goes once that one is back and has settled
-            head_end = max([head_end, *(s.chains[w] for w in steps if w in s.chains)])
+            head_end = max([head_end, *(s.chains[w] + (tails or {}).get(w, 0) for w in steps if w in s.chains)])
         span = Span(key, nodes, start, head_end, head_end + out, head_end + tail, head_end + tail - min(settle, tail),
                     {w: head_end + step for w, step in steps.items()}, key in self.proven)
         self.open.append(span)

@@ -68,7 +68,7 @@ from upgrade_service.planning.policy import RotationPolicy
 from upgrade_service.planning.targets import resolve as resolve_targets
 from upgrade_service.running.abort import put_back
 from upgrade_service.running.gate import Question, ask
-from upgrade_service.running.overlap import carried, out_of_service, settling_from, why_wait
+from upgrade_service.running.overlap import carried, out_of_service, why_wait
 from upgrade_service.running.pacing import MutationPacer
 from upgrade_service.running.pods_back import ApiBack, BudgetsBack, WorkloadsBack
 from upgrade_service.running.replacement import NodeReplacer
@@ -613,8 +613,6 @@ class Executor:
             if late:
                 raise Halt("pods-not-ready", f"wave {number}: evicted pods were not Ready again within "
                            f"podReadyTimeoutSeconds {self.policy.pod_ready_timeout_seconds}: {late}")
-            for record in settling_from(wave, self.clock.now()):  # what its drain left on the way back settles now
-                self.journal.append(record)
             self.journal.append(Phase(number, j.PODS_READY))
         drained_at = wave.phases.get(j.DRAIN_DONE)
         if j.SETTLED not in wave.phases:

@@ -27,7 +27,6 @@ from typing import Any
 
 from platformctl.kernel.cluster.model import Node
 from platformctl.kernel.nodegroups import GroupState
-from upgrade_service.journal.records import Settling
 from upgrade_service.journal.rotation import RunState, WaveState
 from upgrade_service.planning.plan import Wave
 from upgrade_service.planning.policy import RotationPolicy
@@ -40,13 +39,6 @@ class Carried:
 
     in_flight: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     settling: dict[str, float] = field(default_factory=dict)
-
-
-def settling_from(wave: WaveState, now: float) -> list[Settling]:
-    """Once ``wave``'s pods are back: the one-at-a-time workloads its drain left on their way back settle from now (a
-    workload a drain saw back has its own record; one it left would otherwise settle from the drain's end)."""
-    return [Settling(wave.number, workload, now + float(evicted.get("settle") or 0))
-            for workload, evicted in wave.in_flight.items()]
 
 
 def carried(waves: Iterable[WaveState]) -> Carried:

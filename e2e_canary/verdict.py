@@ -152,7 +152,7 @@ def stage_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, bas
 
 
 def rotation_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, cluster: str, targets: Mapping[str, str],
-                     present: Collection[str], config: JudgeConfig | None = None) -> dict[str, Any]:
+                     present: Collection[str], config: JudgeConfig | None = None, min_results: int = 0) -> dict[str, Any]:
     """The canary health gate of one cluster's rotation, before its next wave: may more nodes boot the target images?
 
     ``rows``: the cluster's canary results; ``targets``: pool -> the image the rotation moves it onto;
@@ -160,7 +160,8 @@ def rotation_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, 
     judged, its node-pool arm against every other image's (the ones it replaces, side by side in the same
     pools), over the window. Before any node boots one (the first wave), the stage's canaries are checked
     against their failure budget instead. No results, or a target image on nodes with none of its own yet,
-    is ``inconclusive``: a gate that cannot tell does not let a wave through.
+    is ``inconclusive``: a gate that cannot tell does not let a wave through. With ``min_results`` (first light), a
+    target image with fewer results than that in any pool it targets is ``inconclusive`` unless they fail it already.
     """
     current = [r for r in rows if now - window <= float(r["at"]) <= now]
     span = f"the last {human_duration(window)}"
@@ -190,6 +191,11 @@ def rotation_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, 
             continue
         arms[image] = judge_canaries(old, mine, config, IMAGE_ARMS)
         arms[image]["results"] = len(mine)
+        short = [f"pool {pool}: {n}" for pool, target in sorted(targets.items()) if target == image
+                 and (n := sum(1 for r in mine if r.get("pool") == pool)) < min_results]
+        if short and arms[image]["verdict"] == "pass":  # first light: each pool's node judged on its own results
+            arms[image].update(verdict="inconclusive", reason=f"fewer canary results of {image} in {span} than the "
+                               f"{min_results} a pool's first light needs ({', '.join(short)})")
     worst_image, worst = max(arms.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
     if worst["verdict"] == "pass":
         reason = f"{', '.join(tried)} pass against the images they replace ({len(old)} results of those in {span})"
@@ -207,7 +213,8 @@ def canary_gate(store: Any, window: float, config: JudgeConfig | None = None) ->
         stages = [question.stage] if question.stage else sorted({s.stage for s in streams_of(store)
                                                                   if s.cluster == question.cluster})
         rows = [r for stage in stages for r in results(store, stage, since, question.now, cluster=question.cluster)]
-        return rotation_verdict(rows, question.now, window, question.cluster, question.targets, question.present, config)
+        return rotation_verdict(rows, question.now, window, question.cluster, question.targets, question.present, config,
+                                getattr(question, "min_results", 0))
 
     return ask
 

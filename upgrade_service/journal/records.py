@@ -29,6 +29,8 @@ ABORTED = "aborted"
 CONTROL = "control"
 GATE = "gate"  # the health gate's answer before a wave (written when it changes)
 WAITING = "waiting"  # nodes held by budgets whose pods are on their way back (written when what they wait for changes)
+FIRST_LIGHT = "first-light"  # before wave 1: one node per pool on the new image, for the canaries only
+FIRST_LIGHT_JUDGED = "first-light-judged"  # what the gate said of it, and what became of its nodes
 
 R = TypeVar("R", bound="JournalRecord")
 
@@ -280,3 +282,28 @@ class Waiting(JournalRecord):
     nodes: tuple[str, ...] = ()
     reason: str = ""
     gives_up_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class FirstLightStarted(JournalRecord):
+    """The first-light step began: the pools it lights, each one's group and new image, and each group's instances
+    before it (an instance not among them is the first-light node). A pool in ``skipped`` gets none, and says why."""
+
+    KIND: ClassVar[str] = FIRST_LIGHT
+    pools: Mapping[str, str] = field(default_factory=dict)  # pool -> the group its first-light node boots in
+    images: Mapping[str, str] = field(default_factory=dict)  # pool -> the new image
+    before: Mapping[str, list[str]] = field(default_factory=dict)  # group -> its instances before
+    skipped: Mapping[str, str] = field(default_factory=dict)  # pool -> why it gets no first-light node
+
+
+@dataclass(frozen=True)
+class FirstLightJudged(JournalRecord):
+    """The gate's judgement of the first-light nodes: ``pass`` (they joined their pools) or ``fail`` (the run halts and
+    they are terminated), with the gate's reason, the nodes (pool -> node) and the instances that booted the images."""
+
+    KIND: ClassVar[str] = FIRST_LIGHT_JUDGED
+    verdict: str = ""
+    reason: str = ""
+    nodes: Mapping[str, str] = field(default_factory=dict)
+    instances: Mapping[str, str] = field(default_factory=dict)  # pool -> instance
+    seconds: float = 0.0  # from the first-light nodes Ready to the judgement

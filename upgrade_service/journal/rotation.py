@@ -38,6 +38,8 @@ from upgrade_service.journal.records import (
     Control,
     Drained,
     Finished,
+    FirstLightJudged,
+    FirstLightStarted,
     Gate,
     Halted,
     JournalRecord,
@@ -101,6 +103,27 @@ class WaveState:
         return bool(self.started.decrement.get(node)) or node in self.extra_surge
 
 
+FIRST_LIGHT_KEY = "platformctl.io/first-light"  # the taint that keeps every pod but the canaries' off a first-light node
+
+
+@dataclass
+class FirstLightState:
+    """The open run's first-light step as the journal tells it."""
+
+    started: FirstLightStarted
+    surged: set[str] = field(default_factory=set)  # groups whose capacity it raised (confirmed)
+    nodes: dict[str, str] = field(default_factory=dict)  # pool -> its first-light node, once tainted
+    instances: dict[str, str] = field(default_factory=dict)  # pool -> its first-light node's instance
+    terminated: set[str] = field(default_factory=set)  # first-light instances terminated
+    asked_at: float | None = None  # when the gate was first asked about it
+    judged: FirstLightJudged | None = None
+    halted: bool = False  # the run halted on its judgement (a run continued after that lights again)
+
+    @property
+    def passed(self) -> bool:
+        return self.judged is not None and self.judged.verdict == "pass"
+
+
 @dataclass
 class RunState:
     """The cluster's rotation history folded into what matters now."""
@@ -130,6 +153,7 @@ class RunState:
     holder: str | None = None
     gate_asked: dict[int, float] = field(default_factory=dict)  # wave -> when the health gate was first asked for it
     waiting: Waiting | None = None  # nodes the run waits for (budgets whose pods come back), until a wave starts
+    first_light: FirstLightState | None = None  # the open run's first-light step, the latest if it ran again
 
     @property
     def open(self) -> bool:
@@ -206,7 +230,7 @@ def apply(state: RunState, record: Record) -> None:
 
 _KINDS: dict[str, type[JournalRecord]] = {c.KIND: c for c in (
     RunContinued, PlanRecord, PhaseRecord, Drained, Settling, NodeFailed, WaveFinished, Gate, Halted, Paused, Finished,
-    AbortedRecord, Waiting)}
+    AbortedRecord, Waiting, FirstLightStarted, FirstLightJudged)}
 
 
 def _applied(state: RunState, r: JournalRecord) -> None:
@@ -234,10 +258,18 @@ def _applied(state: RunState, r: JournalRecord) -> None:
         wave.finished = r
     elif isinstance(r, Gate):
         state.gate_asked.setdefault(int(r.wave), float(r.at))
+        if int(r.wave) == 0 and state.first_light is not None and state.first_light.asked_at is None:
+            state.first_light.asked_at = float(r.at)
     elif isinstance(r, Waiting):
         state.waiting = r
+    elif isinstance(r, FirstLightStarted):
+        state.first_light = FirstLightState(r)
+    elif isinstance(r, FirstLightJudged) and state.first_light is not None:
+        state.first_light.judged = r
     elif isinstance(r, Halted):
         state.halted = r
+        if state.first_light is not None and state.first_light.judged is not None and r.reason.startswith("first-light"):
+            state.first_light.halted = True
     elif isinstance(r, Finished | AbortedRecord):
         state.ended = r
         state.abort = None
@@ -248,6 +280,19 @@ def _confirmed(state: RunState, intent: Mapping[str, Any], d: Mapping[str, Any])
     """What a confirmed intent changed: the nodes held, the groups' capacity, the instances terminated, the evictions."""
     op, wave = intent["op"], state.waves.get(intent.get("wave", -1))
     node = str(intent.get("node"))  # every cordon, taint and their undoing names its node
+    lit = state.first_light if intent.get("first_light") else None
+    if lit is not None:  # the first-light step's own: its taint is not the outdated nodes' (put back by its judgement)
+        if op == "taint":
+            lit.nodes[str(intent["first_light"])] = node
+            if intent.get("instance"):
+                lit.instances[str(intent["first_light"])] = str(intent["instance"])
+            return
+        if op == "untaint":
+            return
+        if op == "set-desired":
+            lit.surged.add(intent["group"])
+        elif op == "terminate":
+            lit.terminated.add(intent["instance"])
     if op == "cordon":
         state.cordoned.add(node)
         if wave is not None:

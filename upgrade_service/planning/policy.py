@@ -85,6 +85,26 @@ class CanaryGate(_Value):
         return parse_duration(value)
 
 
+class FirstLight(_Value):
+    """Before a rotation's first wave, one node of each pool on the new image, tainted so that only the canaries'
+    pods land on it, judged by the health gate before any workload moves."""
+
+    pools: Literal["all"] | tuple[str, ...] = "all"
+    """The pools that get a first-light node: ``all`` (every pool whose image changes) or a list of pool names."""
+    min_results: Annotated[int, Field(ge=1)] = 10
+    """Canary results of the new image a pool's first-light node must hold before the gate's pass counts."""
+    timeout: Annotated[int, Field(ge=60)] = 1800
+    """Seconds (``30m``) from the first-light nodes Ready until an inconclusive judgement halts the run."""
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> int:
+        return parse_duration(value)
+
+    def names(self, pool: str) -> bool:
+        return self.pools == "all" or pool in self.pools
+
+
 class HealthGate(_Value):
     """What the executor asks before every wave: the canary verdict (``canary: {window: 30m}``), or a command or
     a URL that answers JSON ``{"verdict": "pass" | "fail" | "inconclusive", "reason": "..."}``."""
@@ -151,6 +171,10 @@ class RotationPolicy(_Value):
     """Asked before every wave: exactly one of ``canary``, ``command`` or ``url``."""
     gate_timeout_seconds: Annotated[int, Field(ge=0)] = 900
     """How long an inconclusive gate is waited for before the run halts."""
+    first_light: FirstLight | None = None
+    """Before wave 1: one node per pool on its new image, only the canaries' pods on it, until the health gate
+    judges the image (``pass``: it joins its pool and wave 1 starts; ``fail``: it is terminated and the run halts).
+    Needs ``healthGate``. Left out: no first light."""
 
     # Set by ``load_policy``: where the policy came from, and its rules' selectors, parsed.
     source: str = Field(default="policy", exclude=True)
@@ -236,6 +260,12 @@ def parse_policy(document: Any, source: str) -> RotationPolicy:
     gate = policy.health_gate
     if gate is not None and sum(x is not None for x in (gate.canary, gate.command, gate.url)) != 1:
         raise fail("healthGate", "give exactly one of canary ({window: 30m}), command (a list: program and arguments) or url")
+    if policy.first_light is not None and gate is None:
+        raise fail("firstLight", "first light is judged by the health gate: give healthGate too (canary: {window: 30m})")
+    if policy.first_light is not None and policy.first_light.pools != "all" and rotating is not None:
+        for pool in policy.first_light.pools:
+            if pool not in rotating:
+                raise fail("firstLight.pools", f"pool {pool!r} is not one this policy rotates (targets: {', '.join(rotating)})")
     return policy.model_copy(update={"source": source, "selectors": selectors})
 
 

@@ -1,5 +1,6 @@
 """Putting back what a rotation holds: settle every side effect a dead run left unconfirmed by looking at the world,
-then uncordon and untaint every node the run still holds, journalled. The executor does it when it is aborted, and
+then terminate a first-light node its judgement has not let in and uncordon and untaint every node the run still holds,
+journalled. The executor does it when it is aborted, and
 ``rotate abort`` (``upgrade_service.running.runs.abort_cluster``) when the run that held them is gone."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from platformctl.kernel.errors import NotFoundError
 from platformctl.kernel.nodegroups import NodeGroups
 from upgrade_service.journal.intents import settle_eviction, settle_with_groups
 from upgrade_service.journal.records import AbortedRecord, Control
-from upgrade_service.journal.rotation import Journal
+from upgrade_service.journal.rotation import FIRST_LIGHT_KEY, Journal
+from upgrade_service.running.first_light import first_light_instances
 from upgrade_service.running.run_types import TAINT
 
 
@@ -33,7 +35,8 @@ def settle_everything(journal: Journal, cluster: Cluster, groups: NodeGroups | N
             except NotFoundError:
                 journal.done(key, ok=False, recovered=True, result="node gone")
                 continue
-            tainted = any(t.key == TAINT.key for t in found.taints)
+            taint = FIRST_LIGHT_KEY if intent.get("first_light") else TAINT.key
+            tainted = any(t.key == taint for t in found.taints)
             happened = {"cordon": found.unschedulable, "uncordon": not found.unschedulable, "taint": tainted,
                         "untaint": not tainted}[op]
             journal.done(key, ok=happened, recovered=True,
@@ -49,6 +52,14 @@ def put_back(journal: Journal, cluster: Cluster, groups: NodeGroups | None = Non
     instance goes, and it may pick a node with pods on it."""
     settle_everything(journal, cluster, groups)
     state = journal.refresh()
+    lit = state.first_light
+    if lit is not None and not lit.passed and groups is not None:  # a first-light node its judgement has not let in
+        for pool, group, instance in first_light_instances(lit, groups):
+            key = journal.intent("terminate", node=lit.nodes.get(pool), instance=instance, group=group, decrement=True,
+                                 first_light=pool)
+            groups.terminate(instance, True)
+            journal.done(key)
+        state = journal.refresh()
     request = state.abort or Control("abort", None)
     undoings: tuple[tuple[str, set[str], Callable[[str], Any]], ...] = (
         ("uncordon", state.cordoned, lambda n: cluster.cordon(n, False)),

@@ -29,17 +29,15 @@ come back, or when the gate says stop; it paces instead of failing when the next
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from platformctl.kernel.clock import past
 from platformctl.kernel.cluster.drain import drain_blocks_on
 from platformctl.kernel.cluster.informer import Informer, InformerStats
-from platformctl.kernel.cluster.model import Node, Pod, Snapshot
+from platformctl.kernel.cluster.model import Node, Snapshot
 from platformctl.kernel.errors import ApiRefused, NotFoundError, PlatformError
-from platformctl.kernel.nodegroups import GroupState, NodeGroupError
+from platformctl.kernel.nodegroups import NodeGroupError
 from platformctl.kernel.state import LeaseLost, StateStore
 from platformctl.kernel.state.lease import LeaseKeeper
 from upgrade_service.journal import rotation as j
@@ -67,6 +65,7 @@ from upgrade_service.planning.plan import RotationPlan, Wave, plan_cluster
 from upgrade_service.planning.policy import RotationPolicy
 from upgrade_service.planning.targets import resolve as resolve_targets
 from upgrade_service.running.abort import put_back
+from upgrade_service.running.first_light import FirstLight
 from upgrade_service.running.gate import Question, ask
 from upgrade_service.running.overlap import carried, out_of_service, why_wait
 from upgrade_service.running.pacing import MutationPacer
@@ -80,6 +79,7 @@ from upgrade_service.running.run_types import (
     EXIT_PAUSED,
     TAINT,
     Aborted,
+    ClusterRead,
     Halt,
     Interrupted,
     Options,
@@ -91,21 +91,6 @@ from upgrade_service.running.unstick import Unstick
 from upgrade_service.running.wave_drain import DrainStatus, WaveDrain
 
 SCALABLE = ("ReplicaSet", "StatefulSet")
-
-
-@dataclass
-class ClusterRead:
-    """The cluster as read for one turn, with each node's instance and group."""
-
-    nodes: list[Node]
-    pods: list[Pod]
-    snapshot: Snapshot
-    targets: dict[str, str]
-    group_of: dict[str, str]  # node -> auto scaling group
-    unmanaged: list[str]  # outdated nodes no group owns: cannot be replaced
-    warnings: list[str]
-    outdated: set[str]  # nodes not on their pool's target that a group owns: what the plan must cover
-    described: dict[str, GroupState] = field(default_factory=dict)  # the groups, as read this turn
 
 
 class Executor:
@@ -138,6 +123,8 @@ class Executor:
                                      poll_seconds=options.poll_seconds, nodes=self.nodes_watch)
         self.unstick = Unstick(self.replacer, self.groups, self.nodes_watch, policy.node_ready_timeout_seconds,
                                lambda message: self._show("drain", message))
+        self.first_light = FirstLight(target.name, self.cluster, self.groups, self.journal, self.replacer, policy, options,
+                                      self.nodes_watch, self._show)
         self.budgets_back = BudgetsBack(self.pods_watch, self.pdbs_watch, self.replacer, self.journal, options.poll_seconds,
                                         policy.stuck_seconds, policy.durations.pod_start_seconds,
                                         lambda message: self._show("waiting", message))
@@ -167,14 +154,7 @@ class Executor:
         if state.abort is not None:
             raise Aborted()
 
-    def _op(self, op: str, action: Callable[[], Any], **args: Any) -> Any:
-        """One side effect, journalled before and after."""
-        return self.replacer.op(op, action, **args)
-
     # ---------------------------------------------------------------- reading the cluster
-
-    def _groups_of(self, nodes: Sequence[Node]) -> dict[str, str]:
-        return self.replacer.groups_of(nodes)
 
     def read(self, first: bool = False) -> ClusterRead:
         """The cluster for planning: the nodes this run still has to deal with, and what each pool should run."""
@@ -188,7 +168,7 @@ class Executor:
         pods = self.pods_watch.items()
         self.pdbs_watch.sync()
         pdbs = self.pdbs_watch.items()
-        group_of = self._groups_of(nodes)
+        group_of = self.replacer.groups_of(nodes)
         described = {g: self.groups.describe(g) for g in sorted(set(group_of.values()))}
         images = {g: d.image for g, d in described.items()}
         resolved = resolve_targets(policy, nodes, group_of, images)
@@ -334,6 +314,10 @@ class Executor:
                         self._tail(self.state.open_waves[0])  # what the open waves bring back may be what the rest needs
                     read = None
                     continue
+                if self.first_light.due(read):  # before wave 1: the new images on one node a pool, judged
+                    self.first_light.run(read)
+                    read = None
+                    continue
                 self.view.waves = len(self.state.waves) + len(waves)
                 for open_wave in self.state.open_waves:  # a wave whose tail is over ends now, not when it is needed
                     if j.TERMINATED not in open_wave.phases or not self._tail(open_wave, wait=False):
@@ -407,7 +391,7 @@ class Executor:
             if TAINT in node.taints:
                 continue
             self.pacer.take()
-            self._op("taint", partial(self.cluster.taint, name, TAINT), node=name)
+            self.replacer.op("taint", partial(self.cluster.taint, name, TAINT), node=name)
 
     # ---------------------------------------------------------------- gate and pacing
 
@@ -510,7 +494,7 @@ class Executor:
         if not self.policy.overlap_waves:
             return "overlapWaves is off"
         nodes = self.nodes_watch.nodes()
-        group_of = self._groups_of(nodes)
+        group_of = self.replacer.groups_of(nodes)
         described = {g: read.described[g] if g in read.described else self.groups.describe(g)
                      for g in sorted(set(group_of.values()))}  # the turn's read described them: no second call
         out = out_of_service(nodes, self.state.cordoned, group_of, described, self.state.capacity, self.policy.pool_label)
@@ -674,7 +658,7 @@ class Executor:
         for name in sorted(self.state.tainted):
             self.pacer.take()
             try:
-                self._op("untaint", partial(self.cluster.untaint, name, TAINT.key), node=name)
+                self.replacer.op("untaint", partial(self.cluster.untaint, name, TAINT.key), node=name)
             except NotFoundError:
                 continue
 

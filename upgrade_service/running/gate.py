@@ -49,6 +49,8 @@ class Question:
     now: float
     targets: Mapping[str, str] = field(default_factory=dict)  # pool -> the image it rotates onto
     present: frozenset[str] = frozenset()  # the images the cluster's nodes boot now
+    # First light: each target image must hold this many canary results of its own before a pass counts.
+    min_results: int = 0
 
 
 # Answers a Question with the canary verdict's JSON ({"verdict": ..., "reason": ...}); the command gives it.

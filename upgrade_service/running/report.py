@@ -67,6 +67,7 @@ class RunReport(TypedDict):
     tainted_by_this_run: NotRequired[list[str]]
     holder: NotRequired[str | None]
     lease: NotRequired[dict[str, Any] | None]  # added by ``rotate status``
+    first_light: NotRequired[dict[str, Any] | None]
 
 
 def build_report(state: RunState) -> RunReport:
@@ -125,7 +126,8 @@ def build_report(state: RunState) -> RunReport:
         "estimated_seconds": first.estimated_seconds if first else None,
         "targets": dict((plan.targets if plan else None) or (first.targets if first else None) or {}),
         "waves": waves,
-        "nodes_rotated": len(state.terminated),
+        "nodes_rotated": len(state.terminated - (state.first_light.terminated if state.first_light else set())),
+        "first_light": _first_light(state),
         "nodes_failed": [{"node": n, "reason": r} for n, r in sorted(state.failed.items())],
         "nodes_blocked": [{"node": b["node"], "reason": b["reason"]} for b in (plan.blocked if plan else [])
                           if not (b.get("waiting") and state.open)],
@@ -146,6 +148,18 @@ def build_report(state: RunState) -> RunReport:
         "holder": state.holder,
         "paused": _pause(state),
     }
+
+
+def _first_light(state: RunState) -> dict[str, Any] | None:
+    """The run's first-light step: the pools it lit, their nodes and instances, and what the gate said of them."""
+    lit = state.first_light
+    if lit is None:
+        return None
+    judged = lit.judged
+    return {"started": format_time(lit.started.at), "pools": dict(lit.started.pools), "images": dict(lit.started.images),
+            "skipped": dict(lit.started.skipped), "nodes": dict(lit.nodes), "instances": dict(lit.instances),
+            "verdict": judged.verdict if judged else None, "reason": judged.reason if judged else None,
+            "seconds": round(judged.seconds, 1) if judged else None}
 
 
 def _pause(state: RunState) -> Pause | None:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from platformctl.kernel.cluster.interface import Cluster
-from platformctl.kernel.cluster.model import Taint
-from platformctl.kernel.nodegroups import NodeGroups
+from platformctl.kernel.cluster.model import Node, Pod, Snapshot, Taint
+from platformctl.kernel.nodegroups import GroupState, NodeGroups
 from upgrade_service.running.report import RunReport
 from upgrade_service.running.wave_drain import DrainStatus
 
@@ -80,3 +80,18 @@ class Aborted(Exception):
 
 class Interrupted(Exception):
     """Asked to stop (Ctrl-C, SIGTERM): the run stops before its next side effect, journals it, and can be resumed."""
+
+
+@dataclass
+class ClusterRead:
+    """The cluster as read for one turn, with each node's instance and group."""
+
+    nodes: list[Node]
+    pods: list[Pod]
+    snapshot: Snapshot
+    targets: dict[str, str]
+    group_of: dict[str, str]  # node -> auto scaling group
+    unmanaged: list[str]  # outdated nodes no group owns: cannot be replaced
+    warnings: list[str]
+    outdated: set[str]  # nodes not on their pool's target that a group owns: what the plan must cover
+    described: dict[str, GroupState] = field(default_factory=dict)  # the groups, as read this turn

@@ -163,7 +163,9 @@ def test_a_client_starved_for_a_second_comes_back_to_a_region_its_lead_on_not_it
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout)
     assert said["lead"] is not None
-    assert 0 <= said["after"] - said["before"] <= said["lead"] + 1.0, said
+    # The second word's own round trip runs at the region's pace (a few milliseconds of a loaded machine are a second or
+    # two at 300x): allowed a tenth of a wall second, far from the 300 s a second of silence would be at that pace.
+    assert 0 <= said["after"] - said["before"] <= said["lead"] + 0.1 * region["speed"], said
     assert _clock(region)["held_seconds"] - held >= 0.5 * region["speed"]
 
 

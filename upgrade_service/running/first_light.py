@@ -1,0 +1,258 @@
+"""First light: before a rotation's first wave, one node of each pool on its new image, judged before any workload moves.
+
+For every pool whose image the run changes (``firstLight.pools``), the step raises the pool's group by one, taints the
+new node ``platformctl.io/first-light=<pool>:NoSchedule`` the moment it registers (NotReady: the scheduler places
+nothing there yet), so that only the canaries' pods (which tolerate every ``NoSchedule`` taint) ever run on it, and asks
+the health gate — the pools' new images as its targets, at least ``minResults`` results of each image of its own — until
+it answers:
+
+- ``pass``: the taint comes off, the node joins its pool (the first wave counts it as capacity the run added), and
+  wave 1 starts;
+- ``fail``, a first-light node not Ready on its image within ``nodeReadyTimeoutSeconds``, or ``inconclusive`` past
+  ``firstLight.timeout``: the first-light instances are terminated (their group's capacity given back) and the run
+  halts; nothing else was touched.
+
+A pool whose groups are all at their maximum size gets no first-light node (the journal and the report say so): its
+first wave is judged by the gate before the next, as without first light.
+
+Every side effect is one of the executor's journalled kinds, its intent naming the pool (``first_light``); a run killed
+at any point and run again finds the capacity and the node it made (an instance not among the group's instances before
+the step) and makes no second one; a fail it recorded stands (it halts again, after terminating what is left); an abort
+terminates a first-light node its judgement has not let in (``upgrade_service.running.abort``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from platformctl.kernel.clock import past
+from platformctl.kernel.cluster.informer import Informer
+from platformctl.kernel.cluster.interface import Cluster
+from platformctl.kernel.cluster.model import Node, Taint
+from platformctl.kernel.nodegroups import NodeGroups
+from upgrade_service.journal.records import FirstLightJudged, FirstLightStarted, Gate
+from upgrade_service.journal.rotation import FIRST_LIGHT_KEY, FirstLightState, Journal
+from upgrade_service.planning.policy import RotationPolicy
+from upgrade_service.running.gate import Question, ask
+from upgrade_service.running.replacement import NodeReplacer
+from upgrade_service.running.run_types import ClusterRead, Halt, Options
+
+# The halts a first light ends with (``Halted.reason``): a run continued after one of them lights again.
+FIRST_LIGHT_HALTS = ("first-light-fail", "first-light-inconclusive", "first-light-not-ready")
+
+
+def first_light_taint(pool: str) -> Taint:
+    return Taint(FIRST_LIGHT_KEY, pool, "NoSchedule")
+
+
+@dataclass
+class FirstLight:
+    cluster_name: str
+    cluster: Cluster
+    groups: NodeGroups
+    journal: Journal
+    replacer: NodeReplacer
+    policy: RotationPolicy
+    options: Options
+    nodes: Informer
+    show: Callable[[str, str], None]
+
+    # ---------------------------------------------------------------- what is due
+
+    def due(self, read: ClusterRead) -> bool:
+        """Whether the run must light (or finish lighting) its pools before its first wave."""
+        if self.policy.first_light is None or self.journal.state.waves:
+            return False
+        lit = self.journal.state.first_light
+        if lit is None:
+            return bool(self._pools(read))
+        # a step a killed run left, or one that failed: what it left is put out, and it halts again or lights again
+        return lit.judged is None or lit.judged.verdict == "fail"
+
+    def _pools(self, read: ClusterRead) -> dict[str, str]:
+        """Pool -> its new image, for the pools the policy names whose image this run changes and that no Ready node
+        of theirs boots yet (a run that rotated some of them already has its image proven)."""
+        named = self.policy.first_light
+        assert named is not None
+        label, image_label = self.policy.pool_label, self.policy.image_label
+        pools: dict[str, str] = {}
+        for node in read.nodes:
+            pool = node.labels.get(label)
+            if node.name in read.outdated and pool in read.targets and named.names(pool):
+                pools[pool] = read.targets[pool]
+        for node in read.nodes:
+            pool = node.labels.get(label)
+            if pool in pools and node.labels.get(image_label) == pools[pool] and node.ready \
+                    and not any(t.key == FIRST_LIGHT_KEY for t in node.taints):
+                del pools[pool]
+        return dict(sorted(pools.items()))
+
+    # ---------------------------------------------------------------- the step
+
+    def run(self, read: ClusterRead) -> None:
+        """Light the pools, judge them, and let them in; raises ``Halt`` when the images must not go further."""
+        lit = self.journal.state.first_light
+        if lit is not None and lit.judged is not None and lit.judged.verdict == "fail":
+            self._put_out(lit)
+            if not lit.halted:  # a killed run had judged it: the judgement stands
+                raise Halt("first-light-fail", f"first light: {lit.judged.reason}")
+            lit = None  # a run continued after a failed first light lights again
+        if lit is None or lit.judged is not None:
+            lit = self._begin(read)
+        if lit.judged is not None:
+            return
+        self._raise(lit)
+        self._light(lit)
+        self._judge(lit)
+
+    def _begin(self, read: ClusterRead) -> FirstLightState:
+        pools = self._pools(read)
+        chosen: dict[str, str] = {}
+        skipped: dict[str, str] = {}
+        label = self.policy.pool_label
+        for pool in pools:
+            groups = sorted({read.group_of[n.name] for n in read.nodes if n.labels.get(label) == pool and n.name in read.group_of})
+            room = [g for g in groups if read.described[g].room > 0 and g not in chosen.values()]
+            if not room:
+                skipped[pool] = (f"group{'s' if len(groups) > 1 else ''} {', '.join(groups)} at {'their' if len(groups) > 1 else 'its'} "
+                                 "maximum size: no room for a first-light node; the first wave is judged before the next")
+                continue
+            chosen[pool] = max(room, key=lambda g: (read.described[g].room, g))
+        before = {g: sorted(read.described[g].instances) for g in chosen.values()}
+        self.journal.append(FirstLightStarted(chosen, {p: pools[p] for p in chosen}, before, skipped))
+        for pool, why in skipped.items():
+            self.show("first-light", f"first light: pool {pool}: {why}")
+        lit = self.journal.state.first_light
+        assert lit is not None
+        if not chosen:
+            why = ("no pool has room for a first-light node: " + "; ".join(f"{p}: {w}" for p, w in skipped.items())
+                   if skipped else "no pool's image is new to it")
+            self.journal.append(FirstLightJudged("skipped", why))
+        return lit
+
+    def _raise(self, lit: FirstLightState) -> None:
+        for pool, group in lit.started.pools.items():
+            if group in lit.surged:
+                continue
+            state = self.groups.describe(group)
+            self.show("first-light", f"first light: raising {group} from {state.desired} to {state.desired + 1} for "
+                      f"one node of pool {pool} on {lit.started.images[pool]}")
+            self.replacer.set_desired(group, state.desired + 1, state.desired, first_light=pool)
+
+    def _fresh(self, lit: FirstLightState, pool: str) -> Node | None:
+        """The pool's first-light node: the oldest node of its group that was not one of its instances before."""
+        group, image = lit.started.pools[pool], lit.started.images[pool]
+        before = set(lit.started.before.get(group, ()))
+        label, image_label = self.policy.pool_label, self.policy.image_label
+        candidates = [n for n in self.nodes.nodes() if n.labels.get(label) == pool and n.labels.get(image_label) == image
+                      and n.instance_id and n.instance_id not in before]
+        mine = self.replacer.groups_of(candidates)
+        found = sorted((n for n in candidates if mine.get(n.name) == group), key=lambda n: (n.created or 0.0, n.name))
+        return found[0] if found else None
+
+    def _light(self, lit: FirstLightState) -> None:
+        """Taint each first-light node as soon as it registers, then wait until each is Ready on its image."""
+        deadline = self.cluster.clock.now() + self.policy.node_ready_timeout_seconds
+
+        def lit_up() -> bool:
+            state = self.journal.state.first_light
+            assert state is not None
+            ready = True
+            for pool in state.started.pools:
+                node = self._fresh(state, pool)
+                if node is None:
+                    ready = False
+                    continue
+                if pool not in state.nodes or not any(t.key == FIRST_LIGHT_KEY for t in node.taints):
+                    self.replacer.op("taint", partial(self.cluster.taint, node.name, first_light_taint(pool)),
+                                     node=node.name, key=FIRST_LIGHT_KEY, instance=node.instance_id, first_light=pool)
+                ready = ready and node.ready
+            return ready
+
+        self.show("first-light", "first light: waiting for " + ", ".join(
+            f"one node of {p} on {i}" for p, i in lit.started.images.items()))
+        if self.replacer.wait(lit_up, deadline, "wait:first-light", self.nodes):
+            return
+        state = self.journal.state.first_light
+        assert state is not None
+        missing = []
+        for pool, image in state.started.images.items():
+            node = self._fresh(state, pool)
+            if node is None or not node.ready:
+                said = f"{node.name} NotReady" if node is not None else "no node registered"
+                missing.append(f"pool {pool}: {said} on {image}")
+        self._fail(state, "first-light-not-ready", f"first-light nodes not Ready on their new image within "
+                   f"nodeReadyTimeoutSeconds {self.policy.node_ready_timeout_seconds}: {'; '.join(missing)}")
+
+    def _judge(self, lit: FirstLightState) -> None:
+        first_light = self.policy.first_light
+        gate = self.policy.health_gate
+        assert first_light is not None and gate is not None
+        clock = self.cluster.clock
+        began = lit.asked_at if lit.asked_at is not None else clock.now()
+        deadline = began + first_light.timeout
+        targets = dict(lit.started.images)
+        context = {"cluster": self.cluster_name, "wave": "first-light", "stage": self.options.stage or ""}
+        said: tuple[str, str] | None = None
+        while True:
+            self.replacer.check()
+            present = frozenset(n.image for n in self.nodes.nodes() if n.image)
+            question = Question(self.cluster_name, self.options.stage or "", 0, clock.now(), targets, present,
+                                min_results=first_light.min_results)
+            verdict = ask(gate, context, self.options.canary, question)
+            if (verdict.verdict, verdict.reason) != said:
+                said = (verdict.verdict, verdict.reason)
+                self.journal.append(Gate(0, verdict.verdict, verdict.reason))
+            state = self.journal.state.first_light
+            assert state is not None
+            if verdict.verdict == "pass":
+                return self._pass(state, verdict.reason, clock.now() - began)
+            if verdict.verdict == "fail":
+                self._fail(state, "first-light-fail", verdict.reason, clock.now() - began)
+            if past(clock, deadline):
+                self._fail(state, "first-light-inconclusive", f"the health gate stayed inconclusive for firstLight.timeout "
+                           f"{first_light.timeout} s: {verdict.reason}", clock.now() - began)
+            self.show("first-light", f"first light: the gate is inconclusive ({verdict.reason}); asking every "
+                      f"{self.options.gate_poll_seconds:.0f} s for up to {first_light.timeout} s")
+            clock.sleep(min(self.options.gate_poll_seconds, max(deadline - clock.now(), 0.0)))
+
+    def _pass(self, lit: FirstLightState, reason: str, seconds: float) -> None:
+        instances = dict(lit.instances)
+        for pool, name in sorted(lit.nodes.items()):
+            self.replacer.op("untaint", partial(self.cluster.untaint, name, FIRST_LIGHT_KEY), node=name, key=FIRST_LIGHT_KEY,
+                             first_light=pool)
+        self.journal.append(FirstLightJudged("pass", reason, dict(lit.nodes), instances, seconds))
+        self.show("first-light", f"first light passed: {reason}")
+
+    def _fail(self, lit: FirstLightState, code: str, reason: str, seconds: float = 0.0) -> None:
+        self.journal.append(FirstLightJudged("fail", reason, dict(lit.nodes), dict(lit.instances), seconds))
+        state = self.journal.state.first_light
+        assert state is not None
+        self._put_out(state)
+        raise Halt(code, f"first light: {reason}")
+
+    def _put_out(self, lit: FirstLightState) -> None:
+        """Terminate every first-light instance still in service, giving its group's capacity back."""
+        for pool, group, instance in first_light_instances(lit, self.groups):
+            node = lit.nodes.get(pool)
+            self.show("first-light", f"first light: terminating {node or instance} of pool {pool}")
+            self.replacer.terminate(node, instance, group, True, first_light=pool)
+
+
+def first_light_instances(lit: FirstLightState, groups: NodeGroups) -> list[tuple[str, str, str]]:
+    """(pool, group, instance) of each first-light instance still in its group: what a failed or aborted first light
+    terminates. At most one a pool (the step raised each group by one): the newest instance not there before."""
+    out = []
+    for pool, group in sorted(lit.started.pools.items()):
+        if group not in lit.surged:
+            continue
+        before = set(lit.started.before.get(group, ()))
+        fresh = [i for i in groups.describe(group).instances if i not in before and i not in lit.terminated]
+        known = lit.instances.get(pool)
+        if known in fresh:  # the node it tainted
+            out.append((pool, group, known))
+        elif known is None and fresh:  # killed before the node registered: the one instance the group added
+            out.append((pool, group, sorted(fresh)[-1]))
+    return out

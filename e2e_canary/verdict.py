@@ -152,7 +152,8 @@ def stage_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, bas
 
 
 def rotation_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, cluster: str, targets: Mapping[str, str],
-                     present: Collection[str], config: JudgeConfig | None = None, min_results: int = 0) -> dict[str, Any]:
+                     present: Collection[str], config: JudgeConfig | None = None, min_results: int = 0,
+                     proven: bool = False) -> dict[str, Any]:
     """The canary health gate of one cluster's rotation, before its next wave: may more nodes boot the target images?
 
     ``rows``: the cluster's canary results; ``targets``: pool -> the image the rotation moves it onto;
@@ -161,7 +162,9 @@ def rotation_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, 
     pools), over the window. Before any node boots one (the first wave), the stage's canaries are checked
     against their failure budget instead. No results, or a target image on nodes with none of its own yet,
     is ``inconclusive``: a gate that cannot tell does not let a wave through. With ``min_results`` (first light), a
-    target image with fewer results than that in any pool it targets is ``inconclusive`` unless they fail it already.
+    target image with fewer results than that in any pool it targets is ``inconclusive`` unless they fail it already;
+    with ``proven`` (images that passed first light in an earlier stage), an image whose every pool holds results and
+    none of them failed passes on them, where the judge would want more to decide: one canary period will do.
     """
     current = [r for r in rows if now - window <= float(r["at"]) <= now]
     span = f"the last {human_duration(window)}"
@@ -191,11 +194,16 @@ def rotation_verdict(rows: Sequence[dict[str, Any]], now: float, window: float, 
             continue
         arms[image] = judge_canaries(old, mine, config, IMAGE_ARMS)
         arms[image]["results"] = len(mine)
-        short = [f"pool {pool}: {n}" for pool, target in sorted(targets.items()) if target == image
-                 and (n := sum(1 for r in mine if r.get("pool") == pool)) < min_results]
+        counts = {pool: sum(1 for r in mine if r.get("pool") == pool) for pool, target in sorted(targets.items())
+                  if target == image}
+        if proven and arms[image]["verdict"] == "inconclusive" and all(counts.values()) \
+                and all(r["outcome"] == "ok" for r in mine):
+            arms[image].update(verdict="pass", reason=f"passed first light in an earlier stage; here its first "
+                               f"{len(mine)} canary results in {len(counts)} pool(s) all succeeded")
+        short = [f"pool {pool}: {n}" for pool, n in counts.items() if n < (1 if proven else min_results)]
         if short and arms[image]["verdict"] == "pass":  # first light: each pool's node judged on its own results
             arms[image].update(verdict="inconclusive", reason=f"fewer canary results of {image} in {span} than the "
-                               f"{min_results} a pool's first light needs ({', '.join(short)})")
+                               f"{1 if proven else min_results} a pool's first light needs ({', '.join(short)})")
     worst_image, worst = max(arms.items(), key=lambda kv: ORDER[kv[1]["verdict"]])
     if worst["verdict"] == "pass":
         reason = f"{', '.join(tried)} pass against the images they replace ({len(old)} results of those in {span})"
@@ -214,7 +222,7 @@ def canary_gate(store: Any, window: float, config: JudgeConfig | None = None) ->
                                                                   if s.cluster == question.cluster})
         rows = [r for stage in stages for r in results(store, stage, since, question.now, cluster=question.cluster)]
         return rotation_verdict(rows, question.now, window, question.cluster, question.targets, question.present, config,
-                                getattr(question, "min_results", 0))
+                                getattr(question, "min_results", 0), getattr(question, "proven", False))
 
     return ask
 

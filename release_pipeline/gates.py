@@ -21,6 +21,7 @@ from dateutil import rrule
 
 from platformctl.kernel.humanize import human_duration
 from release_pipeline.pipeline import Freeze, StagePolicy
+from upgrade_service.journal.rotation import FIRST_LIGHT_HALTS
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,8 @@ class Decision:
     reason: str  # for people: nothing branches on it, replay does not compare it
     opens_at: float | None = None  # when a closed gate can open (a freeze's end, the soak's end)
     # What holds a closed gate, as codes (``frozen``, ``approvals``, ``soak-time``, ``results``, ``verdict``,
-    # ``pass-for``, ``verdict-failed``, ``deadline``, ``rotation``): what the soak records a change of, and what replay
-    # compares with the decision itself.
+    # ``pass-for``, ``verdict-failed``, ``deadline``, ``rotation``, ``first-light`` and its halt): what the soak records
+    # a change of, and what replay compares with the decision itself.
     unmet: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,5 +185,10 @@ def rotation_decision(result: Mapping[str, Any]) -> Decision:
     """The gate after a stage's rotation: no failed rotation. ``result``: the rotation's ``{"status", "reason"}``."""
     if result.get("status") == "finished":
         return Decision("pass", "every cluster of the stage finished rotating")
+    lit = [c for c in result.get("clusters") or () if c.get("halted") in FIRST_LIGHT_HALTS]
+    if lit:  # judged on one node a pool, before any workload moved onto the images
+        return Decision("halt", "first light stopped the images: " + "; ".join(
+            f"{c['cluster']}: {(c.get('first_light') or {}).get('reason') or c.get('reason')}" for c in lit), None,
+            ("rotation", "first-light", *sorted({str(c["halted"]) for c in lit})))
     return Decision("halt", f"the rotation did not finish: {result.get('reason') or result.get('status')}", None,
                     ("rotation", str(result.get("status"))))

@@ -239,19 +239,33 @@ class Ledger:
 
     # ------------------------------------------------------------------ boots
 
-    def add_boots(self, candidate: str, stage: str, booted: Mapping[str, Sequence[str]]) -> int:
+    def add_boots(self, candidate: str, stage: str, booted: Mapping[str, Sequence[str]],
+                  first_light: Mapping[str, Sequence[str]] | None = None) -> int:
         """Record the instances a rotation of ``stage`` saw booting ``candidate``'s images ({image: instance ids}), in
-        chunks of their own stream; how many."""
+        chunks of their own stream, and which of them its first light booted (one a pool, before any workload moved);
+        how many."""
         rows = [f"{image}/{i}" for image, ids in sorted(booted.items()) for i in ids]
         for n in range(0, len(rows), BOOT_CHUNK):
             self.store.append(BOOTS + candidate, {"stage": stage, "instances": rows[n:n + BOOT_CHUNK]}, fence=self.fence)
-        return len(rows)
+        lit = [f"{image}/{i}" for image, ids in sorted((first_light or {}).items()) for i in ids]
+        for n in range(0, len(lit), BOOT_CHUNK):
+            self.store.append(BOOTS + candidate, {"stage": stage, "instances": lit[n:n + BOOT_CHUNK], "first_light": True},
+                              fence=self.fence)
+        return len(set(rows) | set(lit))
 
     def boots(self, candidate: str) -> dict[str, set[str]]:
         """Per stage, every ``image/instance`` any rotation saw booting ``candidate``'s images."""
         out: dict[str, set[str]] = {}
         for r in self.store.read(BOOTS + candidate):
             out.setdefault(str(r.data["stage"]), set()).update(r.data.get("instances", []))
+        return out
+
+    def first_light_boots(self, candidate: str) -> dict[str, set[str]]:
+        """Per stage, the ``image/instance`` of every first-light node of ``candidate``'s images."""
+        out: dict[str, set[str]] = {}
+        for r in self.store.read(BOOTS + candidate):
+            if r.data.get("first_light"):
+                out.setdefault(str(r.data["stage"]), set()).update(r.data.get("instances", []))
         return out
 
     # ------------------------------------------------------------------ entries

@@ -266,10 +266,12 @@ def _boots(ledger: Ledger, cid: str, name: str, result: dict[str, Any]) -> dict[
     """The rotation's result as an entry keeps it: the instances it saw booting go to their own stream, the entry
     keeps how many (an entry never grows with the fleet)."""
     booted = result.get("booted") or {}
-    if not isinstance(booted, dict):
+    lit = result.get("first_light") or {}
+    if not isinstance(booted, dict) or not isinstance(lit, dict):
         return result
-    counted = ledger.add_boots(cid, name, booted) if booted else 0
-    return {**{k: v for k, v in result.items() if k != "booted"}, "booted_count": counted}
+    counted = ledger.add_boots(cid, name, booted, lit) if booted or lit else 0
+    return {**{k: v for k, v in result.items() if k not in ("booted", "first_light")}, "booted_count": counted,
+            "first_light_count": sum(len(ids) for ids in lit.values())}
 
 
 def frozen_now(pipeline: Pipeline, ledger: Ledger, name: str, cid: str, now: float) -> str | None:

@@ -134,6 +134,7 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
     seams: dict[str, NodeGroups] = {}  # one per region for the whole report, not three clients per candidate
     for c in sorted(ledger.candidates(), key=lambda c: (state.order(c.id), c.created_at)):
         recorded = ledger.boots(c.id)
+        lit = ledger.first_light_boots(c.id)
         where = state.candidates.get(c.id, {})
         new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
         seen |= c.image_ids()
@@ -143,6 +144,7 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
         # What AWS still shows, and what the ledger saw booting the new images at the end of each rotation.
         booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get(n, set())
                                                              if r.split("/")[0] in new[n]}) for n in new}
+        first = {n: len(set(ids) & {r.split("/")[1] for r in lit.get(n, set())}) for n, ids in booted.items()}
         # (an old finished candidate the state no longer keeps: "finished"; the ledger has its history)
         out[c.id] = {"status": where.get("status", "finished"), "stage": where.get("stage"), "reason": where.get("reason"),
                      "superseded_by": where.get("by_candidate"),
@@ -150,6 +152,10 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
                      "infra_revision": c.infra_revision, "images": {n: s.images for n, s in c.stages.items()},
                      "new_images": new, "instances_booted": sum(len(ids) for ids in booted.values()),
                      "instances_booted_by_stage": {n: len(ids) for n, ids in booted.items()},
+                     # of which first light's (one a pool, judged before any workload moved) and the waves'
+                     "instances_booted_first_light": sum(first.values()),
+                     "instances_booted_first_light_by_stage": first,
+                     "instances_booted_in_waves_by_stage": {n: len(ids) - first[n] for n, ids in booted.items()},
                      "image_builders_booted_by_stage": {n: builders.get(n, 0) for n in new},
                      "instances_booted_from": "ec2 and the ledger" if asked is not None else "the ledger (AWS not reachable)"
                      if aws else "the ledger"}
@@ -384,6 +390,14 @@ def rollback(request: RollbackRequest) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- the tick
 
 
+def _first_light_said(lit: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A cluster's first light as a ledger entry keeps it: the verdict, its evidence and how many nodes it lit."""
+    if not lit:
+        return None
+    return {"verdict": lit.get("verdict"), "reason": lit.get("reason"), "nodes": len(lit.get("nodes") or {}),
+            "pools": sorted(lit.get("pools") or {}), "skipped": dict(lit.get("skipped") or {}), "seconds": lit.get("seconds")}
+
+
 class AppStages:
     """``StageActions`` as an operator would act: ``deploy_stage``, the rotation's ``prepare`` and ``rotate`` under
     the stage's rotation policy, and the canary verdict over the stage's own store, each on the stage's clock."""
@@ -488,8 +502,10 @@ class AppStages:
         rotation = prepare(RunRequest(policy, stage=stage, kubeconfig=self.kubeconfig, infra_dir=self.infra_dir,
                                       lease_ttl=self.lease_ttl))
         if rollback:  # back to what passed: not held by the canaries the taken-away image fails
-            rotation.policy = rotation.policy.model_copy(update={"health_gate": None})
+            rotation.policy = rotation.policy.model_copy(update={"health_gate": None, "first_light": None})
             rotation.options = replace(rotation.options, canary=None)
+        elif self._proven(stage):  # its first light passed in the first stage: one canary period here will do
+            rotation.options = replace(rotation.options, first_light_proven=True)
         done = threading.Event()
         clock = next(iter(rotation.targets.values())).cluster.clock if rotation.targets else WallClock()
         watcher, frozen = self._pause_when(stage, hold, done, clock) if hold is not None and not rollback else (None, [])
@@ -520,12 +536,33 @@ class AppStages:
         # Each cluster's waves by size: how far a rotation went before it finished or halted (its first wave is the
         # most a bad image can reach when the canary gate stops it), and how long the health gate held each wave.
         clusters = [{**{k: c.get(k) for k in ("cluster", "status", "reason")},
+                     "halted": ((c.get("report") or {}).get("halted") or {}).get("reason"),
                      "waves": [len(w.get("nodes", [])) for w in (c.get("report") or {}).get("waves", [])],
-                     "gate_seconds": [w.get("gate_seconds", 0.0) for w in (c.get("report") or {}).get("waves", [])]}
+                     "gate_seconds": [w.get("gate_seconds", 0.0) for w in (c.get("report") or {}).get("waves", [])],
+                     "first_light": _first_light_said((c.get("report") or {}).get("first_light")),
+                     "evictions": (c.get("report") or {}).get("evictions", 0),
+                     "planned_first_wave": len((c.get("report") or {}).get("planned_first_wave") or [])}
                     for c in said["clusters"]]
+        # The instances first light booted (image -> ids): the ledger tells them from the waves'.
+        lit: dict[str, list[str]] = {}
+        for c in said["clusters"]:
+            first = (c.get("report") or {}).get("first_light") or {}
+            for pool, instance in (first.get("instances") or {}).items():
+                lit.setdefault(first["images"].get(pool, ""), []).append(instance)
         return {"status": "finished" if result.exit_code == 0 else "blocked" if blocked else "halted",
-                "reason": "; ".join(reasons),
-                "booted": (booted or {}).get(stage, {}), "exit_code": result.exit_code, "clusters": clusters}
+                "reason": "; ".join(reasons), "booted": (booted or {}).get(stage, {}), "first_light": lit,
+                "exit_code": result.exit_code, "clusters": clusters}
+
+    def _proven(self, stage: str) -> bool:
+        """Whether a candidate rotating ``stage`` passed first light in the pipeline's first stage: every candidate here
+        came through it (stages only move forward), and the first stage's policy lights images."""
+        first = self.pipeline.names[0]
+        if stage == first:
+            return False
+        from upgrade_service.planning.policy import load_policy
+
+        path = self.pipeline.policy_path(first)
+        return path is not None and load_policy(path).first_light is not None
 
     def _end_halted(self, stage: str, target: Candidate) -> None:
         """Abort the stage's halted rotations (the one a failing gate stopped): a new run rotates every node back,

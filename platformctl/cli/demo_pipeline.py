@@ -6,8 +6,9 @@ stage in its own AWS region of one moto, each with its canary runner), builds a 
 with ``release start`` and ``release tick`` (as the CronJob runs it) through ``dev``, ``staging``, ``prod-canary`` and
 ``prod``: deployed, rotated under the canary gate, soaked and judged in each. Then a second tree whose images
 break every container (``local fault bad-image``): the canaries catch it in ``dev``, the pipeline halts it and rolls
-``dev`` back, and it never reaches a later stage. It ends with how many instances ever booted the bad images, beside
-the first wave's size, and stops the region.
+``dev`` back, and it never reaches a later stage: first light boots one node a pool of the first cluster on it, only the
+canaries' pods run there, and no workload moves. It ends with how many instances ever booted the bad images, beside
+what the first wave would have been, and stops the region.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from platformctl.kernel.topology import STAGES
 JUDGE = ("# the demo's canary gate and soaks: one node a pool gives a new image fewer results than a full stage would\n"
          "minSamples: 10\nminAttempts: 10\n")
 POLICY = ("strategy: surge\nmaxInFlight: 2\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
-          "healthGate: {canary: {window: 30m, config: judge.yaml}}\ngateTimeoutSeconds: 7200\n")
+          "healthGate: {canary: {window: 30m, config: judge.yaml}}\ngateTimeoutSeconds: 7200\n"
+          "# before wave 1, one node a pool on the new images, only the canaries' pods on it, judged first\n"
+          "firstLight: {pools: all, minResults: 10, timeout: 2h}\n")
 SPEED = "100"  # virtual seconds a wall second: slow enough that every stage's canaries keep up on two cores
 SOAKED = ("    rotationPolicy: rotation.yaml\n    judge: judge.yaml\n    soak: 30m\n    minResults: 20\n    passFor: 10m\n"
           "    deadline: 6h\n")
@@ -189,9 +192,12 @@ def run_story(infra_dir: Path, manifests: Path, out: Console, keep: bool = False
         now = story.tick_until(lambda s: s["candidates"][bad["id"]]["status"] == "halted" and s["stages"]["dev"]["step"] == "idle")
         history = json.loads(story.release("history", "-o", "json").stdout)
         halt = next(e for e in history if e["candidate"] == bad["id"] and e["decision"] == "halt")
-        waves = [c["waves"] for c in halt["inputs"].get("result", {}).get("clusters", []) if c.get("waves")]
-        first_wave = waves[0][0] if waves else 0
+        clusters = halt["inputs"].get("result", {}).get("clusters", [])
+        lit = [c for c in clusters if c.get("first_light")]
+        first_wave = max((c.get("planned_first_wave") or 0 for c in lit), default=0)
+        evictions = sum(int(c.get("evictions") or 0) for c in clusters)
         booted = now["candidates"][bad["id"]]["instances_booted_by_stage"]
+        by_first_light = now["candidates"][bad["id"]]["instances_booted_first_light_by_stage"]
         reached = sorted({str(e["stage"]) for e in history if e["candidate"] == bad["id"] and e["stage"]})
         nodes = story.nodes(region)
         table = Table("stage", f"instances that booted {bad['id']}'s images", "nodes now", f"on {good['id']}'s images",
@@ -201,14 +207,18 @@ def run_story(infra_dir: Path, manifests: Path, out: Console, keep: bool = False
                           str(sum(i in images_of(good, stage) for i in nodes[stage])))
         out.print(table)
         out.print(f"  why: {halt['reason'][:300]}")
-        out.print(f"  the bad images reached {sum(booted.values())} instance(s), all in dev; the first wave was "
-                  f"{first_wave} node(s) (maxInFlight 2); dev rolled back to {now['stages']['dev']['last_good']}")
+        where = ", ".join(f"{c['cluster']} ({', '.join(c['first_light']['pools'])})" for c in lit) or "no cluster"
+        out.print(f"  the bad images reached {sum(booted.values())} instance(s), all in dev, {sum(by_first_light.values())} "
+                  f"of them first light's: one a pool of {where}, where only the canaries' pods ran; the first wave "
+                  f"would have been {first_wave} node(s) (maxInFlight 2) with the workloads evicted onto them; "
+                  f"{evictions} eviction(s); dev rolled back to {now['stages']['dev']['last_good']}")
         out.print(f"  `platformctl release history`, `status` and `replay` read it all from {home / 'ledger.db'}")
         page = home / "dashboard.html"
         story.run("dashboard", "--export", str(page), "--pipeline", str(home / "pipeline.yaml"), "--ledger", str(home / "ledger.db"))
         out.print(f"[bold]5. The dashboard[/] (one self-contained file, to attach to a change review): {page}")
         report = {"home": str(home), "good": good["id"], "bad": bad["id"], "stages": now["stages"], "dashboard": str(page),
-                  "bad_reached": reached, "bad_booted": booted, "first_wave": first_wave,
+                  "bad_reached": reached, "bad_booted": booted, "bad_first_light": by_first_light, "first_wave": first_wave,
+                  "bad_evictions": evictions,
                   "wall_seconds": round(time.monotonic() - started)}
         out.print(f"[bold]done[/] in {report['wall_seconds']} s of wall time")
         return report

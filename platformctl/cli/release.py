@@ -73,6 +73,15 @@ def release_status(pipeline_file: Path | None, ledger: str | None, output: str) 
                      f"{s['error']['error']['message']}[/]"
         table.add_row(name, s["current"] or "-", s["last_good"] or "-", s["step"], waits)
     console().print(table)
+    if status["candidates"]:
+        booted = Table("candidate", "status", "stage", "instances that booted its images", "of which first light",
+                       "by stage (first light + waves)", title="Candidates")
+        for cid, c in status["candidates"].items():
+            stages = ", ".join(f"{n} {c['instances_booted_first_light_by_stage'][n]}+{c['instances_booted_in_waves_by_stage'][n]}"
+                               for n, count in c["instances_booted_by_stage"].items() if count)
+            booted.add_row(cid, c["status"], c["stage"] or "-", str(c["instances_booted"]),
+                           str(c["instances_booted_first_light"]), stages or "-")
+        console().print(booted)
     for f in status["freezes"]:
         until = format_time(f["until"]) if f.get("until") else "unfrozen by hand"
         console().print(f"[yellow]frozen[/] {'every stage' if f['stage'] == '*' else f['stage']}: {f['reason']} "

@@ -182,6 +182,15 @@ def _print_outcome(outcome: Outcome) -> None:
     out.print(f"[bold]{outcome.cluster}[/]: [{colour}]{outcome.status}[/] — {outcome.reason}")
     if not report or report.get("status") == "never-run":
         return
+    lit = report.get("first_light")
+    if lit:
+        verdict = lit["verdict"] or "judging"
+        shade = {"pass": "green", "fail": "red", "skipped": "yellow"}.get(verdict, "cyan")
+        nodes = ", ".join(f"{pool} {node}" for pool, node in sorted(lit["nodes"].items())) or "none yet"
+        out.print(f"  first light: [{shade}]{verdict}[/] — one node a pool before any workload moves ({nodes})"
+                  + (f": {lit['reason']}" if lit["reason"] and verdict != "pass" else ""))
+        for pool, why in sorted(lit["skipped"].items()):
+            out.print(f"  [yellow]first light skipped[/] {pool}: {why}")
     if report.get("waves"):
         table = Table("wave", "zone", "nodes", "estimate", "actual", "evictions", "refused", "failed")
         for w in report["waves"]:

@@ -301,3 +301,52 @@ def test_a_rotation_onto_a_bad_image_with_the_canary_gate_halts_after_its_first_
     after = LiveCluster.from_kubeconfig(region["kubeconfig"], context=CLUSTER).list_nodes()
     assert len({n.instance_id for n in after} & before) >= len(before) - 2  # the rest never left the old image
     assert not [n for n in after if n.unschedulable]  # the halted run left nothing cordoned
+
+
+def test_first_light_against_the_local_region_boots_one_node_a_pool_and_only_the_canaries_pods_run_there(
+        region: dict[str, Any]) -> None:
+    """First light with the canary runner running on its own, as its Deployment does: a bad image boots exactly one
+    instance a pool of the cluster, its node is judged by the canary gate and terminated, and kubectl's Scheduled
+    events show that no pod but the canaries' was ever placed on it. (After the first-wave test: the cluster's pools
+    are on that test's images, and this one moves nothing.)"""
+    import shutil
+    import subprocess
+
+    home = region["home"]
+    nodes = LiveCluster.from_kubeconfig(region["kubeconfig"], context=CLUSTER).list_nodes()
+    pools = {n.labels["eks.amazonaws.com/nodegroup"] for n in nodes}
+    images = new_images(region, "9.1.0")
+    bad = sorted({ami for key, ami in images.items() if key.startswith(f"{CLUSTER}/")})
+    for ami in bad:
+        run(home, "local", "fault", "bad-image", ami)
+    policy = home / "first-light.yaml"
+    policy.write_text("maxInFlight: 2\nhealthGate: {canary: {window: 10m}}\ngateTimeoutSeconds: 3600\n"
+                      "durations: {nodeBootSeconds: 180, podStartSeconds: 20}\nfirstLight: {minResults: 5, timeout: 1h}\n")
+    runner = start(home, "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
+                   "--lease-ttl", "2", "--metrics-port", "0")
+    try:
+        out = run(home, "rotate", "run", "--context", CLUSTER, "--policy", str(policy), "-o", "json", check=False, timeout=600)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.communicate(timeout=120)
+        run(home, "local", "fault", "clear")
+    said = json.loads(out.stdout)["clusters"][0]
+    report = said["report"]
+    assert out.returncode == 1 and report["halted"]["reason"] == "first-light-fail", said["reason"]
+    lit = report["first_light"]
+    assert set(lit["nodes"]) == pools and any(ami in lit["reason"] for ami in bad), lit
+    assert report["waves"] == [] and report["evictions"] == 0
+    ec2 = boto3.client("ec2", endpoint_url=region["aws_endpoint"], region_name=region["region"],
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    launched = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+                if i["ImageId"] in bad and {"Key": "eks:cluster-name", "Value": CLUSTER} in i.get("Tags", [])}
+    assert sorted(launched) == sorted(lit["instances"].values()), (launched, lit)  # one a pool, nothing else
+    assert set(launched.values()) <= {"shutting-down", "terminated"}
+    binary = shutil.which("kubectl")
+    assert binary is not None
+    events = json.loads(subprocess.run([binary, "--kubeconfig", region["kubeconfig"], "--context", CLUSTER, "get", "events",
+                                        "-A", "--field-selector", "reason=Scheduled", "-o", "json"],
+                                       capture_output=True, text=True, timeout=120, check=True).stdout)["items"]
+    there = [e["involvedObject"]["namespace"] for e in events
+             if any(e["message"].endswith(f" to {node}") for node in lit["nodes"].values())]
+    assert there and all(ns.startswith("canary-") for ns in there), there  # the canaries' own namespaces

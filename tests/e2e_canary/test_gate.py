@@ -62,3 +62,35 @@ def test_the_policy_takes_exactly_one_gate_and_a_window_as_people_write_it() -> 
         assert "p.yaml" in str(exc) and "healthGate" in str(exc) and "exactly one" in str(exc)
     else:
         raise AssertionError("two gates were accepted")
+
+
+def pooled(image: str, outcome: str, n: int, pool: str, latency: float = 1.0) -> list[dict[str, Any]]:
+    return [{**r, "pool": pool} for r in rows(image, outcome, n, latency)]
+
+
+def test_first_light_needs_min_results_in_every_pool_and_a_proven_image_one_clean_canary_period() -> None:
+    targets = {"general": NEW, "batch": NEW}
+    old = pooled(OLD, "ok", 30, "general") + pooled(OLD, "ok", 30, "batch")
+    # the general pool's node has its ten; the batch pool's only four: not judged on the other pool's evidence
+    thin = rotation_verdict(old + pooled(NEW, "ok", 30, "general") + pooled(NEW, "ok", 4, "batch"), NOW, 600, "c1",
+                            targets, {OLD, NEW}, min_results=10)
+    assert thin["verdict"] == "inconclusive" and "pool batch: 4" in thin["reason"], thin["reason"]
+    both = rotation_verdict(old + pooled(NEW, "ok", 30, "general") + pooled(NEW, "ok", 30, "batch"), NOW, 600, "c1",
+                            targets, {OLD, NEW}, min_results=10)
+    assert both["verdict"] == "pass", both["reason"]
+    # failures fail it on the evidence there is, whatever minResults asks
+    bad = rotation_verdict(old + pooled(NEW, "fail", 4, "general") + pooled(NEW, "fail", 4, "batch"), NOW, 600, "c1",
+                           targets, {OLD, NEW}, min_results=10)
+    assert bad["verdict"] == "fail"
+    # images that passed first light in an earlier stage: the first canary period's results, all clean, let it in
+    few = old + pooled(NEW, "ok", 3, "general") + pooled(NEW, "ok", 3, "batch")
+    assert rotation_verdict(few, NOW, 600, "c1", targets, {OLD, NEW}, min_results=10)["verdict"] == "inconclusive"
+    proven = rotation_verdict(few, NOW, 600, "c1", targets, {OLD, NEW}, min_results=10, proven=True)
+    assert proven["verdict"] == "pass" and "earlier stage" in proven["arms"][NEW]["reason"], proven
+    # ... but not with a pool that has none yet, nor with a failure among them
+    one_pool = rotation_verdict(old + pooled(NEW, "ok", 3, "general"), NOW, 600, "c1", targets, {OLD, NEW},
+                                min_results=10, proven=True)
+    assert one_pool["verdict"] == "inconclusive"
+    failing = rotation_verdict(few + pooled(NEW, "fail", 1, "batch"), NOW, 600, "c1", targets, {OLD, NEW},
+                               min_results=10, proven=True)
+    assert failing["verdict"] != "pass"

@@ -4,11 +4,11 @@ shrink the stages. `release tick` runs as the CronJob runs it, a new process eac
 
 A good candidate, which also carries a Kubernetes version bump committed to every stack file, reaches `prod` with every
 node of every stage on its images; the bump travels with it, each stage's control planes upgraded only when it enters
-there. A bad one (its images fail every container, `local fault bad-image`) is stopped in the first stage: halted,
-rolled back (every node of `dev` on the last good candidate's images again), at most its first wave's instances ever
-booted it, and none in a later stage's region. Its rollback first fails (the instance it launches never joins, a failed
-bootstrap): `dev` stays closed until a later tick finishes the rollback. What is checked is what an operator would
-see: kubectl's nodes and version, EC2's instances and EKS's clusters, the ledger's JSON."""
+there. A bad one (its images fail every container, `local fault bad-image`) is stopped in the first stage by first
+light: one node a pool of the first cluster booted it, only the canaries' pods ran there, no workload was evicted, none
+in a later stage's region; halted and rolled back (every node of `dev` on the last good candidate's images again). (A
+rollback whose rotation fails: test_trust.py.) What is checked is what an operator would see: kubectl's nodes and
+version, EC2's instances and EKS's clusters, the ledger's JSON."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def test_the_region_holds_every_stage_each_in_its_own_aws_region_with_its_canary
     assert all(by_stage[s] for s in STAGES)
 
 
-def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_within_its_first_wave(
+def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_by_first_light(
         region: dict[str, Any]) -> None:
     build(region, "9.1.0")
     assert control_planes(region) == dict.fromkeys(STAGES, {"1.32"})
@@ -186,7 +186,11 @@ def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_within_it
     # (The last tick's rotation report: a rotation re-planned after nodes were blocked reports its last run only.)
     assert {e["stage"] for e in rotated} == set(STAGES)
     held = {e["stage"]: [s for c in e["inputs"]["result"]["clusters"] for s in c["gate_seconds"][1:]] for e in rotated}
-    assert max((s for waits in held.values() for s in waits), default=0.0) >= 60, held
+    # First light held each cluster's first wave until the canaries had judged its node of each pool.
+    lit = {e["stage"]: [c["first_light"] for c in e["inputs"]["result"]["clusters"] if c.get("first_light")] for e in rotated}
+    assert all(f["verdict"] == "pass" for fs in lit.values() for f in fs), lit
+    assert max([s for waits in held.values() for s in waits] + [f["seconds"] or 0 for fs in lit.values() for f in fs]) >= 60, \
+        (held, lit)
     # Every node of every stage runs the candidate's images (the stage's own copies, in its own AWS region).
     nodes = nodes_by_stage(region)
     for stage in STAGES:
@@ -197,19 +201,7 @@ def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_within_it
     for ami in sorted(set().union(*(images_of(bad, s) for s in STAGES))):  # broken wherever it is copied
         pl(region, "local", "fault", "bad-image", ami)
     now = tick_until(region, lambda s: s["candidates"][bad["id"]]["status"] == "halted")
-    assert now["stages"]["dev"]["step"] == "rolling-back"
-    # Before the rollback runs, the next instance of the pool it will replace a bad node in never joins (a failed
-    # bootstrap): the rollback's rotation does not finish, and dev stays closed until a later tick's does.
-    on_bad = sorted(k for k, image in nodes_by_stage(region)["dev"].items() if image in images_of(bad, "dev"))
-    assert on_bad, nodes_by_stage(region)["dev"]
-    cluster, node = on_bad[0].split("/")
-    pool = json.loads(kubectl(region, cluster, "get", "node", node, "-o", "json"))["metadata"]["labels"]["eks.amazonaws.com/nodegroup"]
-    pl(region, "local", "fault", "instance-no-join", f"{cluster}/{pool}")
-    now = tick_until(region, lambda s: (s["stages"]["dev"]["rollback"] or {}).get("failures", 0) >= 1, ticks=20)
-    assert now["stages"]["dev"]["step"] == "rolling-back" and now["stages"]["dev"]["rollback"]["to"] == good["id"]
-    # closed, and said so: nothing enters dev while nodes run the bad image; the next tick tries again
-    assert "did not finish" in (now["stages"]["dev"]["rollback"]["left"] or ""), now["stages"]["dev"]
-    now = tick_until(region, lambda s: s["stages"]["dev"]["step"] == "idle", ticks=20)  # tried again: it finishes
+    now = tick_until(region, lambda s: s["stages"]["dev"]["step"] == "idle", ticks=20)  # rolled back
     assert now["stages"]["dev"]["last_good"] == good["id"]
     history = json.loads(release(region, "history", "-o", "json").stdout)
     mine = [e for e in history if e["candidate"] == bad["id"]]
@@ -217,21 +209,26 @@ def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_within_it
     halt = next(e for e in mine if e["decision"] == "halt")
     rolled = next(e for e in mine if e["decision"] == "rolled-back")
     assert rolled["inputs"]["result"]["status"] == "finished", rolled["inputs"]["result"]
-    failed = [e for e in mine if e["decision"] == "rollback-failed"]
-    assert failed and all(e["at"] < rolled["at"] for e in failed), failed
-    # How far the bad image got: the first wave of the one cluster that began rotating, as EC2 answers.
-    started = [c for c in halt["inputs"]["result"]["clusters"] if c["waves"]]
-    assert len(started) == 1 and len(started[0]["waves"]) == 1, halt["inputs"]["result"]
-    first_wave = started[0]["waves"][0]
+    # First light stopped it: in the one cluster that began, one node a pool booted the bad images, the canaries' pods
+    # failed there, the run halted before its first wave and no workload was evicted; its evidence is in the ledger.
+    assert "first-light" in halt["inputs"]["decision"]["unmet"], halt["inputs"]["decision"]
+    clusters = halt["inputs"]["result"]["clusters"]
+    started = [c for c in clusters if c.get("first_light")]
+    assert len(started) == 1 and started[0]["first_light"]["verdict"] == "fail", clusters
+    assert "CreateContainerError" in started[0]["first_light"]["reason"] or "failure_rate" in started[0]["first_light"]["reason"]
+    assert all(c["waves"] == [] and c["evictions"] == 0 for c in clusters), clusters
+    pools = started[0]["first_light"]["pools"]
     launched = booted(region, "dev", images_of(bad, "dev"))
-    stage_nodes = sum(c["nodes"] for c in region["clusters"] if c["stage"] == "dev")
-    # Within the one cluster that began, in its one wave of at most two nodes (maxInFlight 2): EC2's instances that
-    # booted the bad images as nodes (an image build's builders boot a parent image, and are told apart by their tag).
-    assert first_wave <= 2 and 0 < len(launched) <= first_wave < stage_nodes, (launched, first_wave)
+    # EC2's instances that booted the bad images as nodes (an image build's builders boot a parent image, and are told
+    # apart by their tag): one a pool of that cluster, fewer than what its first wave would have been had it had none.
+    assert len(launched) == len(pools) == started[0]["first_light"]["nodes"], (launched, pools)
+    assert started[0]["planned_first_wave"] >= 1
     for stage in STAGES[1:]:
         assert booted(region, stage, images_of(bad, stage)) == [], stage
     counted = now["candidates"][bad["id"]]
     assert counted["instances_booted_by_stage"] == {"dev": len(launched), "staging": 0, "prod-canary": 0, "prod": 0}
+    assert counted["instances_booted_first_light_by_stage"]["dev"] == len(launched)
+    assert counted["instances_booted_in_waves_by_stage"]["dev"] == 0
     # dev is back on the good candidate's images, node by node; the later stages never moved.
     nodes = nodes_by_stage(region)
     for stage in STAGES:

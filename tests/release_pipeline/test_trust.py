@@ -120,6 +120,48 @@ class FailingRollback(Stages):
         return super().rotate(stage, c, rollback)
 
 
+class FirstLightFails(Stages):
+    """The stage's first cluster boots one node a pool on the candidate's images, and the canaries fail it there."""
+
+    def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+        if rollback or c.id != self.bad:
+            return super().rotate(stage, c, rollback)
+        self.rotations.append((stage, c.id))
+        images = sorted(c.image_ids(stage))
+        lit = {"verdict": "fail", "reason": f"target image {images[0]}: pods CreateContainerError", "nodes": 2,
+               "pools": ["general", "system"], "skipped": {}, "seconds": 240.0}
+        return {"status": "halted", "reason": f"{stage}-a: halted: first light: {lit['reason']}",
+                "booted": {images[0]: ["i-lit1", "i-lit2"]}, "first_light": {images[0]: ["i-lit1", "i-lit2"]},
+                "clusters": [{"cluster": f"{stage}-a", "status": "halted", "halted": "first-light-fail", "waves": [],
+                              "first_light": lit},
+                             {"cluster": f"{stage}-b", "status": "halted", "halted": None, "waves": [], "first_light": None}]}
+
+
+def test_a_candidate_first_light_fails_is_halted_in_the_first_stage_with_its_evidence_and_its_instances_told_apart(
+        ledger: Ledger) -> None:
+    from platformctl.app.release import candidate_report
+
+    p = pipeline(stages=[{"name": "dev", **FAST}, {"name": "staging", **FAST}])
+    stages = FirstLightFails(T0)
+    good, bad = candidate(1), candidate(2)
+    stages.bad = bad.id
+    start(ledger, good, T0)
+    run(ledger, stages, p, 30)
+    start(ledger, bad, stages.clock)
+    run(ledger, stages, p, 10)
+    halt = next(e for _, e in ledger.entries() if e["decision"] == "halt" and e["candidate"] == bad.id)
+    assert halt["stage"] == "dev" and halt["reason"].startswith("first light stopped the images: dev-a: target image")
+    assert "first-light" in halt["inputs"]["decision"]["unmet"] and "first-light-fail" in halt["inputs"]["decision"]["unmet"]
+    said = halt["inputs"]["result"]
+    assert said["first_light_count"] == 2 and said["clusters"][0]["first_light"]["verdict"] == "fail"
+    assert ("staging", bad.id) not in stages.deploys
+    report = candidate_report(ledger, ledger.state(), aws=False)[bad.id]
+    assert report["status"] == "halted" and report["instances_booted"] == 2
+    assert report["instances_booted_first_light_by_stage"]["dev"] == 2 and report["instances_booted_first_light"] == 2
+    assert set(report["instances_booted_in_waves_by_stage"].values()) == {0}
+    assert_every_decision_replays(ledger)
+
+
 def test_a_rollback_whose_rotation_fails_is_recorded_failed_keeps_the_stage_closed_and_is_retried(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": "30m", "minResults": 0}])
     stages = FailingRollback(T0)

@@ -289,11 +289,16 @@ class FirstLightStarted(JournalRecord):
     """The first-light step began: the pools it lights, each one's group and new image, and each group's instances
     before it (an instance not among them is the first-light node). A pool in ``skipped`` gets none, and says why."""
 
+
     KIND: ClassVar[str] = FIRST_LIGHT
     pools: Mapping[str, str] = field(default_factory=dict)  # pool -> the group its first-light node boots in
-    images: Mapping[str, str] = field(default_factory=dict)  # pool -> the new image
+    images: Mapping[str, str] = field(default_factory=dict)  # pool -> the new image (the skipped pools' too)
     before: Mapping[str, list[str]] = field(default_factory=dict)  # group -> its instances before
     skipped: Mapping[str, str] = field(default_factory=dict)  # pool -> why it gets no first-light node
+    # A pool whose groups are all at their maximum size: the node drained and terminated to make room (its group
+    # launches the first-light node in its place), and its instance.
+    replaces: Mapping[str, str] = field(default_factory=dict)  # pool -> node
+    replaces_instance: Mapping[str, str] = field(default_factory=dict)  # pool -> instance
 
 
 @dataclass(frozen=True)

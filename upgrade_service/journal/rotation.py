@@ -104,6 +104,8 @@ class WaveState:
 
 
 FIRST_LIGHT_KEY = "platformctl.io/first-light"  # the taint that keeps every pod but the canaries' off a first-light node
+# The halts a judged first light ends with (``Halted.reason``): a run continued after one of them lights again.
+FIRST_LIGHT_HALTS = frozenset({"first-light-fail", "first-light-inconclusive", "first-light-not-ready"})
 
 
 @dataclass
@@ -111,7 +113,7 @@ class FirstLightState:
     """The open run's first-light step as the journal tells it."""
 
     started: FirstLightStarted
-    surged: set[str] = field(default_factory=set)  # groups whose capacity it raised (confirmed)
+    surged: set[str] = field(default_factory=set)  # groups made to launch its node: raised, or a node replaced (confirmed)
     nodes: dict[str, str] = field(default_factory=dict)  # pool -> its first-light node, once tainted
     instances: dict[str, str] = field(default_factory=dict)  # pool -> its first-light node's instance
     terminated: set[str] = field(default_factory=set)  # first-light instances terminated
@@ -268,7 +270,7 @@ def _applied(state: RunState, r: JournalRecord) -> None:
         state.first_light.judged = r
     elif isinstance(r, Halted):
         state.halted = r
-        if state.first_light is not None and state.first_light.judged is not None and r.reason.startswith("first-light"):
+        if state.first_light is not None and state.first_light.judged is not None and r.reason in FIRST_LIGHT_HALTS:
             state.first_light.halted = True
     elif isinstance(r, Finished | AbortedRecord):
         state.ended = r
@@ -289,10 +291,10 @@ def _confirmed(state: RunState, intent: Mapping[str, Any], d: Mapping[str, Any])
             return
         if op == "untaint":
             return
-        if op == "set-desired":
-            lit.surged.add(intent["group"])
+        if op == "set-desired" or (op == "terminate" and not intent.get("decrement")):
+            lit.surged.add(intent["group"])  # raised by one, or a node replaced: the group launches the first-light node
         elif op == "terminate":
-            lit.terminated.add(intent["instance"])
+            lit.terminated.add(intent["instance"])  # put out
     if op == "cordon":
         state.cordoned.add(node)
         if wave is not None:

@@ -124,7 +124,7 @@ class Executor:
         self.unstick = Unstick(self.replacer, self.groups, self.nodes_watch, policy.node_ready_timeout_seconds,
                                lambda message: self._show("drain", message))
         self.first_light = FirstLight(target.name, self.cluster, self.groups, self.journal, self.replacer, policy, options,
-                                      self.nodes_watch, self._show)
+                                      self.nodes_watch, self.pods_watch, self.pdbs_watch, self._show)
         self.budgets_back = BudgetsBack(self.pods_watch, self.pdbs_watch, self.replacer, self.journal, options.poll_seconds,
                                         policy.stuck_seconds, policy.durations.pod_start_seconds,
                                         lambda message: self._show("waiting", message))
@@ -315,7 +315,7 @@ class Executor:
                     read = None
                     continue
                 if self.first_light.due(read):  # before wave 1: the new images on one node a pool, judged
-                    self.first_light.run(read)
+                    self.first_light.run(read, plan)
                     read = None
                     continue
                 self.view.waves = len(self.state.waves) + len(waves)

@@ -12,8 +12,11 @@ it answers:
   ``firstLight.timeout``: the first-light instances are terminated (their group's capacity given back) and the run
   halts; nothing else was touched.
 
-A pool whose groups are all at their maximum size gets no first-light node (the journal and the report say so): its
-first wave is judged by the gate before the next, as without first light.
+In a pool whose groups are all at their maximum size, the step first replaces the pool's least disruptive node (of
+the plan's, the one with no one-at-a-time or wait-for-completion pod and the fewest pods to move), cordoned and drained
+through the eviction API under every budget as a wave's node is, and terminated without lowering the group's capacity:
+the group launches the first-light node in its place. A failed first light there leaves the group one node below its
+desired size (its node is put out with a decrement rather than replaced by another on the image it failed), and says so.
 
 Every side effect is one of the executor's journalled kinds, its intent naming the pool (``first_light``); a run killed
 at any point and run again finds the capacity and the node it made (an instance not among the group's instances before
@@ -23,7 +26,7 @@ terminates a first-light node its judgement has not let in (``upgrade_service.ru
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -34,13 +37,12 @@ from platformctl.kernel.cluster.model import Node, Taint
 from platformctl.kernel.nodegroups import NodeGroups
 from upgrade_service.journal.records import FirstLightJudged, FirstLightStarted, Gate
 from upgrade_service.journal.rotation import FIRST_LIGHT_KEY, FirstLightState, Journal
+from upgrade_service.planning.plan import RotationPlan
 from upgrade_service.planning.policy import RotationPolicy
 from upgrade_service.running.gate import Question, ask
 from upgrade_service.running.replacement import NodeReplacer
 from upgrade_service.running.run_types import ClusterRead, Halt, Options
-
-# The halts a first light ends with (``Halted.reason``): a run continued after one of them lights again.
-FIRST_LIGHT_HALTS = ("first-light-fail", "first-light-inconclusive", "first-light-not-ready")
+from upgrade_service.running.wave_drain import WaveDrain
 
 
 def first_light_taint(pool: str) -> Taint:
@@ -57,23 +59,26 @@ class FirstLight:
     policy: RotationPolicy
     options: Options
     nodes: Informer
+    pods: Informer
+    budgets: Informer
     show: Callable[[str, str], None]
 
     # ---------------------------------------------------------------- what is due
 
     def due(self, read: ClusterRead) -> bool:
         """Whether the run must light (or finish lighting) its pools before its first wave."""
-        if self.policy.first_light is None or self.journal.state.waves:
+        if self.policy.first_light is None:
             return False
         lit = self.journal.state.first_light
-        if lit is None:
-            return bool(self._pools(read))
         # a step a killed run left, or one that failed: what it left is put out, and it halts again or lights again
-        return lit.judged is None or lit.judged.verdict == "fail"
+        if lit is not None and (lit.judged is None or lit.judged.verdict == "fail"):
+            return True
+        return bool(self._pools(read))
 
     def _pools(self, read: ClusterRead) -> dict[str, str]:
         """Pool -> its new image, for the pools the policy names whose image this run changes and that no Ready node
-        of theirs boots yet (a run that rotated some of them already has its image proven)."""
+        of theirs boots yet (a run that rotated some of them already has its image proven; a passed first light's node
+        is one), but for a pool the last first light passed or left out (its group had no room) on the same image."""
         named = self.policy.first_light
         assert named is not None
         label, image_label = self.policy.pool_label, self.policy.image_label
@@ -87,11 +92,17 @@ class FirstLight:
             if pool in pools and node.labels.get(image_label) == pools[pool] and node.ready \
                     and not any(t.key == FIRST_LIGHT_KEY for t in node.taints):
                 del pools[pool]
+        lit = self.journal.state.first_light
+        if lit is not None:  # what the journal says it did, whatever the nodes' watch has shown of it yet
+            done = lit.started.skipped if not lit.passed else [*lit.started.skipped, *lit.started.pools]
+            for pool in done:
+                if pool in pools and pools[pool] == lit.started.images.get(pool):
+                    del pools[pool]
         return dict(sorted(pools.items()))
 
     # ---------------------------------------------------------------- the step
 
-    def run(self, read: ClusterRead) -> None:
+    def run(self, read: ClusterRead, plan: RotationPlan) -> None:
         """Light the pools, judge them, and let them in; raises ``Halt`` when the images must not go further."""
         lit = self.journal.state.first_light
         if lit is not None and lit.judged is not None and lit.judged.verdict == "fail":
@@ -100,28 +111,36 @@ class FirstLight:
                 raise Halt("first-light-fail", f"first light: {lit.judged.reason}")
             lit = None  # a run continued after a failed first light lights again
         if lit is None or lit.judged is not None:
-            lit = self._begin(read)
+            lit = self._begin(read, plan)
         if lit.judged is not None:
             return
         self._raise(lit)
         self._light(lit)
         self._judge(lit)
 
-    def _begin(self, read: ClusterRead) -> FirstLightState:
+    def _begin(self, read: ClusterRead, plan: RotationPlan) -> FirstLightState:
         pools = self._pools(read)
         chosen: dict[str, str] = {}
         skipped: dict[str, str] = {}
+        replaces: dict[str, str] = {}
         label = self.policy.pool_label
         for pool in pools:
             groups = sorted({read.group_of[n.name] for n in read.nodes if n.labels.get(label) == pool and n.name in read.group_of})
             room = [g for g in groups if read.described[g].room > 0 and g not in chosen.values()]
-            if not room:
-                skipped[pool] = (f"group{'s' if len(groups) > 1 else ''} {', '.join(groups)} at {'their' if len(groups) > 1 else 'its'} "
-                                 "maximum size: no room for a first-light node; the first wave is judged before the next")
+            if room:
+                chosen[pool] = max(room, key=lambda g: (read.described[g].room, g))
                 continue
-            chosen[pool] = max(room, key=lambda g: (read.described[g].room, g))
+            node = least_disruptive(plan, pool, [g for g in groups if g not in chosen.values()], read.group_of)
+            if node is None:
+                skipped[pool] = (f"group{'s' if len(groups) > 1 else ''} {', '.join(groups)} at {'their' if len(groups) > 1 else 'its'} "
+                                 "maximum size, and none of its nodes can be drained now to make room: the first wave is "
+                                 "judged before the next")
+                continue
+            chosen[pool], replaces[pool] = read.group_of[node], node
+        by_name = {n.name: n for n in read.nodes}
         before = {g: sorted(read.described[g].instances) for g in chosen.values()}
-        self.journal.append(FirstLightStarted(chosen, {p: pools[p] for p in chosen}, before, skipped))
+        self.journal.append(FirstLightStarted(chosen, pools, before, skipped, replaces,
+                                              {p: by_name[n].instance_id or "" for p, n in replaces.items()}))
         for pool, why in skipped.items():
             self.show("first-light", f"first light: pool {pool}: {why}")
         lit = self.journal.state.first_light
@@ -136,10 +155,28 @@ class FirstLight:
         for pool, group in lit.started.pools.items():
             if group in lit.surged:
                 continue
+            if pool in lit.started.replaces:
+                self._replace(pool, group, lit.started.replaces[pool], lit.started.replaces_instance[pool])
+                continue
             state = self.groups.describe(group)
             self.show("first-light", f"first light: raising {group} from {state.desired} to {state.desired + 1} for "
                       f"one node of pool {pool} on {lit.started.images[pool]}")
             self.replacer.set_desired(group, state.desired + 1, state.desired, first_light=pool)
+
+    def _replace(self, pool: str, group: str, node: str, instance: str) -> None:
+        """Make room in a full group: its node drained (budgets, protocols) and terminated with no decrement."""
+        self.show("first-light", f"first light: {group} is at its maximum size; replacing {node} of pool {pool}")
+        if self.replacer.in_service(instance):
+            self.replacer.cordon(node, first_light=pool)
+            drain = WaveDrain(self.cluster, self.policy, self.journal, self.replacer.pacer, wave="first-light",
+                              poll_seconds=self.options.poll_seconds, check=self.replacer.check, pods=self.pods,
+                              budgets=self.budgets)
+            outcome = drain.run([node], self.policy.drain_timeout_seconds)
+            if outcome.failed:
+                self.replacer.uncordon(node, first_light=pool)
+                raise Halt("first-light-drain", f"first light: {node} of pool {pool} could not be drained to make room "
+                           f"for a first-light node in {group}: {outcome.failed[node]}")
+        self.replacer.terminate(node, instance, group, False, first_light=pool)
 
     def _fresh(self, lit: FirstLightState, pool: str) -> Node | None:
         """The pool's first-light node: the oldest node of its group that was not one of its instances before."""
@@ -172,14 +209,14 @@ class FirstLight:
             return ready
 
         self.show("first-light", "first light: waiting for " + ", ".join(
-            f"one node of {p} on {i}" for p, i in lit.started.images.items()))
+            f"one node of {p} on {lit.started.images[p]}" for p in lit.started.pools))
         if self.replacer.wait(lit_up, deadline, "wait:first-light", self.nodes):
             return
         state = self.journal.state.first_light
         assert state is not None
         missing = []
-        for pool, image in state.started.images.items():
-            node = self._fresh(state, pool)
+        for pool in state.started.pools:
+            image, node = state.started.images[pool], self._fresh(state, pool)
             if node is None or not node.ready:
                 said = f"{node.name} NotReady" if node is not None else "no node registered"
                 missing.append(f"pool {pool}: {said} on {image}")
@@ -193,14 +230,14 @@ class FirstLight:
         clock = self.cluster.clock
         began = lit.asked_at if lit.asked_at is not None else clock.now()
         deadline = began + first_light.timeout
-        targets = dict(lit.started.images)
+        targets = {pool: lit.started.images[pool] for pool in lit.started.pools}
         context = {"cluster": self.cluster_name, "wave": "first-light", "stage": self.options.stage or ""}
         said: tuple[str, str] | None = None
         while True:
             self.replacer.check()
             present = frozenset(n.image for n in self.nodes.nodes() if n.image)
             question = Question(self.cluster_name, self.options.stage or "", 0, clock.now(), targets, present,
-                                min_results=first_light.min_results)
+                                min_results=first_light.min_results, proven=self.options.first_light_proven)
             verdict = ask(gate, context, self.options.canary, question)
             if (verdict.verdict, verdict.reason) != said:
                 said = (verdict.verdict, verdict.reason)
@@ -237,8 +274,22 @@ class FirstLight:
         """Terminate every first-light instance still in service, giving its group's capacity back."""
         for pool, group, instance in first_light_instances(lit, self.groups):
             node = lit.nodes.get(pool)
-            self.show("first-light", f"first light: terminating {node or instance} of pool {pool}")
+            short = f" ({group} stays one below the size it had: its node {lit.started.replaces[pool]} made room)" \
+                if pool in lit.started.replaces else ""
+            self.show("first-light", f"first light: terminating {node or instance} of pool {pool}{short}")
             self.replacer.terminate(node, instance, group, True, first_light=pool)
+
+
+def least_disruptive(plan: RotationPlan, pool: str, groups: list[str], group_of: Mapping[str, str]) -> str | None:
+    """The plan's node of ``pool`` in one of ``groups`` whose drain costs least: no one-at-a-time or wait-for-completion
+    pod first, then the fewest pods to move and the least budget spent (None: the plan drains none of them now)."""
+    planned = {n for w in plan.waves for n in w.nodes if group_of.get(n) in groups}
+    views = [v for v in plan.view.nodes if v.name in planned and v.pool == pool and not v.blocked]
+    if not views:
+        return None
+    best = min(views, key=lambda v: (bool(v.one_at_a_time) or v.wait_until is not None, len(v.moving),
+                                     sum(v.spends.values()), v.name))
+    return best.name
 
 
 def first_light_instances(lit: FirstLightState, groups: NodeGroups) -> list[tuple[str, str, str]]:

@@ -51,6 +51,7 @@ class Question:
     present: frozenset[str] = frozenset()  # the images the cluster's nodes boot now
     # First light: each target image must hold this many canary results of its own before a pass counts.
     min_results: int = 0
+    proven: bool = False  # first light of images that passed it in an earlier stage: one clean canary period will do
 
 
 # Answers a Question with the canary verdict's JSON ({"verdict": ..., "reason": ...}); the command gives it.

@@ -68,6 +68,7 @@ class RunReport(TypedDict):
     holder: NotRequired[str | None]
     lease: NotRequired[dict[str, Any] | None]  # added by ``rotate status``
     first_light: NotRequired[dict[str, Any] | None]
+    planned_first_wave: NotRequired[list[str]]
 
 
 def build_report(state: RunState) -> RunReport:
@@ -124,6 +125,7 @@ def build_report(state: RunState) -> RunReport:
         "gate_seconds": round(sum(state.waves[n].started.at - at for n, at in state.gate_asked.items()
                                   if n in state.waves), 1),
         "estimated_seconds": first.estimated_seconds if first else None,
+        "planned_first_wave": list(first.first_wave) if first else [],  # what wave 1 was to be when the run began
         "targets": dict((plan.targets if plan else None) or (first.targets if first else None) or {}),
         "waves": waves,
         "nodes_rotated": len(state.terminated - (state.first_light.terminated if state.first_light else set())),

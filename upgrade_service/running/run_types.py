@@ -37,6 +37,9 @@ class Options:
     stage: str | None = None
     max_waves: int | None = None  # start at most this many waves in this run; the next run goes on
     canary: Any = None  # the canary verdict (upgrade_service.running.gate.CanaryVerdict) a `canary` health gate asks
+    # The images passed first light in an earlier stage of the release pipeline: here, one canary period of results
+    # on each first-light node that all succeed lets it in (a region's own hardware is still tried, not soaked again).
+    first_light_proven: bool = False
     # Set (by a first Ctrl-C or SIGTERM) to stop every cluster at its next safe point: no new side effect starts.
     stop: threading.Event | None = None
 

@@ -91,8 +91,10 @@ class Dev:
 
     def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
         self.clock += 1200
+        # three instances an image, the first of them first light's
         return {"status": "finished", "booted": {i: [f"i-{stage[:3]}{n}{i[-4:]}" for n in range(3)]
-                                                 for i in candidate.image_ids(stage)}}
+                                                 for i in candidate.image_ids(stage)},
+                "first_light": {i: [f"i-{stage[:3]}0{i[-4:]}"] for i in candidate.image_ids(stage)}}
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
                 entered: float | None = None) -> dict[str, Any]:

@@ -52,6 +52,9 @@ def test_it_shows_each_stage_the_candidates_with_their_boots_and_the_halted_ones
     bad = next(c for c in d["candidates"] if c["id"] == stores.bad.id)
     assert bad["status"] == "halted" and bad["reason"] == stores.halt_reason and "CreateContainerError" in bad["reason"]
     assert bad["instances_booted_by_stage"] == {"dev": 3, "staging": 0, "prod-canary": 0, "prod": 0}  # as the ledger recorded
+    # of which one first light booted, judged before any workload moved, and two the waves
+    assert (bad["instances_booted_first_light"], bad["instances_booted_first_light_by_stage"]["dev"],
+            bad["instances_booted_in_waves_by_stage"]["dev"]) == (1, 1, 2)
     halt = next(e for e in d["decisions"] if e["decision"] == "halt")
     assert halt["inputs"]["verdict"]["verdict"] == "fail"  # expandable to the inputs `release replay` uses
     verdict = d["canaries"]["dev"]["latest_verdict"]
@@ -96,6 +99,8 @@ def test_the_export_is_one_file_with_its_scripts_and_data_inlined_and_markup_sho
         assert markup not in html  # never as markup ...
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html  # ... but as text
     assert "onerror=&#34;window.__pwned = 1&#34;" in html
+    # the halted candidate's instances, first light's beside the waves'
+    assert re.search(rf'data-candidate="{stores.bad.id}">.*?<td class="first-light">1</td><td>dev 1\+2, ', html, re.S)
     figures = figures_of(html)
     names = {t["name"] for t in figures["dev-latency"]["data"]}
     assert {f"{GOOD_IMAGE} p50", f"{BAD_IMAGE} p99"} <= names

@@ -140,12 +140,40 @@ def test_a_good_image_passes_first_light_and_its_node_joins_the_pool_as_the_firs
     assert harm(sim) == NO_HARM and sim.pool("general").desired == 4
 
 
-def test_a_group_at_its_max_size_gets_no_first_light_node_and_the_report_says_why(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["surge", "replace"])
+def test_in_a_full_group_first_light_replaces_the_least_disruptive_node_and_a_bad_image_still_boots_once(
+        tmp_path: Path, strategy: str) -> None:
     sim = serving(max_size=4)
-    outcome = rotate(sim, tmp_path)
+    service(sim, "kv", 1, kind="StatefulSet", annotations={"platformctl.io/rotation": "one-at-a-time",
+                                                           "platformctl.io/settle-seconds": "60"})
+    sim.run_until_settled()
+    kv_node = next(p.node_name for p in sim.list_pods(namespace="app") if p.name.startswith("kv"))
+    sim.set_image_fault(NEW, None)
+    outcome = rotate(sim, tmp_path, {**POLICY, "strategy": strategy, "minZoneCapacityPercent": 75})
+    assert outcome.report is not None and outcome.report["halted"]["reason"] == "first-light-fail", outcome.reason
+    lit = outcome.report["first_light"]
+    replaced = read_state(SQLiteStore(tmp_path / "state.db"), "test").first_light
+    assert replaced is not None and replaced.started.replaces["general"] != kv_node  # not the one-at-a-time pod's node
+    assert len(booted(sim, NEW)) == 1 and list(lit["nodes"].values()) == booted(sim, NEW)
+    # the replaced node's pods were evicted under their budget and went to the old nodes, never to the new image
+    moved = {e.detail[0] for e in sim.events if e.kind == sim_events.POD_EVICTED}
+    assert len(moved) == 1 and all(ns.startswith(f"{CANARY.namespace}-") for _, ns in scheduled_on(sim, booted(sim, NEW)))
+    sim.advance(600)
+    assert not [n for n in sim.list_nodes() if n.image == NEW] and sim.pool("general").desired == 3  # one short, said
+    assert harm(sim) == NO_HARM
+
+
+@pytest.mark.parametrize("strategy", ["surge", "replace"])
+def test_in_a_full_group_a_good_image_passes_first_light_and_the_rotation_finishes(tmp_path: Path, strategy: str) -> None:
+    sim = serving(max_size=4)
+    service(sim, "kv", 2, kind="StatefulSet", annotations={"platformctl.io/rotation": "one-at-a-time",
+                                                           "platformctl.io/settle-seconds": "60"})
+    sim.run_until_settled()
+    outcome = rotate(sim, tmp_path, {**POLICY, "strategy": strategy, "minZoneCapacityPercent": 75})
     assert outcome.status == "done", outcome.reason
-    lit = outcome.report["first_light"] if outcome.report else None
-    assert lit is not None and lit["verdict"] == "skipped" and "maximum size" in lit["skipped"]["general"]
+    assert outcome.report is not None and outcome.report["first_light"]["verdict"] == "pass"
+    assert sorted(n.image for n in sim.list_nodes()) == [NEW] * 4 and len(booted(sim, NEW)) == 4
+    assert harm(sim) == NO_HARM and sim.pool("general").desired == 4
 
 
 def test_first_light_needs_a_health_gate_said_before_anything_is_touched() -> None:

@@ -5,8 +5,10 @@ mid-check leaves nothing behind once the next run has reaped, and bad input is o
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import socket
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -232,19 +234,28 @@ def test_bad_input_is_one_line_exit_2(region: dict[str, Any], tmp_path: Path) ->
     assert _canary_namespaces(region) == []
 
 
+GATED = ("maxInFlight: 2\nhealthGate: {canary: {window: 10m}}\ngateTimeoutSeconds: 3600\n"
+         "durations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")
+
+
+def _bad_images(region: dict[str, Any], version: str) -> list[str]:
+    """A new image tree deployed to the stage, whose images the cluster boots fail every container; returns them."""
+    images = new_images(region, version)
+    bad = sorted({ami for key, ami in images.items() if key.startswith(f"{CLUSTER}/")})
+    for ami in bad:
+        run(region["home"], "local", "fault", "bad-image", ami)
+    return bad
+
+
 def test_a_rotation_onto_a_bad_image_with_the_canary_gate_halts_after_its_first_wave(region: dict[str, Any]) -> None:
     """The loop DESIGN.md names: how few nodes ever boot a bad image before it is stopped. The runner runs on its
     own, as its Deployment does; the rotation asks the canary verdict before every wave. (Last in this module: it
     moves the cluster's pools onto new images.)"""
     home = region["home"]
     before = {n.instance_id for n in LiveCluster.from_kubeconfig(region["kubeconfig"], context=CLUSTER).list_nodes()}
-    images = new_images(region, "9.0.0")
-    bad = sorted({ami for key, ami in images.items() if key.startswith(f"{CLUSTER}/")})
-    for ami in bad:
-        run(home, "local", "fault", "bad-image", ami)
+    bad = _bad_images(region, "9.0.0")
     policy = home / "canary-gate.yaml"
-    policy.write_text("maxInFlight: 2\nhealthGate: {canary: {window: 10m}}\ngateTimeoutSeconds: 3600\n"
-                      "durations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")
+    policy.write_text(GATED)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -307,21 +318,16 @@ def test_first_light_against_the_local_region_boots_one_node_a_pool_and_only_the
         region: dict[str, Any]) -> None:
     """First light with the canary runner running on its own, as its Deployment does: a bad image boots exactly one
     instance a pool of the cluster, its node is judged by the canary gate and terminated, and kubectl's Scheduled
-    events show that no pod but the canaries' was ever placed on it. (After the first-wave test: the cluster's pools
-    are on that test's images, and this one moves nothing.)"""
-    import shutil
-    import subprocess
-
+    events show that no pod but the canaries' was ever placed on it. (After the first-wave test, whose halted run it
+    aborts first, as an operator would; it moves nothing.)"""
     home = region["home"]
+    # The first-wave test's run halted after its wave: an operator ends it before a rotation onto other images.
+    run(home, "rotate", "abort", "--context", CLUSTER, "--reason", "halted on a bad image", check=False)
     nodes = LiveCluster.from_kubeconfig(region["kubeconfig"], context=CLUSTER).list_nodes()
     pools = {n.labels["eks.amazonaws.com/nodegroup"] for n in nodes}
-    images = new_images(region, "9.1.0")
-    bad = sorted({ami for key, ami in images.items() if key.startswith(f"{CLUSTER}/")})
-    for ami in bad:
-        run(home, "local", "fault", "bad-image", ami)
+    bad = _bad_images(region, "9.1.0")
     policy = home / "first-light.yaml"
-    policy.write_text("maxInFlight: 2\nhealthGate: {canary: {window: 10m}}\ngateTimeoutSeconds: 3600\n"
-                      "durations: {nodeBootSeconds: 180, podStartSeconds: 20}\nfirstLight: {minResults: 5, timeout: 1h}\n")
+    policy.write_text(GATED + "firstLight: {minResults: 5, timeout: 1h}\n")
     runner = start(home, "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
                    "--lease-ttl", "2", "--metrics-port", "0")
     try:

@@ -118,6 +118,7 @@ class FirstLightState:
     instances: dict[str, str] = field(default_factory=dict)  # pool -> its first-light node's instance
     terminated: set[str] = field(default_factory=set)  # first-light instances terminated
     asked_at: float | None = None  # when the gate was first asked about it
+    cleared: int = 0  # pods evicted off its nodes before they were put out (the canaries', or a crash's strays)
     judged: FirstLightJudged | None = None
     halted: bool = False  # the run halted on its judgement (a run continued after that lights again)
 
@@ -290,6 +291,9 @@ def _confirmed(state: RunState, intent: Mapping[str, Any], d: Mapping[str, Any])
                 lit.instances[str(intent["first_light"])] = str(intent["instance"])
             return
         if op == "untaint":
+            return
+        if op == "evict":  # pods cleared off a first-light node before it is put out: not the rotation's evictions
+            lit.cleared += len(d.get("evicted", ()))
             return
         if op == "set-desired" or (op == "terminate" and not intent.get("decrement")):
             lit.surged.add(intent["group"])  # raised by one, or a node replaced: the group launches the first-light node

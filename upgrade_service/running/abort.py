@@ -14,7 +14,7 @@ from platformctl.kernel.nodegroups import NodeGroups
 from upgrade_service.journal.intents import settle_eviction, settle_with_groups
 from upgrade_service.journal.records import AbortedRecord, Control
 from upgrade_service.journal.rotation import FIRST_LIGHT_KEY, Journal
-from upgrade_service.running.first_light import first_light_instances
+from upgrade_service.running.first_light import clear_node, first_light_instances, node_of
 from upgrade_service.running.run_types import TAINT
 
 
@@ -55,7 +55,10 @@ def put_back(journal: Journal, cluster: Cluster, groups: NodeGroups | None = Non
     lit = state.first_light
     if lit is not None and not lit.passed and groups is not None:  # a first-light node its judgement has not let in
         for pool, group, instance in first_light_instances(lit, groups):
-            key = journal.intent("terminate", node=lit.nodes.get(pool), instance=instance, group=group, decrement=True,
+            lit_node = lit.nodes.get(pool) or node_of(cluster, instance)
+            if lit_node and clear_node(cluster, journal, lit_node, pool):
+                continue  # pods that would not leave: kept (cordoned, and said below)
+            key = journal.intent("terminate", node=lit_node, instance=instance, group=group, decrement=True,
                                  first_light=pool)
             groups.terminate(instance, True)
             journal.done(key)

@@ -31,10 +31,13 @@ from dataclasses import dataclass
 from functools import partial
 
 from platformctl.kernel.clock import past
+from platformctl.kernel.cluster.drain import drain_blocks_on
 from platformctl.kernel.cluster.informer import Informer
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import Node, Taint
+from platformctl.kernel.errors import NotFoundError
 from platformctl.kernel.nodegroups import NodeGroups
+from upgrade_service.journal.intents import Writes
 from upgrade_service.journal.records import FirstLightJudged, FirstLightStarted, Gate
 from upgrade_service.journal.rotation import FIRST_LIGHT_KEY, FirstLightState, Journal
 from upgrade_service.planning.plan import RotationPlan
@@ -246,11 +249,12 @@ class FirstLight:
             assert state is not None
             if verdict.verdict == "pass":
                 return self._pass(state, verdict.reason, clock.now() - began)
+            lit_up = ", ".join(f"{pool} ({state.nodes.get(pool, 'no node')}, {image})" for pool, image in targets.items())
             if verdict.verdict == "fail":
-                self._fail(state, "first-light-fail", verdict.reason, clock.now() - began)
+                self._fail(state, "first-light-fail", f"pools {lit_up}: {verdict.reason}", clock.now() - began)
             if past(clock, deadline):
-                self._fail(state, "first-light-inconclusive", f"the health gate stayed inconclusive for firstLight.timeout "
-                           f"{first_light.timeout} s: {verdict.reason}", clock.now() - began)
+                self._fail(state, "first-light-inconclusive", f"pools {lit_up}: the health gate stayed inconclusive for "
+                           f"firstLight.timeout {first_light.timeout} s: {verdict.reason}", clock.now() - began)
             self.show("first-light", f"first light: the gate is inconclusive ({verdict.reason}); asking every "
                       f"{self.options.gate_poll_seconds:.0f} s for up to {first_light.timeout} s")
             clock.sleep(min(self.options.gate_poll_seconds, max(deadline - clock.now(), 0.0)))
@@ -271,13 +275,60 @@ class FirstLight:
         raise Halt(code, f"first light: {reason}")
 
     def _put_out(self, lit: FirstLightState) -> None:
-        """Terminate every first-light instance still in service, giving its group's capacity back."""
+        """Terminate every first-light instance still in service, giving its group's capacity back (pods a crash let
+        land on it before its taint are evicted first; one whose pods would not leave is kept, and said)."""
+        kept = []
         for pool, group, instance in first_light_instances(lit, self.groups):
-            node = lit.nodes.get(pool)
+            node = lit.nodes.get(pool) or node_of(self.cluster, instance)
+            left = clear_node(self.cluster, self.journal, node, pool) if node else []
+            if left:
+                kept.append(f"{node} ({', '.join(left[:3])} would not leave)")
+                continue
             short = f" ({group} stays one below the size it had: its node {lit.started.replaces[pool]} made room)" \
                 if pool in lit.started.replaces else ""
             self.show("first-light", f"first light: terminating {node or instance} of pool {pool}{short}")
             self.replacer.terminate(node, instance, group, True, first_light=pool)
+        if kept:
+            self.show("first-light", "first light: kept, cordoned: " + "; ".join(kept))
+
+
+def node_of(cluster: Cluster, instance: str) -> str | None:
+    """The node of ``instance``, if it registered."""
+    return next((n.name for n in cluster.list_nodes() if n.instance_id == instance), None)
+
+
+def clear_node(cluster: Cluster, log: Writes, node: str, pool: str, patience: float = 300.0) -> list[str]:
+    """Before a first-light node is put out: the pods on it that a drain would move (those a crash let land there
+    between its boot and its taint; the canaries' own) are evicted through the eviction API, a refusal retried every
+    5 s, until they are gone or ``patience`` seconds of the cluster's clock pass (journalled as ``cordon`` and
+    ``evict``). Returns the pods still there: such a node is not terminated."""
+    clock = cluster.clock
+    try:
+        pods = [p for p in cluster.list_pods(node_name=node) if drain_blocks_on(p)]
+    except NotFoundError:
+        return []
+    if not pods:
+        return []
+    key = log.intent("cordon", node=node, first_light=pool)
+    try:
+        cluster.cordon(node)
+    except NotFoundError:
+        log.done(key, ok=False, result="node gone")
+        return []
+    log.done(key)
+    deadline = clock.now() + patience
+    while True:
+        moving = [p for p in pods if not p.terminating]
+        if moving:
+            key = log.intent("evict", node=node, pods=[f"{p.namespace}/{p.name}" for p in moving],
+                             uids={f"{p.namespace}/{p.name}": p.uid for p in moving}, first_light=pool)
+            evicted = [{"pod": f"{p.namespace}/{p.name}", "uid": p.uid, "created": p.created or 0.0} for p in moving
+                       if (answer := cluster.evict(p.namespace, p.name)).allowed or answer.code == 404]
+            log.done(key, evicted=evicted, refused={})
+        pods = [p for p in cluster.list_pods(node_name=node) if drain_blocks_on(p)]
+        if not pods or past(clock, deadline):
+            return [f"{p.namespace}/{p.name}" for p in pods]
+        clock.sleep(5.0)
 
 
 def least_disruptive(plan: RotationPlan, pool: str, groups: list[str], group_of: Mapping[str, str]) -> str | None:

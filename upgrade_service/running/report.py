@@ -160,7 +160,7 @@ def _first_light(state: RunState) -> dict[str, Any] | None:
     judged = lit.judged
     return {"started": format_time(lit.started.at), "pools": dict(lit.started.pools), "images": dict(lit.started.images),
             "skipped": dict(lit.started.skipped), "nodes": dict(lit.nodes), "instances": dict(lit.instances),
-            "verdict": judged.verdict if judged else None, "reason": judged.reason if judged else None,
+            "cleared": lit.cleared, "verdict": judged.verdict if judged else None, "reason": judged.reason if judged else None,
             "seconds": round(judged.seconds, 1) if judged else None}
 
 

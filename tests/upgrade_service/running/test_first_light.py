@@ -22,6 +22,7 @@ from platformctl.emulator import simulator as sim_events
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel import failpoints
+from platformctl.kernel.cluster.model import LABEL_NODEGROUP_IMAGE
 from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, harm, new_image, service
 from upgrade_service.journal.rotation import FIRST_LIGHT_KEY, control, read_state
@@ -90,6 +91,7 @@ def test_a_bad_image_boots_one_node_per_pool_no_workload_moves_and_the_node_is_t
     assert report is not None and report["halted"]["reason"] == "first-light-fail"
     lit = report["first_light"]
     assert lit["verdict"] == "fail" and NEW in lit["reason"] and set(lit["nodes"]) == {"general", "batch"}
+    assert all(f"{pool} ({node}, {NEW})" in lit["reason"] for pool, node in lit["nodes"].items())  # it names them
     new_nodes = booted(sim, NEW)
     assert sorted(new_nodes) == sorted(lit["nodes"].values())  # exactly one instance a pool booted it
     assert evictions(sim) == []  # no workload moved
@@ -206,15 +208,39 @@ def test_a_first_light_killed_at_any_step_and_run_again_boots_no_second_node(tmp
     assert harm(sim) == NO_HARM
 
 
-def test_an_abort_during_first_light_leaves_no_first_light_node(tmp_path: Path) -> None:
-    sim = serving()
-    with failpoints.killed_at("wait:first-light"), pytest.raises(failpoints.Killed):
-        rotate(sim, tmp_path)
+def abort(sim: SimulatedCluster, tmp_path: Path) -> SQLiteStore:
+    """`rotate abort` of the killed run; then its first-light node is gone and its group back to its size."""
     store = SQLiteStore(tmp_path / "state.db")
-    control(store, "test", "abort", "operator", "testing", sim.now())
+    control(store, "test", "abort", "operator", "not tonight", sim.now())
     result = abort_cluster(store, "test", lambda: Target("test", sim, SimulatedNodeGroups(sim)), "operator", wait=False)
     assert result.done, result
     sim.advance(600)
     assert not [n for n in sim.list_nodes() if n.image == NEW] and sim.pool("general").desired == 4
+    return store
+
+
+def test_an_abort_during_first_light_leaves_no_first_light_node(tmp_path: Path) -> None:
+    sim = serving()
+    with failpoints.killed_at("wait:first-light"), pytest.raises(failpoints.Killed):
+        rotate(sim, tmp_path)
+    store = abort(sim, tmp_path)
     assert read_state(store, "test").status == "aborted"
     assert [n.image for n in sim.list_nodes()] == [OLD] * 4
+
+
+def test_pods_that_landed_on_a_first_light_node_in_a_crash_before_its_taint_are_evicted_before_it_is_put_out(
+        tmp_path: Path) -> None:
+    sim = serving()
+    with failpoints.killed_at("call:set-desired"), pytest.raises(failpoints.Killed):
+        rotate(sim, tmp_path)  # killed with the group raised, before the new node was tainted
+    sim.advance(300)  # the node boots untainted while nobody runs: a workload lands on it
+    service(sim, "late", 2, node_selector={LABEL_NODEGROUP_IMAGE: NEW}, min_available=0)  # pinned to the new image
+    sim.run_until_settled()
+    fresh = booted(sim, NEW)
+    assert len(fresh) == 1
+    on_it = [p for p in sim.list_pods(node_name=fresh[0]) if p.namespace == "app"]
+    assert len(on_it) == 2
+    abort(sim, tmp_path)
+    evicted = {e.name for e in sim.events if e.kind == sim_events.POD_EVICTED}
+    assert {p.name for p in on_it} <= evicted  # moved through the eviction API, never lost with the node
+    assert harm(sim) == NO_HARM

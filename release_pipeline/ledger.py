@@ -255,18 +255,19 @@ class Ledger:
 
     def boots(self, candidate: str) -> dict[str, set[str]]:
         """Per stage, every ``image/instance`` any rotation saw booting ``candidate``'s images."""
-        out: dict[str, set[str]] = {}
-        for r in self.store.read(BOOTS + candidate):
-            out.setdefault(str(r.data["stage"]), set()).update(r.data.get("instances", []))
-        return out
+        return self.boots_and_first_light(candidate)[0]
 
-    def first_light_boots(self, candidate: str) -> dict[str, set[str]]:
-        """Per stage, the ``image/instance`` of every first-light node of ``candidate``'s images."""
-        out: dict[str, set[str]] = {}
+    def boots_and_first_light(self, candidate: str) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+        """Per stage, every ``image/instance`` any rotation saw booting ``candidate``'s images, and of those the
+        first-light nodes', from one read of the stream."""
+        every: dict[str, set[str]] = {}
+        lit: dict[str, set[str]] = {}
         for r in self.store.read(BOOTS + candidate):
+            stage, rows = str(r.data["stage"]), r.data.get("instances", [])
+            every.setdefault(stage, set()).update(rows)
             if r.data.get("first_light"):
-                out.setdefault(str(r.data["stage"]), set()).update(r.data.get("instances", []))
-        return out
+                lit.setdefault(stage, set()).update(rows)
+        return every, lit
 
     # ------------------------------------------------------------------ entries
 

@@ -37,9 +37,9 @@ POLL = 60.0  # the gate is asked (and the canary run) once a minute: a canary pe
 
 
 def serving(nodes: int = 4, max_size: int | None = None, pools: dict[str, int] | None = None) -> SimulatedCluster:
-    sim = cluster(pools or {"general": nodes}, max_size=max_size)
-    for pool in (pools or {"general": nodes}):
-        count = (pools or {"general": nodes})[pool]
+    pools = pools or {"general": nodes}
+    sim = cluster(pools, max_size=max_size)
+    for pool, count in pools.items():
         service(sim, f"web-{pool}", count, min_available=count - 1, node_selector={"eks.amazonaws.com/nodegroup": pool})
     sim.run_until_settled()
     new_image(sim)

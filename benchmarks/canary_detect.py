@@ -26,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from e2e_canary.definitions import CANARY_DIR, load_canaries
-from e2e_canary.runner import Runner, results
+from e2e_canary.results import results
+from e2e_canary.runner import Runner
 from e2e_canary.verdict import rotation_verdict
 from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
 from platformctl.kernel.state.sqlite import SQLiteStore
@@ -58,13 +59,13 @@ def one(seed: int, fault: float | None, pods_per_arm: int, folder: Path) -> tupl
         runner.run(canary)
         answer = rotation_verdict(results(store, "dev"), sim.now(), 1800, "c1", {"general": NEW}, {OLD, NEW})
         asks += 1
-        if answer["verdict"] == "fail":
+        if answer.verdict == "fail":
             fails += 1
             if first_fail is None:
                 first_fail = (sim.now() - booted) / 60
                 if fault != 0.0:
                     break
-        elif answer["verdict"] == "pass" and first_pass is None:
+        elif answer.verdict == "pass" and first_pass is None:
             first_pass = (sim.now() - booted) / 60
             if fault == 0.0 and asks >= 12:
                 break

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from release_tick import T0, build  # the month of ledger the tick benchmark builds
 from werkzeug.test import Client
 
-from e2e_canary.runner import results_stream
+from e2e_canary.results import ResultStream
 from platformctl.app.dashboard import DashboardRequest, Reader
 from platformctl.cli import dashboard as command
 from platformctl.kernel.state import open_store
@@ -63,7 +63,7 @@ def write_results(path: Path, start: float, end: float) -> int:
                        "reason": "" if ok else f"pod on image {image}: CreateContainerError",
                        "metrics": {"pod_startup_seconds": [rng.gauss(2.0, 0.3)], "check_seconds": rng.gauss(12, 1)} if ok else {},
                        "at": at + rng.uniform(0, 50)}
-                batches[results_stream(stage, cluster, row["at"])].append(row)
+                batches[ResultStream.of(stage, cluster, row["at"]).name].append(row)
                 written += 1
         minute += 1
         at += 60

@@ -28,14 +28,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from e2e_canary.definitions import parse_canary
+from e2e_canary.results import CanaryResult, Metrics
 from e2e_canary.runner import Runner
-from e2e_canary.verdict import canary_gate, rotation_verdict
+from e2e_canary.verdict import Verdict, canary_gate, rotation_verdict
 from platformctl.emulator import simulator as sim_events
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.upgrade_service.rotation import NEW, cluster, new_image, service
 from upgrade_service.planning.policy import parse_policy
 from upgrade_service.running.execute import Executor
+from upgrade_service.running.gate import Question
 from upgrade_service.running.run_types import Options, Target
 
 CANARY = parse_canary({"name": "node-pool", "kind": "node-pool", "podsPerArm": 5, "deadline": 120}, "node-pool")
@@ -52,7 +54,7 @@ def rotation(fault: float | None, first_light: bool) -> dict[str, Any]:
     store = SQLiteStore(Path(tempfile.mkdtemp()) / "state.db")
     runner, judge = Runner("dev", "test", sim, store), canary_gate(store, 1800.0)
 
-    def gate(question: Any) -> dict[str, Any]:
+    def gate(question: Question) -> Verdict:
         runner.run(CANARY)
         return judge(dataclasses.replace(question, now=sim.now()))
 
@@ -70,14 +72,14 @@ def rotation(fault: float | None, first_light: bool) -> dict[str, Any]:
             "evicted": sum(1 for e in sim.events if e.kind == sim_events.POD_EVICTED)}
 
 
-def rows(rng: np.random.Generator, image: str, pool: str, n: int, at: float) -> list[dict[str, Any]]:
+def rows(rng: np.random.Generator, image: str, pool: str, n: int, at: float) -> list[CanaryResult]:
     out = []
     for _ in range(n):
         ok = rng.random() >= 0.005
-        out.append({"at": at, "image": image, "pool": pool, "canary": "node-pool", "canary_kind": "node-pool",
-                    "outcome": "ok" if ok else "fail", "reason": "" if ok else "probe exited 1",
-                    "metrics": {"pod_startup_seconds": float(rng.lognormal(np.log(1.5), 0.35)),
-                                "check_seconds": float(rng.lognormal(np.log(20.0), 0.2))} if ok else {}})
+        metrics: Metrics = {"pod_startup_seconds": float(rng.lognormal(np.log(1.5), 0.35)),
+                            "check_seconds": float(rng.lognormal(np.log(20.0), 0.2))} if ok else {}
+        out.append(CanaryResult("node-pool", "node-pool", "a1", "dev", "test", None, pool, image, "ok" if ok else "fail",
+                                "" if ok else "probe exited 1", metrics, at))
     return out
 
 
@@ -91,7 +93,7 @@ def aa(trials: int) -> dict[str, int]:
         data += [r for p in pools for r in rows(rng, "ami-new", p, 10, now - 60)]  # each first-light node: minResults
         said = rotation_verdict(data, now, 1800.0, "test", dict.fromkeys(pools, "ami-new"), {"ami-old", "ami-new"},
                                 min_results=10)
-        counts[said["verdict"]] += 1
+        counts[said.verdict] += 1
     return counts
 
 

@@ -32,8 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from e2e_canary.runner import results_stream
-from e2e_canary.verdict import canary_gate
+from e2e_canary.results import ResultStream
+from e2e_canary.verdict import Verdict, canary_gate
+from platformctl.kernel.state import StateStore
 from upgrade_service.running.gate import Question
 
 CLUSTERS = ("dev-usw2-host", "dev-usw2a-01", "dev-usw2b-01")
@@ -53,11 +54,11 @@ def history(total: int) -> dict[str, list[dict[str, object]]]:
                "stage": "dev", "cluster": cluster, "zone": "us-west-2a", "pool": "general",
                "image": NEW if i % 2 else OLD, "outcome": "ok", "reason": "",
                "metrics": {"pod_startup_seconds": 1.8 + (i % 7) * 0.05, "check_seconds": 4.0}, "at": at}
-        streams.setdefault(results_stream("dev", cluster, at), []).append(row)
+        streams.setdefault(ResultStream.of("dev", cluster, at).name, []).append(row)
     return streams
 
 
-def ask_once(store: object) -> Callable[[], dict[str, object]]:
+def ask_once(store: StateStore) -> Callable[[], Verdict]:
     gate = canary_gate(store, 1800.0)
     question = Question("dev-usw2a-01", "dev", 2, END, {"general": NEW}, frozenset({OLD, NEW}))
     return lambda: gate(question)
@@ -100,7 +101,7 @@ class Counted:
         return call
 
 
-def measure(store: object) -> tuple[float, int, float, str]:
+def measure(store: StateStore) -> tuple[float, int, float, str]:
     ask = ask_once(store)
     answer = ask()  # warm
     counted = Counted(store)
@@ -115,7 +116,7 @@ def measure(store: object) -> tuple[float, int, float, str]:
     ask()
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return statistics.median(times), read, peak / 1024**2, str(answer["verdict"])
+    return statistics.median(times), read, peak / 1024**2, answer.verdict
 
 
 def sqlite_store(total: int, folder: Path) -> object:

@@ -26,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from e2e_canary.verdict import Verdict
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import STATE, Ledger
@@ -63,8 +64,8 @@ class Fleet:
         return {"status": "finished", "booted": {image: [f"i-{candidate.id[2:10]}{stage[:3]}{n:07d}" for n in range(count)]}}
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
-                entered: float | None = None) -> dict[str, Any]:
-        return {"verdict": "pass", "reason": "canaries pass", "results_since": 1000}
+                entered: float | None = None) -> Verdict:
+        return Verdict("pass", "canaries pass", results_since=1000)
 
 
 def candidate(n: int) -> Candidate:

@@ -29,8 +29,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from e2e_canary.runner import results_stream
-from e2e_canary.verdict import soak_verdict
+from e2e_canary.results import ResultStream
+from e2e_canary.verdict import Verdict, soak_verdict
 from platformctl.app.release import replaced_images
 from platformctl.kernel.state import StateStore, open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
@@ -73,7 +73,7 @@ class Stages:
         return {"status": "finished"}
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
-                window: int, entered: float | None = None) -> dict[str, Any]:
+                window: int, entered: float | None = None) -> Verdict:
         # every stage judged on dev's results, with the read of the last good images' results before the candidate
         # entered (the results are all of one image, so no image is compared: the read is what is measured)
         return soak_verdict(self.results, "dev", since, self.clock, window, replaced_images(stage, candidate, baseline),
@@ -97,7 +97,7 @@ def write_results(store: StateStore, start: float, end: float) -> int:
                "cluster": cluster, "zone": None, "pool": "general", "image": "ami-1", "outcome": "ok" if ok else "fail",
                "reason": "", "metrics": {"pod_startup_seconds": rng.gauss(2.0, 0.2), "check_seconds": rng.gauss(12, 1)},
                "at": at}
-        store.append(results_stream("dev", cluster, at), row)
+        store.append(ResultStream.of("dev", cluster, at).name, row)
         written += 1
         at += 3600 / PER_HOUR
     return written

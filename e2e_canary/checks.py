@@ -2,7 +2,7 @@
 
 Each check submits its workload through the cluster interface (``create_object`` and its kin: the same
 calls on the simulator, the local region and a live cluster), waits for it as a user would, and returns
-result rows (``Runner.record`` fills in stage and cluster):
+what it saw as ``Observation``s (``Runner.record`` adds where and when):
 
 - ``service``: a PodDisruptionBudget and a Deployment; all replicas Ready; a roll to a new template whose
   availability is sampled every poll and must never fall below the budget's ``minAvailable``; a scale to
@@ -32,6 +32,7 @@ from croniter import croniter
 
 from e2e_canary.definitions import Canary
 from e2e_canary.measure import Startup, startup
+from e2e_canary.results import Metrics, Observation, Outcome
 from platformctl.kernel.clock import Clock, past, synced_now, wait_for_change
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
@@ -42,13 +43,11 @@ SIM_RUN = "sim.platformctl.io/run-seconds"
 ROLL_ANNOTATION = "platformctl.io/canary-roll"
 LONGEST_WAIT = 15.0  # seconds a check waits for its cluster's pods to change before it looks anyway
 
-Row = dict[str, Any]
-
 
 class CheckFailed(Exception):
     """The check is over: ``outcome`` (fail, timeout or disrupted) and why."""
 
-    def __init__(self, outcome: str, reason: str) -> None:
+    def __init__(self, outcome: Outcome, reason: str) -> None:
         super().__init__(reason)
         self.outcome = outcome
         self.reason = reason
@@ -189,7 +188,7 @@ class Check:
 # -------------------------------------------------------------------------------------------- service
 
 
-def service(check: Check) -> list[Row]:
+def service(check: Check) -> list[Observation]:
     c = check.canary
     name = c.name
     selector = f"app={name}"
@@ -239,9 +238,9 @@ def service(check: Check) -> list[Row]:
     check.cluster.delete_object("Deployment", check.namespace, name)
     check.wait(f"Deployment {name}: deleted, its pods gone",
                lambda: not [p for p in check.pods(selector) if p.deletion_time is None], lambda: [])
-    metrics = {"pod_startup_seconds": sorted(seen.values()), "check_seconds": check.elapsed(),
-               "roll_seconds": roll_seconds, "min_available": lowest}
-    return [{"outcome": "ok", "reason": "", "metrics": metrics}]
+    metrics: Metrics = {"pod_startup_seconds": sorted(seen.values()), "check_seconds": check.elapsed(),
+                        "roll_seconds": roll_seconds, "min_available": lowest}
+    return [Observation("ok", "", metrics)]
 
 
 # -------------------------------------------------------------------------------------------- batch
@@ -272,20 +271,19 @@ def _finished(check: Check, name: str, seen: dict[str, float], until: float | No
     check.wait(f"Job {name}: {completions} completions", done, lambda: check.pods(selector), until)
 
 
-def batch(check: Check) -> list[Row]:
+def batch(check: Check) -> list[Observation]:
     name = check.canary.name
     check.create(_job(check, name))
     seen: dict[str, float] = {}
     _finished(check, name, seen)
     completed = _stamp((check.get("Job", name) or {}).get("status"), "completionTime", None)
-    return [{"outcome": "ok", "reason": "", "metrics": {"pod_startup_seconds": sorted(seen.values()),
-                                                        "check_seconds": check.elapsed(completed)}}]
+    return [Observation("ok", "", {"pod_startup_seconds": sorted(seen.values()), "check_seconds": check.elapsed(completed)})]
 
 
 # -------------------------------------------------------------------------------------------- cron
 
 
-def cron(check: Check) -> list[Row]:
+def cron(check: Check) -> list[Observation]:
     c = check.canary
     name = c.name
     job = _job(check, name)
@@ -296,7 +294,7 @@ def cron(check: Check) -> list[Row]:
     created = check.create({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
                             "spec": {"schedule": c.schedule, "concurrencyPolicy": "Allow", "successfulJobsHistoryLimit": keep,
                                      "jobTemplate": {"spec": job["spec"]}}})
-    rows: list[Row] = []
+    rows: list[Observation] = []
     from platformctl.kernel.cluster.model import parse_time
 
     # The firings the CronJob owes from its creation, in the API server's time (this client's clock may differ).
@@ -320,10 +318,9 @@ def cron(check: Check) -> list[Row]:
             check.wait(f"CronJob {name}: the run scheduled at {due:.0f}", fired, lambda: [],
                        until=due + c.tolerance_seconds + max(60.0, 5 * check.poll))
         except CheckFailed as failed:
-            rows.append({"outcome": "fail" if failed.outcome == "timeout" else failed.outcome,
-                         "reason": f"CronJob {name} did not fire within toleranceSeconds {c.tolerance_seconds} of its "
-                                   f"schedule {c.schedule!r}" if failed.outcome == "timeout" else failed.reason,
-                         "metrics": {}})
+            rows.append(Observation("fail" if failed.outcome == "timeout" else failed.outcome,
+                                    f"CronJob {name} did not fire within toleranceSeconds {c.tolerance_seconds} of its "
+                                    f"schedule {c.schedule!r}" if failed.outcome == "timeout" else failed.reason))
             continue
         made = parse_time(found["metadata"]["creationTimestamp"], "creationTimestamp", None)
         lateness = max(made - due, 0.0)
@@ -343,24 +340,22 @@ def cron(check: Check) -> list[Row]:
         try:
             check.wait(f"CronJob {name}: run {job_name} complete", done, its_pods)
         except CheckFailed as failed:
-            rows.append({"outcome": failed.outcome, "reason": failed.reason,
-                         "metrics": {"fire_lateness_seconds": lateness}})
+            rows.append(Observation(failed.outcome, failed.reason, {"fire_lateness_seconds": lateness}))
             continue
         if lateness > c.tolerance_seconds:
-            rows.append({"outcome": "fail", "reason": f"CronJob {name} fired {lateness:.0f} s after its schedule, more "
-                         f"than toleranceSeconds {c.tolerance_seconds}", "metrics": {"fire_lateness_seconds": lateness}})
+            rows.append(Observation("fail", f"CronJob {name} fired {lateness:.0f} s after its schedule, more than "
+                                    f"toleranceSeconds {c.tolerance_seconds}", {"fire_lateness_seconds": lateness}))
             continue
         completed = _stamp((check.get("Job", job_name) or {}).get("status"), "completionTime", None)
-        rows.append({"outcome": "ok", "reason": "", "metrics": {"fire_lateness_seconds": lateness,
-                                                                 "pod_startup_seconds": sorted(seen.values()),
-                                                                 "check_seconds": check.elapsed(completed, start=due)}})
+        rows.append(Observation("ok", "", {"fire_lateness_seconds": lateness, "pod_startup_seconds": sorted(seen.values()),
+                                           "check_seconds": check.elapsed(completed, start=due)}))
     return rows
 
 
 # -------------------------------------------------------------------------------------------- daemon
 
 
-def daemon(check: Check) -> list[Row]:
+def daemon(check: Check) -> list[Observation]:
     c = check.canary
     name = c.name
     selector = f"app={name}"
@@ -393,23 +388,23 @@ def daemon(check: Check) -> list[Row]:
             if pod.node_name in expected and pod.node_name not in ready_at and pod.waiting:
                 stuck[pod.node_name] = pod.waiting
     startups = {p.node_name: seen.get(p.name) for p in check.pods(selector)}
-    rows: list[Row] = []
+    rows: list[Observation] = []
     for node_name, node in sorted(expected.items()):
-        where = {"zone": node.zone, "pool": node.labels.get(LABEL_NODEGROUP), "image": node.labels.get(LABEL_NODEGROUP_IMAGE)}
+        zone, pool, image = node.zone, node.labels.get(LABEL_NODEGROUP), node.labels.get(LABEL_NODEGROUP_IMAGE)
         if node_name in ready_at:
             latency = startups.get(node_name)
-            rows.append({**where, "outcome": "ok", "reason": "", "metrics": {
-                **({"pod_startup_seconds": latency} if latency is not None else {}), "check_seconds": ready_at[node_name]}})
+            rows.append(Observation("ok", "", {**({"pod_startup_seconds": latency} if latency is not None else {}),
+                                               "check_seconds": ready_at[node_name]}, zone, pool, image))
         elif node_name in stuck:
-            rows.append({**where, "outcome": "fail", "reason": f"DaemonSet {name}: its pod on {node_name} (image "
-                         f"{where['image']}): {stuck[node_name]} for {c.ready_deadline_seconds} s", "metrics": {}})
+            rows.append(Observation("fail", f"DaemonSet {name}: its pod on {node_name} (image {image}): "
+                                    f"{stuck[node_name]} for {c.ready_deadline_seconds} s", {}, zone, pool, image))
         elif any(node_of.get(pod) == node_name for pod in check.disrupted):
             taken, reason = next((p, r) for p, r in check.disrupted.items() if node_of.get(p) == node_name)
-            rows.append({**where, "outcome": "disrupted", "reason": f"DaemonSet {name}: its pod {taken} on {node_name} was "
-                         f"taken away by the platform ({reason})", "metrics": {}})
+            rows.append(Observation("disrupted", f"DaemonSet {name}: its pod {taken} on {node_name} was taken away by "
+                                    f"the platform ({reason})", {}, zone, pool, image))
         else:
-            rows.append({**where, "outcome": "timeout", "reason": f"DaemonSet {name}: no Ready pod on {node_name} within "
-                         f"readyDeadlineSeconds {c.ready_deadline_seconds}", "metrics": {}})
+            rows.append(Observation("timeout", f"DaemonSet {name}: no Ready pod on {node_name} within "
+                                    f"readyDeadlineSeconds {c.ready_deadline_seconds}", {}, zone, pool, image))
     return rows
 
 
@@ -422,4 +417,4 @@ def _stamp(obj: dict[str, Any] | None, field_name: str, where: str | None = "met
     return parse_time(raw, field_name, None) if isinstance(raw, str) else None
 
 
-CHECKS: dict[str, Callable[[Check], list[Row]]] = {"service": service, "batch": batch, "cron": cron, "daemon": daemon}
+CHECKS: dict[str, Callable[[Check], list[Observation]]] = {"service": service, "batch": batch, "cron": cron, "daemon": daemon}

@@ -23,14 +23,16 @@ judge, Kuberhealthy and ClusterLoader2 fall short, this one does not:
   against what it promises alone (``judge_objectives``): its failure rate against the budget, its p99
   against the objective, with the same minimum evidence for a pass.
 
-``judge`` is pure: arms in, a ``Verdict`` out. The configuration is YAML parsed once at the edge.
+``judge`` is pure: arms in, a ``Judgement`` out (the stage's, rotation's and soak's ``e2e_canary.verdict.Verdict``
+is built from judgements). The configuration is YAML parsed once at the edge.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -40,10 +42,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from e2e_canary.results import JUDGED, OUTCOMES, CanaryResult
 from platformctl.kernel.errors import TOO_DEEP, PlatformError
 from platformctl.kernel.yamlfile import read_yaml, validate
 
-OUTCOMES = ("ok", "fail", "timeout", "disrupted", "infra_error")
 EXACT_PAIRS = 2_000_000  # up to this many pairwise differences the Hodges-Lehmann numbers are computed directly
 
 
@@ -124,6 +126,18 @@ class Arm:
     def to_file(self) -> dict[str, Any]:
         return {"samples": {k: list(v) for k, v in self.samples.items()},
                 "outcomes": {k: self.count(k) for k in OUTCOMES}}
+
+
+def arm_of(rows: Iterable[CanaryResult]) -> Arm:
+    """The arm of some canary results: the samples of the ok ones (``JUDGED``), and every outcome."""
+    samples: dict[str, list[float]] = {metric: [] for metric in JUDGED}
+    outcomes: Counter[str] = Counter()
+    for r in rows:
+        outcomes[r.outcome] += 1
+        if r.ok:
+            for metric in JUDGED:
+                samples[metric] += r.samples(metric)
+    return Arm(samples, dict(outcomes))
 
 
 def parse_arm(document: Any, source: str) -> Arm:
@@ -239,10 +253,13 @@ def newcombe(k_e: int, n_e: int, k_b: int, n_b: int, confidence: float) -> tuple
 # ---------------------------------------------------------------------------------------------- the judge
 
 
+Word = Literal["pass", "fail", "inconclusive"]  # a verdict, of a metric, an arm, a canary, a stage
+
+
 @dataclass
 class MetricVerdict:
     name: str
-    verdict: str  # pass | fail | inconclusive
+    verdict: Word
     reason: str
     baseline: dict[str, Any]
     experiment: dict[str, Any]
@@ -259,8 +276,8 @@ class MetricVerdict:
 
 
 @dataclass
-class Verdict:
-    verdict: str
+class Judgement:
+    verdict: Word
     reason: str
     metrics: dict[str, MetricVerdict]
     alpha_per_test: float
@@ -382,7 +399,7 @@ def _judge_rate(name: str, k_b: int, n_b: int, k_e: int, n_e: int, rule: RateRul
     return out
 
 
-def judge(baseline: Arm, experiment: Arm, config: JudgeConfig | None = None) -> Verdict:
+def judge(baseline: Arm, experiment: Arm, config: JudgeConfig | None = None) -> Judgement:
     config = config or JudgeConfig()
     names = sorted(set(baseline.samples) | set(experiment.samples) | {"pod_startup_seconds"})
     tests = len(names) + 2 + (config.failure_rate.budget is not None)
@@ -396,13 +413,14 @@ def judge(baseline: Arm, experiment: Arm, config: JudgeConfig | None = None) -> 
                                              experiment.attempts + disrupted_e, config.disruption_rate, config, alpha)
     failed = [m for m in metrics.values() if m.verdict == "fail"]
     unsure = [m for m in metrics.values() if m.verdict == "inconclusive"]
+    verdict: Word
     if failed:
         verdict, reason = "fail", "; ".join(f"{m.name}: {m.reason}" for m in failed)
     elif unsure:
         verdict, reason = "inconclusive", "; ".join(f"{m.name}: {m.reason}" for m in unsure)
     else:
         verdict, reason = "pass", f"no significant and material regression in {len(metrics)} metrics"
-    return Verdict(verdict, reason, metrics, alpha)
+    return Judgement(verdict, reason, metrics, alpha)
 
 
 def has_evidence(arm: Arm, config: JudgeConfig) -> bool:
@@ -411,7 +429,7 @@ def has_evidence(arm: Arm, config: JudgeConfig) -> bool:
         all(len(values) >= config.min_samples for values in arm.samples.values())
 
 
-def judge_objectives(experiment: Arm, config: JudgeConfig | None = None) -> Verdict:
+def judge_objectives(experiment: Arm, config: JudgeConfig | None = None) -> Judgement:
     """One arm against its objectives alone, for when there is no baseline to compare with: the failure rate against
     its budget (an exact binomial test) and each metric's p99 against its objective. A metric with neither is not
     judged (and said so); a pass still needs the minimum evidence, a fail does not (a significant overrun of the
@@ -453,15 +471,15 @@ def judge_objectives(experiment: Arm, config: JudgeConfig | None = None) -> Verd
                 out.reason = f"{k}/{n} failed, within its budget {budget:.2%} (p={over.pvalue:.2g})"
         metrics["failure_rate"] = out
     if not metrics:
-        return Verdict("inconclusive", "no objective and no budget configured: nothing to judge one arm by, never a pass",
+        return Judgement("inconclusive", "no objective and no budget configured: nothing to judge one arm by, never a pass",
                        metrics, alpha)
     failed = [m for m in metrics.values() if m.verdict == "fail"]
     unsure = [m for m in metrics.values() if m.verdict == "inconclusive"]
     if failed:
-        return Verdict("fail", "; ".join(f"{m.name}: {m.reason}" for m in failed), metrics, alpha)
+        return Judgement("fail", "; ".join(f"{m.name}: {m.reason}" for m in failed), metrics, alpha)
     if unsure:
-        return Verdict("inconclusive", "; ".join(f"{m.name}: {m.reason}" for m in unsure), metrics, alpha)
-    return Verdict("pass", "within its objectives: " + "; ".join(f"{m.name}: {m.reason}" for m in metrics.values()),
+        return Judgement("inconclusive", "; ".join(f"{m.name}: {m.reason}" for m in unsure), metrics, alpha)
+    return Judgement("pass", "within its objectives: " + "; ".join(f"{m.name}: {m.reason}" for m in metrics.values()),
                    metrics, alpha)
 
 

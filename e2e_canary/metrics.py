@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable
-from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from e2e_canary.results import OUTCOMES, CanaryResult
+from platformctl.kernel.clock import Clock
 from platformctl.kernel.errors import PlatformError
 
-OUTCOMES = ("ok", "fail", "timeout", "disrupted", "infra_error")
 PHASES = {"scheduled_seconds": "scheduled", "started_seconds": "started", "ready_seconds": "ready"}
 DISRUPTIONS = ("EvictionByEvictionAPI", "PreemptionByScheduler", "DeletionByTaintManager", "DeletionByPodGC",
                "TerminationByKubelet")
@@ -52,7 +53,7 @@ class CanaryMetrics:
                              "evidence window), 0 for the others.", ["stage", "cluster", "verdict"], registry=self.registry)
         self._last_ok: dict[tuple[str, str], float] = {}
 
-    def watch(self, cluster: str, canary: str, clock: Any) -> None:
+    def watch(self, cluster: str, canary: str, clock: Clock) -> None:
         """Make the canary's series exist from the start (a never-succeeding canary shows, not an absent series)."""
         for outcome in OUTCOMES:
             self.attempts.labels(self.stage, cluster, canary, outcome)
@@ -61,22 +62,19 @@ class CanaryMetrics:
         self.since_success.labels(self.stage, cluster, canary).set_function(
             lambda: clock.now() - self._last_ok.get(key, started))
 
-    def observe(self, cluster: str, canary: str, rows: Iterable[dict[str, Any]]) -> None:
+    def observe(self, cluster: str, canary: str, rows: Iterable[CanaryResult]) -> None:
         for row in rows:
-            outcome = row["outcome"] if row["outcome"] in OUTCOMES else "infra_error"
-            self.attempts.labels(self.stage, cluster, canary, outcome).inc()
-            metrics = row.get("metrics") or {}
-            startup = metrics.get("pod_startup_seconds")
-            for value in startup if isinstance(startup, list) else [] if startup is None else [startup]:
-                self.startup.labels(self.stage, cluster, canary).observe(float(value))
+            self.attempts.labels(self.stage, cluster, canary, row.outcome).inc()
+            for value in row.samples("pod_startup_seconds"):
+                self.startup.labels(self.stage, cluster, canary).observe(value)
             for key, phase in PHASES.items():
-                if metrics.get(key) is not None:
-                    self.phases.labels(self.stage, cluster, canary, phase).observe(float(metrics[key]))
-            if outcome == "disrupted":
-                reason = next((r for r in DISRUPTIONS if r in row.get("reason", "")), "other")
+                for value in row.samples(key):
+                    self.phases.labels(self.stage, cluster, canary, phase).observe(value)
+            if row.outcome == "disrupted":
+                reason = next((r for r in DISRUPTIONS if r in row.reason), "other")
                 self.disruptions.labels(self.stage, cluster, canary, reason).inc()
-            if outcome == "ok":
-                self._last_ok[(cluster, canary)] = float(row.get("at", 0.0))
+            if row.ok:
+                self._last_ok[(cluster, canary)] = row.at
 
     def set_verdict(self, cluster: str, verdict: str) -> None:
         for v in VERDICTS:
@@ -92,6 +90,6 @@ def check_address(address: str, port: int) -> None:
             raise PlatformError(f"cannot serve metrics on {address}:{port} ({exc.strerror})", field="--metrics-port") from None
 
 
-def serve(metrics: CanaryMetrics, address: str, port: int) -> Any:
+def serve(metrics: CanaryMetrics, address: str, port: int) -> WSGIServer:
     server, _thread = start_http_server(port, addr=address, registry=metrics.registry)
     return server

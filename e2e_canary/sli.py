@@ -9,14 +9,27 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from e2e_canary.judge import JudgeConfig
+from e2e_canary.results import CanaryResult, within
 
 BUCKETS = 120  # points a line, whatever the window
 COUNTED = ("ok", "fail", "timeout")  # the attempts the judge's failure rate counts (``judge.Arm.attempts``)
+
+
+class SliLine(TypedDict):
+    """One image's line: per bucket its middle time, p50 and p99 pod startup, success rate and attempts."""
+
+    image: str
+    at: list[float]
+    p50: list[float | None]
+    p99: list[float | None]
+    success_rate: list[float | None]
+    attempts: list[int]
+    samples: int
 
 
 def objectives(config: JudgeConfig | None = None) -> dict[str, float | None]:
@@ -27,34 +40,23 @@ def objectives(config: JudgeConfig | None = None) -> dict[str, float | None]:
             "success_rate": None if budget is None else 1.0 - budget}
 
 
-def _startups(row: dict[str, Any]) -> list[float]:
-    value = (row.get("metrics") or {}).get("pod_startup_seconds")
-    if isinstance(value, list):
-        return [float(v) for v in value]
-    return [] if value is None else [float(value)]
-
-
-def sli_series(rows: Sequence[dict[str, Any]], start: float, end: float, buckets: int = BUCKETS) -> list[dict[str, Any]]:
+def sli_series(rows: Sequence[CanaryResult], start: float, end: float, buckets: int = BUCKETS) -> list[SliLine]:
     """One line per image (results with no image: ``"(none)"``): per bucket its middle time, p50 and p99 pod startup
     (None where no pod started), success rate over the attempts the judge counts (ok, fail, timeout: a disruption is
     the platform's doing and an infra error the canary's own, neither the image's), and those attempts."""
     width = max((end - start) / buckets, 1.0)
     samples: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     attempts: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for row in rows:
-        at = float(row.get("at", 0))
-        if not start <= at <= end:
-            continue
-        image = str(row.get("image") or "(none)")
-        bucket = min(int((at - start) // width), buckets - 1)
-        outcome = row.get("outcome")
-        if outcome == "ok":
-            samples[image][bucket] += _startups(row)
-        if outcome in COUNTED:
+    for row in within(rows, start, end):
+        image = row.image or "(none)"
+        bucket = min(int((row.at - start) // width), buckets - 1)
+        if row.ok:
+            samples[image][bucket] += row.samples("pod_startup_seconds")
+        if row.outcome in COUNTED:
             counted = attempts[image][bucket]
-            counted[0] += outcome == "ok"
+            counted[0] += row.ok
             counted[1] += 1
-    lines = []
+    lines: list[SliLine] = []
     for image in sorted(set(samples) | set(attempts)):
         points = sorted(set(samples[image]) | set(attempts[image]))
         p50: list[float | None] = []

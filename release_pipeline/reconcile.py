@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from platformctl.kernel import failpoints
 from platformctl.kernel.errors import is_transient
@@ -35,6 +35,9 @@ from release_pipeline.gates import (
 )
 from release_pipeline.ledger import Kind, Ledger, PipelineState, StageState, Step, apply
 from release_pipeline.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from e2e_canary.verdict import Verdict
 
 # How long, on the stage's clock from when the rotation was first recorded blocked, nodes the planner leaves blocked
 # (a budget that allows no disruption now, nothing failed) are planned again at the next tick before the rotation
@@ -80,8 +83,8 @@ class StageActions(Protocol):
         ...
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
-                window: int, entered: float | None = None) -> dict[str, Any]:
-        """The stage's canary verdict JSON, with ``results``: how many canary results it judged since ``since``; with
+                window: int, entered: float | None = None) -> Verdict:
+        """The stage's canary verdict, with ``results_since``: how many canary results it judged since ``since``; with
         ``baseline`` (the last good candidate), its images' results from before ``entered`` are the new images'
         baseline."""
         ...
@@ -336,13 +339,14 @@ def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: Stage
     baseline = ledger.candidate(stage.last_good) if stage.last_good else None
     now = actions.now(name)
     verdict = actions.verdict(name, candidate, baseline, stage.rotated_at, policy.verdict_window, stage.entered_at)
-    results = int(verdict.get("results_since", 0))  # canary results stored since the soak began
-    if not stage.verdicts or stage.verdicts[-1]["verdict"] != verdict["verdict"]:
-        write(candidate.id, name, Kind.VERDICT, now, f"the canary verdict is {verdict['verdict']}: {verdict['reason']}",
-              {"verdict": verdict, "results": results})
+    results = verdict.results_since or 0  # canary results stored since the soak began
+    said = verdict.to_dict()  # as the ledger keeps it
+    if not stage.verdicts or stage.verdicts[-1]["verdict"] != verdict.verdict:
+        write(candidate.id, name, Kind.VERDICT, now, f"the canary verdict is {verdict.verdict}: {verdict.reason}",
+              {"verdict": said, "results": results})
     decision = soak_decision(policy, stage.rotated_at, now, stage.verdicts, results)
     inputs = {"decision": decision.to_dict(), "rotated_at": stage.rotated_at, "verdicts": stage.verdicts, "results": results,
-              "verdict": verdict, "thresholds": policy.model_dump(mode="json", by_alias=True), "pipeline": pipeline.digest}
+              "verdict": said, "thresholds": policy.model_dump(mode="json", by_alias=True), "pipeline": pipeline.digest}
     if decision.decision == "pass":
         nxt = pipeline.next_stage(name)
         write(candidate.id, name, Kind.PROMOTE, now, decision.reason, {**inputs, "ready_in": [nxt] if nxt else []})

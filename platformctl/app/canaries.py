@@ -19,8 +19,9 @@ from typing import Any, cast
 from e2e_canary.definitions import Canary, default_canary_dir, load_canaries
 from e2e_canary.judge import load_config
 from e2e_canary.metrics import CanaryMetrics, check_address, serve
-from e2e_canary.runner import AttemptReport, Runner, newest_at, results, stream_of
-from e2e_canary.verdict import EVIDENCE_STEPS, canary_verdicts, stage_verdict
+from e2e_canary.results import CanaryResult, ResultStream, newest_at, results
+from e2e_canary.runner import AttemptReport, Runner
+from e2e_canary.verdict import EVIDENCE_STEPS, Verdict, canary_verdicts, stage_verdict
 from platformctl.app.stores import store_for
 from platformctl.kernel.clock import Clock, parked
 from platformctl.kernel.cluster.interface import Cluster
@@ -86,7 +87,7 @@ class ClusterRun:
             return {"cluster": self.cluster, "lease_held_by": self.lease_held_by}
         return {"cluster": self.cluster, "reaped": self.reaped, "canaries": [
             {"canary": a.canary, "namespace": a.namespace, "outcomes": dict(a.outcomes), "skipped": a.skipped,
-             "results": a.results} for a in self.attempts]}
+             "results": [r.to_record() for r in a.results]} for a in self.attempts]}
 
 
 @dataclass
@@ -135,7 +136,7 @@ def run_canaries(run: CanaryRun, say: Callable[[str], None], on_attempt: Callabl
     try:
         runners: dict[str, Runner] = {}
         for name, cluster in run.clusters.items():
-            keeper = LeaseKeeper(run.store, stream_of(run.stage, name), holder, run.lease_ttl)
+            keeper = LeaseKeeper(run.store, ResultStream(run.stage, name).name, holder, run.lease_ttl)
             try:
                 keeper.acquire()
             except LeaseHeld as held:
@@ -223,7 +224,7 @@ STOP_WAIT_SECONDS = 20.0  # wall seconds a stopped run gives its clusters' check
 def _one_cluster(run: CanaryRun, name: str, runner: Runner, keepers: list[LeaseKeeper], metrics: CanaryMetrics,
                  attempted: Callable[[str, AttemptReport], None]) -> None:
     due = {c.name: 0.0 for c in run.canaries}
-    recent: list[dict[str, Any]] = []
+    recent: list[CanaryResult] = []
     judged = float("-inf")  # when the metrics' verdict was last taken
     while True:
         for c in run.canaries:
@@ -235,12 +236,12 @@ def _one_cluster(run: CanaryRun, name: str, runner: Runner, keepers: list[LeaseK
             metrics.observe(name, c.name, attempt.results)
             now = runner.clock.now()
             reach = 2 * EVIDENCE_STEPS * VERDICT_WINDOW  # what the verdict can look at; older results are the store's
-            recent = [r for r in recent + attempt.results if float(r["at"]) >= now - reach]
+            recent = [r for r in recent + attempt.results if r.at >= now - reach]
             # The verdict's statistics over hours of results cost more than a check: taken again at once after a result
             # that is not ok, else every VERDICT_REFRESH_SECONDS of the cluster's time (a slowdown shows within them).
-            if now - judged >= VERDICT_REFRESH_SECONDS or any(r["outcome"] != "ok" for r in attempt.results):
+            if now - judged >= VERDICT_REFRESH_SECONDS or not all(r.ok for r in attempt.results):
                 judged = now
-                metrics.set_verdict(name, canary_verdicts(recent, now, VERDICT_WINDOW)["verdict"])
+                metrics.set_verdict(name, canary_verdicts(recent, now, VERDICT_WINDOW).verdict)
             due[c.name] = now + c.interval + random.uniform(0, c.jitter)
             attempted(name, attempt)
         if run.once:
@@ -317,7 +318,7 @@ class VerdictRequest:
     infra_dir: Path | None = None
 
 
-def judge_stage(request: VerdictRequest) -> dict[str, Any]:
+def judge_stage(request: VerdictRequest) -> Verdict:
     """The stage's verdict from its canaries' stored results: ``verdict`` is pass, fail or inconclusive, with why."""
     span = duration(request.window, "--window")
     config = load_config(request.config)
@@ -329,9 +330,10 @@ def judge_stage(request: VerdictRequest) -> dict[str, Any]:
     reach = span if request.baseline else 2 * EVIDENCE_STEPS * span
     rows = results(store, request.stage, since=now - reach, until=now)
     if request.canaries:
-        unknown = sorted(set(request.canaries) - {r["canary"] for r in rows})
+        unknown = sorted(set(request.canaries) - {r.canary for r in rows})
         if unknown:
             raise PlatformError(f"no result of canary {unknown[0]!r} in stage {request.stage}", field="--canary")
-        rows = [r for r in rows if r["canary"] in request.canaries]
+        rows = [r for r in rows if r.canary in request.canaries]
     verdict = stage_verdict(rows, now, span, request.baseline, config)
-    return {"stage": request.stage, "state": store.location, "at": now, **verdict}
+    verdict.stage, verdict.state, verdict.at = request.stage, store.location, now
+    return verdict

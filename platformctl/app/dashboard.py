@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e_canary.runner import newest_at, results
+from e2e_canary.results import newest_at, results
 from e2e_canary.sli import objectives, sli_series
 from platformctl.app.release import DEFAULT_LEDGER, candidate_report
 from platformctl.app.stores import store_for

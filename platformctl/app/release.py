@@ -10,7 +10,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infra.settings import parse_settings
 from platformctl.app.release_source import candidate_source, infra_revision
@@ -25,6 +25,9 @@ from release_pipeline.candidates import Candidate, make_candidate, read_lock, st
 from release_pipeline.ledger import Ledger, PipelineState, stage_lease
 from release_pipeline.pipeline import Pipeline, load_pipeline
 from release_pipeline.replay import replay
+
+if TYPE_CHECKING:
+    from e2e_canary.verdict import Verdict
 
 DEFAULT_LEDGER = ".platformctl/release.db"
 
@@ -579,7 +582,7 @@ class AppStages:
                                 self.kubeconfig, wait=False)
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
-                window: int, entered: float | None = None) -> dict[str, Any]:
+                window: int, entered: float | None = None) -> Verdict:
         from e2e_canary.judge import load_config
         from e2e_canary.verdict import soak_verdict  # its judge's imports only when a soak is judged
         from platformctl.app.stores import store_for

@@ -115,8 +115,8 @@ def _print_attempt(cluster: str, attempt: AttemptReport) -> None:
     colour = "green" if set(attempt.outcomes) <= {"ok", "disrupted"} else "red"
     out.print(f"[bold]{cluster}[/] {attempt.canary}: [{colour}]{counts}[/]")
     for r in attempt.results:
-        if r["outcome"] != "ok":
-            out.print(f"  {r['outcome']} {r['pool']}/{r['image']}: {r['reason']}")
+        if not r.ok:
+            out.print(f"  {r.outcome} {r.pool}/{r.image}: {r.reason}")
 
 
 @canary.command("verdict", epilog=EXIT_CODES_HELP)
@@ -137,5 +137,5 @@ def canary_verdict(ctx: click.Context, stage_name: str, window: str, baseline: s
                    config_file: Path | None, state_spec: str | None) -> None:
     """The stage's verdict from the canaries' stored results, as JSON."""
     verdict = judge_stage(VerdictRequest(stage_name, window, baseline, only, config_file, state_spec, ctx.obj["infra_dir"]))
-    emit_json(verdict)
-    sys.exit({"pass": EXIT_PASS, "fail": EXIT_FAIL}.get(verdict["verdict"], EXIT_INCONCLUSIVE))
+    emit_json(verdict.to_dict())
+    sys.exit({"pass": EXIT_PASS, "fail": EXIT_FAIL}.get(verdict.verdict, EXIT_INCONCLUSIVE))

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -46,6 +46,11 @@ from platformctl.kernel.cluster.model import (
     save_snapshot,
 )
 from platformctl.kernel.topology import HostCluster, Stage
+
+if TYPE_CHECKING:
+    from e2e_canary.verdict import Verdict
+    from platformctl.kernel.state import StateStore
+    from upgrade_service.running.gate import CanaryVerdict, Question
 
 
 @dataclass
@@ -221,7 +226,7 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Any, c
 DEMO_CANARY = {"name": "node-pool", "kind": "node-pool", "podsPerArm": 10, "deadline": "2m"}
 
 
-def _canary_gate(region: LocalRegion, stage: Stage, store: Any) -> tuple[Any, list[dict[str, Any]]]:
+def _canary_gate(region: LocalRegion, stage: Stage, store: StateStore) -> tuple[CanaryVerdict, list[dict[str, Any]]]:
     """The rotation's canary gate, with the canaries run where the demo can: before each ask, the cluster's
     node-pool canary runs once (in production `canary run` runs beside the rotation, on every cluster)."""
     from e2e_canary.definitions import parse_canary
@@ -233,12 +238,12 @@ def _canary_gate(region: LocalRegion, stage: Stage, store: Any) -> tuple[Any, li
     judge = canary_gate(store, 1800.0)
     asked: list[dict[str, Any]] = []
 
-    def gate(question: Any) -> dict[str, Any]:
+    def gate(question: Question) -> Verdict:
         runners[question.cluster].run(canary)
         # The canary ran just now: judge the window that ends now, which holds what it measured.
         answer = judge(dataclasses.replace(question, now=region.clock.now()))
-        asked.append({"cluster": question.cluster, "wave": question.wave, "verdict": answer["verdict"],
-                      "reason": answer["reason"]})
+        asked.append({"cluster": question.cluster, "wave": question.wave, "verdict": answer.verdict,
+                      "reason": answer.reason})
         return answer
 
     return gate, asked
@@ -247,7 +252,7 @@ def _canary_gate(region: LocalRegion, stage: Stage, store: Any) -> tuple[Any, li
 def _canary_summary(asked: list[dict[str, Any]], store: Any, stage: Stage, region: LocalRegion, images: dict[str, str],
                     say: Any) -> dict[str, Any]:
     """What the canaries said: each cluster's gate answers, and the new images against the old over the run."""
-    from e2e_canary.runner import results
+    from e2e_canary.results import results
     from e2e_canary.verdict import judge_canaries
 
     table = Table("cluster", "gate asked", "pass", "inconclusive (waited)", "fail", "last answer", title="Canary gate")
@@ -262,14 +267,15 @@ def _canary_summary(asked: list[dict[str, Any]], store: Any, stage: Stage, regio
     say(table)
     rows = results(store, stage.name)
     new = set(images.values())
-    verdict = judge_canaries([r for r in rows if r.get("image") and r["image"] not in new],
-                             [r for r in rows if r.get("image") in new])
-    startup = verdict["canaries"].get("node-pool", {}).get("metrics", {}).get("pod_startup_seconds", {})
-    colour = {"pass": "green", "fail": "red"}.get(verdict["verdict"], "yellow")
-    say(f"Canary verdict, the new images' pods against the old ones' ({len(rows)} results): [{colour}]{verdict['verdict']}[/] — "
-        f"{verdict['reason']}" + (f"; pod startup median {startup['experiment']['median']:.2f} s against "
-                                  f"{startup['baseline']['median']:.2f} s" if startup.get("experiment", {}).get("n") else ""))
-    return {"gate": per_cluster, "results": len(rows), "verdict": verdict["verdict"], "reason": verdict["reason"]}
+    verdict = judge_canaries([r for r in rows if r.image and r.image not in new], [r for r in rows if r.image in new])
+    pods = (verdict.canaries or {}).get("node-pool")
+    startup = pods.judged.metrics.get("pod_startup_seconds") if pods is not None else None
+    colour = {"pass": "green", "fail": "red"}.get(verdict.verdict, "yellow")
+    say(f"Canary verdict, the new images' pods against the old ones' ({len(rows)} results): [{colour}]{verdict.verdict}[/] — "
+        f"{verdict.reason}" + (f"; pod startup median {startup.experiment['median']:.2f} s against "
+                               f"{startup.baseline['median']:.2f} s" if startup is not None and startup.experiment.get("n")
+                               else ""))
+    return {"gate": per_cluster, "results": len(rows), "verdict": verdict.verdict, "reason": verdict.reason}
 
 
 def run_demo(stage: Stage, minutes: int, console: Console, quiet: bool, save_dir: Path | None = None) -> DemoReport:

@@ -3,25 +3,29 @@ once the slowest canary has gathered its minimum evidence, a broken one fails, t
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
 import pytest
 
 from e2e_canary.definitions import CANARY_DIR, load_canaries
-from e2e_canary.verdict import EVIDENCE_STEPS, canary_verdicts
+from e2e_canary.results import CanaryResult
+from e2e_canary.verdict import EVIDENCE_STEPS
+from e2e_canary.verdict import canary_verdicts as judged
+from tests.e2e_canary.results import result
 
 CLUSTERS = ("dev-usw2-host", "dev-usw2a-01", "dev-usw2b-01")
 WINDOW = 1800.0
 
 
 def stage_results(start: float, end: float, *, failing: float = 0.0, latency: float = 1.2, seed: int = 7,
-                  clusters: tuple[str, ...] = CLUSTERS) -> list[dict[str, Any]]:
+                  clusters: tuple[str, ...] = CLUSTERS) -> list[CanaryResult]:
     """What the shipped canaries record on ``clusters`` between ``start`` and ``end``: each canary every ``interval``
     plus up to ``jitter``, one row per attempt (node-pool: one per pod, five per arm, two arms), with pod startup
     samples around ``latency``; ``failing`` of the attempts fail."""
     rng = random.Random(seed)
-    out: list[dict[str, Any]] = []
+    out: list[CanaryResult] = []
     for canary in load_canaries(CANARY_DIR):
         for cluster in clusters:
             at = start + rng.uniform(0, canary.jitter)
@@ -30,21 +34,26 @@ def stage_results(start: float, end: float, *, failing: float = 0.0, latency: fl
                 for _ in range(pods):
                     ok = rng.random() >= failing
                     samples = [latency + rng.uniform(-0.2, 0.2) for _ in range(1 if canary.kind == "node-pool" else 3)]
-                    out.append({"canary": canary.name, "canary_kind": canary.kind, "cluster": cluster, "image": "ami-a",
-                                "outcome": "ok" if ok else "fail", "reason": "" if ok else "CreateContainerError",
-                                "metrics": {"pod_startup_seconds": samples, "check_seconds": 20 + rng.uniform(0, 5)} if ok else {},
-                                "at": at})
+                    out.append(result(canary.name, "ok" if ok else "fail", at, canary_kind=canary.kind, cluster=cluster,
+                                      image="ami-a", reason="" if ok else "CreateContainerError",
+                                      metrics={"pod_startup_seconds": samples, "check_seconds": 20 + rng.uniform(0, 5)}
+                                      if ok else {}))
                 at += canary.interval + rng.uniform(0, canary.jitter)
-    return sorted(out, key=lambda r: r["at"])
+    return sorted(out, key=lambda r: r.at)
+
+
+def canary_verdicts(rows: list[CanaryResult], now: float, window: float) -> dict[str, Any]:
+    """The verdict's JSON, as `canary verdict` prints it."""
+    return judged(rows, now, window).to_dict()
 
 
 def test_a_fresh_healthy_stage_is_inconclusive_at_first_then_passes_within_the_slowest_canarys_window() -> None:
     rows = stage_results(0.0, 8 * 3600.0)
-    early = canary_verdicts([r for r in rows if r["at"] <= 1800], 1800.0, WINDOW)
+    early = canary_verdicts([r for r in rows if r.at <= 1800], 1800.0, WINDOW)
     assert early["verdict"] == "inconclusive" and "too little data" in early["reason"]  # never a pass on too little
     passed_at = next(t for t in range(1800, 8 * 3600, 300)
-                     if canary_verdicts([r for r in rows if r["at"] <= t], float(t), WINDOW)["verdict"] == "pass")
-    verdict = canary_verdicts([r for r in rows if r["at"] <= passed_at], float(passed_at), WINDOW)
+                     if canary_verdicts([r for r in rows if r.at <= t], float(t), WINDOW)["verdict"] == "pass")
+    verdict = canary_verdicts([r for r in rows if r.at <= passed_at], float(passed_at), WINDOW)
     windows = {name: c["window_seconds"] for name, c in verdict["canaries"].items()}
     # The daemon and cron canaries (every 10 minutes on three clusters) need the longest: 20 attempts is seven rounds.
     assert windows["node-pool"] == WINDOW and windows["daemon"] > WINDOW and windows["cron"] > WINDOW
@@ -70,7 +79,7 @@ def test_a_stage_whose_attempts_fail_fails_on_a_fresh_stage_and_against_its_hist
     verdict = canary_verdicts(fresh, 1800.0, WINDOW)
     assert verdict["verdict"] == "fail" and "failure_rate" in verdict["reason"] and "budget" in verdict["reason"]
     history = stage_results(0.0, 6 * 3600.0) + stage_results(6 * 3600.0, 7 * 3600.0, failing=0.3, seed=8)
-    assert canary_verdicts(sorted(history, key=lambda r: r["at"]), 7 * 3600.0, WINDOW)["verdict"] == "fail"
+    assert canary_verdicts(sorted(history, key=lambda r: r.at), 7 * 3600.0, WINDOW)["verdict"] == "fail"
 
 
 def test_slow_pod_startup_fails_against_the_objective_with_no_history() -> None:
@@ -80,12 +89,12 @@ def test_slow_pod_startup_fails_against_the_objective_with_no_history() -> None:
 
 def test_too_little_in_every_window_is_inconclusive_and_a_definition_can_fix_the_window() -> None:
     one = stage_results(0.0, 3600.0 * EVIDENCE_STEPS / 2, clusters=("dev-usw2-host",))
-    daemon = [r for r in one if r["canary"] == "daemon"][-10:]  # ten attempts over the last hour and more
-    verdict = canary_verdicts(daemon, daemon[-1]["at"], WINDOW)
+    daemon = [r for r in one if r.canary == "daemon"][-10:]  # ten attempts over the last hour and more
+    verdict = canary_verdicts(daemon, daemon[-1].at, WINDOW)
     assert verdict["verdict"] == "inconclusive"
     assert verdict["canaries"]["daemon"]["window_seconds"] == EVIDENCE_STEPS * WINDOW
-    fixed = [{**r, "evidence_window": 7200} for r in one if r["canary"] == "service"]
-    said = canary_verdicts(fixed, fixed[-1]["at"], WINDOW)["canaries"]["service"]
+    fixed = [dataclasses.replace(r, evidence_window=7200) for r in one if r.canary == "service"]
+    said = canary_verdicts(fixed, fixed[-1].at, WINDOW)["canaries"]["service"]
     assert said["window_seconds"] == 7200 and said["window_fixed"] and said["window"] == "120m"
 
 
@@ -104,15 +113,15 @@ def test_a_failing_verdict_names_the_commonest_failed_result_even_when_another_c
     # After six healthy hours the daemon's checks slow down everywhere, and a node-pool pod in five cannot start.
     late = stage_results(6 * 3600.0, 7 * 3600.0, seed=9)
     for r in late:
-        if r["canary"] == "daemon" and r["outcome"] == "ok":
-            r["metrics"]["check_seconds"] += 40
-    rows = sorted(history + late, key=lambda r: r["at"])
+        if r.canary == "daemon" and r.ok:
+            r.metrics["check_seconds"] += 40
+    rows = sorted(history + late, key=lambda r: r.at)
     verdict = canary_verdicts(rows, 7 * 3600.0, WINDOW)
     assert verdict["verdict"] == "fail" and verdict["reason"].startswith("canary daemon ")
     assert "CreateContainerError" not in verdict["reason"]  # nothing failed: the slower check alone
     pods = stage_results(6 * 3600.0, 7 * 3600.0, failing=0.2, seed=9)
-    broken = sorted(history + [r for r in pods if r["canary"] == "node-pool"]
-                    + [r for r in late if r["canary"] != "node-pool"], key=lambda r: r["at"])
+    broken = sorted(history + [r for r in pods if r.canary == "node-pool"]
+                    + [r for r in late if r.canary != "node-pool"], key=lambda r: r.at)
     verdict = canary_verdicts(broken, 7 * 3600.0, WINDOW)
     assert verdict["verdict"] == "fail" and verdict["reason"].startswith("canary daemon ")
     pool = verdict["canaries"]["node-pool"]["failures"]

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from e2e_canary.judge import Arm, judge
+from e2e_canary.results import CanaryResult, Outcome
 from e2e_canary.verdict import rotation_verdict
+from tests.e2e_canary.results import result
 from upgrade_service.planning.policy import parse_policy
 
 OLD, NEW = "ami-0ld", "ami-new"
 NOW = 10_000.0
 
 
-def rows(image: str, outcome: str, n: int, latency: float = 1.0, at: float = NOW - 60) -> list[dict[str, Any]]:
-    def metrics(i: int) -> dict[str, float]:
+def rows(image: str, outcome: Outcome, n: int, latency: float = 1.0, at: float = NOW - 60,
+         pool: str = "general") -> list[CanaryResult]:
+    def metrics(i: int) -> dict[str, float | list[float] | None]:
         return {"pod_startup_seconds": latency + i * 0.01, "check_seconds": latency + 1 + i * 0.01} if outcome == "ok" else {}
 
-    return [{"canary": "node-pool", "image": image, "pool": "general", "outcome": outcome, "metrics": metrics(i), "at": at, "reason": ""}
-            for i in range(n)]
+    return [result("node-pool", outcome, at, image=image, pool=pool, metrics=metrics(i)) for i in range(n)]
 
 
 def test_a_broken_image_fails_on_its_first_attempts_and_a_healthy_one_needs_enough_data_to_pass() -> None:
@@ -29,27 +29,27 @@ def test_a_broken_image_fails_on_its_first_attempts_and_a_healthy_one_needs_enou
 def test_before_the_first_wave_the_stage_is_judged_against_its_failure_budget() -> None:
     targets = {"general": NEW}
     none = rotation_verdict([], NOW, 600, "c1", targets, {OLD})
-    assert none["verdict"] == "inconclusive" and "canary run" in none["reason"]
+    assert none.verdict == "inconclusive" and "canary run" in none.reason
     healthy = rotation_verdict(rows(OLD, "ok", 30), NOW, 600, "c1", targets, {OLD})
-    assert healthy["verdict"] == "pass" and "no node boots a target image yet" in healthy["reason"]
+    assert healthy.verdict == "pass" and "no node boots a target image yet" in healthy.reason
     few = rotation_verdict(rows(OLD, "ok", 5), NOW, 600, "c1", targets, {OLD})
-    assert few["verdict"] == "inconclusive"
+    assert few.verdict == "inconclusive"
     broken = rotation_verdict(rows(OLD, "ok", 20) + rows(OLD, "fail", 10), NOW, 600, "c1", targets, {OLD})
-    assert broken["verdict"] == "fail" and "fail already" in broken["reason"]
+    assert broken.verdict == "fail" and "fail already" in broken.reason
     stale = rotation_verdict(rows(OLD, "ok", 30, at=NOW - 3600), NOW, 600, "c1", targets, {OLD})
-    assert stale["verdict"] == "inconclusive"  # results older than the window do not count
+    assert stale.verdict == "inconclusive"  # results older than the window do not count
 
 
 def test_after_a_wave_the_target_image_is_judged_against_the_image_it_replaces() -> None:
     targets = {"general": NEW}
     waiting = rotation_verdict(rows(OLD, "ok", 30), NOW, 600, "c1", targets, {OLD, NEW})
-    assert waiting["verdict"] == "inconclusive" and f"nodes boot {NEW} but no canary result" in waiting["reason"]
+    assert waiting.verdict == "inconclusive" and f"nodes boot {NEW} but no canary result" in waiting.reason
     bad = rotation_verdict(rows(OLD, "ok", 30) + rows(NEW, "fail", 4), NOW, 600, "c1", targets, {OLD, NEW})
-    assert bad["verdict"] == "fail" and NEW in bad["reason"] and "failure_rate" in bad["reason"]
+    assert bad.verdict == "fail" and NEW in bad.reason and "failure_rate" in bad.reason
     good = rotation_verdict(rows(OLD, "ok", 30) + rows(NEW, "ok", 30), NOW, 600, "c1", targets, {OLD, NEW})
-    assert good["verdict"] == "pass", good["reason"]
+    assert good.verdict == "pass", good.reason
     slow = rotation_verdict(rows(OLD, "ok", 30) + rows(NEW, "ok", 30, latency=3.0), NOW, 600, "c1", targets, {OLD, NEW})
-    assert slow["verdict"] == "fail" and "pod_startup_seconds" in slow["reason"]
+    assert slow.verdict == "fail" and "pod_startup_seconds" in slow.reason
 
 
 def test_the_policy_takes_exactly_one_gate_and_a_window_as_people_write_it() -> None:
@@ -64,8 +64,8 @@ def test_the_policy_takes_exactly_one_gate_and_a_window_as_people_write_it() -> 
         raise AssertionError("two gates were accepted")
 
 
-def pooled(image: str, outcome: str, n: int, pool: str, latency: float = 1.0) -> list[dict[str, Any]]:
-    return [{**r, "pool": pool} for r in rows(image, outcome, n, latency)]
+def pooled(image: str, outcome: Outcome, n: int, pool: str, latency: float = 1.0) -> list[CanaryResult]:
+    return rows(image, outcome, n, latency, pool=pool)
 
 
 def test_first_light_needs_min_results_in_every_pool_and_a_proven_image_one_clean_canary_period() -> None:
@@ -74,23 +74,23 @@ def test_first_light_needs_min_results_in_every_pool_and_a_proven_image_one_clea
     # the general pool's node has its ten; the batch pool's only four: not judged on the other pool's evidence
     thin = rotation_verdict(old + pooled(NEW, "ok", 30, "general") + pooled(NEW, "ok", 4, "batch"), NOW, 600, "c1",
                             targets, {OLD, NEW}, min_results=10)
-    assert thin["verdict"] == "inconclusive" and "pool batch: 4" in thin["reason"], thin["reason"]
+    assert thin.verdict == "inconclusive" and "pool batch: 4" in thin.reason, thin.reason
     both = rotation_verdict(old + pooled(NEW, "ok", 30, "general") + pooled(NEW, "ok", 30, "batch"), NOW, 600, "c1",
                             targets, {OLD, NEW}, min_results=10)
-    assert both["verdict"] == "pass", both["reason"]
+    assert both.verdict == "pass", both.reason
     # failures fail it on the evidence there is, whatever minResults asks
     bad = rotation_verdict(old + pooled(NEW, "fail", 4, "general") + pooled(NEW, "fail", 4, "batch"), NOW, 600, "c1",
                            targets, {OLD, NEW}, min_results=10)
-    assert bad["verdict"] == "fail"
+    assert bad.verdict == "fail"
     # images that passed first light in an earlier stage: the first canary period's results, all clean, let it in
     few = old + pooled(NEW, "ok", 3, "general") + pooled(NEW, "ok", 3, "batch")
-    assert rotation_verdict(few, NOW, 600, "c1", targets, {OLD, NEW}, min_results=10)["verdict"] == "inconclusive"
+    assert rotation_verdict(few, NOW, 600, "c1", targets, {OLD, NEW}, min_results=10).verdict == "inconclusive"
     proven = rotation_verdict(few, NOW, 600, "c1", targets, {OLD, NEW}, min_results=10, proven=True)
-    assert proven["verdict"] == "pass" and "earlier stage" in proven["arms"][NEW]["reason"], proven
+    assert proven.verdict == "pass" and "earlier stage" in proven.arms[NEW].reason, proven
     # ... but not with a pool that has none yet, nor with a failure among them
     one_pool = rotation_verdict(old + pooled(NEW, "ok", 3, "general"), NOW, 600, "c1", targets, {OLD, NEW},
                                 min_results=10, proven=True)
-    assert one_pool["verdict"] == "inconclusive"
+    assert one_pool.verdict == "inconclusive"
     failing = rotation_verdict(few + pooled(NEW, "fail", 1, "batch"), NOW, 600, "c1", targets, {OLD, NEW},
                                min_results=10, proven=True)
-    assert failing["verdict"] != "pass"
+    assert failing.verdict != "pass"

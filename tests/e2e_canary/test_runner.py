@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from e2e_canary.definitions import CANARY_DIR, load_canaries, parse_canary
-from e2e_canary.runner import ResultStream, Runner, newest_at, results, results_stream, streams_of
+from e2e_canary.results import ResultStream, newest_at, results, streams_of
+from e2e_canary.runner import Runner
 from e2e_canary.verdict import stage_verdict
 from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
 from platformctl.kernel.state.sqlite import SQLiteStore
@@ -34,15 +35,15 @@ def test_a_bad_image_fails_its_own_arm_and_the_verdict_names_it(tmp_path: Path) 
     runner = Runner("dev", "c1", sim, store)
     for _ in range(3):
         report = runner.run(CANARY)
-        by_image = {(r["image"], r["outcome"]) for r in report.results}
+        by_image = {(r.image, r.outcome) for r in report.results}
         assert by_image == {(OLD, "ok"), (NEW, "fail")}, by_image
-    failed = next(r for r in report.results if r["outcome"] == "fail")
-    assert "CreateContainerError" in failed["reason"] and NEW in failed["reason"]
-    ok = next(r for r in report.results if r["outcome"] == "ok")
-    assert 1.0 <= ok["metrics"]["pod_startup_seconds"] <= 4.0 and ok["pool"] == "general" and ok["zone"] == "us-east-1a"
+    failed = next(r for r in report.results if r.outcome == "fail")
+    assert "CreateContainerError" in failed.reason and NEW in failed.reason
+    ok = next(r for r in report.results if r.outcome == "ok")
+    assert 1.0 <= ok.metrics["pod_startup_seconds"] <= 4.0 and ok.pool == "general" and ok.zone == "us-east-1a"
     sim.advance(1)  # their grace period (0 s) runs out
     assert sim.list_namespaces("platformctl.io/canary") == [] and not sim.list_pods(namespace=report.namespace)
-    verdict = stage_verdict(results(store, "dev"), sim.now(), 3600, baseline=OLD)
+    verdict = stage_verdict(results(store, "dev"), sim.now(), 3600, baseline=OLD).to_dict()
     assert verdict["verdict"] == "fail" and NEW in verdict["reason"]
     assert verdict["arms"][NEW]["canaries"]["node-pool"]["metrics"]["failure_rate"]["verdict"] == "fail"
 
@@ -53,8 +54,8 @@ def test_a_healthy_stage_passes_and_a_crashed_runs_leftovers_are_reaped(tmp_path
     runner = Runner("dev", "c1", sim, store)
     for _ in range(3):
         report = runner.run(CANARY)
-        assert {r["outcome"] for r in report.results} == {"ok"}
-    assert stage_verdict(results(store, "dev"), sim.now(), 3600, baseline=OLD)["verdict"] == "pass"
+        assert {r.outcome for r in report.results} == {"ok"}
+    assert stage_verdict(results(store, "dev"), sim.now(), 3600, baseline=OLD).verdict == "pass"
     sim.create_namespace("canary-node-pool-dead", {"platformctl.io/canary": "node-pool"})
     sim.create_pod(runner._pod(CANARY, "dead", "canary-node-pool-dead", runner.arms()[0], 0))
     assert runner.reap() == ["canary-node-pool-dead"]
@@ -67,13 +68,13 @@ def test_every_kind_passes_on_a_healthy_cluster_and_leaves_nothing(tmp_path: Pat
     canaries = {c.name: c for c in load_canaries(CANARY_DIR)}
     reports = {name: runner.run(c) for name, c in canaries.items()}
     for name, report in reports.items():
-        assert report.results and {r["outcome"] for r in report.results} == {"ok"}, (name, report.results)
-    service = reports["service"].results[0]["metrics"]
+        assert report.results and {r.outcome for r in report.results} == {"ok"}, (name, report.results)
+    service = reports["service"].results[0].metrics
     assert service["min_available"] >= canaries["service"].budget and service["roll_seconds"] > 0
     assert len(service["pod_startup_seconds"]) >= canaries["service"].replicas * 2  # the first pods and the rolled ones
-    assert [r["metrics"]["fire_lateness_seconds"] for r in reports["cron"].results] == [0.0] * canaries["cron"].runs
+    assert [r.metrics["fire_lateness_seconds"] for r in reports["cron"].results] == [0.0] * canaries["cron"].runs
     daemon = reports["daemon"].results
-    assert sorted((r["image"], r["pool"]) for r in daemon) == sorted((n.image, n.pool) for n in sim.list_nodes())
+    assert sorted((r.image, r.pool) for r in daemon) == sorted((n.image, n.pool) for n in sim.list_nodes())
     sim.advance(1)
     assert sim.list_namespaces("platformctl.io/canary") == [] and not sim.list_pods()
     assert sim.api_objects.namespaces_in_use() == set()
@@ -85,11 +86,11 @@ def test_a_bad_image_fails_the_daemon_on_its_own_nodes_and_the_service_naming_it
     runner = Runner("dev", "c1", sim, SQLiteStore(tmp_path / "state.db"))
     canaries = {c.name: c for c in load_canaries(CANARY_DIR)}
     daemon = runner.run(canaries["daemon"]).results
-    assert {(r["image"], r["outcome"]) for r in daemon} == {(OLD, "ok"), (NEW, "fail")}
-    assert all("CreateContainerError" in r["reason"] and NEW in r["reason"] for r in daemon if r["outcome"] == "fail")
+    assert {(r.image, r.outcome) for r in daemon} == {(OLD, "ok"), (NEW, "fail")}
+    assert all("CreateContainerError" in r.reason and NEW in r.reason for r in daemon if r.outcome == "fail")
     service = runner.run(canaries["service"]).results
-    assert [r["outcome"] for r in service] == ["fail"]
-    assert "CreateContainerError" in service[0]["reason"] and NEW in service[0]["reason"]
+    assert [r.outcome for r in service] == ["fail"]
+    assert "CreateContainerError" in service[0].reason and NEW in service[0].reason
 
 
 def test_a_pod_the_platform_evicted_is_disrupted_not_failed_and_retried_once(tmp_path: Path) -> None:
@@ -104,13 +105,13 @@ def test_a_pod_the_platform_evicted_is_disrupted_not_failed_and_retried_once(tmp
 
     sim.clock.call_later(0.5, evict_first, "canary-node-pool-")  # its grace period is 0: gone before the next look
     rows = runner.run(CANARY).results
-    disrupted = [r for r in rows if r["outcome"] == "disrupted"]
-    assert len(disrupted) == 1 and "was deleted before it ran, by the platform" in disrupted[0]["reason"]
-    assert {r["outcome"] for r in rows} == {"ok", "disrupted"} and len(rows) == 2 * 10 + 1  # every pod, and the retry
+    disrupted = [r for r in rows if r.outcome == "disrupted"]
+    assert len(disrupted) == 1 and "was deleted before it ran, by the platform" in disrupted[0].reason
+    assert {r.outcome for r in rows} == {"ok", "disrupted"} and len(rows) == 2 * 10 + 1  # every pod, and the retry
     # A Deployment's pod drained mid-check: the Deployment replaces it, as it should; the check passes.
     service = next(c for c in load_canaries(CANARY_DIR) if c.name == "service")
     sim.clock.call_later(3, evict_first, "canary-service-")
-    assert [r["outcome"] for r in runner.run(service).results] == ["ok"]
+    assert [r.outcome for r in runner.run(service).results] == ["ok"]
 
 
 def test_a_slow_image_fails_the_node_pool_verdict_on_startup_latency(tmp_path: Path) -> None:
@@ -119,8 +120,8 @@ def test_a_slow_image_fails_the_node_pool_verdict_on_startup_latency(tmp_path: P
     store = SQLiteStore(tmp_path / "state.db")
     runner = Runner("dev", "c1", sim, store)
     for _ in range(3):
-        assert {r["outcome"] for r in runner.run(CANARY).results} == {"ok"}
-    verdict = stage_verdict(results(store, "dev"), sim.now(), 3600, baseline=OLD)
+        assert {r.outcome for r in runner.run(CANARY).results} == {"ok"}
+    verdict = stage_verdict(results(store, "dev"), sim.now(), 3600, baseline=OLD).to_dict()
     latency = verdict["arms"][NEW]["canaries"]["node-pool"]["metrics"]["pod_startup_seconds"]
     assert verdict["verdict"] == "fail" and latency["verdict"] == "fail" and latency["experiment"]["p99"] > 5
 
@@ -130,9 +131,9 @@ def test_a_pod_with_no_room_on_its_arm_is_the_canarys_infra_error_not_the_images
     crowded = parse_canary({"name": "node-pool", "kind": "node-pool", "podsPerArm": 6, "deadline": 60,
                             "resources": {"cpu": "3", "memory": "64Mi"}}, "node-pool")  # two fit on a node
     rows = Runner("dev", "c1", sim, SQLiteStore(tmp_path / "state.db")).run(crowded).results
-    by_image = {image: sorted(r["outcome"] for r in rows if r["image"] == image) for image in (OLD, NEW)}
+    by_image = {image: sorted(r.outcome for r in rows if r.image == image) for image in (OLD, NEW)}
     assert by_image[OLD] == by_image[NEW] == ["infra_error"] * 2 + ["ok"] * 4
-    said = next(r["reason"] for r in rows if r["outcome"] == "infra_error")
+    said = next(r.reason for r in rows if r.outcome == "infra_error")
     assert "no room" in said and "the arm is full" in said
 
 
@@ -172,7 +173,7 @@ def test_durations_are_the_servers_own_never_the_clients_guess_and_never_below_z
     for view in (lambda sim: sim, _AheadCluster):
         sim = cluster()
         runner = Runner("dev", "c1", view(sim), SQLiteStore(tmp_path / f"state-{len(figures)}.db"))
-        figures.append({name: [r["metrics"]["check_seconds"] for r in runner.run(canaries[name]).results]
+        figures.append({name: [r.metrics["check_seconds"] for r in runner.run(canaries[name]).results]
                         for name in ("daemon", "batch", "cron", "service")})
     assert figures[0] == figures[1]
     assert all(v >= 0 for values in figures[0].values() for v in values)
@@ -207,8 +208,8 @@ def test_a_cron_check_that_comes_back_late_still_finds_each_run_the_cronjob_made
     sim = cluster()
     runner = Runner("dev", "c1", _LateCluster(sim, 300.0), SQLiteStore(tmp_path / "state.db"))
     report = runner.run(canary)
-    assert [r["outcome"] for r in report.results] == ["ok"] * canary.runs, report.results
-    assert [r["metrics"]["fire_lateness_seconds"] for r in report.results] == [0.0] * canary.runs
+    assert [r.outcome for r in report.results] == ["ok"] * canary.runs, report.results
+    assert [r.metrics["fire_lateness_seconds"] for r in report.results] == [0.0] * canary.runs
 
 
 def test_a_check_late_to_create_its_first_object_is_given_its_whole_deadline_from_that_object(tmp_path: Path) -> None:
@@ -218,7 +219,7 @@ def test_a_check_late_to_create_its_first_object_is_given_its_whole_deadline_fro
     sim = cluster()
     runner = Runner("dev", "c1", _LateCluster(sim, 200.0, before=True), SQLiteStore(tmp_path / "state.db"))
     report = runner.run(canary)
-    assert [r["outcome"] for r in report.results] == ["ok"] * canary.runs, report.results
+    assert [r.outcome for r in report.results] == ["ok"] * canary.runs, report.results
 
 
 def test_result_streams_are_named_and_read_one_way_and_the_newest_result_is_the_newest_days_last(tmp_path: Path) -> None:
@@ -229,11 +230,11 @@ def test_result_streams_are_named_and_read_one_way_and_the_newest_result_is_the_
         assert ResultStream.parse(name) is not None and ResultStream.parse(name).name == name  # type: ignore[union-attr]
     assert [ResultStream.parse(n) for n in ("canary/dev", "canary//c1", "rotation/dev/c1", "canary/dev/c1/x/y")] == [None] * 4
     store.append("canary/dev/c1", {"kind": "result", "at": day + 7 * 86400})  # an older runner's undated stream
-    store.append(results_stream("dev", "c1", day + 10), {"kind": "result", "at": day + 10})
-    store.append(results_stream("dev", "c1", day + 86400 + 3), {"kind": "result", "at": day + 86400 + 3})
-    store.append(results_stream("dev", "c2", day + 50), {"kind": "result", "at": day + 50})
-    store.append(results_stream("prod", "c1", day + 9 * 86400), {"kind": "result", "at": day + 9 * 86400})
+    store.append(ResultStream.of("dev", "c1", day + 10).name, {"kind": "result", "at": day + 10})
+    store.append(ResultStream.of("dev", "c1", day + 86400 + 3).name, {"kind": "result", "at": day + 86400 + 3})
+    store.append(ResultStream.of("dev", "c2", day + 50).name, {"kind": "result", "at": day + 50})
+    store.append(ResultStream.of("prod", "c1", day + 9 * 86400).name, {"kind": "result", "at": day + 9 * 86400})
     # each cluster's newest day wins over its undated stream, whatever that holds; another stage is not read
     assert newest_at(store, "dev") == day + 86400 + 3
-    assert [r["at"] for r in results(store, "dev", since=day, until=day + 86400, cluster="c1")] == [day + 10]
+    assert [r.at for r in results(store, "dev", since=day, until=day + 86400, cluster="c1")] == [day + 10]
     assert {s.cluster for s in streams_of(store, "dev")} == {"c1", "c2"}

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from e2e_canary.runner import results
+from e2e_canary.results import results
 from e2e_canary.verdict import stage_verdict
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.state import open_store
@@ -60,15 +60,15 @@ def test_a_healthy_fresh_stage_passes_within_its_slowest_canarys_evidence_window
     # taken again over the stored results minute by minute of the region's time, as `canary verdict` takes it (the
     # region skips idle time, so between two polls of this test it may move hours: the polls do not say when).
     rows = results(open_store(passed["state"]), "dev", since=0, until=passed["at"])
-    first = min(float(r["at"]) for r in rows)
+    first = min(r.at for r in rows)
     at, verdicts = first, []
     while at <= passed["at"]:
-        verdicts.append((at, stage_verdict([r for r in rows if float(r["at"]) <= at], at, 1800)["verdict"]))
+        verdicts.append((at, stage_verdict([r for r in rows if r.at <= at], at, 1800).verdict))
         if verdicts[-1][1] == "pass":
             break
         at += 60
     if verdicts[-1][1] != "pass":  # the minutes stepped over the instant it passed: take that instant itself
-        verdicts.append((passed["at"], stage_verdict(rows, passed["at"], 1800)["verdict"]))
+        verdicts.append((passed["at"], stage_verdict(rows, passed["at"], 1800).verdict))
     assert "fail" not in {v for _, v in verdicts}, [t for t, v in verdicts if v == "fail"][:3]
     assert verdicts[-1][1] == "pass" and verdicts[-1][0] - first <= passed["evidence_window_seconds"] + 1800, \
         (verdicts[-1][0] - first, passed["reason"])

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from e2e_canary.verdict import Verdict
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
@@ -74,9 +75,9 @@ class Stages:
         return {"status": "finished"}
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
-                entered: float | None = None) -> dict[str, Any]:
+                entered: float | None = None) -> Verdict:
         said = self.verdicts.get(candidate.id, "pass")
-        return {"verdict": said, "reason": f"canaries say {said}", "results_since": int((self.clock - since) / 3600 * self.results_per_hour)}
+        return Verdict(said, f"canaries say {said}", results_since=int((self.clock - since) / 3600 * self.results_per_hour))
 
 
 def candidate(n: int, at: float = 0.0) -> Candidate:

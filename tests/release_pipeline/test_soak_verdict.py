@@ -4,12 +4,13 @@ SQLite state store, where the canary runner writes them."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from e2e_canary.judge import JudgeConfig
-from e2e_canary.runner import results_stream
-from e2e_canary.verdict import soak_verdict
+from e2e_canary.results import keep
+from e2e_canary.verdict import soak_verdict as judged
 from platformctl.app.release import replaced_images
 from platformctl.kernel.state.sqlite import SQLiteStore
 from release_pipeline.candidates import StageImages, make_candidate
@@ -29,11 +30,17 @@ def stored(tmp_path: Path, new_latency: float, *, before: float = ROTATED) -> SQ
     """The last good image (ami-old) from 0 to ``before`` and eight hours of the new one (ami-new) after the rotation, as
     the shipped canaries record them on dev's clusters; ``new_latency`` is the new image's pod startup."""
     store = SQLiteStore(tmp_path / "state.db")
-    old = [{**r, "image": "ami-old"} for r in stage_results(0.0, before, seed=1)]
-    new = [{**r, "image": "ami-new"} for r in stage_results(ROTATED, ROTATED + 8 * 3600, latency=new_latency, seed=2)]
+    old = [dataclasses.replace(r, image="ami-old") for r in stage_results(0.0, before, seed=1)]
+    new = [dataclasses.replace(r, image="ami-new") for r in stage_results(ROTATED, ROTATED + 8 * 3600, latency=new_latency,
+                                                                           seed=2)]
     for row in old + new:
-        store.append(results_stream("dev", row["cluster"], row["at"]), {"kind": "result", "stage": "dev", **row})
+        keep(store, row)
     return store
+
+
+def soak_verdict(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The soak's verdict as the ledger keeps it."""
+    return judged(*args, **kwargs).to_dict()
 
 
 def test_only_the_images_the_candidate_changed_are_compared_each_with_the_one_of_its_family() -> None:

@@ -21,7 +21,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from platformctl.kernel.errors import PlatformError
 from upgrade_service.planning.policy import HealthGate
@@ -54,8 +54,17 @@ class Question:
     proven: bool = False  # first light of images that passed it in an earlier stage: one clean canary period will do
 
 
-# Answers a Question with the canary verdict's JSON ({"verdict": ..., "reason": ...}); the command gives it.
-CanaryVerdict = Callable[[Question], Mapping[str, Any]]
+class Answer(Protocol):
+    """What the canary verdict answers (``e2e_canary.verdict.Verdict``): its word and why."""
+
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+
+
+# Answers a Question with the canary verdict; the command gives it.
+CanaryVerdict = Callable[[Question], Answer]
 
 
 def check_gate_exists(gate: HealthGate, source: str) -> None:
@@ -84,7 +93,7 @@ def ask(gate: HealthGate | None, context: dict[str, str], canary: CanaryVerdict 
             return Verdict("inconclusive", "the policy's gate is the canary verdict, and this run was given no state "
                            "store of canary results to judge")
         answer = canary(question)
-        return Verdict(str(answer["verdict"]), str(answer["reason"]))
+        return Verdict(answer.verdict, answer.reason)
     if gate.command is not None:
         env = {**os.environ, **{f"PLATFORMCTL_{k.upper()}": v for k, v in context.items()}}
         what = f"health gate command {gate.command[0]}"

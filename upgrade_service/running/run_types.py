@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import Node, Pod, Snapshot, Taint
 from platformctl.kernel.nodegroups import GroupState, NodeGroups
 from upgrade_service.running.report import RunReport
 from upgrade_service.running.wave_drain import DrainStatus
+
+if TYPE_CHECKING:
+    from upgrade_service.running.gate import CanaryVerdict
 
 TAINT = Taint("platformctl.io/rotation", "outdated", "PreferNoSchedule")
 
@@ -36,7 +39,7 @@ class Options:
     gate_poll_seconds: float = 30.0
     stage: str | None = None
     max_waves: int | None = None  # start at most this many waves in this run; the next run goes on
-    canary: Any = None  # the canary verdict (upgrade_service.running.gate.CanaryVerdict) a `canary` health gate asks
+    canary: CanaryVerdict | None = None  # the canary verdict a `canary` health gate asks
     # The images passed first light in an earlier stage of the release pipeline: here, one canary period of results
     # on each first-light node that all succeed lets it in (a region's own hardware is still tried, not soaked again).
     first_light_proven: bool = False

@@ -5,13 +5,14 @@ two remediation passes, all in real SQLite stores. Names, notes and reasons carr
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e_canary.runner import results_stream
-from e2e_canary.verdict import soak_verdict
+from e2e_canary.results import CanaryResult, keep
+from e2e_canary.verdict import Verdict, soak_verdict
 from platformctl.app.release import replaced_images
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.kernel.state.sqlite import SQLiteStore
@@ -42,7 +43,7 @@ class Stores:
     good: Candidate
     bad: Candidate
     halt_reason: str
-    rows: list[dict[str, Any]]
+    rows: list[CanaryResult]
 
     def args(self) -> list[str]:
         return ["--pipeline", str(self.pipeline), "--ledger", str(self.ledger), "--state", str(self.state)]
@@ -50,21 +51,21 @@ class Stores:
 
 def store_newer_result(stores: Stores, image: str) -> None:
     """A canary's result one second after the newest, on ``image``, as the runner stores it."""
-    last = max(stores.rows, key=lambda r: r["at"])
-    row = {**last, "image": image, "at": last["at"] + 1, "outcome": "ok"}
+    last = max(stores.rows, key=lambda r: r.at)
     store = SQLiteStore(stores.state)
     try:
-        store.append(results_stream("dev", row["cluster"], row["at"]), row)
+        keep(store, dataclasses.replace(last, image=image, at=last.at + 1, outcome="ok"))
     finally:
         store.close()
 
 
-def canary_rows(start: float, end: float, image: str, failing: float = 0.0, seed: int = 1) -> list[dict[str, Any]]:
+def canary_rows(start: float, end: float, image: str, failing: float = 0.0, seed: int = 1) -> list[CanaryResult]:
     rows = stage_results(start, end, failing=failing, seed=seed)
-    out = [{**r, "kind": "result", "stage": "dev", "image": image,
-            "reason": f"pod on image {image}: CreateContainerError {ONERROR}" if r["outcome"] == "fail" else ""} for r in rows]
-    for r in out[::40]:  # now and then the canary's own trouble (no room for its pod): neither a success nor a failure
-        r.update(outcome="infra_error", metrics={}, reason="pod found no room on the arm's nodes: the image was not measured")
+    out = [dataclasses.replace(r, image=image, reason=f"pod on image {image}: CreateContainerError {ONERROR}"
+                               if r.outcome == "fail" else "") for r in rows]
+    for i in range(0, len(out), 40):  # now and then the canary's own trouble (no room for its pod): neither a success
+        out[i] = dataclasses.replace(out[i], outcome="infra_error", metrics={},  # nor a failure
+                                     reason="pod found no room on the arm's nodes: the image was not measured")
     return out
 
 
@@ -72,7 +73,7 @@ class Dev:
     """dev's soak verdict as the pipeline computes it (``soak_verdict``: the stage's window, and each new image against
     the last good candidate's) over what the store holds; the other stages pass."""
 
-    def __init__(self, store: SQLiteStore, rows: list[dict[str, Any]]) -> None:
+    def __init__(self, store: SQLiteStore, rows: list[CanaryResult]) -> None:
         self.clock = T0 + 3 * 3600
         self.store = store
         self.rows = rows
@@ -97,9 +98,9 @@ class Dev:
                 "first_light": {i: [f"i-{stage[:3]}0{i[-4:]}"] for i in candidate.image_ids(stage)}}
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
-                entered: float | None = None) -> dict[str, Any]:
+                entered: float | None = None) -> Verdict:
         if stage != "dev":
-            return {"verdict": "pass", "reason": "fine", "results_since": 500}
+            return Verdict("pass", "fine", results_since=500)
         return soak_verdict(self.store, stage, since, self.clock, window, replaced_images(stage, candidate, baseline),
                             baseline.id if baseline else None, entered)
 
@@ -120,9 +121,9 @@ def build(tmp_path: Path) -> Stores:
     ledger = Ledger(SQLiteStore(tmp_path / "release.db"))
     # dev's canaries: the good image for eight hours, then the bad one (a third of its pods cannot start).
     rows = canary_rows(T0, T0 + 8 * 3600, GOOD_IMAGE) + canary_rows(T0 + 8 * 3600, T0 + 10 * 3600, BAD_IMAGE, 0.35, 2)
-    rows.sort(key=lambda r: r["at"])
+    rows.sort(key=lambda r: r.at)
     for row in rows:
-        state.append(results_stream("dev", row["cluster"], row["at"]), row)
+        keep(state, row)
     dev = Dev(state, rows)
     good = candidate(GOOD_IMAGE, f"the good one {SCRIPT}", T0)
     ledger.add_candidate(good)

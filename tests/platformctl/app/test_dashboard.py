@@ -71,17 +71,17 @@ def test_the_charts_carry_each_images_points_as_the_store_holds_them(stores: Sto
     dev = d["canaries"]["dev"]
     lines = {line["image"]: line for line in dev["lines"]}
     assert set(lines) == {GOOD_IMAGE, BAD_IMAGE}  # a bad image is its own line
-    newest = max(r["at"] for r in stores.rows)
+    newest = max(r.at for r in stores.rows)
     assert dev["end"] == newest and dev["start"] == newest - 4 * 3600
     # Counted again here from the rows the canaries stored: attempts and successes per image over the window, the
     # attempts the judge counts (an infra error is the canary's own trouble, not the image's).
-    assert any(r["outcome"] == "infra_error" for r in stores.rows)
-    shown = [r for r in stores.rows if dev["start"] <= r["at"] <= dev["end"] and r["outcome"] in ("ok", "fail", "timeout")]
+    assert any(r.outcome == "infra_error" for r in stores.rows)
+    shown = [r for r in stores.rows if dev["start"] <= r.at <= dev["end"] and r.outcome in ("ok", "fail", "timeout")]
     for image, line in lines.items():
-        mine = [r for r in shown if r["image"] == image]
+        mine = [r for r in shown if r.image == image]
         assert sum(line["attempts"]) == len(mine)
         ok = sum(round(rate * n) for rate, n in zip(line["success_rate"], line["attempts"], strict=True))
-        assert ok == sum(r["outcome"] == "ok" for r in mine)
+        assert ok == sum(r.outcome == "ok" for r in mine)
     assert sum(lines[BAD_IMAGE]["attempts"]) > 0 and min(lines[BAD_IMAGE]["success_rate"]) < 0.9
     assert min(lines[GOOD_IMAGE]["success_rate"]) == 1.0
     assert len(lines[GOOD_IMAGE]["at"]) <= 120  # aggregated points, not a row a pod

@@ -17,7 +17,7 @@ import pytest
 
 from e2e_canary.definitions import parse_canary
 from e2e_canary.runner import Runner
-from e2e_canary.verdict import canary_gate
+from e2e_canary.verdict import Verdict, canary_gate
 from platformctl.emulator import simulator as sim_events
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.emulator.simulator import SimulatedCluster
@@ -28,6 +28,7 @@ from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, harm, new
 from upgrade_service.journal.rotation import FIRST_LIGHT_KEY, control, read_state
 from upgrade_service.planning.policy import parse_policy
 from upgrade_service.running.execute import Executor
+from upgrade_service.running.gate import CanaryVerdict, Question
 from upgrade_service.running.run_types import EXIT_HALTED, Options, Outcome, Target
 from upgrade_service.running.runs import abort_cluster
 
@@ -46,11 +47,11 @@ def serving(nodes: int = 4, max_size: int | None = None, pools: dict[str, int] |
     return sim
 
 
-def gate(sim: SimulatedCluster, store: SQLiteStore) -> Any:
+def gate(sim: SimulatedCluster, store: SQLiteStore) -> CanaryVerdict:
     runner = Runner("dev", "test", sim, store)
     judge = canary_gate(store, 1800.0)
 
-    def ask(question: Any) -> dict[str, Any]:
+    def ask(question: Question) -> Verdict:
         runner.run(CANARY)
         return judge(dataclasses.replace(question, now=sim.now()))
 

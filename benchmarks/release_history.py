@@ -32,6 +32,7 @@ from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import STATE, Ledger
 from release_pipeline.pipeline import parse_pipeline
 from release_pipeline.reconcile import tick
+from release_pipeline.rotation_result import StageRotation
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 SHARE = {"dev": 0.1, "staging": 0.2, "prod-canary": 0.2, "prod": 0.5}
@@ -57,11 +58,11 @@ class Fleet:
     def resume(self, stage: str, reason: str) -> None:
         pass
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
         self.clock += 1200
         count = int(self.nodes * SHARE[stage])
         image = sorted(candidate.image_ids(stage))[0]
-        return {"status": "finished", "booted": {image: [f"i-{candidate.id[2:10]}{stage[:3]}{n:07d}" for n in range(count)]}}
+        return StageRotation("finished", "", {image: [f"i-{candidate.id[2:10]}{stage[:3]}{n:07d}" for n in range(count)]})
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
                 entered: float | None = None) -> Verdict:

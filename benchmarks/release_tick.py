@@ -37,6 +37,7 @@ from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import LEDGER, Ledger
 from release_pipeline.pipeline import parse_pipeline
 from release_pipeline.reconcile import tick
+from release_pipeline.rotation_result import StageRotation
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 CLUSTERS = ("dev-usw2-host", "dev-usw2a-01", "dev-usw2b-01")
@@ -68,9 +69,9 @@ class Stages:
     def resume(self, stage: str, reason: str) -> None:
         pass
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
         self.clock += 900
-        return {"status": "finished"}
+        return StageRotation("finished")
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
                 window: int, entered: float | None = None) -> Verdict:

@@ -21,6 +21,7 @@ from dateutil import rrule
 
 from platformctl.kernel.humanize import human_duration
 from release_pipeline.pipeline import Freeze, StagePolicy
+from release_pipeline.rotation_result import StageRotation
 from upgrade_service.journal.rotation import FIRST_LIGHT_HALTS
 
 
@@ -181,14 +182,14 @@ def soak_decision(stage: StagePolicy, rotated_at: float, at: float, verdicts: Se
     return Decision("wait", "; ".join(short), opens if opens > at else None, tuple(unmet))
 
 
-def rotation_decision(result: Mapping[str, Any]) -> Decision:
-    """The gate after a stage's rotation: no failed rotation. ``result``: the rotation's ``{"status", "reason"}``."""
-    if result.get("status") == "finished":
+def rotation_decision(result: StageRotation) -> Decision:
+    """The gate after a stage's rotation: no failed rotation."""
+    if result.status == "finished":
         return Decision("pass", "every cluster of the stage finished rotating")
-    lit = [c for c in result.get("clusters") or () if c.get("halted") in FIRST_LIGHT_HALTS]
+    lit = [c for c in result.clusters if c.halted in FIRST_LIGHT_HALTS]
     if lit:  # judged on one node a pool, before any workload moved onto the images
         return Decision("halt", "first light stopped the images: " + "; ".join(
-            f"{c['cluster']}: {(c.get('first_light') or {}).get('reason') or c.get('reason')}" for c in lit), None,
-            ("rotation", "first-light", *sorted({str(c["halted"]) for c in lit})))
-    return Decision("halt", f"the rotation did not finish: {result.get('reason') or result.get('status')}", None,
-                    ("rotation", str(result.get("status"))))
+            f"{c.cluster}: {(c.first_light.reason if c.first_light else None) or c.reason}" for c in lit), None,
+            ("rotation", "first-light", *sorted({str(c.halted) for c in lit})))
+    return Decision("halt", f"the rotation did not finish: {result.reason or result.status}", None,
+                    ("rotation", result.status))

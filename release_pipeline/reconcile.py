@@ -35,6 +35,7 @@ from release_pipeline.gates import (
 )
 from release_pipeline.ledger import Kind, Ledger, PipelineState, StageState, Step, apply
 from release_pipeline.pipeline import Pipeline
+from release_pipeline.rotation_result import StageRotation
 
 if TYPE_CHECKING:
     from e2e_canary.verdict import Verdict
@@ -63,9 +64,9 @@ class StageActions(Protocol):
         ...
 
     def rotate(self, stage: str, candidate: Candidate, rollback: bool = False,
-               hold: Callable[[], str | None] | None = None) -> dict[str, Any]:
-        """Rotate every cluster of the stage onto them (resuming a rotation a killed tick began):
-        ``{"status": "finished" | "halted" | "blocked" | "busy" | "frozen", "reason", "booted": {image: [instance]}}``;
+               hold: Callable[[], str | None] | None = None) -> StageRotation:
+        """Rotate every cluster of the stage onto them (resuming a rotation a killed tick began): its ``status``
+        (``finished``, ``halted``, ``blocked``, ``busy``, ``frozen``), why, and the instances it saw booting;
         ``busy``: a rotation of the stage holds its lease, so nothing was done and the next tick tries again;
         ``frozen``: ``hold`` (asked while the rotation runs) said a freeze began, and the rotation paused at its next
         step. A ``rollback`` first ends the halted rotation it undoes and is not held by the canary gate: the canaries
@@ -265,16 +266,12 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
         _roll_back(ledger, stage, name, cid, actions, write, held)
 
 
-def _boots(ledger: Ledger, cid: str, name: str, result: dict[str, Any]) -> dict[str, Any]:
+def _boots(ledger: Ledger, cid: str, name: str, result: StageRotation) -> dict[str, object]:
     """The rotation's result as an entry keeps it: the instances it saw booting go to their own stream, the entry
     keeps how many (an entry never grows with the fleet)."""
-    booted = result.get("booted") or {}
-    lit = result.get("first_light") or {}
-    if not isinstance(booted, dict) or not isinstance(lit, dict):
-        return result
-    counted = ledger.add_boots(cid, name, booted, lit) if booted or lit else 0
-    return {**{k: v for k, v in result.items() if k not in ("booted", "first_light")}, "booted_count": counted,
-            "first_light_count": sum(len(ids) for ids in lit.values())}
+    said = {k: v for k, v in result.to_dict().items() if k not in ("booted", "first_light")}
+    counted = ledger.add_boots(cid, name, result.booted, result.first_light) if result.booted or result.first_light else 0
+    return {**said, "booted_count": counted, "first_light_count": sum(len(ids) for ids in result.first_light.values())}
 
 
 def frozen_now(pipeline: Pipeline, ledger: Ledger, name: str, cid: str, now: float) -> str | None:
@@ -304,22 +301,22 @@ def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, 
     result = actions.rotate(name, candidate, hold=lambda: frozen_now(pipeline, ledger, name, cid, actions.now(name)))
     failpoints.hit("release:call:rotate")  # rotated, not yet recorded
     at = actions.now(name)
-    status = result.get("status")
+    status = result.status
     if status == "frozen":
-        write(cid, name, Kind.PAUSED, at, f"a freeze began: the rotation paused at its next step ({result.get('reason')})",
+        write(cid, name, Kind.PAUSED, at, f"a freeze began: the rotation paused at its next step ({result.reason})",
               {"result": _boots(ledger, cid, name, result)})
         return
     if status == "busy":  # a rotation of the stage holds its lease (a killed tick's, until it lapses)
-        held(f"{name} {cid}: {result.get('reason')}")  # nothing written: the next tick tries again
+        held(f"{name} {cid}: {result.reason}")  # nothing written: the next tick tries again
         return
     if status == "blocked":
         # nothing failed; some nodes wait for a budget that allows no disruption now: planned again next tick, for
         # BLOCKED_PATIENCE from when the rotation was first recorded blocked
         if stage.blocked_since is None:
-            write(cid, name, Kind.BLOCKED, at, f"waiting: {result.get('reason')}", {"result": _boots(ledger, cid, name, result)})
+            write(cid, name, Kind.BLOCKED, at, f"waiting: {result.reason}", {"result": _boots(ledger, cid, name, result)})
         assert stage.blocked_since is not None
         if at - stage.blocked_since < BLOCKED_PATIENCE:
-            held(f"{name} {cid}: waiting: {result.get('reason')} (halts {BLOCKED_PATIENCE / 60:.0f} min after it was "
+            held(f"{name} {cid}: waiting: {result.reason} (halts {BLOCKED_PATIENCE / 60:.0f} min after it was "
                  "first blocked if it stays so)")
             return
     if status == "finished":
@@ -378,22 +375,22 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
     if stage.rollback_phase in (None, "deploy"):
         if stage.intent != f"rollback-deploy:{cid}":
             write(cid, name, Kind.ROLLBACK_DEPLOY, now, f"pointing {name} back at {to}")
-        result = actions.deploy(name, target, rollback=True)
+        deployed = actions.deploy(name, target, rollback=True)
         failpoints.hit("release:call:rollback-deploy")
         write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {to} again",
-              {"result": result, "rollback_to": stage.rollback_to})
+              {"result": deployed, "rollback_to": stage.rollback_to})
         return
     if stage.intent != f"rollback-rotate:{cid}":
         write(cid, name, Kind.ROLLBACK_ROTATE, now, f"rotating every cluster of {name} back onto {to}")
     result = actions.rotate(name, target, rollback=True)
     failpoints.hit("release:call:rollback-rotate")
-    status = result.get("status")
+    status = result.status
     if status == "busy":
-        held(f"{name} {cid}: {result.get('reason')}")
+        held(f"{name} {cid}: {result.reason}")
         return
     if status != "finished":
         write(cid, name, Kind.ROLLBACK_FAILED, actions.now(name), f"the rollback of {name} to {to} did not finish "
-              f"({status}: {result.get('reason')}): {name} stays closed and the next tick tries again",
+              f"({status}: {result.reason}): {name} stays closed and the next tick tries again",
               {"result": _boots(ledger, cid, name, result), "rollback_to": stage.rollback_to,
                "failures": stage.rollback_failures + 1})
         return

@@ -8,6 +8,7 @@ from typing import Any
 from platformctl.kernel.errors import PlatformError
 from release_pipeline.gates import Decision, entry_decision, freezes_in_force, rotation_decision, soak_decision
 from release_pipeline.pipeline import Freeze, StagePolicy
+from release_pipeline.rotation_result import StageRotation
 
 GATED = {"wait": "entry", "enter": "entry", "soak": "soak", "promote": "soak", "halt": "soak"}
 
@@ -32,7 +33,7 @@ def replay(entry: Mapping[str, Any]) -> dict[str, Any]:
         again = entry_decision(policy, at, frozen, inputs.get("approvals", []), inputs.get("override"),
                                str(inputs.get("creator", "")))
     elif "result" in inputs and "rotated_at" not in inputs:  # the rotation's gate
-        again = rotation_decision(inputs["result"])
+        again = rotation_decision(StageRotation.from_dict(inputs["result"]))
     else:
         policy = StagePolicy.model_validate({**inputs["thresholds"], "name": entry["stage"]})
         again = soak_decision(policy, float(inputs["rotated_at"]), at, inputs.get("verdicts", []), int(inputs["results"]))

@@ -25,6 +25,7 @@ from release_pipeline.candidates import Candidate, make_candidate, read_lock, st
 from release_pipeline.ledger import Ledger, PipelineState, stage_lease
 from release_pipeline.pipeline import Pipeline, load_pipeline
 from release_pipeline.replay import replay
+from release_pipeline.rotation_result import ClusterRotation, FirstLightSaid, StageRotation
 
 if TYPE_CHECKING:
     from e2e_canary.verdict import Verdict
@@ -392,12 +393,12 @@ def rollback(request: RollbackRequest) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- the tick
 
 
-def _first_light_said(lit: dict[str, Any] | None) -> dict[str, Any] | None:
+def _first_light_said(lit: dict[str, Any] | None) -> FirstLightSaid | None:
     """A cluster's first light as a ledger entry keeps it: the verdict, its evidence and how many nodes it lit."""
     if not lit:
         return None
-    return {"verdict": lit.get("verdict"), "reason": lit.get("reason"), "nodes": len(lit.get("nodes") or {}),
-            "pools": sorted(lit.get("pools") or {}), "skipped": dict(lit.get("skipped") or {}), "seconds": lit.get("seconds")}
+    return FirstLightSaid(lit.get("verdict"), lit.get("reason"), len(lit.get("nodes") or {}), sorted(lit.get("pools") or {}),
+                          dict(lit.get("skipped") or {}), lit.get("seconds"))
 
 
 class AppStages:
@@ -489,7 +490,7 @@ class AppStages:
         thread.start()
         return thread, said
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
         import threading
         from dataclasses import replace
 
@@ -521,7 +522,7 @@ class AppStages:
         booted = booted_instances(candidate, {stage: sorted(candidate.image_ids(stage))}, by_image=True)
         if frozen:
             if any(c.get("status") == "paused" for c in said["clusters"]):
-                return {"status": "frozen", "reason": frozen[0], "booted": (booted or {}).get(stage, {})}
+                return StageRotation("frozen", frozen[0], (booted or {}).get(stage, {}))
             # the rotation ended before the pause reached it: no pause may wait in the journal for the next run
             self.resume(stage, "the rotation ended before the freeze's pause reached it")
         # held back, not failed: a killed tick's lease, a pause by hand, an API that would not answer (retried next tick)
@@ -529,7 +530,7 @@ class AppStages:
         failed = [c for c in said["clusters"] if c.get("exit_code") and c.get("status") not in held]
         busy = [c for c in said["clusters"] if c.get("status") in held]
         if busy and not failed:  # a killed tick's rotation until its lease lapses (the next tick resumes its journal), or paused by hand
-            return {"status": "busy", "reason": "; ".join(str(c.get("reason")) for c in busy)}
+            return StageRotation("busy", "; ".join(str(c.get("reason")) for c in busy))
         reasons = [f"{c['cluster']}: {c.get('status')}: {c.get('reason')}" for c in failed or said["clusters"] if c.get("exit_code")]
         # Nodes the planner left because a budget allows no disruption now (a Deployment whose pods are still starting)
         # and nothing failed: the next tick plans again, for a while (release_pipeline.reconcile.BLOCKED_PATIENCE).
@@ -537,13 +538,13 @@ class AppStages:
                                        and not (c.get("report") or {}).get("nodes_failed") for c in failed)
         # Each cluster's waves by size: how far a rotation went before it finished or halted (its first wave is the
         # most a bad image can reach when the canary gate stops it), and how long the health gate held each wave.
-        clusters = [{**{k: c.get(k) for k in ("cluster", "status", "reason")},
-                     "halted": ((c.get("report") or {}).get("halted") or {}).get("reason"),
-                     "waves": [len(w.get("nodes", [])) for w in (c.get("report") or {}).get("waves", [])],
-                     "gate_seconds": [w.get("gate_seconds", 0.0) for w in (c.get("report") or {}).get("waves", [])],
-                     "first_light": _first_light_said((c.get("report") or {}).get("first_light")),
-                     "evictions": (c.get("report") or {}).get("evictions", 0),
-                     "planned_first_wave": len((c.get("report") or {}).get("planned_first_wave") or [])}
+        clusters = [ClusterRotation(str(c.get("cluster")), c.get("status"), c.get("reason"),
+                                    ((c.get("report") or {}).get("halted") or {}).get("reason"),
+                                    [len(w.get("nodes", [])) for w in (c.get("report") or {}).get("waves", [])],
+                                    [w.get("gate_seconds", 0.0) for w in (c.get("report") or {}).get("waves", [])],
+                                    _first_light_said((c.get("report") or {}).get("first_light")),
+                                    (c.get("report") or {}).get("evictions", 0),
+                                    len((c.get("report") or {}).get("planned_first_wave") or []))
                     for c in said["clusters"]]
         # The instances first light booted (image -> ids): the ledger tells them from the waves'.
         lit: dict[str, list[str]] = {}
@@ -551,9 +552,8 @@ class AppStages:
             first = (c.get("report") or {}).get("first_light") or {}
             for pool, instance in (first.get("instances") or {}).items():
                 lit.setdefault(first["images"].get(pool, ""), []).append(instance)
-        return {"status": "finished" if result.exit_code == 0 else "blocked" if blocked else "halted",
-                "reason": "; ".join(reasons), "booted": (booted or {}).get(stage, {}), "first_light": lit,
-                "exit_code": result.exit_code, "clusters": clusters}
+        return StageRotation("finished" if result.exit_code == 0 else "blocked" if blocked else "halted", "; ".join(reasons),
+                             (booted or {}).get(stage, {}), lit, result.exit_code, clusters)
 
     def _proven(self, stage: str) -> bool:
         """Whether a candidate rotating ``stage`` passed first light in the pipeline's first stage: every candidate here

@@ -29,6 +29,7 @@ from platformctl.cli.demo_pipeline import SPEED, commit_checkout, new_tree, writ
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.nodegroups import BUILDER_TAG
 from tests.process import run, small_checkout
+from tests.release_pipeline.contract import rotation_results_keep_the_contract
 
 pytestmark = pytest.mark.process
 
@@ -233,6 +234,8 @@ def test_a_good_candidate_reaches_prod_and_a_bad_one_is_stopped_in_dev_by_first_
     nodes = nodes_by_stage(region)
     for stage in STAGES:
         assert set(nodes[stage].values()) <= images_of(good, stage), (stage, nodes[stage])
+    # what the application layer's adapter answered holds the contract the reconciler's fake holds to
+    assert rotation_results_keep_the_contract(history) >= 1 + 4 + 1  # the halt, the good one's rotations, the rollback
     # every decision replays to the same outcome
     for entry in history:
         if entry["decision"] in ("enter", "promote", "halt", "soak"):

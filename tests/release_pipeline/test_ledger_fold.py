@@ -4,12 +4,14 @@ and the same candidate started twice at once is one candidate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 from platformctl.kernel.state import open_store
 from release_pipeline.ledger import STATE, Ledger
+from release_pipeline.rotation_result import StageRotation
 
 
 def test_boots_go_to_their_own_stream_in_chunks_and_the_entry_and_checkpoint_keep_only_counts(tmp_path: Path) -> None:
@@ -17,9 +19,9 @@ def test_boots_go_to_their_own_stream_in_chunks_and_the_entry_and_checkpoint_kee
     from tests.release_pipeline.test_reconcile import T0, Stages, candidate, pipeline, start
 
     class Fleet(Stages):
-        def rotate(self, stage: str, c: object, rollback: bool = False, hold: Any = None) -> dict[str, object]:
+        def rotate(self, stage: str, c: object, rollback: bool = False, hold: Any = None) -> StageRotation:
             said = super().rotate(stage, c, rollback)  # type: ignore[arg-type]
-            return {**said, "booted": {f"ami-{stage}": [f"i-{n:08x}" for n in range(5000)]}}
+            return dataclasses.replace(said, booted={f"ami-{stage}": [f"i-{n:08x}" for n in range(5000)]})
 
     ledger = Ledger(open_store(str(tmp_path / "release.db")))
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])

@@ -22,6 +22,7 @@ from release_pipeline.ledger import Ledger
 from release_pipeline.pipeline import Freeze, parse_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.replay import replay
+from release_pipeline.rotation_result import StageRotation
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 
@@ -58,21 +59,21 @@ class Stages:
     def deployed(self, stage: str) -> dict[str, str]:
         return dict(self.templates[stage])
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
         if hold is not None and self.freeze_at is not None and self.clock <= self.freeze_at <= self.clock + 1200:
             self.clock = self.freeze_at  # a freeze begins during the rotation: asked, it pauses at its next step
             why = hold()
             if why is not None:
                 self.paused.append((stage, candidate.id))
-                return {"status": "frozen", "reason": why}
+                return StageRotation("frozen", why)
         self.rotations.append((stage, candidate.id))
         self.clock += 1200  # a rotation takes twenty minutes
         if stage in self.rotation_fails:
             self.rotation_fails.remove(stage)
-            return {"status": "halted", "reason": "a node would not drain"}
+            return StageRotation("halted", "a node would not drain")
         self.running[stage] = candidate.id
         self.nodes[stage] = dict(self.templates[stage])
-        return {"status": "finished"}
+        return StageRotation("finished")
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
                 entered: float | None = None) -> Verdict:
@@ -90,11 +91,6 @@ def pipeline(**overrides: Any) -> Any:
     stage = {"soak": "1h", "minResults": 100, "passFor": "30m", "deadline": "2h"}
     document = {"stages": [{"name": s, **stage} for s in STAGES], **overrides}
     return parse_pipeline(document, "pipeline.yaml", "digest")
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(open_store(str(tmp_path / "release.db")))
 
 
 def start(ledger: Ledger, c: Candidate, at: float, first: str = "dev") -> None:
@@ -307,7 +303,7 @@ def test_a_rollback_by_hand_during_a_rotation_stands_over_the_rotation_the_tick_
     p = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest")
 
     class RolledBackMeanwhile(Stages):
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
             said = super().rotate(stage, c)
             if c.id == third.id:  # an operator rolls dev back while the tick's rotation runs
                 roll_back(RollbackRequest("dev", "pages from dev", path, str(tmp_path / "release.db")))
@@ -350,10 +346,10 @@ def test_a_rotation_whose_lease_another_holds_writes_nothing_and_the_next_tick_c
     class Held(Stages):
         busy = 2
 
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
             if self.busy:
                 self.busy -= 1
-                return {"status": "busy", "reason": "another rotation of dev-use1-az1 is running"}
+                return StageRotation("busy", "another rotation of dev-use1-az1 is running")
             return super().rotate(stage, c)
 
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])
@@ -374,11 +370,11 @@ def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only
     class Blocked(Stages):
         blocked = 2
 
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
             if self.blocked:
                 self.blocked -= 1
                 self.rotations.append((stage, c.id))
-                return {"status": "blocked", "reason": "dev-use1-az1: incomplete: 3 outdated node(s) were not rotated: 3 blocked"}
+                return StageRotation("blocked", "dev-use1-az1: incomplete: 3 outdated node(s) were not rotated: 3 blocked")
             return super().rotate(stage, c)
 
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])
@@ -392,7 +388,7 @@ def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only
 
     # A rotation that ran for two hours before its last node was blocked has its full patience from the block.
     class SlowThenBlocked(Blocked):
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
             if not self.rotations:
                 self.clock += 2 * 3600
             return super().rotate(stage, c, rollback)

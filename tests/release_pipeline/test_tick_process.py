@@ -20,6 +20,7 @@ from ami.manifest import MANIFEST_DIR
 from platformctl.cli.demo_pipeline import new_tree
 from platformctl.kernel.cluster.live import LiveCluster
 from tests.process import canary_runners, get, local_region, run, start, stop_all
+from tests.release_pipeline.contract import rotation_results_keep_the_contract
 
 POLICY = "strategy: surge\nmaxInFlight: 4\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
 PIPELINE = ("stages:\n  - name: dev\n    rotationPolicy: rotation.yaml\n    soak: 30m\n    minResults: 20\n"
@@ -107,6 +108,8 @@ def test_a_candidate_is_carried_through_dev_with_the_tick_killed_at_every_step_a
                     for c in region["clusters"])
     assert status["candidates"][cid]["instances_booted"] >= now_on_it > 0
     assert status["candidates"][cid]["instances_booted_by_stage"]["dev"] == status["candidates"][cid]["instances_booted"]
+    # what the application layer's adapter answered holds the contract the reconciler's fake holds to
+    assert rotation_results_keep_the_contract(history) == 1  # the one rotation, rotated
     rotated = next(e for e in history if e["decision"] == "rotated")
     promoted = next(e for e in history if e["decision"] == "promote")
     assert promoted["at"] - rotated["at"] >= 1800  # soaked from the end of the rotation, on the region's clock

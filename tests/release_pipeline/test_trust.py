@@ -7,6 +7,7 @@ tested at its boundaries; the ledger stays small and replays by meaning."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 from pathlib import Path
@@ -16,13 +17,14 @@ import pytest
 import yaml
 
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate
 from release_pipeline.gates import entry_decision, freeze_window_at, soak_decision
 from release_pipeline.ledger import STATE, Ledger
 from release_pipeline.pipeline import Freeze, StagePolicy, parse_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.replay import replay
+from release_pipeline.rotation_result import ClusterRotation, FirstLightSaid, StageRotation
+from tests.release_pipeline.contract import RESULT_OF, rotation_results_keep_the_contract
 from tests.release_pipeline.test_reconcile import (
     STAGES,
     T0,
@@ -37,11 +39,6 @@ from tests.release_pipeline.test_reconcile import (
 )
 
 FAST = {"soak": 0, "passFor": 0, "minResults": 0}
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(open_store(str(tmp_path / "release.db")))
 
 
 def order_of(stages: Stages, stage: str, names: dict[str, str]) -> list[str]:
@@ -112,29 +109,28 @@ class FailingRollback(Stages):
 
     failures = 2
 
-    def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+    def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
         if rollback and self.failures:
             self.failures -= 1
             self.rotations.append((stage, c.id))
-            return {"status": "halted", "reason": f"{stage}-use1-az1: a node did not drain"}
+            return StageRotation("halted", f"{stage}-use1-az1: a node did not drain")
         return super().rotate(stage, c, rollback)
 
 
 class FirstLightFails(Stages):
     """The stage's first cluster boots one node a pool on the candidate's images, and the canaries fail it there."""
 
-    def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+    def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
         if rollback or c.id != self.bad:
             return super().rotate(stage, c, rollback)
         self.rotations.append((stage, c.id))
         images = sorted(c.image_ids(stage))
-        lit = {"verdict": "fail", "reason": f"target image {images[0]}: pods CreateContainerError", "nodes": 2,
-               "pools": ["general", "system"], "skipped": {}, "seconds": 240.0}
-        return {"status": "halted", "reason": f"{stage}-a: halted: first light: {lit['reason']}",
-                "booted": {images[0]: ["i-lit1", "i-lit2"]}, "first_light": {images[0]: ["i-lit1", "i-lit2"]},
-                "clusters": [{"cluster": f"{stage}-a", "status": "halted", "halted": "first-light-fail", "waves": [],
-                              "first_light": lit},
-                             {"cluster": f"{stage}-b", "status": "halted", "halted": None, "waves": [], "first_light": None}]}
+        lit = FirstLightSaid("fail", f"target image {images[0]}: pods CreateContainerError", 2, ["general", "system"], {},
+                             240.0)
+        return StageRotation("halted", f"{stage}-a: halted: first light: {lit.reason}", {images[0]: ["i-lit1", "i-lit2"]},
+                             {images[0]: ["i-lit1", "i-lit2"]}, None,
+                             [ClusterRotation(f"{stage}-a", "halted", halted="first-light-fail", first_light=lit),
+                              ClusterRotation(f"{stage}-b", "halted")])
 
 
 def test_a_candidate_first_light_fails_is_halted_in_the_first_stage_with_its_evidence_and_its_instances_told_apart(
@@ -160,6 +156,7 @@ def test_a_candidate_first_light_fails_is_halted_in_the_first_stage_with_its_evi
     assert report["instances_booted_first_light_by_stage"]["dev"] == 2 and report["instances_booted_first_light"] == 2
     assert set(report["instances_booted_in_waves_by_stage"].values()) == {0}
     assert_every_decision_replays(ledger)
+    assert rotation_results_keep_the_contract(e for _, e in ledger.entries()) >= 2  # rotated (good), halt (bad)
 
 
 def test_a_rollback_whose_rotation_fails_is_recorded_failed_keeps_the_stage_closed_and_is_retried(ledger: Ledger) -> None:
@@ -187,6 +184,9 @@ def test_a_rollback_whose_rotation_fails_is_recorded_failed_keeps_the_stage_clos
     assert done["inputs"]["done"] is True and stages.running["dev"] == good.id
     run(ledger, stages, p, 3)
     assert ("dev", waiting.id) in stages.deploys  # open again only once the rollback finished
+    kept = [e["decision"] for _, e in ledger.entries() if e["decision"] in RESULT_OF]
+    assert {"rollback-failed", "rolled-back"} <= set(kept)
+    assert rotation_results_keep_the_contract(e for _, e in ledger.entries()) >= len(kept) - kept.count("halt")
 
 
 def test_a_stage_with_no_good_candidate_rolls_back_to_the_images_it_ran_before_the_halted_ones_deploy(
@@ -511,9 +511,9 @@ def test_replay_compares_the_decision_and_what_held_it_never_the_words(ledger: L
 def test_a_hundred_releases_keep_the_checkpoint_small(ledger: Ledger) -> None:
     """(The benchmark measures the tick's cost over 100 releases on a 10,000-node fleet; here: the size.)"""
     class Fleet(Stages):
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
             said = super().rotate(stage, c, rollback)
-            return {**said, "booted": {f"ami-{stage}-{c.id}": [f"i-{c.id[2:10]}{n:06d}" for n in range(2500)]}}
+            return dataclasses.replace(said, booted={f"ami-{stage}-{c.id}": [f"i-{c.id[2:10]}{n:06d}" for n in range(2500)]})
 
     p = pipeline(stages=[{"name": s, **FAST} for s in STAGES])
     stages = Fleet(T0)
@@ -558,3 +558,4 @@ def test_a_freeze_that_begins_during_a_rotation_pauses_it_and_the_tick_resumes_i
     assert stages.resumed == ["dev"] and stages.rotations == [("dev", c.id)]
     said = [d for _, d in decisions(ledger, c.id)]
     assert said[said.index("paused"):said.index("rotated") + 1] == ["paused", "resumed", "rotated"], said
+    assert rotation_results_keep_the_contract(e for _, e in ledger.entries()) == 2  # paused, rotated

@@ -20,6 +20,7 @@ from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import Ledger
 from release_pipeline.pipeline import load_pipeline
 from release_pipeline.reconcile import tick
+from release_pipeline.rotation_result import StageRotation
 from tests.e2e_canary.test_evidence_window import stage_results
 from tests.upgrade_service.rotation import cluster, service, serving
 from upgrade_service.planning.policy import parse_policy
@@ -90,12 +91,12 @@ class Dev:
     def resume(self, stage: str, reason: str) -> None:
         pass
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> dict[str, Any]:
+    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
         self.clock += 1200
         # three instances an image, the first of them first light's
-        return {"status": "finished", "booted": {i: [f"i-{stage[:3]}{n}{i[-4:]}" for n in range(3)]
-                                                 for i in candidate.image_ids(stage)},
-                "first_light": {i: [f"i-{stage[:3]}0{i[-4:]}"] for i in candidate.image_ids(stage)}}
+        return StageRotation("finished", "", {i: [f"i-{stage[:3]}{n}{i[-4:]}" for n in range(3)]
+                                              for i in candidate.image_ids(stage)},
+                             {i: [f"i-{stage[:3]}0{i[-4:]}"] for i in candidate.image_ids(stage)})
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
                 entered: float | None = None) -> Verdict:

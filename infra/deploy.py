@@ -29,6 +29,7 @@ from typing import Any
 from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend, checkpoint_of, stage_config
 from infra.mocked import run_stage
 from platformctl.kernel.deployer import Deployed, DeployLocked, DeployResult, ResourceChange
+from platformctl.kernel.environment import AwsTarget, current
 from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.topology import Stage
 
@@ -51,8 +52,8 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 class DeployBackend:
     """The engine's provider for a deploy: compares every declaration with the checkpoint, then acts."""
 
-    def __init__(self, region: str, previous: list[dict[str, Any]]) -> None:
-        self.moto = MotoBackend(region)
+    def __init__(self, region: str, previous: list[dict[str, Any]], target: AwsTarget | None = None) -> None:
+        self.moto = MotoBackend(region, target=target)
         self.previous = {(r["type"], r["name"]): r for r in previous}
         self.changes: list[ResourceChange] = []
         # What each declaration came to, so that a deploy that fails half-way still records what it made.
@@ -124,9 +125,10 @@ class DeployBackend:
 class LocalDeployer:
     """``stage deploy`` in the local region; the checkpoint file is the stack's state."""
 
-    def __init__(self, checkpoint: Path, target: str) -> None:
+    def __init__(self, checkpoint: Path, target: str, aws: AwsTarget | None = None) -> None:
         self.checkpoint = checkpoint
         self.target = target
+        self.aws = aws  # the region's AWS (region_client.local_aws)
 
     def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
                kubernetes_version: str | None = None) -> DeployResult:
@@ -138,7 +140,7 @@ class LocalDeployer:
             except (OSError, ValueError):
                 raise PlatformError("the local region has no readable checkpoint of its stack (start it again with "
                                     "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
-            backend = DeployBackend(stage.region, previous["resources"])
+            backend = DeployBackend(stage.region, previous["resources"], self.aws)
             try:
                 config = {**stage_config(stage, image_lock), **({IMAGES_FROM_LOCK_KEY: True} if over_pins else {}),
                           **({KUBERNETES_VERSION_KEY: kubernetes_version} if kubernetes_version else {})}
@@ -204,7 +206,8 @@ class PulumiDeployer:
         from pulumi import automation as auto
 
         # The program of this checkout (a release candidate's commit, extracted), not the package installed beside it.
-        env = {"PYTHONPATH": os.pathsep.join(p for p in (str(self.infra_dir.resolve().parent), os.environ.get("PYTHONPATH")) if p)}
+        given = current().get("PYTHONPATH")
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (str(self.infra_dir.resolve().parent), given) if p)}
         try:
             stack = auto.select_stack(stack_name=stage.name, work_dir=str(self.infra_dir),
                                       opts=auto.LocalWorkspaceOptions(env_vars=env))

@@ -57,13 +57,13 @@ def _flag(value: Any) -> bool:
 class MotoBackend:
     """The engine's provider for the local region: creates what the program declares with boto3."""
 
-    def __init__(self, region: str, kube_sink: KubeSink | None = None) -> None:
+    def __init__(self, region: str, kube_sink: KubeSink | None = None, target: aws.AwsTarget | None = None) -> None:
         self.region = region
         self.kube_sink = kube_sink
         self.kubernetes: list[tuple[str, dict[str, Any]]] = []
         # boto3 makes clients from one shared session, which is not thread-safe; the engine
         # registers resources from several threads, so every client is made here, up front.
-        self.clients = {s: aws.client(s, region) for s in ("ec2", "autoscaling", "eks", "iam", "kms", "dynamodb")}
+        self.clients = {s: aws.client(s, region, target=target) for s in ("ec2", "autoscaling", "eks", "iam", "kms", "dynamodb")}
         self.lock = threading.Lock()
         # moto's backends are not safe to change from several threads at once (two auto scaling groups
         # launching into one subnet race on its pool of free addresses): one AWS create at a time.

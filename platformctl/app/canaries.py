@@ -322,7 +322,7 @@ def judge_stage(request: VerdictRequest) -> Verdict:
     """The stage's verdict from its canaries' stored results: ``verdict`` is pass, fail or inconclusive, with why."""
     span = duration(request.window, "--window")
     config = load_config(request.config)
-    store = store_for(request.state, stage=request.stage, infra_dir=request.infra_dir)
+    store = store_for(request.state, stage=request.stage, infra_dir=request.infra_dir, existing=True)
     # The window ends now, or at the newest result when that is later (a local region's clock runs ahead of the wall).
     now = max(time.time(), newest_at(store, request.stage) or 0.0)
     # What can be judged and nothing older: each canary's longest evidence window and the same span before it (the

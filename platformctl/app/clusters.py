@@ -8,12 +8,12 @@ given, else the stage's (the stack file that declares the cluster), else what th
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from platformctl.kernel.cluster.model import Node, Snapshot
+from platformctl.kernel.environment import current
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import STAGES, load_stage
 
@@ -48,7 +48,7 @@ def region_for(cluster: str, nodes: Iterable[Node], given: str | None = None, in
     if len(labelled) > 1:
         raise PlatformError(f"the nodes of {cluster} say they are in {', '.join(labelled)}: name the region of its "
                             "auto scaling groups", field="--region")
-    default = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    default = current().aws.region
     if default:
         return default
     raise PlatformError(f"no stage of this checkout declares {cluster}, its nodes carry no {LABEL_REGION} label, and "
@@ -63,10 +63,10 @@ def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_
     """A ``Target`` per cluster: the official client via kubeconfig, Auto Scaling via boto3 in the cluster's region."""
     from platformctl.kernel.cluster.live import LiveCluster
     from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
-    from platformctl.kernel.region_client import default_kubeconfig, use_for_aws
+    from platformctl.kernel.region_client import aws_target, default_kubeconfig
     from upgrade_service.running.run_types import Target
 
-    use_for_aws()
+    target = aws_target()
     config = default_kubeconfig(kubeconfig)
     targets = {}
     groups: dict[str, AutoScalingNodeGroups] = {}  # one client per region
@@ -74,7 +74,7 @@ def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_
         live = LiveCluster.from_kubeconfig(config, name)
         where = region_for(name, _nodes_of(live), region, infra_dir)  # listed only if nothing else names the region
         if where not in groups:
-            groups[where] = AutoScalingNodeGroups(where, clock=live.clock)  # its waits on the rotation's clock
+            groups[where] = AutoScalingNodeGroups(where, clock=live.clock, target=target)  # its waits on the rotation's clock
             groups[where].probe()
         targets[name] = Target(name, live, groups[where])
     return targets
@@ -83,10 +83,9 @@ def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_
 def groups_of(snap: Snapshot, cluster: str, region: str | None, infra_dir: Path | None = None) -> tuple[dict[str, str], dict[str, Any]]:
     """Each node's auto scaling group and each group as AWS describes it (what it launches, its room)."""
     from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
-    from platformctl.kernel.region_client import use_for_aws
+    from platformctl.kernel.region_client import aws_target
 
-    use_for_aws()
-    groups = AutoScalingNodeGroups(region_for(cluster, snap.nodes, region, infra_dir))
+    groups = AutoScalingNodeGroups(region_for(cluster, snap.nodes, region, infra_dir), target=aws_target())
     found = groups.instances([n.instance_id for n in snap.nodes if n.instance_id])
     group_of = {n.name: found[n.instance_id].group for n in snap.nodes if n.instance_id in found}
     return group_of, {g: groups.describe(g) for g in sorted(set(group_of.values()))}

@@ -39,8 +39,8 @@ def deployer_for(stage: Stage, lock_file: Path | None) -> tuple[Deployer, Path]:
     if info is not None:
         from infra.deploy import LocalDeployer
 
-        region_client.use_for_aws()
-        local = LocalDeployer(Path(info["checkpoint"]), f"the local region (AWS {info['aws_endpoint']})")
+        local = LocalDeployer(Path(info["checkpoint"]), f"the local region (AWS {info['aws_endpoint']})",
+                              region_client.local_aws(info))
         return local, lock_file or Path(info["image_lock"])
     from infra.deploy import PulumiDeployer
     from infra.settings import parse_settings

@@ -6,7 +6,6 @@ Everything is read and checked before anything is written: a mistake is one line
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,15 +32,16 @@ if TYPE_CHECKING:
 DEFAULT_LEDGER = ".platformctl/release.db"
 
 
-def ledger_of(pipeline: Pipeline, spec: str | None) -> Ledger:
+def ledger_of(pipeline: Pipeline, spec: str | None, existing: bool = False) -> Ledger:
     """The ledger's store: ``--ledger``, else the pipeline file's ``ledger``, else ``.platformctl/release.db`` in the
     checkout the pipeline file is in."""
     chosen = spec or pipeline.ledger
+    existing = existing and chosen is not None  # the default ledger is only not there yet before the first release
     if chosen is None:
         chosen = str(Path(pipeline.source).resolve().parent.parent / DEFAULT_LEDGER)
         Path(chosen).parent.mkdir(parents=True, exist_ok=True)
     try:
-        store: StateStore = open_store(chosen)
+        store: StateStore = open_store(chosen, existing)
     except PlatformError as exc:  # the ledger is named by --ledger or the pipeline file, not --state
         where = {"file": pipeline.source, "field": "ledger"} if spec is None and pipeline.ledger else {"field": "--ledger"}
         raise PlatformError(exc.detail, **where) from None
@@ -100,16 +100,17 @@ class LedgerRequest:
     stage: str | None = None
 
 
-def open_pipeline(request: LedgerRequest) -> tuple[Pipeline, Ledger]:
+def open_pipeline(request: LedgerRequest, existing: bool = False) -> tuple[Pipeline, Ledger]:
+    """The pipeline file and its ledger; ``existing``: a command that only reads is given a ledger that exists."""
     pipeline = load_pipeline(request.pipeline_file)
     if request.stage is not None:
         pipeline.stage(request.stage)  # an unknown stage is exit 2 before anything is read
-    return pipeline, ledger_of(pipeline, request.ledger)
+    return pipeline, ledger_of(pipeline, request.ledger, existing)
 
 
 def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
     """Where every candidate is: per stage the one in flight, the last good one, the step and what it waits for."""
-    pipeline, ledger = open_pipeline(request)
+    pipeline, ledger = open_pipeline(request, existing=True)
     state = ledger.state()
     stages = {}
     for name in pipeline.names:
@@ -178,8 +179,8 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
     from platformctl.kernel import region_client
     from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
 
-    region_client.use_for_aws()
-    if not any(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")):
+    target = region_client.aws_target()
+    if not target.configured:
         return None
     out: dict[str, Any] = {}
     seams = {} if seams is None else seams
@@ -187,7 +188,7 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
         for name, ids in images.items():
             region = candidate.stages[name].region
             if ids and region not in seams:
-                seams[region] = AutoScalingNodeGroups(region, quick=True)
+                seams[region] = AutoScalingNodeGroups(region, quick=True, target=target)
             booted = seams[region].booted(ids) if ids else Booted()
             if builders is not None and booted.builders:
                 builders[name] = builders.get(name, 0) + booted.builders
@@ -199,12 +200,12 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
 
 def pipeline_history(request: LedgerRequest) -> list[dict[str, Any]]:
     """Every entry of the ledger, oldest first (of one stage, when given)."""
-    _, ledger = open_pipeline(request)
+    _, ledger = open_pipeline(request, existing=True)
     return [e for _, e in ledger.entries() if request.stage is None or e.get("stage") == request.stage]
 
 
 def replay_decision(request: LedgerRequest, decision_id: str) -> dict[str, Any]:
-    _, ledger = open_pipeline(request)
+    _, ledger = open_pipeline(request, existing=True)
     entry = ledger.entry(decision_id)
     if entry is None:
         raise PlatformError(f"no decision {decision_id!r} in the ledger {ledger.store.location}", field="DECISION")
@@ -534,22 +535,21 @@ class AppStages:
         reasons = [f"{c['cluster']}: {c.get('status')}: {c.get('reason')}" for c in failed or said["clusters"] if c.get("exit_code")]
         # Nodes the planner left because a budget allows no disruption now (a Deployment whose pods are still starting)
         # and nothing failed: the next tick plans again, for a while (release_pipeline.reconcile.BLOCKED_PATIENCE).
-        blocked = bool(failed) and all(c.get("status") == "incomplete" and (c.get("report") or {}).get("nodes_blocked")
-                                       and not (c.get("report") or {}).get("nodes_failed") for c in failed)
+        report = {id(c): c.get("report") or {} for c in said["clusters"]}  # a cluster the run never reached has none
+        blocked = bool(failed) and all(c.get("status") == "incomplete" and report[id(c)].get("nodes_blocked")
+                                       and not report[id(c)].get("nodes_failed") for c in failed)
         # Each cluster's waves by size: how far a rotation went before it finished or halted (its first wave is the
         # most a bad image can reach when the canary gate stops it), and how long the health gate held each wave.
         clusters = [ClusterRotation(str(c.get("cluster")), c.get("status"), c.get("reason"),
-                                    ((c.get("report") or {}).get("halted") or {}).get("reason"),
-                                    [len(w.get("nodes", [])) for w in (c.get("report") or {}).get("waves", [])],
-                                    [w.get("gate_seconds", 0.0) for w in (c.get("report") or {}).get("waves", [])],
-                                    _first_light_said((c.get("report") or {}).get("first_light")),
-                                    (c.get("report") or {}).get("evictions", 0),
-                                    len((c.get("report") or {}).get("planned_first_wave") or []))
-                    for c in said["clusters"]]
+                                    (r.get("halted") or {}).get("reason"),
+                                    [len(w.get("nodes", [])) for w in r.get("waves", [])],
+                                    [w.get("gate_seconds", 0.0) for w in r.get("waves", [])],
+                                    _first_light_said(r.get("first_light")), r.get("evictions", 0),
+                                    len(r.get("planned_first_wave") or []))
+                    for c in said["clusters"] for r in (report[id(c)],)]
         # The instances first light booted (image -> ids): the ledger tells them from the waves'.
         lit: dict[str, list[str]] = {}
-        for c in said["clusters"]:
-            first = (c.get("report") or {}).get("first_light") or {}
+        for first in (r.get("first_light") or {} for r in report.values()):
             for pool, instance in (first.get("instances") or {}).items():
                 lit.setdefault(first["images"].get(pool, ""), []).append(instance)
         return StageRotation("finished" if result.exit_code == 0 else "blocked" if blocked else "halted", "; ".join(reasons),

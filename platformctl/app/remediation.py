@@ -88,7 +88,7 @@ def remediation_status(context: str | None, stage_name: str | None, state: str |
                        last: int = 10) -> tuple[StateStore, list[dict[str, Any]]]:
     """What remediation did and why, from the store alone: the breaker, the hourly limit, the newest decisions."""
     scope = scope_of(context, stage_name, infra_dir, "remediate status")
-    store = store_of(state, scope, infra_dir)
+    store = store_of(state, scope, infra_dir, existing=True)
     clusters: list[dict[str, Any]] = []
     for name in scope.names:
         current = read_state(store, name)

@@ -60,10 +60,10 @@ def scope_of(context: str | None, stage_name: str | None, infra_dir: Path | None
     return Scope([c.name for c in stage.clusters()], stage)
 
 
-def store_of(spec: str | None, scope: Scope, infra_dir: Path | None) -> StateStore:
+def store_of(spec: str | None, scope: Scope, infra_dir: Path | None, existing: bool = False) -> StateStore:
     """The store these clusters journal in: ``spec``, else the stage's own (``platformctl.app.stores``)."""
     return store_for(spec, stage=scope.stage.name if scope.stage else None, cluster=scope.names[0] if scope.names else None,
-                     infra_dir=infra_dir)
+                     infra_dir=infra_dir, existing=existing)
 
 
 def places_of(stage: Stage) -> list[ClusterPlace]:
@@ -342,7 +342,7 @@ def rotation_status(context: str | None, stage_name: str | None, state: str | No
                     infra_dir: Path | None) -> tuple[StateStore, list[RunReport]]:
     """What the rotations of a cluster or stage are doing, from the state store alone: each cluster's report and lease."""
     scope = scope_of(context, stage_name, infra_dir, "rotate status")
-    store = store_of(state, scope, infra_dir)
+    store = store_of(state, scope, infra_dir, existing=True)
     clusters = []
     for name in scope.names:
         report = build_report(read_state(store, name))
@@ -379,7 +379,7 @@ def control_rotations(request: ControlRequest) -> tuple[StateStore, list[Control
     """Journal the request for every cluster it applies to (a running rotation reads it at its next step)."""
     action = request.action
     scope = scope_of(request.context, request.stage, request.infra_dir, f"rotate {action}")
-    store = store_of(request.state, scope, request.infra_dir)
+    store = store_of(request.state, scope, request.infra_dir, existing=True)
     states = {name: read_state(store, name) for name in scope.names}
     if action == "resume" and not any(s.paused for s in states.values()):
         raise PlatformError(f"nothing is paused ({', '.join(scope.names)})", field="rotate resume")

@@ -17,11 +17,11 @@ Every command that reads a store says which (``state`` in its JSON, a line on a 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from platformctl.kernel.environment import current
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.state import ENV, StateStore, open_store
+from platformctl.kernel.state import StateStore, open_store
 from platformctl.kernel.topology import STAGES, default_infra_dir, read_stack_config, stage_file
 
 ROTATION_KEY = "platformctl:rotation"
@@ -49,10 +49,11 @@ def stage_of(cluster: str, infra_dir: Path | None) -> str | None:
 
 
 def store_for(spec: str | None, *, stage: str | None = None, cluster: str | None = None,
-              infra_dir: Path | None = None) -> StateStore:
-    """The store a command on ``stage`` (or ``cluster``) uses; see the module docstring."""
-    if spec or os.environ.get(ENV):
-        return open_store(spec)
+              infra_dir: Path | None = None, existing: bool = False) -> StateStore:
+    """The store a command on ``stage`` (or ``cluster``) uses; see the module docstring. ``existing``: one named by
+    ``--state`` or ``$PLATFORMCTL_STATE`` must exist (``open_store``)."""
+    if spec or current().state:
+        return open_store(spec, existing)
     from platformctl.kernel.region_client import for_stage, running, state_dir
 
     region = for_stage(running(), stage, cluster)

@@ -18,6 +18,7 @@ from platformctl import __version__
 from platformctl.cli.output import OUTPUT
 from platformctl.cli.output import console as _console
 from platformctl.cli.output import emit_json as _emit_json
+from platformctl.kernel.environment import Environment, using
 from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.topology import STAGES, HostCluster, load_stage
 
@@ -61,6 +62,8 @@ class _Group(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, infra_dir: Path | None) -> None:
     """Run the lifecycle of a Kubernetes compute platform on AWS."""
+    # The process environment, read once here: below the command, code asks `environment.current()`.
+    ctx.with_resource(using(Environment.from_os()))
     ctx.obj = {"infra_dir": infra_dir}
 
 

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from platformctl.cli.output import OUTPUT, console, emit_json, writable_file
+from platformctl.kernel.environment import current, using
 
 MANIFESTS = click.option("--manifests", "manifest_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                          help="folder of image manifests (default: ami/manifests of the checkout the current directory is in)")
@@ -35,19 +35,23 @@ def _regions(fn: Any) -> Any:
 
 def _store(region: str | None, copy_to: tuple[str, ...]) -> Any:
     from ami.build import ImageStore
-    from platformctl.kernel.region_client import for_stage, running, stages_of, use_for_aws
+    from platformctl.kernel.region_client import for_stage, running, stages_of
 
-    use_for_aws()  # the running local region, unless another AWS target is set
-    local = running()
+    local = running() if current().aws.local else None
     # Building into a local region of several stages: every stage's AWS region gets the images.
-    if local is not None and os.environ.get("AWS_ENDPOINT_URL") == local["aws_endpoint"] and not copy_to:
+    if local is not None and not copy_to:
         copy_to = tuple(dict.fromkeys(str((for_stage(local, s) or local)["region"]) for s in stages_of(local)))
-    return ImageStore(region or os.environ.get("AWS_REGION") or "us-west-2", copy_to)
+    return ImageStore(region or current().aws.region or "us-west-2", copy_to)
 
 
 @click.group()
-def ami() -> None:
+@click.pass_context
+def ami(ctx: click.Context) -> None:
     """Machine images: manifests with inheritance, and the builds they drive."""
+    from platformctl.kernel.region_client import local_aws
+
+    # The running local region's AWS, unless the environment names another: for every call of the command.
+    ctx.with_resource(using(current().with_aws(local_aws())))
 
 
 @ami.command("resolve")
@@ -153,11 +157,11 @@ def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | N
     from ami.build import build_images, plan_builds, write_lock
     from ami.manifest import default_manifest_dir, load_manifests
     from platformctl.kernel.checkout import root
-    from platformctl.kernel.region_client import use_for_aws
+    from platformctl.kernel.region_client import running
 
     folder = manifest_dir or default_manifest_dir()
     manifests = load_manifests(folder)
-    local = use_for_aws()
+    local = running() if current().aws.local else None
     if lock_file is None:
         lock_file = Path(local["image_lock"]) if local else root("--lock-file") / "ami" / "images.lock.json"
     writable_file(lock_file, "--lock-file")
@@ -188,8 +192,8 @@ def _target(local: dict[str, Any] | None, region: str) -> str:
     """Where AWS calls go: the local region, another endpoint, or an account (asked of STS)."""
     if local is not None:
         return f"the local region of stage {local['stage']} (AWS endpoint {local['aws_endpoint']}), region {region}"
-    if os.environ.get("AWS_ENDPOINT_URL"):
-        return f"AWS endpoint {os.environ['AWS_ENDPOINT_URL']}, region {region}"
+    if current().aws.endpoint:
+        return f"AWS endpoint {current().aws.endpoint}, region {region}"
     from platformctl.kernel import aws
 
     account = aws.client("sts", region).get_caller_identity()["Account"]

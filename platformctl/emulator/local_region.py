@@ -18,17 +18,17 @@ direction of DESIGN: shared modules import no subsystem.)
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from platformctl.emulator.simulator import SimulatedCluster, build_node
 from platformctl.emulator.synthetic import WorkloadSummary, populate
 from platformctl.kernel import aws
-from platformctl.kernel.aws import FAKE_CREDENTIALS
 from platformctl.kernel.clock import VirtualClock
 from platformctl.kernel.cluster.model import Taint
+from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, current, using
 from platformctl.kernel.errors import NotFoundError, PlatformError
 from platformctl.kernel.humanize import parse_duration
 from platformctl.kernel.instance_types import INSTANCE_TYPES
@@ -81,7 +81,7 @@ class LocalRegion:
         self.checkpoint: list[dict[str, Any]] = []
         self._nodes_by_instance: dict[str, tuple[str, str]] = {}
         self._mock: Any = None
-        self._saved_env: dict[str, str | None] = {}
+        self._aws: AbstractContextManager[Any] | None = None  # this process's AWS while moto runs in it
         self._ticking = False
         self._clients: dict[str, Any] = {}
         # Run once AWS is in place, before anything is provisioned (the image tree is built here, so
@@ -101,19 +101,20 @@ class LocalRegion:
     # ------------------------------------------------------------------ lifecycle
 
     def __enter__(self) -> LocalRegion:
-        if not os.environ.get("AWS_ENDPOINT_URL"):
+        if not current().aws.endpoint:
             from moto import mock_aws
 
             from platformctl.emulator import moto_extensions
 
             moto_extensions.install()
             moto_extensions.use_clock(self.clock.now)
-            for key, value in FAKE_CREDENTIALS.items():
-                self._saved_env[key] = os.environ.get(key)
-                os.environ[key] = value
             # The program attaches AWS managed policies to its roles; moto knows them only when asked.
             self._mock = mock_aws(config={"iam": {"load_aws_managed_policies": True}})
             self._mock.start()
+            # In this process, every AWS call of the region's life goes to moto, with keys moto takes.
+            self._aws = using(current().with_aws(AwsTarget(region=self.stage.region, credentials=FAKE_CREDENTIALS,
+                                                            configured=True, local=True)))
+            self._aws.__enter__()
         if self._prepare is not None:
             self._prepare(self.stage)
         self.provision()
@@ -121,15 +122,12 @@ class LocalRegion:
 
     def __exit__(self, *exc: object) -> None:
         self._clients.clear()
+        if self._aws is not None:
+            self._aws.__exit__(None, None, None)
+            self._aws = None
         if self._mock is not None:
             self._mock.stop()
             self._mock = None
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._saved_env.clear()
 
     def ec2(self) -> Any:
         return self._client("ec2")

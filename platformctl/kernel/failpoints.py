@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-_ENV = "PLATFORMCTL_FAILPOINT"
+from platformctl.kernel.environment import current
+
 _armed: tuple[str, int] | None = None  # the failpoint and the pass to die at, read from the environment at the first hit
 _read = False
 _hits = 0
@@ -30,7 +31,7 @@ def _arm() -> tuple[str, int] | None:
     a process forked from a preloaded interpreter has its own environment by then)."""
     global _armed, _read
     if not _read:
-        spec = os.environ.get(_ENV, "")
+        spec = current().failpoint
         name, _, count = spec.partition("#")
         _armed = (name, int(count or 1)) if spec else None
         _read = True

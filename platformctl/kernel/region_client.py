@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from platformctl.kernel.clock import Clock
+from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, current
 from platformctl.kernel.errors import PlatformError, Unavailable
 
 EXTENSION = "platformctl.io/local-region"
@@ -39,7 +40,7 @@ CLIENT_HEADER = "X-Platformctl-Client"  # which registered client of the region'
 
 
 def home() -> Path:
-    return Path(os.environ.get("PLATFORMCTL_HOME") or ".platformctl")
+    return current().home
 
 
 def state_dir() -> Path:
@@ -317,7 +318,7 @@ def _post_json(url: str, body: dict[str, Any], timeout: float = 10.0) -> dict[st
 
 def clock_for_context(kubeconfig: str | None, context: str | None) -> Clock | None:
     """The server clock of a kubeconfig context that names a local region cluster, else None."""
-    path = Path(kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
+    path = Path(kubeconfig) if kubeconfig else current().kubeconfig_path
     try:
         config = yaml.safe_load(path.read_text()) or {}
         context = context or config.get("current-context")
@@ -334,25 +335,32 @@ def clock_for_context(kubeconfig: str | None, context: str | None) -> Clock | No
 
 def default_kubeconfig(given: str | None) -> str | None:
     """The kubeconfig a command uses: the one given, else ``$KUBECONFIG``, else the running local region's."""
-    if given or os.environ.get("KUBECONFIG"):
+    if given:
         return given
+    if current().kubeconfig:
+        return current().kubeconfig
     info = running()
     return info["kubeconfig"] if info else None
 
 
-def use_for_aws() -> dict[str, Any] | None:
-    """Point this process's AWS clients at the running local region when no other AWS target is set."""
-    if any(os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")):
+def local_aws(info: dict[str, Any] | None = None) -> AwsTarget | None:
+    """The running local region's AWS (its moto, its fake keys, its region) when the command's environment names no
+    other AWS target, else None: what a command's AWS adapters are given to reach this checkout's region. ``info``:
+    the region's status when the caller already read it."""
+    if current().aws.configured:
         return None
-    info = running()
+    info = info if info is not None else running()
     if info is None:
         return None
-    from platformctl.kernel.aws import FAKE_CREDENTIALS
+    return AwsTarget(endpoint=info["aws_endpoint"], region=current().aws.region or info["region"],
+                     credentials=dict(FAKE_CREDENTIALS),
+                     configured=True, local=True)
 
-    os.environ.update(FAKE_CREDENTIALS)
-    os.environ["AWS_ENDPOINT_URL"] = info["aws_endpoint"]
-    os.environ.setdefault("AWS_REGION", info["region"])
-    return info
+
+def aws_target() -> AwsTarget:
+    """The AWS a command's adapters reach: the running local region's when nothing else is named, else the
+    environment's."""
+    return local_aws() or current().aws
 
 
 def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool = True, canaries: bool = False,
@@ -383,7 +391,7 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
         if not skip:
             command.append("--no-skip")
         with open(folder / "server.log", "ab") as out:
-            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, env=current().child(),
                                      close_fds=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

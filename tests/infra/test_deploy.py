@@ -14,8 +14,8 @@ from moto import mock_aws
 from infra.deploy import LocalDeployer
 from infra.materialize import materialize
 from platformctl.emulator import moto_extensions
-from platformctl.emulator.local_region import FAKE_CREDENTIALS
 from platformctl.kernel import aws
+from platformctl.kernel.environment import FAKE_CREDENTIALS
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import load_stage
 from tests.infra.images import LOCK

@@ -10,8 +10,9 @@ from moto import mock_aws
 
 from infra.materialize import materialize
 from infra.mocked import run_stage
-from platformctl.emulator.local_region import FAKE_CREDENTIALS, Provisioned
+from platformctl.emulator.local_region import Provisioned
 from platformctl.kernel import aws
+from platformctl.kernel.environment import FAKE_CREDENTIALS
 from platformctl.kernel.topology import Stage, load_stage
 from tests.infra.images import image_for, stack_config
 

@@ -13,7 +13,6 @@ environment; the URL gets them as query parameters.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import urllib.error
@@ -23,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from platformctl.kernel.environment import current
 from platformctl.kernel.errors import PlatformError
 from upgrade_service.planning.policy import HealthGate
 
@@ -95,7 +95,7 @@ def ask(gate: HealthGate | None, context: dict[str, str], canary: CanaryVerdict 
         answer = canary(question)
         return Verdict(answer.verdict, answer.reason)
     if gate.command is not None:
-        env = {**os.environ, **{f"PLATFORMCTL_{k.upper()}": v for k, v in context.items()}}
+        env = current().child(**{f"PLATFORMCTL_{k.upper()}": v for k, v in context.items()})
         what = f"health gate command {gate.command[0]}"
         try:
             done = subprocess.run(list(gate.command), capture_output=True, text=True, timeout=CHECK_TIMEOUT_SECONDS,

@@ -42,12 +42,13 @@ from typing import Any
 
 import yaml
 
-from platformctl.emulator.local_region import FAKE_CREDENTIALS, LocalRegion
+from platformctl.emulator.local_region import LocalRegion
 from platformctl.emulator.server.kubeapi import KubeAPI
 from platformctl.emulator.server.objects import ApiError, ClusterState
 from platformctl.emulator.server.timekeeper import TimedApp, TimeKeeper
 from platformctl.kernel.clock import VirtualClock
 from platformctl.kernel.cluster.model import format_time
+from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, current, install
 from platformctl.kernel.errors import NotFoundError, PlatformError
 from platformctl.kernel.region_client import EXTENSION
 from platformctl.kernel.topology import HostCluster, load_stage
@@ -145,14 +146,17 @@ class Server:
         from platformctl.emulator.server.awslog import AwsCallLog, RecordingMotoServer
 
         moto_extensions.install()  # AMI deprecation, which `ami prune` uses
-        os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"  # the program attaches AWS managed policies
+        from moto.core.config import default_user_config
+
+        # The program attaches AWS managed policies to its roles; moto knows them only when asked (its configuration).
+        default_user_config["iam"]["load_aws_managed_policies"] = True
         self.moto = RecordingMotoServer(lambda app: AwsCallLog(app, self._virtual_now), ip_address="127.0.0.1", port=0,
                                         verbose=False)
         self.moto.start()
         aws_endpoint = "http://{}:{}".format(*self.moto.get_host_and_port())
-        os.environ.update(FAKE_CREDENTIALS)
-        os.environ["AWS_ENDPOINT_URL"] = aws_endpoint
-        os.environ.setdefault("AWS_REGION", self.stage.region)
+        # From here on, every AWS call of this process goes to the region's own AWS.
+        install(current().with_aws(AwsTarget(endpoint=aws_endpoint, region=current().aws.region or self.stage.region,
+                                             credentials=FAKE_CREDENTIALS, configured=True, local=True)))
 
         # The virtual clock starts at the wall-clock time of `local up`, so ages and timestamps read as today's. Every
         # stage runs on it: a candidate's soak in one stage and its rotation in the next are on one time line.
@@ -232,11 +236,9 @@ class Server:
     def _start_canaries(self) -> None:
         """One ``canary run`` per stage, on every cluster of it, as the Pulumi program runs the runner in each cluster:
         in this checkout, against this region (its kubeconfig and store found through ``server.json``)."""
-        env = {**os.environ, "PLATFORMCTL_HOME": str(self.state_dir.resolve().parent)}
-        for key in ("AWS_ENDPOINT_URL", "KUBECONFIG", "PLATFORMCTL_STATE"):
-            env.pop(key, None)  # the runner finds the region as any command does
-        for key in FAKE_CREDENTIALS:
-            env.pop(key, None)
+        # the runner finds the region as any command does: no AWS, kubeconfig or store of this process's
+        env = current().child(PLATFORMCTL_HOME=str(self.state_dir.resolve().parent), AWS_ENDPOINT_URL=None, KUBECONFIG=None,
+                              PLATFORMCTL_STATE=None, **dict.fromkeys(FAKE_CREDENTIALS))
         infra = ["--infra-dir", str(self.infra_dir.resolve())] if self.infra_dir is not None else []
         runners = []
         for stage in self.stages:

@@ -8,7 +8,6 @@ refusals come back as the API's ``Status`` body, turned into an ``EvictionResult
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +25,7 @@ from platformctl.kernel.cluster.model import (
     parse_pod,
     snapshot_document,
 )
+from platformctl.kernel.environment import current
 from platformctl.kernel.errors import ApiRefused, ApiUnreachable, NotFoundError, PlatformError
 from platformctl.kernel.retry import NOT_ACTED, TRANSIENT, Backoff, retrying
 
@@ -55,7 +55,8 @@ class LiveCluster:
         from kubernetes import config
         from kubernetes.config.config_exception import ConfigException
 
-        where = path or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        path = path or current().kubeconfig
+        where = path or "~/.kube/config"
         try:
             contexts = [c["name"] for c in config.list_kube_config_contexts(config_file=path)[0]]
         except (ConfigException, FileNotFoundError, OSError) as exc:

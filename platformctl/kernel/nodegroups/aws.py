@@ -25,17 +25,18 @@ CLUSTER_TAG = "eks:cluster-name"  # on every group of an EKS cluster's nodes, as
 
 class AutoScalingNodeGroups:
     def __init__(self, region: str | None = None, quick: bool = False, clock: Clock | None = None,
-                 backoff: Backoff | None = None, seed: int | None = None) -> None:
+                 backoff: Backoff | None = None, seed: int | None = None, target: aws.AwsTarget | None = None) -> None:
         """``quick``: one attempt on short timeouts (``aws.QUICK``), for a report that must not hang on an AWS it cannot
         reach; a rotation's calls keep botocore's retries (throttling, 5xx, resets) and add their own, on ``clock``
         (the rotation's), for what botocore does not retry: a group busy with a scaling activity
-        (``ScalingActivityInProgress``, ``ResourceContention``) and an AWS that did not answer after botocore's."""
+        (``ScalingActivityInProgress``, ``ResourceContention``) and an AWS that did not answer after botocore's.
+        ``target``: which AWS (the local region's, ``region_client.aws_target``), else the command's environment's."""
         # Made here, once: boto3's default session is not safe to make clients from on several threads.
         self.region = region
         config = aws.QUICK if quick else None
-        self._asg = aws.client("autoscaling", region, config)
-        self._ec2 = aws.client("ec2", region, config)
-        self._ssm = aws.client("ssm", region, config)
+        self._asg = aws.client("autoscaling", region, config, target)
+        self._ec2 = aws.client("ec2", region, config, target)
+        self._ssm = aws.client("ssm", region, config, target)
         self.backoff = NEVER if quick else (backoff or Backoff())
         self._clock: Clock = clock or WallClock()
         self._rng = random.Random(seed)

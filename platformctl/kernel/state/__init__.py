@@ -26,17 +26,17 @@ are wall-clock seconds: a lease is about whether a process is alive, which only 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from platformctl.kernel.environment import STATE_VARIABLE, current
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record, StateStore, StoreUnavailable
 
-ENV = "PLATFORMCTL_STATE"
+ENV = STATE_VARIABLE
 
 
 def default_path() -> Path:
-    return Path(os.environ.get("PLATFORMCTL_HOME") or ".platformctl") / "state.db"
+    return current().home / "state.db"
 
 
 def dynamodb_spec(given: str, where: str) -> tuple[str, str | None]:
@@ -54,9 +54,11 @@ def dynamodb_spec(given: str, where: str) -> tuple[str, str | None]:
     return table, region
 
 
-def open_store(spec: str | None = None) -> StateStore:
-    """The store ``spec`` names (else ``$PLATFORMCTL_STATE``, else the default SQLite file)."""
-    given = spec or os.environ.get(ENV) or ""
+def open_store(spec: str | None = None, existing: bool = False) -> StateStore:
+    """The store ``spec`` names (else ``$PLATFORMCTL_STATE``, else the default SQLite file). ``existing``: a command
+    that only reads (a status, a verdict) or acts on what a store holds (a pause) is given a store that exists, never
+    makes one: a mistyped path is one line and exit 2, not an empty store that answers "nothing here"."""
+    given = spec or current().state
     where = "--state" if spec else ENV
     if given.startswith("dynamodb://"):
         from platformctl.kernel.state.dynamodb import DynamoDBStore
@@ -73,6 +75,8 @@ def open_store(spec: str | None = None) -> StateStore:
         raise PlatformError("expected PATH, sqlite:///PATH or dynamodb://TABLE", file=given, field=where)
     # sqlite:///relative/path and sqlite:////absolute/path, as SQLAlchemy spells them.
     path = Path(given.removeprefix("sqlite:///")) if given.startswith("sqlite:///") else Path(given)
+    if existing and not path.exists():
+        raise PlatformError(f"no state store at {path} (a command that reads never makes one)", file=given, field=where)
     return SQLiteStore(path, location=given)
 
 

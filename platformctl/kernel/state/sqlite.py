@@ -3,7 +3,9 @@
 WAL mode lets readers (``rotate status`` in another terminal) read while a writer writes. Every
 write is one ``BEGIN IMMEDIATE`` transaction, which SQLite serialises across processes, so the
 next sequence number and a lease's take-over are decided by one writer at a time; ``busy_timeout``
-makes a second writer wait its turn instead of failing. A fenced append checks the lease and
+makes a second writer wait its turn instead of failing. (Not the switch to WAL on a new file: SQLite answers
+``SQLITE_BUSY`` at once, without the busy handler, to a process that switches while another does, as several jobs
+opening a new store together do; that one statement is asked again until the same timeout.) A fenced append checks the lease and
 writes the record in that one transaction. One connection per thread: a stage rotation runs one
 thread per cluster.
 
@@ -15,8 +17,10 @@ and the retention column are added, once).
 from __future__ import annotations
 
 import json
+import random
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -98,8 +102,8 @@ class SQLiteStore:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
+            _to_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
         return conn
@@ -211,6 +215,23 @@ class SQLiteStore:
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+BUSY_SECONDS = 30.0  # how long a connection waits for another process's write before it says the store is locked
+
+
+def _to_wal(conn: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode=WAL``, asked again (jittered, doubling up to 0.2 s) while SQLite answers it busy."""
+    deadline, delay = time.monotonic() + BUSY_SECONDS, 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        time.sleep(delay * (1 + random.random()))
+        delay = min(delay * 2, 0.2)
 
 
 class _Transaction:

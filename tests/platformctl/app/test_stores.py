@@ -64,3 +64,35 @@ def test_state_or_the_environment_overrides_and_an_unknown_cluster_keeps_the_loc
     monkeypatch.delenv("PLATFORMCTL_STATE")
     local = store_for(None, cluster="a-cluster-no-stage-has")
     assert isinstance(local, SQLiteStore) and local.path == Path(os.environ["PLATFORMCTL_HOME"]) / "state.db"
+
+
+@pytest.mark.parametrize("args", [
+    ["canary", "verdict", "--stage", "dev", "--state", "{missing}"],
+    ["rotate", "status", "--stage", "dev", "--state", "{missing}"],
+    ["rotate", "pause", "--stage", "dev", "--state", "{missing}"],
+    ["remediate", "status", "--stage", "dev", "--state", "{missing}"],
+    ["release", "status", "--ledger", "{missing}"],
+    ["release", "history", "--ledger", "{missing}"],
+])
+def test_a_command_that_reads_a_store_a_mistyped_path_names_is_exit_2_and_makes_nothing(
+        args: list[str], no_region: None, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from platformctl.cli import cli
+
+    missing = tmp_path / "stat.db"  # the operator meant state.db
+    done = CliRunner().invoke(cli, [a.format(missing=missing) for a in args])
+    assert done.exit_code == 2, done.output
+    assert done.stderr.count("\n") == 1 and f"no state store at {missing}" in done.stderr, done.stderr
+    assert ("--ledger" if "--ledger" in args else "--state") in done.stderr
+    assert not missing.exists()
+
+
+def test_a_store_the_environment_names_that_is_not_there_is_named_as_the_environments(no_region: None, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from platformctl.cli import cli
+
+    missing = tmp_path / "nowhere.db"
+    done = CliRunner().invoke(cli, ["canary", "verdict", "--stage", "dev"], env={"PLATFORMCTL_STATE": str(missing)})
+    assert done.exit_code == 2 and "PLATFORMCTL_STATE" in done.stderr and not missing.exists(), done.output

@@ -160,6 +160,33 @@ def test_processes_racing_for_one_lease_one_wins(spec: str, tmp_path: Path) -> N
     assert [r.data["won"] for r in store.read("race-log")] == [winners[0]["holder"]]
 
 
+_OPENER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from platformctl.kernel.state.sqlite import SQLiteStore
+    start = float(sys.argv[2])
+    while time.time() < start:
+        time.sleep(0.001)
+    SQLiteStore(Path(sys.argv[1])).append("opened", {"by": sys.argv[3]})
+""")
+
+
+def test_jobs_opening_one_new_sqlite_store_at_the_same_moment_all_open_it(tmp_path: Path) -> None:
+    """SQLite answers a switch to WAL busy at once when another process switches the new file too (a stage's jobs
+    starting together on a new store): without asking again, about one opener in fifteen failed (2026-11-27)."""
+    script = tmp_path / "opener.py"
+    script.write_text(_OPENER)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[4])}
+    for round_ in range(5):
+        path = tmp_path / f"new-{round_}.db"
+        start = time.time() + 1.0
+        openers = [subprocess.Popen([sys.executable, str(script), str(path), str(start), f"job-{i}"], stderr=subprocess.PIPE,
+                                    text=True, env=env) for i in range(8)]
+        errors = [p.communicate(timeout=120)[1] for p in openers]
+        assert [p.returncode for p in openers] == [0] * 8, "\n".join(errors)
+        assert len(open_store(str(path)).read("opened")) == 8
+
+
 def test_stores_that_cannot_be_opened_say_so_in_one_line(tmp_path: Path, aws_env: dict[str, str]) -> None:
     with pytest.raises(PlatformError, match="folder .* does not exist"):
         open_store(str(tmp_path / "missing" / "state.db"))

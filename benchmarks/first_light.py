@@ -34,7 +34,8 @@ from e2e_canary.verdict import Verdict, canary_gate, rotation_verdict
 from platformctl.emulator import simulator as sim_events
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.kernel.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import NEW, cluster, new_image, service
+from tests.clusters import NEW, cluster
+from tests.upgrade_service.rotation import new_image, service
 from upgrade_service.planning.policy import parse_policy
 from upgrade_service.running.execute import Executor
 from upgrade_service.running.gate import Question

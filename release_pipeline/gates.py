@@ -20,6 +20,7 @@ from croniter import croniter
 from dateutil import rrule
 
 from platformctl.kernel.humanize import human_duration
+from release_pipeline.held import Approval, FreezeInForce, ManualFreeze, Override, VerdictChange
 from release_pipeline.pipeline import Freeze, StagePolicy
 from release_pipeline.rotation_result import StageRotation
 from upgrade_service.journal.rotation import FIRST_LIGHT_HALTS
@@ -84,73 +85,65 @@ def freeze_window_at(freeze: Freeze, at: float) -> tuple[float, float] | None:
     return (start, end) if start <= at < end else None
 
 
-def freezes_in_force(freezes: Sequence[Freeze], manual: Sequence[Mapping[str, Any]], stage: str,
-                     at: float) -> list[dict[str, Any]]:
+def freezes_in_force(freezes: Sequence[Freeze], manual: Sequence[ManualFreeze], stage: str,
+                     at: float) -> list[FreezeInForce]:
     """Each freeze holding ``stage`` at ``at``: its name, reason and end (None: until unfrozen by hand)."""
-    held: list[dict[str, Any]] = []
+    held: list[FreezeInForce] = []
     for freeze in freezes:
         if not freeze.applies_to(stage):
             continue
         window = freeze_window_at(freeze, at)
         if window is not None:
-            held.append({"name": freeze.name, "reason": freeze.reason or f"freeze {freeze.name}", "timezone": freeze.timezone,
-                         "start": window[0], "end": window[1]})
+            held.append(FreezeInForce(freeze.name, freeze.reason or f"freeze {freeze.name}", window[0], window[1],
+                                      timezone=freeze.timezone))
     for m in manual:
-        if m["stage"] in ("*", stage) and float(m["at"]) <= at and (m.get("until") is None or at < float(m["until"])):
-            held.append({"name": "manual", "reason": m["reason"], "by": m.get("by", ""), "start": float(m["at"]),
-                         "end": m.get("until")})
+        if m.stage in ("*", stage) and m.at <= at and (m.until is None or at < m.until):
+            held.append(FreezeInForce("manual", m.reason, m.at, m.until, by=m.by))
     return held
 
 
-def freeze_key(freeze: Mapping[str, Any]) -> str:
-    """One window of one freeze: what an override covers (it ends with that window)."""
-    return f"{freeze['name']}@{float(freeze['start']):.0f}"
-
-
-def override_applies(override: Mapping[str, Any] | None, frozen: Sequence[Mapping[str, Any]]) -> bool:
+def override_applies(override: Override | None, frozen: Sequence[FreezeInForce]) -> bool:
     """An override covers the freeze windows in force when it was given: it holds while only those are in force."""
     if override is None:
         return False
-    covers = override.get("freezes")
-    if covers is None:  # written before overrides named their windows
+    if override.freezes is None:  # written before overrides named their windows
         return True
-    return all(freeze_key(f) in covers for f in frozen)
+    return all(f.key in override.freezes for f in frozen)
 
 
-def entry_decision(stage: StagePolicy, at: float, frozen: Sequence[Mapping[str, Any]], approvals: Sequence[Mapping[str, Any]],
-                   override: Mapping[str, Any] | None, creator: str = "") -> Decision:
+def entry_decision(stage: StagePolicy, at: float, frozen: Sequence[FreezeInForce], approvals: Sequence[Approval],
+                   override: Override | None, creator: str = "") -> Decision:
     """May a candidate enter ``stage`` at ``at``: outside every freeze (or with an override, recorded), and with the
     approvals the stage needs from distinct people."""
     if frozen and override is None:
-        ends = [f["end"] for f in frozen]
-        opens = None if any(e is None for e in ends) else max(float(e) for e in ends)
-        said = "; ".join(f"{f['reason']} (until {_iso(float(f['end'])) if f['end'] is not None else 'unfrozen by hand'})"
-                         for f in frozen)
+        ends = [f.end for f in frozen]
+        opens = None if any(e is None for e in ends) else max(float(e) for e in ends if e is not None)
+        said = "; ".join(f"{f.reason} (until {_iso(f.end) if f.end is not None else 'unfrozen by hand'})" for f in frozen)
         return Decision("wait", f"frozen: {said}", opens, ("frozen",))
-    approvers = sorted({a["by"] for a in approvals if not creator or a["by"] != creator or not stage.approvers_other_than_creator})
+    approvers = sorted({a.by for a in approvals if not creator or a.by != creator or not stage.approvers_other_than_creator})
     if len(approvers) < stage.approvals:
         mine = " (the candidate's creator's own approval does not count here)" if stage.approvers_other_than_creator and \
-            any(a["by"] == creator for a in approvals) else ""
+            any(a.by == creator for a in approvals) else ""
         return Decision("wait", f"waits for approval: {len(approvers)} of {stage.approvals} "
                         f"({', '.join(approvers) or 'none yet'}){mine}", None, ("approvals",))
     said = f"{len(approvers)} approval(s) of {stage.approvals} required" if stage.approvals else "no approval required"
     if frozen and override is not None:
-        return Decision("enter", f"entered during a freeze, overridden by {override['by']}: {override['reason']}; {said}")
+        return Decision("enter", f"entered during a freeze, overridden by {override.by}: {override.reason}; {said}")
     return Decision("enter", f"no freeze in force; {said}")
 
 
-def soak_decision(stage: StagePolicy, rotated_at: float, at: float, verdicts: Sequence[Mapping[str, Any]],
+def soak_decision(stage: StagePolicy, rotated_at: float, at: float, verdicts: Sequence[VerdictChange],
                   results: int) -> Decision:
-    """The gate at the end of a stage's soak. ``verdicts``: the verdict's changes since the soak began, oldest first
-    (``{"at", "verdict", "reason"}``); ``results``: the canary results the soak holds.
+    """The gate at the end of a stage's soak. ``verdicts``: the verdict's changes since the soak began, oldest first;
+    ``results``: the canary results the soak holds.
 
     A pass needs all three: the soak has lasted its minimum, it holds ``minResults``, and the verdict has been
     ``pass`` for ``passFor`` (since its last change). ``fail`` halts at once; ``inconclusive`` (or too little
     evidence) extends the soak up to the deadline, then halts: never a pass."""
     soaked = at - rotated_at
     current = verdicts[-1] if verdicts else None
-    if current is not None and current["verdict"] == "fail":
-        return Decision("halt", f"the canary verdict failed: {current['reason']}", None, ("verdict-failed",))
+    if current is not None and current.verdict == "fail":
+        return Decision("halt", f"the canary verdict failed: {current.reason}", None, ("verdict-failed",))
     deadline = rotated_at + stage.soak + stage.deadline
     short: list[str] = []
     unmet: list[str] = []
@@ -161,19 +154,19 @@ def soak_decision(stage: StagePolicy, rotated_at: float, at: float, verdicts: Se
     if results < stage.min_results:
         short.append(f"{results} canary results of the {stage.min_results} required")
         unmet.append("results")
-    if current is None or current["verdict"] != "pass":
-        said = current["reason"] if current is not None else "no verdict yet"
-        short.append(f"the verdict is {current['verdict'] if current else 'unknown'} ({said})")
+    if current is None or current.verdict != "pass":
+        said = current.reason if current is not None else "no verdict yet"
+        short.append(f"the verdict is {current.verdict if current else 'unknown'} ({said})")
         unmet.append("verdict")
     else:
-        held = at - float(current["at"])
+        held = at - current.at
         if held < stage.pass_for:
             short.append(f"the verdict has been pass for {human_duration(held)} of {human_duration(stage.pass_for)}")
             unmet.append("pass-for")
-            opens = max(opens, float(current["at"]) + stage.pass_for)
+            opens = max(opens, current.at + stage.pass_for)
     if not short:
         return Decision("pass", f"soaked {human_duration(soaked)} (minimum {human_duration(stage.soak)}), {results} canary "
-                        f"results (minimum {stage.min_results}), verdict pass for {human_duration(at - float(current['at']))} "  # type: ignore[index]
+                        f"results (minimum {stage.min_results}), verdict pass for {human_duration(at - current.at)} "  # type: ignore[union-attr]
                         f"(minimum {human_duration(stage.pass_for)})")
     if at >= deadline:
         return Decision("halt", f"the deadline ({_iso(deadline)}, {human_duration(stage.deadline)} after the soak's "

@@ -22,6 +22,7 @@ from typing import Any
 from platformctl.kernel.state import Lease, StateStore
 from platformctl.kernel.state.lease import LeaseKeeper
 from release_pipeline.candidates import Candidate
+from release_pipeline.held import Approval, CandidateStatus, ManualFreeze, Override, StepError, VerdictChange
 
 CANDIDATES, LEDGER, STATE = "release/candidates", "release/ledger", "release/state"
 TICK_LEASE = "release/tick"
@@ -110,11 +111,11 @@ class StageState:
     opens_at: float | None = None
     rotated_at: float | None = None  # the soak's start: the stage's last cluster finished rotating
     entered_at: float | None = None  # when the current candidate entered: the last good images' results end there
-    verdicts: list[dict[str, Any]] = field(default_factory=list)  # the verdict's changes during the soak
+    verdicts: list[VerdictChange] = field(default_factory=list)  # the verdict's changes during the soak
     results: int = 0
     ready: list[str] = field(default_factory=list)  # candidates that may enter, oldest first
     rollback_to: str | None = None
-    override: dict[str, Any] | None = None  # a freeze override: {"candidate", "by", "freezes": the ones it covers}
+    override: Override | None = None  # a freeze override (the windows it covers)
     good: list[str] = field(default_factory=list)  # the candidates that passed here, oldest first (the last GOOD_KEPT)
     intent: str | None = None  # a side effect begun and not known finished: "deploy:<id>" or "rotate:<id>"
     newest: int = -1  # the start order of the newest candidate that entered: an older one never enters (unless forced)
@@ -123,7 +124,7 @@ class StageState:
     rollback_failures: int = 0  # the rollback's rotations that did not finish
     blocked_since: float | None = None  # when the rotation was first recorded blocked (the patience counts from it)
     soak_short: list[str] = field(default_factory=list)  # the soak's unmet conditions, as codes
-    error: dict[str, Any] | None = None  # the last step that raised here and has not gone through since
+    error: StepError | None = None  # the last step that raised here and has not gone through since
     before: dict[str, Any] | None = None  # what the stage ran before the current candidate's deploy (recorded then)
     paused: bool = False  # its rotation paused for a freeze (the tick resumes it when the freeze ends)
 
@@ -134,18 +135,21 @@ GOOD_KEPT = 20  # a stage's good candidates kept in the state: rollbacks by hand
 @dataclass
 class PipelineState:
     stages: dict[str, StageState] = field(default_factory=dict)
-    # id -> {"status", "stage", "at", "order"}: where each candidate is; ``order``: its start order
-    candidates: dict[str, dict[str, Any]] = field(default_factory=dict)
-    freezes: list[dict[str, Any]] = field(default_factory=list)  # set by hand: {"stage" ("*": all), "reason", "until", "at", "by"}
-    approvals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "<candidate>/<stage>" -> approvals
+    candidates: dict[str, CandidateStatus] = field(default_factory=dict)  # id -> where it is
+    freezes: list[ManualFreeze] = field(default_factory=list)  # set by hand
+    approvals: dict[str, list[Approval]] = field(default_factory=dict)  # "<candidate>/<stage>" -> approvals
     position: int = 0  # the ledger's sequence number this state covers
     started: int = 0  # candidates started so far: the next one's start order
 
     def stage(self, name: str) -> StageState:
         return self.stages.setdefault(name, StageState())
 
+    def candidate(self, cid: str) -> CandidateStatus:
+        return self.candidates.setdefault(cid, CandidateStatus())
+
     def order(self, cid: str | None) -> int:
-        return int(self.candidates.get(str(cid), {}).get("order", -1))
+        found = self.candidates.get(str(cid))
+        return found.order if found is not None else -1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,9 +157,17 @@ class PipelineState:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PipelineState:
         known = {f.name for f in fields(StageState)}
-        stages = {k: StageState(**{f: x for f, x in v.items() if f in known}) for k, v in data["stages"].items()}
-        return cls(stages, dict(data["candidates"]), list(data["freezes"]),
-                   {k: list(v) for k, v in data["approvals"].items()}, int(data["position"]), int(data.get("started", 0)))
+        stages = {}
+        for k, v in data["stages"].items():
+            stage = StageState(**{f: x for f, x in v.items() if f in known})
+            stage.verdicts = [VerdictChange.from_dict(x) for x in stage.verdicts]  # type: ignore[arg-type]
+            stage.override = Override.from_dict(stage.override) if stage.override else None  # type: ignore[arg-type]
+            stage.error = StepError.from_dict(stage.error) if stage.error else None  # type: ignore[arg-type]
+            stages[k] = stage
+        return cls(stages, {k: CandidateStatus.from_dict(v) for k, v in data["candidates"].items()},
+                   [ManualFreeze.from_dict(f) for f in data["freezes"]],
+                   {k: [Approval.from_dict(a) for a in v] for k, v in data["approvals"].items()}, int(data["position"]),
+                   int(data.get("started", 0)))
 
 
 CHECKPOINT_VERSION = 3  # 3: start orders, rollback phases, boots in their own streams
@@ -319,10 +331,10 @@ def compact(state: PipelineState) -> PipelineState:
     the ledger keeps every word of it; approvals of finished ones go)."""
     ordered = sorted(state.candidates, key=state.order)
     for c in ordered[:-CANDIDATES_KEPT]:
-        if state.candidates[c].get("status") in FINISHED and not any(
+        if state.candidates[c].status in FINISHED and not any(
                 c in (s.current, s.last_good, s.forced) or c in s.ready for s in state.stages.values()):
             del state.candidates[c]
-    finished = {c for c, v in state.candidates.items() if v.get("status") in FINISHED}
+    finished = {c for c, v in state.candidates.items() if v.status in FINISHED}
     state.approvals = {k: v for k, v in state.approvals.items() if k.rsplit("/", 1)[0] not in finished}
     return state
 
@@ -345,14 +357,13 @@ def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
     if decision is Kind.START:
         if cid in state.candidates:  # the same content started twice (at once): one candidate
             return
-        state.candidates[cid] = {"status": "queued", "stage": None, "at": at, "order": state.started,
-                                 "reason": _short(entry["reason"])}
+        state.candidates[cid] = CandidateStatus("queued", None, at, state.started, _short(entry["reason"]))
         state.started += 1
         for first in inputs.get("ready_in", []):
             state.stage(first).ready.append(cid)
     elif decision is Kind.SUPERSEDED:
-        state.candidates.setdefault(cid, {}).update(status="superseded", at=at, by_candidate=inputs.get("by_candidate"),
-                                                    stage=name, reason=_short(entry["reason"]))
+        _moved(state.candidate(cid), "superseded", name, at, _short(entry["reason"]))
+        state.candidate(cid).by_candidate = inputs.get("by_candidate")
         for s in state.stages.values():
             s.ready = [c for c in s.ready if c != cid]
             if s.forced == cid:
@@ -361,27 +372,32 @@ def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
         assert stage is not None
         stage.ready = [cid] + [c for c in stage.ready if c != cid]
         stage.forced = cid
-        state.candidates.setdefault(cid, {}).update(status="queued", at=at)
+        state.candidate(cid).status, state.candidate(cid).at = "queued", at
     elif decision is Kind.FREEZE:
-        state.freezes.append({"stage": name or "*", "reason": entry["reason"], "until": inputs.get("until"), "at": at,
-                              "by": entry.get("by", "")})
+        state.freezes.append(ManualFreeze.from_dict({"stage": name or "*", "reason": entry["reason"],
+                                                     "until": inputs.get("until"), "at": at, "by": entry.get("by", "")}))
     elif decision is Kind.UNFREEZE:
-        state.freezes = [f for f in state.freezes if f["stage"] != name] if name else []  # one stage's, or all
+        state.freezes = [f for f in state.freezes if f.stage != name] if name else []  # one stage's, or all
     elif decision is Kind.OVERRIDE:
         assert stage is not None
-        stage.override = {"candidate": entry.get("candidate"), "by": entry.get("by", ""), "reason": entry["reason"],
-                          "at": at, "freezes": inputs.get("covers")}
+        stage.override = Override.from_dict({"candidate": entry.get("candidate"), "by": entry.get("by", ""),
+                                             "reason": entry["reason"], "at": at, "freezes": inputs.get("covers")})
     elif decision is Kind.APPROVE:
-        state.approvals.setdefault(f"{cid}/{name}", []).append({"by": entry.get("by", ""), "at": at, "reason": entry["reason"]})
+        state.approvals.setdefault(f"{cid}/{name}", []).append(Approval(str(entry.get("by", "")), at, entry["reason"]))
     elif decision is Kind.ERROR:
         if stage is not None:
-            stage.error = {"at": at, "error": inputs.get("error"), "step": inputs.get("step"), "candidate": entry.get("candidate"),
-                           "transient": bool(inputs.get("transient")), "since": inputs.get("since")}
+            stage.error = StepError.from_dict({**inputs, "at": at, "candidate": entry.get("candidate")})
     elif decision is Kind.RECOVERED:
         if stage is not None:
             stage.error = None
     elif stage is not None:
         _apply_step(state, stage, decision, cid, str(name), at, entry)
+
+
+def _moved(candidate: CandidateStatus, status: str, stage: str | None, at: float, reason: str | None = None) -> None:
+    candidate.status, candidate.stage, candidate.at = status, stage, at
+    if reason is not None:
+        candidate.reason = reason
 
 
 def _roll_back_stage(stage: StageState, cid: str, at: float, target: str | None) -> None:
@@ -397,7 +413,7 @@ def _apply_halt(state: PipelineState, stage: StageState, cid: str, name: str, at
     to its last good, one that passed it rolls back to the good one before it (if nothing newer replaced it there)."""
     inputs = entry.get("inputs") or {}
     target = inputs.get("rollback_to")
-    state.candidates.setdefault(cid, {}).update(status="halted", stage=name, at=at, reason=_short(entry["reason"]))
+    _moved(state.candidate(cid), "halted", name, at, _short(entry["reason"]))
     for s in state.stages.values():
         s.ready = [c for c in s.ready if c != cid]
         if s.forced == cid:
@@ -447,11 +463,11 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         stage.ready = [c for c in stage.ready if c != cid]
         stage.forced = None if stage.forced == cid else stage.forced
         stage.newest = max(stage.newest, state.order(cid))
-        if stage.override is not None and stage.override.get("candidate") not in (None, cid):
+        if stage.override is not None and not stage.override.for_candidate(cid):
             stage.override = None  # another candidate's: the one entering keeps its own through its deploy
         stage.verdicts, stage.results, stage.rotated_at, stage.entered_at = [], 0, None, at
         stage.blocked_since, stage.soak_short, stage.before = None, [], None
-        state.candidates.setdefault(cid, {}).update(status="in flight", stage=name, at=at)
+        _moved(state.candidate(cid), "in flight", name, at)
     elif decision in (Kind.DEPLOY, Kind.ROTATE, Kind.ROLLBACK_DEPLOY, Kind.ROLLBACK_ROTATE):
         stage.intent = f"{decision.value}:{cid}"
         if decision is Kind.DEPLOY and stage.before is None and inputs.get("before") is not None:
@@ -470,7 +486,7 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         stage.intent, stage.step, stage.since, stage.rotated_at = None, Step.SOAKING, at, at
         stage.waiting_for, stage.blocked_since = "the soak", None
     elif decision is Kind.VERDICT:
-        stage.verdicts.append({"at": at, "verdict": inputs["verdict"]["verdict"], "reason": inputs["verdict"]["reason"]})
+        stage.verdicts.append(VerdictChange(at, inputs["verdict"]["verdict"], inputs["verdict"]["reason"]))
         stage.results = int(inputs.get("results", stage.results))
     elif decision is Kind.SOAK:
         stage.waiting_for, stage.opens_at = entry["reason"], inputs.get("decision", {}).get("opens_at")
@@ -480,11 +496,11 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         stage.good = (stage.good + [cid])[-GOOD_KEPT:]
         stage.last_good, stage.current, stage.step, stage.since, stage.waiting_for = cid, None, Step.IDLE, at, None
         stage.verdicts, stage.soak_short, stage.override = [], [], None
-        state.candidates.setdefault(cid, {}).update(status="passed", stage=name, at=at, reason=_short(entry["reason"]))
+        _moved(state.candidate(cid), "passed", name, at, _short(entry["reason"]))
         for nxt in inputs.get("ready_in", []):
             state.stage(nxt).ready.append(cid)
         if not inputs.get("ready_in"):
-            state.candidates[cid].update(status="released")
+            state.candidates[cid].status = "released"
     elif decision is Kind.HALT:
         _apply_halt(state, stage, cid, name, at, entry)
     elif decision is Kind.ROLLBACK_DEPLOYED:

@@ -157,10 +157,10 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
                 error = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:500] if str(exc) else ""}
                 s = state.stage(name)
                 transient = is_transient(exc)
-                began = s.error if s.error is not None and s.error.get("transient") else None
-                since = float(began.get("since") or time.time()) if began is not None and transient else time.time()
+                began = s.error if s.error is not None and s.error.transient else None
+                since = (began.since or time.time()) if began is not None and transient else time.time()
                 report.errors.append({"stage": name, "error": error, "transient": transient, "since": since})
-                if s.error is None or s.error.get("error") != error or s.error.get("step") != step:
+                if s.error is None or s.error.error != error or s.error.step != step:
                     busy = " (transient: tried again next tick)" if transient else ""
                     write(s.current, name, Kind.ERROR, actions_now(actions, name),
                           f"{step} raised {error['type']}: {error['message']}{busy}",
@@ -169,7 +169,7 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
             s = state.stage(name)
             if s.error is not None:
                 write(s.current, name, Kind.RECOVERED, actions.now(name), f"{name} went on after the error "
-                      f"({s.error.get('error', {}).get('type')})", {"error": s.error})
+                      f"({(s.error.error or {}).get('type')})", {"error": s.error.to_dict()})
     # The checkpoint is the ledger folded in its own order: what others wrote during the tick (an approval, a freeze, a
     # rollback by hand) lands where it was written, not after this tick's entries.
     if report.steps:
@@ -193,7 +193,7 @@ def eligible(pipeline: Pipeline, state: PipelineState, name: str) -> tuple[str |
     if stage.forced is not None and stage.forced in stage.ready:
         return stage.forced, []
     ready = sorted(stage.ready, key=state.order)
-    ran = next((c for c, v in state.candidates.items() if int(v.get("order", -2)) == stage.newest), None)
+    ran = next((c for c, v in state.candidates.items() if v.order == stage.newest), None)
     gone = [(c, str(ran)) for c in ready if state.order(c) <= stage.newest]
     ahead = [c for c in ready if state.order(c) > stage.newest]
     if not ahead:
@@ -217,18 +217,19 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
             return
         frozen = freezes_in_force(pipeline.freezes, state.freezes, name, now)
         approvals = state.approvals.get(f"{cid}/{name}", [])
-        given = stage.override if stage.override and stage.override.get("candidate") in (None, cid) else None
+        given = stage.override if stage.override and stage.override.for_candidate(cid) else None
         override = given if override_applies(given, frozen) else None
         created = ledger.candidate(cid)
         creator = created.created_by if created is not None else ""
         decision = entry_decision(policy, now, frozen, approvals, override, creator)
-        inputs = {"decision": decision.to_dict(), "freezes": frozen, "approvals": approvals, "override": override,
+        inputs = {"decision": decision.to_dict(), "freezes": [f.to_dict() for f in frozen],
+                  "approvals": [a.to_dict() for a in approvals], "override": override.to_dict() if override else None,
                   "creator": creator, "forced": stage.forced == cid,
                   "thresholds": {"approvals": policy.approvals,
                                  "approvers_other_than_creator": policy.approvers_other_than_creator},
                   "pipeline": pipeline.digest,
                   "freeze_definitions": [f.model_dump(mode="json", by_alias=True) for f in pipeline.freezes
-                                         if f.applies_to(name)], "manual_freezes": state.freezes}
+                                         if f.applies_to(name)], "manual_freezes": [f.to_dict() for f in state.freezes]}
         if decision.decision == "wait":
             if stage.step != Step.WAITING or stage.current != cid or stage.waiting_for != decision.reason:
                 write(cid, name, Kind.WAIT, now, decision.reason, inputs)
@@ -246,9 +247,9 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
         # A freeze that began after the candidate entered stops what has not started: no deploy, no new rotation
         # (a rotation already begun carries on; a rollback is a remedy, never held).
         frozen = freezes_in_force(pipeline.freezes, state.freezes, name, now)
-        given = stage.override if stage.override and stage.override.get("candidate") in (None, cid) else None
+        given = stage.override if stage.override and stage.override.for_candidate(cid) else None
         if frozen and not override_applies(given, frozen):
-            held(f"{name} {cid}: frozen before its {stage.step[:-3]}: " + "; ".join(str(f["reason"]) for f in frozen))
+            held(f"{name} {cid}: frozen before its {stage.step[:-3]}: " + "; ".join(f.reason for f in frozen))
             return
     if stage.step == Step.DEPLOYING:
         if stage.intent != f"deploy:{cid}":
@@ -280,10 +281,10 @@ def frozen_now(pipeline: Pipeline, ledger: Ledger, name: str, cid: str, now: flo
     state = ledger.state()
     frozen = freezes_in_force(pipeline.freezes, state.freezes, name, now)
     stage = state.stage(name)
-    given = stage.override if stage.override and stage.override.get("candidate") in (None, cid) else None
+    given = stage.override if stage.override and stage.override.for_candidate(cid) else None
     if not frozen or override_applies(given, frozen):
         return None
-    return "; ".join(str(f["reason"]) for f in frozen)
+    return "; ".join(f.reason for f in frozen)
 
 
 def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, candidate: Candidate,
@@ -338,11 +339,12 @@ def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: Stage
     verdict = actions.verdict(name, candidate, baseline, stage.rotated_at, policy.verdict_window, stage.entered_at)
     results = verdict.results_since or 0  # canary results stored since the soak began
     said = verdict.to_dict()  # as the ledger keeps it
-    if not stage.verdicts or stage.verdicts[-1]["verdict"] != verdict.verdict:
+    if not stage.verdicts or stage.verdicts[-1].verdict != verdict.verdict:
         write(candidate.id, name, Kind.VERDICT, now, f"the canary verdict is {verdict.verdict}: {verdict.reason}",
               {"verdict": said, "results": results})
     decision = soak_decision(policy, stage.rotated_at, now, stage.verdicts, results)
-    inputs = {"decision": decision.to_dict(), "rotated_at": stage.rotated_at, "verdicts": stage.verdicts, "results": results,
+    inputs = {"decision": decision.to_dict(), "rotated_at": stage.rotated_at, "verdicts": [v.to_dict() for v in stage.verdicts],
+              "results": results,
               "verdict": said, "thresholds": policy.model_dump(mode="json", by_alias=True), "pipeline": pipeline.digest}
     if decision.decision == "pass":
         nxt = pipeline.next_stage(name)

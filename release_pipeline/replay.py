@@ -7,6 +7,7 @@ from typing import Any
 
 from platformctl.kernel.errors import PlatformError
 from release_pipeline.gates import Decision, entry_decision, freezes_in_force, rotation_decision, soak_decision
+from release_pipeline.held import Approval, ManualFreeze, Override, VerdictChange
 from release_pipeline.pipeline import Freeze, StagePolicy
 from release_pipeline.rotation_result import StageRotation
 
@@ -26,17 +27,20 @@ def replay(entry: Mapping[str, Any]) -> dict[str, Any]:
     at = float(entry["at"])
     if kind == "entry":
         definitions = [Freeze.model_validate(f) for f in inputs.get("freeze_definitions", [])]
-        frozen = freezes_in_force(definitions, inputs.get("manual_freezes", []), entry["stage"], at)
+        manual = [ManualFreeze.from_dict(f) for f in inputs.get("manual_freezes", [])]
+        frozen = freezes_in_force(definitions, manual, entry["stage"], at)
         thresholds = inputs["thresholds"]
         policy = StagePolicy(name=entry["stage"], approvals=thresholds["approvals"], soak=0,
                              approvers_other_than_creator=bool(thresholds.get("approvers_other_than_creator", False)))
-        again = entry_decision(policy, at, frozen, inputs.get("approvals", []), inputs.get("override"),
+        override = Override.from_dict(inputs["override"]) if inputs.get("override") else None
+        again = entry_decision(policy, at, frozen, [Approval.from_dict(a) for a in inputs.get("approvals", [])], override,
                                str(inputs.get("creator", "")))
     elif "result" in inputs and "rotated_at" not in inputs:  # the rotation's gate
         again = rotation_decision(StageRotation.from_dict(inputs["result"]))
     else:
         policy = StagePolicy.model_validate({**inputs["thresholds"], "name": entry["stage"]})
-        again = soak_decision(policy, float(inputs["rotated_at"]), at, inputs.get("verdicts", []), int(inputs["results"]))
+        verdicts = [VerdictChange.from_dict(v) for v in inputs.get("verdicts", [])]
+        again = soak_decision(policy, float(inputs["rotated_at"]), at, verdicts, int(inputs["results"]))
     stored = Decision.from_dict(inputs["decision"])
     # The decision and what held it, never its words: rewording a message does not make an old decision different.
     # (A decision stored before decisions named what held them is compared on the decision alone.)

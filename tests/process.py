@@ -7,9 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.zygote import zygote
 
@@ -41,12 +45,44 @@ def start(home: Path, *args: str, env: dict[str, str] | None = None) -> subproce
                             text=True, env=environment(home, env))
 
 
-def local_region(home: Path, *args: str) -> dict[str, Any]:
-    """`platformctl local up --stage dev --no-canaries ARGS…` in ``home``: the region's status, with ``home`` added
-    (stop it with ``run(home, "local", "down")``). A test that wants canary results starts its runners itself."""
-    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-canaries", *args, "-o", "json").stdout)
-    info["home"] = home
+def local_region(home: Path, *args: str, stage: str = "dev", canaries: bool = False, infra: Path | None = None,
+                 timeout: float = 300) -> dict[str, Any]:
+    """`platformctl local up --stage STAGE --no-canaries ARGS…` in ``home``: the region's status, with ``home`` (and
+    ``infra``, the checkout's stack files it runs, and ``up_wall``, the wall time it was asked for) added (stop it with
+    ``run(home, "local", "down")``). Without ``canaries`` a test that wants canary results starts its runners itself."""
+    up_wall = time.time()
+    where = ["--infra-dir", str(infra)] if infra is not None else []
+    info = json.loads(run(home, *where, "local", "up", "--stage", stage, *([] if canaries else ["--no-canaries"]), *args,
+                          "-o", "json", timeout=timeout).stdout)
+    info.update(home=home, up_wall=up_wall, infra=infra)
     return info
+
+
+def region_fixture(*args: str, stage: str = "dev", canaries: bool = False, runners: bool = False,
+                   checkout: bool = False, prepare: Callable[[dict[str, Any]], None] | None = None,
+                   timeout: float = 300) -> Any:
+    """The one local region fixture: a module's region (``local_region(…)`` in a home of its own; ``checkout``: on the
+    checkout's stacks shrunk to one node a pool, as ``demo-pipeline`` runs them), ``prepare(info)`` on it (the files its
+    tests need, the facts they read), each cluster's canary runner as the Pulumi program runs it when ``runners``;
+    stopped after the module's last test, or when setting it up failed, whatever happened."""
+
+    @pytest.fixture(scope="module")
+    def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+        home = tmp_path_factory.mktemp("home")
+        started: list[subprocess.Popen[str]] = []
+        try:
+            info = local_region(home, *args, stage=stage, canaries=canaries, infra=small_checkout(home) if checkout else None,
+                                timeout=timeout)
+            if runners:
+                started = canary_runners(home, info)
+            if prepare is not None:
+                prepare(info)
+            yield info
+        finally:
+            stop_all(started)
+            run(home, "local", "down", check=False)
+
+    return region
 
 
 def new_images(region: dict[str, Any], version: str) -> dict[str, str]:

@@ -124,7 +124,7 @@ class Reader:
             approvals_needed = []
             if policy.approvals and state is not None and s is not None:
                 for cid in ([s.current] if s.current and s.step == "waiting" else []) + waiting:
-                    approvers = {a.get("by") for a in state.approvals.get(f"{cid}/{name}", [])}  # the gate counts people
+                    approvers = {a.by for a in state.approvals.get(f"{cid}/{name}", [])}  # the gate counts people
                     if len(approvers) < policy.approvals:
                         approvals_needed.append({"candidate": cid, "given": len(approvers), "required": policy.approvals,
                                                  "command": self._approve_command(cid, name)})
@@ -135,10 +135,10 @@ class Reader:
                 "waiting_for": s.waiting_for if s else None, "opens_at": s.opens_at if s else None,
                 "soak_started": s.rotated_at if s else None, "soak_seconds": policy.soak, "soak_ends_at": soak_ends,
                 "deadline_at": soak_ends + policy.deadline if soak_ends else None, "clock": clock,
-                "freezes": frozen, "approvals_needed": approvals_needed, "ready": waiting,
+                "freezes": [f.to_dict() for f in frozen], "approvals_needed": approvals_needed, "ready": waiting,
             })
         out["stages"] = stages_out
-        out["freezes"] = state.freezes if state else []
+        out["freezes"] = [f.to_dict() for f in state.freezes] if state else []
         newest_first = sorted(({"id": cid, **c} for cid, c in report.items()), key=lambda c: c["created_at"], reverse=True)
         rotating = {st.current for st in (state.stages.values() if state else []) if st.step == "rotating"}
         for c in newest_first:

@@ -21,6 +21,7 @@ from platformctl.kernel.state import StateStore, open_store
 from platformctl.kernel.topology import load_stage, read_stack_config
 from platformctl.kernel.who import who
 from release_pipeline.candidates import Candidate, make_candidate, read_lock, stage_images
+from release_pipeline.held import CandidateStatus
 from release_pipeline.ledger import Ledger, PipelineState, stage_lease
 from release_pipeline.pipeline import Pipeline, load_pipeline
 from release_pipeline.replay import replay
@@ -123,11 +124,11 @@ def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
                                      # no good candidate here: back to the images it ran before the halted one's deploy
                                      "before": s.before if s.rollback_to is None else None}
                         if s.step == "rolling-back" else None,
-                        "error": s.error, "blocked_since": s.blocked_since,
+                        "error": s.error.to_dict() if s.error else None, "blocked_since": s.blocked_since,
                         "tick_lease": {"holder": lease.holder, "expires": lease.expires,
                                        "live": not lease.expired(time.time())} if lease else None}
     return {"ledger": ledger.store.location, "pipeline": pipeline.source, "stages": stages,
-            "candidates": candidate_report(ledger, state), "freezes": state.freezes}
+            "candidates": candidate_report(ledger, state), "freezes": [f.to_dict() for f in state.freezes]}
 
 
 def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> dict[str, Any]:
@@ -139,7 +140,7 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
     seams: dict[str, NodeGroups] = {}  # one per region for the whole report, not three clients per candidate
     for c in sorted(ledger.candidates(), key=lambda c: (state.order(c.id), c.created_at)):
         recorded, lit = ledger.boots_and_first_light(c.id)
-        where = state.candidates.get(c.id, {})
+        where = state.candidates.get(c.id) or CandidateStatus("finished")
         new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
         seen |= c.image_ids()
         builders: dict[str, int] = {}
@@ -150,8 +151,8 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
                                                              if r.split("/")[0] in new[n]}) for n in new}
         first = {n: len(set(ids) & {r.split("/")[1] for r in lit.get(n, set())}) for n, ids in booted.items()}
         # (an old finished candidate the state no longer keeps: "finished"; the ledger has its history)
-        out[c.id] = {"status": where.get("status", "finished"), "stage": where.get("stage"), "reason": where.get("reason"),
-                     "superseded_by": where.get("by_candidate"),
+        out[c.id] = {"status": where.status, "stage": where.stage, "reason": where.reason or None,
+                     "superseded_by": where.by_candidate,
                      "note": c.note, "created_at": c.created_at, "created_by": c.created_by,
                      "infra_revision": c.infra_revision, "images": {n: s.images for n, s in c.stages.items()},
                      "new_images": new, "instances_booted": sum(len(ids) for ids in booted.values()),
@@ -284,7 +285,7 @@ class ApproveRequest:
 def approve(request: ApproveRequest) -> dict[str, Any]:
     """Approve a candidate into a stage: only one that may still enter it (waiting there, or ready and not about to
     give way to a newer one). With ``override_freeze``, let it enter during the freeze in force now, until that ends."""
-    from release_pipeline.gates import freeze_key, freezes_in_force
+    from release_pipeline.gates import freezes_in_force
     from release_pipeline.reconcile import eligible
 
     pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
@@ -294,15 +295,15 @@ def approve(request: ApproveRequest) -> dict[str, Any]:
     stage = state.stage(request.stage)
     if ledger.candidate(request.candidate) is None:
         raise PlatformError(f"no candidate {request.candidate!r} in the ledger {ledger.store.location}", field="CANDIDATE")
-    where = state.candidates.get(request.candidate, {})
-    if where.get("status") == "superseded":
-        raise PlatformError(f"{request.candidate} was superseded by {where.get('by_candidate')} (in {where.get('stage')}): "
-                            f"approve {where.get('by_candidate')} instead, or send it by hand (`release promote`)",
+    where = state.candidates.get(request.candidate) or CandidateStatus("recorded")
+    if where.status == "superseded":
+        raise PlatformError(f"{request.candidate} was superseded by {where.by_candidate} (in {where.stage}): "
+                            f"approve {where.by_candidate} instead, or send it by hand (`release promote`)",
                             field="CANDIDATE")
     waiting = request.candidate in stage.ready or (stage.step == "waiting" and stage.current == request.candidate)
     if not waiting:
         raise PlatformError(f"{request.candidate} is not waiting to enter {request.stage} (it is "
-                            f"{where.get('status', 'recorded')})", field="CANDIDATE")
+                            f"{where.status})", field="CANDIDATE")
     _, gone = eligible(pipeline, state, request.stage)
     newer = dict(gone).get(request.candidate)
     if newer is not None:
@@ -315,13 +316,14 @@ def approve(request: ApproveRequest) -> dict[str, Any]:
         if not frozen:
             raise PlatformError(f"no freeze holds {request.stage} now ({_iso(now)}): nothing to override (an override "
                                 "applies to the freeze in force when it is given, and ends with it)", field="--override-freeze")
-        covers = [freeze_key(f) for f in frozen]
+        covers = [f.key for f in frozen]
     approval = ledger.append(request.candidate, request.stage, "approve", now, request.reason or "approved",
                              {"pipeline": pipeline.digest}, who(), salt=who())
     if request.override_freeze is None:
         return approval
     override = ledger.append(request.candidate, request.stage, "override", now, request.override_freeze,
-                             {"pipeline": pipeline.digest, "freezes": state.freezes, "covers": covers}, who(), salt=who())
+                             {"pipeline": pipeline.digest, "freezes": [f.to_dict() for f in state.freezes], "covers": covers},
+                             who(), salt=who())
     return {**approval, "override": override}
 
 
@@ -344,9 +346,9 @@ def promote(request: PromoteRequest) -> dict[str, Any]:
     if ledger.candidate(request.candidate) is None:
         raise PlatformError(f"no candidate {request.candidate!r} in the ledger {ledger.store.location}", field="CANDIDATE")
     state = ledger.state()
-    where = state.candidates.get(request.candidate, {})
-    if where.get("status") == "halted":
-        raise PlatformError(f"{request.candidate} was halted in {where.get('stage')}: it goes nowhere (start the change "
+    where = state.candidates.get(request.candidate) or CandidateStatus("recorded")
+    if where.status == "halted":
+        raise PlatformError(f"{request.candidate} was halted in {where.stage}: it goes nowhere (start the change "
                             "again as a new candidate)", field="CANDIDATE")
     stage = state.stage(request.stage)
     if stage.current == request.candidate and stage.step not in ("idle", "waiting"):

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from platformctl.kernel.cluster.live import LiveCluster
-from tests.process import local_region, new_images, run, start
+from tests.process import new_images, region_fixture, run, start
 
 CLUSTER = "dev-usw2a-01"
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("home")
-    # 60x, not the default 300x: the runner's own work moves the region's clock at its pace, and a check's deadline
-    # (2 to 3 minutes here) must not pass while a busy machine holds the runner (3 min at 300x is 0.6 s of wall time).
-    # What nobody waits through is skipped either way.
-    info = local_region(home, "--no-workloads", "--speed", "60")
-    canaries = home / "canaries"
+def _canaries(info: dict[str, Any]) -> None:
+    canaries = info["home"] / "canaries"
     canaries.mkdir()
     (canaries / "node-pool.yaml").write_text("name: node-pool\nkind: node-pool\npodsPerArm: 8\ndeadline: 2m\ninterval: 1m\n")
     (canaries / "service.yaml").write_text("name: service\nkind: service\ndeadline: 3m\nscaleTo: 4\n")
@@ -40,8 +33,12 @@ def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     (canaries / "cron.yaml").write_text("name: cron\nkind: cron\ndeadline: 3m\nschedule: '* * * * *'\ntoleranceSeconds: 30\n")
     (canaries / "daemon.yaml").write_text("name: daemon\nkind: daemon\ndeadline: 3m\nreadyDeadlineSeconds: 2m\n")
     info["canaries"] = str(canaries)
-    yield info
-    run(home, "local", "down", check=False)
+
+
+# 60x, not the default 300x: the runner's own work moves the region's clock at its pace, and a check's deadline (2 to 3
+# minutes here) must not pass while a busy machine holds the runner (3 min at 300x is 0.6 s of wall time). What nobody
+# waits through is skipped either way.
+region = region_fixture("--no-workloads", "--speed", "60", prepare=_canaries)
 
 
 def canary(region: dict[str, Any], *args: str, env: dict[str, str] | None = None) -> Any:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,17 +14,9 @@ from e2e_canary.results import results
 from e2e_canary.verdict import stage_verdict
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.state import open_store
-from tests.process import canary_runners, local_region, run, stop_all
+from tests.process import region_fixture, run
 
-
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("home")
-    info = local_region(home)
-    runners = canary_runners(home, info)
-    yield info
-    stop_all(runners)
-    run(home, "local", "down", check=False)
+region = region_fixture(runners=True)
 
 
 def verdict(region: dict[str, Any]) -> tuple[int, dict[str, Any]]:

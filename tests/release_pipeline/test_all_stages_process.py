@@ -16,7 +16,7 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -28,7 +28,7 @@ from ami.manifest import MANIFEST_DIR
 from platformctl.cli.demo_pipeline import SPEED, commit_checkout, new_tree, write_files
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.nodegroups import BUILDER_TAG
-from tests.process import run, small_checkout
+from tests.process import region_fixture, run
 from tests.release_pipeline.contract import rotation_results_keep_the_contract
 
 pytestmark = pytest.mark.process
@@ -37,17 +37,8 @@ STAGES = ("dev", "staging", "prod-canary", "prod")
 # demo-pipeline's files: two nodes a wave behind the canary gate, short soaks judged by the canary verdict
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("home")
-    infra = small_checkout(home)
-    out = run(home, "--infra-dir", str(infra), "local", "up", "--stage", "all", "--speed", SPEED, "--no-workloads", "-o", "json",
-              timeout=900)
-    info = json.loads(out.stdout)
-    info.update(home=home, infra=infra)
-    write_files(home)
-    yield info
-    run(home, "local", "down", check=False)
+region = region_fixture("--speed", SPEED, "--no-workloads", stage="all", canaries=True, checkout=True,
+                        prepare=lambda info: write_files(info["home"]), timeout=900)
 
 
 def pl(region: dict[str, Any], *args: str, **kwargs: Any) -> Any:

@@ -125,7 +125,7 @@ def test_a_good_candidate_is_promoted_through_every_stage_one_step_per_tick(ledg
     run(ledger, stages, p, 80)
     assert stages.deploys == [(s, good.id) for s in STAGES] and stages.rotations == [(s, good.id) for s in STAGES]
     state = ledger.state()
-    assert state.candidates[good.id]["status"] == "released"
+    assert state.candidates[good.id].status == "released"
     assert {n: s.last_good for n, s in state.stages.items()} == dict.fromkeys(STAGES, good.id)
     steps = [d for s, d in decisions(ledger, good.id) if s == "dev"]
     assert steps[:6] == ["enter", "deploy", "deployed", "rotate", "rotated", "verdict"] and steps[-1] == "promote"
@@ -168,7 +168,7 @@ def test_inconclusive_past_the_deadline_halts_never_a_pass_and_a_fail_rolls_back
     stages.verdicts[bad.id] = "fail"
     run(ledger, stages, p, 20)
     state = ledger.state()
-    assert state.candidates[bad.id]["status"] == "halted" and stages.running["dev"] == good.id
+    assert state.candidates[bad.id].status == "halted" and stages.running["dev"] == good.id
     assert ("staging", bad.id) not in stages.deploys and ("staging", unsure.id) not in stages.deploys  # never later
     assert [d for s, d in decisions(ledger, bad.id) if s == "dev"][-5:] == [
         "halt", "rollback-deploy", "rollback-deployed", "rollback-rotate", "rolled-back"]
@@ -228,7 +228,7 @@ def test_a_newer_candidate_supersedes_an_older_one_still_waiting_and_queue_keeps
         names = {one.id: "c1", two.id: "c2"}
         assert [names[c] for _, c in stages.deploys] == expected
         if mode == "supersede":
-            assert ledger.state().candidates[one.id]["status"] == "superseded"
+            assert ledger.state().candidates[one.id].status == "superseded"
 
 
 def test_what_an_operator_writes_during_a_tick_is_in_the_checkpoint_the_tick_leaves(ledger: Ledger) -> None:
@@ -240,7 +240,7 @@ def test_what_an_operator_writes_during_a_tick_is_in_the_checkpoint_the_tick_lea
     stages, p, c = Busy(T0), pipeline(), candidate(6)
     start(ledger, c, T0)
     run(ledger, stages, p, 2)  # enter, then deploy (during which the freeze is written)
-    assert [f["reason"] for f in ledger.state().freezes] == ["incident during the deploy"]
+    assert [f.reason for f in ledger.state().freezes] == ["incident during the deploy"]
     assert ledger.store.last("release/state") is not None
     checkpoint = ledger.store.last("release/state").data["state"]  # type: ignore[union-attr]
     assert [f["reason"] for f in checkpoint["freezes"]] == ["incident during the deploy"]
@@ -275,7 +275,7 @@ def test_a_rollback_by_hand_takes_the_stage_back_to_the_good_candidate_before_an
     entry = rollback(RollbackRequest("dev", "a memory leak seen in dev", path, str(tmp_path / "release.db")))
     assert entry["decision"] == "halt" and entry["candidate"] == second.id and entry["inputs"]["rollback_to"] == first.id
     state = ledger.state()
-    assert state.stages["dev"].step == "rolling-back" and state.candidates[second.id]["status"] == "halted"
+    assert state.stages["dev"].step == "rolling-back" and state.candidates[second.id].status == "halted"
     assert second.id not in state.stages["staging"].ready  # it never enters a later stage
     run(ledger, stages, p, 4)
     assert stages.running["dev"] == first.id and stages.deploys[-1] == ("dev", first.id)
@@ -285,7 +285,7 @@ def test_a_rollback_by_hand_takes_the_stage_back_to_the_good_candidate_before_an
     with pytest.raises(PlatformError, match="no earlier one"):
         rollback(RollbackRequest("dev", "again", path, str(tmp_path / "release.db")))
     # The first was superseded in staging by the second: never eligible again unless an operator sends it by hand.
-    assert ledger.state().candidates[first.id]["status"] == "superseded"
+    assert ledger.state().candidates[first.id].status == "superseded"
     run(ledger, stages, p, 5)
     assert not [d for d in stages.deploys if d[0] == "staging"]
     promote(PromoteRequest(first.id, "staging", "the second was rolled back", path, str(tmp_path / "release.db")))
@@ -466,7 +466,7 @@ def test_the_fold_keeps_a_rollback_by_hand_over_what_a_tick_read_before_it(ledge
     state = ledger.state()
     dev = state.stages["dev"]
     assert (dev.step, dev.current, dev.rollback_to, dev.last_good) == ("rolling-back", b.id, a.id, a.id)
-    assert dev.ready.count(c.id) == 1 and state.candidates[d.id]["status"] == "queued"  # nothing stranded or doubled
+    assert dev.ready.count(c.id) == 1 and state.candidates[d.id].status == "queued"  # nothing stranded or doubled
 
 
 def test_a_rollback_by_hand_that_races_an_entry_leaves_the_entered_candidate_in_flight(ledger: Ledger) -> None:
@@ -481,4 +481,4 @@ def test_a_rollback_by_hand_that_races_an_entry_leaves_the_entered_candidate_in_
     state = ledger.state()
     dev = state.stages["dev"]
     assert (dev.step, dev.current, dev.last_good) == ("deploying", c.id, a.id)
-    assert state.candidates[b.id]["status"] == "halted" and state.candidates[c.id]["status"] == "in flight"
+    assert state.candidates[b.id].status == "halted" and state.candidates[c.id].status == "in flight"

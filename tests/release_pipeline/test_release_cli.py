@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from platformctl.cli import cli
+from platformctl.kernel.state import open_store
 from release_pipeline.pipeline import load_pipeline
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -90,6 +91,7 @@ def test_freeze_unfreeze_and_approve_are_recorded_with_who(tmp_path: Path) -> No
     (["rollback", "--stage", "staging", "--reason", " "], "--reason: say why"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str], said: str) -> None:
+    open_store(str(tmp_path / "ledger.db"))  # an empty ledger, as a pipeline's is before its first release
     out = release(tmp_path, *args)
     assert out.exit_code == 2 and said in out.output and len(out.output.strip().splitlines()) == 1, out.output
     assert json.loads(release(tmp_path, "history", "-o", "json").output) == []
@@ -167,6 +169,9 @@ def test_the_shipped_pipeline_file_parses() -> None:
 
 def test_a_ledger_that_cannot_be_opened_is_one_line_naming_the_ledger(tmp_path: Path) -> None:
     out = CliRunner().invoke(cli, ["release", "status", "--ledger", str(tmp_path / "missing" / "ledger.db")])
+    assert out.exit_code == 2 and f"--ledger: no state store at {tmp_path / 'missing' / 'ledger.db'}" in out.output, out.output
+    out = CliRunner().invoke(cli, ["release", "freeze", "--stage", "dev", "--reason", "x", "--ledger",
+                                   str(tmp_path / "missing" / "ledger.db")])  # a write: the folder is not there
     assert out.exit_code == 2 and "--ledger: cannot open the state store" in out.output, out.output
     assert len(out.output.strip().splitlines()) == 1 and not (tmp_path / "missing").exists()
 

@@ -10,7 +10,6 @@ import json
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from ami.manifest import MANIFEST_DIR
 from platformctl.cli.demo_pipeline import new_tree
 from platformctl.kernel.cluster.live import LiveCluster
-from tests.process import canary_runners, get, local_region, run, start, stop_all
+from tests.process import get, region_fixture, run, start
 from tests.release_pipeline.contract import rotation_results_keep_the_contract
 
 POLICY = "strategy: surge\nmaxInFlight: 4\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
@@ -34,16 +33,12 @@ FAILPOINTS = ["release:enter", "release:deploy", "release:call:deploy", "release
               "release:promote"]
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("home")
-    info = local_region(home, "--no-workloads")
-    runners = canary_runners(home, info)
-    (home / "rotation.yaml").write_text(POLICY)
-    (home / "pipeline.yaml").write_text(PIPELINE)
-    yield info
-    stop_all(runners)
-    run(home, "local", "down", check=False)
+def _files(info: dict[str, Any]) -> None:
+    (info["home"] / "rotation.yaml").write_text(POLICY)
+    (info["home"] / "pipeline.yaml").write_text(PIPELINE)
+
+
+region = region_fixture("--no-workloads", runners=True, prepare=_files)
 
 
 def build_new_images(home: Path, version: str) -> None:

@@ -19,6 +19,7 @@ import yaml
 from platformctl.kernel.errors import PlatformError
 from release_pipeline.candidates import Candidate
 from release_pipeline.gates import entry_decision, freeze_window_at, soak_decision
+from release_pipeline.held import Approval, VerdictChange
 from release_pipeline.ledger import STATE, Ledger
 from release_pipeline.pipeline import Freeze, StagePolicy, parse_pipeline
 from release_pipeline.reconcile import tick
@@ -75,7 +76,7 @@ def test_with_three_candidates_in_flight_no_stage_ever_deploys_an_older_one(ledg
         assert order_of(stages, "staging", names) == ["c0", "c2"] and order_of(stages, "prod", names) == ["c0", "c2"]
         superseded = next(e for _, e in ledger.entries() if e["decision"] == "superseded")
         assert superseded["candidate"] == c1.id and superseded["stage"] == "staging"
-        assert superseded["inputs"]["by_candidate"] == c2.id and state.candidates[c1.id]["status"] == "superseded"
+        assert superseded["inputs"]["by_candidate"] == c2.id and state.candidates[c1.id].status == "superseded"
         run(ledger, stages, p, 20)  # folded again and again, it never comes back
         assert order_of(stages, "prod", names) == ["c0", "c2"]
     else:
@@ -95,7 +96,7 @@ def test_approve_refuses_a_superseded_candidate_and_one_about_to_give_way_naming
     with pytest.raises(PlatformError, match=f"gives way to the newer {new.id}"):  # not yet recorded: still refused
         approve(ApproveRequest(old.id, "dev", "ok", path, str(tmp_path / "release.db")))
     run(ledger, stages, p, 1)
-    assert ledger.state().candidates[old.id]["status"] == "superseded"
+    assert ledger.state().candidates[old.id].status == "superseded"
     with pytest.raises(PlatformError, match=f"superseded by {new.id}"):
         approve(ApproveRequest(old.id, "dev", "ok", path, str(tmp_path / "release.db")))
     assert not [e for _, e in ledger.entries() if e["decision"] == "approve"]  # nothing written
@@ -220,7 +221,7 @@ def test_a_stage_with_no_good_candidate_rolls_back_to_the_images_it_ran_before_t
     assert done["inputs"]["done"] is True and done["inputs"]["before"] == before and "ran before" in done["reason"]
     state = ledger.state()
     assert state.stage("dev").step == "idle" and state.stage("dev").last_good is None
-    assert state.candidates[first.id]["status"] == "halted"
+    assert state.candidates[first.id].status == "halted"
     start(ledger, second, stages.clock)  # open again: the next candidate enters, and its own deploy records before
     run(ledger, stages, p, 3)
     assert ("dev", second.id) in stages.deploys
@@ -332,7 +333,7 @@ def test_two_approvals_by_one_aws_identity_under_two_user_names_count_once(monke
         monkeypatch.setenv("USER", "bob")
         second = who()
     assert first == second and first.startswith("arn:aws:") and "(local)" not in first
-    approvals = [{"by": first, "at": T0, "reason": "ok"}, {"by": second, "at": T0 + 1, "reason": "ok"}]
+    approvals = [Approval(first, T0, "ok"), Approval(second, T0 + 1, "ok")]
     said = entry_decision(StagePolicy(name="prod", approvals=2), T0 + 2, [], approvals, None)
     assert said.decision == "wait" and said.unmet == ("approvals",)
 
@@ -411,7 +412,7 @@ def test_a_transient_fault_makes_the_stage_busy_and_only_a_lasting_or_permanent_
     assert all(not r.failing(wall[0]) for r in reports)  # busy: the tick exits 0
     assert {r.errors[0]["since"] for r in reports} == {1_000.0}  # one run of transient faults, from its first
     assert not stages.deploys and ("dev", "halt") not in decisions(ledger, c.id)
-    assert ledger.state().stage("dev").error["transient"] is True
+    assert ledger.state().stage("dev").error.transient is True
     tick(p, ledger, stages, "tester")  # the API answers again: the candidate is deployed, the error over
     assert stages.deploys == [("dev", c.id)] and ledger.state().stage("dev").error is None
     assert [e["decision"] for _, e in ledger.entries()].count("recovered") == 1
@@ -459,25 +460,25 @@ def policy(**kw: Any) -> StagePolicy:
 
 def test_the_soak_gate_at_its_boundaries() -> None:
     rotated = T0
-    passing = [{"at": rotated, "verdict": "pass", "reason": "ok"}]
+    passing = [VerdictChange(rotated, "pass", "ok")]
     at = rotated + 3600
     assert soak_decision(policy(), rotated, at, passing, 99).decision == "wait"  # one result short
     assert soak_decision(policy(), rotated, at, passing, 99).unmet == ("results",)
     assert soak_decision(policy(), rotated, at, passing, 100).decision == "pass"  # exactly at minResults
     assert soak_decision(policy(), rotated, at - 1, passing, 100).unmet == ("soak-time",)  # one second short of the soak
-    late = [{"at": at - 1800 + 1, "verdict": "pass", "reason": "ok"}]
+    late = [VerdictChange(at - 1800 + 1, "pass", "ok")]
     assert soak_decision(policy(), rotated, at, late, 100).unmet == ("pass-for",)  # passFor one second short
-    assert soak_decision(policy(), rotated, at, [{"at": at - 1800, "verdict": "pass", "reason": "ok"}], 100).decision == "pass"
-    unsure = [{"at": rotated, "verdict": "inconclusive", "reason": "thin"}]
+    assert soak_decision(policy(), rotated, at, [VerdictChange(at - 1800, "pass", "ok")], 100).decision == "pass"
+    unsure = [VerdictChange(rotated, "inconclusive", "thin")]
     deadline = rotated + 3600 + 7200
     assert soak_decision(policy(), rotated, deadline - 1, unsure, 100).decision == "wait"  # the instant before
     assert soak_decision(policy(), rotated, deadline, unsure, 100).decision == "halt"  # exactly at the deadline
 
 
 def test_the_entry_gate_at_its_boundaries() -> None:
-    one = [{"by": "arn:aws:iam::1:user/alice", "at": T0, "reason": "ok"}]
+    one = [Approval("arn:aws:iam::1:user/alice", T0, "ok")]
     assert entry_decision(StagePolicy(name="prod", approvals=2), T0, [], one, None).unmet == ("approvals",)
-    two = one + [{"by": "arn:aws:iam::1:user/bob", "at": T0, "reason": "ok"}]
+    two = one + [Approval("arn:aws:iam::1:user/bob", T0, "ok")]
     assert entry_decision(StagePolicy(name="prod", approvals=2), T0, [], two, None).decision == "enter"
 
 

@@ -14,27 +14,19 @@ from typing import Any
 from platformctl.emulator import simulator as sim_events
 from platformctl.emulator.invariants import deleted_without_eviction, eviction_budget_violations, lost_pods
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
-from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel.cluster.constraints import parse_constraints
 from platformctl.kernel.cluster.model import ANNOTATION_START_SECONDS, Container, Pod, PodDisruptionBudget, Resources
 from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
 from platformctl.kernel.state import StateStore
 from platformctl.kernel.state.sqlite import SQLiteStore
+from tests.clusters import NEW, cluster
 from upgrade_service.journal.rotation import read_state
 from upgrade_service.planning.policy import parse_policy
 from upgrade_service.running.execute import Executor
 from upgrade_service.running.run_types import Options, Outcome, Target
 
-OLD, NEW = "ami-0old", "ami-0new"
 MIB = 1024**2
-
-
-def cluster(pools: dict[str, int] | None = None, boot: float = 120.0, max_size: int | None = None,
-            zone: str = "us-east-1a") -> SimulatedCluster:
-    sim = SimulatedCluster("test")
-    for name, count in (pools or {"general": 4}).items():
-        sim.add_pool(NodePoolSpec(name, zone, "m6i.2xlarge", OLD, count, boot, "general", {}, (), zone[:-1], max_size))
-    return sim
 
 
 def service(sim: SimulatedCluster, name: str, replicas: int, *, ns: str = "app", min_available: int | None = None,

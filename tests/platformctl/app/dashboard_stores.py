@@ -21,8 +21,9 @@ from release_pipeline.ledger import Ledger
 from release_pipeline.pipeline import load_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.rotation_result import StageRotation
+from tests.clusters import cluster
 from tests.e2e_canary.test_evidence_window import stage_results
-from tests.upgrade_service.rotation import cluster, service, serving
+from tests.upgrade_service.rotation import service, serving
 from upgrade_service.planning.policy import parse_policy
 from upgrade_service.remediation.policy import parse_remediation_policy
 from upgrade_service.remediation.remediate import run as remediate
@@ -139,9 +140,10 @@ def build(tmp_path: Path) -> Stores:
     for _ in range(40):
         tick(pipeline, ledger, dev, "tester")
         dev.clock += 300
-        if ledger.state().candidates.get(bad.id, {}).get("status") in ("halted", "rolled-back"):
+        where = ledger.state().candidates.get(bad.id)
+        if where is not None and where.status in ("halted", "rolled-back"):
             break
-    halt_reason = str(ledger.state().candidates[bad.id].get("reason"))
+    halt_reason = ledger.state().candidates[bad.id].reason
 
     # A rotation the executor ran, and remediation: a breaker open on one cluster, a node replaced on another.
     sim = serving(nodes=4)

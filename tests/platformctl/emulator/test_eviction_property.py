@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from platformctl.kernel.cluster.model import PodDisruptionBudget
 from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
-from tests.platformctl.emulator.helpers import cluster, template
+from tests.clusters import cluster
+from tests.platformctl.emulator.helpers import template
 
 budget_specs = st.one_of(
     st.none(),
@@ -48,7 +49,7 @@ def desired(spec: tuple[str, IntOrPercent], replicas: int) -> int:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads, operations)
 def test_no_eviction_breaks_a_budget(apps: list, ops: list) -> None:
-    sim = cluster(nodes=3)
+    sim = cluster({"general": 3}, instance_type="m6i.xlarge")
     for i, (replicas, spec, policy, start) in enumerate(apps):
         sim.create_workload("ReplicaSet", template(name=f"app{i}", start=start, grace=5), replicas)
         if spec is not None:

@@ -10,11 +10,12 @@ from platformctl.emulator.simulator import Event, NodePoolSpec
 from platformctl.kernel.cluster.drain import drain
 from platformctl.kernel.cluster.model import LABEL_NODE_TYPE, PodDisruptionBudget, Taint, Toleration
 from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
-from tests.platformctl.emulator.helpers import cluster, template
+from tests.clusters import cluster
+from tests.platformctl.emulator.helpers import template
 
 
 def test_pods_start_after_their_start_time_and_spread_over_nodes() -> None:
-    sim = cluster(nodes=3)
+    sim = cluster({"general": 3}, instance_type="m6i.xlarge")
     sim.create_workload("ReplicaSet", template(start=20), 6)
     sim.advance(1)
     pods = sim.list_pods("app")
@@ -29,7 +30,7 @@ def test_pods_start_after_their_start_time_and_spread_over_nodes() -> None:
 
 
 def test_scheduler_respects_capacity_taints_selectors_and_cordon() -> None:
-    sim = cluster(nodes=2, instance_type="m6i.large")  # 1930m CPU each
+    sim = cluster({"general": 2}, instance_type="m6i.large")  # 1930m CPU each
     gpu = NodePoolSpec("ml", "us-east-1a", "g5.xlarge", "ami-0old", 1, 300, "ml", {}, (Taint("nvidia.com/gpu", "true", "NoSchedule"),))
     sim.add_pool(gpu)
     ml_node = sim.pool_nodes("ml")[0].name
@@ -50,7 +51,7 @@ def test_scheduler_respects_capacity_taints_selectors_and_cordon() -> None:
 
 
 def test_replicaset_replaces_at_once_and_statefulset_after_the_old_pod_is_gone() -> None:
-    sim = cluster()
+    sim = cluster({"general": 3}, instance_type="m6i.xlarge")
     sim.create_workload("ReplicaSet", template(name="web", grace=30), 2)
     sim.create_workload("StatefulSet", template(name="kv", grace=30), 2)
     sim.advance(30)
@@ -67,7 +68,7 @@ def test_replicaset_replaces_at_once_and_statefulset_after_the_old_pod_is_gone()
 
 
 def test_daemonset_follows_nodes_and_drain_leaves_it() -> None:
-    sim = cluster(nodes=2, boot=60)
+    sim = cluster({"general": 2}, instance_type="m6i.xlarge", boot=60)
     sim.create_workload("DaemonSet", template(namespace="kube-system", name="agent", tolerations=(Toleration(operator="Exists"),)), 0)
     sim.advance(20)
     assert len(sim.list_pods("kube-system")) == 2
@@ -82,7 +83,7 @@ def test_daemonset_follows_nodes_and_drain_leaves_it() -> None:
 
 
 def test_job_runs_to_completion_and_ttl_removes_it() -> None:
-    sim = cluster()
+    sim = cluster({"general": 3}, instance_type="m6i.xlarge")
     sim.create_workload("Job", template(name="report", run=300), 2, completions=4, ttl_seconds=60)
     sim.advance(340)
     phases = Counter(p.phase for p in sim.list_pods("app"))
@@ -94,7 +95,7 @@ def test_job_runs_to_completion_and_ttl_removes_it() -> None:
 
 
 def test_node_boots_not_ready_then_ready() -> None:
-    sim = cluster(nodes=1, boot=200)
+    sim = cluster({"general": 1}, instance_type="m6i.xlarge", boot=200)
     sim.scale_pool("general", 2)
     fresh = [n for n in sim.list_nodes() if not n.ready]
     assert len(fresh) == 1
@@ -105,7 +106,7 @@ def test_node_boots_not_ready_then_ready() -> None:
 
 
 def test_deleting_a_node_loses_its_pods_and_the_pool_replaces_it() -> None:
-    sim = cluster(nodes=2, boot=60)
+    sim = cluster({"general": 2}, instance_type="m6i.xlarge", boot=60)
     sim.create_workload("ReplicaSet", template(), 4)
     sim.advance(20)
     victim = sim.list_pods("app")[0].node_name
@@ -118,7 +119,7 @@ def test_deleting_a_node_loses_its_pods_and_the_pool_replaces_it() -> None:
 
 
 def test_pool_image_change_applies_to_new_nodes_only() -> None:
-    sim = cluster(nodes=2)
+    sim = cluster({"general": 2}, instance_type="m6i.xlarge")
     sim.set_pool_image("general", "ami-0new")
     sim.scale_pool("general", 3)
     images = Counter(n.image for n in sim.list_nodes())
@@ -128,7 +129,7 @@ def test_pool_image_change_applies_to_new_nodes_only() -> None:
 
 
 def test_drain_is_paced_by_the_budget() -> None:
-    sim = cluster(nodes=4)
+    sim = cluster({"general": 4}, instance_type="m6i.xlarge")
     sim.create_workload("ReplicaSet", template(name="web", start=30, grace=5), 4)
     sim.create_pdb(PodDisruptionBudget("app", "web", "u", LabelSelector((("app", "web"),)), max_unavailable=IntOrPercent(1)))
     sim.advance(40)
@@ -142,7 +143,7 @@ def test_drain_is_paced_by_the_budget() -> None:
 
 
 def test_label_and_field_selectors_on_lists() -> None:
-    sim = cluster(nodes=2)
+    sim = cluster({"general": 2}, instance_type="m6i.xlarge")
     sim.create_workload("ReplicaSet", template(name="web", labels={"app": "web", "tier": "front"}), 2)
     sim.create_workload("ReplicaSet", template(name="db", labels={"app": "db"}), 1)
     sim.advance(20)
@@ -184,7 +185,7 @@ def test_checker_is_clean_on_a_busy_synthetic_cluster_and_lost_pods_are_reported
 
 
 def test_bare_pod_is_not_recreated_after_eviction() -> None:
-    sim = cluster(nodes=1)
+    sim = cluster({"general": 1}, instance_type="m6i.xlarge")
     sim.create_pod(template(name="debug"))
     sim.advance(15)
     assert sim.get_pod("app", "debug").ready
@@ -194,7 +195,7 @@ def test_bare_pod_is_not_recreated_after_eviction() -> None:
 
 
 def test_higher_priority_pods_are_placed_first() -> None:
-    sim = cluster(nodes=1, instance_type="m6i.large")  # 1930m CPU
+    sim = cluster({"general": 1}, instance_type="m6i.large")  # 1930m CPU
     sim.create_pod(template(name="low", cpu=1200, priority=-100))
     sim.create_pod(template(name="high", cpu=1200, priority=1000))
     sim.advance(1)
@@ -215,7 +216,7 @@ def test_controllers_inferred_from_a_snapshot_keep_working(rules) -> None:  # ty
 
 
 def test_budget_the_controller_cannot_sync_is_still_being_processed() -> None:
-    sim = cluster(nodes=2)
+    sim = cluster({"general": 2}, instance_type="m6i.xlarge")
     sim.create_workload("Job", template(name="etl", labels={"job-name": "etl"}, run=3600), 2)
     sim.create_pdb(PodDisruptionBudget("app", "etl", "u", LabelSelector((("job-name", "etl"),)), max_unavailable=IntOrPercent(1)))
     sim.advance(20)
@@ -227,7 +228,7 @@ def test_budget_the_controller_cannot_sync_is_still_being_processed() -> None:
 def test_a_start_varies_by_instance_type_and_a_slow_image_shifts_it() -> None:
     """Starts are a distribution, not a constant: fewer cores start containers slower on the whole, and a slow image
     moves every start on its nodes by its delay."""
-    sim = cluster(nodes=3, instance_type="m6i.large", pool="small")
+    sim = cluster({"small": 3}, instance_type="m6i.large")
     sim.add_pool(NodePoolSpec("big", "us-east-1a", "m6i.8xlarge", "ami-0new", 3))
     sim.advance(200)
     for pool in ("small", "big"):

@@ -13,7 +13,7 @@ from platformctl.emulator import moto_extensions
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.kernel.nodegroups import NodeGroupError, NodeGroups
 from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
-from tests.upgrade_service.rotation import cluster
+from tests.clusters import cluster
 
 REGION = "us-east-1"
 

@@ -15,7 +15,8 @@ import pytest
 
 from platformctl.kernel.cluster.model import parse_snapshot
 from platformctl.kernel.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, executor, harm, longest_pending, new_image, rotate, service
+from tests.clusters import NEW, OLD, cluster
+from tests.upgrade_service.rotation import NO_HARM, executor, harm, longest_pending, new_image, rotate, service
 from upgrade_service.journal.rotation import read_state
 from upgrade_service.planning.plan import RotationPlan, plan_cluster
 

@@ -18,7 +18,8 @@ from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import NO_HARM, cluster, events, harm, service
+from tests.clusters import cluster
+from tests.upgrade_service.rotation import NO_HARM, events, harm, service
 from upgrade_service.journal import rotation as rj
 from upgrade_service.journal.remediation import read_state
 from upgrade_service.remediation.health import assess

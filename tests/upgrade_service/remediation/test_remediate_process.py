@@ -12,7 +12,6 @@ import json
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 
 from ami.manifest import MANIFEST_DIR
 from platformctl.kernel.cluster.live import LiveCluster
-from tests.process import run
+from tests.process import region_fixture, run
 from tests.upgrade_service.running.test_rotate_run_process import asg, get, new_images, rotate
 
 LEASE = "2"
@@ -35,19 +34,17 @@ maxPerHour: 100
 """
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("home")
-    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-canaries", "-o", "json").stdout)
-    info["home"] = home
+def _files(info: dict[str, Any]) -> None:
+    home = info["home"]
     (home / "remediation.yaml").write_text(POLICY)
     info["manifests"] = home / "manifests"  # for a rotation's new images
     info["manifests"].mkdir()
     for path in MANIFEST_DIR.glob("*.yaml"):
         (info["manifests"] / path.name).write_text(path.read_text())
     info["policy"] = str(home / "remediation.yaml")
-    yield info
-    run(home, "local", "down", check=False)
+
+
+region = region_fixture(prepare=_files)
 
 
 def cli(region: dict[str, Any], *args: str, check: bool = True, env: dict[str, str] | None = None) -> Any:

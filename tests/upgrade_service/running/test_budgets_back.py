@@ -18,7 +18,8 @@ from platformctl.emulator import simulator as sim_events
 from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel.cluster.model import PDBStatus
 from platformctl.kernel.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, executor, harm, new_image, service
+from tests.clusters import NEW, OLD, cluster
+from tests.upgrade_service.rotation import NO_HARM, executor, harm, new_image, service
 from upgrade_service.journal.rotation import read_state
 from upgrade_service.planning.plan import plan_cluster
 from upgrade_service.running.report import build_report

@@ -17,19 +17,8 @@ import pytest
 from platformctl.emulator import simulator as sim_events
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import (
-    NEW,
-    NO_HARM,
-    OLD,
-    cluster,
-    events,
-    executor,
-    harm,
-    new_image,
-    rotate,
-    service,
-    serving,
-)
+from tests.clusters import NEW, OLD, cluster
+from tests.upgrade_service.rotation import NO_HARM, events, executor, harm, new_image, rotate, service, serving
 from upgrade_service.journal.rotation import control, read_state
 from upgrade_service.running.report import build_report
 from upgrade_service.running.run_types import EXIT_DONE, EXIT_HALTED, EXIT_PAUSED, TAINT

@@ -24,7 +24,8 @@ from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel import failpoints
 from platformctl.kernel.cluster.model import LABEL_NODEGROUP_IMAGE
 from platformctl.kernel.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, harm, new_image, service
+from tests.clusters import NEW, OLD, cluster
+from tests.upgrade_service.rotation import NO_HARM, harm, new_image, service
 from upgrade_service.journal.rotation import FIRST_LIGHT_KEY, control, read_state
 from upgrade_service.planning.policy import parse_policy
 from upgrade_service.running.execute import Executor

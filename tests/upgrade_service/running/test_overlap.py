@@ -10,7 +10,8 @@ from platformctl.emulator import simulator as sim_events
 from platformctl.emulator.invariants import one_at_a_time_breaches
 from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import NEW, NO_HARM, OLD, cluster, harm, new_image, overlapping_waves, rotate, service
+from tests.clusters import NEW, OLD, cluster
+from tests.upgrade_service.rotation import NO_HARM, harm, new_image, overlapping_waves, rotate, service
 from upgrade_service.journal.rotation import read_state
 
 REPLACE = {"strategy": "replace", "maxInFlight": 4, "minZoneCapacityPercent": 50,

@@ -15,7 +15,8 @@ from platformctl.emulator import simulator as sim_events
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.kernel import failpoints
 from platformctl.kernel.state.sqlite import SQLiteStore
-from tests.upgrade_service.rotation import NO_HARM, cluster, executor, harm, new_image, service
+from tests.clusters import cluster
+from tests.upgrade_service.rotation import NO_HARM, executor, harm, new_image, service
 from upgrade_service.journal import rotation as j
 from upgrade_service.running.run_types import TAINT, Target
 from upgrade_service.running.runs import abort_cluster

@@ -17,17 +17,15 @@ import sqlite3
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
-import pytest
 
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.state.sqlite import SQLiteStore
 from platformctl.kernel.topology import load_stage
-from tests.process import get, new_images, run, start
+from tests.process import get, new_images, region_fixture, run, start
 from tests.upgrade_service.rotation import overlapping_waves
 
 STAGE = load_stage("dev")
@@ -36,17 +34,14 @@ TAINT_KEY = "platformctl.io/rotation"
 LEASE = "2"  # seconds: a killed run's lease is taken over this soon
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("home")
-    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-canaries", "-o", "json").stdout)
-    info["home"] = home
-    policy = home / "policy.yaml"
+def _policy(info: dict[str, Any]) -> None:
+    policy = info["home"] / "policy.yaml"
     policy.write_text("maxInFlight: 3\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")
     info["policy"] = str(policy)
     info["groups"] = desired(info)
-    yield info
-    run(home, "local", "down", check=False)
+
+
+region = region_fixture(prepare=_policy)
 
 
 def asg(region: dict[str, Any]) -> Any:

@@ -13,24 +13,16 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.cluster.model import parse_time
-from tests.process import local_region, new_images, run
+from tests.process import new_images, region_fixture, run
 
 CLUSTER = "dev-usw2a-01"
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("home")
-    info = local_region(home, "--no-workloads")
-    yield info
-    run(home, "local", "down", check=False)
+region = region_fixture("--no-workloads")
 
 
 def get(region: dict[str, Any], path: str) -> Any:

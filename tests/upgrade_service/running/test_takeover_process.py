@@ -15,13 +15,10 @@ import json
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from platformctl.kernel.cluster.live import LiveCluster
-from tests.process import get, local_region, new_images, run, start
+from tests.process import get, new_images, region_fixture, run, start
 
 CLUSTER = "dev-usw2a-01"
 LEASE = "2"
@@ -29,15 +26,13 @@ MUTATING_AWS = {"SetDesiredCapacity", "TerminateInstanceInAutoScalingGroup"}
 MUTATING_KUBE = ("NodeCordoned", "NodeUncordoned", "PodEvicted", "EvictionRefused")
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("home")
-    info = local_region(home)
-    policy = home / "policy.yaml"
+def _policy(info: dict[str, Any]) -> None:
+    policy = info["home"] / "policy.yaml"
     policy.write_text("maxInFlight: 1\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")
     info["policy"] = str(policy)
-    yield info
-    run(home, "local", "down", check=False)
+
+
+region = region_fixture(prepare=_policy)
 
 
 def side_effects(region: dict[str, Any]) -> dict[str, Any]:

@@ -12,25 +12,20 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from platformctl.kernel.cluster.model import parse_time
-from tests.process import local_region, run
+from tests.process import region_fixture, run
 
 KUBECTL = shutil.which("kubectl")
 CLUSTER = "dev-usw2a-01"
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("home")
-    info = local_region(home, "--no-workloads")
+def _api(info: dict[str, Any]) -> None:
     info["api"] = f"{info['kubernetes_endpoint']}/clusters/{CLUSTER}"
-    yield info
-    run(home, "local", "down", check=False)
+
+
+region = region_fixture("--no-workloads", prepare=_api)
 
 
 def call(region: dict[str, Any], method: str, path: str, body: Any = None) -> tuple[int, Any]:

@@ -16,14 +16,13 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from werkzeug.test import Client
 
 from platformctl.emulator.server.protobuf import MAGIC, MEDIA_TYPE
-from tests.process import environment, local_region, run
+from tests.process import environment, region_fixture
 
 # ------------------------------------------------------------------------------------ the newest kubectl
 
@@ -66,14 +65,11 @@ def kubectl_path() -> str:
     return found[0]
 
 
-@pytest.fixture(scope="module")
-def region(kubectl_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    info = local_region(tmp_path_factory.mktemp("home"))
+def _member(info: dict[str, Any]) -> None:
     info["member"] = next(c["name"] for c in info["clusters"] if not c["name"].endswith("-host"))
-    try:
-        yield info
-    finally:
-        run(info["home"], "local", "down", check=False)
+
+
+region = region_fixture(prepare=_member)  # the kubectl tests ask for `kubectl_path` first: skipped before it starts
 
 
 def kubectl(region: dict[str, Any], path: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

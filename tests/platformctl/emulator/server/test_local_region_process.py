@@ -9,27 +9,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from platformctl.kernel.topology import load_stage
-from tests.process import run
+from tests.process import region_fixture, run
 
 KUBECTL = shutil.which("kubectl")
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("home")
-    up_wall = time.time()
-    info = json.loads(run(home, "local", "up", "--stage", "dev", "--no-canaries", "-o", "json").stdout)
-    info["home"] = home
-    info["up_wall"] = up_wall
-    yield info
-    run(home, "local", "down", check=False)
+region = region_fixture()
 
 
 def test_status_names_the_endpoints_the_clusters_and_the_virtual_time(region: dict[str, Any]) -> None:

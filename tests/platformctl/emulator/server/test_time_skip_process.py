@@ -10,13 +10,10 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.process import environment, get, local_region, run
+from tests.process import environment, get, local_region, region_fixture, run
 
 # A registered client: sleeps SECONDS of the region's time, then prints the region's time before and after, as the
 # server says it (not the client's own guess).
@@ -59,12 +56,11 @@ while True:
 """
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    info = local_region(tmp_path_factory.mktemp("home"), "--no-workloads", "--skip")
+def _time_url(info: dict[str, Any]) -> None:
     info["time_url"] = f"{info['kubernetes_endpoint']}/platformctl/v1/time"
-    yield info
-    run(info["home"], "local", "down", check=False)
+
+
+region = region_fixture("--no-workloads", "--skip", prepare=_time_url)
 
 
 def _clock(region: dict[str, Any]) -> dict[str, Any]:

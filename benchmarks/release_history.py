@@ -114,7 +114,7 @@ def main() -> None:
             last = ledger.store.last(STATE)
             size = len(json.dumps(last.data)) if last else 0
             entries = len(ledger.entries())
-            biggest = max(len(json.dumps(e)) for _, e in ledger.entries())
+            biggest = max(len(json.dumps(e.as_stored())) for _, e in ledger.entries())
             print(f"{name:>14}: checkpoint {size:,} bytes; {entries:,} ledger entries, the largest {biggest:,} bytes")
         t_one, t_many = timed(one, one_fleet), timed(many, many_fleet)
         print(f"tick (median of 51): after 1 release {t_one * 1000:.1f} ms; after {args.releases} {t_many * 1000:.1f} ms; "

@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from croniter import croniter
 
@@ -37,6 +36,7 @@ from platformctl.kernel.clock import Clock, past, synced_now, wait_for_change
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
 from platformctl.kernel.errors import ApiRefused, NotFoundError
+from platformctl.kernel.jsontypes import JSONMapping, JSONObject, JSONValue, array, mapping, to_int
 
 SIM_START = "sim.platformctl.io/start-seconds"
 SIM_RUN = "sim.platformctl.io/run-seconds"
@@ -84,30 +84,32 @@ class Check:
     # ---------------------------------------------------------------- objects
 
     def template(self, *, run_seconds: int | None = None, restart: str | None = None, tolerate_all: bool = False,
-                 extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+                 extra_labels: dict[str, str] | None = None) -> JSONObject:
+        """A pod template: one container, the canary's image and requests, labelled as the check's."""
         c = self.canary
-        container: dict[str, Any] = {"name": "probe", "image": c.pod_image,
-                                     "resources": {"requests": {"cpu": c.resources.cpu, "memory": c.resources.memory}}}
+        container: JSONObject = {"name": "probe", "image": c.pod_image,
+                                 "resources": {"requests": {"cpu": c.resources.cpu, "memory": c.resources.memory}}}
         annotations = {SIM_START: "2"}
         if run_seconds is not None:
             container["command"] = ["sleep", str(run_seconds)]
             annotations[SIM_RUN] = str(run_seconds)
-        spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 0}
+        spec: JSONObject = {"containers": [container], "terminationGracePeriodSeconds": 0}
         if restart:
             spec["restartPolicy"] = restart
         if tolerate_all:
             spec["tolerations"] = [{"operator": "Exists"}]
         return {"metadata": {"labels": {**self.labels, **(extra_labels or {})}, "annotations": annotations}, "spec": spec}
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def create(self, obj: JSONObject) -> JSONMapping:
+        """Create ``obj`` (a manifest) in the check's namespace, with the check's labels; the object the API made."""
         obj = copy.deepcopy(obj)
-        obj["metadata"] = {**obj.get("metadata", {}), "namespace": self.namespace,
-                           "labels": {**self.labels, **obj.get("metadata", {}).get("labels", {})}}
+        metadata = mapping(obj.get("metadata"))
+        obj["metadata"] = {**metadata, "namespace": self.namespace, "labels": {**self.labels, **mapping(metadata.get("labels"))}}
         try:
             made = self.cluster.create_object(obj)
         except ApiRefused as exc:
             raise CheckFailed("fail" if exc.status >= 500 else "infra_error",
-                              f"the API server answered {exc.status} to creating {obj['kind']} {obj['metadata']['name']}: "
+                              f"the API server answered {exc.status} to creating {obj['kind']} {metadata['name']}: "
                               f"{exc.detail}") from None
         if self.origin is None:
             self.origin = _stamp(made, "creationTimestamp")
@@ -118,7 +120,7 @@ class Check:
                 self.deadline = max(self.deadline, self.origin + self.canary.deadline)
         return made
 
-    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+    def get(self, kind: str, name: str) -> JSONMapping | None:
         try:
             return self.cluster.get_object(kind, self.namespace, name)
         except NotFoundError:
@@ -205,8 +207,7 @@ def service(check: Check) -> list[Observation]:
         def done() -> bool:
             live = [p for p in check.pods(selector) if p.deletion_time is None]
             check.startups(live, seen)
-            obj = check.get("Deployment", name) or {}
-            status = obj.get("status") or {}
+            status = _status(check.get("Deployment", name))
             return status.get("updatedReplicas") == count and status.get("availableReplicas") == count and \
                 status.get("replicas") == count and sum(p.ready for p in live) == count
         return done
@@ -214,10 +215,10 @@ def service(check: Check) -> list[Observation]:
     check.wait(f"Deployment {name}: {c.replicas} replicas Ready", ready(c.replicas), lambda: check.pods(selector))
     # The roll: a new template (a new image when the canary names one), availability sampled at every poll.
     roll_start = synced_now(check.clock)
-    patch: dict[str, Any] = {"spec": {"template": {"metadata": {"annotations": {ROLL_ANNOTATION: str(roll_start)}}}}}
+    rolled_to: JSONObject = {"metadata": {"annotations": {ROLL_ANNOTATION: str(roll_start)}}}
     if c.new_image:
-        patch["spec"]["template"]["spec"] = {"containers": [{"name": "probe", "image": c.new_image}]}
-    check.cluster.patch_object("Deployment", check.namespace, name, patch)
+        rolled_to["spec"] = {"containers": [{"name": "probe", "image": c.new_image}]}
+    check.cluster.patch_object("Deployment", check.namespace, name, {"spec": {"template": rolled_to}})
     lowest = c.replicas
 
     def rolled() -> bool:
@@ -246,7 +247,7 @@ def service(check: Check) -> list[Observation]:
 # -------------------------------------------------------------------------------------------- batch
 
 
-def _job(check: Check, name: str) -> dict[str, Any]:
+def _job(check: Check, name: str) -> JSONObject:
     c = check.canary
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
             "spec": {"parallelism": c.parallelism, "completions": c.completions or c.parallelism, "backoffLimit": 0,
@@ -264,9 +265,10 @@ def _finished(check: Check, name: str, seen: dict[str, float], until: float | No
         failed = [p for p in pods if p.phase == "Failed"]
         if failed:
             raise CheckFailed("fail", f"Job {name}: pod {failed[0].name} exited non-zero (phase Failed)")
-        status = (check.get("Job", name) or {}).get("status") or {}
-        return status.get("succeeded", 0) >= completions and any(
-            cond.get("type") == "Complete" and cond.get("status") == "True" for cond in status.get("conditions") or [])
+        status = _status(check.get("Job", name))
+        return to_int(status.get("succeeded", 0)) >= completions and any(
+            mapping(cond).get("type") == "Complete" and mapping(cond).get("status") == "True"
+            for cond in array(status.get("conditions")))
 
     check.wait(f"Job {name}: {completions} completions", done, lambda: check.pods(selector), until)
 
@@ -276,7 +278,7 @@ def batch(check: Check) -> list[Observation]:
     check.create(_job(check, name))
     seen: dict[str, float] = {}
     _finished(check, name, seen)
-    completed = _stamp((check.get("Job", name) or {}).get("status"), "completionTime", None)
+    completed = _stamp(_status(check.get("Job", name)), "completionTime", None)
     return [Observation("ok", "", {"pod_startup_seconds": sorted(seen.values()), "check_seconds": check.elapsed(completed)})]
 
 
@@ -298,13 +300,13 @@ def cron(check: Check) -> list[Observation]:
     from platformctl.kernel.cluster.model import parse_time
 
     # The firings the CronJob owes from its creation, in the API server's time (this client's clock may differ).
-    times = croniter(c.schedule, parse_time(created["metadata"]["creationTimestamp"], "creationTimestamp", None))
+    times = croniter(c.schedule, parse_time(mapping(created["metadata"])["creationTimestamp"], "creationTimestamp", None))
     for _ in range(c.runs):
         due = times.get_next(float)
         job_name = f"{name}-{int(due // 60)}"  # the CronJob controller's name for the run scheduled at ``due``
-        found: dict[str, Any] = {}
+        found: JSONObject = {}
 
-        def fired(job_name: str = job_name, found: dict[str, Any] = found) -> bool:
+        def fired(job_name: str = job_name, found: JSONObject = found) -> bool:
             obj = check.get("Job", job_name)
             if obj is not None:
                 found.update(obj)
@@ -322,7 +324,7 @@ def cron(check: Check) -> list[Observation]:
                                     f"CronJob {name} did not fire within toleranceSeconds {c.tolerance_seconds} of its "
                                     f"schedule {c.schedule!r}" if failed.outcome == "timeout" else failed.reason))
             continue
-        made = parse_time(found["metadata"]["creationTimestamp"], "creationTimestamp", None)
+        made = parse_time(mapping(found["metadata"])["creationTimestamp"], "creationTimestamp", None)
         lateness = max(made - due, 0.0)
         seen: dict[str, float] = {}
         # the Job's pods carry the template's labels: this run's are told apart by job-name
@@ -331,8 +333,8 @@ def cron(check: Check) -> list[Observation]:
         def done(job_name: str = job_name, seen: dict[str, float] = seen, selector: str = job_selector) -> bool:
             pods = check.pods(selector)
             check.startups(pods, seen)
-            status = (check.get("Job", job_name) or {}).get("status") or {}
-            return bool(status.get("succeeded", 0) >= (c.completions or c.parallelism))
+            status = _status(check.get("Job", job_name))
+            return to_int(status.get("succeeded", 0)) >= (c.completions or c.parallelism)
 
         def its_pods(selector: str = job_selector) -> list[Pod]:
             return check.pods(selector)
@@ -346,7 +348,7 @@ def cron(check: Check) -> list[Observation]:
             rows.append(Observation("fail", f"CronJob {name} fired {lateness:.0f} s after its schedule, more than "
                                     f"toleranceSeconds {c.tolerance_seconds}", {"fire_lateness_seconds": lateness}))
             continue
-        completed = _stamp((check.get("Job", job_name) or {}).get("status"), "completionTime", None)
+        completed = _stamp(_status(check.get("Job", job_name)), "completionTime", None)
         rows.append(Observation("ok", "", {"fire_lateness_seconds": lateness, "pod_startup_seconds": sorted(seen.values()),
                                            "check_seconds": check.elapsed(completed, start=due)}))
     return rows
@@ -408,12 +410,17 @@ def daemon(check: Check) -> list[Observation]:
     return rows
 
 
-def _stamp(obj: dict[str, Any] | None, field_name: str, where: str | None = "metadata") -> float | None:
+def _status(obj: JSONMapping | None) -> JSONMapping:
+    """An object's ``status`` as the API server last wrote it (empty before it wrote any, or when there is no object)."""
+    return mapping((obj or {}).get("status"))
+
+
+def _stamp(obj: JSONValue, field_name: str, where: str | None = "metadata") -> float | None:
     """A timestamp the API server wrote on an object (``metadata.creationTimestamp``, ``status.completionTime``)."""
     from platformctl.kernel.cluster.model import parse_time
 
-    part = (obj or {}).get(where) if where else obj
-    raw = (part or {}).get(field_name) if isinstance(part, dict) else None
+    part = mapping(obj).get(where) if where else obj
+    raw = mapping(part).get(field_name)
     return parse_time(raw, field_name, None) if isinstance(raw, str) else None
 
 

@@ -19,7 +19,7 @@ unknown kind, a bad cron expression, a duration that is not one) names the file 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -29,6 +29,7 @@ from platformctl.kernel.cluster.model import Resources as PodResources
 from platformctl.kernel.cluster.model import parse_quantity
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration as seconds
+from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.yamlfile import read_yaml, validate
 
 CANARY_DIR = Path(__file__).resolve().parent / "canaries"  # the canaries shipped with this package (tests read them)
@@ -106,7 +107,7 @@ class Canary(_Value):
     @field_validator("interval", "jitter", "deadline", "run_seconds", "evidence_window", "tolerance_seconds", "ready_deadline_seconds",
                      mode="before")
     @classmethod
-    def _duration(cls, value: Any) -> int:
+    def _duration(cls, value: object) -> int:
         return seconds(value)
 
     @field_validator("schedule")
@@ -124,7 +125,7 @@ class Canary(_Value):
             raise ValueError("maxSurge and maxUnavailable cannot both be 0: the roll could never make progress")
         return self
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The definition as the file would spell it in full: the common fields and its own kind's."""
         others = {n for kind, names in OWN_FIELDS.items() if kind != self.kind for n in names}
         return {**self.model_dump(mode="json", by_alias=True, exclude=others), "image": self.pod_image,
@@ -155,7 +156,7 @@ OWN_FIELDS = {
 }
 
 
-def parse_canary(document: Any, source: str) -> Canary:
+def parse_canary(document: object, source: str) -> Canary:
     canary = validate(Canary, document, source, "canary")
     for kind, names in OWN_FIELDS.items():
         if kind == canary.kind:

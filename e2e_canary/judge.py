@@ -29,6 +29,7 @@ is built from judgements). The configuration is YAML parsed once at the edge.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from collections import Counter
@@ -36,7 +37,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Annotated, Any, Literal
+from types import ModuleType
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,6 +46,7 @@ from pydantic.alias_generators import to_camel
 
 from e2e_canary.results import JUDGED, OUTCOMES, CanaryResult
 from platformctl.kernel.errors import TOO_DEEP, PlatformError
+from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.yamlfile import read_yaml, validate
 
 EXACT_PAIRS = 2_000_000  # up to this many pairwise differences the Hodges-Lehmann numbers are computed directly
@@ -91,7 +94,7 @@ class JudgeConfig(_Value):
         return self.metrics.get(metric) or DEFAULT_METRICS.get(metric) or self.default_metric
 
 
-def parse_config(document: Any, source: str) -> JudgeConfig:
+def parse_config(document: object, source: str) -> JudgeConfig:
     config = validate(JudgeConfig, document, source, "judge configuration", empty=True)
     return config.model_copy(update={"source": source})
 
@@ -123,7 +126,7 @@ class Arm:
         """Attempts that tell about the platform: neither disrupted (retried) nor the canary's own infra error."""
         return self.count("ok") + self.failures
 
-    def to_file(self) -> dict[str, Any]:
+    def to_file(self) -> JSONObject:
         return {"samples": {k: list(v) for k, v in self.samples.items()},
                 "outcomes": {k: self.count(k) for k in OUTCOMES}}
 
@@ -140,7 +143,7 @@ def arm_of(rows: Iterable[CanaryResult]) -> Arm:
     return Arm(samples, dict(outcomes))
 
 
-def parse_arm(document: Any, source: str) -> Arm:
+def parse_arm(document: object, source: str) -> Arm:
     """An arm from the documented shape ``{"samples": {metric: [numbers]}, "outcomes": {outcome: n}}``."""
     if not isinstance(document, dict):
         raise PlatformError('expected {"samples": {...}, "outcomes": {...}}', file=source)
@@ -256,23 +259,60 @@ def newcombe(k_e: int, n_e: int, k_b: int, n_b: int, confidence: float) -> tuple
 Word = Literal["pass", "fail", "inconclusive"]  # a verdict, of a metric, an arm, a canary, a stage
 
 
+@dataclass(frozen=True)
+class SampleSummary:
+    """An arm's samples of a metric, as a verdict shows them: how many, their median and p99 (None when none)."""
+
+    n: int
+    median: float | None = None
+    p99: float | None = None
+
+    def to_dict(self) -> JSONObject:
+        return {"n": self.n, "median": self.median, "p99": self.p99}
+
+
+@dataclass(frozen=True)
+class RateSummary:
+    """An arm's attempts for a rate (failures, disruptions), as a verdict shows them: how many, how many of them were
+    the event, and its rate (None without attempts)."""
+
+    n: int
+    events: int
+    rate: float | None
+
+    def to_dict(self) -> JSONObject:
+        return {"n": self.n, "events": self.events, "rate": self.rate}
+
+
+Summary = SampleSummary | RateSummary
+
+
 @dataclass
 class MetricVerdict:
     name: str
     verdict: Word
     reason: str
-    baseline: dict[str, Any]
-    experiment: dict[str, Any]
+    baseline: Summary | None  # None: judged against its objectives alone (``{}`` in its JSON)
+    experiment: Summary
     u_statistic: float | None = None
     p_value: float | None = None
     shift: float | None = None
     shift_ci: list[float] | None = None
-    threshold: dict[str, Any] = field(default_factory=dict)
+    threshold: dict[str, float | str | None] = field(default_factory=dict)  # the rule, alpha, the minimum, the material
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "reason": self.reason, "baseline": self.baseline, "experiment": self.experiment,
-                "u_statistic": self.u_statistic, "p_value": self.p_value, "shift": self.shift, "shift_ci": self.shift_ci,
-                "threshold": self.threshold}
+    def to_dict(self) -> JSONObject:
+        return {"verdict": self.verdict, "reason": self.reason,
+                "baseline": self.baseline.to_dict() if self.baseline is not None else {},
+                "experiment": self.experiment.to_dict(), "u_statistic": self.u_statistic, "p_value": self.p_value,
+                "shift": self.shift, "shift_ci": self.shift_ci, "threshold": self.threshold}
+
+    @property
+    def medians(self) -> tuple[float, float] | None:
+        """The baseline's median and the experiment's, when both arms hold samples of the metric."""
+        b, e = self.baseline, self.experiment
+        if isinstance(b, SampleSummary) and isinstance(e, SampleSummary) and b.median is not None and e.median is not None:
+            return b.median, e.median
+        return None
 
 
 @dataclass
@@ -282,25 +322,29 @@ class Judgement:
     metrics: dict[str, MetricVerdict]
     alpha_per_test: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"verdict": self.verdict, "reason": self.reason, "alpha_per_test": self.alpha_per_test,
                 "metrics": {name: m.to_dict() for name, m in self.metrics.items()}}
 
 
-def _summary(values: Sequence[float]) -> dict[str, Any]:
+def _summary(values: Sequence[float]) -> SampleSummary:
     if not len(values):
-        return {"n": 0, "median": None, "p99": None}
+        return SampleSummary(0)
     a = np.asarray(values, dtype=float)
-    return {"n": int(a.size), "median": float(np.median(a)), "p99": float(np.percentile(a, 99))}
+    return SampleSummary(int(a.size), float(np.median(a)), float(np.percentile(a, 99)))
+
+
+def _rate(events: int, n: int) -> RateSummary:
+    return RateSummary(n, events, events / n if n else None)
 
 
 def _number(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _too_little(b: dict[str, Any], e: dict[str, Any], minimum: int, what: str, key: str) -> str:
+def _too_little(b: Summary, e: Summary, minimum: int, what: str, key: str) -> str:
     """Why the arms hold too little to judge ("" when they hold enough)."""
-    short = [f"{arm} has {s['n']}" for arm, s in (("baseline", b), ("experiment", e)) if s["n"] < minimum]
+    short = [f"{arm} has {s.n}" for arm, s in (("baseline", b), ("experiment", e)) if s.n < minimum]
     return f"too little data: {', '.join(short)} {what}, fewer than {key} {minimum}" if short else ""
 
 
@@ -312,17 +356,18 @@ def _judge_metric(name: str, baseline: Sequence[float], experiment: Sequence[flo
                         threshold={"direction": rule.direction, "material_relative": rule.material_relative,
                                    "material_absolute": rule.material_absolute, "objective_p99": rule.objective_p99,
                                    "alpha": alpha, "min_samples": config.min_samples})
-    empty = [arm for arm, s in (("baseline", b), ("experiment", e)) if s["n"] == 0]
+    empty = [arm for arm, s in (("baseline", b), ("experiment", e)) if s.n == 0]
     if empty:
         out.reason = f"no data in the {' and '.join(empty)} arm{'s' if len(empty) > 1 else ''}: nothing to judge, never a pass"
         return out
+    assert b.median is not None and e.p99 is not None  # both arms hold samples
     out.reason = _too_little(b, e, config.min_samples, "samples", "minSamples")
     if out.reason:
         return out
     worse = "greater" if rule.direction == "increase" else "less"
     test = _stats().mannwhitneyu(experiment, baseline, alternative=worse)
     shift, lower, upper = hodges_lehmann(baseline, experiment, config.confidence)
-    material = max(rule.material_relative * abs(b["median"]), rule.material_absolute)
+    material = max(rule.material_relative * abs(b.median), rule.material_absolute)
     signed = shift if rule.direction == "increase" else -shift
     out.u_statistic, out.p_value = float(test.statistic), float(test.pvalue)
     out.shift, out.shift_ci = shift, [lower, upper]
@@ -335,9 +380,9 @@ def _judge_metric(name: str, baseline: Sequence[float], experiment: Sequence[flo
     said = (f"shift {_number(shift)} ({int(config.confidence * 100)}% CI {_number(lower)} to {_number(upper)}), "
             f"p={out.p_value:.2g}")
     objective = rule.objective_p99
-    if objective is not None and e["p99"] > objective:
+    if objective is not None and e.p99 > objective:
         out.verdict = "fail"
-        out.reason = f"the experiment's p99 {_number(e['p99'])} is over its objective {_number(objective)}; {said}"
+        out.reason = f"the experiment's p99 {_number(e.p99)} is over its objective {_number(objective)}; {said}"
     elif significant and signed > material:
         out.verdict = "fail"
         out.reason = (f"worse by {_number(abs(shift))}, significant (p={out.p_value:.2g} < {alpha:.2g}) and material "
@@ -357,8 +402,7 @@ def _judge_metric(name: str, baseline: Sequence[float], experiment: Sequence[flo
 
 def _judge_rate(name: str, k_b: int, n_b: int, k_e: int, n_e: int, rule: RateRule, config: JudgeConfig,
                 alpha: float) -> MetricVerdict:
-    b = {"n": n_b, "events": k_b, "rate": k_b / n_b if n_b else None}
-    e = {"n": n_e, "events": k_e, "rate": k_e / n_e if n_e else None}
+    b, e = _rate(k_b, n_b), _rate(k_e, n_e)
     out = MetricVerdict(name, "inconclusive", "", b, e, threshold={"material_increase": rule.material_increase,
                                                                    "budget": rule.budget, "alpha": alpha,
                                                                    "min_attempts": config.min_attempts})
@@ -443,18 +487,18 @@ def judge_objectives(experiment: Arm, config: JudgeConfig | None = None) -> Judg
     for name in objectives:
         objective = float(config.rule(name).objective_p99 or 0.0)
         e = _summary(experiment.samples.get(name, ()))
-        out = MetricVerdict(name, "inconclusive", "", {}, e, threshold={"objective_p99": objective,
-                                                                         "min_samples": config.min_samples})
-        if e["n"] < config.min_samples:
-            out.reason = f"too little data: {e['n']} samples, fewer than minSamples {config.min_samples}"
-        elif e["p99"] > objective:
-            out.verdict, out.reason = "fail", f"p99 {_number(e['p99'])} is over its objective {_number(objective)}"
+        out = MetricVerdict(name, "inconclusive", "", None, e, threshold={"objective_p99": objective,
+                                                                           "min_samples": config.min_samples})
+        if e.n < config.min_samples or e.p99 is None:
+            out.reason = f"too little data: {e.n} samples, fewer than minSamples {config.min_samples}"
+        elif e.p99 > objective:
+            out.verdict, out.reason = "fail", f"p99 {_number(e.p99)} is over its objective {_number(objective)}"
         else:
-            out.verdict, out.reason = "pass", f"p99 {_number(e['p99'])} within its objective {_number(objective)}"
+            out.verdict, out.reason = "pass", f"p99 {_number(e.p99)} within its objective {_number(objective)}"
         metrics[name] = out
     if budget is not None:
         k, n = experiment.failures, experiment.attempts
-        out = MetricVerdict("failure_rate", "inconclusive", "", {}, {"n": n, "events": k, "rate": k / n if n else None},
+        out = MetricVerdict("failure_rate", "inconclusive", "", None, _rate(k, n),
                             threshold={"budget": budget, "alpha": alpha, "min_attempts": config.min_attempts})
         if n == 0:
             out.reason = "no attempts: nothing to judge, never a pass"
@@ -483,9 +527,7 @@ def judge_objectives(experiment: Arm, config: JudgeConfig | None = None) -> Judg
                    metrics, alpha)
 
 
-def _stats() -> Any:
+def _stats() -> ModuleType:
     """scipy.stats, imported when a judgement needs it: a second or more of every process's start otherwise (a tick or
     a status that judges nothing)."""
-    from scipy import stats
-
-    return stats
+    return importlib.import_module("scipy.stats")

@@ -14,10 +14,11 @@ Results are kept in the state store's stream ``canary/<stage>/<cluster>/<day>`` 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from platformctl.kernel.jsontypes import JSONMapping, JSONObject, mapping, optional_str, to_float, to_int
 from platformctl.kernel.state import StateStore
 
 Outcome = Literal["ok", "fail", "timeout", "disrupted", "infra_error"]
@@ -59,7 +60,7 @@ class CanaryResult:
     image: str | None
     outcome: Outcome
     reason: str
-    metrics: Metrics
+    metrics: JSONMapping  # what the check measured (``Metrics``), as a record holds it: read through ``samples``
     at: float
     evidence_window: int | None = None  # seconds the canary's definition fixes its verdict's window to
 
@@ -72,9 +73,9 @@ class CanaryResult:
         value = self.metrics.get(metric)
         if isinstance(value, list):
             return [float(v) for v in value]
-        return [] if value is None else [float(value)]
+        return [] if value is None else [to_float(value)]
 
-    def to_record(self) -> dict[str, object]:
+    def to_record(self) -> JSONObject:
         """The store's record (the JSON shape ``canary results`` and older runners wrote)."""
         return {"kind": RESULT, "canary": self.canary, "canary_kind": self.canary_kind, "attempt": self.attempt,
                 "stage": self.stage, "cluster": self.cluster, "zone": self.zone, "pool": self.pool, "image": self.image,
@@ -82,18 +83,20 @@ class CanaryResult:
                 **({"evidence_window": self.evidence_window} if self.evidence_window else {})}
 
     @classmethod
-    def from_record(cls, data: Mapping[str, Any]) -> CanaryResult | None:
+    def from_record(cls, data: JSONMapping) -> CanaryResult | None:
         """The result a store record holds, or None when it is not one (a lease, another kind). The records are this
-        module's own JSON (``to_record``), the one place results are untyped: read as they were written, a missing
-        field as its empty value."""
+        module's own JSON (``to_record``): read as they were written, a missing field as its empty value."""
         if data.get("kind") != RESULT:
             return None
         get = data.get
-        outcome, metrics = get("outcome"), get("metrics")
-        return cls(get("canary") or "", get("canary_kind") or "", get("attempt") or "", get("stage") or "",
-                   get("cluster") or "", get("zone"), get("pool"), get("image"),
-                   outcome if outcome in OUTCOMES else "infra_error", get("reason") or "",
-                   metrics if isinstance(metrics, dict) else {}, float(get("at") or 0.0), get("evidence_window") or None)
+        window = get("evidence_window")
+        return cls(str(get("canary") or ""), str(get("canary_kind") or ""), str(get("attempt") or ""),
+                   str(get("stage") or ""), str(get("cluster") or ""), optional_str(get("zone")), optional_str(get("pool")),
+                   optional_str(get("image")), _OUTCOME.get(str(get("outcome")), "infra_error"), str(get("reason") or ""),
+                   mapping(get("metrics")), to_float(get("at") or 0.0), to_int(window) if window else None)
+
+
+_OUTCOME: dict[str, Outcome] = {o: o for o in OUTCOMES}
 
 
 def within(rows: Iterable[CanaryResult], start: float, end: float, *, open_end: bool = False) -> list[CanaryResult]:

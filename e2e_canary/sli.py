@@ -9,18 +9,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TypedDict
+from dataclasses import dataclass
 
 import numpy as np
 
 from e2e_canary.judge import JudgeConfig
 from e2e_canary.results import CanaryResult, within
+from platformctl.kernel.jsontypes import JSONObject
 
 BUCKETS = 120  # points a line, whatever the window
 COUNTED = ("ok", "fail", "timeout")  # the attempts the judge's failure rate counts (``judge.Arm.attempts``)
 
 
-class SliLine(TypedDict):
+@dataclass(frozen=True)
+class SliLine:
     """One image's line: per bucket its middle time, p50 and p99 pod startup, success rate and attempts."""
 
     image: str
@@ -30,6 +32,10 @@ class SliLine(TypedDict):
     success_rate: list[float | None]
     attempts: list[int]
     samples: int
+
+    def to_dict(self) -> JSONObject:
+        return {"image": self.image, "at": self.at, "p50": self.p50, "p99": self.p99, "success_rate": self.success_rate,
+                "attempts": self.attempts, "samples": self.samples}
 
 
 def objectives(config: JudgeConfig | None = None) -> dict[str, float | None]:
@@ -66,7 +72,7 @@ def sli_series(rows: Sequence[CanaryResult], start: float, end: float, buckets: 
             p50.append(float(np.percentile(values, 50)) if values.size else None)
             p99.append(float(np.percentile(values, 99)) if values.size else None)
         counts = [attempts[image].get(b, [0, 0]) for b in points]
-        lines.append({"image": image, "at": [start + (b + 0.5) * width for b in points], "p50": p50, "p99": p99,
-                      "success_rate": [ok / n if n else None for ok, n in counts], "attempts": [n for _, n in counts],
-                      "samples": sum(len(samples[image].get(b, [])) for b in points)})
+        lines.append(SliLine(image, [start + (b + 0.5) * width for b in points], p50, p99,
+                             [ok / n if n else None for ok, n in counts], [n for _, n in counts],
+                             sum(len(samples[image].get(b, [])) for b in points)))
     return lines

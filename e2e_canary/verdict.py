@@ -18,12 +18,12 @@ from typing import Protocol
 from e2e_canary.judge import JudgeConfig, Judgement, Word, arm_of, has_evidence, judge, judge_objectives
 from e2e_canary.results import CanaryResult, results, streams_of, within
 from platformctl.kernel.humanize import human_duration
+from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.state import StateStore
 
 # What a verdict counted: an arm's results; each image's (``baseline`` and one per image); each canary's
 # (``baseline`` and ``experiment``); a soak's image arm (the same two).
 Counts = int | dict[str, int] | dict[str, dict[str, int]]
-JSON = dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Failure:
     reason: str
     count: int
 
-    def to_dict(self) -> JSON:
+    def to_dict(self) -> JSONObject:
         return {"reason": self.reason, "count": self.count}
 
 
@@ -62,8 +62,8 @@ class CanaryVerdict:
     def reason(self) -> str:
         return self.judged.reason
 
-    def to_dict(self) -> JSON:
-        span: JSON = {"window_seconds": self.span.seconds, "window": human_duration(self.span.seconds),
+    def to_dict(self) -> JSONObject:
+        span: JSONObject = {"window_seconds": self.span.seconds, "window": human_duration(self.span.seconds),
                       "window_fixed": self.span.fixed, "baseline": self.span.against} if self.span else {}
         return {**self.judged.to_dict(), **span, "failures": [f.to_dict() for f in self.failures]}
 
@@ -80,8 +80,8 @@ class ImageComparison:
     verdict: Word | None = None
     reason: str | None = None
 
-    def to_dict(self) -> JSON:
-        out: JSON = {"baseline": self.baseline, "replaced": self.replaced, "baseline_until": self.baseline_until,
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {"baseline": self.baseline, "replaced": self.replaced, "baseline_until": self.baseline_until,
                      "arms": {image: arm.to_dict() for image, arm in self.arms.items()}}
         if self.not_compared:
             out["not_compared"] = self.not_compared
@@ -115,8 +115,8 @@ class Verdict:
     stage: str | None = None
     results_since: int | None = None  # a soak: the results since its rotation ended
 
-    def to_dict(self) -> JSON:
-        out: JSON = {"verdict": self.verdict, "reason": self.reason}
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {"verdict": self.verdict, "reason": self.reason}
         for name in ("stage", "state", "at", "baseline", "experiment", "against", "window_seconds",
                      "evidence_window_seconds", "results", "baseline_results", "results_since"):
             value = getattr(self, name)
@@ -314,8 +314,9 @@ def rotation_verdict(rows: Sequence[CanaryResult], now: float, window: float, cl
     tried = sorted(new & set(present))
     old = [r for r in current if r.image and r.image not in new]
     if not tried:
-        rate = judge(arm_of([]), arm_of(current), config).metrics["failure_rate"]  # the experiment alone: its budget
-        n, failed = int(rate.experiment["n"] or 0), int(rate.experiment.get("events") or 0)
+        alone = arm_of(current)
+        rate = judge(arm_of([]), alone, config).metrics["failure_rate"]  # the experiment alone: its budget
+        n, failed = alone.attempts, alone.failures  # what the rate was judged on
         if rate.verdict == "fail":
             return Verdict("fail", f"no node boots a target image yet, and {cluster}'s canaries fail already: "
                            f"{rate.reason}", arms={}, window_seconds=window)

@@ -11,15 +11,15 @@ Every input is plain data (what the ledger stores); nothing here reads a store o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from croniter import croniter
 from dateutil import rrule
 
 from platformctl.kernel.humanize import human_duration
+from platformctl.kernel.jsontypes import JSONMapping, JSONObject, optional_number, strings
 from release_pipeline.held import Approval, FreezeInForce, ManualFreeze, Override, VerdictChange
 from release_pipeline.pipeline import Freeze, StagePolicy
 from release_pipeline.rotation_result import StageRotation
@@ -36,12 +36,13 @@ class Decision:
     # a change of, and what replay compares with the decision itself.
     unmet: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "unmet": list(self.unmet)}
+    def to_dict(self) -> JSONObject:
+        return {"decision": self.decision, "reason": self.reason, "opens_at": self.opens_at, "unmet": list(self.unmet)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
-        return cls(str(data["decision"]), str(data.get("reason", "")), data.get("opens_at"), tuple(data.get("unmet") or ()))
+    def from_dict(cls, data: JSONMapping) -> Decision:
+        return cls(str(data["decision"]), str(data.get("reason", "")), optional_number(data.get("opens_at")),
+                   tuple(strings(data.get("unmet"))))
 
     @property
     def outcome(self) -> tuple[str, tuple[str, ...]]:

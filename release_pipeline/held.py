@@ -9,13 +9,18 @@ did not write takes its default), so ``release replay`` and the dashboard read o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
-
-def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
+from platformctl.kernel.jsontypes import (
+    JSONMapping,
+    JSONObject,
+    number,
+    optional_float,
+    optional_str,
+    strings,
+    to_float,
+    to_int,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +33,13 @@ class ManualFreeze:
     until: float | None = None
     by: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> JSONObject:
+        return {"stage": self.stage, "reason": self.reason, "at": self.at, "until": self.until, "by": self.by}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ManualFreeze:
-        until = data.get("until")
-        return cls(str(data["stage"]), str(data.get("reason", "")), float(data["at"]),
-                   None if until is None else float(until), str(data.get("by", "")))
+    def from_dict(cls, data: JSONMapping) -> ManualFreeze:
+        return cls(str(data["stage"]), str(data.get("reason", "")), to_float(data["at"]), optional_float(data.get("until")),
+                   str(data.get("by", "")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +48,12 @@ class Approval:
     at: float
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> JSONObject:
+        return {"by": self.by, "at": self.at, "reason": self.reason}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Approval:
-        return cls(str(data.get("by", "")), float(data.get("at", 0.0)), str(data.get("reason", "")))
+    def from_dict(cls, data: JSONMapping) -> Approval:
+        return cls(str(data.get("by", "")), to_float(data.get("at", 0.0)), str(data.get("reason", "")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +67,14 @@ class Override:
     at: float
     freezes: list[str] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> JSONObject:
+        return {"candidate": self.candidate, "by": self.by, "reason": self.reason, "at": self.at, "freezes": self.freezes}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Override:
+    def from_dict(cls, data: JSONMapping) -> Override:
         covers = data.get("freezes")
-        return cls(data.get("candidate"), str(data.get("by", "")), str(data.get("reason", "")), float(data.get("at", 0.0)),
-                   None if covers is None else [str(c) for c in covers])
+        return cls(optional_str(data.get("candidate")), str(data.get("by", "")), str(data.get("reason", "")),
+                   to_float(data.get("at", 0.0)), None if covers is None else strings(covers))
 
     def for_candidate(self, cid: str) -> bool:
         return self.candidate in (None, cid)
@@ -84,12 +88,12 @@ class VerdictChange:
     verdict: str
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> JSONObject:
+        return {"at": self.at, "verdict": self.verdict, "reason": self.reason}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> VerdictChange:
-        return cls(float(data["at"]), str(data["verdict"]), str(data.get("reason", "")))
+    def from_dict(cls, data: JSONMapping) -> VerdictChange:
+        return cls(to_float(data["at"]), str(data["verdict"]), str(data.get("reason", "")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,21 +102,22 @@ class StepError:
     tick recorded it), the step, the candidate, whether it was transient and since when it has recurred."""
 
     at: float
-    error: Mapping[str, Any] | None
+    error: JSONMapping | None  # {"type", "message"}, as the tick recorded it
     step: str | None
     candidate: str | None
     transient: bool = False
     since: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"at": self.at, "error": dict(self.error) if self.error is not None else None, "step": self.step,
                 "candidate": self.candidate, "transient": self.transient, "since": self.since}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StepError:
-        since = data.get("since")
-        return cls(float(data.get("at", 0.0)), data.get("error"), data.get("step"), data.get("candidate"),
-                   bool(data.get("transient")), None if since is None else float(since))
+    def from_dict(cls, data: JSONMapping) -> StepError:
+        error = data.get("error")
+        return cls(to_float(data.get("at", 0.0)), error if isinstance(error, Mapping) else None,
+                   optional_str(data.get("step")), optional_str(data.get("candidate")), bool(data.get("transient")),
+                   optional_float(data.get("since")))
 
 
 @dataclass(slots=True)
@@ -127,12 +132,15 @@ class CandidateStatus:
     reason: str = ""
     by_candidate: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> JSONObject:
+        return {"status": self.status, "stage": self.stage, "at": self.at, "order": self.order, "reason": self.reason,
+                "by_candidate": self.by_candidate}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CandidateStatus:
-        return cls(**_known(cls, data))
+    def from_dict(cls, data: JSONMapping) -> CandidateStatus:
+        """As a checkpoint keeps it, read as it was written (a key an older checkpoint did not hold: its default)."""
+        return cls(str(data.get("status", "queued")), optional_str(data.get("stage")), number(data.get("at", 0.0)),
+                   to_int(data.get("order", -1)), str(data.get("reason", "")), optional_str(data.get("by_candidate")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +160,8 @@ class FreezeInForce:
         """One window of one freeze: what an override covers (it ends with that window)."""
         return f"{self.name}@{self.start:.0f}"
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "reason": self.reason}
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {"name": self.name, "reason": self.reason}
         if self.by is not None:
             out["by"] = self.by
         else:
@@ -161,7 +169,6 @@ class FreezeInForce:
         return {**out, "start": self.start, "end": self.end}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FreezeInForce:
-        end = data.get("end")
-        return cls(str(data["name"]), str(data.get("reason", "")), float(data["start"]), None if end is None else float(end),
-                   data.get("timezone"), data.get("by"))
+    def from_dict(cls, data: JSONMapping) -> FreezeInForce:
+        return cls(str(data["name"]), str(data.get("reason", "")), to_float(data["start"]), optional_float(data.get("end")),
+                   optional_str(data.get("timezone")), optional_str(data.get("by")))

@@ -5,20 +5,32 @@ Streams: ``release/candidates`` (one record per candidate, keyed by its id: the 
 ``release/ledger`` (the entries, oldest first), ``release/state`` (checkpoints of the folded state with the
 ledger position they cover, so a tick reads the last checkpoint and what came after it: its cost does not grow
 with history) and ``release/boots/<candidate>`` (the instances each rotation saw booting the candidate's images, in
-chunks: neither an entry nor a checkpoint grows with the fleet). An entry is ``{"id", "candidate", "stage",
-"decision", "at", "reason", "inputs", "by"}``: ``decision`` is a ``Kind``, ``reason`` is for people only (the fold
-and replay read ``decision`` and ``inputs``, never the words).
+chunks: neither an entry nor a checkpoint grows with the fleet). An entry (``Entry``) is ``{"id", "candidate",
+"stage", "decision", "at", "reason", "inputs", "by"}`` in the store: ``decision`` is a ``Kind``, ``reason`` is for
+people only (the fold and replay read ``decision`` and ``inputs``, never the words).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
 
+from platformctl.kernel.jsontypes import (
+    JSONMapping,
+    JSONObject,
+    array,
+    mapping,
+    number,
+    optional_float,
+    optional_number,
+    optional_str,
+    strings,
+    to_int,
+)
 from platformctl.kernel.state import Lease, StateStore
 from platformctl.kernel.state.lease import LeaseKeeper
 from release_pipeline.candidates import Candidate
@@ -82,6 +94,47 @@ class Kind(StrEnum):
     RECOVERED = "recovered"  # the stage's step that raised went through again
 
 
+KINDS = frozenset(k.value for k in Kind)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One ledger entry: a step or decision of the pipeline, with who (``by``), when, why (``reason``, for people only)
+    and the inputs the fold and ``release replay`` read. ``decision`` is a ``Kind``, or the word of a decision a newer
+    version wrote: the fold passes over it, never guesses at it."""
+
+    id: str
+    candidate: str | None
+    stage: str | None
+    decision: Kind | str
+    at: float
+    reason: str
+    inputs: JSONMapping = field(default_factory=dict)
+    by: str = ""
+
+    def to_dict(self) -> JSONObject:
+        """Its JSON, as ``Ledger.append`` writes it."""
+        return {"id": self.id, "candidate": self.candidate, "stage": self.stage, "decision": str(self.decision),
+                "at": self.at, "reason": self.reason, "inputs": dict(self.inputs), "by": self.by}
+
+    def as_stored(self) -> JSONObject:
+        """Its JSON as a store gives it back (every store writes its JSON with the keys sorted, and an entry read from
+        one holds its inputs so): what ``release history`` prints."""
+        return dict(sorted(self.to_dict().items()))
+
+    @classmethod
+    def from_dict(cls, data: JSONMapping) -> Entry:
+        """An entry as the ledger keeps it, whichever version wrote it: its values as they were written."""
+        return cls(str(data["id"]), optional_str(data.get("candidate")), optional_str(data.get("stage")),
+                   decision_of(str(data["decision"])), number(data["at"]), str(data.get("reason", "")),
+                   mapping(data.get("inputs")), str(data.get("by", "")))
+
+
+def decision_of(word: str) -> Kind | str:
+    """The ``Kind`` a decision's word names, else the word (a newer version's decision)."""
+    return Kind(word) if word in KINDS else word
+
+
 # The state machine: the step a stage must be in, with the entry's candidate in flight, for a step's entry to count.
 # A tick that read the state before an operator's rollback may write a step the rollback has made moot (a rotation
 # finished, a promotion): the fold keeps the ledger's order and passes over it, so the rollback stands.
@@ -125,8 +178,30 @@ class StageState:
     blocked_since: float | None = None  # when the rotation was first recorded blocked (the patience counts from it)
     soak_short: list[str] = field(default_factory=list)  # the soak's unmet conditions, as codes
     error: StepError | None = None  # the last step that raised here and has not gone through since
-    before: dict[str, Any] | None = None  # what the stage ran before the current candidate's deploy (recorded then)
+    before: dict[str, str] | None = None  # what the stage ran before the current candidate's deploy (recorded then)
     paused: bool = False  # its rotation paused for a freeze (the tick resumes it when the freeze ends)
+
+    @classmethod
+    def from_dict(cls, data: JSONMapping) -> StageState:
+        """A stage as a checkpoint keeps it, its values as they were written: a field an older checkpoint of this
+        version did not hold takes its default, one it does not know is passed over."""
+        get = data.get
+        override, error, before = get("override"), get("error"), get("before")
+        return cls(
+            current=optional_str(get("current")), last_good=optional_str(get("last_good")), step=str(get("step", Step.IDLE)),
+            since=number(get("since", 0.0)), waiting_for=optional_str(get("waiting_for")),
+            opens_at=optional_number(get("opens_at")), rotated_at=optional_number(get("rotated_at")),
+            entered_at=optional_number(get("entered_at")),
+            verdicts=[VerdictChange.from_dict(mapping(v)) for v in array(get("verdicts"))], results=to_int(get("results", 0)),
+            ready=strings(get("ready")), rollback_to=optional_str(get("rollback_to")),
+            override=Override.from_dict(override) if isinstance(override, Mapping) and override else None,
+            good=strings(get("good")), intent=optional_str(get("intent")), newest=to_int(get("newest", -1)),
+            forced=optional_str(get("forced")), rollback_phase=optional_str(get("rollback_phase")),
+            rollback_failures=to_int(get("rollback_failures", 0)), blocked_since=optional_number(get("blocked_since")),
+            soak_short=strings(get("soak_short")),
+            error=StepError.from_dict(error) if isinstance(error, Mapping) and error else None,
+            before={k: str(v) for k, v in before.items()} if isinstance(before, Mapping) else None,
+            paused=bool(get("paused", False)))
 
 
 GOOD_KEPT = 20  # a stage's good candidates kept in the state: rollbacks by hand go back one at a time
@@ -151,23 +226,17 @@ class PipelineState:
         found = self.candidates.get(str(cid))
         return found.order if found is not None else -1
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
+        """Its JSON as a checkpoint keeps it: every field is JSON, or a record of JSON fields (a dict there)."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PipelineState:
-        known = {f.name for f in fields(StageState)}
-        stages = {}
-        for k, v in data["stages"].items():
-            stage = StageState(**{f: x for f, x in v.items() if f in known})
-            stage.verdicts = [VerdictChange.from_dict(x) for x in stage.verdicts]  # type: ignore[arg-type]
-            stage.override = Override.from_dict(stage.override) if stage.override else None  # type: ignore[arg-type]
-            stage.error = StepError.from_dict(stage.error) if stage.error else None  # type: ignore[arg-type]
-            stages[k] = stage
-        return cls(stages, {k: CandidateStatus.from_dict(v) for k, v in data["candidates"].items()},
-                   [ManualFreeze.from_dict(f) for f in data["freezes"]],
-                   {k: [Approval.from_dict(a) for a in v] for k, v in data["approvals"].items()}, int(data["position"]),
-                   int(data.get("started", 0)))
+    def from_dict(cls, data: JSONMapping) -> PipelineState:
+        return cls({k: StageState.from_dict(mapping(v)) for k, v in mapping(data["stages"]).items()},
+                   {k: CandidateStatus.from_dict(mapping(v)) for k, v in mapping(data["candidates"]).items()},
+                   [ManualFreeze.from_dict(mapping(f)) for f in array(data["freezes"])],
+                   {k: [Approval.from_dict(mapping(a)) for a in array(v)] for k, v in mapping(data["approvals"]).items()},
+                   to_int(data["position"]), to_int(data.get("started", 0)))
 
 
 CHECKPOINT_VERSION = 3  # 3: start orders, rollback phases, boots in their own streams
@@ -176,6 +245,11 @@ CHECKPOINT_VERSION = 3  # 3: start orders, rollback phases, boots in their own s
 def entry_id(candidate: str | None, stage: str | None, decision: str, at: float, salt: str = "") -> str:
     text = json.dumps([candidate, stage, decision, round(at, 6), salt])
     return "d-" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+# A stage's lease for the tick: a context that yields whether this tick holds it (and fences the ledger's writes
+# with it while it does).
+StageLease = Callable[[str], AbstractContextManager[bool]]
 
 
 class Ledger:
@@ -193,16 +267,14 @@ class Ledger:
         self.keeper.check()  # a holder that may have lost its lease stops before its next write
         return self.keeper.fence
 
-    def stage_leases(self, holder: str, ttl: float, holders: dict[str, str] | None = None) -> Any:
-        """A tick's leases, one per stage (``reconcile.StageLease``): ``with leases(stage) as held`` takes the stage's
-        lease (``held`` False when another holds it: its holder goes to ``holders``), fences this ledger's writes with
-        it while held, and releases it after."""
-        from contextlib import contextmanager
-
+    def stage_leases(self, holder: str, ttl: float, holders: dict[str, str] | None = None) -> StageLease:
+        """A tick's leases, one per stage: ``with leases(stage) as held`` takes the stage's lease (``held`` False when
+        another holds it: its holder goes to ``holders``), fences this ledger's writes with it while held, and releases
+        it after."""
         from platformctl.kernel.state import LeaseHeld
 
         @contextmanager
-        def hold(stage: str) -> Any:
+        def hold(stage: str) -> Iterator[bool]:
             keeper = LeaseKeeper(self.store, stage_lease(stage), holder, ttl)
             try:
                 keeper.acquire()
@@ -284,19 +356,22 @@ class Ledger:
     # ------------------------------------------------------------------ entries
 
     def append(self, candidate: str | None, stage: str | None, decision: str, at: float, reason: str,
-               inputs: Mapping[str, Any] | None = None, by: str = "", salt: str = "",
-               key: str | None = None) -> dict[str, Any]:
-        entry: dict[str, Any] = {"id": key or entry_id(candidate, stage, decision, at, salt), "candidate": candidate,
-                                 "stage": stage, "decision": str(decision), "at": at, "reason": reason,
-                                 "inputs": dict(inputs or {}), "by": by}
-        self.store.append(LEDGER, entry, fence=self.fence, key=entry["id"])  # a retry is not written twice
+               inputs: JSONMapping | None = None, by: str = "", salt: str = "", key: str | None = None) -> Entry:
+        entry = Entry(key or entry_id(candidate, stage, decision, at, salt), candidate, stage, decision_of(str(decision)),
+                      at, reason, dict(inputs or {}), by)
+        self.store.append(LEDGER, entry.to_dict(), fence=self.fence, key=entry.id)  # a retry is not written twice
         return entry
 
-    def entries(self, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
-        return [(r.seq, dict(r.data)) for r in self.store.read(LEDGER, after=after)]
+    def entries(self, after: int = 0) -> list[tuple[int, Entry]]:
+        """Every entry after the ledger's position ``after``, oldest first, with its position."""
+        return [(r.seq, Entry.from_dict(r.data)) for r in self.store.read(LEDGER, after=after)]
 
-    def entry(self, entry_id: str) -> dict[str, Any] | None:
-        return next((data for _, data in self.entries() if data.get("id") == entry_id), None)
+    def newest(self, limit: int) -> list[Entry]:
+        """The newest ``limit`` entries, newest first."""
+        return [Entry.from_dict(r.data) for r in self.store.read_back(LEDGER, limit=limit)]
+
+    def entry(self, entry_id: str) -> Entry | None:
+        return next((entry for _, entry in self.entries() if entry.id == entry_id), None)
 
     # ------------------------------------------------------------------ state
 
@@ -339,31 +414,30 @@ def compact(state: PipelineState) -> PipelineState:
     return state
 
 
-def _usable(checkpoint: Mapping[str, Any]) -> bool:
+def _usable(checkpoint: JSONMapping) -> bool:
     """A checkpoint an older version wrote (without a field the fold now keeps) is folded again from the start."""
-    return int(checkpoint.get("version", 0)) == CHECKPOINT_VERSION
+    return to_int(checkpoint.get("version", 0)) == CHECKPOINT_VERSION
 
 
-def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
+def apply(state: PipelineState, entry: Entry) -> None:
     """Fold one ledger entry into ``state``: the one place the meaning of each decision lives."""
-    try:
-        decision = Kind(entry["decision"])
-    except ValueError:  # written by a newer version: passed over, never guessed at
+    decision = entry.decision
+    if not isinstance(decision, Kind):  # written by a newer version: passed over, never guessed at
         return
-    name, at = entry.get("stage"), float(entry["at"])
-    cid = str(entry.get("candidate"))
-    inputs = entry.get("inputs") or {}
+    name, at = entry.stage, float(entry.at)
+    cid = str(entry.candidate)
+    inputs = entry.inputs
     stage = state.stage(name) if name else None
     if decision is Kind.START:
         if cid in state.candidates:  # the same content started twice (at once): one candidate
             return
-        state.candidates[cid] = CandidateStatus("queued", None, at, state.started, _short(entry["reason"]))
+        state.candidates[cid] = CandidateStatus("queued", None, at, state.started, _short(entry.reason))
         state.started += 1
-        for first in inputs.get("ready_in", []):
+        for first in strings(inputs.get("ready_in")):
             state.stage(first).ready.append(cid)
     elif decision is Kind.SUPERSEDED:
-        _moved(state.candidate(cid), "superseded", name, at, _short(entry["reason"]))
-        state.candidate(cid).by_candidate = inputs.get("by_candidate")
+        _moved(state.candidate(cid), "superseded", name, at, _short(entry.reason))
+        state.candidate(cid).by_candidate = optional_str(inputs.get("by_candidate"))
         for s in state.stages.values():
             s.ready = [c for c in s.ready if c != cid]
             if s.forced == cid:
@@ -374,19 +448,18 @@ def apply(state: PipelineState, entry: Mapping[str, Any]) -> None:
         stage.forced = cid
         state.candidate(cid).status, state.candidate(cid).at = "queued", at
     elif decision is Kind.FREEZE:
-        state.freezes.append(ManualFreeze.from_dict({"stage": name or "*", "reason": entry["reason"],
-                                                     "until": inputs.get("until"), "at": at, "by": entry.get("by", "")}))
+        state.freezes.append(ManualFreeze(name or "*", entry.reason, at, optional_float(inputs.get("until")), entry.by))
     elif decision is Kind.UNFREEZE:
         state.freezes = [f for f in state.freezes if f.stage != name] if name else []  # one stage's, or all
     elif decision is Kind.OVERRIDE:
         assert stage is not None
-        stage.override = Override.from_dict({"candidate": entry.get("candidate"), "by": entry.get("by", ""),
-                                             "reason": entry["reason"], "at": at, "freezes": inputs.get("covers")})
+        covers = inputs.get("covers")
+        stage.override = Override(entry.candidate, entry.by, entry.reason, at, None if covers is None else strings(covers))
     elif decision is Kind.APPROVE:
-        state.approvals.setdefault(f"{cid}/{name}", []).append(Approval(str(entry.get("by", "")), at, entry["reason"]))
+        state.approvals.setdefault(f"{cid}/{name}", []).append(Approval(entry.by, at, entry.reason))
     elif decision is Kind.ERROR:
         if stage is not None:
-            stage.error = StepError.from_dict({**inputs, "at": at, "candidate": entry.get("candidate")})
+            stage.error = StepError.from_dict({**inputs, "at": at, "candidate": entry.candidate})
     elif decision is Kind.RECOVERED:
         if stage is not None:
             stage.error = None
@@ -407,13 +480,12 @@ def _roll_back_stage(stage: StageState, cid: str, at: float, target: str | None)
     stage.blocked_since = None
 
 
-def _apply_halt(state: PipelineState, stage: StageState, cid: str, name: str, at: float, entry: Mapping[str, Any]) -> None:
+def _apply_halt(state: PipelineState, stage: StageState, cid: str, name: str, at: float, entry: Entry) -> None:
     """A halt: the candidate in flight here (the gate's, or by hand), or by hand the stage's last good one. The stage
     rolls back to ``rollback_to``; the candidate leaves every queue and every stage: one it is in flight in rolls back
     to its last good, one that passed it rolls back to the good one before it (if nothing newer replaced it there)."""
-    inputs = entry.get("inputs") or {}
-    target = inputs.get("rollback_to")
-    _moved(state.candidate(cid), "halted", name, at, _short(entry["reason"]))
+    target = optional_str(entry.inputs.get("rollback_to"))
+    _moved(state.candidate(cid), "halted", name, at, _short(entry.reason))
     for s in state.stages.values():
         s.ready = [c for c in s.ready if c != cid]
         if s.forced == cid:
@@ -446,8 +518,8 @@ def _apply_halt(state: PipelineState, stage: StageState, cid: str, name: str, at
 
 
 def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: str, name: str, at: float,
-                entry: Mapping[str, Any]) -> None:
-    inputs = entry.get("inputs") or {}
+                entry: Entry) -> None:
+    inputs = entry.inputs
     allowed = STEP_OF.get(decision)
     if allowed is not None and stage.step not in allowed:
         return
@@ -456,8 +528,8 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
     if decision is Kind.HALT and stage.step == Step.ROLLING_BACK:
         return
     if decision is Kind.WAIT:
-        stage.current, stage.step, stage.waiting_for = cid, Step.WAITING, entry["reason"]
-        stage.opens_at = inputs.get("decision", {}).get("opens_at")
+        stage.current, stage.step, stage.waiting_for = cid, Step.WAITING, entry.reason
+        stage.opens_at = optional_number(mapping(inputs.get("decision")).get("opens_at"))
     elif decision is Kind.ENTER:
         stage.current, stage.step, stage.since, stage.waiting_for = cid, Step.DEPLOYING, at, None
         stage.ready = [c for c in stage.ready if c != cid]
@@ -470,15 +542,16 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         _moved(state.candidate(cid), "in flight", name, at)
     elif decision in (Kind.DEPLOY, Kind.ROTATE, Kind.ROLLBACK_DEPLOY, Kind.ROLLBACK_ROTATE):
         stage.intent = f"{decision.value}:{cid}"
-        if decision is Kind.DEPLOY and stage.before is None and inputs.get("before") is not None:
-            stage.before = inputs["before"]
+        before = inputs.get("before")
+        if decision is Kind.DEPLOY and stage.before is None and isinstance(before, Mapping):
+            stage.before = {family: str(image) for family, image in before.items()}
     elif decision is Kind.DEPLOYED:
         stage.intent, stage.step, stage.since = None, Step.ROTATING, at
     elif decision is Kind.BLOCKED:
         stage.blocked_since = stage.blocked_since if stage.blocked_since is not None else at
-        stage.waiting_for = entry["reason"]
+        stage.waiting_for = entry.reason
     elif decision is Kind.PAUSED:
-        stage.paused, stage.waiting_for = True, entry["reason"]
+        stage.paused, stage.waiting_for = True, entry.reason
     elif decision is Kind.RESUMED:
         stage.paused = False
     elif decision is Kind.ROTATED:
@@ -486,18 +559,20 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         stage.intent, stage.step, stage.since, stage.rotated_at = None, Step.SOAKING, at, at
         stage.waiting_for, stage.blocked_since = "the soak", None
     elif decision is Kind.VERDICT:
-        stage.verdicts.append(VerdictChange(at, inputs["verdict"]["verdict"], inputs["verdict"]["reason"]))
-        stage.results = int(inputs.get("results", stage.results))
+        said = mapping(inputs["verdict"])
+        stage.verdicts.append(VerdictChange(at, str(said["verdict"]), str(said["reason"])))
+        stage.results = to_int(inputs.get("results", stage.results))
     elif decision is Kind.SOAK:
-        stage.waiting_for, stage.opens_at = entry["reason"], inputs.get("decision", {}).get("opens_at")
-        stage.soak_short = list(inputs.get("decision", {}).get("unmet") or [])
-        stage.results = int(inputs.get("results", stage.results))
+        gate = mapping(inputs.get("decision"))
+        stage.waiting_for, stage.opens_at = entry.reason, optional_number(gate.get("opens_at"))
+        stage.soak_short = strings(gate.get("unmet"))
+        stage.results = to_int(inputs.get("results", stage.results))
     elif decision is Kind.PROMOTE:
         stage.good = (stage.good + [cid])[-GOOD_KEPT:]
         stage.last_good, stage.current, stage.step, stage.since, stage.waiting_for = cid, None, Step.IDLE, at, None
         stage.verdicts, stage.soak_short, stage.override = [], [], None
-        _moved(state.candidate(cid), "passed", name, at, _short(entry["reason"]))
-        for nxt in inputs.get("ready_in", []):
+        _moved(state.candidate(cid), "passed", name, at, _short(entry.reason))
+        for nxt in strings(inputs.get("ready_in")):
             state.stage(nxt).ready.append(cid)
         if not inputs.get("ready_in"):
             state.candidates[cid].status = "released"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -35,7 +35,7 @@ class _Value(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
 
 
-def _seconds(value: Any) -> int:
+def _seconds(value: object) -> int:
     if isinstance(value, str) and value.strip().lower() == "none":
         return 0
     return parse_duration(value)
@@ -55,7 +55,7 @@ class StagePolicy(_Value):
 
     @field_validator("soak", "pass_for", "deadline", "verdict_window", mode="before")
     @classmethod
-    def _duration(cls, value: Any) -> int:
+    def _duration(cls, value: object) -> int:
         return _seconds(value)
 
     @model_validator(mode="after")
@@ -81,7 +81,7 @@ class Freeze(_Value):
 
     @field_validator("duration", mode="before")
     @classmethod
-    def _duration(cls, value: Any) -> int:
+    def _duration(cls, value: object) -> int:
         return _seconds(value)
 
     @field_validator("timezone")
@@ -208,7 +208,7 @@ class Pipeline(_Value):
         return None if relative is None else Path(self.source).parent / relative
 
 
-def parse_pipeline(document: Any, source: str, digest: str = "") -> Pipeline:
+def parse_pipeline(document: object, source: str, digest: str = "") -> Pipeline:
     pipeline = validate(Pipeline, document, source, "release pipeline")
     pipeline = pipeline.model_copy(update={"source": source, "digest": digest})
     for i, stage in enumerate(pipeline.stages):

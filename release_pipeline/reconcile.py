@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from platformctl.kernel import failpoints
 from platformctl.kernel.errors import is_transient
+from platformctl.kernel.jsontypes import JSONMapping, JSONObject
 from platformctl.kernel.state import LeaseLost
 from release_pipeline.candidates import Candidate
 from release_pipeline.gates import (
@@ -33,7 +34,7 @@ from release_pipeline.gates import (
     rotation_decision,
     soak_decision,
 )
-from release_pipeline.ledger import Kind, Ledger, PipelineState, StageState, Step, apply
+from release_pipeline.ledger import Entry, Kind, Ledger, PipelineState, StageLease, StageState, Step, apply
 from release_pipeline.pipeline import Pipeline
 from release_pipeline.rotation_result import StageRotation
 
@@ -57,7 +58,7 @@ class StageActions(Protocol):
         """The stage's clock: wall time on a real account, the region's virtual clock locally."""
         ...
 
-    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
+    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> JSONObject:
         """Point the stage's launch templates at ``candidate``'s images, with its commit's program, Kubernetes version
         and components (idempotent: the same candidate changes nothing); a ``rollback`` keeps a control plane's newer
         Kubernetes version (EKS never takes one back)."""
@@ -91,34 +92,46 @@ class StageActions(Protocol):
         ...
 
 
-# A stage's lease for the tick: a context that yields whether this tick holds it (and fences the ledger's writes
-# with it while it does).
-StageLease = Callable[[str], AbstractContextManager[bool]]
-
-
 @contextmanager
 def _no_lease(name: str) -> Iterator[bool]:
     yield True
 
 
+@dataclass(frozen=True)
+class StageFault:
+    """A stage whose step raised this tick: the error (its type and the first line of its message), whether it was
+    transient, and ``since``: the host's time the stage's run of transient faults began."""
+
+    stage: str
+    error: dict[str, str]  # {"type", "message"}
+    transient: bool
+    since: float
+
+    def to_dict(self) -> JSONObject:
+        return {"stage": self.stage, "error": self.error, "transient": self.transient, "since": self.since}
+
+
 @dataclass
 class TickReport:
-    steps: list[dict[str, Any]] = field(default_factory=list)  # the entries this tick wrote
+    steps: list[Entry] = field(default_factory=list)  # the entries this tick wrote
     waiting: list[str] = field(default_factory=list)  # what held a step back without a decision (a rotation's lease)
     held: list[str] = field(default_factory=list)  # stages another tick holds: nothing done there
-    # stages whose step raised: {"stage", "error", "transient", "since"} (``since``: the host's time the stage's run
-    # of transient faults began)
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[StageFault] = field(default_factory=list)  # stages whose step raised
 
-    def failing(self, now: float) -> list[dict[str, Any]]:
+    def failing(self, now: float) -> list[StageFault]:
         """The errors that need someone: not transient, or transient for ``TRANSIENT_PATIENCE`` and more."""
-        return [e for e in self.errors if not e.get("transient") or now - float(e["since"]) >= TRANSIENT_PATIENCE]
+        return [e for e in self.errors if not e.transient or now - e.since >= TRANSIENT_PATIENCE]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"steps": self.steps, "waiting": self.waiting, "held": self.held, "errors": self.errors}
+    def to_dict(self) -> JSONObject:
+        return {"steps": [e.to_dict() for e in self.steps], "waiting": self.waiting, "held": self.held,
+                "errors": [e.to_dict() for e in self.errors]}
 
 
-Write = Callable[..., dict[str, Any]]
+class Write(Protocol):
+    """A step's entry written (fenced by the stage's lease), folded into the tick's state and reported."""
+
+    def __call__(self, candidate: str | None, stage: str | None, decision: Kind, at: float, reason: str,
+                 inputs: JSONMapping | None = None, salt: str = "") -> Entry: ...
 
 
 def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
@@ -140,7 +153,7 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
             state = ledger.state()  # read under the stage's lease: what another stage's tick wrote is in it
 
             def write(candidate: str | None, stage: str | None, decision: Kind, at: float, reason: str,
-                      inputs: dict[str, Any] | None = None, salt: str = "", state: PipelineState = state) -> dict[str, Any]:
+                      inputs: JSONMapping | None = None, salt: str = "", state: PipelineState = state) -> Entry:
                 entry = ledger.append(candidate, stage, decision, at, reason, inputs, by, salt)
                 apply(state, entry)
                 report.steps.append(entry)
@@ -159,7 +172,7 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
                 transient = is_transient(exc)
                 began = s.error if s.error is not None and s.error.transient else None
                 since = (began.since or time.time()) if began is not None and transient else time.time()
-                report.errors.append({"stage": name, "error": error, "transient": transient, "since": since})
+                report.errors.append(StageFault(name, error, transient, since))
                 if s.error is None or s.error.error != error or s.error.step != step:
                     busy = " (transient: tried again next tick)" if transient else ""
                     write(s.current, name, Kind.ERROR, actions_now(actions, name),
@@ -222,7 +235,7 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
         created = ledger.candidate(cid)
         creator = created.created_by if created is not None else ""
         decision = entry_decision(policy, now, frozen, approvals, override, creator)
-        inputs = {"decision": decision.to_dict(), "freezes": [f.to_dict() for f in frozen],
+        inputs: JSONObject = {"decision": decision.to_dict(), "freezes": [f.to_dict() for f in frozen],
                   "approvals": [a.to_dict() for a in approvals], "override": override.to_dict() if override else None,
                   "creator": creator, "forced": stage.forced == cid,
                   "thresholds": {"approvals": policy.approvals,
@@ -267,7 +280,7 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
         _roll_back(ledger, stage, name, cid, actions, write, held)
 
 
-def _boots(ledger: Ledger, cid: str, name: str, result: StageRotation) -> dict[str, object]:
+def _boots(ledger: Ledger, cid: str, name: str, result: StageRotation) -> JSONObject:
     """The rotation's result as an entry keeps it: the instances it saw booting go to their own stream, the entry
     keeps how many (an entry never grows with the fleet)."""
     said = {k: v for k, v in result.to_dict().items() if k not in ("booted", "first_light")}
@@ -343,9 +356,9 @@ def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: Stage
         write(candidate.id, name, Kind.VERDICT, now, f"the canary verdict is {verdict.verdict}: {verdict.reason}",
               {"verdict": said, "results": results})
     decision = soak_decision(policy, stage.rotated_at, now, stage.verdicts, results)
-    inputs = {"decision": decision.to_dict(), "rotated_at": stage.rotated_at, "verdicts": [v.to_dict() for v in stage.verdicts],
-              "results": results,
-              "verdict": said, "thresholds": policy.model_dump(mode="json", by_alias=True), "pipeline": pipeline.digest}
+    inputs: JSONObject = {"decision": decision.to_dict(), "rotated_at": stage.rotated_at,
+                          "verdicts": [v.to_dict() for v in stage.verdicts], "results": results, "verdict": said,
+                          "thresholds": policy.model_dump(mode="json", by_alias=True), "pipeline": pipeline.digest}
     if decision.decision == "pass":
         nxt = pipeline.next_stage(name)
         write(candidate.id, name, Kind.PROMOTE, now, decision.reason, {**inputs, "ready_in": [nxt] if nxt else []})
@@ -355,7 +368,7 @@ def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: Stage
         write(candidate.id, name, Kind.SOAK, now, decision.reason, inputs)  # only when what holds the soak changes
 
 
-def _halt(state: PipelineState, name: str, cid: str, at: float, reason: str, inputs: dict[str, Any], write: Write,
+def _halt(state: PipelineState, name: str, cid: str, at: float, reason: str, inputs: JSONMapping, write: Write,
           pipeline: Pipeline) -> None:
     last_good = state.stage(name).last_good
     write(cid, name, Kind.HALT, at, reason, {**inputs, "rollback_to": last_good, "pipeline": pipeline.digest})
@@ -418,4 +431,4 @@ def _before(ledger: Ledger, stage: StageState, name: str, cid: str) -> Candidate
                      f"what {name} ran before {cid}", halted.created_at, halted.created_by)
 
 
-__all__ = ["BLOCKED_PATIENCE", "Decision", "StageActions", "TickReport", "eligible", "tick"]
+__all__ = ["BLOCKED_PATIENCE", "Decision", "StageActions", "StageFault", "StageLease", "TickReport", "eligible", "tick"]

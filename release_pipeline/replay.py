@@ -2,48 +2,49 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.jsontypes import JSONObject, array, mapping, to_float, to_int
 from release_pipeline.gates import Decision, entry_decision, freezes_in_force, rotation_decision, soak_decision
 from release_pipeline.held import Approval, ManualFreeze, Override, VerdictChange
+from release_pipeline.ledger import Entry
 from release_pipeline.pipeline import Freeze, StagePolicy
 from release_pipeline.rotation_result import StageRotation
 
 GATED = {"wait": "entry", "enter": "entry", "soak": "soak", "promote": "soak", "halt": "soak"}
 
 
-def replay(entry: Mapping[str, Any]) -> dict[str, Any]:
+def replay(entry: Entry) -> JSONObject:
     """The stored decision and the one today's code takes from the same inputs, and whether they are the same."""
-    kind = GATED.get(entry["decision"])
-    inputs = entry.get("inputs") or {}
+    kind = GATED.get(entry.decision)
+    inputs = entry.inputs
     if inputs.get("manual"):
-        raise PlatformError(f"{entry['id']} is a rollback by hand ({entry.get('by')}: {entry['reason']}): a person's "
+        raise PlatformError(f"{entry.id} is a rollback by hand ({entry.by}: {entry.reason}): a person's "
                             "decision, not a gate's, so nothing to re-evaluate", field="DECISION")
     if kind is None or "decision" not in inputs:
-        raise PlatformError(f"{entry['id']} is a {entry['decision']} step, not a gate's decision: nothing to re-evaluate "
+        raise PlatformError(f"{entry.id} is a {entry.decision} step, not a gate's decision: nothing to re-evaluate "
                             "(decisions: wait, enter, soak, promote, halt)", field="DECISION")
-    at = float(entry["at"])
+    at = float(entry.at)
     if kind == "entry":
-        definitions = [Freeze.model_validate(f) for f in inputs.get("freeze_definitions", [])]
-        manual = [ManualFreeze.from_dict(f) for f in inputs.get("manual_freezes", [])]
-        frozen = freezes_in_force(definitions, manual, entry["stage"], at)
-        thresholds = inputs["thresholds"]
-        policy = StagePolicy(name=entry["stage"], approvals=thresholds["approvals"], soak=0,
-                             approvers_other_than_creator=bool(thresholds.get("approvers_other_than_creator", False)))
-        override = Override.from_dict(inputs["override"]) if inputs.get("override") else None
-        again = entry_decision(policy, at, frozen, [Approval.from_dict(a) for a in inputs.get("approvals", [])], override,
-                               str(inputs.get("creator", "")))
+        definitions = [Freeze.model_validate(f) for f in array(inputs.get("freeze_definitions"))]
+        manual = [ManualFreeze.from_dict(mapping(f)) for f in array(inputs.get("manual_freezes"))]
+        frozen = freezes_in_force(definitions, manual, str(entry.stage), at)
+        thresholds = mapping(inputs["thresholds"])
+        policy = StagePolicy.model_validate({"name": entry.stage, "approvals": thresholds["approvals"], "soak": 0,
+                                             "approvers_other_than_creator":
+                                                 bool(thresholds.get("approvers_other_than_creator", False))})
+        override = Override.from_dict(mapping(inputs["override"])) if inputs.get("override") else None
+        again = entry_decision(policy, at, frozen, [Approval.from_dict(mapping(a)) for a in array(inputs.get("approvals"))],
+                               override, str(inputs.get("creator", "")))
     elif "result" in inputs and "rotated_at" not in inputs:  # the rotation's gate
-        again = rotation_decision(StageRotation.from_dict(inputs["result"]))
+        again = rotation_decision(StageRotation.from_dict(mapping(inputs["result"])))
     else:
-        policy = StagePolicy.model_validate({**inputs["thresholds"], "name": entry["stage"]})
-        verdicts = [VerdictChange.from_dict(v) for v in inputs.get("verdicts", [])]
-        again = soak_decision(policy, float(inputs["rotated_at"]), at, verdicts, int(inputs["results"]))
-    stored = Decision.from_dict(inputs["decision"])
+        policy = StagePolicy.model_validate({**mapping(inputs["thresholds"]), "name": entry.stage})
+        verdicts = [VerdictChange.from_dict(mapping(v)) for v in array(inputs.get("verdicts"))]
+        again = soak_decision(policy, to_float(inputs["rotated_at"]), at, verdicts, to_int(inputs["results"]))
+    said = mapping(inputs["decision"])
+    stored = Decision.from_dict(said)
     # The decision and what held it, never its words: rewording a message does not make an old decision different.
     # (A decision stored before decisions named what held them is compared on the decision alone.)
-    same = again.decision == stored.decision and ("unmet" not in inputs["decision"] or again.outcome == stored.outcome)
-    return {"id": entry["id"], "candidate": entry.get("candidate"), "stage": entry.get("stage"), "at": at,
+    same = again.decision == stored.decision and ("unmet" not in said or again.outcome == stored.outcome)
+    return {"id": entry.id, "candidate": entry.candidate, "stage": entry.stage, "at": at,
             "stored": stored.to_dict(), "replayed": again.to_dict(), "same": same}

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Literal
+
+from platformctl.kernel.jsontypes import (
+    JSONMapping,
+    JSONObject,
+    array,
+    mapping,
+    number,
+    optional_number,
+    optional_str,
+    strings,
+    to_int,
+)
 
 # finished: every cluster rotated; halted: a cluster halted (the gate halts the candidate); blocked: nodes a budget
 # holds, nothing failed (planned again next tick, for a while); busy: a rotation holds the stage's lease or an API
@@ -29,14 +41,15 @@ class FirstLightSaid:
     skipped: dict[str, str] = field(default_factory=dict)
     seconds: float | None = None
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JSONObject:
         return {"verdict": self.verdict, "reason": self.reason, "nodes": self.nodes, "pools": self.pools,
                 "skipped": self.skipped, "seconds": self.seconds}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FirstLightSaid:
-        return cls(data.get("verdict"), data.get("reason"), int(data.get("nodes") or 0), list(data.get("pools") or []),
-                   dict(data.get("skipped") or {}), data.get("seconds"))
+    def from_dict(cls, data: JSONMapping) -> FirstLightSaid:
+        return cls(optional_str(data.get("verdict")), optional_str(data.get("reason")), to_int(data.get("nodes") or 0),
+                   strings(data.get("pools")), {str(k): str(v) for k, v in mapping(data.get("skipped")).items()},
+                   optional_number(data.get("seconds")))
 
 
 @dataclass(frozen=True)
@@ -53,19 +66,20 @@ class ClusterRotation:
     evictions: int = 0
     planned_first_wave: int = 0
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JSONObject:
         return {"cluster": self.cluster, "status": self.status, "reason": self.reason, "halted": self.halted,
                 "waves": self.waves, "gate_seconds": self.gate_seconds,
                 "first_light": self.first_light.to_dict() if self.first_light else None, "evictions": self.evictions,
                 "planned_first_wave": self.planned_first_wave}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ClusterRotation:
+    def from_dict(cls, data: JSONMapping) -> ClusterRotation:
         lit = data.get("first_light")
-        return cls(str(data.get("cluster") or ""), data.get("status"), data.get("reason"), data.get("halted"),
-                   list(data.get("waves") or []), list(data.get("gate_seconds") or []),
-                   FirstLightSaid.from_dict(lit) if isinstance(lit, Mapping) else None, int(data.get("evictions") or 0),
-                   int(data.get("planned_first_wave") or 0))
+        return cls(str(data.get("cluster") or ""), optional_str(data.get("status")), optional_str(data.get("reason")),
+                   optional_str(data.get("halted")), [to_int(n) for n in array(data.get("waves"))],
+                   [number(s) for s in array(data.get("gate_seconds"))],
+                   FirstLightSaid.from_dict(lit) if isinstance(lit, Mapping) else None, to_int(data.get("evictions") or 0),
+                   to_int(data.get("planned_first_wave") or 0))
 
 
 @dataclass(frozen=True)
@@ -79,9 +93,9 @@ class StageRotation:
     exit_code: int | None = None
     clusters: list[ClusterRotation] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JSONObject:
         """Its JSON as a ledger entry's ``result`` holds it, before the boots go to their own stream."""
-        out: dict[str, object] = {"status": self.status, "reason": self.reason}
+        out: JSONObject = {"status": self.status, "reason": self.reason}
         if self.booted:
             out["booted"] = self.booted
         if self.first_light:
@@ -93,9 +107,10 @@ class StageRotation:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> StageRotation:
+    def from_dict(cls, data: JSONMapping) -> StageRotation:
         """A result as a ledger entry keeps it (``release replay`` judges it again)."""
-        status = data.get("status")
-        return cls(cast(Status, status) if status in STATUSES else "halted", str(data.get("reason") or ""),
-                   exit_code=data.get("exit_code"),
-                   clusters=[ClusterRotation.from_dict(c) for c in data.get("clusters") or () if isinstance(c, Mapping)])
+        status: Status = next((s for s in STATUSES if s == data.get("status")), "halted")
+        exit_code = data.get("exit_code")
+        return cls(status, str(data.get("reason") or ""),
+                   exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
+                   clusters=[ClusterRotation.from_dict(c) for c in array(data.get("clusters")) if isinstance(c, Mapping)])

@@ -27,6 +27,7 @@ from platformctl.kernel.clock import Clock, parked
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
+from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.state import LeaseHeld, StateStore
 from platformctl.kernel.state.lease import LeaseKeeper, holder_id
 from platformctl.kernel.topology import load_stage
@@ -82,7 +83,7 @@ class ClusterRun:
     attempts: list[AttemptReport] = field(default_factory=list)  # with ``once`` only: a daemon keeps them in the store
     lease_held_by: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         if self.lease_held_by is not None:
             return {"cluster": self.cluster, "lease_held_by": self.lease_held_by}
         return {"cluster": self.cluster, "reaped": self.reaped, "canaries": [
@@ -96,7 +97,7 @@ class CanaryRunReport:
     clusters: list[ClusterRun] = field(default_factory=list)
     exit_code: int = EXIT_OK
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"stage": self.stage, "clusters": [c.to_dict() for c in self.clusters], "exit_code": self.exit_code}
 
 
@@ -296,7 +297,7 @@ class _StoppableClock:
         if name != "wait_for_change":
             return found
 
-        def wait_for_change(*args: Any) -> Any:  # a local region's wait for a change: held a few wall seconds at most
+        def wait_for_change(*args: object) -> object:  # a local region's wait for a change: held a few wall seconds at most
             if self._stop.is_set():
                 raise _Stopped()
             answer = found(*args)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from platformctl.kernel.cluster.model import Node, Snapshot
 from platformctl.kernel.environment import current
@@ -18,6 +18,9 @@ from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import STAGES, load_stage
 
 if TYPE_CHECKING:
+    from platformctl.kernel.cluster.live import LiveCluster
+    from platformctl.kernel.nodegroups import GroupState
+    from upgrade_service.planning.policy import RotationPolicy
     from upgrade_service.running.run_types import Target
 
 LABEL_REGION = "topology.kubernetes.io/region"
@@ -55,7 +58,7 @@ def region_for(cluster: str, nodes: Iterable[Node], given: str | None = None, in
                         "AWS_REGION is not set: name the region of its auto scaling groups", field="--region")
 
 
-def _nodes_of(live: Any) -> Iterator[Node]:
+def _nodes_of(live: LiveCluster) -> Iterator[Node]:
     yield from live.list_nodes()
 
 
@@ -80,7 +83,8 @@ def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_
     return targets
 
 
-def groups_of(snap: Snapshot, cluster: str, region: str | None, infra_dir: Path | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+def groups_of(snap: Snapshot, cluster: str, region: str | None,
+              infra_dir: Path | None = None) -> tuple[dict[str, str], dict[str, GroupState]]:
     """Each node's auto scaling group and each group as AWS describes it (what it launches, its room)."""
     from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
     from platformctl.kernel.region_client import aws_target
@@ -91,7 +95,7 @@ def groups_of(snap: Snapshot, cluster: str, region: str | None, infra_dir: Path 
     return group_of, {g: groups.describe(g) for g in sorted(set(group_of.values()))}
 
 
-def launch_template_targets(snap: Snapshot, cluster: str, policy: Any, region: str | None,
+def launch_template_targets(snap: Snapshot, cluster: str, policy: RotationPolicy, region: str | None,
                             infra_dir: Path | None = None) -> dict[str, str]:
     """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets."""
     from upgrade_service.planning.targets import resolve

@@ -10,32 +10,46 @@ read is reported beside the rest, and the rest is still shown.
 
 from __future__ import annotations
 
-import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypeVar
 
 from e2e_canary.results import newest_at, results
 from e2e_canary.sli import objectives, sli_series
 from platformctl.app.release import DEFAULT_LEDGER, candidate_report
 from platformctl.app.stores import store_for
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.state import StateStore, StoreUnavailable, dynamodb_spec, open_store
+from platformctl.kernel.jsontypes import JSONMapping, JSONObject, mapping, to_float
+from platformctl.kernel.state import Record, StateStore, StoreUnavailable, dynamodb_spec, open_store
 from platformctl.kernel.topology import STAGES, load_stage
 from release_pipeline.gates import freezes_in_force
-from release_pipeline.ledger import LEDGER, Ledger
+from release_pipeline.ledger import Entry, Ledger
 from release_pipeline.pipeline import Pipeline, load_pipeline
 from upgrade_service.journal import remediation as remediation_journal
 from upgrade_service.journal import rotation as rotation_journal
+from upgrade_service.journal.remediation import RemediationState
+from upgrade_service.journal.rotation import RunState
 from upgrade_service.remediation.remediate import HOUR
 from upgrade_service.running.report import build_report
 
-UNREADABLE = (PlatformError, StoreUnavailable, sqlite3.Error, OSError)
+UNREADABLE = (PlatformError, StoreUnavailable, OSError)  # a store's own errors leave its seam as StoreUnavailable
 DECISIONS = 100  # the newest ledger decisions the page lists (the ledger keeps all; `release history` shows them)
 CANDIDATES = 20  # the newest candidates the page lists (`release status` shows them all)
 STALE_SECONDS = 1800.0  # a stage whose newest canary result is older than this (on the wall clock) says so
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+
+class Folded(Protocol):
+    """A journal's fold: how far into its stream it has read."""
+
+    last_seq: int
+
+
+F = TypeVar("F", bound=Folded)
 
 
 @dataclass(frozen=True)
@@ -81,7 +95,9 @@ class Reader:
         self.ledger_spec = spec
         self.ledger: Ledger | None = None  # opened at the first read that can
         self.stores: dict[str, StateStore] = {}  # stage -> its store, opened once
-        self.folded: dict[tuple[str, str, str], Any] = {}  # (store, journal, cluster) -> its fold so far
+        # (store, cluster) -> its journal's fold so far
+        self.rotations: dict[tuple[str, str], RunState] = {}
+        self.remediations: dict[tuple[str, str], RemediationState] = {}
         self.owner = _stage_clusters(request.infra_dir)
 
     def store(self, stage: str) -> StateStore:
@@ -94,34 +110,34 @@ class Reader:
                 self.stores[stage] = next((s for s in self.stores.values() if s.location == opened.location), opened)
         return self.stores[stage]
 
-    def read(self) -> dict[str, Any]:
-        """The page's data as one JSON-able dict."""
+    def read(self) -> JSONObject:
+        """The page's data as one JSON object."""
         errors: list[str] = []
         pipeline = self.pipeline
         now = time.time()
         where = f"the ledger {self.ledger_spec}"
-        out: dict[str, Any] = {"generated_at": now, "pipeline_file": pipeline.source, "ledger": self.ledger_spec,
-                               "errors": errors, "window_seconds": self.request.window, "objectives": objectives()}
+        out: JSONObject = {"generated_at": now, "pipeline_file": pipeline.source, "ledger": self.ledger_spec,
+                           "errors": errors, "window_seconds": self.request.window, "objectives": objectives()}
         if self.ledger is None:
             self.ledger = _guarded(where, errors, lambda: Ledger(open_store(self.ledger_spec)), None)
         ledger = self.ledger
         state = _guarded(where, errors, ledger.state, None) if ledger else None
-        newest = _guarded(where, errors, lambda: [dict(r.data) for r in ledger.store.read_back(LEDGER, limit=DECISIONS)],
-                          []) if ledger else []
-        out["decisions"] = newest
+        newest = _guarded(where, errors, lambda: ledger.newest(DECISIONS), []) if ledger else []
+        out["decisions"] = [e.as_stored() for e in newest]
         report = _guarded(where, errors, lambda: candidate_report(ledger, state, aws=False), {}) \
             if ledger is not None and state is not None else {}
-        out["canaries"], out["rotations"], out["remediation"] = self._stages(newest, errors)
-        stages_out = []
+        canaries, rotations, remediation = self._stages(newest, errors)
+        out["canaries"], out["rotations"], out["remediation"] = canaries, rotations, remediation
+        stages_out: list[JSONObject] = []
         for policy in pipeline.stages:
             name = policy.name
             s = state.stage(name) if state is not None else None
             # the stage's clock: the wall on a real account; a local region's virtual clock runs ahead of it
-            clock = max([now, float(out["canaries"].get(name, {}).get("end") or 0)]
-                        + [float(d.get("at", 0)) for d in newest if d.get("stage") == name])
+            clock = max([now, to_float(canaries.get(name, {}).get("end") or 0)]
+                        + [float(e.at) for e in newest if e.stage == name])
             frozen = freezes_in_force(pipeline.freezes, state.freezes, name, clock) if state else []
             waiting = list(s.ready) if s else []
-            approvals_needed = []
+            approvals_needed: list[JSONObject] = []
             if policy.approvals and state is not None and s is not None:
                 for cid in ([s.current] if s.current and s.step == "waiting" else []) + waiting:
                     approvers = {a.by for a in state.approvals.get(f"{cid}/{name}", [])}  # the gate counts people
@@ -139,10 +155,10 @@ class Reader:
             })
         out["stages"] = stages_out
         out["freezes"] = [f.to_dict() for f in state.freezes] if state else []
-        newest_first = sorted(({"id": cid, **c} for cid, c in report.items()), key=lambda c: c["created_at"], reverse=True)
         rotating = {st.current for st in (state.stages.values() if state else []) if st.step == "rotating"}
-        for c in newest_first:
-            c["rotating"] = c["id"] in rotating  # its count grows when the rotation ends (the ledger records it then)
+        # its count grows when the rotation ends (the ledger records it then)
+        newest_first: list[JSONObject] = [{"id": cid, **c, "rotating": cid in rotating} for cid, c in
+                                          sorted(report.items(), key=lambda item: item[1]["created_at"], reverse=True)]
         out["candidates"], out["candidates_total"] = newest_first[:CANDIDATES], len(newest_first)
         return out
 
@@ -151,32 +167,34 @@ class Reader:
                                                                ("--ledger", self.request.ledger)) if value)
         return f"platformctl release approve {cid} --stage {stage} --reason TEXT{extra}"
 
-    def _stages(self, decisions: list[dict[str, Any]],
-                errors: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def _stages(self, decisions: list[Entry], errors: list[str]) -> tuple[dict[str, JSONObject], dict[str, list[JSONObject]],
+                                                                          dict[str, list[JSONObject]]]:
         names: list[str] = [p.name for p in self.pipeline.stages]
-        canaries: dict[str, Any] = {}
-        rotations: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-        remediation: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+        canaries: dict[str, JSONObject] = {}
+        rotations: dict[str, list[JSONObject]] = {n: [] for n in names}
+        remediation: dict[str, list[JSONObject]] = {n: [] for n in names}
         opened: dict[str, StateStore] = {}
         for stage in names:
             try:
                 opened[stage] = self.store(stage)
             except UNREADABLE as exc:
-                canaries[stage] = {"store": None, "error": _unreadable(f"stage {stage}'s store", exc)}
-                errors.append(canaries[stage]["error"])
+                errors.append(_unreadable(f"stage {stage}'s store", exc))
+                canaries[stage] = {"store": None, "error": errors[-1]}
                 continue
             store = opened[stage]
             try:
                 canaries[stage] = _canaries(store, stage, self.request.window, decisions)
             except UNREADABLE as exc:
-                canaries[stage] = {"store": store.location, "error": _unreadable(f"stage {stage}'s store {store.location}", exc)}
-                errors.append(canaries[stage]["error"])
+                errors.append(_unreadable(f"stage {stage}'s store {store.location}", exc))
+                canaries[stage] = {"store": store.location, "error": errors[-1]}
         sharing: dict[str, list[str]] = {}
         for stage, store in opened.items():
             sharing.setdefault(store.location, []).append(stage)
         for location, stages in sharing.items():
             store = opened[stages[0]]
-            for kind, target, read in (("rotation/", rotations, self._rotation), ("remediation/", remediation, self._remediation)):
+            journals: tuple[tuple[str, dict[str, list[JSONObject]], Callable[[StateStore, str], JSONObject]], ...] = (
+                ("rotation/", rotations, self._rotation), ("remediation/", remediation, self._remediation))
+            for kind, target, read in journals:
                 try:
                     clusters = [s.removeprefix(kind) for s in store.streams(kind)]
                 except UNREADABLE as exc:
@@ -193,17 +211,20 @@ class Reader:
                         errors.append(_unreadable(f"{kind.rstrip('/')} journal of {cluster} in {location}", exc))
         return canaries, rotations, remediation
 
-    def _fold(self, store: StateStore, journal: Any, cluster: str) -> Any:
-        """The journal's fold, with only the records after the last one folded read."""
-        key = (store.location, journal.__name__, cluster)
-        state = self.folded.get(key) or journal.fold(cluster, [])
-        for record in store.read(journal.stream_of(cluster), after=state.last_seq):
-            journal.apply(state, record)
-        self.folded[key] = state
+    @staticmethod
+    def _fold(folded: dict[tuple[str, str], F], store: StateStore, cluster: str, stream: str,
+              fold: Callable[[str, Iterable[Record]], F], apply: Callable[[F, Record], None]) -> F:
+        """A journal's fold (``folded`` keeps them), with only the records after the last one folded read."""
+        key = (store.location, cluster)
+        state = folded.get(key) or fold(cluster, [])
+        for record in store.read(stream, after=state.last_seq):
+            apply(state, record)
+        folded[key] = state
         return state
 
-    def _rotation(self, store: StateStore, cluster: str) -> dict[str, Any]:
-        state = self._fold(store, rotation_journal, cluster)
+    def _rotation(self, store: StateStore, cluster: str) -> JSONObject:
+        state = self._fold(self.rotations, store, cluster, rotation_journal.stream_of(cluster), rotation_journal.fold,
+                           rotation_journal.apply)
         report = build_report(state)
         waves = report.get("waves", [])
         halted = report.get("halted")
@@ -219,8 +240,9 @@ class Reader:
                            "gate_seconds": w["gate_seconds"], "nodes": len(w["nodes"]), "finished": w["finished"]}
                           for w in waves]}
 
-    def _remediation(self, store: StateStore, cluster: str) -> dict[str, Any]:
-        current = self._fold(store, remediation_journal, cluster)
+    def _remediation(self, store: StateStore, cluster: str) -> JSONObject:
+        current = self._fold(self.remediations, store, cluster, remediation_journal.stream_of(cluster),
+                             remediation_journal.fold, remediation_journal.apply)
         newest = max([float(r.get("at", 0)) for r in current.recent] + [0.0])
         now = max(time.time(), newest)
         return {"cluster": cluster, "breaker": "open" if current.incident else "closed",
@@ -230,12 +252,12 @@ class Reader:
                 "in_progress": len(current.open), "recent": current.recent[-5:]}
 
 
-def gather(request: DashboardRequest) -> dict[str, Any]:
+def gather(request: DashboardRequest) -> JSONObject:
     """One read of every store (the export's)."""
     return Reader(request).read()
 
 
-def _guarded(what: str, errors: list[str], read: Callable[[], Any], default: Any) -> Any:
+def _guarded(what: str, errors: list[str], read: Callable[[], T], default: D) -> T | D:
     try:
         return read()
     except UNREADABLE as exc:
@@ -254,49 +276,50 @@ def _stage_clusters(infra_dir: Path | None) -> dict[str, str]:
     return out
 
 
-def _latest_verdict(decisions: list[dict[str, Any]], stage: str) -> dict[str, Any] | None:
+def _latest_verdict(decisions: list[Entry], stage: str) -> JSONObject | None:
     """The newest canary verdict the ledger holds for ``stage``, with the judge's numbers."""
     for d in decisions:  # newest first
-        verdict = (d.get("inputs") or {}).get("verdict")
-        if d.get("stage") == stage and isinstance(verdict, dict) and "verdict" in verdict:
-            return {"decision": d.get("id"), "candidate": d.get("candidate"), "at": d.get("at"), **judge_numbers(verdict)}
+        verdict = mapping(d.inputs.get("verdict"))
+        if d.stage == stage and "verdict" in verdict:
+            return {"decision": d.id, "candidate": d.candidate, "at": d.at, **judge_numbers(verdict)}
     return None
 
 
-def _metric_rows(canaries: dict[str, Any], against: str) -> list[dict[str, Any]]:
-    rows = []
+def _metric_rows(canaries: JSONMapping, against: str) -> list[JSONObject]:
+    rows: list[JSONObject] = []
     for canary, c in canaries.items():
-        for metric, m in (c.get("metrics") or {}).items():
-            threshold = m.get("threshold") or {}
+        for metric, said in mapping(mapping(c).get("metrics")).items():
+            m = mapping(said)
+            threshold = mapping(m.get("threshold"))
             rows.append({"against": against, "canary": canary, "metric": metric, "verdict": m.get("verdict"),
                          "shift": m.get("shift"), "shift_ci": m.get("shift_ci"), "p_value": m.get("p_value"),
                          "material": threshold.get("material") or threshold.get("material_absolute")
                          or threshold.get("material_increase"),
-                         "baseline_n": (m.get("baseline") or {}).get("n"), "experiment_n": (m.get("experiment") or {}).get("n"),
+                         "baseline_n": mapping(m.get("baseline")).get("n"), "experiment_n": mapping(m.get("experiment")).get("n"),
                          "reason": m.get("reason")})
     return rows
 
 
-def judge_numbers(verdict: dict[str, Any]) -> dict[str, Any]:
+def judge_numbers(verdict: JSONMapping) -> JSONObject:
     """A verdict's headline and, per canary and metric, the judge's numbers: the shift and its interval, the p-value,
     the material threshold, the arms' sizes; for the stage's window and for each new image against the image it
     replaces (the soak's comparison with the last good candidate)."""
-    rows = _metric_rows(verdict.get("canaries") or {}, "the stage's window")
-    images = verdict.get("images") or {}
-    for image, arm in (images.get("arms") or {}).items():
-        old = (images.get("replaced") or {}).get(image, "the image it replaces")
-        rows += _metric_rows(arm.get("canaries") or {}, f"{image} against {old}")
+    rows = _metric_rows(mapping(verdict.get("canaries")), "the stage's window")
+    images = mapping(verdict.get("images"))
+    for image, arm in mapping(images.get("arms")).items():
+        old = mapping(images.get("replaced")).get(image, "the image it replaces")
+        rows += _metric_rows(mapping(mapping(arm).get("canaries")), f"{image} against {old}")
     return {"verdict": verdict.get("verdict"), "reason": verdict.get("reason"), "metrics": rows}
 
 
-def _canaries(store: StateStore, stage: str, window: float, decisions: list[dict[str, Any]]) -> dict[str, Any]:
+def _canaries(store: StateStore, stage: str, window: float, decisions: list[Entry]) -> JSONObject:
     end = newest_at(store, stage)
-    out: dict[str, Any] = {"store": store.location, "error": None, "latest_verdict": _latest_verdict(decisions, stage),
-                           "stale": None}
+    out: JSONObject = {"store": store.location, "error": None, "latest_verdict": _latest_verdict(decisions, stage),
+                       "stale": None}
     if end is None:
         return {**out, "start": None, "end": None, "lines": [], "results": 0}
     if time.time() - end > STALE_SECONDS:
         out["stale"] = time.time() - end  # the canaries stopped, or their runner did: not a healthy silence
     start = end - window
     rows = results(store, stage, since=start, until=end)
-    return {**out, "start": start, "end": end, "lines": sli_series(rows, start, end), "results": len(rows)}
+    return {**out, "start": start, "end": end, "lines": [line.to_dict() for line in sli_series(rows, start, end)], "results": len(rows)}

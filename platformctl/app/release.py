@@ -16,6 +16,7 @@ from platformctl.app.release_source import candidate_source, infra_revision
 from platformctl.kernel.clock import WallClock
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
+from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.nodegroups import Booted, NodeGroupError, NodeGroups
 from platformctl.kernel.state import StateStore, open_store
 from platformctl.kernel.topology import load_stage, read_stack_config
@@ -113,7 +114,7 @@ def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
     """Where every candidate is: per stage the one in flight, the last good one, the step and what it waits for."""
     pipeline, ledger = open_pipeline(request, existing=True)
     state = ledger.state()
-    stages = {}
+    stages: dict[str, JSONObject] = {}
     for name in pipeline.names:
         s = state.stage(name)
         lease = ledger.store.lease(stage_lease(name))
@@ -202,7 +203,7 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
 def pipeline_history(request: LedgerRequest) -> list[dict[str, Any]]:
     """Every entry of the ledger, oldest first (of one stage, when given)."""
     _, ledger = open_pipeline(request, existing=True)
-    return [e for _, e in ledger.entries() if request.stage is None or e.get("stage") == request.stage]
+    return [e.as_stored() for _, e in ledger.entries() if request.stage is None or e.stage == request.stage]
 
 
 def replay_decision(request: LedgerRequest, decision_id: str) -> dict[str, Any]:
@@ -263,13 +264,13 @@ def freeze(request: FreezeRequest) -> dict[str, Any]:
         raise PlatformError(f"{request.until} is in the past (the stage's clock says {_iso(now)})", field="--until")
     end = None if until is None else until[1] if until[0] == "at" else now + until[1]
     return ledger.append(None, request.stage, "freeze", now, request.reason, {"until": end, "pipeline": pipeline.digest},
-                         who())
+                         who()).to_dict()
 
 
 def unfreeze(request: FreezeRequest) -> dict[str, Any]:
     pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     return ledger.append(None, request.stage, "unfreeze", _stage_now(pipeline, request.stage), request.reason or "unfrozen",
-                         {}, who())
+                         {}, who()).to_dict()
 
 
 @dataclass(frozen=True)
@@ -318,12 +319,12 @@ def approve(request: ApproveRequest) -> dict[str, Any]:
                                 "applies to the freeze in force when it is given, and ends with it)", field="--override-freeze")
         covers = [f.key for f in frozen]
     approval = ledger.append(request.candidate, request.stage, "approve", now, request.reason or "approved",
-                             {"pipeline": pipeline.digest}, who(), salt=who())
+                             {"pipeline": pipeline.digest}, who(), salt=who()).to_dict()
     if request.override_freeze is None:
         return approval
     override = ledger.append(request.candidate, request.stage, "override", now, request.override_freeze,
                              {"pipeline": pipeline.digest, "freezes": [f.to_dict() for f in state.freezes], "covers": covers},
-                             who(), salt=who())
+                             who(), salt=who()).to_dict()
     return {**approval, "override": override}
 
 
@@ -355,7 +356,7 @@ def promote(request: PromoteRequest) -> dict[str, Any]:
         raise PlatformError(f"{request.candidate} is in flight in {request.stage} already ({stage.step})", field="CANDIDATE")
     now = AppStages(pipeline, request.infra_dir, Path.cwd()).now(request.stage)
     return ledger.append(request.candidate, request.stage, "force", now, f"sent to {request.stage} by hand: {request.reason}",
-                         {"pipeline": pipeline.digest, "newest_ran": stage.newest}, who())
+                         {"pipeline": pipeline.digest, "newest_ran": stage.newest}, who()).to_dict()
 
 
 @dataclass(frozen=True)
@@ -390,7 +391,8 @@ def rollback(request: RollbackRequest) -> dict[str, Any]:
         cid, target = stage.last_good, earlier[-1]
     now = AppStages(pipeline, request.infra_dir, Path.cwd()).now(request.stage)
     return ledger.append(cid, request.stage, "halt", now, f"rolled back by hand: {request.reason}",
-                         {"manual": True, "rollback_to": target, "step": stage.step, "pipeline": pipeline.digest}, who())
+                         {"manual": True, "rollback_to": target, "step": stage.step, "pipeline": pipeline.digest},
+                         who()).to_dict()
 
 
 # ---------------------------------------------------------------------------------------------- the tick
@@ -646,4 +648,4 @@ def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[
         raise EveryStageHeld("another tick holds the lease of every stage this one would act in ("
                              + ", ".join(f"{n}: {holders.get(n, '?')}" for n in acting) + "): nothing done")
     return {"ledger": ledger.store.location, **report.to_dict(), "holders": holders,
-            "failing": [e["stage"] for e in report.failing(time.time())]}
+            "failing": [e.stage for e in report.failing(time.time())]}

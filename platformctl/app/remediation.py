@@ -15,6 +15,7 @@ from typing import Any
 from platformctl.app.clusters import connect
 from platformctl.app.rotation import ActRequest, Scope, scope_of, store_of
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.state import StateStore
 from platformctl.kernel.state.lease import holder_id
 from upgrade_service.journal.remediation import read_state, stream_of
@@ -59,7 +60,7 @@ class Pass:
         codes = [o.exit_code for o in self.outcomes]
         return EXIT_LEASE_HELD if EXIT_LEASE_HELD in codes else EXIT_FAILED if EXIT_FAILED in codes else EXIT_OK
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"exit_code": self.exit_code, "dry_run": self.dry_run, "clusters": [o.to_dict() for o in self.outcomes]}
 
 

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from e2e_canary import judge as j
-from e2e_canary.judge import Arm, JudgeConfig, hodges_lehmann, judge, newcombe, parse_config
+from e2e_canary.judge import Arm, JudgeConfig, RateSummary, hodges_lehmann, judge, newcombe, parse_config
 
 OK = {"ok": 500, "fail": 0, "timeout": 0, "disrupted": 0, "infra_error": 0}
 
@@ -127,9 +127,9 @@ def test_evicted_pods_are_disruptions_not_failures_and_their_rate_is_compared() 
     evicted = arm(rng, 300, outcomes={"ok": 300, "disrupted": 60})
     verdict = judge(base, evicted)
     assert verdict.metrics["failure_rate"].verdict == "pass"  # evicted is not failed
-    assert verdict.metrics["failure_rate"].experiment["events"] == 0
+    assert verdict.metrics["failure_rate"].experiment == RateSummary(300, 0, 0.0)  # evicted is not failed
     d = verdict.metrics["disruption_rate"]
-    assert d.verdict == "fail" and d.experiment == {"n": 360, "events": 60, "rate": pytest.approx(60 / 360)}
+    assert d.verdict == "fail" and d.experiment == RateSummary(360, 60, pytest.approx(60 / 360))
 
 
 def test_identical_arms_fail_rarely() -> None:
@@ -201,3 +201,21 @@ def test_a_metric_whose_bad_direction_is_decrease_fails_on_a_drop_and_passes_a_r
     # The default direction (increase) reads the same two arms the other way round.
     plain = judge(base, arm_of(120.0))
     assert plain.metrics["requests_per_second"].verdict == "fail"
+
+
+def test_each_arm_says_its_numbers_in_the_json_it_always_had() -> None:
+    rng = np.random.default_rng(11)
+    said = judge(arm(rng, 50), arm(rng, 40, outcomes={"ok": 40, "fail": 1, "disrupted": 2})).to_dict()
+    startup = said["metrics"]["pod_startup_seconds"]
+    assert list(startup["baseline"]) == ["n", "median", "p99"] and startup["baseline"]["n"] == 50
+    assert list(said["metrics"]["failure_rate"]["experiment"]) == ["n", "events", "rate"]
+    assert said["metrics"]["failure_rate"]["experiment"] == {"n": 41, "events": 1, "rate": 1 / 41}
+    assert said["metrics"]["disruption_rate"]["experiment"] == {"n": 43, "events": 2, "rate": 2 / 43}
+    empty = judge(Arm(), arm(rng, 30)).to_dict()["metrics"]["pod_startup_seconds"]
+    assert empty["baseline"] == {"n": 0, "median": None, "p99": None} and empty["verdict"] == "inconclusive"
+    alone = j.judge_objectives(arm(rng, 30)).to_dict()["metrics"]  # against its objectives: no baseline at all
+    assert alone["pod_startup_seconds"]["baseline"] == {} and alone["failure_rate"]["baseline"] == {}
+    assert list(alone["pod_startup_seconds"]["experiment"]) == ["n", "median", "p99"]
+    m = judge(arm(rng, 50), arm(rng, 50, shift=1.0)).metrics["pod_startup_seconds"]
+    assert m.medians is not None and m.medians[1] > m.medians[0] + 0.5
+    assert judge(Arm(), arm(rng, 30)).metrics["pod_startup_seconds"].medians is None

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from release_pipeline.ledger import Entry
 from release_pipeline.replay import replay
 from release_pipeline.rotation_result import STATUSES, StageRotation
 
@@ -16,16 +17,18 @@ RESULT_OF = {"rotated": {"finished"}, "blocked": {"blocked"}, "paused": {"frozen
              "rollback-failed": {"halted", "blocked", "frozen"}, "rolled-back": {"finished"}}
 
 
-def rotation_results_keep_the_contract(entries: Iterable[Mapping[str, Any]]) -> int:
-    """Check every rotation result the ledger's ``entries`` hold; returns how many there were."""
+def rotation_results_keep_the_contract(entries: Iterable[Entry | Mapping[str, Any]]) -> int:
+    """Check every rotation result the ledger's ``entries`` hold (read from it, or as ``release history`` prints them);
+    returns how many there were."""
     seen = 0
-    for entry in entries:
-        result = (entry.get("inputs") or {}).get("result")
-        if entry["decision"] not in RESULT_OF or not isinstance(result, Mapping) or "status" not in result:
+    for read in entries:
+        entry = read if isinstance(read, Entry) else Entry.from_dict(read)
+        result = entry.inputs.get("result")
+        if entry.decision not in RESULT_OF or not isinstance(result, Mapping) or "status" not in result:
             continue  # a halt for another reason than a rotation (the soak's verdict) holds no rotation result
         seen += 1
-        said = f"{entry['decision']} {entry['id']}: {result}"
-        assert result["status"] in STATUSES and result["status"] in RESULT_OF[entry["decision"]], said
+        said = f"{entry.decision} {entry.id}: {result}"
+        assert result["status"] in STATUSES and result["status"] in RESULT_OF[entry.decision], said
         assert set(result) <= {"status", "reason", "exit_code", "clusters", "booted_count", "first_light_count"}, said
         assert "booted" not in result and "first_light" not in result, said  # boots go to their own stream
         if result["status"] != "finished":
@@ -36,6 +39,6 @@ def rotation_results_keep_the_contract(entries: Iterable[Mapping[str, Any]]) -> 
             assert cluster["cluster"] and (cluster["halted"] is None or isinstance(cluster["halted"], str)), said
             lit = cluster.get("first_light")
             assert lit is None or lit["verdict"] in ("pass", "fail", "inconclusive", None), said
-        if entry["decision"] == "halt":
+        if entry.decision == "halt":
             assert replay(entry)["same"], said  # the rotation's gate decides again from what the entry keeps
     return seen

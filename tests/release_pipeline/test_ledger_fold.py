@@ -1,6 +1,7 @@
 """The ledger's fold and its checkpoints: the instances a rotation saw booting live in a stream of their own (neither
 an entry nor a checkpoint grows with the fleet), a checkpoint an older version wrote is folded again from the start,
-and the same candidate started twice at once is one candidate."""
+and the same candidate started twice at once is one candidate. An entry and a checkpoint read back as they were
+written, and a decision a newer version wrote is passed over."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from platformctl.kernel.state import open_store
-from release_pipeline.ledger import STATE, Ledger
+from release_pipeline.ledger import LEDGER, STATE, Entry, Kind, Ledger, PipelineState, StageState
 from release_pipeline.rotation_result import StageRotation
 
 
@@ -29,8 +30,8 @@ def test_boots_go_to_their_own_stream_in_chunks_and_the_entry_and_checkpoint_kee
     start(ledger, c, T0)
     for _ in range(6):
         tick(p, ledger, stages, "tester")
-    rotated = next(e for _, e in ledger.entries() if e["decision"] == "rotated")
-    assert rotated["inputs"]["result"]["booted_count"] == 5000 and "booted" not in rotated["inputs"]["result"]
+    rotated = next(e for _, e in ledger.entries() if e.decision == "rotated")
+    assert rotated.inputs["result"]["booted_count"] == 5000 and "booted" not in rotated.inputs["result"]
     assert len(ledger.boots(c.id)["dev"]) == 5000
     assert all(len(json.dumps(r.data)) < 100_000 for r in ledger.store.read(f"release/boots/{c.id}"))
     last = ledger.store.last(STATE)
@@ -62,3 +63,54 @@ def test_the_same_content_started_twice_at_once_is_one_candidate(tmp_path: Path)
     state = ledger.state()
     assert list(state.candidates) == [c.id] and state.stages["dev"].ready == [c.id]
     assert [x.id for x in ledger.candidates()] == [c.id]
+
+
+def test_an_entry_reads_back_as_it_was_written_and_history_shows_it_as_the_store_keeps_it(tmp_path: Path) -> None:
+    ledger = Ledger(open_store(str(tmp_path / "release.db")))
+    written = [ledger.append("c-1", None, "start", 1.0, "one", {"ready_in": ["dev"], "lock_file": "x.json"}, "alice"),
+               ledger.append("c-1", "dev", Kind.WAIT, 2, "frozen", {"decision": {"decision": "wait", "opens_at": 9.0}}),
+               ledger.append(None, "dev", "freeze", 3.5, "incident", {"until": None}, "bob")]
+    # what an append answers (``release freeze -o json`` prints it): the keys in the order they always came
+    assert list(written[0].to_dict()) == ["id", "candidate", "stage", "decision", "at", "reason", "inputs", "by"]
+    assert written[1].decision is Kind.WAIT and written[2].decision is Kind.FREEZE
+    read = [entry for _, entry in ledger.entries()]
+    assert read == written  # every value as it was written (an int stays an int)
+    assert [e.as_stored() for e in read] == [dict(r.data) for r in ledger.store.read(LEDGER)]
+    assert [json.dumps(e.as_stored()) for e in read] == [json.dumps(r.data) for r in ledger.store.read(LEDGER)]
+    assert Entry.from_dict(json.loads(json.dumps(written[1].to_dict()))) == written[1]
+    assert ledger.entry(written[2].id) == written[2] and ledger.entry("d-none") is None
+    assert ledger.newest(2) == [written[2], written[1]]
+
+
+def test_a_decision_a_newer_version_wrote_is_read_and_passed_over_by_the_fold(tmp_path: Path) -> None:
+    ledger = Ledger(open_store(str(tmp_path / "release.db")))
+    ledger.append("c-1", None, "start", 1.0, "one", {"ready_in": ["dev"]})
+    before = ledger.state()
+    future = {"id": "d-future", "candidate": "c-1", "stage": "dev", "decision": "teleport", "at": 2.0, "reason": "later",
+              "inputs": {"to": "prod"}, "by": "someone"}
+    ledger.store.append(LEDGER, future, key="d-future")
+    entry = ledger.entry("d-future")
+    assert entry is not None and entry.decision == "teleport" and not isinstance(entry.decision, Kind)
+    assert entry.as_stored() == dict(sorted(future.items()))
+    state = ledger.state()
+    assert state.stages == before.stages and state.candidates == before.candidates and state.position == 2
+
+
+def test_a_checkpoint_reads_back_as_the_state_it_keeps(tmp_path: Path) -> None:
+    from release_pipeline.reconcile import tick
+    from tests.release_pipeline.test_reconcile import T0, Stages, candidate, pipeline, start
+
+    ledger = Ledger(open_store(str(tmp_path / "release.db")))
+    p, stages = pipeline(), Stages(T0)
+    for n in (1, 2):
+        start(ledger, candidate(n), stages.clock)
+        for _ in range(12):
+            tick(p, ledger, stages, "tester")
+            stages.clock += 300
+    ledger.append(None, "prod", "freeze", stages.clock, "incident", {"until": stages.clock + 60}, "oncall")
+    state = ledger.state()
+    assert state.stages["dev"].before and state.stages["dev"].verdicts and state.freezes
+    again = PipelineState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert again == state and again.to_dict() == state.to_dict()
+    # a stage as a checkpoint of this version that did not hold every field yet keeps it: the rest take their defaults
+    assert StageState.from_dict({"current": "c-1", "step": "soaking", "since": 5}) == StageState("c-1", step="soaking", since=5)

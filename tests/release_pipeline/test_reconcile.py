@@ -105,11 +105,11 @@ def run(ledger: Ledger, stages: Stages, p: Any, ticks: int, step: float = 300) -
 
 
 def decisions(ledger: Ledger, cid: str | None = None) -> list[tuple[str | None, str]]:
-    return [(e["stage"], e["decision"]) for _, e in ledger.entries() if cid is None or e["candidate"] == cid]
+    return [(e.stage, e.decision) for _, e in ledger.entries() if cid is None or e.candidate == cid]
 
 
 def assert_every_decision_replays(ledger: Ledger) -> None:
-    gated = [e for _, e in ledger.entries() if e["decision"] in ("wait", "enter", "soak", "promote", "halt")]
+    gated = [e for _, e in ledger.entries() if e.decision in ("wait", "enter", "soak", "promote", "halt")]
     assert gated
     for entry in gated:
         again = replay(entry)
@@ -129,10 +129,10 @@ def test_a_good_candidate_is_promoted_through_every_stage_one_step_per_tick(ledg
     assert {n: s.last_good for n, s in state.stages.items()} == dict.fromkeys(STAGES, good.id)
     steps = [d for s, d in decisions(ledger, good.id) if s == "dev"]
     assert steps[:6] == ["enter", "deploy", "deployed", "rotate", "rotated", "verdict"] and steps[-1] == "promote"
-    promote = next(e for _, e in ledger.entries() if e["decision"] == "promote" and e["stage"] == "dev")
-    rotated = next(e for _, e in ledger.entries() if e["decision"] == "rotated" and e["stage"] == "dev")
-    assert promote["at"] - rotated["at"] >= 3600  # the soak counted from the end of the rotation
-    assert promote["inputs"]["thresholds"]["soak"] == 3600 and promote["inputs"]["pipeline"] == "digest"
+    promote = next(e for _, e in ledger.entries() if e.decision == "promote" and e.stage == "dev")
+    rotated = next(e for _, e in ledger.entries() if e.decision == "rotated" and e.stage == "dev")
+    assert promote.at - rotated.at >= 3600  # the soak counted from the end of the rotation
+    assert promote.inputs["thresholds"]["soak"] == 3600 and promote.inputs["pipeline"] == "digest"
     assert_every_decision_replays(ledger)
 
 
@@ -161,8 +161,8 @@ def test_inconclusive_past_the_deadline_halts_never_a_pass_and_a_fail_rolls_back
     start(ledger, unsure, stages.clock)
     stages.verdicts[unsure.id] = "inconclusive"
     run(ledger, stages, p, 40)
-    halt = next(e for _, e in ledger.entries() if e["decision"] == "halt" and e["candidate"] == unsure.id)
-    assert "deadline" in halt["inputs"]["decision"]["unmet"] and halt["inputs"]["rollback_to"] == good.id
+    halt = next(e for _, e in ledger.entries() if e.decision == "halt" and e.candidate == unsure.id)
+    assert "deadline" in halt.inputs["decision"]["unmet"] and halt.inputs["rollback_to"] == good.id
     assert stages.running["dev"] == good.id and ledger.state().stages["dev"].last_good == good.id  # rotated back
     start(ledger, bad, stages.clock)
     stages.verdicts[bad.id] = "fail"
@@ -193,8 +193,8 @@ def test_a_freeze_in_another_time_zone_holds_across_a_daylight_saving_change(led
     dev = ledger.state().stages["dev"]
     assert dev.step == "waiting" and "frozen" in (dev.waiting_for or "") and dev.opens_at == winter + 9000  # 21:00 in Berlin
     run(ledger, stages, p, 30)
-    enter = next(e for _, e in ledger.entries() if e["decision"] == "enter")
-    assert enter["at"] >= winter + 9000
+    enter = next(e for _, e in ledger.entries() if e.decision == "enter")
+    assert enter.at >= winter + 9000
     assert_every_decision_replays(ledger)
 
 
@@ -336,9 +336,9 @@ def test_an_override_lets_one_candidate_enter_during_a_freeze_and_is_recorded(le
     ledger.append(one.id, "dev", "override", stages.clock, "the CVE fix cannot wait", by="alice")
     run(ledger, stages, p, 2)
     assert stages.deploys == [("dev", one.id)]
-    enter = next(e for _, e in ledger.entries() if e["decision"] == "enter")
-    assert "overridden by alice: the CVE fix cannot wait" in enter["reason"]
-    assert enter["inputs"]["override"]["by"] == "alice" and enter["inputs"]["freezes"][0]["reason"] == "the holidays"
+    enter = next(e for _, e in ledger.entries() if e.decision == "enter")
+    assert "overridden by alice: the CVE fix cannot wait" in enter.reason
+    assert enter.inputs["override"]["by"] == "alice" and enter.inputs["freezes"][0]["reason"] == "the holidays"
     assert_every_decision_replays(ledger)
 
 
@@ -400,13 +400,13 @@ def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only
     for _ in range(12):
         tick(p, ledger, forever, "tester")
         forever.clock += BLOCKED_PATIENCE / 4
-    entries = [e for _, e in ledger.entries() if e["candidate"] == c2.id]
-    blocked = next(e for e in entries if e["decision"] == "blocked")
-    halt = next(e for e in entries if e["decision"] == "halt")
-    assert blocked["at"] - next(e for e in entries if e["decision"] == "deployed")["at"] >= 2 * 3600
-    assert halt["at"] - blocked["at"] >= BLOCKED_PATIENCE and halt["inputs"]["blocked_since"] == blocked["at"]
+    entries = [e for _, e in ledger.entries() if e.candidate == c2.id]
+    blocked = next(e for e in entries if e.decision == "blocked")
+    halt = next(e for e in entries if e.decision == "halt")
+    assert blocked.at - next(e for e in entries if e.decision == "deployed").at >= 2 * 3600
+    assert halt.at - blocked.at >= BLOCKED_PATIENCE and halt.inputs["blocked_since"] == blocked.at
     # the tick before the halt was inside the patience: nothing halted then
-    assert halt["at"] - blocked["at"] < BLOCKED_PATIENCE + BLOCKED_PATIENCE / 4 + 1
+    assert halt.at - blocked.at < BLOCKED_PATIENCE + BLOCKED_PATIENCE / 4 + 1
     assert_every_decision_replays(ledger)
 
 

@@ -20,7 +20,7 @@ from platformctl.kernel.errors import PlatformError
 from release_pipeline.candidates import Candidate
 from release_pipeline.gates import entry_decision, freeze_window_at, soak_decision
 from release_pipeline.held import Approval, VerdictChange
-from release_pipeline.ledger import STATE, Ledger
+from release_pipeline.ledger import STATE, Entry, Ledger
 from release_pipeline.pipeline import Freeze, StagePolicy, parse_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.replay import replay
@@ -74,9 +74,9 @@ def test_with_three_candidates_in_flight_no_stage_ever_deploys_an_older_one(ledg
     assert state.stage("prod").last_good == c2.id
     if mode == "supersede":
         assert order_of(stages, "staging", names) == ["c0", "c2"] and order_of(stages, "prod", names) == ["c0", "c2"]
-        superseded = next(e for _, e in ledger.entries() if e["decision"] == "superseded")
-        assert superseded["candidate"] == c1.id and superseded["stage"] == "staging"
-        assert superseded["inputs"]["by_candidate"] == c2.id and state.candidates[c1.id].status == "superseded"
+        superseded = next(e for _, e in ledger.entries() if e.decision == "superseded")
+        assert superseded.candidate == c1.id and superseded.stage == "staging"
+        assert superseded.inputs["by_candidate"] == c2.id and state.candidates[c1.id].status == "superseded"
         run(ledger, stages, p, 20)  # folded again and again, it never comes back
         assert order_of(stages, "prod", names) == ["c0", "c2"]
     else:
@@ -99,7 +99,7 @@ def test_approve_refuses_a_superseded_candidate_and_one_about_to_give_way_naming
     assert ledger.state().candidates[old.id].status == "superseded"
     with pytest.raises(PlatformError, match=f"superseded by {new.id}"):
         approve(ApproveRequest(old.id, "dev", "ok", path, str(tmp_path / "release.db")))
-    assert not [e for _, e in ledger.entries() if e["decision"] == "approve"]  # nothing written
+    assert not [e for _, e in ledger.entries() if e.decision == "approve"]  # nothing written
 
 
 # ------------------------------------------------------------------------------------------------ rollbacks
@@ -146,10 +146,10 @@ def test_a_candidate_first_light_fails_is_halted_in_the_first_stage_with_its_evi
     run(ledger, stages, p, 30)
     start(ledger, bad, stages.clock)
     run(ledger, stages, p, 10)
-    halt = next(e for _, e in ledger.entries() if e["decision"] == "halt" and e["candidate"] == bad.id)
-    assert halt["stage"] == "dev" and halt["reason"].startswith("first light stopped the images: dev-a: target image")
-    assert "first-light" in halt["inputs"]["decision"]["unmet"] and "first-light-fail" in halt["inputs"]["decision"]["unmet"]
-    said = halt["inputs"]["result"]
+    halt = next(e for _, e in ledger.entries() if e.decision == "halt" and e.candidate == bad.id)
+    assert halt.stage == "dev" and halt.reason.startswith("first light stopped the images: dev-a: target image")
+    assert "first-light" in halt.inputs["decision"]["unmet"] and "first-light-fail" in halt.inputs["decision"]["unmet"]
+    said = halt.inputs["result"]
     assert said["first_light_count"] == 2 and said["clusters"][0]["first_light"]["verdict"] == "fail"
     assert ("staging", bad.id) not in stages.deploys
     report = candidate_report(ledger, ledger.state(), aws=False)[bad.id]
@@ -181,11 +181,11 @@ def test_a_rollback_whose_rotation_fails_is_recorded_failed_keeps_the_stage_clos
     assert ("dev", waiting.id) not in stages.deploys and ledger.state().stage("dev").rollback_failures == 2
     run(ledger, stages, p, 1)  # the third try finishes
     assert [d for _, d in decisions(ledger, bad.id)][-1] == "rolled-back"
-    done = next(e for _, e in ledger.entries() if e["decision"] == "rolled-back" and e["candidate"] == bad.id)
-    assert done["inputs"]["done"] is True and stages.running["dev"] == good.id
+    done = next(e for _, e in ledger.entries() if e.decision == "rolled-back" and e.candidate == bad.id)
+    assert done.inputs["done"] is True and stages.running["dev"] == good.id
     run(ledger, stages, p, 3)
     assert ("dev", waiting.id) in stages.deploys  # open again only once the rollback finished
-    kept = [e["decision"] for _, e in ledger.entries() if e["decision"] in RESULT_OF]
+    kept = [e.decision for _, e in ledger.entries() if e.decision in RESULT_OF]
     assert {"rollback-failed", "rolled-back"} <= set(kept)
     assert rotation_results_keep_the_contract(e for _, e in ledger.entries()) >= len(kept) - kept.count("halt")
 
@@ -210,22 +210,22 @@ def test_a_stage_with_no_good_candidate_rolls_back_to_the_images_it_ran_before_t
         run(ledger, stages, p, 1)
         if "rolled-back" in [d for _, d in decisions(ledger, first.id)]:
             break
-    deploy = next(e for _, e in ledger.entries() if e["decision"] == "deploy")
-    assert deploy["inputs"]["before"] == before
+    deploy = next(e for _, e in ledger.entries() if e.decision == "deploy")
+    assert deploy.inputs["before"] == before
     said = [d for _, d in decisions(ledger, first.id)]
     assert said[-6:] == ["rollback-deploy", "rollback-deployed", "rollback-rotate", "rollback-failed", "rollback-rotate",
                          "rolled-back"], said
     assert stages.rotations[-2:] == [("dev", f"{first.id}~before")] * 2  # the failed rotation, then the one that finished
     assert stages.nodes["dev"] == stages.templates["dev"] == before  # every node back on what it ran before
-    done = next(e for _, e in ledger.entries() if e["decision"] == "rolled-back")
-    assert done["inputs"]["done"] is True and done["inputs"]["before"] == before and "ran before" in done["reason"]
+    done = next(e for _, e in ledger.entries() if e.decision == "rolled-back")
+    assert done.inputs["done"] is True and done.inputs["before"] == before and "ran before" in done.reason
     state = ledger.state()
     assert state.stage("dev").step == "idle" and state.stage("dev").last_good is None
     assert state.candidates[first.id].status == "halted"
     start(ledger, second, stages.clock)  # open again: the next candidate enters, and its own deploy records before
     run(ledger, stages, p, 3)
     assert ("dev", second.id) in stages.deploys
-    assert [e["inputs"]["before"] for _, e in ledger.entries() if e["decision"] == "deploy"][-1] == before
+    assert [e.inputs["before"] for _, e in ledger.entries() if e.decision == "deploy"][-1] == before
 
 
 def test_a_rollback_by_hand_two_stages_behind_takes_the_candidate_out_of_every_stage_that_passed_it(
@@ -373,9 +373,9 @@ def test_an_exception_in_one_stages_deploy_is_its_decision_and_another_stages_fa
     stages.verdicts[bad.id] = "fail"
     start(ledger, bad, stages.clock)
     reports = [tick(p, ledger, stages, "tester") for _ in range(6)]
-    assert all(r.errors and r.errors[0]["stage"] == "staging" for r in reports)
-    errors = [e for _, e in ledger.entries() if e["decision"] == "error"]
-    assert len(errors) == 1 and errors[0]["inputs"]["error"]["type"] == "ConnectionResetError"  # recorded once
+    assert all(r.errors and r.errors[0].stage == "staging" for r in reports)
+    errors = [e for _, e in ledger.entries() if e.decision == "error"]
+    assert len(errors) == 1 and errors[0].inputs["error"]["type"] == "ConnectionResetError"  # recorded once
     assert ("dev", "halt") in decisions(ledger, bad.id)  # dev went on and halted its failing candidate
     assert ledger.state().stage("staging").error is not None
 
@@ -400,7 +400,7 @@ def test_a_transient_fault_makes_the_stage_busy_and_only_a_lasting_or_permanent_
     p = pipeline(stages=[{"name": "dev", **FAST}])
     stages, c = Flaky(T0), candidate(1)
     start(ledger, c, T0)
-    assert [e["decision"] for e in tick(p, ledger, stages, "tester").steps] == ["enter"]
+    assert [e.decision for e in tick(p, ledger, stages, "tester").steps] == ["enter"]
     # the region's clock timing out, a refused connection, a 503: the same step tried again, nothing halted
     faults += [TimeoutError("timed out"), urllib.error.URLError(ConnectionRefusedError(111, "refused")),
                ApiRefused("the server is scaling", 503)]
@@ -408,14 +408,14 @@ def test_a_transient_fault_makes_the_stage_busy_and_only_a_lasting_or_permanent_
     for _ in range(3):
         reports.append(tick(p, ledger, stages, "tester"))
         wall[0] += 60
-    assert all(r.errors and r.errors[0]["transient"] for r in reports)
+    assert all(r.errors and r.errors[0].transient for r in reports)
     assert all(not r.failing(wall[0]) for r in reports)  # busy: the tick exits 0
-    assert {r.errors[0]["since"] for r in reports} == {1_000.0}  # one run of transient faults, from its first
+    assert {r.errors[0].since for r in reports} == {1_000.0}  # one run of transient faults, from its first
     assert not stages.deploys and ("dev", "halt") not in decisions(ledger, c.id)
     assert ledger.state().stage("dev").error.transient is True
     tick(p, ledger, stages, "tester")  # the API answers again: the candidate is deployed, the error over
     assert stages.deploys == [("dev", c.id)] and ledger.state().stage("dev").error is None
-    assert [e["decision"] for _, e in ledger.entries()].count("recovered") == 1
+    assert [e.decision for _, e in ledger.entries()].count("recovered") == 1
 
     run(ledger, stages, p, 6)
     assert ledger.state().stage("dev").step == "idle"
@@ -430,8 +430,8 @@ def test_a_transient_fault_makes_the_stage_busy_and_only_a_lasting_or_permanent_
     assert not first.failing(wall[0] - reconcile.TRANSIENT_PATIENCE) and late.failing(wall[0])
     faults[:] = [ApiRefused("forbidden: the tick's role cannot UpdateClusterVersion", 403)]
     denied = tick(p, ledger, stages, "tester")  # a permanent fault needs someone at once
-    assert denied.failing(wall[0]) and not denied.errors[0]["transient"]
-    assert not any(e["decision"] in ("halt", "rollback") for _, e in ledger.entries())
+    assert denied.failing(wall[0]) and not denied.errors[0].transient
+    assert not any(e.decision in ("halt", "rollback") for _, e in ledger.entries())
     assert_every_decision_replays(ledger)
 
 
@@ -445,7 +445,7 @@ def test_a_tick_acts_in_dev_while_another_holds_stagings_lease(ledger: Ledger) -
         assert held
         theirs = Ledger(ledger.store)
         report = tick(p, theirs, stages, "tester", lease=mine)
-        assert report.held == ["staging"] and [e["decision"] for e in report.steps] == ["enter"]
+        assert report.held == ["staging"] and [e.decision for e in report.steps] == ["enter"]
         lease = ledger.store.lease("release/tick/staging")
         assert lease is not None and lease.holder == "staging's rotation tick"  # left to its holder
     assert ledger.store.lease("release/tick/dev") is None  # this tick released dev's when done
@@ -490,9 +490,9 @@ def test_a_long_soak_writes_a_soak_entry_only_when_what_holds_it_changes(ledger:
     stages, c = Stages(T0), candidate(1)
     start(ledger, c, T0)
     run(ledger, stages, p, 80, step=300)  # four hours of soak, ticked every five minutes
-    soaks = [e for _, e in ledger.entries() if e["decision"] == "soak"]
+    soaks = [e for _, e in ledger.entries() if e.decision == "soak"]
     assert ("dev", "promote") in decisions(ledger, c.id)
-    assert 1 <= len(soaks) <= 3, [e["inputs"]["decision"]["unmet"] for e in soaks]  # was one per tick: ~48
+    assert 1 <= len(soaks) <= 3, [e.inputs["decision"]["unmet"] for e in soaks]  # was one per tick: ~48
 
 
 def test_replay_compares_the_decision_and_what_held_it_never_the_words(ledger: Ledger) -> None:
@@ -500,13 +500,13 @@ def test_replay_compares_the_decision_and_what_held_it_never_the_words(ledger: L
     stages, c = Stages(T0), candidate(1)
     start(ledger, c, T0)
     run(ledger, stages, p, 30)
-    soak = next(e for _, e in ledger.entries() if e["decision"] == "soak")
-    reworded = json.loads(json.dumps(soak))
+    soak = next(e for _, e in ledger.entries() if e.decision == "soak")
+    reworded = json.loads(json.dumps(soak.to_dict()))
     reworded["inputs"]["decision"]["reason"] = "worded another way entirely"
-    assert replay(reworded)["same"]
-    flipped = json.loads(json.dumps(soak))
+    assert replay(Entry.from_dict(reworded))["same"]
+    flipped = json.loads(json.dumps(soak.to_dict()))
     flipped["inputs"]["decision"]["unmet"] = ["verdict"]
-    assert not replay(flipped)["same"]
+    assert not replay(Entry.from_dict(flipped))["same"]
 
 
 def test_a_hundred_releases_keep_the_checkpoint_small(ledger: Ledger) -> None:

@@ -76,7 +76,8 @@ def open_store(spec: str | None = None, existing: bool = False) -> StateStore:
     # sqlite:///relative/path and sqlite:////absolute/path, as SQLAlchemy spells them.
     path = Path(given.removeprefix("sqlite:///")) if given.startswith("sqlite:///") else Path(given)
     if existing and not path.exists():
-        raise PlatformError(f"no state store at {path} (a command that reads never makes one)", file=given, field=where)
+        raise PlatformError(f"no state store at {path} (this command reads or acts on what a store holds: it never "
+                            "makes one)", file=given, field=where)
     return SQLiteStore(path, location=given)
 
 

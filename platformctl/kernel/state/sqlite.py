@@ -16,19 +16,48 @@ and the retention column are added, once).
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from platformctl.kernel.clock import Clock, WallClock
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record
+from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record, StoreUnavailable
+
+F = TypeVar("F", bound=Callable[..., Any])
+# SQLite's answers that may pass by themselves: another process's write outlasted the busy timeout, or the file's
+# folder was briefly unreachable. A full disk, a read-only file or a corrupt one needs someone.
+TRANSIENT = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_IOERR})
+NOT_A_STORE = frozenset({sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT})
+
+
+def _unavailable(location: str, exc: sqlite3.Error) -> StoreUnavailable:
+    code = getattr(exc, "sqlite_errorcode", None)
+    name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    return StoreUnavailable(f"{location}: SQLite answered {name}: {exc}",
+                            transient=code is not None and (code & 0xFF) in TRANSIENT)
+
+
+def _store_errors(method: F) -> F:
+    """What escapes a store call as SQLite's error (a write that waited out ``BUSY_SECONDS`` for another process's, a
+    full disk, a file that went away) leaves the seam as a ``StoreUnavailable`` naming the store and SQLite's code, as
+    the DynamoDB store's errors do: nothing above the seam knows which store it talks to."""
+
+    @functools.wraps(method)
+    def wrapped(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise _unavailable(self.location, exc) from None
+
+    return cast(F, wrapped)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -70,8 +99,10 @@ class SQLiteStore:
             self._check_schema(conn)
             conn.executescript(_SCHEMA)
             self._migrate(conn)
-        except sqlite3.DatabaseError as exc:
-            raise PlatformError(f"cannot open the state store ({exc})", file=str(path), field="--state") from None
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in NOT_A_STORE:  # the user named a file that is not one
+                raise PlatformError(f"cannot open the state store ({exc})", file=str(path), field="--state") from None
+            raise _unavailable(self.location, exc) from None
         self._pruned = 0.0
 
     def _check_schema(self, conn: sqlite3.Connection) -> None:
@@ -92,6 +123,9 @@ class SQLiteStore:
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Bring a file an older version wrote up to date: the retention column, and the registry of streams."""
         columns = {row[1] for row in conn.execute("PRAGMA table_info(records)")}
+        registered = conn.execute("SELECT 1 FROM streams LIMIT 1").fetchone() is not None
+        if "expires" in columns and (registered or conn.execute("SELECT 1 FROM records LIMIT 1").fetchone() is None):
+            return  # up to date: nothing to write (a reader opening a store another process writes does not wait)
         with _Transaction(conn):
             if "expires" not in columns:
                 conn.execute("ALTER TABLE records ADD COLUMN expires REAL")
@@ -117,6 +151,7 @@ class SQLiteStore:
                retain_seconds: float | None = None) -> Record:
         return self.append_many(stream, [data], fence=fence, retain_seconds=retain_seconds)[0]
 
+    @_store_errors
     def append_many(self, stream: str, rows: Sequence[Mapping[str, Any]], *, fence: Lease | None = None,
                     retain_seconds: float | None = None) -> list[Record]:
         texts = [json.dumps(data, separators=(",", ":"), sort_keys=True) for data in rows]
@@ -144,6 +179,7 @@ class SQLiteStore:
             held = "released" if row is None else ("expired" if row[1] == fence.token else f"taken over by {row[0]}")
             raise LeaseLost(f"lease {fence.name} is no longer held by {fence.holder} ({held}): nothing was written")
 
+    @_store_errors
     def prune(self) -> int:
         """Delete the records whose retention ran out (canary results); journals and ledgers have none."""
         now = self.clock.now()
@@ -152,23 +188,27 @@ class SQLiteStore:
         self._pruned = now
         return int(gone)
 
+    @_store_errors
     def read_back(self, stream: str, before: int | None = None, limit: int = 500) -> list[Record]:
         rows = self._conn().execute(
             "SELECT seq, time, data FROM records WHERE stream = ? AND seq < ? ORDER BY seq DESC LIMIT ?",
             (stream, before if before is not None else 2**62, limit)).fetchall()
         return [Record(stream, seq, t, json.loads(d)) for seq, t, d in rows]
 
+    @_store_errors
     def read(self, stream: str, after: int = 0, limit: int | None = None) -> list[Record]:
         rows = self._conn().execute(
             "SELECT seq, time, data FROM records WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?",
             (stream, after, -1 if limit is None else limit)).fetchall()
         return [Record(stream, seq, t, json.loads(d)) for seq, t, d in rows]
 
+    @_store_errors
     def last(self, stream: str) -> Record | None:
         row = self._conn().execute("SELECT seq, time, data FROM records WHERE stream = ? ORDER BY seq DESC LIMIT 1",
                                    (stream,)).fetchone()
         return Record(stream, row[0], row[1], json.loads(row[2])) if row else None
 
+    @_store_errors
     def streams(self, prefix: str = "") -> list[str]:
         # The registry's key range, not the records: listing costs the streams, not their history.
         rows = self._conn().execute("SELECT name FROM streams WHERE name >= ? AND name < ? ORDER BY name",
@@ -177,6 +217,7 @@ class SQLiteStore:
 
     # ---------------------------------------------------------------- leases
 
+    @_store_errors
     def acquire(self, name: str, holder: str, ttl: float) -> Lease:
         now = self.clock.now()
         with self._write() as conn:
@@ -188,6 +229,7 @@ class SQLiteStore:
                          (name, holder, lease.token, lease.acquired, lease.expires))
         return lease
 
+    @_store_errors
     def renew(self, lease: Lease, ttl: float) -> Lease:
         """Extend the holder's lease; one that expired is not brought back (only a new acquisition takes it again)."""
         now = self.clock.now()
@@ -198,10 +240,12 @@ class SQLiteStore:
             raise LeaseLost(f"lease {lease.name} is no longer held by {lease.holder}")
         return Lease(lease.name, lease.holder, lease.token, lease.acquired, now + ttl)
 
+    @_store_errors
     def release(self, lease: Lease) -> None:
         with self._write() as conn:
             conn.execute("DELETE FROM leases WHERE name = ? AND token = ?", (lease.name, lease.token))
 
+    @_store_errors
     def lease(self, name: str) -> Lease | None:
         return self._lease(self._conn(), name)
 
@@ -221,11 +265,15 @@ BUSY_SECONDS = 30.0  # how long a connection waits for another process's write b
 
 
 def _to_wal(conn: sqlite3.Connection) -> None:
-    """``PRAGMA journal_mode=WAL``, asked again (jittered, doubling up to 0.2 s) while SQLite answers it busy."""
+    """``PRAGMA journal_mode=WAL`` when the file is not in WAL mode already (a store another process opened first is:
+    asking again would wait for its writers), asked again (jittered, doubling up to 0.2 s) while SQLite answers it
+    busy."""
     deadline, delay = time.monotonic() + BUSY_SECONDS, 0.005
     while True:
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:

@@ -222,6 +222,51 @@ def test_a_dynamodb_store_that_stops_answering_says_so_as_the_stores_fault_not_a
         assert f"dynamodb://{table}" in str(gone.value) and "ResourceNotFoundException" in str(gone.value)
 
 
+_WRITER = textwrap.dedent("""
+    import sqlite3, sys, time
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")  # another process's write, holding the file's write lock
+    print("holding", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_sqlite_store_another_process_holds_locked_is_the_stores_fault_on_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that waited out the busy timeout for another process's write is a ``StoreUnavailable`` naming the store
+    and SQLite's code, transient (tried again, never taken for the user's mistake), as DynamoDB's faults are; reads go on
+    (WAL); and a command says it on one line and exits 1."""
+    from platformctl.kernel.errors import Unavailable, is_transient
+    from platformctl.kernel.state import StoreUnavailable
+    from platformctl.kernel.state import sqlite as sqlite_store
+
+    path = tmp_path / "state.db"
+    store = SQLiteStore(path)
+    store.append("journal/c1", {"kind": "run-started"})
+    holder = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        monkeypatch.setattr(sqlite_store, "BUSY_SECONDS", 0.3)
+        late = SQLiteStore(path)  # a connection made now waits 0.3 s for the lock, not 30
+        for call in (lambda: late.append("journal/c1", {"kind": "x"}), lambda: late.acquire("rotation/c1", "me", 60.0)):
+            with pytest.raises(StoreUnavailable) as locked:
+                call()
+            assert isinstance(locked.value, Unavailable) and not isinstance(locked.value, PlatformError)
+            assert str(path) in str(locked.value) and "SQLITE_BUSY" in str(locked.value) and is_transient(locked.value)
+        assert [r.data["kind"] for r in late.read("journal/c1")] == ["run-started"]  # a reader is not held up
+        from click.testing import CliRunner
+
+        from platformctl.cli import cli
+
+        done = CliRunner().invoke(cli, ["rotate", "pause", "--stage", "dev", "--state", str(path), "--reason", "locked"])
+        assert done.exit_code == 1, done.output
+        said = done.stderr.strip().splitlines()
+        assert len(said) == 1 and "SQLITE_BUSY" in said[0] and str(path) in said[0] and "Traceback" not in done.output
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_the_default_store_is_a_file_under_platformctl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLATFORMCTL_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("PLATFORMCTL_STATE", raising=False)

@@ -143,7 +143,7 @@ def stop_all(processes: list[subprocess.Popen[str]]) -> None:
 def small_checkout(home: Path, pool_size: int = 1) -> Path:
     """An operator's checkout shrunk to run every stage at once (``demo-pipeline``'s): the stack files of ``infra/``
     with every node pool at ``pool_size`` nodes. Returns the infra folder to pass as ``--infra-dir``."""
-    from platformctl.cli.demo_pipeline import shrink_stacks
+    from platformctl.app.demo.checkout import shrink_stacks
     from platformctl.kernel.topology import default_infra_dir
 
     return shrink_stacks(default_infra_dir(), home / "infra", pool_size)

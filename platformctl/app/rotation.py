@@ -17,7 +17,7 @@ from typing import Any
 
 from platformctl.app.clusters import connect, groups_of, launch_template_targets
 from platformctl.app.stores import store_for
-from platformctl.kernel.cluster.model import Snapshot, load_snapshot
+from platformctl.kernel.cluster.model import Node, Snapshot, load_snapshot
 from platformctl.kernel.errors import ApiRefused, PlatformError
 from platformctl.kernel.nodegroups import NodeGroupError
 from platformctl.kernel.state import StateStore
@@ -262,13 +262,15 @@ def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotatio
     if policy.health_gate is not None:
         check_gate_exists(policy.health_gate, policy.source)
         config = canary_config(policy)
-    store = store_of(request.state, scope, request.infra_dir)
     targets = connect(scope.names, request.kubeconfig, request.region or (scope.stage.region if scope.stage else None),
                       request.infra_dir)
     if policy.targets:  # pools the policy names must exist (a policy that follows the launch templates names none)
-        present = {n.labels[policy.pool_label] for t in targets.values() for n in _nodes_when_answered(t, policy)
-                   if policy.pool_label in n.labels}
-        check_pools(policy, present, scope.where)
+        nodes = {name: _nodes_when_answered(t, policy) for name, t in targets.items()}
+        check_pools(policy, {n.labels[policy.pool_label] for ns in nodes.values() for n in ns if policy.pool_label in n.labels},
+                    scope.where)
+        for name, t in targets.items():
+            _check_targets_launch(policy, t, nodes[name])
+    store = store_of(request.state, scope, request.infra_dir)  # made (a new SQLite file) once every input is checked
     canary = None
     if policy.health_gate is not None and policy.health_gate.canary is not None:
         from e2e_canary.verdict import canary_gate
@@ -279,7 +281,17 @@ def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotatio
     return Rotation(policy, scope, store, targets, options)
 
 
-def _nodes_when_answered(target: Target, policy: RotationPolicy) -> list[Any]:
+def _check_targets_launch(policy: RotationPolicy, target: Target, nodes: list[Node]) -> None:
+    """A pinned target its pool's auto scaling groups do not launch is the user's mistake (point the launch template at
+    it first), found before the store is opened or made: the executor's first read says the same, later."""
+    found = target.groups.instances([n.instance_id for n in nodes if n.instance_id])
+    group_of = {n.name: found[n.instance_id].group for n in nodes if n.instance_id in found}
+    launched = {g: target.groups.describe(g).image for g in sorted(set(group_of.values()))}
+    for pool, message in resolve(policy, nodes, group_of, launched).mismatches.items():
+        raise PlatformError(message, file=policy.source, field=f"targets.{pool}")
+
+
+def _nodes_when_answered(target: Target, policy: RotationPolicy) -> list[Node]:
     """The cluster's nodes; an API that answers but not now (an outage, after the call's own retries) is asked again
     every ``API_PROBE_SECONDS`` of its clock within the policy's ``apiPatienceSeconds``, as a run waits for it."""
     clock = target.cluster.clock

@@ -225,17 +225,23 @@ def snapshot_generate(nodes: int, pods_per_node: float, seed: int, blocking_pdbs
 @click.pass_context
 def demo_pipeline(ctx: click.Context, keep: bool, output: str) -> None:
     """Tell the release pipeline's story on the local region of every stage: a good candidate through all four
-    stages, then a broken one halted and rolled back in dev (about ten minutes; processes, as an operator runs them)."""
-    from platformctl.cli.demo_pipeline import run_story
+    stages, then a broken one halted and rolled back in dev (the region a process; the story's commands and the
+    release CronJob's ticks called as the commands call them)."""
+    from platformctl.app.demo.narration import Narrator, Silent
+    from platformctl.app.demo.pipeline import run_story
+    from platformctl.cli.dashboard import export
+    from platformctl.cli.demo import RichNarrator
     from platformctl.kernel.checkout import root
     from platformctl.kernel.topology import default_infra_dir
 
     infra = ctx.obj["infra_dir"] or default_infra_dir()
     manifests = root("--manifests") / "ami" / "manifests"
-    report = run_story(infra, manifests, _console(), keep=keep)
-    if output == "json":
-        _emit_json(report)
-    if report["stages"]["prod"]["last_good"] != report["good"] or report["bad_reached"] != ["dev"]:
+    quiet = output == "json"
+    narrator: Narrator = Silent() if quiet else RichNarrator(_console())
+    report = run_story(infra, manifests, narrator, keep=keep, export=export)
+    if quiet:
+        _emit_json(report.to_dict())
+    if not report.ok:
         sys.exit(1)
 
 
@@ -248,16 +254,26 @@ def demo_pipeline(ctx: click.Context, keep: bool, output: str) -> None:
 @click.pass_context
 def demo(ctx: click.Context, stage_name: str, minutes: int, save_snapshots: Path | None, output: str) -> None:
     """Tell a short story of a stage on the embedded local region."""
-    from platformctl.cli.demo import run_demo
+    from platformctl.app.demo.narration import Narrator, Silent
+    from platformctl.app.demo.stage import run_demo
+    from platformctl.cli.demo import RichNarrator, print_ending
     from platformctl.cli.output import writable_folder
 
     st = load_stage(stage_name, ctx.obj["infra_dir"])
     if save_snapshots is not None:
         writable_folder(save_snapshots, "--save-snapshots")
-    report = run_demo(st, minutes, _console(), quiet=output == "json", save_dir=save_snapshots)
-    if output == "json":
+    quiet = output == "json"
+    narrator: Narrator = Silent() if quiet else RichNarrator(_console())
+    try:
+        report = run_demo(st, minutes, narrator, save_dir=save_snapshots)
+    finally:
+        if isinstance(narrator, RichNarrator):
+            narrator.close()
+    if quiet:
         _emit_json(report.as_dict())
-    if report.budget_violations or report.rotation.get("harm") or not report.rotation.get("all_on_new_images"):
+    else:
+        print_ending(report, _console())
+    if not report.ok:
         sys.exit(1)
 
 

@@ -33,17 +33,6 @@ def _regions(fn: Any) -> Any:
     return fn
 
 
-def _store(region: str | None, copy_to: tuple[str, ...]) -> Any:
-    from ami.build import ImageStore
-    from platformctl.kernel.region_client import for_stage, running, stages_of
-
-    local = running() if current().aws.local else None
-    # Building into a local region of several stages: every stage's AWS region gets the images.
-    if local is not None and not copy_to:
-        copy_to = tuple(dict.fromkeys(str((for_stage(local, s) or local)["region"]) for s in stages_of(local)))
-    return ImageStore(region or current().aws.region or "us-west-2", copy_to)
-
-
 @click.group()
 @click.pass_context
 def ami(ctx: click.Context) -> None:
@@ -126,9 +115,10 @@ def ami_plan(names: tuple[str, ...], manifest_dir: Path | None, region: str | No
     folder = manifest_dir or default_manifest_dir()
     manifests = load_manifests(folder)
     from ami.build import aws_errors
+    from platformctl.app import images
 
     with aws_errors():
-        plan = plan_builds(manifests, _store(region, copy_to), names)
+        plan = plan_builds(manifests, images.image_store(region, copy_to), names)
     if output == "json":
         emit_json({"manifests": str(folder), **plan.to_dict()})
         return
@@ -154,50 +144,28 @@ def ami_plan(names: tuple[str, ...], manifest_dir: Path | None, region: str | No
 def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | None, copy_to: tuple[str, ...],
               lock_file: Path | None, workers: int, output: str) -> None:
     """Build what the plan says (parents first, independent branches at once), publish, and write the lock file."""
-    from ami.build import build_images, plan_builds, write_lock
-    from ami.manifest import default_manifest_dir, load_manifests
-    from platformctl.kernel.checkout import root
-    from platformctl.kernel.region_client import running
+    from platformctl.app import images
 
-    folder = manifest_dir or default_manifest_dir()
-    manifests = load_manifests(folder)
-    local = running() if current().aws.local else None
-    if lock_file is None:
-        lock_file = Path(local["image_lock"]) if local else root("--lock-file") / "ami" / "images.lock.json"
+    lock_file = lock_file or images.default_lock_file()
     writable_file(lock_file, "--lock-file")
-    store = _store(region, copy_to)
+    store = images.image_store(region, copy_to)
     quiet = output == "json"
     out = console()
-    from ami.build import aws_errors
-
-    with aws_errors():
-        if not quiet:
-            out.print(f"building {folder} into {_target(local, store.region)}")
-        plan = plan_builds(manifests, store, names)
-        report = build_images(manifests, plan, store, workers, progress=(lambda _: None) if quiet else out.print)
-        write_lock(lock_file, manifests, store, report.ids)
-    data = report.to_dict() | {"lock_file": str(lock_file), "manifests": str(folder)}
+    if not quiet:
+        out.print(f"building {manifest_dir or images.default_manifest_dir()} into {images.target_of(store.region)}")
+    built = images.build(images.BuildRequest(store, lock_file, manifest_dir, names, workers),
+                         progress=(lambda _: None) if quiet else out.print)
+    report = built.report
+    data = report.to_dict() | {"lock_file": str(lock_file), "manifests": str(built.folder)}
     if quiet:
         emit_json(data)
         return
-    if not plan.build:
+    if not built.plan.build:
         out.print("nothing to build: every image is up to date")
     for image in report.images:
         out.print(f"{image.name} {image.version}: {'built' if image.built else 'already built'} {image.image_id}"
                   + (f" (copies: {', '.join(f'{r} {i}' for r, i in image.copies.items())})" if image.copies else ""))
     out.print(f"wrote {lock_file}")
-
-
-def _target(local: dict[str, Any] | None, region: str) -> str:
-    """Where AWS calls go: the local region, another endpoint, or an account (asked of STS)."""
-    if local is not None:
-        return f"the local region of stage {local['stage']} (AWS endpoint {local['aws_endpoint']}), region {region}"
-    if current().aws.endpoint:
-        return f"AWS endpoint {current().aws.endpoint}, region {region}"
-    from platformctl.kernel import aws
-
-    account = aws.client("sts", region).get_caller_identity()["Account"]
-    return f"AWS account {account}, region {region}"
 
 
 def _duration(ctx: click.Context | None, param: click.Parameter | None, value: str) -> Any:
@@ -244,9 +212,10 @@ def ami_prune(ctx: click.Context, names: tuple[str, ...], region: str | None, co
     if not stack_files:
         infra_dir = (ctx.find_root().obj or {}).get("infra_dir") or default_infra_dir()
         stack_files = tuple(sorted(Path(infra_dir).glob("Pulumi.*.yaml")))
-    store = _store(region, copy_to)
     from ami.build import aws_errors
+    from platformctl.app import images
 
+    store = images.image_store(region, copy_to)
     with aws_errors():
         report = prune_images(store, keep=keep, grace=grace, now=datetime.now(UTC), names=names,
                               lock_files=lock_files, stack_files=stack_files, dry_run=dry_run)

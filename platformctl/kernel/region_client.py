@@ -95,6 +95,11 @@ def running() -> dict[str, Any] | None:
     return None
 
 
+def reached() -> dict[str, Any] | None:
+    """The running region, when the environment's AWS calls reach it (no other endpoint or account named)."""
+    return running() if current().aws.local else None
+
+
 def stages_of(info: dict[str, Any]) -> list[str]:
     """The stages a running region holds (one, or several with ``local up --stage all``)."""
     return list(info.get("stages") or [info["stage"]])

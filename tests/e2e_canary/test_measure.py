@@ -6,15 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from e2e_canary.measure import NotStarted, Startup, startup
-from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel.cluster.model import Container, Pod, Resources, parse_pod
+from tests import clusters
 
 
 def cluster() -> SimulatedCluster:
-    sim = SimulatedCluster("c")
-    sim.add_pool(NodePoolSpec("old", "us-east-1a", "m6i.2xlarge", "ami-old", 1))
-    sim.add_pool(NodePoolSpec("new", "us-east-1a", "m6i.2xlarge", "ami-new", 1))
-    return sim
+    return clusters.cluster({"old": 1, "new": 1}, images={"old": "ami-old", "new": "ami-new"}, boot=180.0, name="c")
 
 
 def pod(name: str, pool: str) -> Pod:

@@ -10,15 +10,15 @@ from e2e_canary.definitions import CANARY_DIR, load_canaries, parse_canary
 from e2e_canary.results import ResultStream, newest_at, results, streams_of
 from e2e_canary.runner import Runner
 from e2e_canary.verdict import stage_verdict
-from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel.state.sqlite import SQLiteStore
+from tests import clusters
 
 OLD, NEW = "ami-0000000000000001a", "ami-0000000000000002b"
 
 
 def cluster() -> SimulatedCluster:
-    sim = SimulatedCluster("c1")
-    sim.add_pool(NodePoolSpec("general", "us-east-1a", "m6i.2xlarge", OLD, 2))
+    sim = clusters.cluster({"general": 2}, image=OLD, boot=180.0, name="c1")
     sim.set_pool_image("general", NEW)
     sim.scale_pool("general", 4)  # mid-rotation: two nodes on each image
     sim.run_until_settled()

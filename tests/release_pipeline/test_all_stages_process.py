@@ -25,7 +25,7 @@ import yaml
 from markupsafe import escape
 
 from ami.manifest import MANIFEST_DIR
-from platformctl.cli.demo_pipeline import SPEED, commit_checkout, new_tree, write_files
+from platformctl.app.demo.checkout import SPEED, commit_checkout, new_tree, write_files
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.nodegroups import BUILDER_TAG
 from tests.process import region_fixture, run

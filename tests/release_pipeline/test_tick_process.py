@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ami.manifest import MANIFEST_DIR
-from platformctl.cli.demo_pipeline import new_tree
+from platformctl.app.demo.checkout import new_tree
 from platformctl.kernel.cluster.live import LiveCluster
 from tests.process import get, region_fixture, run, start
 from tests.release_pipeline.contract import rotation_results_keep_the_contract

@@ -328,7 +328,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(region: dict[str, Any]
          "folder"),
         (["rotate", "run", "--context", "dev-usw2a-01", "--policy", str(typo), "--state", str(state)],
          "typo.yaml: targets.general: pool general should run ami-0typo"),
-        (["rotate", "resume", "--context", "dev-usw2a-01", "--state", str(state)], "nothing is paused"),
+        (["rotate", "resume", "--context", "dev-usw2a-01", "--state", str(state)], f"no state store at {state}"),
         (["rotate", "run", "--policy", region["policy"]], "give exactly one of --context NAME or --stage NAME"),
     ]
     for args, message in cases:
@@ -338,7 +338,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(region: dict[str, Any]
     after = world(region)
     assert after["terminated"] == before["terminated"] and after["desired"] == before["desired"]
     assert all(not n.unschedulable for nodes in after["nodes"].values() for n in nodes)
-    assert not state.exists() or sqlite3.connect(state).execute("SELECT count(*) FROM records").fetchone() == (0,)
+    assert not state.exists()  # every mistake found before the store is made
 
 
 # A first light killed at each of its steps in turn (SIGKILL), each run resuming the last one's journal: in this order

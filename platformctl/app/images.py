@@ -1,0 +1,79 @@
+"""Machine images: the account or region a build goes to, and a build (plan, build, lock file) as ``ami build`` and the
+demo carry it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ami.build import BuildPlan, BuildReport, ImageStore, aws_errors, build_images, plan_builds, write_lock
+from ami.manifest import ManifestSet, default_manifest_dir, load_manifests
+from platformctl.kernel import region_client
+from platformctl.kernel.checkout import root
+from platformctl.kernel.environment import current
+
+
+def image_store(region: str | None, copy_to: tuple[str, ...] = ()) -> ImageStore:
+    """The images of the account (or local region) the environment names, in ``region`` and copied to ``copy_to``
+    (building into a local region of several stages: every stage's AWS region gets them)."""
+    local = region_client.reached()
+    if local is not None and not copy_to:
+        copy_to = tuple(dict.fromkeys(str((region_client.for_stage(local, s) or local)["region"])
+                                      for s in region_client.stages_of(local)))
+    return ImageStore(region or current().aws.region or "us-west-2", copy_to)
+
+
+def default_lock_file() -> Path:
+    """Where ``ami build`` records its images: the running local region's own lock file when building into it, else
+    the checkout's ``ami/images.lock.json``."""
+    local = region_client.reached()
+    return Path(local["image_lock"]) if local else root("--lock-file") / "ami" / "images.lock.json"
+
+
+def target_of(region: str) -> str:
+    """Where AWS calls go, for people: the local region, another endpoint, or an account (asked of STS)."""
+    local = region_client.reached()
+    if local is not None:
+        return f"the local region of stage {local['stage']} (AWS endpoint {local['aws_endpoint']}), region {region}"
+    if current().aws.endpoint:
+        return f"AWS endpoint {current().aws.endpoint}, region {region}"
+    from platformctl.kernel import aws
+
+    with aws_errors():
+        account = aws.client("sts", region).get_caller_identity()["Account"]
+    return f"AWS account {account}, region {region}"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Build what the manifests in ``manifest_dir`` (default: the checkout's) say is new, parents first, into
+    ``store``, and record every image's current build in ``lock_file``."""
+
+    store: ImageStore
+    lock_file: Path
+    manifest_dir: Path | None = None
+    names: tuple[str, ...] = ()  # only these images and the ancestors they need
+    workers: int = 4
+
+
+@dataclass
+class Built:
+    manifests: ManifestSet
+    folder: Path
+    plan: BuildPlan
+    report: BuildReport
+    lock_file: Path
+    locked: dict[str, object] = field(default_factory=dict)
+
+
+def build(request: BuildRequest, progress: Callable[[str], None] = lambda _: None) -> Built:
+    """Plan, build and publish, then write the lock file; AWS's refusals are one line (``aws_errors``)."""
+    folder = request.manifest_dir or default_manifest_dir()
+    manifests = load_manifests(folder)
+    with aws_errors():
+        plan = plan_builds(manifests, request.store, request.names)
+        report = build_images(manifests, plan, request.store, request.workers, progress=progress)
+        locked = write_lock(request.lock_file, manifests, request.store, report.ids)
+    return Built(manifests, folder, plan, report, request.lock_file, dict(locked))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from infra.settings import parse_settings
 from platformctl.app.release_source import candidate_source, infra_revision
 from platformctl.kernel.clock import WallClock
+from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
 from platformctl.kernel.jsontypes import JSONObject
@@ -139,13 +140,16 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
     seen: set[str] = set()  # the images of every earlier candidate
     aws_reachable = aws
     seams: dict[str, NodeGroups] = {}  # one per region for the whole report, not three clients per candidate
+    from platformctl.kernel import region_client
+
+    target = region_client.aws_target() if aws else None  # asked once (a local region's status is a request)
     for c in sorted(ledger.candidates(), key=lambda c: (state.order(c.id), c.created_at)):
         recorded, lit = ledger.boots_and_first_light(c.id)
         where = state.candidates.get(c.id) or CandidateStatus("finished")
         new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
         seen |= c.image_ids()
         builders: dict[str, int] = {}
-        asked = booted_instances(c, new, builders=builders, seams=seams) if aws_reachable else None
+        asked = booted_instances(c, new, builders=builders, seams=seams, target=target) if aws_reachable else None
         aws_reachable = aws_reachable and asked is not None  # one failure: the rest of the report from the ledger only
         # What AWS still shows, and what the ledger saw booting the new images at the end of each rotation.
         booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get(n, set())
@@ -170,18 +174,18 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
 
 def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_image: bool = False,
                      builders: dict[str, int] | None = None,
-                     seams: dict[str, NodeGroups] | None = None) -> dict[str, Any] | None:
+                     seams: dict[str, NodeGroups] | None = None, target: AwsTarget | None = None) -> dict[str, Any] | None:
     """Per stage, the instances (in any state, terminated ones too) that booted ``images`` in the stage's region as
     nodes (``by_image``: per image id), asked of the node-group seam; None when AWS cannot be asked (no credentials,
     nothing reachable, a refusal).
 
     An image build's builder boots the parent image to bake a child from it: no workload ever ran there, so it is no
     node the image reached; ``builders`` (stage -> count) hears of them. ``seams`` (region -> node groups) keeps the
-    seams made here for the caller's next question."""
+    seams made here for the caller's next question; ``target`` the AWS they reach (default: ``aws_target()``)."""
     from platformctl.kernel import region_client
     from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
 
-    target = region_client.aws_target()
+    target = target or region_client.aws_target()
     if not target.configured:
         return None
     out: dict[str, Any] = {}

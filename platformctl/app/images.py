@@ -5,11 +5,11 @@ demo carry it out.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ami.build import BuildPlan, BuildReport, ImageStore, aws_errors, build_images, plan_builds, write_lock
-from ami.manifest import ManifestSet, default_manifest_dir, load_manifests
+from ami.manifest import default_manifest_dir, load_manifests
 from platformctl.kernel import region_client
 from platformctl.kernel.checkout import root
 from platformctl.kernel.environment import current
@@ -60,12 +60,10 @@ class BuildRequest:
 
 @dataclass
 class Built:
-    manifests: ManifestSet
-    folder: Path
+    folder: Path  # the manifests it read
     plan: BuildPlan
     report: BuildReport
     lock_file: Path
-    locked: dict[str, object] = field(default_factory=dict)
 
 
 def build(request: BuildRequest, progress: Callable[[str], None] = lambda _: None) -> Built:
@@ -75,5 +73,5 @@ def build(request: BuildRequest, progress: Callable[[str], None] = lambda _: Non
     with aws_errors():
         plan = plan_builds(manifests, request.store, request.names)
         report = build_images(manifests, plan, request.store, request.workers, progress=progress)
-        locked = write_lock(request.lock_file, manifests, request.store, report.ids)
-    return Built(manifests, folder, plan, report, request.lock_file, dict(locked))
+        write_lock(request.lock_file, manifests, request.store, report.ids)
+    return Built(folder, plan, report, request.lock_file)

@@ -17,13 +17,14 @@ demo: $(STAMP)
 	$(BIN)/platformctl demo-pipeline
 
 # Debian's chromium for the dashboard's browser tests (installed when missing), the in-process tests on two workers,
-# then the process tests one at a time: each starts a local region server whose clock skips what nobody waits through
-# but runs at 300x (100x for every stage at once) while its clients work, and their leases are wall seconds: two at
-# once on two cores would stretch both.
+# then the process tests on two workers a module at a time, the long modules first (tests/conftest.py): each module
+# starts a local region server of its own, whose clock skips what nobody waits through and is held for a client that
+# works (platformctl/emulator/server/timekeeper.py), so that two regions on two cores slow each other down but never
+# run away from their clients.
 test: $(STAMP)
 	scripts/ensure-chromium
 	$(BIN)/python -m pytest -n 2 -m "not process"
-	$(BIN)/python -m pytest -m process --durations=15
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m process --durations=15
 
 # The everyday loop: the in-process tests only (no local region server, no killed processes).
 test-fast: $(STAMP)

@@ -14,10 +14,14 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests in a ``*_process.py`` module drive separate processes (the local region server, ``rotate run``,
-    ``remediate``, ``canary run``) and kill them: ``make test-fast`` leaves them out (``-m "not process"``)."""
+    ``remediate``, ``canary run``) and kill them: ``make test-fast`` leaves them out (``-m "not process"``).
+
+    Modules marked ``long`` go first, in the order collected: ``make test`` hands the process tests to two workers a
+    module at a time (``--dist loadfile --no-loadscope-reorder``), and the longest started first end closest together."""
     for item in items:
         if item.path.name.endswith("_process.py"):
             item.add_marker(pytest.mark.process)
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True, scope="session")

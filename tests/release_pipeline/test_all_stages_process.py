@@ -31,7 +31,7 @@ from platformctl.kernel.nodegroups import BUILDER_TAG
 from tests.process import region_fixture, run
 from tests.release_pipeline.contract import rotation_results_keep_the_contract
 
-pytestmark = pytest.mark.process
+pytestmark = [pytest.mark.process, pytest.mark.long]
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 # demo-pipeline's files: two nodes a wave behind the canary gate, short soaks judged by the canary verdict

@@ -38,6 +38,7 @@ def _files(info: dict[str, Any]) -> None:
     (info["home"] / "pipeline.yaml").write_text(PIPELINE)
 
 
+pytestmark = pytest.mark.long  # killed at every step: minutes (tests/conftest.py starts it first)
 region = region_fixture("--no-workloads", runners=True, prepare=_files)
 
 

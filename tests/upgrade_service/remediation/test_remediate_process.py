@@ -44,6 +44,7 @@ def _files(info: dict[str, Any]) -> None:
     info["policy"] = str(home / "remediation.yaml")
 
 
+pytestmark = pytest.mark.long  # killed at every step: minutes (tests/conftest.py starts it first)
 region = region_fixture(prepare=_files)
 
 

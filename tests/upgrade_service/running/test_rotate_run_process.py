@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.state.sqlite import SQLiteStore
@@ -41,6 +42,7 @@ def _policy(info: dict[str, Any]) -> None:
     info["groups"] = desired(info)
 
 
+pytestmark = pytest.mark.long  # killed at every step: minutes (tests/conftest.py starts it first)
 region = region_fixture(prepare=_policy)
 
 

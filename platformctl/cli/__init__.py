@@ -221,9 +221,11 @@ def snapshot_generate(nodes: int, pods_per_node: float, seed: int, blocking_pdbs
 
 @cli.command("demo-pipeline")
 @click.option("--keep", is_flag=True, help="leave the region running at the end (its folder is printed)")
+@click.option("--skip/--no-skip", default=True, show_default=True, envvar="PLATFORMCTL_LOCAL_SKIP",
+              help="as `local up`: the region skips to the next instant something is due whenever its clients all wait")
 @OUTPUT
 @click.pass_context
-def demo_pipeline(ctx: click.Context, keep: bool, output: str) -> None:
+def demo_pipeline(ctx: click.Context, keep: bool, skip: bool, output: str) -> None:
     """Tell the release pipeline's story on the local region of every stage: a good candidate through all four
     stages, then a broken one halted and rolled back in dev (the region a process; the story's commands and the
     release CronJob's ticks called as the commands call them)."""
@@ -238,7 +240,7 @@ def demo_pipeline(ctx: click.Context, keep: bool, output: str) -> None:
     manifests = root("--manifests") / "ami" / "manifests"
     quiet = output == "json"
     narrator: Narrator = Silent() if quiet else RichNarrator(_console())
-    report = run_story(infra, manifests, narrator, keep=keep, export=export)
+    report = run_story(infra, manifests, narrator, keep=keep, export=export, skip=skip)
     if quiet:
         _emit_json(report.to_dict())
     if not report.ok:

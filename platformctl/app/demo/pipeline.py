@@ -149,9 +149,10 @@ def _images(candidate: Candidate, stage: str) -> set[str]:
 
 
 def run_story(infra_dir: Path, manifests: Path, say: Narrator, keep: bool = False,
-              export: Callable[[DashboardRequest, Path], object] | None = None) -> PipelineStory:
+              export: Callable[[DashboardRequest, Path], object] | None = None, skip: bool = True) -> PipelineStory:
     """Tell it through ``say``; ``export`` writes the dashboard's page (the command's renderer) before the region
-    stops. Returns what a test or a person checks."""
+    stops; ``skip`` is ``local up``'s (``benchmarks/local_time.py`` times the story both ways). Returns what a test
+    or a person checks."""
     home = Path(tempfile.mkdtemp(prefix="platformctl-pipeline-demo-"))
     story = PipelineStory(home)
     started = time.monotonic()
@@ -163,7 +164,7 @@ def run_story(infra_dir: Path, manifests: Path, say: Narrator, keep: bool = Fals
             load_stage(name, infra)
         say.say(heading("1. Every stage at once"), ": `local up --stage all` on the checkout's stacks shrunk to one node a "
                 f"pool (in {home})")
-        region, _ = region_client.up(stages, float(SPEED), infra, workloads=False, canaries=True, skip=True)
+        region, _ = region_client.up(stages, float(SPEED), infra, workloads=False, canaries=True, skip=skip)
         try:
             _tell(story, _Operator(home, infra, say), region, manifests, say)
             if export is not None:

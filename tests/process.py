@@ -118,6 +118,18 @@ def get(region: dict[str, Any], path: str) -> Any:
         return json.loads(response.read())
 
 
+def region_now(region: dict[str, Any]) -> float:
+    """The local region's clock (what its cluster and its AWS say the time is)."""
+    return float(get(region, "/platformctl/v1/time")["virtual_time"])
+
+
+def wait_region(region: dict[str, Any], seconds: float) -> None:
+    """Wait until ``seconds`` of the region's time have passed (however slowly the machine lets them pass)."""
+    until = region_now(region) + seconds
+    while region_now(region) < until:
+        time.sleep(0.05)
+
+
 def canary_runners(home: Path, region: dict[str, Any]) -> list[subprocess.Popen[str]]:
     """One ``canary run`` process per cluster of the region, as the Pulumi program runs them (stop with
     ``stop_all``). Each writes to a log file in ``home`` (``canary-<cluster>.log``), never to a pipe nobody reads

@@ -10,6 +10,7 @@ import json
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from ami.manifest import MANIFEST_DIR
 from platformctl.app.demo.checkout import new_tree
 from platformctl.kernel.cluster.live import LiveCluster
-from tests.process import get, region_fixture, run, start
+from tests.process import get, region_fixture, run, start, wait_region
 from tests.release_pipeline.contract import rotation_results_keep_the_contract
 
 POLICY = "strategy: surge\nmaxInFlight: 4\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
@@ -55,18 +56,16 @@ def calls(region: dict[str, Any], action: str) -> list[dict[str, Any]]:
     return list(get(region, f"/platformctl/v1/aws-calls?action={action}")["calls"])
 
 
-def test_a_candidate_is_carried_through_dev_with_the_tick_killed_at_every_step_and_nothing_is_done_twice(
-        region: dict[str, Any]) -> None:
-    home = region["home"]
-    build_new_images(home, "9.1.0")
-    made = json.loads(release(home, "start", "--note", "base 9.1", "-o", "json").stdout)
-    cid, images = made["id"], set(i["id"] for i in made["stages"]["dev"]["images"].values())
-    old = {n.instance_id for c in region["clusters"]
-           for n in LiveCluster.from_kubeconfig(region["kubeconfig"], context=c["name"]).list_nodes()}
-    versions_before, terminated_before = len(calls(region, "CreateLaunchTemplateVersion")), Counter(
-        c["params"]["InstanceId"] for c in calls(region, "TerminateInstanceInAutoScalingGroup"))
-    pending, killed, decisions = list(FAILPOINTS), [], []
-    for _ in range(150):
+def tick_until(region: dict[str, Any], done: Callable[[list[dict[str, Any]]], bool], failpoints: list[str],
+               within: float = 900) -> list[str]:
+    """Tick (the next failpoint armed, while one is left) until ``done(history)``; the failpoints the tick died at.
+
+    Bounded by the wall (``within`` seconds), not by a count of ticks: how many a soak takes depends on how fast the
+    machine lets the region's time pass, and a killed tick's lease lapses on the wall's. A tick that did nothing
+    waits a minute of the region's time before the next, as the CronJob does."""
+    home, pending, killed = region["home"], list(failpoints), []
+    give_up = time.monotonic() + within
+    while time.monotonic() < give_up:
         env = {"PLATFORMCTL_FAILPOINT": pending[0]} if pending else None
         out = release(home, "tick", "--lease-ttl", TTL, "-o", "json", check=False, timeout=900, env=env)
         if out.returncode == -signal.SIGKILL:
@@ -77,10 +76,24 @@ def test_a_candidate_is_carried_through_dev_with_the_tick_killed_at_every_step_a
             time.sleep(1)
             continue
         assert out.returncode == 0, out.stderr[-3000:]
-        decisions += [s["decision"] for s in json.loads(out.stdout)["steps"]]
-        if "promote" in [e["decision"] for e in json.loads(release(home, "history", "-o", "json").stdout)]:
-            if not pending:
-                break
+        if done(json.loads(release(home, "history", "-o", "json").stdout)) and not pending:
+            return killed
+        if not json.loads(out.stdout)["steps"]:
+            wait_region(region, 60)
+    pytest.fail(f"not done in {within:.0f} s (killed at {killed})")
+
+
+def test_a_candidate_is_carried_through_dev_with_the_tick_killed_at_every_step_and_nothing_is_done_twice(
+        region: dict[str, Any]) -> None:
+    home = region["home"]
+    build_new_images(home, "9.1.0")
+    made = json.loads(release(home, "start", "--note", "base 9.1", "-o", "json").stdout)
+    cid, images = made["id"], set(i["id"] for i in made["stages"]["dev"]["images"].values())
+    old = {n.instance_id for c in region["clusters"]
+           for n in LiveCluster.from_kubeconfig(region["kubeconfig"], context=c["name"]).list_nodes()}
+    versions_before, terminated_before = len(calls(region, "CreateLaunchTemplateVersion")), Counter(
+        c["params"]["InstanceId"] for c in calls(region, "TerminateInstanceInAutoScalingGroup"))
+    killed = tick_until(region, lambda h: "promote" in [e["decision"] for e in h], FAILPOINTS)
     history = json.loads(release(home, "history", "-o", "json").stdout)
     said = [e["decision"] for e in history if e["candidate"] == cid]
     assert killed == FAILPOINTS, (killed, said)
@@ -155,27 +168,9 @@ ROLLBACK_FAILPOINTS = ["release:halt", "release:rollback-deploy", "release:call:
                        "release:rolled-back"]
 
 
-def tick_until(home: Path, done: Any, failpoints: list[str], ticks: int = 200) -> list[str]:
-    """Tick (the next failpoint armed, while one is left) until ``done(history)``; the failpoints the tick died at."""
-    pending, killed = list(failpoints), []
-    for _ in range(ticks):
-        env = {"PLATFORMCTL_FAILPOINT": pending[0]} if pending else None
-        out = release(home, "tick", "--lease-ttl", TTL, "-o", "json", check=False, timeout=900, env=env)
-        if out.returncode == -signal.SIGKILL:
-            killed.append(pending.pop(0))
-            continue
-        if out.returncode == 3:
-            time.sleep(1)
-            continue
-        assert out.returncode == 0, out.stderr[-3000:]
-        if done(json.loads(release(home, "history", "-o", "json").stdout)) and not pending:
-            return killed
-    pytest.fail(f"not done in {ticks} ticks (killed at {killed})")
-
-
 def test_a_tick_killed_at_every_step_of_a_rollback_finishes_it_once(region: dict[str, Any]) -> None:
     home = region["home"]
-    tick_until(home, lambda h: json.loads(release(home, "status", "-o", "json").stdout)["stages"]["dev"]["step"] == "idle", [])
+    tick_until(region, lambda h: json.loads(release(home, "status", "-o", "json").stdout)["stages"]["dev"]["step"] == "idle", [])
     good = json.loads(release(home, "status", "-o", "json").stdout)["stages"]["dev"]["last_good"]
     assert good is not None
     build_new_images(home, "9.3.0")
@@ -183,7 +178,7 @@ def test_a_tick_killed_at_every_step_of_a_rollback_finishes_it_once(region: dict
     for ami in {i["id"] for i in bad["stages"]["dev"]["images"].values()}:
         run(home, "local", "fault", "bad-image", ami)
     versions_before = len(calls(region, "CreateLaunchTemplateVersion"))
-    killed = tick_until(home, lambda h: any(e["decision"] == "rolled-back" and e["candidate"] == bad["id"] for e in h),
+    killed = tick_until(region, lambda h: any(e["decision"] == "rolled-back" and e["candidate"] == bad["id"] for e in h),
                         ROLLBACK_FAILPOINTS)
     assert killed == ROLLBACK_FAILPOINTS
     said = [e["decision"] for e in json.loads(release(home, "history", "-o", "json").stdout) if e["candidate"] == bad["id"]]

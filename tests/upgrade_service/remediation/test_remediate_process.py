@@ -19,7 +19,7 @@ import pytest
 
 from ami.manifest import MANIFEST_DIR
 from platformctl.kernel.cluster.live import LiveCluster
-from tests.process import region_fixture, run
+from tests.process import region_fixture, region_now, run, wait_region
 from tests.upgrade_service.running.test_rotate_run_process import asg, get, new_images, rotate
 
 LEASE = "2"
@@ -67,16 +67,6 @@ def nodes(region: dict[str, Any], cluster: str) -> list[Any]:
     return LiveCluster.from_kubeconfig(region["kubeconfig"], context=cluster).list_nodes()
 
 
-def now(region: dict[str, Any]) -> float:
-    return float(get(region, "/platformctl/v1/time")["virtual_time"])
-
-
-def wait_virtual(region: dict[str, Any], seconds: float) -> None:
-    until = now(region) + seconds
-    while now(region) < until:
-        time.sleep(0.1)
-
-
 def terminated(region: dict[str, Any]) -> Counter[str]:
     calls = get(region, "/platformctl/v1/aws-calls?action=TerminateInstanceInAutoScalingGroup")["calls"]
     return Counter(c["params"]["InstanceId"] for c in calls)
@@ -105,8 +95,8 @@ def test_a_notready_node_is_replaced_within_one_run_past_its_threshold(region: d
     cli(region, "local", "fault", "node-notready", node)
     # Its Ready condition stays True until the node controller's grace period has passed (as on a real cluster): a
     # remediation started sooner sees a healthy node, and nothing pending.
-    until = now(region) + 120
-    while ready_status(region, cluster, node) == "True" and now(region) < until:
+    until = region_now(region) + 120
+    while ready_status(region, cluster, node) == "True" and region_now(region) < until:
         time.sleep(0.1)
     assert ready_status(region, cluster, node) == "Unknown"  # as kubectl shows a node whose kubelet stopped
     patient = Path(region["home"]) / "patient.yaml"  # an hour of the cluster is 12 s of the wall: longer than a run
@@ -114,15 +104,15 @@ def test_a_notready_node_is_replaced_within_one_run_past_its_threshold(region: d
     first = answer(remediate(region, cluster, policy=str(patient)))
     assert first["status"] == "ok" and first["remediated"] == []  # not for long enough yet
     assert [p["subject"] for p in first["pending"]] == [node]
-    wait_virtual(region, 120)  # unhealthyAfterSeconds since the condition turned Unknown
+    wait_region(region, 120)  # unhealthyAfterSeconds since the condition turned Unknown
     result = remediate(region, cluster)
     out = answer(result)
     assert result.returncode == 0, out
     assert [(r["subject"], r["result"]) for r in out["remediated"]] == [(node, "replaced")]
     # The node leaves when the region's node sync sees its instance terminated (a virtual minute at most), as a cloud
     # node controller deletes the Node of a terminated instance: not necessarily before `remediate` has returned.
-    until = now(region) + 120
-    while node in (after := {n.name: n for n in nodes(region, cluster)}) and now(region) < until:
+    until = region_now(region) + 120
+    while node in (after := {n.name: n for n in nodes(region, cluster)}) and region_now(region) < until:
         time.sleep(0.1)
     assert node not in after
     assert after[out["remediated"][0]["replacement"]].ready
@@ -142,11 +132,11 @@ def test_an_instance_that_never_joined_is_replaced(region: dict[str, Any]) -> No
                  and any(t["Key"] == "eks:nodegroup-name" and t["Value"] == "general" for t in g["Tags"]))
     before = {i["InstanceId"] for i in group["Instances"]}
     client.set_desired_capacity(AutoScalingGroupName=group["AutoScalingGroupName"], DesiredCapacity=group["DesiredCapacity"] + 1)
-    wait_virtual(region, 120)
+    wait_region(region, 120)
     members = client.describe_auto_scaling_groups(AutoScalingGroupNames=[group["AutoScalingGroupName"]])["AutoScalingGroups"][0]
     (silent,) = {i["InstanceId"] for i in members["Instances"]} - before
     assert silent not in {n.instance_id for n in nodes(region, cluster)}
-    wait_virtual(region, 600)  # nodeStartupTimeoutSeconds
+    wait_region(region, 600)  # nodeStartupTimeoutSeconds
     out = answer(remediate(region, cluster))
     assert [(r["subject"], r["result"]) for r in out["remediated"]] == [(silent, "replaced")], out
     assert terminated(region)[silent] == 1
@@ -160,7 +150,7 @@ def test_forty_percent_broken_opens_the_breaker_and_nothing_is_touched(region: d
     broken = names[: -(-len(names) * 4 // 10)]  # 40%, rounded up
     for name in broken:
         cli(region, "local", "fault", "node-condition", name, "DiskPressure", "--reason", "KubeletHasDiskPressure")
-    wait_virtual(region, 90)
+    wait_region(region, 90)
     calls = sum(terminated(region).values())
     result = remediate(region, cluster)
     out = answer(result)
@@ -185,7 +175,7 @@ def test_breaking_nodes_faster_than_max_per_hour_replaces_exactly_that_many_acro
     cluster = "dev-usw2a-01"
     policy = Path(region["home"]) / "two-an-hour.yaml"
     policy.write_text(POLICY.replace("maxPerHour: 100", "maxPerHour: 2") + "maxUnhealthy: 100%\nmaxUnhealthyPerZone: 100%\n")
-    start = now(region)
+    start = region_now(region)
     broken: set[str] = set()
     starts: list[float] = []
     skipped: list[bool] = []
@@ -193,13 +183,13 @@ def test_breaking_nodes_faster_than_max_per_hour_replaces_exactly_that_many_acro
         # Break two nodes before every run until a third remediation has started (the first hour's limit spent,
         # then the next hour's first slot): a run is minutes of the region's time (more when a node holds two pods
         # of a one-at-a-time workload: they leave one after the other, each settled), more on a loaded machine.
-        while len(starts) < 3 and now(region) < start + 4 * 3600:
+        while len(starts) < 3 and region_now(region) < start + 4 * 3600:
             healthy = [n.name for n in nodes(region, cluster) if n.pool == "general" and n.ready and n.name not in broken]
             for name in healthy[:2]:  # a node-problem-detector's condition: no taint, so capacity stays for the drains
                 broken.add(name)
                 cli(region, "local", "fault", "node-condition", name, "KernelDeadlock", "--reason", "AUFSUmountHung")
-            wait_virtual(region, 70)
-            began = now(region)
+            wait_region(region, 70)
+            began = region_now(region)
             out = answer(remediate(region, cluster, policy=str(policy)))  # a new process each time
             assert out["status"] == "ok", out
             status = json.loads(cli(region, "remediate", "status", "--context", cluster, "--last", "200", "-o", "json").stdout)
@@ -243,7 +233,7 @@ def _kill_everywhere(region: dict[str, Any], cluster: str) -> None:
     for point in KILL_AT:
         node = busiest(region, cluster)
         cli(region, "local", "fault", "node-condition", node, "DiskPressure")
-        wait_virtual(region, 70)
+        wait_region(region, 70)
         killed = remediate(region, cluster, env={"PLATFORMCTL_FAILPOINT": point})
         assert killed.returncode == -signal.SIGKILL, (point, killed.stdout, killed.stderr)
         kills += 1
@@ -254,7 +244,7 @@ def _kill_everywhere(region: dict[str, Any], cluster: str) -> None:
     # Killed right after cordoning a node that then recovers: the next run gives it back.
     node = busiest(region, cluster)
     cli(region, "local", "fault", "node-condition", node, "DiskPressure")
-    wait_virtual(region, 70)
+    wait_region(region, 70)
     assert remediate(region, cluster, env={"PLATFORMCTL_FAILPOINT": "call:cordon"}).returncode == -signal.SIGKILL
     kills += 1
     assert {n.name: n for n in nodes(region, cluster)}[node].unschedulable
@@ -283,7 +273,7 @@ def test_a_node_under_rotation_is_left_alone(region: dict[str, Any]) -> None:
     target = wave[0]
     owner = next(c for c in ("dev-usw2a-01", "dev-usw2b-01", "dev-usw2-host") if target.name in {n.name for n in nodes(region, c)})
     cli(region, "local", "fault", "node-notready", target.name)
-    wait_virtual(region, 200)
+    wait_region(region, 200)
     out = answer(remediate(region, owner))
     assert out["remediated"] == []
     decision = next(d for d in out["decisions"] if d["subject"] == target.name)

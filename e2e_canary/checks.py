@@ -191,28 +191,41 @@ class Check:
 
 
 def service(check: Check) -> list[Observation]:
+    """Its durations are the platform's, from the server's stamps only, step by step: from the Deployment's creation
+    to its last pod's Ready transition; from the roll's first new pod's creation to the last one's Ready; from the
+    scale's first new pod's creation to its Ready; and the spread of the deletionTimestamps its delete gave its pods;
+    summed. What the check itself took to notice a step done and act, a client descheduled on a busy machine, is not
+    the platform's and is left out."""
     c = check.canary
     name = c.name
     selector = f"app={name}"
     check.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
                   "spec": {"minAvailable": c.budget, "selector": {"matchLabels": {"app": name}}}})
     template = check.template(extra_labels={"app": name})
-    check.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+    made = check.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
                   "spec": {"replicas": c.replicas, "selector": {"matchLabels": {"app": name}}, "template": template,
                            "strategy": {"type": "RollingUpdate",
                                         "rollingUpdate": {"maxSurge": c.max_surge, "maxUnavailable": c.max_unavailable}}}})
     seen: dict[str, float] = {}
+    last_ready = 0.0  # the newest Ready transition among the live pods, when they last were all Ready
+    live: list[Pod] = []  # the pods not being deleted, at the last look
 
     def ready(count: int) -> Callable[[], bool]:
         def done() -> bool:
+            nonlocal last_ready, live
             live = [p for p in check.pods(selector) if p.deletion_time is None]
             check.startups(live, seen)
             status = _status(check.get("Deployment", name))
-            return status.get("updatedReplicas") == count and status.get("availableReplicas") == count and \
+            ok = status.get("updatedReplicas") == count and status.get("availableReplicas") == count and \
                 status.get("replicas") == count and sum(p.ready for p in live) == count
+            if ok:
+                last_ready = max((p.ready_at for p in live if p.ready_at is not None), default=last_ready)
+            return ok
         return done
 
     check.wait(f"Deployment {name}: {c.replicas} replicas Ready", ready(c.replicas), lambda: check.pods(selector))
+    created = _stamp(made, "creationTimestamp")
+    steps = [last_ready - (created if created is not None else check.started)]
     # The roll: a new template (a new image when the canary names one), availability sampled at every poll.
     roll_start = synced_now(check.clock)
     rolled_to: JSONObject = {"metadata": {"annotations": {ROLL_ANNOTATION: str(roll_start)}}}
@@ -223,23 +236,34 @@ def service(check: Check) -> list[Observation]:
 
     def rolled() -> bool:
         nonlocal lowest
-        live = [p for p in check.pods(selector) if p.deletion_time is None]
-        check.startups(live, seen)
-        lowest = min(lowest, sum(p.ready for p in live))
+        pods = [p for p in check.pods(selector) if p.deletion_time is None]
+        check.startups(pods, seen)
+        lowest = min(lowest, sum(p.ready for p in pods))
         return ready(c.replicas)() and all(p.annotations.get(ROLL_ANNOTATION) == str(roll_start) for p in live)
 
     check.wait(f"Deployment {name}: rolled to its new template", rolled, lambda: check.pods(selector))
-    roll_seconds = check.elapsed(start=roll_start)
+    roll_seconds = max(last_ready - min(p.created for p in live), 0.0)  # every live pod is the roll's now
+    steps.append(roll_seconds)
     if lowest < c.budget:
         raise CheckFailed("fail", f"Deployment {name}: availability fell to {lowest} Ready during the roll, below the "
                           f"budget's minAvailable {c.budget}")
     if c.scale_to is not None:
+        before = {p.name for p in live}
         check.cluster.scale("Deployment", check.namespace, name, c.scale_to)
         check.wait(f"Deployment {name}: scaled to {c.scale_to}", ready(c.scale_to), lambda: check.pods(selector))
+        added = [p.created for p in live if p.name not in before]  # none when it scaled down: nothing to wait for
+        steps.append(last_ready - min(added) if added else 0.0)
     check.cluster.delete_object("Deployment", check.namespace, name)
-    check.wait(f"Deployment {name}: deleted, its pods gone",
-               lambda: not [p for p in check.pods(selector) if p.deletion_time is None], lambda: [])
-    metrics: Metrics = {"pod_startup_seconds": sorted(seen.values()), "check_seconds": check.elapsed(),
+    marked: set[float] = set()  # the deletionTimestamps seen on its pods
+
+    def gone() -> bool:
+        pods = check.pods(selector)
+        marked.update(p.deletion_time for p in pods if p.deletion_time is not None)
+        return not [p for p in pods if p.deletion_time is None]
+
+    check.wait(f"Deployment {name}: deleted, its pods gone", gone, lambda: [])
+    steps.append(max(marked) - min(marked) if marked else 0.0)
+    metrics: Metrics = {"pod_startup_seconds": sorted(seen.values()), "check_seconds": sum(max(s, 0.0) for s in steps),
                         "roll_seconds": roll_seconds, "min_available": lowest}
     return [Observation("ok", "", metrics)]
 

@@ -153,9 +153,20 @@ class Pipeline(_Value):
     freezes: tuple[Freeze, ...] = ()
     on_newer: Literal["queue", "supersede"] = "supersede"  # an older candidate not yet past the first stage
     ledger: str | None = None  # a state store (path, sqlite:///, dynamodb://TABLE); default .platformctl/release.db
+    # where a tick whose checkout lacks a candidate's commit (the jobs' image has no repository) fetches it: a URL git
+    # can fetch (https://, ssh://, file://); credentials, if any, from git's own configuration in the job's HOME
+    repository: str | None = None
 
     source: str = Field(default="pipeline", exclude=True)
     digest: str = Field(default="", exclude=True)  # of the file's bytes: every decision records it
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or value.startswith("-") or any(c.isspace() for c in value)):
+            raise ValueError("a URL git can fetch (https://, ssh://, file://, or host:path), without spaces or a "
+                             "leading '-'")
+        return value
 
     @field_validator("stages")
     @classmethod

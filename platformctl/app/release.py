@@ -446,7 +446,7 @@ class AppStages:
         from platformctl.kernel.topology import load_stage
 
         checkout = Path(load_stage(stage, self.infra_dir).source).parent
-        source = candidate_source(candidate, checkout, self.work_dir)
+        source = candidate_source(candidate, checkout, self.work_dir, self.pipeline.repository)
         # EKS never takes a control plane back: a rollback past a version bump keeps the version the clusters have
         wanted = candidate.stages[stage].kubernetes_version if stage in candidate.stages else None
         have = max(deployed_now(stage, self.infra_dir)[1].values(), key=minor_version, default=None) if rollback else None

@@ -39,10 +39,12 @@ def infra_revision(infra_dir: Path, lock_file: Path | None = None) -> str:
     return head
 
 
-def candidate_source(candidate: Candidate, checkout_infra: Path, work: Path) -> Path:
+def candidate_source(candidate: Candidate, checkout_infra: Path, work: Path, repository: str | None = None) -> Path:
     """The ``infra/`` of the candidate's commit, extracted once (``git archive``) under ``work``: what its deploys
-    apply, whatever the checkout the tick runs in holds. A candidate recorded before candidates were commits (its
-    revision no commit id) is deployed from the checkout."""
+    apply, whatever the checkout the tick runs in holds. A checkout that is no git repository or lacks the commit (the
+    jobs' image carries the toolkit's files, not the operator's repository) fetches that one commit from
+    ``repository`` (the pipeline's, a URL git can fetch) into a bare repository under ``work``. A candidate recorded
+    before candidates were commits (its revision no commit id) is deployed from the checkout."""
     import re
     import shutil
     import sys
@@ -56,16 +58,15 @@ def candidate_source(candidate: Candidate, checkout_infra: Path, work: Path) -> 
     if (dest / checkout_infra.name).is_dir():
         return dest / checkout_infra.name
     checkout_infra = checkout_infra.resolve()
-    try:
-        root = Path(_git(checkout_infra, "rev-parse", "--show-toplevel")).resolve()
-        inside = checkout_infra.relative_to(root)
-        # the whole tree: the program imports the toolkit, and the stack file names the canary definitions beside it
-        archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", revision],
-                                 capture_output=True, check=True, timeout=300).stdout
-    except (OSError, ValueError, subprocess.SubprocessError):
-        raise PlatformError(f"cannot read commit {revision[:12]} of {candidate.id} from the checkout: fetch it (the "
-                            "tick deploys the candidate's commit, not the checkout)", file=str(checkout_infra),
-                            field="infra_revision") from None
+    archive, inside = _archive_from_checkout(checkout_infra, revision)
+    if archive is None and repository:
+        archive, inside = _archive_from_repository(repository, revision, work), Path(checkout_infra.name)
+    if archive is None:
+        where = f"from the checkout or from {repository}" if repository else (
+            "from the checkout: fetch it, or name the repository the tick fetches candidates from (the pipeline's "
+            "`repository:`)")
+        raise PlatformError(f"cannot read commit {revision[:12]} of {candidate.id} {where} (the tick deploys the "
+                            "candidate's commit, not the checkout)", file=str(checkout_infra), field="infra_revision")
     dest.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{revision[:12]}-", dir=dest.parent))
     import io
@@ -80,3 +81,33 @@ def candidate_source(candidate: Candidate, checkout_infra: Path, work: Path) -> 
         pass
     shutil.rmtree(scratch, ignore_errors=True)
     return dest / inside.name
+
+
+def _archive_from_checkout(checkout_infra: Path, revision: str) -> tuple[bytes | None, Path]:
+    """The whole tree of ``revision`` as a tar (the program imports the toolkit, and the stack file names the canary
+    definitions beside it) from the repository the checkout is in, and where ``infra/`` is in it; None if the
+    checkout is no repository or lacks the commit."""
+    try:
+        root = Path(_git(checkout_infra, "rev-parse", "--show-toplevel")).resolve()
+        inside = checkout_infra.relative_to(root)
+        archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", revision],
+                                 capture_output=True, check=True, timeout=300).stdout
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None, Path(checkout_infra.name)
+    return archive, inside
+
+
+def _archive_from_repository(repository: str, revision: str, work: Path) -> bytes | None:
+    """``revision`` fetched alone (``--depth 1``: one commit, not the history) from ``repository`` into a bare
+    repository under ``work`` (kept: the next candidate's fetch is incremental), as a tar; None if it cannot be."""
+    bare = work / "repository.git"
+    try:
+        if not (bare / "HEAD").is_file():
+            bare.mkdir(parents=True, exist_ok=True)
+            _git(bare, "init", "--quiet", "--bare")
+        subprocess.run(["git", "-C", str(bare), "fetch", "--quiet", "--depth", "1", "--no-tags", repository, revision],
+                       capture_output=True, check=True, timeout=600)
+        return subprocess.run(["git", "-C", str(bare), "archive", "--format=tar", revision],
+                              capture_output=True, check=True, timeout=300).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -92,3 +92,60 @@ def test_each_candidate_deploys_its_own_commits_stack_file_whatever_the_checkout
         stack = yaml.safe_load(Path(load_stage("dev", source).source).read_text())["config"]
         assert stack["platformctl:kubernetesVersion"] == version, cid
     assert len(list((work / "source").iterdir())) == 2  # each commit extracted once
+
+
+def test_a_tick_whose_checkout_has_no_repository_fetches_the_candidates_commit_from_the_pipelines(
+        repo: Path, tmp_path: Path) -> None:
+    """The jobs' image carries the toolkit's files, not the operator's repository: the tick fetches the candidate's
+    one commit from the pipeline's `repository:` (here a file:// URL of the operator's), and says what to do when
+    none is named."""
+    import dataclasses
+    import shutil
+
+    from platformctl.app.release import candidate_source
+    from platformctl.kernel.errors import PlatformError
+    from platformctl.kernel.state import open_store
+    from release_pipeline.ledger import Ledger
+
+    lock = lock_everywhere(tmp_path)
+    bump(repo, "1.31")
+    git(repo, "commit", "-qam", "dev: Kubernetes 1.31")
+    first = json.loads(release(repo, tmp_path, "start", "--lock-file", str(lock), "-o", "json").output)["id"]
+    bump(repo, "1.32")
+    git(repo, "commit", "-qam", "dev: Kubernetes 1.32")
+    second = json.loads(release(repo, tmp_path, "start", "--lock-file", str(lock), "-o", "json").output)["id"]
+    image = tmp_path / "opt" / "platformctl"  # as the Dockerfile copies the checkout's data: no .git
+    shutil.copytree(repo, image, ignore=shutil.ignore_patterns(".git"))
+    ledger = Ledger(open_store(str(tmp_path / "ledger.db")))
+    candidate = ledger.candidate(first)
+    assert candidate is not None
+    with pytest.raises(PlatformError, match="repository:"):
+        candidate_source(candidate, image / "infra", tmp_path / "work")
+    assert not (tmp_path / "work" / "source").exists()  # nothing half made
+    for cid, version in ((first, "1.31"), (second, "1.32")):
+        candidate = ledger.candidate(cid)
+        assert candidate is not None
+        source = candidate_source(candidate, image / "infra", tmp_path / "work", repository=f"file://{repo}")
+        stack = yaml.safe_load(Path(load_stage("dev", source).source).read_text())["config"]
+        assert stack["platformctl:kubernetesVersion"] == version, cid
+        assert (source.parent / ".venv").exists() and (source.parent / "ami").is_dir()
+    shallow = git(tmp_path / "work" / "repository.git", "rev-parse", "--is-shallow-repository")
+    assert shallow == "true"  # one commit a candidate, not the repository's history
+    unknown = dataclasses.replace(candidate, infra_revision="f" * 40)  # a commit the repository does not have
+    with pytest.raises(PlatformError, match=f"from file://{repo}"):
+        candidate_source(unknown, image / "infra", tmp_path / "work", repository=f"file://{repo}")
+
+
+def test_a_pipeline_repository_that_git_would_take_for_an_option_is_refused(tmp_path: Path) -> None:
+    from release_pipeline.pipeline import load_pipeline
+
+    (tmp_path / "upgrade_service").symlink_to(CHECKOUT / "upgrade_service")  # the policies it names
+    (tmp_path / "release_pipeline").mkdir()
+    path = tmp_path / "release_pipeline" / "pipeline.yaml"
+    text = (CHECKOUT / "release_pipeline" / "pipeline.yaml").read_text()
+    path.write_text(text + "repository: --upload-pack=touch /tmp/x\n")
+    out = CliRunner().invoke(cli, ["release", "status", "--pipeline", str(path), "--ledger", str(tmp_path / "l.db")])
+    assert out.exit_code == 2 and "repository" in out.output and "Traceback" not in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1
+    path.write_text(text + "repository: https://git.example.com/platform/platform.git\n")
+    assert load_pipeline(path).repository == "https://git.example.com/platform/platform.git"

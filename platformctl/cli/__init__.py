@@ -15,7 +15,7 @@ import click
 from rich.table import Table
 
 from platformctl import __version__
-from platformctl.cli.output import OUTPUT
+from platformctl.cli.output import OUTPUT, SKIP
 from platformctl.cli.output import console as _console
 from platformctl.cli.output import emit_json as _emit_json
 from platformctl.kernel.environment import Environment, using
@@ -221,8 +221,7 @@ def snapshot_generate(nodes: int, pods_per_node: float, seed: int, blocking_pdbs
 
 @cli.command("demo-pipeline")
 @click.option("--keep", is_flag=True, help="leave the region running at the end (its folder is printed)")
-@click.option("--skip/--no-skip", default=True, show_default=True, envvar="PLATFORMCTL_LOCAL_SKIP",
-              help="as `local up`: the region skips to the next instant something is due whenever its clients all wait")
+@SKIP
 @OUTPUT
 @click.pass_context
 def demo_pipeline(ctx: click.Context, keep: bool, skip: bool, output: str) -> None:

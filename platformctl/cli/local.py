@@ -15,7 +15,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from platformctl.cli.output import OUTPUT, console, emit_json
+from platformctl.cli.output import OUTPUT, SKIP, console, emit_json
 from platformctl.kernel.topology import STAGES, load_stage
 
 
@@ -64,9 +64,7 @@ def local() -> None:
               "AWS region of one moto, on one virtual clock)")
 @click.option("--speed", type=click.FloatRange(min=1.0, max=100_000.0), default=300.0, show_default=True,
               help="virtual seconds per wall second while anyone works (300: a 300 s node boot takes a second)")
-@click.option("--skip/--no-skip", default=True, show_default=True, envvar="PLATFORMCTL_LOCAL_SKIP",
-              help="skip to the next instant something is due whenever every registered client (the toolkit's own "
-              "commands) waits and no other request is in flight")
+@SKIP
 @click.option("--workloads/--no-workloads", default=True, show_default=True,
               help="fill the member clusters with synthetic services, stateful sets, jobs and budgets")
 @click.option("--canaries/--no-canaries", default=True, show_default=True,

@@ -13,6 +13,10 @@ from rich.console import Console
 
 OUTPUT = click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True,
                       help="text for people, json for machines")
+# the local region's time (`local up`, `demo-pipeline`): on by default, PLATFORMCTL_LOCAL_SKIP=false turns it off
+SKIP = click.option("--skip/--no-skip", default=True, show_default=True, envvar="PLATFORMCTL_LOCAL_SKIP",
+                    help="skip to the next instant something is due whenever every registered client (the toolkit's "
+                    "own commands) waits and no other request is in flight")
 
 
 class Seconds(click.ParamType):

@@ -69,18 +69,23 @@ def test_a_checkout_that_differs_from_its_commit_is_refused_naming_the_files(rep
     assert made["stages"]["dev"]["kubernetes_version"] == "1.33"
 
 
+def two_candidates(repo: Path, tmp_path: Path) -> tuple[str, str]:
+    """Two candidates started from two commits: the first's dev stack on Kubernetes 1.31, the second's on 1.32."""
+    lock = lock_everywhere(tmp_path)
+    made = []
+    for version in ("1.31", "1.32"):
+        bump(repo, version)
+        git(repo, "commit", "-qam", f"dev: Kubernetes {version}")
+        made.append(json.loads(release(repo, tmp_path, "start", "--lock-file", str(lock), "-o", "json").output)["id"])
+    return made[0], made[1]
+
+
 def test_each_candidate_deploys_its_own_commits_stack_file_whatever_the_checkout_holds(repo: Path, tmp_path: Path) -> None:
     from platformctl.app.release import candidate_source
     from platformctl.kernel.state import open_store
     from release_pipeline.ledger import Ledger
 
-    lock = lock_everywhere(tmp_path)
-    bump(repo, "1.31")
-    git(repo, "commit", "-qam", "dev: Kubernetes 1.31")
-    first = json.loads(release(repo, tmp_path, "start", "--lock-file", str(lock), "-o", "json").output)["id"]
-    bump(repo, "1.32")
-    git(repo, "commit", "-qam", "dev: Kubernetes 1.32")
-    second = json.loads(release(repo, tmp_path, "start", "--lock-file", str(lock), "-o", "json").output)["id"]
+    first, second = two_candidates(repo, tmp_path)
     bump(repo, "1.33")  # what the checkout the tick runs in holds now: neither candidate's
     ledger = Ledger(open_store(str(tmp_path / "ledger.db")))
     work = tmp_path / "work"
@@ -107,13 +112,7 @@ def test_a_tick_whose_checkout_has_no_repository_fetches_the_candidates_commit_f
     from platformctl.kernel.state import open_store
     from release_pipeline.ledger import Ledger
 
-    lock = lock_everywhere(tmp_path)
-    bump(repo, "1.31")
-    git(repo, "commit", "-qam", "dev: Kubernetes 1.31")
-    first = json.loads(release(repo, tmp_path, "start", "--lock-file", str(lock), "-o", "json").output)["id"]
-    bump(repo, "1.32")
-    git(repo, "commit", "-qam", "dev: Kubernetes 1.32")
-    second = json.loads(release(repo, tmp_path, "start", "--lock-file", str(lock), "-o", "json").output)["id"]
+    first, second = two_candidates(repo, tmp_path)
     image = tmp_path / "opt" / "platformctl"  # as the Dockerfile copies the checkout's data: no .git
     shutil.copytree(repo, image, ignore=shutil.ignore_patterns(".git"))
     ledger = Ledger(open_store(str(tmp_path / "ledger.db")))

@@ -148,14 +148,12 @@ def _images(candidate: Candidate, stage: str) -> set[str]:
     return {str(i["id"]) for i in candidate.stages[stage].images.values()}
 
 
-def run_story(infra_dir: Path, manifests: Path, say: Narrator, keep: bool = False,
-              export: Callable[[DashboardRequest, Path], object] | None = None, skip: bool = True) -> PipelineStory:
-    """Tell it through ``say``; ``export`` writes the dashboard's page (the command's renderer) before the region
-    stops; ``skip`` is ``local up``'s (``benchmarks/local_time.py`` times the story both ways). Returns what a test
-    or a person checks."""
-    home = Path(tempfile.mkdtemp(prefix="platformctl-pipeline-demo-"))
-    story = PipelineStory(home)
-    started = time.monotonic()
+@contextmanager
+def every_stage(home: Path, infra_dir: Path, say: Narrator, skip: bool = True,
+                keep: bool = False) -> Iterator[tuple[Path, dict[str, object]]]:
+    """``local up --stage all`` on ``infra_dir``'s stacks shrunk to one node a pool (in ``home``, with the demo's
+    rotation policy, judge and pipeline written beside them), in the story's environment: yields the shrunk stacks'
+    folder and the region, and stops the region (unless ``keep``)."""
     with using(story_environment(home)):
         infra = shrink_stacks(infra_dir, home / "infra")
         write_files(home)
@@ -166,28 +164,84 @@ def run_story(infra_dir: Path, manifests: Path, say: Narrator, keep: bool = Fals
                 f"pool (in {home})")
         region, _ = region_client.up(stages, float(SPEED), infra, workloads=False, canaries=True, skip=skip)
         try:
-            _tell(story, _Operator(home, infra, say), region, manifests, say)
-            if export is not None:
-                page = home / "dashboard.html"
-                export(DashboardRequest(home / "pipeline.yaml", str(home / "ledger.db"), None, infra), page)
-                story.dashboard = str(page)
-                say.say(heading("5. The dashboard"), f" (one self-contained file, to attach to a change review): {page}")
+            yield infra, region
         finally:
             if not keep:
                 region_client.down()
+
+
+def run_story(infra_dir: Path, manifests: Path, say: Narrator, keep: bool = False,
+              export: Callable[[DashboardRequest, Path], object] | None = None, skip: bool = True) -> PipelineStory:
+    """Tell it through ``say``; ``export`` writes the dashboard's page (the command's renderer) before the region
+    stops; ``skip`` is ``local up``'s (``benchmarks/local_time.py`` times the story both ways). Returns what a test
+    or a person checks."""
+    home = Path(tempfile.mkdtemp(prefix="platformctl-pipeline-demo-"))
+    story = PipelineStory(home)
+    started = time.monotonic()
+    with every_stage(home, infra_dir, say, skip, keep) as (infra, region):
+        _tell(story, _Operator(home, infra, say), region, manifests, say)
+        if export is not None:
+            page = home / "dashboard.html"
+            export(DashboardRequest(home / "pipeline.yaml", str(home / "ledger.db"), None, infra), page)
+            story.dashboard = str(page)
+            say.say(heading("5. The dashboard"), f" (one self-contained file, to attach to a change review): {page}")
     story.wall_seconds = time.monotonic() - started
     say.say(heading("done"), f" in {story.wall_seconds:.0f} s of wall time: {story.ticks} ticks over "
             f"{story.virtual_hours:.1f} virtual hours")
     return story
 
 
-def _tell(story: PipelineStory, op: _Operator, region: dict[str, object], manifests: Path, say: Narrator) -> None:
-    region_client.take_part()  # one of the region's own jobs, as `release tick` is: its sleeps let the clock skip
+@dataclass
+class Release:
+    """Where one candidate got through every stage (``release_one``): promoted to ``prod``, or halted and why."""
+
+    candidate: str
+    promoted: bool
+    halted_in: str | None
+    why: str
+    ticks: int
+    virtual_hours: float
+    wall_seconds: float
+
+
+def release_one(infra_dir: Path, manifests: Path, pipeline: str, say: Narrator, skip: bool = True,
+                version: str = "9.1.0") -> Release:
+    """A good candidate (a new image tree at ``version``, nothing wrong with it) through every stage of ``pipeline``
+    (its text, replacing the demo's: ``benchmarks/release_aa.py`` gives the shipped soaks), once a virtual minute as
+    the CronJob ticks: promoted to ``prod``, or where it halted and why (an A/A run: a halt is a false alarm)."""
+    home = Path(tempfile.mkdtemp(prefix="platformctl-release-"))
+    started = time.monotonic()
+    with every_stage(home, infra_dir, say, skip) as (infra, region):
+        (home / "pipeline.yaml").write_text(pipeline)
+        region_client.take_part()
+        clock = _region_clock(region)
+        began = clock.now()
+        op = _Operator(home, infra, say)
+        op.build(new_tree(manifests, home / f"tree-{version}", version))
+        cid = op.start(f"base {version}").id
+
+        def settled(status: dict[str, object]) -> bool:
+            return _stage(status, "prod").get("last_good") == cid or _candidate(status, cid).get("status") == "halted"
+
+        now = op.tick_until(settled, clock)
+        halt = next((e for e in op.history() if e["candidate"] == cid and e["decision"] == "halt"), None)
+        virtual_hours = (clock.now() - began) / 3600
+    return Release(cid, _stage(now, "prod").get("last_good") == cid, None if halt is None else str(halt["stage"]),
+                   "" if halt is None else str(halt["reason"]), op.ticks, virtual_hours, time.monotonic() - started)
+
+
+def _region_clock(region: dict[str, object]) -> Clock:
     first = _list(region["clusters"])[0]
     assert isinstance(first, dict)
     clock = region_client.clock_for_context(str(region["kubeconfig"]), str(first["name"]))
     if clock is None:
         raise PlatformError("the local region's clock does not answer", field="demo-pipeline")
+    return clock
+
+
+def _tell(story: PipelineStory, op: _Operator, region: dict[str, object], manifests: Path, say: Narrator) -> None:
+    region_client.take_part()  # one of the region's own jobs, as `release tick` is: its sleeps let the clock skip
+    clock = _region_clock(region)
     began = clock.now()
     by_stage = region["by_stage"]
     assert isinstance(by_stage, dict)

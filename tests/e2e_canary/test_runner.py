@@ -5,6 +5,7 @@ image says fail, naming the new one."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from e2e_canary.definitions import CANARY_DIR, load_canaries, parse_canary
 from e2e_canary.results import ResultStream, newest_at, results, streams_of

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from platformctl.emulator.simulator import SimulatedCluster
+from platformctl.kernel.clock import VIRTUAL_EPOCH, VirtualClock
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.cluster.model import EvictionResult
@@ -46,10 +47,12 @@ def test_both_implementations_satisfy_the_interface(tmp_path: Path) -> None:
 def test_unreachable_server_is_a_one_line_error(tmp_path: Path) -> None:
     port = _closed_port()
     path = _kubeconfig(tmp_path, port)
-    live = LiveCluster.from_kubeconfig(str(path), context="local")
+    clock = VirtualClock()  # the adapter's backoff waits on it: asked again, then given up, without wall time
+    live = LiveCluster.from_kubeconfig(str(path), context="local", clock=clock)
     with pytest.raises(PlatformError) as err:
         live.list_nodes()
     assert err.value.file == str(path) and f"cannot reach the Kubernetes API at http://127.0.0.1:{port}" in str(err.value)
+    assert clock.now() > VIRTUAL_EPOCH  # it waited between attempts before it said so
 
 
 def test_unknown_context_names_the_kubeconfig(tmp_path: Path) -> None:

@@ -137,12 +137,19 @@ def test_a_dynamodb_renewal_lost_to_a_hung_connection_does_not_cost_the_lease(
         keeper.acquire()
         time.sleep(ttl / 4 + 0.5)  # one renewal went through
         keeper.check()
-        path.hang_until = time.monotonic() + ttl / 4 + 2.5  # the next renewal: both its attempts hang
+        hang = ttl / 4 + 2.5
+        hang_ends = time.time() + hang  # on the store's clock: a renewal after it is good until hang_ends + ttl
+        path.hang_until = time.monotonic() + hang  # the next renewal: both its attempts hang
         deadline = time.monotonic() + 2 * ttl
-        while time.monotonic() < deadline:
+        # Until a renewal made after the hang went through (or two TTLs, when the test fails): the lease is checked
+        # every quarter second all the while.
+        while time.monotonic() < deadline and not (keeper.last_error and keeper.lease is not None
+                                                     and keeper.lease.expires >= hang_ends + ttl):
             keeper.check()  # never lost: the hung call gave up in time and the renewal after it went through
             time.sleep(0.25)
+        keeper.check()
         assert keeper.last_error is not None and "timeout" in keeper.last_error.lower()  # one renewal was lost
+        assert keeper.lease is not None and keeper.lease.expires >= hang_ends + ttl  # renewed since, by the same holder
         assert store.lease("rotation/c1").token == keeper.lease.token  # and the lease is still this holder's
         keeper.release()
         assert store.lease("rotation/c1") is None

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -62,12 +61,11 @@ def main() -> None:
     promoted = 0
     try:
         for run in range(1, args.runs + 1):
-            began = time.monotonic()
             out = release_one(ROOT / "infra", MANIFEST_DIR, pipeline, Silent(), skip=args.skip, version=f"9.{run}.0")
             promoted += out.promoted
             said = "promoted to prod" if out.promoted else f"HALTED in {out.halted_in}: {out.why[:300]}"
             print(f"  run {run}: {said}; {out.ticks} ticks over {out.virtual_hours:.1f} virtual hours in "
-                  f"{time.monotonic() - began:.0f} s of wall time", flush=True)
+                  f"{out.wall_seconds:.0f} s of wall time", flush=True)
     finally:
         for b in burners:
             b.terminate()

@@ -67,6 +67,7 @@ def process_alive(pid: int) -> bool:
         return True
 
 
+SYNC_TIMEOUTS = (5.0, 10.0, 20.0)  # wall seconds each look at a busy server's time may take
 ANSWER_SECONDS = 60.0  # wall seconds a running region's server, busy with every stage and its canaries, may take to answer
 
 
@@ -248,12 +249,17 @@ class ServerClock:
 
     def sync(self) -> float:
         """Ask the server its time again and go on from there: a busy server's clock (its timers, the CronJobs
-        they fire) can fall behind wall time for a while, and a deadline is the server's to call."""
+        they fire) can fall behind wall time for a while, and a deadline is the server's to call. A server slow to
+        answer is asked again with longer waits (``SYNC_TIMEOUTS``): this client's guess runs on at the region's
+        pace while it waits, so a look that gave up after five seconds called a deadline hundreds of region seconds
+        before the region reached it. Only a server that answers none of them leaves the guess standing."""
         client = self.client_id
-        try:
-            self._read(_get_json(self.url, 5.0, {CLIENT_HEADER: client} if client else None))
-        except (OSError, ValueError, KeyError):
-            pass  # keep extrapolating from the last answer
+        for timeout in SYNC_TIMEOUTS:
+            try:
+                self._read(_get_json(self.url, timeout, {CLIENT_HEADER: client} if client else None))
+                break
+            except (OSError, ValueError, KeyError):
+                continue  # asked again; after the last, keep extrapolating from the last answer
         return self.now()
 
     def now(self) -> float:

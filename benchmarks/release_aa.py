@@ -2,9 +2,9 @@
 loaded machine. Every run should promote it to ``prod``; a halt is a false alarm of the soak's verdict or the gate.
 
 Each run starts the local region of every stage afresh (``local up --stage all``, the checkout's stacks shrunk to one
-node a pool, every stage's canary runner), builds a new image tree with nothing wrong in it, starts it as a candidate
-and ticks the pipeline once a virtual minute (as ``demo-pipeline`` does) with the shipped ``release_pipeline/
-pipeline.yaml``'s soaks, result counts, ``passFor`` and deadlines (1 h, 4 h, 24 h: 29 hours of soak), its freezes
+member cluster a stage and one node a pool, every stage's canary runner), builds a new image tree with nothing wrong
+in it, starts it as a candidate and ticks the pipeline once a virtual minute (as ``demo-pipeline`` does) with the
+shipped ``release_pipeline/pipeline.yaml``'s soaks, result counts, ``passFor`` and deadlines (1 h, 4 h, 24 h: 29 hours of soak), its freezes
 and approvals left out (a benchmark has nobody to approve and would wait out a weekend), the demo's rotation policy
 and judge (made for one node a pool). Beside it, ``--burn`` processes spin on the CPU, as other work would.
 

@@ -29,13 +29,13 @@ class Clock(Protocol):
 
 
 def past(clock: Clock, deadline: float) -> bool:
-    """Whether ``deadline`` has passed on ``clock``. A clock that can ask its source again (``sync()``: a local
-    region's clock as a client extrapolates it, which a busy server falls behind) is asked before a deadline is
-    called, so that a deadline is the cluster's to call and not the client's guess."""
+    """Whether ``deadline`` has passed on ``clock``. A clock that can ask its source (``reached()``: a local region's
+    clock as a client extrapolates it, which a busy server falls behind) is asked before a deadline is called, so that
+    a deadline is the cluster's to call and not the client's guess."""
     if clock.now() < deadline:
         return False
-    sync = getattr(clock, "sync", None)
-    return not callable(sync) or float(sync()) >= deadline
+    reached = getattr(clock, "reached", None)
+    return not callable(reached) or bool(reached(deadline))
 
 
 def synced_now(clock: Clock) -> float:

@@ -67,7 +67,8 @@ def process_alive(pid: int) -> bool:
         return True
 
 
-SYNC_TIMEOUTS = (5.0, 10.0, 20.0)  # wall seconds each look at a busy server's time may take
+LOOK_SECONDS = 5.0  # wall seconds one look at the server's time waits for its answer
+GONE_SECONDS = 60.0  # wall seconds of a server's silence after which a client's guess of its time stands
 ANSWER_SECONDS = 60.0  # wall seconds a running region's server, busy with every stage and its canaries, may take to answer
 
 
@@ -154,6 +155,7 @@ class ServerClock:
     def _read(self, data: dict[str, Any]) -> None:
         self.read_virtual = float(data["virtual_time"])  # the server's time when it answered
         self._wall = float(data["wall_time"])
+        self._answered = time.monotonic()  # when the server last said its time
 
     # ---------------------------------------------------------------- taking part in the region's time
 
@@ -249,18 +251,27 @@ class ServerClock:
 
     def sync(self) -> float:
         """Ask the server its time again and go on from there: a busy server's clock (its timers, the CronJobs
-        they fire) can fall behind wall time for a while, and a deadline is the server's to call. A server slow to
-        answer is asked again with longer waits (``SYNC_TIMEOUTS``): this client's guess runs on at the region's
-        pace while it waits, so a look that gave up after five seconds called a deadline hundreds of region seconds
-        before the region reached it. Only a server that answers none of them leaves the guess standing."""
-        client = self.client_id
-        for timeout in SYNC_TIMEOUTS:
-            try:
-                self._read(_get_json(self.url, timeout, {CLIENT_HEADER: client} if client else None))
-                break
-            except (OSError, ValueError, KeyError):
-                continue  # asked again; after the last, keep extrapolating from the last answer
+        they fire) can fall behind wall time for a while, and a deadline is the server's to call."""
+        self._look()
         return self.now()
+
+    def reached(self, deadline: float) -> bool:
+        """Whether the region's time has reached ``deadline``, on the server's word: a look that the busy server did
+        not answer in time leaves the deadline uncalled (the caller looks again later), since this client's guess runs
+        on at the region's pace meanwhile and called a canary's 180 s deadline seconds after its pods were made. Only
+        a server silent for ``GONE_SECONDS`` of wall time is taken as gone, and the guess then stands."""
+        if self._look():
+            return self.now() >= deadline
+        return time.monotonic() - self._answered > GONE_SECONDS and self.now() >= deadline
+
+    def _look(self) -> bool:
+        """One look at the server's time (``LOOK_SECONDS`` at most): whether it answered."""
+        client = self.client_id
+        try:
+            self._read(_get_json(self.url, LOOK_SECONDS, {CLIENT_HEADER: client} if client else None))
+        except (OSError, ValueError, KeyError):
+            return False  # keep extrapolating from the last answer
+        return True
 
     def now(self) -> float:
         elapsed = max(time.time() - self._wall, 0.0)

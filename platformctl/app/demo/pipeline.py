@@ -151,7 +151,8 @@ def _images(candidate: Candidate, stage: str) -> set[str]:
 @contextmanager
 def every_stage(home: Path, infra_dir: Path, say: Narrator, skip: bool = True,
                 keep: bool = False) -> Iterator[tuple[Path, dict[str, object]]]:
-    """``local up --stage all`` on ``infra_dir``'s stacks shrunk to one node a pool (in ``home``, with the demo's
+    """``local up --stage all`` on ``infra_dir``'s stacks shrunk (``shrink_stacks``: one member cluster a stage, one node
+    a pool) (in ``home``, with the demo's
     rotation policy, judge and pipeline written beside them), in the story's environment: yields the shrunk stacks'
     folder and the region, and stops the region (unless ``keep``)."""
     with using(story_environment(home)):
@@ -160,8 +161,8 @@ def every_stage(home: Path, infra_dir: Path, say: Narrator, skip: bool = True,
         stages = list(STAGES)
         for name in stages:
             load_stage(name, infra)
-        say.say(heading("1. Every stage at once"), ": `local up --stage all` on the checkout's stacks shrunk to one node a "
-                f"pool (in {home})")
+        say.say(heading("1. Every stage at once"), ": `local up --stage all` on the checkout's stacks shrunk to one member "
+                f"cluster a stage and one node a pool (in {home})")
         region, _ = region_client.up(stages, float(SPEED), infra, workloads=False, canaries=True, skip=skip)
         try:
             yield infra, region

@@ -30,7 +30,7 @@ POLICY = ("strategy: surge\nmaxInFlight: 2\ndurations: {nodeBootSeconds: 180, po
 # and its rotation's, and all of them share two cores with the region server (18 clusters took 6 to 7 minutes of wall
 # time for the story; the story is the same on one member cluster a stage).
 MEMBERS = 1
-SPEED = "300"  # virtual seconds a wall second: slow enough that every stage's canaries keep up on two cores
+SPEED = "300"  # virtual seconds a wall second while anyone works; the region holds it for a working client
 SOAKED = ("    rotationPolicy: rotation.yaml\n    judge: judge.yaml\n    soak: 30m\n    minResults: 20\n    passFor: 10m\n"
           "    deadline: 6h\n")
 PIPELINE = ("# the demo's pipeline: short soaks, no freezes and no approvals, so that the story is told in minutes\n"

@@ -151,10 +151,9 @@ def _images(candidate: Candidate, stage: str) -> set[str]:
 @contextmanager
 def every_stage(home: Path, infra_dir: Path, say: Narrator, skip: bool = True,
                 keep: bool = False) -> Iterator[tuple[Path, dict[str, object]]]:
-    """``local up --stage all`` on ``infra_dir``'s stacks shrunk (``shrink_stacks``: one member cluster a stage, one node
-    a pool) (in ``home``, with the demo's
-    rotation policy, judge and pipeline written beside them), in the story's environment: yields the shrunk stacks'
-    folder and the region, and stops the region (unless ``keep``)."""
+    """``local up --stage all`` on ``infra_dir``'s stacks shrunk by ``shrink_stacks`` (one member cluster a stage, one
+    node a pool) in ``home``, with the demo's rotation policy, judge and pipeline written beside them, in the story's
+    environment: yields the shrunk stacks' folder and the region, and stops the region (unless ``keep``)."""
     with using(story_environment(home)):
         infra = shrink_stacks(infra_dir, home / "infra")
         write_files(home)

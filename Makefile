@@ -7,14 +7,17 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast check bench clean
 
-# The installed modules compiled on both cores (pip compiles them one after another: 75 s in all, against 32 s to
-# install and 21 s to compile here). Compiled up front, not on first import: a process test's commands each start a
-# fresh interpreter, and with PYTHONDONTWRITEBYTECODE set nothing compiled on import is kept. A module that does not
-# compile (a package's file for another Python) is skipped, as pip skips it.
+# The installer is uv (pinned in constraints.txt; pip installs it, 1 s): it resolves, fetches and unpacks the pinned
+# set in about 6 s where pip takes 42 s here, and compiles the installed modules on both cores. Compiled up front, not
+# on first import: a process test's commands each start a fresh interpreter, and with PYTHONDONTWRITEBYTECODE set (as
+# on the development machine) nothing compiled on import is kept. Where uv cannot be installed, pip does it all.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e '.[test]'
-	$(BIN)/python -m compileall -q -j 2 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null || true
+	if $(BIN)/python -m pip install --quiet -c constraints.txt uv; then \
+	  $(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -c constraints.txt -e '.[test]'; \
+	else \
+	  $(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'; \
+	fi
 	touch $(STAMP)
 
 demo: $(STAMP)

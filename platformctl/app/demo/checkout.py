@@ -21,17 +21,17 @@ from platformctl.kernel.topology import STAGES
 # The soaks' verdict takes the same judge: each stage's window needs each canary's attempts, and the runners, beside the
 # region server on two cores, carry the checks out at about half their cadence (docs/release.md, known gaps).
 JUDGE = ("# the demo's canary gate and soaks: one node a pool gives a new image fewer results than a full stage would\n"
-         "minSamples: 10\nminAttempts: 10\n")
+         "minSamples: 5\nminAttempts: 5\n")
 POLICY = ("strategy: surge\nmaxInFlight: 2\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
           "healthGate: {canary: {window: 30m, config: judge.yaml}}\ngateTimeoutSeconds: 7200\n"
           "# before wave 1, one node a pool on the new images, only the canaries' pods on it, judged first\n"
-          "firstLight: {pools: all, minResults: 10, timeout: 2h}\n")
+          "firstLight: {pools: all, minResults: 5, timeout: 2h}\n")
 # Each stage's host cluster and its first member cluster: every cluster of a stage has its canary runner's thread
 # and its rotation's, and all of them share two cores with the region server (18 clusters took 6 to 7 minutes of wall
 # time for the story; the story is the same on one member cluster a stage).
 MEMBERS = 1
 SPEED = "300"  # virtual seconds a wall second while anyone works; the region holds it for a working client
-SOAKED = ("    rotationPolicy: rotation.yaml\n    judge: judge.yaml\n    soak: 30m\n    minResults: 20\n    passFor: 10m\n"
+SOAKED = ("    rotationPolicy: rotation.yaml\n    judge: judge.yaml\n    soak: 15m\n    minResults: 10\n    passFor: 5m\n"
           "    deadline: 6h\n")
 PIPELINE = ("# the demo's pipeline: short soaks, no freezes and no approvals, so that the story is told in minutes\n"
             "stages:\n" + "".join(f"  - name: {s}\n{SOAKED}" for s in STAGES[:-1])

@@ -22,7 +22,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from infra.mocked import run_stage
 from platformctl.kernel.deployer import Deployed, DeployLocked, DeployResult, ResourceChange
 from platformctl.kernel.environment import AwsTarget, current
 from platformctl.kernel.errors import PlatformError, Unavailable
+from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.topology import Stage
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -175,10 +179,26 @@ def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def pulumi_failure(stage: str, exc: Exception) -> Exception:
+def lock_created(holder: str) -> float | None:
+    """When a stack's lock was taken, from the backend's own line for it (``…: created by user@host (pid N) at
+    2026-11-27T03:01:09Z``); None when the line does not say."""
+    found = _LOCK_CREATED.search(holder)
+    if found is None:
+        return None
+    try:
+        return datetime.fromisoformat(found.group(1).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+_LOCK_CREATED = re.compile(r"\bat (\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:\d\d)?)\s*$")
+
+
+def pulumi_failure(stage: str, exc: Exception, now: float | None = None) -> Exception:
     """A failed ``pulumi up`` as one line: a locked stack (``ConcurrentUpdateError``, typed by the Automation API) is
-    ``DeployLocked``, naming the lock's holder as the backend describes it; anything else is an ``Unavailable``
-    whose line is Pulumi's last ``error:`` line (its full output went to stderr as it ran)."""
+    ``DeployLocked``, naming the lock's holder as the backend describes it and how long ago (``now``: this host's
+    time) it took the lock; anything else is an ``Unavailable`` whose line is Pulumi's last ``error:`` line (its full
+    output went to stderr as it ran)."""
     from pulumi import automation as auto
 
     # str() of the API's CommandError is its CommandResult's: " code: N", " stdout: ...", " stderr: ..." (each stream's
@@ -187,9 +207,11 @@ def pulumi_failure(stage: str, exc: Exception) -> Exception:
     text = [line for line in text if line]
     if isinstance(exc, auto.errors.ConcurrentUpdateError):
         holder = next((line for line in text if "created by" in line), "")
-        said = f" ({holder})" if holder else ""
+        since = lock_created(holder)
+        age = f", {human_duration(now - since)} ago" if since is not None and now is not None else ""
+        said = f" ({holder}{age})" if holder else ""
         return DeployLocked(f"stage {stage}: its Pulumi stack is locked by another update{said}: tried again next tick; "
-                            f"if its holder is gone, `pulumi cancel -s {stage}` clears it", holder)
+                            f"if its holder is gone, `pulumi cancel -s {stage}` clears it", holder, since)
     errors = [line for line in text if line.startswith("error:")]
     named = [line for line in errors if line != "error: update failed"]  # the resource's own error, not the summary
     cause = (named or errors or text or [type(exc).__name__])[0]
@@ -241,7 +263,7 @@ class PulumiDeployer:
         try:
             result = stack.up(on_output=_to_stderr)  # stdout is the command's answer (`-o json`)
         except auto.errors.CommandError as exc:
-            raise pulumi_failure(stage.name, exc) from None
+            raise pulumi_failure(stage.name, exc, time.time()) from None
         finally:  # the stack file as it was: these hold for this run only
             for key in for_run:
                 if key in saved:

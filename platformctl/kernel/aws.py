@@ -7,6 +7,7 @@ Every AWS call of the toolkit goes through ``client()``: the target it is given 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import boto3
@@ -19,6 +20,11 @@ _CONFIG = Config(retries={"mode": "standard", "max_attempts": 5})
 # For a read that only adds to a report (a status): one attempt, a few seconds, then the report says it could not ask.
 QUICK = Config(retries={"mode": "standard", "max_attempts": 1}, connect_timeout=3, read_timeout=10)
 
+# boto3.client makes its client from boto3's default session, and a session is not thread-safe (a client is, once
+# made): threads making clients at once (a rotation's clusters, a state store's writers) can see a half-built session
+# (boto/boto3#1592, boto/botocore#2991). One client is made at a time.
+_MAKING = threading.Lock()
+
 
 def client(service: str, region: str | None = None, config: Config | None = None, target: AwsTarget | None = None) -> Any:
     target = target or current().aws
@@ -27,8 +33,9 @@ def client(service: str, region: str | None = None, config: Config | None = None
         keys = {"aws_access_key_id": target.credentials.get("AWS_ACCESS_KEY_ID"),
                 "aws_secret_access_key": target.credentials.get("AWS_SECRET_ACCESS_KEY"),
                 "aws_session_token": target.credentials.get("AWS_SESSION_TOKEN")}
-    return boto3.client(service, region_name=region or target.region or "us-east-1", endpoint_url=target.endpoint or None,
-                        config=config or _CONFIG, **keys)
+    with _MAKING:
+        return boto3.client(service, region_name=region or target.region or "us-east-1",
+                            endpoint_url=target.endpoint or None, config=config or _CONFIG, **keys)
 
 
 def tag_list(tags: dict[str, str]) -> list[dict[str, str]]:

@@ -25,9 +25,10 @@ class DeployLocked(Unavailable):
     the tick's patience is for someone to look at (``pulumi cancel``), never cancelled by the toolkit, which cannot
     tell a stale lock from a person's update in progress."""
 
-    def __init__(self, message: str, holder: str = "") -> None:
+    def __init__(self, message: str, holder: str = "", since: float | None = None) -> None:
         super().__init__(message, transient=True)
         self.holder = holder  # the backend's own words for who holds it and since when, as it said them
+        self.since = since  # when the lock was taken (epoch seconds), when the backend said it
 
 
 @dataclass(frozen=True)

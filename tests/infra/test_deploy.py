@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -183,10 +184,16 @@ def test_a_locked_pulumi_stack_is_a_transient_one_line_fault_naming_its_holder_a
               "delete the lock file with `pulumi cancel`.\n  s3://platformctl-pulumi-state/.pulumi/locks/organization/"
               "platformctl/dev/ec3a6b52.json: created by root@platformctl-release-tick-29123-x7 (pid 7) at "
               "2026-11-27T03:01:09Z\n")
-    locked = pulumi_failure("dev", ConcurrentUpdateError(CommandResult("", stderr, 255)))
+    taken = datetime(2026, 11, 27, 3, 1, 9, tzinfo=UTC).timestamp()
+    locked = pulumi_failure("dev", ConcurrentUpdateError(CommandResult("", stderr, 255)), now=taken + 5 * 3600 + 12 * 60)
     assert isinstance(locked, DeployLocked) and is_transient(locked)
     assert "\n" not in str(locked) and "created by root@platformctl-release-tick-29123-x7 (pid 7) at 2026-11-27T03:01:09Z" in str(locked)
+    assert locked.since == taken and "at 2026-11-27T03:01:09Z, 5h12m ago)" in str(locked)  # the lock's age: a killed tick's, or someone's
     assert "pulumi cancel -s dev" in str(locked)
+    # a backend line with no time: the holder as said, no age
+    bare = pulumi_failure("dev", ConcurrentUpdateError(CommandResult("", "error: the stack is currently locked by 1 lock(s).\n"
+                                                                         "  dev.json: created by ci@runner\n", 255)), now=taken)
+    assert isinstance(bare, DeployLocked) and bare.since is None and "(dev.json: created by ci@runner)" in str(bare)
 
     failed = pulumi_failure("dev", CommandError(CommandResult("Updating (dev)\n", "warning: x\nerror: update failed\n", 255)))
     assert str(failed) == "stage dev: pulumi up failed: error: update failed" and not is_transient(failed)

@@ -208,7 +208,7 @@ def pulumi_failure(stage: str, exc: Exception, now: float | None = None) -> Exce
     if isinstance(exc, auto.errors.ConcurrentUpdateError):
         holder = next((line for line in text if "created by" in line), "")
         since = lock_created(holder)
-        age = f", {human_duration(now - since)} ago" if since is not None and now is not None else ""
+        age = f", {human_duration(max(now - since, 0.0))} ago" if since is not None and now is not None else ""
         said = f" ({holder}{age})" if holder else ""
         return DeployLocked(f"stage {stage}: its Pulumi stack is locked by another update{said}: tried again next tick; "
                             f"if its holder is gone, `pulumi cancel -s {stage}` clears it", holder, since)

@@ -179,6 +179,9 @@ def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+_LOCK_CREATED = re.compile(r"\bat (\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:\d\d)?)\s*$")  # the backend's time, ending its line
+
+
 def lock_created(holder: str) -> float | None:
     """When a stack's lock was taken, from the backend's own line for it (``…: created by user@host (pid N) at
     2026-11-27T03:01:09Z``); None when the line does not say."""
@@ -189,9 +192,6 @@ def lock_created(holder: str) -> float | None:
         return datetime.fromisoformat(found.group(1).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-_LOCK_CREATED = re.compile(r"\bat (\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:\d\d)?)\s*$")
 
 
 def pulumi_failure(stage: str, exc: Exception, now: float | None = None) -> Exception:

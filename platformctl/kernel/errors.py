@@ -41,9 +41,11 @@ class ApiRefused(PlatformError):
 
 
 class ApiUnreachable(PlatformError):
-    """An API that did not answer at all (refused, reset, timed out): transient by nature."""
+    """An API that did not answer at all (refused, reset, timed out): transient by nature. ``no_connection``: no
+    connection was made (refused, or a host name that does not resolve), as against one lost or timed out."""
 
     transient = True
+    no_connection = False
 
 
 # What a file nested thousands of levels deep is told (the parsers recurse; Python's stack is not a user's concern).

@@ -41,6 +41,7 @@ class LiveCluster:
         self.page = page or self.PAGE
         self._rng = random.Random()
         self.retried = 0  # calls asked again, for reports and tests
+        self.answered = False  # whether the API has ever answered this seam (any status): see ``_call``'s ``again``
         self.name = name
         self.source = source or "kubeconfig"
         self._clock = clock or WallClock()
@@ -136,8 +137,14 @@ class LiveCluster:
 
     def _unreachable(self, exc: Exception) -> ApiUnreachable:
         host = self._api.configuration.host
+        from urllib3.exceptions import NewConnectionError
+
         reason = str(getattr(exc, "reason", "") or exc).splitlines()[0]
-        return ApiUnreachable(f"cannot reach the Kubernetes API at {host} ({reason})", file=self.source, field=f"context {self.name}")
+        unreachable = ApiUnreachable(f"cannot reach the Kubernetes API at {host} ({reason})", file=self.source,
+                                     field=f"context {self.name}")
+        # refused, or a name that does not resolve (NameResolutionError is a NewConnectionError; a connect timeout is not)
+        unreachable.no_connection = isinstance(getattr(exc, "reason", exc), NewConnectionError)
+        return unreachable
 
     # The client raises ApiException for any non-2xx answer.
     def _call(self, fn: Any, *args: Any, what: str, acts: bool = False, **kwargs: Any) -> dict[str, Any]:
@@ -154,17 +161,24 @@ class LiveCluster:
             try:
                 response = fn(*args, _preload_content=False, _request_timeout=30, **kwargs)
             except ApiException as exc:
+                self.answered = True
                 if exc.status == 404:
                     raise NotFoundError(f"{what} not found", field=what.split(" ")[0]) from None
                 raise self._refused(exc, what, attempts) from None
             except HTTPError as exc:
                 raise self._unreachable(exc) from None
+            self.answered = True
             return dict(json.loads(response.data))
 
         def again(exc: Exception) -> bool:
             if isinstance(exc, ApiRefused):
                 return exc.status in (NOT_ACTED if acts else TRANSIENT)
-            return isinstance(exc, ApiUnreachable) and not acts  # a lost answer to one that acts: it may have
+            if not isinstance(exc, ApiUnreachable) or acts:  # a lost answer to one that acts: it may have
+                return False
+            # Nothing listening at the address, or no such host, before the API has ever answered: the address is
+            # wrong or nothing serves it, and kubectl says so at once (client-go asks a GET again on a reset or an
+            # EOF, not on a refused connection). Once it has answered, the same is an API server restarting.
+            return self.answered or not exc.no_connection
 
         return retrying(once, again, self.backoff, self._clock, self._rng,
                         retry_after=lambda exc: getattr(exc, "retry_after", None), retried=self._count_retry)

@@ -18,7 +18,7 @@ from werkzeug.serving import make_server
 from platformctl.emulator.server.process import kubeconfig
 from platformctl.kernel.clock import VirtualClock
 from platformctl.kernel.cluster.live import LiveCluster
-from platformctl.kernel.errors import ApiRefused
+from platformctl.kernel.errors import ApiRefused, ApiUnreachable
 from platformctl.kernel.retry import NEVER
 from tests.platformctl.emulator.server.conftest import Api, make_api
 
@@ -112,3 +112,48 @@ def test_a_continue_token_starts_after_the_last_key_so_a_delete_between_pages_sk
     second = json.loads(client.get(f"/clusters/synth/api/v1/pods?limit=5&continue={first['metadata']['continue']}").get_data())
     got = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in second["items"]]
     assert got == [k for k in everything if k > everything[4]][:5]  # the five after the first page's last, none skipped
+
+
+def test_a_refused_connection_is_said_at_once_until_the_api_has_answered_and_waited_out_after(tmp_path: Path) -> None:
+    """Nothing listening at a context's address before the API ever answered: a wrong address, said at once as kubectl
+    says it (no retries, no time spent). Refused once the API has answered: its server restarting, asked again until
+    it is back."""
+    api = make_api()
+    server = make_server("127.0.0.1", 0, api.app, threaded=True)
+    port = server.server_port
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig("test", f"http://127.0.0.1:{port}", list(api.states), "synth")))
+    server.server_close()  # the port is known and nothing listens on it
+    never = live(path)
+    with pytest.raises(ApiUnreachable) as err:
+        never.list_nodes()
+    assert f"cannot reach the Kubernetes API at http://127.0.0.1:{port}" in str(err.value)
+    assert never.retried == 0 and never.clock.now() == VirtualClock().now()
+
+    servers: list[Any] = []
+
+    def serve() -> None:
+        servers.append(make_server("127.0.0.1", port, api.app, threaded=True))
+        threading.Thread(target=servers[-1].serve_forever, daemon=True).start()
+
+    class Restarting(VirtualClock):
+        """The server comes back during the client's second wait."""
+
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            self.waits = getattr(self, "waits", 0) + 1
+            if self.waits == 2:
+                serve()
+
+    serve()
+    try:
+        cluster = LiveCluster.from_kubeconfig(str(path), "synth", clock=Restarting())
+        nodes = sorted(n.name for n in api.synth.list_nodes())
+        assert sorted(n.name for n in cluster.list_nodes()) == nodes
+        servers[-1].shutdown()
+        servers[-1].server_close()  # the server restarts: its port refuses until it is back
+        assert sorted(n.name for n in cluster.list_nodes()) == nodes
+        assert cluster.retried == 2 and len(servers) == 2
+    finally:
+        api.app.stopping.set()
+        servers[-1].shutdown()

@@ -19,23 +19,30 @@ never takes one down, so a rollback's deploy names the version it keeps (``kuber
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import re
+import signal
+import socket
 import sys
+import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend, checkpoint_of, stage_config
 from infra.mocked import run_stage
-from platformctl.kernel.deployer import Deployed, DeployLocked, DeployResult, ResourceChange
+from platformctl.kernel import failpoints
+from platformctl.kernel.clock import Clock
+from platformctl.kernel.deployer import DEPLOY_LIMIT_SECONDS, Deployed, DeployLocked, DeployResult, ResourceChange
 from platformctl.kernel.environment import AwsTarget, current
 from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.topology import Stage
+from platformctl.kernel.who import os_user
 
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 GROUP = "aws:autoscaling/group:Group"
@@ -129,21 +136,57 @@ class DeployBackend:
 class LocalDeployer:
     """``stage deploy`` in the local region; the checkpoint file is the stack's state."""
 
-    def __init__(self, checkpoint: Path, target: str, aws: AwsTarget | None = None) -> None:
+    def __init__(self, checkpoint: Path, target: str, aws: AwsTarget | None = None, clock: Clock | None = None) -> None:
         self.checkpoint = checkpoint
         self.target = target
         self.aws = aws  # the region's AWS (region_client.local_aws)
+        self.clock = clock  # the region's: its stack lock's time is the region's, as its tick reads it
+        self.stack_lock = checkpoint.with_name(checkpoint.name + ".stack-lock.json")
+
+    def lock_holder(self) -> str:
+        return f"{os_user()}@{socket.gethostname()} (pid {os.getpid()})"  # the deploy runs in this process
+
+    @contextlib.contextmanager
+    def _mutex(self) -> Any:
+        with open(self.checkpoint.with_name(self.checkpoint.name + ".lock"), "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # a look at the stack lock and its taking are one step
+            yield
+
+    def _take_lock(self, stage: Stage) -> None:
+        """The stack's lock, as Pulumi's self-managed backends keep it (a file naming its creator and when): a deploy
+        that finds one is ``DeployLocked``; one killed while it deploys leaves it behind, as ``pulumi up`` does."""
+        now = self.clock.now() if self.clock is not None else time.time()
+        with self._mutex():
+            try:
+                held = json.loads(self.stack_lock.read_text())
+            except FileNotFoundError:
+                held = None
+            except (OSError, ValueError):
+                held = {}  # unreadable: still a lock
+            if held is not None:
+                by = f"{held.get('username', '?')}@{held.get('hostname', '?')} (pid {held.get('pid', '?')})"
+                raise stack_locked(stage.name, f"{self.stack_lock}: created by {by} at {held.get('timestamp', '?')}", now)
+            stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            tmp = self.stack_lock.with_name(self.stack_lock.name + ".tmp")
+            tmp.write_text(json.dumps({"pid": os.getpid(), "username": os_user(), "hostname": socket.gethostname(),
+                                       "timestamp": stamp}) + "\n")
+            tmp.replace(self.stack_lock)
+
+    def cancel(self, stage: Stage) -> None:
+        with self._mutex():
+            self.stack_lock.unlink(missing_ok=True)
 
     def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
                kubernetes_version: str | None = None) -> DeployResult:
-        lock_path = self.checkpoint.with_name(self.checkpoint.name + ".lock")
-        with open(lock_path, "w") as held:
-            fcntl.flock(held, fcntl.LOCK_EX)  # one deploy at a time, as Pulumi locks a stack
-            try:
-                previous = json.loads(self.checkpoint.read_text())
-            except (OSError, ValueError):
-                raise PlatformError("the local region has no readable checkpoint of its stack (start it again with "
-                                    "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
+        try:
+            previous = json.loads(self.checkpoint.read_text())
+        except (OSError, ValueError):
+            raise PlatformError("the local region has no readable checkpoint of its stack (start it again with "
+                                "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
+        self._take_lock(stage)
+        failpoints.hit("deploy:locked")  # the stack locked, nothing made: a process killed here leaves its lock
+        try:
+            previous = json.loads(self.checkpoint.read_text())  # as the lock's holder reads it
             backend = DeployBackend(stage.region, previous["resources"], self.aws)
             try:
                 config = {**stage_config(stage, image_lock), **({IMAGES_FROM_LOCK_KEY: True} if over_pins else {}),
@@ -153,6 +196,8 @@ class LocalDeployer:
                 self._save(stage, backend.checkpoint())  # what was made before the failure stays known, as Pulumi keeps it
                 raise
             self._save(stage, checkpoint_of(run))
+        finally:
+            self.cancel(stage)  # an update that ends, done or failed, gives its lock back
         images = {key: pool["image"] for key, pool in run.outputs["nodePools"].items()}
         return DeployResult(stage.name, self.target, str(image_lock), images, backend.changes)
 
@@ -194,6 +239,17 @@ def lock_created(holder: str) -> float | None:
         return None
 
 
+def stack_locked(stage: str, holder: str, now: float | None) -> DeployLocked:
+    """A locked stack as one line: its holder as the backend describes it and how long ago (``now``: the stage's
+    time) it took the lock."""
+    since = lock_created(holder)
+    age = f", {human_duration(max(now - since, 0.0))} ago" if since is not None and now is not None else ""
+    said = f" ({holder}{age})" if holder else ""
+    return DeployLocked(f"stage {stage}: its Pulumi stack is locked by another update{said}: tried again next tick; "
+                        f"if its holder is gone, `platformctl stage cancel --stage {stage}` (as `pulumi cancel`) clears "
+                        "it", holder, since)
+
+
 def pulumi_failure(stage: str, exc: Exception, now: float | None = None) -> Exception:
     """A failed ``pulumi up`` as one line: a locked stack (``ConcurrentUpdateError``, typed by the Automation API) is
     ``DeployLocked``, naming the lock's holder as the backend describes it and how long ago (``now``: this host's
@@ -206,16 +262,59 @@ def pulumi_failure(stage: str, exc: Exception, now: float | None = None) -> Exce
     text = [line.strip().removeprefix("stdout: ").removeprefix("stderr: ").strip() for line in str(exc).splitlines()]
     text = [line for line in text if line]
     if isinstance(exc, auto.errors.ConcurrentUpdateError):
-        holder = next((line for line in text if "created by" in line), "")
-        since = lock_created(holder)
-        age = f", {human_duration(max(now - since, 0.0))} ago" if since is not None and now is not None else ""
-        said = f" ({holder}{age})" if holder else ""
-        return DeployLocked(f"stage {stage}: its Pulumi stack is locked by another update{said}: tried again next tick; "
-                            f"if its holder is gone, `pulumi cancel -s {stage}` clears it", holder, since)
+        return stack_locked(stage, next((line for line in text if "created by" in line), ""), now)
     errors = [line for line in text if line.startswith("error:")]
     named = [line for line in errors if line != "error: update failed"]  # the resource's own error, not the summary
     cause = (named or errors or text or [type(exc).__name__])[0]
     return Unavailable(f"stage {stage}: pulumi up failed: {cause}", transient=False)
+
+
+def children_named(name: str) -> list[int]:
+    """This process's child processes whose command is ``name`` (Linux's ``/proc``: the tick's image)."""
+    found: list[int] = []
+    for listed in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        try:
+            pids = [int(p) for p in listed.read_text().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in pids:
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == name:
+                    found.append(pid)
+            except OSError:
+                pass
+    return found
+
+
+def within(up: Any, limit: float, stage: str, grace: float = 120.0) -> Any:
+    """``up()`` (``pulumi up`` through the Automation API), interrupted when it runs past ``limit`` wall seconds: the
+    CLI is sent SIGINT (Pulumi cancels the update and gives its lock back), then SIGKILL after ``grace``. A lock this
+    process took is then never older than the limit while its update runs, which is what lets a later tick clear one
+    that is (``STALE_LOCK_SECONDS``)."""
+    done: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            done["result"] = up()
+        except BaseException as exc:  # handed to the caller's thread
+            done["error"] = exc
+
+    thread = threading.Thread(target=work, name="pulumi up", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 10.0)):
+            for pid in children_named("pulumi"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            thread.join(wait)
+            if not thread.is_alive():
+                break
+        raise Unavailable(f"stage {stage}: pulumi up ran past its limit of {human_duration(limit)} and was interrupted",
+                          transient=True)
+    if "error" in done:
+        raise done["error"]
+    return done["result"]
 
 
 class PulumiDeployer:
@@ -250,6 +349,17 @@ class PulumiDeployer:
                         {name: str(c["kubernetesVersion"]) for name, c in (clusters.value if clusters else {}).items()
                          if c.get("kubernetesVersion")})
 
+    def lock_holder(self) -> str:
+        return f"{os_user()}@{socket.gethostname()}"  # the lock is the pulumi CLI's: its pid is not known before
+
+    def cancel(self, stage: Stage) -> None:
+        from pulumi import automation as auto
+
+        try:
+            self._stack(stage).cancel()
+        except auto.errors.CommandError as exc:
+            raise pulumi_failure(stage.name, exc, time.time()) from None
+
     def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
                kubernetes_version: str | None = None) -> DeployResult:
         from pulumi import automation as auto
@@ -261,7 +371,7 @@ class PulumiDeployer:
         for key, value in for_run.items():
             stack.set_config(key, auto.ConfigValue(value))
         try:
-            result = stack.up(on_output=_to_stderr)  # stdout is the command's answer (`-o json`)
+            result = within(lambda: stack.up(on_output=_to_stderr), DEPLOY_LIMIT_SECONDS, stage.name)  # stdout: `-o json`'s
         except auto.errors.CommandError as exc:
             raise pulumi_failure(stage.name, exc, time.time()) from None
         finally:  # the stack file as it was: these hold for this run only

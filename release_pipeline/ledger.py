@@ -46,6 +46,8 @@ def stage_lease(stage: str) -> str:
 
 BOOTS = "release/boots/"  # + candidate id
 BOOT_CHUNK = 2000  # instance ids per boots record: a record stays far below DynamoDB's 400 kB item
+DEPLOYS = "release/deploys/"  # + stage: each deploy a tick began (the lock holder it named) and each lock it cleared
+DEPLOY_TO_LOCK = 600.0  # seconds: the most a deploy's record may come before the stack lock its update takes
 
 
 class Step(StrEnum):
@@ -352,6 +354,31 @@ class Ledger:
             if r.data.get("first_light"):
                 lit.setdefault(stage, set()).update(rows)
         return every, lit
+
+    # ------------------------------------------------------------------ deploys and their stack locks
+
+    def add_deploy(self, stage: str, record: JSONMapping) -> None:
+        """A deploy of ``stage`` a tick begins (before ``pulumi up``: ``lock_holder``, the tick's ``lease_holder``,
+        ``at``, ``candidate``) or a stack lock it cleared (``cleared``), fenced by the stage's lease."""
+        self.store.append(DEPLOYS + stage, dict(record), fence=self.fence)
+
+    def deploys_before_lock(self, stage: str, since: float) -> list[JSONObject]:
+        """The deploys of ``stage`` begun in the ``DEPLOY_TO_LOCK`` seconds before a lock taken at ``since`` (a minute
+        after it too, for clocks apart), newest first: the ones that may have taken it. Read back from the newest, so
+        the read never goes past the lock's own time into older history."""
+        found: list[JSONObject] = []
+        before: int | None = None
+        while True:
+            page = self.store.read_back(DEPLOYS + stage, before=before, limit=100)
+            for record in page:
+                at = float(record.data.get("at") or 0.0)
+                if at < since - DEPLOY_TO_LOCK:
+                    return found
+                if at <= since + 60.0 and "lock_holder" in record.data:
+                    found.append(dict(record.data))
+            if len(page) < 100:
+                return found
+            before = page[-1].seq
 
     # ------------------------------------------------------------------ entries
 

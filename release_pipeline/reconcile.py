@@ -16,13 +16,14 @@ template version) and the rotation resumes its own journal (no node rotated twic
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from platformctl.kernel import failpoints
 from platformctl.kernel.errors import is_transient
+from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject
 from platformctl.kernel.state import LeaseLost
 from release_pipeline.candidates import Candidate
@@ -271,13 +272,23 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
                    "before": actions.deployed(name)})
         result = actions.deploy(name, candidate)
         failpoints.hit("release:call:deploy")  # deployed, not yet recorded
-        write(cid, name, Kind.DEPLOYED, actions.now(name), f"{name} deployed with {cid}'s images", {"result": result})
+        write(cid, name, Kind.DEPLOYED, actions.now(name), f"{name} deployed with {cid}'s images" + _cleared(result),
+              {"result": result})
     elif stage.step == Step.ROTATING:
         _rotate(ledger, state, stage, name, candidate, actions, write, held, pipeline)
     elif stage.step == Step.SOAKING:
         _soak(pipeline, ledger, state, stage, name, candidate, actions, write)
     elif stage.step == Step.ROLLING_BACK:
         _roll_back(ledger, stage, name, cid, actions, write, held)
+
+
+def _cleared(result: JSONMapping) -> str:
+    """What a deploy's reason says of a stack lock it cleared first (``StageActions.deploy``'s ``cleared_lock``)."""
+    cleared = result.get("cleared_lock")
+    if not isinstance(cleared, Mapping):
+        return ""
+    age = human_duration(float(str(cleared.get("age_seconds") or 0)))
+    return f"; first cleared the stack lock a killed tick left {age} before ({cleared.get('lock')})"
 
 
 def _boots(ledger: Ledger, cid: str, name: str, result: StageRotation) -> JSONObject:
@@ -392,7 +403,7 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
             write(cid, name, Kind.ROLLBACK_DEPLOY, now, f"pointing {name} back at {to}")
         deployed = actions.deploy(name, target, rollback=True)
         failpoints.hit("release:call:rollback-deploy")
-        write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {to} again",
+        write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {to} again" + _cleared(deployed),
               {"result": deployed, "rollback_to": stage.rollback_to})
         return
     if stage.intent != f"rollback-rotate:{cid}":

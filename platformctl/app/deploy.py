@@ -39,8 +39,9 @@ def deployer_for(stage: Stage, lock_file: Path | None) -> tuple[Deployer, Path]:
     if info is not None:
         from infra.deploy import LocalDeployer
 
+        clock = region_client.ServerClock(f"{info['kubernetes_endpoint']}/platformctl/v1/time")
         local = LocalDeployer(Path(info["checkpoint"]), f"the local region (AWS {info['aws_endpoint']})",
-                              region_client.local_aws(info))
+                              region_client.local_aws(info), clock)
         return local, lock_file or Path(info["image_lock"])
     from infra.deploy import PulumiDeployer
     from infra.settings import parse_settings
@@ -58,6 +59,18 @@ def deploy_stage(stage_name: str, lock_file: Path | None = None, infra_dir: Path
     stage = load_stage(stage_name, infra_dir)
     deployer, lock = deployer_for(stage, lock_file)
     return deployer.deploy(stage, lock, over_pins=over_pins, kubernetes_version=kubernetes_version)
+
+
+def stage_deployer(stage_name: str, infra_dir: Path | None = None) -> tuple[Deployer, Stage]:
+    """The deployer of ``stage_name`` (its stack's lock holder, its ``cancel``) and the stage."""
+    stage = load_stage(stage_name, infra_dir)
+    return deployer_for(stage, None)[0], stage
+
+
+def cancel_stack_lock(stage_name: str, infra_dir: Path | None = None) -> None:
+    """Clear ``stage_name``'s stack lock, as ``pulumi cancel`` does (``platformctl stage cancel``)."""
+    deployer, stage = stage_deployer(stage_name, infra_dir)
+    deployer.cancel(stage)
 
 
 def deployed_now(stage_name: str, infra_dir: Path | None = None) -> tuple[dict[str, str], dict[str, str]]:

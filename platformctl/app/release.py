@@ -7,6 +7,7 @@ Everything is read and checked before anything is written: a mistake is one line
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -415,12 +416,14 @@ class AppStages:
     the stage's rotation policy, and the canary verdict over the stage's own store, each on the stage's clock."""
 
     def __init__(self, pipeline: Pipeline, infra_dir: Path | None, work_dir: Path, lease_ttl: float = 60.0,
-                 kubeconfig: str | None = None) -> None:
+                 kubeconfig: str | None = None, ledger: Ledger | None = None, lease_holder: str | None = None) -> None:
         self.pipeline = pipeline
         self.infra_dir = infra_dir
         self.work_dir = work_dir
         self.lease_ttl = lease_ttl  # the rotation's leases last as long as the tick's
         self.kubeconfig = kubeconfig
+        self.ledger = ledger  # a tick's: its deploys are recorded there before they begin, and stale locks cleared
+        self.lease_holder = lease_holder  # the tick's lease holder (``holder_id``)
 
     def now(self, stage: str) -> float:
         from platformctl.kernel import region_client
@@ -451,10 +454,42 @@ class AppStages:
         wanted = candidate.stages[stage].kubernetes_version if stage in candidate.stages else None
         have = max(deployed_now(stage, self.infra_dir)[1].values(), key=minor_version, default=None) if rollback else None
         keep = have if wanted and have and minor_version(have) > minor_version(wanted) else None
-        said = deploy_stage(stage, lock, source, over_pins=True, kubernetes_version=keep).to_dict()  # the pipeline owns the images
+        said, cleared = self._deploy_clearing_stale_lock(
+            stage, candidate.id, lambda: deploy_stage(stage, lock, source, over_pins=True, kubernetes_version=keep).to_dict())
         return {"summary": said["summary"], "images": said["images"], "revision": candidate.infra_revision,
                 "source": "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}",
-                **({"kubernetes_version": f"stays {keep}: EKS never takes a control plane back to {wanted}"} if keep else {})}
+                **({"kubernetes_version": f"stays {keep}: EKS never takes a control plane back to {wanted}"} if keep else {}),
+                **({"cleared_lock": cleared} if cleared else {})}
+
+    def _deploy_clearing_stale_lock(self, stage: str, candidate: str,
+                                    deploy: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], JSONObject | None]:
+        """``deploy()``, recorded in the ledger (the lock holder its stack lock will name) before it begins. A stack
+        lock that a tick's deploy took, by a lease that is not this tick's (the stage's lease is this tick's now: that
+        tick's is gone) and older than ``STALE_LOCK_SECONDS`` (past the deploy's own limit: its update is over) is
+        cleared, recorded, and the deploy made; any other lock is the stage's busy fault (``DeployLocked``)."""
+        from platformctl.app.deploy import stage_deployer
+        from platformctl.kernel.deployer import STALE_LOCK_SECONDS, DeployLocked
+
+        if self.ledger is None:
+            return deploy(), None
+        deployer, spec = stage_deployer(stage, self.infra_dir)
+        self.ledger.add_deploy(stage, {"lock_holder": deployer.lock_holder(), "lease_holder": self.lease_holder,
+                                       "at": self.now(stage), "candidate": candidate})
+        try:
+            return deploy(), None
+        except DeployLocked as locked:
+            now = self.now(stage)
+            if locked.since is None or now - locked.since < STALE_LOCK_SECONDS:
+                raise
+            left = next((d for d in self.ledger.deploys_before_lock(stage, locked.since)
+                         if d.get("lease_holder") != self.lease_holder and locked.taken_by(str(d["lock_holder"]))), None)
+            if left is None:
+                raise  # not a tick's lock: a person's update, for them to end
+            cleared: JSONObject = {"lock": locked.holder, "age_seconds": round(now - locked.since), "left_by": left["lease_holder"],
+                       "deploy_at": left["at"], "cleared_by": self.lease_holder}
+            self.ledger.add_deploy(stage, {"cleared": cleared, "at": now})  # fenced: this tick still holds the stage
+            deployer.cancel(spec)
+        return deploy(), cleared
 
     def deployed(self, stage: str) -> dict[str, str]:
         from platformctl.app.deploy import deployed_now
@@ -640,12 +675,13 @@ def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[
         pipeline.stage(name)  # a stage the pipeline does not hold is exit 2 before any lease is taken
     ledger = ledger_of(pipeline, request.ledger)
     holders: dict[str, str] = {}
-    hold = ledger.stage_leases(holder_id(), request.lease_ttl, holders)
+    holder = holder_id()
+    hold = ledger.stage_leases(holder, request.lease_ttl, holders)
 
     from platformctl.kernel.region_client import home
 
     work = home() / "candidates"  # the lock files deploys read: $PLATFORMCTL_HOME, else the checkout's .platformctl
-    actions = AppStages(pipeline, request.infra_dir, work, request.lease_ttl, request.kubeconfig)
+    actions = AppStages(pipeline, request.infra_dir, work, request.lease_ttl, request.kubeconfig, ledger, holder)
     report = tick(pipeline, ledger, actions, who(), say, request.stages, hold)
     acting = [n for n in pipeline.names if not request.stages or n in request.stages]
     if acting and set(report.held) == set(acting):

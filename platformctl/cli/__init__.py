@@ -131,6 +131,21 @@ def stage_deploy(ctx: click.Context, stage_name: str, lock_file: Path | None, ou
     out.print("Nodes move onto new images only when rotated: `platformctl rotate run --stage " + stage_name + " --policy …`")
 
 
+@stage.command("cancel")
+@click.option("--stage", "stage_name", type=click.Choice(STAGES), required=True)
+@click.option("--yes", is_flag=True, help="do not ask first")
+@click.pass_context
+def stage_cancel(ctx: click.Context, stage_name: str, yes: bool) -> None:
+    """Clear the stage's stack lock, as `pulumi cancel` does: for a lock whose holder is gone (a deploy killed before it
+    gave it back). A release tick clears one itself only when a tick took it and it is older than an hour."""
+    from platformctl.app.deploy import cancel_stack_lock
+
+    if not yes:
+        click.confirm(f"Clear {stage_name}'s stack lock? An update still running would go on beside the next one", abort=True)
+    cancel_stack_lock(stage_name, ctx.obj["infra_dir"])
+    click.echo(f"{stage_name}: its stack lock is cleared")
+
+
 # ---------------------------------------------------------------------------------------- snapshot
 
 

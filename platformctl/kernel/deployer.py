@@ -11,6 +11,7 @@ API on the stage's stack). ``platformctl stage deploy`` and the release pipeline
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -18,17 +19,28 @@ from typing import Any, Protocol, runtime_checkable
 from platformctl.kernel.errors import Unavailable
 from platformctl.kernel.topology import Stage
 
+# How long a deploy's ``pulumi up`` may run: past it the deployer interrupts it (Pulumi cancels the update and gives
+# its lock back). A lock older than ``STALE_LOCK_SECONDS`` that a release tick took (as the ledger recorded before the
+# deploy) is one whose holder is gone: the tick that holds the stage's lease now clears it (``Deployer.cancel``).
+DEPLOY_LIMIT_SECONDS = 2700.0
+STALE_LOCK_SECONDS = 3600.0
+
 
 class DeployLocked(Unavailable):
     """The stage's stack is locked by another update (Pulumi's ``ConcurrentUpdateError``): one running now, or one a
-    killed process left behind. Transient: the release tick is busy and tries again next tick; a lock that outlasts
-    the tick's patience is for someone to look at (``pulumi cancel``), never cancelled by the toolkit, which cannot
-    tell a stale lock from a person's update in progress."""
+    killed process left behind. Transient: the release tick is busy and tries again next tick. The toolkit clears
+    only a lock that a release tick took (the ledger says so) and that is older than ``STALE_LOCK_SECONDS``; any other
+    is for someone to look at (``platformctl stage cancel``, as ``pulumi cancel``)."""
 
     def __init__(self, message: str, holder: str = "", since: float | None = None) -> None:
         super().__init__(message, transient=True)
         self.holder = holder  # the backend's own words for who holds it and since when, as it said them
         self.since = since  # when the lock was taken (epoch seconds), when the backend said it
+
+    def taken_by(self, lock_holder: str) -> bool:
+        """Whether the lock names ``lock_holder`` (``user@host``, with ``(pid N)`` when the deployer knows it) as the
+        process that created it."""
+        return re.search(r"created by " + re.escape(lock_holder) + r"(\s|$)", self.holder) is not None
 
 
 @dataclass(frozen=True)
@@ -78,4 +90,13 @@ class Deployer(Protocol):
     def deployed(self, stage: Stage) -> Deployed:
         """What the stage runs now, as its last deploy left it (what the release pipeline records before a candidate's
         deploy, and a rollback with no good candidate goes back to)."""
+        ...
+
+    def lock_holder(self) -> str:
+        """Who the stack's lock names when this process deploys (``user@host``, and ``(pid N)`` when the lock is this
+        process's own rather than a CLI's it starts): what a release tick records before it deploys."""
+        ...
+
+    def cancel(self, stage: Stage) -> None:
+        """Clear the stage's stack lock, as ``pulumi cancel`` does."""
         ...

@@ -31,14 +31,18 @@ def who() -> str:
         return _local()
 
 
-def _local() -> str:
+def os_user() -> str:
+    """This process's user name; a container's UID with no passwd entry and no $USER: its number, never a crash."""
     try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # a container's UID with no passwd entry and no $USER: its number, never a crash
+        return getpass.getuser()
+    except (KeyError, OSError):
         import os
 
-        user = f"uid-{os.getuid()}"
-    return f"{user}@{socket.gethostname()}{LOCAL}"
+        return f"uid-{os.getuid()}"
+
+
+def _local() -> str:
+    return f"{os_user()}@{socket.gethostname()}{LOCAL}"
 
 
 def is_local(identity: str) -> bool:

@@ -189,7 +189,7 @@ def test_a_locked_pulumi_stack_is_a_transient_one_line_fault_naming_its_holder_a
     assert isinstance(locked, DeployLocked) and is_transient(locked)
     assert "\n" not in str(locked) and "created by root@platformctl-release-tick-29123-x7 (pid 7) at 2026-11-27T03:01:09Z" in str(locked)
     assert locked.since == taken and "at 2026-11-27T03:01:09Z, 5h12m ago)" in str(locked)  # the lock's age: a killed tick's, or someone's
-    assert "pulumi cancel -s dev" in str(locked)
+    assert "`platformctl stage cancel --stage dev` (as `pulumi cancel`)" in str(locked)
     # a backend line with no time: the holder as said, no age
     bare = pulumi_failure("dev", ConcurrentUpdateError(CommandResult("", "error: the stack is currently locked by 1 lock(s).\n"
                                                                          "  dev.json: created by ci@runner\n", 255)), now=taken)

@@ -169,12 +169,15 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
                 raise
             except Exception as exc:  # this stage's fault, recorded as its decision: the other stages go on
                 error = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:500] if str(exc) else ""}
+                fault = getattr(exc, "fault", None)  # what stays the same while its message moves on (a lock's age)
+                if isinstance(fault, str) and fault:
+                    error["fault"] = fault
                 s = state.stage(name)
                 transient = is_transient(exc)
                 began = s.error if s.error is not None and s.error.transient else None
                 since = (began.since or time.time()) if began is not None and transient else time.time()
                 report.errors.append(StageFault(name, error, transient, since))
-                if s.error is None or s.error.error != error or s.error.step != step:
+                if s.error is None or not _same_fault(s.error.error, error) or s.error.step != step:
                     busy = " (transient: tried again next tick)" if transient else ""
                     write(s.current, name, Kind.ERROR, actions_now(actions, name),
                           f"{step} raised {error['type']}: {error['message']}{busy}",
@@ -189,6 +192,16 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
     if report.steps:
         ledger.checkpoint(ledger.state())
     return report
+
+
+def _same_fault(recorded: JSONMapping | None, error: dict[str, str]) -> bool:
+    """Whether ``error`` is the fault the stage last recorded: the same type, and the same ``fault`` where the error
+    names one (a locked stack's holder, whose message says an age that grows each tick), else the same message."""
+    if recorded is None or recorded.get("type") != error["type"]:
+        return False
+    if "fault" in error:
+        return recorded.get("fault") == error["fault"]
+    return recorded.get("message") == error["message"] and "fault" not in recorded
 
 
 def actions_now(actions: StageActions, name: str) -> float:

@@ -36,6 +36,7 @@ class DeployLocked(Unavailable):
         super().__init__(message, transient=True)
         self.holder = holder  # the backend's own words for who holds it and since when, as it said them
         self.since = since  # when the lock was taken (epoch seconds), when the backend said it
+        self.fault = holder  # one lock, whatever age its message says (the tick records it once)
 
     def taken_by(self, lock_holder: str) -> bool:
         """Whether the lock names ``lock_holder`` (``user@host``, with ``(pid N)`` when the deployer knows it) as the

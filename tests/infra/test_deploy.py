@@ -190,6 +190,9 @@ def test_a_locked_pulumi_stack_is_a_transient_one_line_fault_naming_its_holder_a
     assert "\n" not in str(locked) and "created by root@platformctl-release-tick-29123-x7 (pid 7) at 2026-11-27T03:01:09Z" in str(locked)
     assert locked.since == taken and "at 2026-11-27T03:01:09Z, 5h12m ago)" in str(locked)  # the lock's age: a killed tick's, or someone's
     assert "`platformctl stage cancel --stage dev` (as `pulumi cancel`)" in str(locked)
+    # whose lock: the holder a tick recorded before its deploy, not one that only begins the same way
+    assert locked.taken_by("root@platformctl-release-tick-29123-x7") and locked.taken_by("root@platformctl-release-tick-29123-x7 (pid 7)")
+    assert not locked.taken_by("root@platformctl-release-tick-29123-x") and not locked.taken_by("root@platformctl-release-tick-29123-x7 (pid 8)")
     # a backend line with no time: the holder as said, no age
     bare = pulumi_failure("dev", ConcurrentUpdateError(CommandResult("", "error: the stack is currently locked by 1 lock(s).\n"
                                                                          "  dev.json: created by ci@runner\n", 255)), now=taken)
@@ -200,3 +203,26 @@ def test_a_locked_pulumi_stack_is_a_transient_one_line_fault_naming_its_holder_a
     denied = pulumi_failure("dev", CommandError(CommandResult("", "error: aws:eks:Cluster dev-host: AccessDenied\n"
                                                                   "error: update failed\n", 255)))
     assert str(denied) == "stage dev: pulumi up failed: error: aws:eks:Cluster dev-host: AccessDenied"
+
+
+def test_a_pulumi_up_past_its_limit_is_interrupted_and_said_and_one_within_it_answers(tmp_path: Path) -> None:
+    """The deploy's limit, as the deployer keeps it around the Automation API's ``pulumi up``: past it the CLI (this
+    process's child named ``pulumi``) is sent SIGINT, Pulumi's own signal to cancel an update and give its lock back,
+    and the deploy is a transient fault; a deploy within it answers, or raises, as it did."""
+    import shutil
+    import signal
+    import subprocess
+
+    from infra.deploy import within
+    from platformctl.kernel.errors import Unavailable, is_transient
+
+    pulumi = tmp_path / "pulumi"  # a child process whose command is `pulumi` (sleep's program under that name)
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", pulumi)
+    ended: list[int] = []
+    with pytest.raises(Unavailable) as late:
+        within(lambda: ended.append(subprocess.run([str(pulumi), "600"]).returncode), 1.0, "dev", grace=60.0)
+    assert ended == [-signal.SIGINT]
+    assert str(late.value) == "stage dev: pulumi up ran past its limit of 1s and was interrupted" and is_transient(late.value)
+    assert within(lambda: "up", 60.0, "dev") == "up"
+    with pytest.raises(KeyError):
+        within(lambda: {}["x"], 60.0, "dev")

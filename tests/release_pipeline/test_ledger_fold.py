@@ -114,3 +114,33 @@ def test_a_checkpoint_reads_back_as_the_state_it_keeps(tmp_path: Path) -> None:
     assert again == state and again.to_dict() == state.to_dict()
     # a stage as a checkpoint of this version that did not hold every field yet keeps it: the rest take their defaults
     assert StageState.from_dict({"current": "c-1", "step": "soaking", "since": 5}) == StageState("c-1", step="soaking", since=5)
+
+
+def test_the_deploys_that_may_have_taken_a_lock_are_found_past_the_busy_ticks_after_it_and_no_older_ones(tmp_path: Path) -> None:
+    """A stage's deploys (``Ledger.add_deploy``, one a tick before each deploy) read back for a lock taken at ``since``:
+    the one begun just before it is found however many ticks met the lock after it (a day of them), and the read
+    stops at the deploys of the days before."""
+    from release_pipeline.ledger import DEPLOY_TO_LOCK
+
+    ledger = Ledger(open_store(str(tmp_path / "release.db")))
+    since = 1_800_000_000.0
+    for n in range(300):  # the history before: a deploy an hour
+        ledger.add_deploy("dev", {"lock_holder": f"root@tick-old-{n}", "lease_holder": f"old-{n}", "at": since - 3600.0 * (300 - n)})
+    ledger.add_deploy("dev", {"lock_holder": "root@tick-a", "lease_holder": "a", "at": since - 2.0})
+    for n in range(1440):  # a tick a minute met the lock for a day, each recording the deploy it began
+        ledger.add_deploy("dev", {"lock_holder": f"root@tick-busy-{n}", "lease_holder": f"busy-{n}", "at": since + 60.0 * (n + 2)})
+    ledger.add_deploy("dev", {"cleared": {"lock": "x"}, "at": since + 90_000.0})
+    found = ledger.deploys_before_lock("dev", since)
+    assert [d["lease_holder"] for d in found] == ["a"]
+    read: list[int] = []
+    real = ledger.store.read_back
+
+    def counted(stream: str, before: int | None = None, limit: int = 500) -> Any:
+        page = real(stream, before=before, limit=limit)
+        read.extend(r.seq for r in page)
+        return page
+
+    ledger.store.read_back = counted  # type: ignore[method-assign]
+    ledger.deploys_before_lock("dev", since)
+    assert len(read) < 1442 + 100 + DEPLOY_TO_LOCK / 3600 + 1  # never the days before: one page past the lock at most
+    assert ledger.deploys_before_lock("dev", since + 10 * 86400) == []  # a lock after them all: none took it

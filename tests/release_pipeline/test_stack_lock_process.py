@@ -14,8 +14,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from ami.manifest import MANIFEST_DIR
 from platformctl.app.demo.checkout import new_tree
 from platformctl.kernel.deployer import STALE_LOCK_SECONDS

@@ -29,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -152,7 +153,7 @@ class LocalDeployer:
             fcntl.flock(held, fcntl.LOCK_EX)  # a look at the stack lock and its taking are one step
             yield
 
-    def _take_lock(self, stage: Stage) -> None:
+    def _take_lock(self, stage: Stage) -> str:
         """The stack's lock, as Pulumi's self-managed backends keep it (a file naming its creator and when): a deploy
         that finds one is ``DeployLocked``; one killed while it deploys leaves it behind, as ``pulumi up`` does."""
         now = self.clock.now() if self.clock is not None else time.time()
@@ -164,30 +165,48 @@ class LocalDeployer:
             except (OSError, ValueError):
                 held = {}  # unreadable: still a lock
             if held is not None:
+                held = held if isinstance(held, dict) else {}
                 by = f"{held.get('username', '?')}@{held.get('hostname', '?')} (pid {held.get('pid', '?')})"
                 raise stack_locked(stage.name, f"{self.stack_lock}: created by {by} at {held.get('timestamp', '?')}", now)
             stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            mine = uuid.uuid4().hex  # Pulumi names each lock file by a fresh id, and removes only its own
             tmp = self.stack_lock.with_name(self.stack_lock.name + ".tmp")
-            tmp.write_text(json.dumps({"pid": os.getpid(), "username": os_user(), "hostname": socket.gethostname(),
-                                       "timestamp": stamp}) + "\n")
+            tmp.write_text(json.dumps({"id": mine, "pid": os.getpid(), "username": os_user(),
+                                       "hostname": socket.gethostname(), "timestamp": stamp}) + "\n")
             tmp.replace(self.stack_lock)
+            return mine
+
+    def _give_back(self, mine: str) -> None:
+        """Remove the stack lock if it is still this deploy's: one cleared while it ran (its holder taken for gone)
+        may be another's by now."""
+        with self._mutex():
+            try:
+                held = json.loads(self.stack_lock.read_text())
+            except (OSError, ValueError):
+                return
+            if not isinstance(held, dict) or held.get("id") != mine:
+                return
+            self.stack_lock.unlink(missing_ok=True)
 
     def cancel(self, stage: Stage) -> None:
         with self._mutex():
             self.stack_lock.unlink(missing_ok=True)
 
-    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
-               kubernetes_version: str | None = None) -> DeployResult:
+    def _resources(self) -> list[dict[str, Any]]:
+        """The stack's resources as its checkpoint keeps them."""
         try:
-            previous = json.loads(self.checkpoint.read_text())
-        except (OSError, ValueError):
+            return list(json.loads(self.checkpoint.read_text())["resources"])
+        except (OSError, ValueError, KeyError, TypeError):
             raise PlatformError("the local region has no readable checkpoint of its stack (start it again with "
                                 "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
-        self._take_lock(stage)
+
+    def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
+               kubernetes_version: str | None = None) -> DeployResult:
+        self._resources()  # before the lock is taken: a region with no checkpoint changes nothing
+        mine = self._take_lock(stage)
         failpoints.hit("deploy:locked")  # the stack locked, nothing made: a process killed here leaves its lock
         try:
-            previous = json.loads(self.checkpoint.read_text())  # as the lock's holder reads it
-            backend = DeployBackend(stage.region, previous["resources"], self.aws)
+            backend = DeployBackend(stage.region, self._resources(), self.aws)  # as the lock's holder reads them
             try:
                 config = {**stage_config(stage, image_lock), **({IMAGES_FROM_LOCK_KEY: True} if over_pins else {}),
                           **({KUBERNETES_VERSION_KEY: kubernetes_version} if kubernetes_version else {})}
@@ -197,16 +216,12 @@ class LocalDeployer:
                 raise
             self._save(stage, checkpoint_of(run))
         finally:
-            self.cancel(stage)  # an update that ends, done or failed, gives its lock back
+            self._give_back(mine)  # an update that ends, done or failed, gives its lock back
         images = {key: pool["image"] for key, pool in run.outputs["nodePools"].items()}
         return DeployResult(stage.name, self.target, str(image_lock), images, backend.changes)
 
     def deployed(self, stage: Stage) -> Deployed:
-        try:
-            resources = json.loads(self.checkpoint.read_text())["resources"]
-        except (OSError, ValueError, KeyError):
-            raise PlatformError("the local region has no readable checkpoint of its stack (start it again with "
-                                "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
+        resources = self._resources()
         templates = {r["inputs"].get("name"): r["inputs"].get("imageId") for r in resources if r["type"] == LAUNCH_TEMPLATE}
         pools = {f"{c.name}/{p.name}": templates.get(f"{c.name}-{p.name}") for c in stage.clusters() for p in c.node_pools}
         versions = {r["inputs"].get("name"): str(r["state"].get("version") or r["inputs"].get("version"))

@@ -52,6 +52,38 @@ def test_deploying_the_same_images_changes_nothing(region: tuple[LocalDeployer, 
     assert len(versions("dev-usw2a-01-general")) == 1
 
 
+def test_a_stack_lock_left_behind_makes_a_deploy_busy_and_a_deploy_gives_back_only_its_own(
+        region: tuple[LocalDeployer, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local region's stack lock, as Pulumi's self-managed backends keep one: a lock a killed deploy left makes the
+    next one ``DeployLocked`` (its holder and time as the file says them) with nothing changed; ``cancel`` clears it;
+    a deploy gives its own lock back when it ends, and not one taken after its own was cleared."""
+    import infra.deploy
+    from platformctl.kernel.deployer import DeployLocked
+
+    deployer, lock = region
+    deployer.stack_lock.write_text(json.dumps({"id": "x", "pid": 4242, "username": "ops", "hostname": "laptop",
+                                               "timestamp": "2026-11-27T03:01:09Z"}))
+    before = deployer.checkpoint.read_text()
+    with pytest.raises(DeployLocked) as locked:
+        deployer.deploy(STAGE, lock)
+    assert locked.value.since == datetime(2026, 11, 27, 3, 1, 9, tzinfo=UTC).timestamp()
+    assert locked.value.taken_by("ops@laptop (pid 4242)") and not locked.value.taken_by("ops@laptop (pid 424)")
+    assert deployer.checkpoint.read_text() == before and len(versions("dev-usw2a-01-general")) == 1
+    deployer.cancel(STAGE)
+    deployer.deploy(STAGE, lock)
+    assert not deployer.stack_lock.exists()
+
+    real = infra.deploy.run_stage
+
+    def cleared_and_taken_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        deployer.stack_lock.write_text(json.dumps({"id": "another", "pid": 1, "username": "root", "hostname": "tick"}))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(infra.deploy, "run_stage", cleared_and_taken_meanwhile)
+    deployer.deploy(STAGE, lock)
+    assert json.loads(deployer.stack_lock.read_text())["id"] == "another"
+
+
 def test_a_new_image_is_a_new_launch_template_version_that_new_instances_boot(region: tuple[LocalDeployer, Path]) -> None:
     deployer, lock = region
     was = deployer.deployed(STAGE)  # what the release pipeline records before a deploy (a rollback may go back to it)

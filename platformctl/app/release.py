@@ -112,8 +112,9 @@ def open_pipeline(request: LedgerRequest, existing: bool = False) -> tuple[Pipel
     return pipeline, ledger_of(pipeline, request.ledger, existing)
 
 
-def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
-    """Where every candidate is: per stage the one in flight, the last good one, the step and what it waits for."""
+def pipeline_status(request: LedgerRequest, aws: bool = True) -> dict[str, Any]:
+    """Where every candidate is: per stage the one in flight, the last good one, the step and what it waits for;
+    ``aws`` False: the instances each candidate booted from the ledger alone (``candidate_report``)."""
     pipeline, ledger = open_pipeline(request, existing=True)
     state = ledger.state()
     stages: dict[str, JSONObject] = {}
@@ -131,7 +132,7 @@ def pipeline_status(request: LedgerRequest) -> dict[str, Any]:
                         "tick_lease": {"holder": lease.holder, "expires": lease.expires,
                                        "live": not lease.expired(time.time())} if lease else None}
     return {"ledger": ledger.store.location, "pipeline": pipeline.source, "stages": stages,
-            "candidates": candidate_report(ledger, state), "freezes": [f.to_dict() for f in state.freezes]}
+            "candidates": candidate_report(ledger, state, aws), "freezes": [f.to_dict() for f in state.freezes]}
 
 
 def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> dict[str, Any]:

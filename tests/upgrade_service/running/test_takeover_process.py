@@ -17,6 +17,8 @@ import time
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from platformctl.kernel.cluster.live import LiveCluster
 from tests.process import get, new_images, region_fixture, run, start
 
@@ -84,17 +86,25 @@ def test_a_run_paused_past_its_lease_and_taken_over_changes_nothing_once_continu
     assert final["status"] == "done" and final["holder"] != said.get("report", {}).get("holder")
 
 
-def test_ctrl_c_stops_every_cluster_of_a_stage_at_a_safe_point_and_releases_the_leases_last(region: dict[str, Any]) -> None:
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_every_cluster_of_a_stage_at_a_safe_point_and_releases_the_leases_last(region: dict[str, Any],
+                                                                                            stop: str) -> None:
+    """Ctrl-C (twice: the second does not let the leases go while a cluster still acts), or the SIGTERM a pod gets when
+    a drain evicts it (its rotation Job's own node, say), stops the run at a safe point (exit 130) and the next run
+    goes on from there."""
     home = region["home"]
-    new_images(region, "3.1.0")
+    new_images(region, "3.1.0" if stop == "ctrl-c" else "3.2.0")
     running = start(home, "rotate", "run", "--stage", "dev", "--policy", region["policy"], "--lease-ttl", LEASE, "-o", "json")
     deadline = time.monotonic() + 120
     while not status(region).get("waves") or status(region)["status"] == "done":
         assert time.monotonic() < deadline and running.poll() is None, running.communicate()
         time.sleep(0.2)
-    running.send_signal(signal.SIGINT)
-    time.sleep(0.3)
-    running.send_signal(signal.SIGINT)  # a second Ctrl-C does not let the leases go while a cluster still acts
+    if stop == "ctrl-c":
+        running.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        running.send_signal(signal.SIGINT)  # a second Ctrl-C does not let the leases go while a cluster still acts
+    else:
+        running.send_signal(signal.SIGTERM)  # kubelet's, once, the grace period before its SIGKILL
     out, err = running.communicate(timeout=300)
     assert running.returncode == 130, (out, err)
     outcome = json.loads(out)["clusters"]

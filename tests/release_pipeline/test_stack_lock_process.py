@@ -20,7 +20,7 @@ from platformctl.kernel.deployer import STALE_LOCK_SECONDS
 from tests.process import get, region_fixture, run, wait_region
 
 PIPELINE = "stages:\n  - name: dev\n    rotationPolicy: rotation.yaml\n    soak: 30m\n    minResults: 20\n"
-TTL = "8"  # the tick's lease, wall seconds: a killed tick's lapses quickly
+TTL = "4"  # the tick's lease, wall seconds: a killed tick's lapses quickly
 
 
 def _files(info: dict[str, Any]) -> None:

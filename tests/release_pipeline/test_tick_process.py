@@ -25,7 +25,7 @@ from tests.release_pipeline.contract import rotation_results_keep_the_contract
 POLICY = "strategy: surge\nmaxInFlight: 4\ndurations: {nodeBootSeconds: 180, podStartSeconds: 20}\n"
 PIPELINE = ("stages:\n  - name: dev\n    rotationPolicy: rotation.yaml\n    soak: 30m\n    minResults: 20\n"
             "    passFor: 10m\n    deadline: 6h\n")
-TTL = "8"  # the tick's lease (and its rotations'), wall seconds: a killed tick's lapses quickly
+TTL = "4"  # the tick's lease (and its rotations'), wall seconds: a killed tick's lapses quickly
 
 # Where the tick is killed, in the order one candidate's journey meets them: each entry written and the checkpoint
 # not; each side effect begun (its intent written) and not made; made and not recorded; and inside the rotation.

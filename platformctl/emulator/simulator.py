@@ -73,7 +73,7 @@ from platformctl.emulator.simulation.nodes import (
     TAINT_UNREACHABLE,
     NodeRoom,
 )
-from platformctl.emulator.simulation.pods import PodRoom
+from platformctl.emulator.simulation.pods import PodRoom, Runtime
 from platformctl.emulator.simulation.pools import NodePoolSpec, PoolRoom, build_node
 from platformctl.emulator.simulation.scheduler import Scheduler
 from platformctl.emulator.simulation.world import World
@@ -286,13 +286,31 @@ class SimulatedCluster:
     # ------------------------------------------------------------------ pods and controllers
 
     def create_workload(self, kind: str, template: Pod, replicas: int, *, completions: int | None = None,
-                        ttl_seconds: float | None = None) -> str:
+                        ttl_seconds: float | None = None, backoff_limit: int = 6,
+                        failure_rules: tuple[dict[str, Any], ...] = ()) -> str:
         """Create a ReplicaSet, StatefulSet, DaemonSet or Job whose pods look like ``template``.
 
         ``template`` carries the namespace, the name of the controller (as ``name``), labels,
-        annotations, containers, requests and placement. Returns the controller's uid.
+        annotations, containers, requests and placement. A Job's ``backoff_limit`` and ``failure_rules`` (its
+        ``podFailurePolicy``'s) judge its pods that fail. Returns the controller's uid.
         """
-        return self._pods.create_workload(kind, template, replicas, completions=completions, ttl_seconds=ttl_seconds)
+        return self._pods.create_workload(kind, template, replicas, completions=completions, ttl_seconds=ttl_seconds,
+                                          backoff_limit=backoff_limit, failure_rules=failure_rules)
+
+    def use_runtime(self, runtime: Runtime) -> None:
+        """Run the containers of the pods ``runtime`` takes for real (the local region's kubelet)."""
+        self._pods.runtime = runtime
+
+    def container_log(self, namespace: str, name: str) -> str:
+        """What the pod's container wrote, as ``kubectl logs`` reads it: the runtime's record of a pod it runs, nothing
+        for a pod the simulation runs (its containers write nothing)."""
+        pod = self._pods.get_pod(namespace, name)
+        runtime = self._pods.runtime
+        return (runtime.log(pod) if runtime is not None and runtime.runs(pod) else None) or ""
+
+    def container_exited(self, namespace: str, name: str, uid: str, code: int) -> None:
+        """A pod's process ended with ``code`` (the runtime's word)."""
+        self._pods.container_exited(namespace, name, uid, code)
 
     def scale_workload(self, uid: str, replicas: int) -> None:
         """Set a ReplicaSet's or StatefulSet's replicas (a Job's parallelism): its controller creates or deletes

@@ -42,6 +42,30 @@ PLURAL_OF_SIM_KIND = {v: k for k, v in SIM_KIND.items()}
 SCALABLE = ("deployments", "replicasets", "statefulsets")
 
 
+def failure_rules(spec: dict[str, Any], name: str) -> tuple[dict[str, Any], ...]:
+    """A Job's ``podFailurePolicy`` rules, checked as the API server checks them."""
+    policy = spec.get("podFailurePolicy")
+    if policy is None:
+        return ()
+    rules = policy.get("rules") if isinstance(policy, dict) else None
+    if not isinstance(rules, list):
+        raise invalid("Job", name, "spec.podFailurePolicy.rules", "Required value", "FieldValueRequired", "batch")
+    for i, rule in enumerate(rules):
+        where = f"spec.podFailurePolicy.rules[{i}]"
+        if not isinstance(rule, dict) or rule.get("action") not in ("FailJob", "FailIndex", "Ignore", "Count"):
+            raise invalid("Job", name, f"{where}.action", 'Unsupported value: supported values: "Count", "FailIndex", '
+                          '"FailJob", "Ignore"', "FieldValueNotSupported", "batch")
+        codes, conditions = rule.get("onExitCodes"), rule.get("onPodConditions")
+        if (codes is None) == (conditions is None):
+            raise invalid("Job", name, where, "Invalid value: specifying one of onExitCodes and onPodConditions is required",
+                          group="batch")
+        if codes is not None and (not isinstance(codes, dict) or codes.get("operator") not in ("In", "NotIn")
+                                  or not isinstance(codes.get("values"), list)):
+            raise invalid("Job", name, f"{where}.onExitCodes", 'Invalid value: an operator ("In" or "NotIn") and values '
+                          "are required", group="batch")
+    return tuple(rules)
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch; as a strategic merge patch, lists of objects with a ``name`` (containers, env,
     volumes) merge item by item on it, as their ``patchMergeKey`` says."""
@@ -207,8 +231,10 @@ class Workloads:
             ttl = spec.get("ttlSecondsAfterFinished")
             labels = {**pod.labels, "batch.kubernetes.io/job-name": name, "job-name": name}
             pod = replace(pod, labels=labels)
+            backoff = int_field(spec, "backoffLimit", 6, res.kind, name)
             workload.sim_uid = self.sim.create_workload("Job", pod, parallelism, completions=completions,
-                                                        ttl_seconds=float(ttl) if isinstance(ttl, int) else None)
+                                                        ttl_seconds=float(ttl) if isinstance(ttl, int) else None,
+                                                        backoff_limit=backoff, failure_rules=failure_rules(spec, name))
             obj["metadata"]["uid"] = workload.sim_uid  # the uid its pods' ownerReferences name
             obj["status"] = {"startTime": format_time(self.now())}
             return
@@ -331,7 +357,17 @@ class Workloads:
         if plural == "jobs":
             status = dict(obj.get("status") or {})
             status.update({"active": counts["active"], "succeeded": counts["succeeded"], "ready": counts["ready"]})
-            if counts["complete"]:
+            if counts["failed"]:
+                status["failed"] = counts["failed"]
+            if counts["terminating"]:
+                status["terminating"] = counts["terminating"]
+            if counts["failed_reason"]:
+                done = counts.get("completed_at") or self.now()
+                status["conditions"] = [{"type": kind, "status": "True", "reason": counts["failed_reason"],
+                                         "message": counts["failed_message"], "lastProbeTime": format_time(float(done)),
+                                         "lastTransitionTime": format_time(float(done))}
+                                        for kind in ("FailureTarget", "Failed")]
+            elif counts["complete"]:
                 done = counts.get("completed_at") or self.now()
                 status["completionTime"] = format_time(float(done))
                 status["conditions"] = [{"type": "Complete", "status": "True", "lastProbeTime": format_time(float(done)),
@@ -353,7 +389,10 @@ class Workloads:
 
     def job_active(self, namespace: str, name: str) -> bool:
         job = self.objects["jobs"].get((namespace, name))
-        return job is not None and not self.sim.workload_status(job.sim_uid or "")["complete"]
+        if job is None:
+            return False
+        counts = self.sim.workload_status(job.sim_uid or "")
+        return not counts["complete"] and not counts["failed_reason"]
 
     def forget_finished_jobs(self) -> None:
         """Controllers the simulator deleted itself (a Job past ``ttlSecondsAfterFinished``): drop their objects. Called

@@ -386,8 +386,9 @@ def aws_target() -> AwsTarget:
 
 
 def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool = True, canaries: bool = False,
-       timeout: float | None = None, skip: bool = True) -> tuple[dict[str, Any], bool]:
-    """Start the region of ``stages`` detached, or return the running one when it holds them. Returns (status, started)."""
+       timeout: float | None = None, skip: bool = True, run_jobs: bool = False) -> tuple[dict[str, Any], bool]:
+    """Start the region of ``stages`` detached, or return the running one when it holds them. Returns (status, started).
+    ``run_jobs``: the pods of the toolkit's own Jobs run as processes (``platformctl.emulator.server.kubelet``)."""
     folder = state_dir()
     folder.mkdir(parents=True, exist_ok=True)
     timeout = timeout if timeout is not None else 180.0 * len(stages)
@@ -400,6 +401,9 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
                 raise PlatformError(f"the local region of stage{'s' if len(held) > 1 else ''} {', '.join(held)} is running "
                                     f"(pid {info['pid']}): run "
                                     "`platformctl local down` first", file=str(folder / "server.json"), field="--stage")
+            if run_jobs and not info.get("run_jobs"):
+                raise PlatformError(f"the local region running (pid {info['pid']}) does not run jobs: run `platformctl "
+                                    "local down` first", file=str(folder / "server.json"), field="--run-jobs")
             return info, False
         (folder / "server.json").unlink(missing_ok=True)
         command = [sys.executable, "-m", "platformctl.cli.serve", *[a for s in stages for a in ("--stage", s)],
@@ -412,6 +416,8 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
             command.append("--canaries")
         if not skip:
             command.append("--no-skip")
+        if run_jobs:
+            command.append("--run-jobs")
         with open(folder / "server.log", "ab") as out:
             child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, env=current().child(),
                                      close_fds=True)

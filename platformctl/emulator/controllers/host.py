@@ -26,6 +26,7 @@ class Controller:
     __slots__ = (
         "kind", "namespace", "name", "uid", "template", "replicas", "pods", "active",
         "completions", "succeeded", "ttl_seconds", "start_seconds", "run_seconds", "sched_key", "done", "done_at", "created",
+        "backoff_limit", "failure_rules", "failed", "failed_reason", "failed_message", "terminating",
     )
 
     def __init__(self, kind: str, namespace: str, name: str, uid: str, template: Pod, replicas: int) -> None:
@@ -44,8 +45,16 @@ class Controller:
         self.run_seconds = annotation_seconds(template, ANNOTATION_RUN_SECONDS, DEFAULT_RUN_SECONDS)
         self.sched_key: tuple[Any, ...] = static_key(template)
         self.done = False
-        self.done_at: float | None = None  # when a Job completed
+        self.done_at: float | None = None  # when a Job completed (or failed)
         self.created = 0.0
+        # A Job's: its backoffLimit, its podFailurePolicy's rules (with them, a pod is replaced only once it has
+        # terminated: Kubernetes' podReplacementPolicy Failed), the pods that failed and counted, and why it failed.
+        self.backoff_limit = 6
+        self.failure_rules: tuple[dict[str, Any], ...] = ()
+        self.failed = 0
+        self.failed_reason = ""  # BackoffLimitExceeded or PodFailurePolicy once the Job failed
+        self.failed_message = ""
+        self.terminating = 0  # its pods terminating and not yet replaced (with failure rules)
 
 
 class ControllerHost(Protocol):

@@ -44,6 +44,7 @@ import yaml
 
 from platformctl.emulator.local_region import LocalRegion
 from platformctl.emulator.server.kubeapi import KubeAPI
+from platformctl.emulator.server.kubelet import Kubelet, die_with_parent
 from platformctl.emulator.server.objects import ApiError, ClusterState
 from platformctl.emulator.server.timekeeper import TimedApp, TimeKeeper
 from platformctl.kernel.clock import VirtualClock
@@ -105,7 +106,7 @@ class ClusterEndpoint:
 class Server:
     def __init__(self, stage_names: Sequence[str], state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool,
                  seed: int, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None,
-                 canaries: bool = False, skip: bool = True) -> None:
+                 canaries: bool = False, skip: bool = True, run_jobs: bool = False) -> None:
         self.stages = [load_stage(name, infra_dir) for name in dict.fromkeys(stage_names)]
         self.stage = self.stages[0]
         self.infra_dir = infra_dir
@@ -117,6 +118,8 @@ class Server:
         self.keeper: TimeKeeper | None = None
         self.workloads = workloads
         self.canaries = canaries
+        self.run_jobs = run_jobs
+        self.kubelets: list[Kubelet] = []
         self.seed = seed
         self.stopping = threading.Event()
         self.cond = threading.Condition(threading.RLock())
@@ -211,6 +214,13 @@ class Server:
         host = next(c.name for c in self.stage.clusters() if isinstance(c, HostCluster))
         config_path = self.state_dir / "kubeconfig"
         write_atomically(config_path, yaml.safe_dump(kubeconfig(self.stage_of, base, self.servers, host), sort_keys=False))
+        if self.run_jobs:  # the toolkit's own Jobs' pods run as processes
+            infra = self.infra_dir if self.infra_dir is not None else Path.cwd() / "infra"
+            for state in self.clusters.values():
+                kubelet = Kubelet(state, self.state_dir, config_path, aws_endpoint, infra if infra.is_dir() else None,
+                                  self.cond, self._after_exit, self.keeper)
+                state.sim.use_runtime(kubelet)
+                self.kubelets.append(kubelet)
         by_stage = {s.name: {
             "region": s.region, "checkpoint": str((self.state_dir / f"stack-{s.name}.json").resolve()),
             # The stage's own state store: what rotation, remediation and the canaries of the stage share by default.
@@ -222,7 +232,7 @@ class Server:
             "skip": self.skip,
             "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
             "clusters": list(self.clusters), "started": format_time(self.started_wall), "log": str((self.state_dir / "server.log").resolve()),
-            "image_lock": str(lock.resolve()), "canaries": self.canaries, "by_stage": by_stage,
+            "image_lock": str(lock.resolve()), "canaries": self.canaries, "run_jobs": self.run_jobs, "by_stage": by_stage,
             # The first stage's, as a region of one stage has always said.
             **{k: v for k, v in by_stage[self.stage.name].items() if k != "cluster_names"},
         }
@@ -246,7 +256,7 @@ class Server:
                        "--metrics-port", "0"]
             with open(self.state_dir / f"canary-{stage.name}.log", "ab") as out:
                 runners.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-                                                preexec_fn=_die_with_parent))
+                                                preexec_fn=die_with_parent))
             log.info("canary runner of %s started (pid %d, log canary-%s.log)", stage.name, runners[-1].pid, stage.name)
         self.runners = runners  # all at once: `local up` waits for them
 
@@ -259,6 +269,12 @@ class Server:
         if self.region is None:
             raise RuntimeError("no clock yet")
         return self.region.clock.now()
+
+    def _after_exit(self) -> None:
+        """A pod's process ended (under the lock): the clusters' bookkeeping, and the clock looks again."""
+        self._tick_clusters()
+        if self.keeper is not None:
+            self.keeper.kick.set()
 
     def _tick_clusters(self) -> bool:
         """After the clock moved (under the lock): the clusters' bookkeeping; whether any node or pod changed."""
@@ -378,6 +394,8 @@ class Server:
             log.info("stopped")
 
     def stop_canaries(self) -> None:
+        for kubelet in self.kubelets:  # the pods' processes go with their nodes
+            kubelet.stop_all()
         for runner in self.runners:
             if runner.poll() is None:
                 runner.terminate()
@@ -389,16 +407,6 @@ class Server:
                 runner.wait()
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: the kernel sends it SIGTERM when the server that started it dies, SIGKILLed too."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: `local down` still stops it
-
-
 def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="platformctl-local-region")
     parser.add_argument("--stage", required=True, action="append", help="a stage the region holds (repeatable)")
@@ -408,13 +416,14 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
     parser.add_argument("--infra-dir", type=Path, default=None)
     parser.add_argument("--no-workloads", action="store_true")
     parser.add_argument("--canaries", action="store_true", help="run each stage's canary runner as a process")
+    parser.add_argument("--run-jobs", action="store_true", help="run the pods of the toolkit's own Jobs as processes")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     args.state_dir.mkdir(parents=True, exist_ok=True)
     server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner,
-                    prepare, canaries=args.canaries, skip=not args.no_skip)
+                    prepare, canaries=args.canaries, skip=not args.no_skip, run_jobs=args.run_jobs)
     try:
         server.start()
     except Exception as exc:

@@ -106,12 +106,14 @@ def _daemonset_row(obj: dict[str, Any], now: float) -> list[Any]:
 
 def _job_row(obj: dict[str, Any], now: float) -> list[Any]:
     st = obj.get("status", {})
-    done = any(c.get("type") == "Complete" and c.get("status") == "True" for c in st.get("conditions", []))
+    held = {c.get("type") for c in st.get("conditions", []) if c.get("status") == "True"}
+    done = "Complete" in held
     completions = obj["spec"].get("completions", obj["spec"].get("parallelism", 1))
     start = st.get("startTime")
     end = parse_time(st["completionTime"], "completionTime", None) if st.get("completionTime") else now
     duration = human_duration(end - parse_time(start, "startTime", None)) if start else ""
-    return [obj["metadata"]["name"], "Complete" if done else "Running", f"{st.get('succeeded', 0)}/{completions}", duration,
+    said = "Complete" if done else "Failed" if "Failed" in held else "Running"
+    return [obj["metadata"]["name"], said, f"{st.get('succeeded', 0)}/{completions}", duration,
             _age(obj, now)]
 
 

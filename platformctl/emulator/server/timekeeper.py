@@ -49,6 +49,7 @@ WAIT_CAP_SECONDS = 5.0  # wall seconds a wait request is held before the client 
 MAX_STEPS = 500  # jumps in one hold of the lock: requests get their turn between batches
 LEAD_SECONDS = 5.0  # region seconds the clock may run past a working client's last word
 HOLD_SECONDS = 2.0  # wall seconds a working client's silence holds the clock; then time goes on at its pace
+START_HOLD_SECONDS = 15.0  # wall seconds a process the region started holds the clock until it registers
 log = logging.getLogger("platformctl.emulator.server")
 
 KINDS = {"nodes": "nodes", "pods": "pods", "pdbs": "poddisruptionbudgets", "poddisruptionbudgets": "poddisruptionbudgets"}
@@ -74,6 +75,8 @@ class Client:
     heard: float = 0.0  # the region's time at the client's last word
     heard_wall: float = 0.0  # the keeper's wall clock (monotonic) then
     silent: bool = False  # its silence outlasted HOLD_SECONDS: it holds nothing until it speaks again
+    expected: bool = False  # a process the region started (a pod's), not registered yet: it holds until it does
+    woken_wall: float = float("-inf")  # the keeper's wall clock when a signal woke it: it works until HOLD_SECONDS after
 
     @property
     def waiting(self) -> bool:
@@ -135,10 +138,38 @@ class TimeKeeper:
 
     def register(self, pid: int, name: str) -> Client:
         with self.cond:
+            for expected in [c.id for c in self.clients.values() if c.expected and c.pid == pid]:
+                del self.clients[expected]  # the process the region started speaks for itself now
             client = Client(f"c{next(self._ids)}-{pid}", pid, name)
             self.clients[client.id] = client
             self._heard(client)
             return client
+
+    def expect(self, pid: int, name: str) -> None:
+        """A process the region started (a pod's container, ``kubelet``) will register: until it does it holds the
+        clock as a working client, up to ``START_HOLD_SECONDS`` of wall time (an interpreter's start is seconds of the
+        CPU, minutes of the region's time at its pace; a process that never registers stops holding then)."""
+        with self.cond:
+            client = Client(f"c{next(self._ids)}-{pid}", pid, name, expected=True)
+            self.clients[client.id] = client
+            self._heard(client)
+
+    def signalled(self, pid: int) -> None:
+        """The region signalled a client's process (a pod's SIGTERM): it works from now, as a signal wakes a process
+        whatever it waits on, so every wait of it is released and it holds the clock (as a working client does) until
+        it speaks again or ``hold`` wall seconds pass; time does not skip past its grace period meanwhile."""
+        with self.cond:
+            mono = self._mono()
+            for client in self.clients.values():
+                if client.pid != pid:
+                    continue
+                for entry in client.waits:
+                    entry.released = True
+                client.waits.clear()
+                client.woken_wall = mono
+                self._heard(client)
+            self.cond.notify_all()
+        self.kick.set()
 
     def heard(self, client_id: str | None) -> None:
         """A registered client spoke (a request of its own): it holds the clock from this instant."""
@@ -211,8 +242,16 @@ class TimeKeeper:
                     released = True
         return released
 
+    def _idle(self, client: Client, mono: float) -> bool:
+        """Whether ``client`` holds nothing now: it waits (and no signal woke it since), or it was started by the
+        region and never spoke within its hold."""
+        if client.expected:
+            return client.silent
+        return client.waiting and mono - client.woken_wall > self.hold
+
     def _skippable(self) -> bool:
-        return (self.skip and bool(self.clients) and all(c.waiting for c in self.clients.values())
+        mono = self._mono()
+        return (self.skip and bool(self.clients) and all(self._idle(c, mono) for c in self.clients.values())
                 and self.in_flight == 0)
 
     def _next_instant(self) -> float | None:
@@ -231,9 +270,9 @@ class TimeKeeper:
         mono = self._mono()
         limits = []
         for client in self.clients.values():
-            if client.waiting or client.silent:
+            if client.silent or self._idle(client, mono):
                 continue
-            if mono - client.heard_wall > self.hold:
+            if mono - client.heard_wall > (START_HOLD_SECONDS if client.expected else self.hold):
                 client.silent = True
                 self.silent_holds += 1
                 log.info("clock: client %s (pid %d, %s) at work and silent for %.1f s: time goes on at its pace",
@@ -305,7 +344,7 @@ class TimeKeeper:
                     "held_seconds": round(self.held, 3), "silent_holds": self.silent_holds,
                     "lead_seconds": self.lead, "hold_seconds": self.hold, "in_flight": self.in_flight,
                     "clients": [{"id": c.id, "pid": c.pid, "name": c.name, "participants": c.participants,
-                                 "waiting": c.waiting, "until": min((w.until for w in c.waits), default=None)}
+                                 "waiting": c.waiting, "starting": c.expected, "until": min((w.until for w in c.waits), default=None)}
                                 for c in self.clients.values()]}
 
 

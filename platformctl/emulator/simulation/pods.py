@@ -7,6 +7,11 @@ A pod bound to a node starts after its start time (``sim.platformctl.io/start-se
 or never, on an image with a fault) once the node is Ready; a Job's pod succeeds after its run time
 (``sim.platformctl.io/run-seconds``, default 900 s); a deleted pod terminates over its grace period, unless
 its node's kubelet is down, when it stays Terminating until the kubelet is back.
+
+A pod the ``runtime`` runs (the local region's kubelet runs the toolkit's own image as a process:
+``platformctl.emulator.server.kubelet``) instead ends when its process does: ``container_exited`` with its exit
+code; a deleted one is sent SIGTERM at once and SIGKILL at the end of its grace period, and is gone as soon as its
+process has ended.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from platformctl.emulator.controllers import daemonset, job, replicaset, statefulset
 from platformctl.emulator.controllers.host import Controller, PodKey
@@ -39,6 +44,22 @@ from platformctl.kernel.cluster.model import ANNOTATION_START_SECONDS, Node, Own
 from platformctl.kernel.cluster.podspec import DEFAULT_START_SECONDS, annotation_seconds
 from platformctl.kernel.errors import NotFoundError, PlatformError
 from platformctl.kernel.instance_types import INSTANCE_TYPES
+
+
+class Runtime(Protocol):
+    """What runs the containers of the pods it takes for real (the local region's kubelet); every call is made under
+    the simulation's lock and returns at once."""
+
+    def runs(self, pod: Pod) -> bool: ...
+
+    def start(self, pod: Pod) -> None: ...
+
+    def stop(self, pod: Pod) -> None: ...  # SIGTERM: the pod is terminating
+
+    def kill(self, pod: Pod) -> bool: ...  # SIGKILL at the end of its grace period: whether it was still running
+
+    def log(self, pod: Pod) -> str | None: ...  # what its container wrote (``kubectl logs``); None: nothing kept
+
 
 START_SPREAD = 0.2  # sigma of the log of a container start's spread: a real start's p99 is about 1.6x its median
 
@@ -65,6 +86,7 @@ class PodRoom:
         self.image_faults: dict[str, float | None] = {}
         self.namespaces: dict[str, dict[str, str]] = {}  # the namespaces clients made, with their labels
         self.job_done_hooks: list[Callable[[str], None]] = []  # called with a Job controller's uid when it completes
+        self.runtime: Runtime | None = None  # what runs some pods' containers for real (the local region's kubelet)
 
     # ------------------------------------------------------------------ what the controllers call (ControllerHost)
 
@@ -111,7 +133,8 @@ class PodRoom:
     # ------------------------------------------------------------------ controllers
 
     def create_workload(self, kind: str, template: Pod, replicas: int, *, completions: int | None = None,
-                        ttl_seconds: float | None = None) -> str:
+                        ttl_seconds: float | None = None, backoff_limit: int = 6,
+                        failure_rules: tuple[dict[str, Any], ...] = ()) -> str:
         if kind not in CONTROLLER_API:
             raise PlatformError(f"unsupported workload kind {kind!r}", field="kind")
         uid = self.w.uid()
@@ -120,6 +143,7 @@ class PodRoom:
         if kind == "Job":
             ctrl.completions = completions if completions is not None else replicas
             ctrl.ttl_seconds = ttl_seconds
+            ctrl.backoff_limit, ctrl.failure_rules = backoff_limit, failure_rules
         self.w.controllers[uid] = ctrl
         if kind == "DaemonSet":
             daemonset.start(self, ctrl)
@@ -150,7 +174,8 @@ class PodRoom:
     def workload_status(self, uid: str) -> dict[str, Any]:
         ctrl = self.w.controllers.get(uid)
         if ctrl is None:
-            return {"replicas": 0, "ready": 0, "active": 0, "succeeded": 0, "complete": False, "completed_at": None}
+            return {"replicas": 0, "ready": 0, "active": 0, "succeeded": 0, "failed": 0, "complete": False,
+                    "completed_at": None, "failed_reason": "", "failed_message": ""}
         pods = [self.w.pods[k] for k in ctrl.pods if k in self.w.pods]
         live = [p for p in pods if p.deletion_time is None and not p.is_finished]
         return {
@@ -158,8 +183,12 @@ class PodRoom:
             "ready": sum(p.ready for p in live),
             "active": ctrl.active,
             "succeeded": ctrl.succeeded,
-            "complete": ctrl.done,
+            "failed": ctrl.failed,
+            "terminating": ctrl.terminating,
+            "complete": ctrl.done and not ctrl.failed_reason,
             "completed_at": ctrl.done_at,
+            "failed_reason": ctrl.failed_reason,  # the Job failed (BackoffLimitExceeded, PodFailurePolicy)
+            "failed_message": ctrl.failed_message,
         }
 
     def reconcile(self, ctrl: Controller, recreate: str | None = None) -> None:
@@ -341,15 +370,47 @@ class PodRoom:
         pod = self.set_pod(pod, node_name=pod.node_name, phase="Running", ready=True, deletion_time=None,
                            started=pod.started or self.w.now(), evicted=pod.evicted)
         self.w.record(POD_READY, pod.namespace, pod.name, uid)
+        if self.runtime is not None and self.runtime.runs(pod):
+            self.runtime.start(pod)  # it ends when its process does (container_exited)
+            return
         ctrl = self.w.controller_of(pod)
         if ctrl is not None and ctrl.kind == "Job":
             self.w.clock.call_later(ctrl.run_seconds, self._pod_succeeded, key, uid)
+
+    def container_exited(self, namespace: str, name: str, uid: str, code: int) -> None:
+        """The runtime's word: the pod's process ended with ``code``. A terminating pod is then gone; any other
+        succeeded (0) or failed, and its Job judges it."""
+        w = self.w
+        pod = w.pods.get((namespace, name))
+        if pod is None or pod.uid != uid or pod.is_finished:
+            return
+        pod = w.pods[pod.key] = replace(pod, exit_code=code, finished=w.clock.now())
+        if pod.deletion_time is not None:
+            self._finish_termination(pod.key, uid, exited=True)
+            return
+        if code == 0:
+            self._pod_succeeded(pod.key, uid)
+            return
+        pod = self.set_pod(pod, node_name=pod.node_name, phase="Failed", ready=False, deletion_time=None,
+                           started=pod.started, evicted=pod.evicted)
+        state = w.nodes.get(pod.node_name or "")
+        if state is not None:
+            state.charge(pod.requests, -1)
+            self.scheduler.schedule_soon()
+        ctrl = w.controller_of(pod)
+        if ctrl is not None:
+            ctrl.active -= 1
+            if ctrl.kind == "Job":
+                job.pod_failed(self, ctrl, pod)
+            self.reconcile(ctrl)
 
     def _pod_succeeded(self, key: PodKey, uid: str) -> None:
         w = self.w
         pod = w.pods.get(key)
         if pod is None or pod.uid != uid or pod.deletion_time is not None or pod.is_finished:
             return
+        if pod.finished is None:
+            pod = w.pods[key] = replace(pod, finished=w.clock.now())
         pod = self.set_pod(pod, node_name=pod.node_name, phase="Succeeded", ready=False, deletion_time=None,
                            started=pod.started, evicted=pod.evicted)
         w.record(POD_SUCCEEDED, pod.namespace, pod.name, uid)
@@ -372,6 +433,10 @@ class PodRoom:
         ctrl = self.w.controller_of(pod)
         if ctrl is not None and not pod.is_finished:
             ctrl.active -= 1
+            if ctrl.kind == "Job" and ctrl.failure_rules and not unbound:
+                ctrl.terminating += 1  # replaced once it has terminated (podReplacementPolicy Failed)
+        if not unbound and not pod.is_finished and self.runtime is not None and self.runtime.runs(pod):
+            self.runtime.stop(pod)
         if not evicted:
             self.w.record(POD_TERMINATING, pod.namespace, pod.name, pod.uid)
         if unbound:
@@ -382,10 +447,13 @@ class PodRoom:
             self.reconcile(ctrl)
         return new
 
-    def _finish_termination(self, key: PodKey, uid: str) -> None:
+    def _finish_termination(self, key: PodKey, uid: str, exited: bool = False) -> None:
         pod = self.w.pods.get(key)
         if pod is None or pod.uid != uid:
             return
+        if not exited and not pod.is_finished and self.runtime is not None and self.runtime.runs(pod):
+            if self.runtime.kill(pod):  # its grace period is over: SIGKILL
+                pod = self.w.pods[key] = replace(pod, exit_code=137, finished=self.w.clock.now())
         state = self.w.nodes.get(pod.node_name or "")
         if state is not None and state.kubelet_down:
             state.stuck.append(key)  # no kubelet to confirm the containers stopped: Terminating until it returns
@@ -411,12 +479,19 @@ class PodRoom:
             self.scheduler.inter.pod_bound(pod, state.node, -1)
             self.scheduler.schedule_soon()
         w.record(POD_DELETED, pod.namespace, pod.name, pod.uid)
+        if not pod.is_finished and self.runtime is not None and self.runtime.runs(pod):
+            self.runtime.kill(pod)  # gone with its node, or deleted past its grace: its process goes too
         ctrl = w.controller_of(pod)
         if ctrl is None:
             return
         ctrl.pods.discard(key)
         if pod.deletion_time is None and not pod.is_finished:
             ctrl.active -= 1  # lost without terminating first
+        if ctrl.kind == "Job" and ctrl.failure_rules and not pod.is_finished:
+            if pod.deletion_time is not None and pod.node_name is not None:
+                ctrl.terminating -= 1
+            # it ended without succeeding: a pod lost with its node is the pod GC's (DisruptionTarget)
+            job.pod_failed(self, ctrl, replace(pod, disruption=pod.disruption or ("DeletionByPodGC" if node_gone else "")))
         if ctrl.kind == "DaemonSet":
             daemonset.pod_gone(self, ctrl, state.node.name if state is not None else None,
                                not node_gone and state is not None and state.alive)

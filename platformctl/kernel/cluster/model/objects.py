@@ -262,6 +262,8 @@ class Pod:
     # and since when; "" once it is bound or was never refused.
     unschedulable: str = ""
     unschedulable_since: float | None = None
+    exit_code: int | None = None  # its container's, once it ended (a kubelet's word; None: it ran as the simulation says)
+    finished: float | None = None  # when its container ended (``state.terminated.finishedAt``)
 
     @property
     def disruption_reason(self) -> str:
@@ -315,7 +317,8 @@ class Pod:
             self.required_node_terms, phase, ready, deletion_time, created, started, evicted, resource_version,
             scheduled, waiting, disruption=self.disruption, inter=self.inter,
             unschedulable=self.unschedulable if node_name is None else "",
-            unschedulable_since=self.unschedulable_since if node_name is None else None,
+            unschedulable_since=self.unschedulable_since if node_name is None else None, exit_code=self.exit_code,
+            finished=self.finished,
         )
 
     @property
@@ -405,9 +408,10 @@ class Pod:
 
     def _container_status(self, container: Container) -> dict[str, Any]:
         if self.phase in ("Succeeded", "Failed"):
-            state: dict[str, Any] = {"terminated": {"exitCode": 0 if self.phase == "Succeeded" else 1,
-                                                    "reason": "Completed" if self.phase == "Succeeded" else "Error",
-                                                    **({"startedAt": format_time(self.started)} if self.started else {})}}
+            code = self.exit_code if self.exit_code is not None else 0 if self.phase == "Succeeded" else 1
+            state: dict[str, Any] = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                                    **({"startedAt": format_time(self.started)} if self.started else {}),
+                                                    **({"finishedAt": format_time(self.finished)} if self.finished else {})}}
         elif self.phase == "Running" and self.started is not None:
             state = {"running": {"startedAt": format_time(self.started)}}
         else:

@@ -134,3 +134,34 @@ def test_without_skipping_a_waiting_client_is_not_jumped_for_but_a_working_one_i
     assert not answers
     k.unregister(client.id)
     thread.join(timeout=5)
+
+
+def test_a_process_the_region_started_holds_the_clock_until_it_registers_and_not_for_ever(wall: Wall) -> None:
+    k = keeper(wall)
+    k.expect(pid=1, name="pod platformctl-system/rotate-x")  # an interpreter starting: seconds of CPU, no word yet
+    start = k.clock.now()
+    beats(k, wall, 1.0)
+    assert k.clock.now() - start == pytest.approx(5.0)
+    client = k.register(pid=1, name="rotate run")  # it speaks for itself now: one client, not two
+    assert list(k.clients) == [client.id]
+    k.unregister(client.id)
+    k.expect(pid=1, name="pod platformctl-system/never-registers")
+    beats(k, wall, 16.0)  # past START_HOLD_SECONDS: it holds nothing, and the region skips again
+    assert k.status()["silent_holds"] == 1 and k._skippable()
+
+
+def test_a_signal_wakes_a_waiting_client_and_the_clock_waits_for_it_rather_than_skip_its_grace_period(wall: Wall) -> None:
+    k = keeper(wall)
+    client = k.register(pid=1, name="rotate run")
+    start = k.clock.now()
+    k.clock.call_later(120, lambda: None)  # the pod's grace period ends (its SIGKILL)
+    answers: list[dict[str, Any]] = []
+    thread = _wait(k, client.id, answers, until=start + 600)
+    k.signalled(1)  # the kubelet's SIGTERM: its wait ends as the process wakes
+    thread.join(timeout=5)
+    assert answers and answers[0]["released"] and answers[0]["virtual_time"] == pytest.approx(start)
+    thread = _wait(k, client.id, answers, until=start + 600)  # it waits again before the handler's flag is seen
+    beats(k, wall, 1.0)
+    assert k.clock.now() - start == pytest.approx(5.0)  # held, not jumped to the SIGKILL at 120 s
+    k.unregister(client.id)
+    thread.join(timeout=5)

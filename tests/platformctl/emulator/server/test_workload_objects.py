@@ -5,6 +5,8 @@ simulator runs. A rolling update keeps to maxSurge and maxUnavailable at every s
 from __future__ import annotations
 
 import copy
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -194,3 +196,147 @@ def test_mistakes_get_the_apis_answers(under: Under) -> None:
     assert invalid.value.status == 422 and "maxUnavailable" in str(invalid.value)
     with pytest.raises(NotFoundError):
         under.cluster.scale("Deployment", NS, "ghost", 2)
+
+
+class Containers:
+    """The runtime of the pods of image ``tool`` (``platformctl.emulator.simulation.pods.Runtime``): what it was told
+    (start, SIGTERM, SIGKILL) per pod name; the test says when a container exits (``exit``)."""
+
+    def __init__(self, sim: SimulatedCluster) -> None:
+        self.sim = sim
+        self.told: list[tuple[str, str]] = []
+        self.running: dict[str, Any] = {}
+
+    def runs(self, pod: Any) -> bool:
+        return any(c.image == "tool" for c in pod.containers)
+
+    def start(self, pod: Any) -> None:
+        self.told.append(("start", pod.name))
+        self.running[pod.name] = pod
+
+    def stop(self, pod: Any) -> None:
+        self.told.append(("SIGTERM", pod.name))
+
+    def kill(self, pod: Any) -> bool:
+        alive = self.running.pop(pod.name, None) is not None
+        if alive:
+            self.told.append(("SIGKILL", pod.name))
+        return alive
+
+    def exit(self, name: str, code: int) -> None:
+        pod = self.running.pop(name)
+        self.sim.container_exited(pod.namespace, pod.name, pod.uid, code)
+
+    def log(self, pod: Any) -> str | None:
+        return "".join(f"{what} {name}\n" for what, name in self.told if name == pod.name)
+
+
+def _tool_job(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    template = {"metadata": {"annotations": {"sim.platformctl.io/start-seconds": "2"}},
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 120,
+                         "containers": [{"name": "rotate", "image": "tool"}]}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": NS},
+            "spec": {**spec, "template": template}}
+
+
+def _pods_of(under: Under, job: str) -> list[Any]:
+    return sorted((p for p in under.sim.list_pods(NS) if p.labels.get("job-name") == job), key=lambda p: p.created)
+
+
+def test_a_jobs_failed_pods_are_judged_by_its_pod_failure_policy_and_backoff_limit(under: Under) -> None:
+    containers = Containers(under.sim)
+    under.sim.use_runtime(containers)
+    rules = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+             {"action": "FailJob", "onExitCodes": {"containerName": "rotate", "operator": "In", "values": [1, 2]}}]
+    under.cluster.create_object(_tool_job("crash", {"backoffLimit": 1, "podFailurePolicy": {"rules": rules}}))
+    under.advance(10)
+    [first] = _pods_of(under, "crash")
+    containers.exit(first.name, 137)  # out of memory: counted, and tried once more
+    under.advance(10)
+    pods = _pods_of(under, "crash")
+    assert [p.phase for p in pods] == ["Failed", "Running"]
+    status = under.cluster.get_object("Job", NS, "crash")["status"]
+    assert status["failed"] == 1 and status["active"] == 1 and "conditions" not in status
+    container = pods[0].to_kube()["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert container["exitCode"] == 137 and container["reason"] == "Error"
+    containers.exit(pods[1].name, 137)  # and again: past backoffLimit 1
+    under.advance(10)
+    status = under.cluster.get_object("Job", NS, "crash")["status"]
+    assert status["failed"] == 2 and status["active"] == 0
+    assert [(c["type"], c["reason"]) for c in status["conditions"]] == [("FailureTarget", "BackoffLimitExceeded"),
+                                                                         ("Failed", "BackoffLimitExceeded")]
+    assert len(_pods_of(under, "crash")) == 2  # no more pods once it failed
+
+    under.cluster.create_object(_tool_job("refused", {"backoffLimit": 1, "podFailurePolicy": {"rules": rules}}))
+    under.advance(10)
+    [pod] = _pods_of(under, "refused")
+    containers.exit(pod.name, 2)  # what the program itself answered (bad input): the Job's outcome, at once
+    under.advance(10)
+    status = under.cluster.get_object("Job", NS, "refused")["status"]
+    assert status["conditions"][-1]["type"] == "Failed" and status["conditions"][-1]["reason"] == "PodFailurePolicy"
+    assert "exited with code 2 matching FailJob rule at index 1" in status["conditions"][-1]["message"]
+    assert len(_pods_of(under, "refused")) == 1
+
+
+def test_a_jobs_evicted_pod_is_sent_sigterm_and_replaced_once_it_has_ended_not_counted(under: Under) -> None:
+    containers = Containers(under.sim)
+    under.sim.use_runtime(containers)
+    rules = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+             {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [130]}}]
+    under.cluster.create_object(_tool_job("rotation", {"backoffLimit": 0, "podFailurePolicy": {"rules": rules}}))
+    under.advance(10)
+    [first] = _pods_of(under, "rotation")
+    assert under.sim.evict(NS, first.name).allowed
+    under.advance(30)  # SIGTERMed; still ending its step: not replaced while it runs (podReplacementPolicy Failed)
+    assert containers.told == [("start", first.name), ("SIGTERM", first.name)]
+    assert [p.name for p in _pods_of(under, "rotation")] == [first.name]
+    assert under.cluster.get_object("Job", NS, "rotation")["status"]["terminating"] == 1
+    containers.exit(first.name, 130)  # stopped at a safe point: 130, which FailJob names, but DisruptionTarget first
+    under.advance(10)
+    [second] = _pods_of(under, "rotation")
+    assert second.name != first.name and second.phase == "Running"
+    status = under.cluster.get_object("Job", NS, "rotation")["status"]
+    assert status.get("failed", 0) == 0 and status["active"] == 1 and "conditions" not in status
+    assert under.sim.evict(NS, second.name).allowed  # one that does not stop: SIGKILL once its grace period is over
+    under.advance(119)
+    assert containers.told[-1] == ("SIGTERM", second.name) and len(_pods_of(under, "rotation")) == 1
+    under.advance(10)
+    [third] = _pods_of(under, "rotation")
+    assert third.name not in (first.name, second.name)
+    assert containers.told[-3:] == [("SIGTERM", second.name), ("SIGKILL", second.name), ("start", third.name)]
+    containers.exit(third.name, 0)
+    under.advance(5)
+    status = under.cluster.get_object("Job", NS, "rotation")["status"]
+    assert status["succeeded"] == 1 and status["conditions"][0]["type"] == "Complete"
+
+
+def test_kubectl_logs_shows_what_a_container_the_runtime_ran_wrote(served: Served) -> None:
+    sim = _sim()
+    state = served.states["w"] = ClusterState(sim)
+    served.kubeconfig.write_text(yaml.safe_dump(kubeconfig("test", served.url, list(served.states), "w")))
+    containers = Containers(sim)
+    sim.use_runtime(containers)
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None, "kubectl is not installed (.ci/run installs it)"
+
+    def logs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([kubectl, "--kubeconfig", str(served.kubeconfig), "--context", "w", "logs", "-n", NS, *args],
+                              capture_output=True, text=True, timeout=60)
+
+    with served.cond:
+        state.create_namespace({"metadata": {"name": NS}})
+        sim.create_object(_tool_job("rotation", {}))
+        sim.advance(1)
+        state.tick()
+    [pod] = [p for p in sim.list_pods(NS) if p.labels.get("job-name") == "rotation"]
+    pending = logs(pod.name)
+    assert pending.returncode == 1 and f'container "rotate" in pod "{pod.name}" is waiting to start' in pending.stderr
+    with served.cond:
+        sim.advance(10)
+        state.tick()
+        sim.evict(NS, pod.name)
+        sim.advance(1)
+    shown = logs(pod.name)
+    assert shown.returncode == 0 and shown.stdout == f"start {pod.name}\nSIGTERM {pod.name}\n"
+    assert logs(pod.name, "--tail", "1").stdout == f"SIGTERM {pod.name}\n"
+    assert "not found" in logs("nobody").stderr

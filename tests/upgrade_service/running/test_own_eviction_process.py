@@ -1,0 +1,85 @@
+"""The rotation Job evicted by its own rotation, on the local region that runs the toolkit's Jobs as processes
+(``local up --run-jobs``).
+
+The stage's scheduled rotation is the CronJob the Pulumi program deploys in the host cluster (``platformctl-rotate``,
+its ConfigMap and its DynamoDB state table, as the region applied them from the program), started now as an operator
+would (``kubectl create job --from=cronjob/platformctl-rotate``). It rotates every cluster of the stage, the host
+cluster too, so its drains evict its own pod: the process gets SIGTERM, stops at a safe point and gives its leases
+back; the Job (``podFailurePolicy``: a disruption is no failure) starts another pod once the first has ended, which
+resumes the journal, and the Job completes with no failure counted and every node on the new images. What is checked
+is what an operator sees: kubectl's Job, pods and events, and the nodes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from platformctl.kernel.cluster.live import LiveCluster
+from tests.process import get, new_images, region_fixture
+
+NAMESPACE = "platformctl-system"
+region = region_fixture("--no-workloads", "--run-jobs")
+
+
+def kubectl(region: dict[str, Any], *args: str) -> str:
+    binary = shutil.which("kubectl")
+    assert binary is not None, "kubectl is not installed (.ci/run installs it)"
+    out = subprocess.run([binary, "--kubeconfig", region["kubeconfig"], "--context", host(region), *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def host(region: dict[str, Any]) -> str:
+    """The stage's host cluster: the kubeconfig's current context."""
+    return str(yaml.safe_load(Path(region["kubeconfig"]).read_text())["current-context"])
+
+
+def test_the_rotation_job_evicted_by_its_own_drain_starts_again_and_resumes_its_journal(region: dict[str, Any]) -> None:
+    images = new_images(region, "7.0.0")
+    cron = json.loads(kubectl(region, "get", "cronjob", "platformctl-rotate", "-n", NAMESPACE, "-o", "json"))
+    assert cron["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"][0]["action"] == "Ignore"
+    kubectl(region, "create", "job", "rotate-now", "--from=cronjob/platformctl-rotate", "-n", NAMESPACE)
+    give_up = time.monotonic() + 420
+    pods: dict[str, dict[str, Any]] = {}
+    while time.monotonic() < give_up:
+        job = json.loads(kubectl(region, "get", "job", "rotate-now", "-n", NAMESPACE, "-o", "json"))
+        for pod in json.loads(kubectl(region, "get", "pods", "-n", NAMESPACE, "-l", "job-name=rotate-now", "-o",
+                                      "json"))["items"]:
+            pods[pod["metadata"]["name"]] = pod
+        done = {c["type"] for c in job["status"].get("conditions", []) if c["status"] == "True"}
+        if done & {"Complete", "Failed"}:
+            break
+        time.sleep(1)
+    logs = {name: Path(region["log"]).parent.glob(f"pods/*/{NAMESPACE}_{name}/log") for name in pods}
+    said = {name: "".join(p.read_text()[-2000:] for p in paths) for name, paths in logs.items()}
+    assert "Complete" in done, (job["status"], said)
+    ended = {name: (pod["status"].get("phase"), [c.get("state") for c in pod["status"].get("containerStatuses", [])],
+                    pod["status"].get("conditions")) for name, pod in pods.items()}
+    assert job["status"].get("failed", 0) == 0 and job["status"]["succeeded"] == 1, (job["status"], ended, said)
+    assert len(pods) >= 2, said  # the first was evicted by its own rotation, another went on
+    # The pod that finished resumed the host cluster's run its evicted predecessor had begun: kubectl logs shows it.
+    last = max(pods.values(), key=lambda p: p["metadata"]["creationTimestamp"])
+    state = last["status"]["containerStatuses"][0]["state"]
+    assert state["terminated"]["exitCode"] == 0 and state["terminated"]["finishedAt"] >= state["terminated"]["startedAt"]
+    output = kubectl(region, "logs", last["metadata"]["name"], "-n", NAMESPACE)
+    outcome = json.loads(output[output.index("{"):])
+    mine = {c["cluster"]: c for c in outcome["clusters"]}[host(region)]
+    assert mine["status"] == "done", mine
+    assert mine["report"]["started"] < last["metadata"]["creationTimestamp"], (mine["report"]["started"], last["metadata"])
+    events = json.loads(kubectl(region, "get", "events", "-n", NAMESPACE, "-o", "json"))["items"]
+    evicted = [e for e in events if e["involvedObject"]["name"] in pods and e["reason"] in ("Evicted", "Killing")]
+    assert evicted, [(e["reason"], e["involvedObject"]["name"]) for e in events]
+    for cluster in region["clusters"]:
+        live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=cluster["name"])
+        nodes = live.list_nodes()
+        assert {n.image for n in nodes} <= set(images.values()), cluster["name"]
+        assert not any(n.unschedulable for n in nodes), cluster["name"]
+        report = get(region, f"/platformctl/v1/clusters/{cluster['name']}/invariants")
+        assert report["budget_violations"] == [] and report["deleted_without_eviction"] == [], report

@@ -400,7 +400,7 @@ class KubeAPI:
         if sub == "status" and res.plural in WORKLOADS and request.method == "GET":
             return _json(cluster.workload_object(cluster.get_workload(res.plural, ns, name)))
         if res.plural == "pods" and sub == "log" and request.method == "GET":
-            return self._log(cluster, request, name, ns)
+            return Response(cluster.pod_log(ns, name, request.args), mimetype="text/plain")
         if res.plural != "pods" or sub != "eviction":
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if request.method != "POST":
@@ -417,30 +417,6 @@ class KubeAPI:
         if result.code == 404:
             raise not_found("pods", name)
         return _json(result.to_status(), result.code)
-
-    def _log(self, cluster: ClusterState, request: Request, name: str, ns: str) -> Response:
-        """``kubectl logs``: what the pod's container wrote (``tailLines`` kept), as the kubelet answers it; a container
-        that has not started has nothing to show yet (400, as kube-apiserver says it)."""
-        try:
-            pod = cluster.sim.get_pod(ns, name)
-        except NotFoundError:
-            raise not_found("pods", name) from None
-        wanted = request.args.get("container")
-        names = [c.name for c in pod.containers]
-        if wanted and wanted not in names:
-            raise bad_request(f"container {wanted} is not valid for pod {name}")
-        if pod.phase == "Pending":
-            raise bad_request(f'container "{wanted or names[0]}" in pod "{name}" is waiting to start: '
-                              f"{pod.waiting or 'ContainerCreating'}")
-        text = cluster.sim.container_log(ns, name)
-        tail = request.args.get("tailLines")
-        if tail is not None:
-            try:
-                count = int(tail)
-            except ValueError:
-                raise bad_request(f"tailLines: invalid value {tail!r}") from None
-            text = "".join(text.splitlines(keepends=True)[-count:]) if count > 0 else ""
-        return Response(text, mimetype="text/plain")
 
     # ---------------------------------------------------------------- writes
 

@@ -28,7 +28,6 @@ log says why. The process writes to ``log`` in the pod's directory.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import signal
 import subprocess
@@ -43,7 +42,7 @@ import yaml
 
 from platformctl.emulator.server.objects import ClusterState
 from platformctl.kernel.cluster.model import Pod
-from platformctl.kernel.environment import FAKE_CREDENTIALS
+from platformctl.kernel.environment import FAKE_CREDENTIALS, current
 
 log = logging.getLogger("platformctl.emulator.server.kubelet")
 IMAGE = "platformctl"  # the toolkit's image's repository name (ghcr.io/platformctl/platformctl:<version>)
@@ -160,7 +159,8 @@ class Kubelet:
 
         if container.get("envFrom"):
             raise StartError("envFrom (a Secret's or a ConfigMap's variables) is not made by the local region's kubelet")
-        env = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
+        base = current().variables
+        env = {k: base[k] for k in KEPT_ENV if k in base}
         for item in container.get("env") or []:
             if "value" not in item:
                 raise StartError(f"env {item.get('name')}: valueFrom is not made by the local region's kubelet")

@@ -34,7 +34,7 @@ from platformctl.kernel.cluster.apiobjects import (  # noqa: F401 (the server's 
 )
 from platformctl.kernel.cluster.model import Node, Pod, PodDisruptionBudget, parse_pdb, parse_pod
 from platformctl.kernel.cluster.selectors import parse_selector_string
-from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.errors import NotFoundError, PlatformError
 
 # ------------------------------------------------------------------------------------ change log
 
@@ -158,6 +158,29 @@ class ClusterState:
     @property
     def kubernetes_version(self) -> str:
         return self._version() if callable(self._version) else self._version
+
+    def pod_log(self, ns: str, name: str, query: Mapping[str, str]) -> str:
+        """``kubectl logs``: what the pod's container wrote (the last ``tailLines`` of the query), as the kubelet
+        answers it; a container that has not started has nothing to show yet (400, as kube-apiserver says it)."""
+        container, tail_lines = query.get("container"), query.get("tailLines")
+        try:
+            pod = self.sim.get_pod(ns, name)
+        except NotFoundError:
+            raise not_found("pods", name) from None
+        names = [c.name for c in pod.containers]
+        if container and container not in names:
+            raise bad_request(f"container {container} is not valid for pod {name}")
+        if pod.phase == "Pending":
+            raise bad_request(f'container "{container or names[0]}" in pod "{name}" is waiting to start: '
+                              f"{pod.waiting or 'ContainerCreating'}")
+        text = self.sim.container_log(ns, name)
+        if tail_lines is None:
+            return text
+        try:
+            count = int(tail_lines)
+        except ValueError:
+            raise bad_request(f"tailLines: invalid value {tail_lines!r}") from None
+        return "".join(text.splitlines(keepends=True)[-count:]) if count > 0 else ""
 
     def invariants(self) -> dict[str, Any]:
         """What the event log says about every disruption so far: budgets broken by evictions, pods that went

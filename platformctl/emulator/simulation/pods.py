@@ -391,15 +391,8 @@ class PodRoom:
         if code == 0:
             self._pod_succeeded(pod.key, uid)
             return
-        pod = self.set_pod(pod, node_name=pod.node_name, phase="Failed", ready=False, deletion_time=None,
-                           started=pod.started, evicted=pod.evicted)
-        state = w.nodes.get(pod.node_name or "")
-        if state is not None:
-            state.charge(pod.requests, -1)
-            self.scheduler.schedule_soon()
-        ctrl = w.controller_of(pod)
+        pod, ctrl = self._pod_ended(pod, "Failed")
         if ctrl is not None:
-            ctrl.active -= 1
             if ctrl.kind == "Job":
                 job.pod_failed(self, ctrl, pod)
             self.reconcile(ctrl)
@@ -411,9 +404,18 @@ class PodRoom:
             return
         if pod.finished is None:
             pod = w.pods[key] = replace(pod, finished=w.clock.now())
-        pod = self.set_pod(pod, node_name=pod.node_name, phase="Succeeded", ready=False, deletion_time=None,
-                           started=pod.started, evicted=pod.evicted)
+        pod, ctrl = self._pod_ended(pod, "Succeeded")
         w.record(POD_SUCCEEDED, pod.namespace, pod.name, uid)
+        if ctrl is not None:
+            ctrl.succeeded += 1
+            self.reconcile(ctrl)
+
+    def _pod_ended(self, pod: Pod, phase: str) -> tuple[Pod, Controller | None]:
+        """The pod's containers ended (``phase`` Succeeded or Failed): its node's room given back, its controller's
+        active count down by one; the pod and its controller (None when it has none)."""
+        w = self.w
+        pod = self.set_pod(pod, node_name=pod.node_name, phase=phase, ready=False, deletion_time=None,
+                           started=pod.started, evicted=pod.evicted)
         state = w.nodes.get(pod.node_name or "")
         if state is not None:
             state.charge(pod.requests, -1)
@@ -421,8 +423,7 @@ class PodRoom:
         ctrl = w.controller_of(pod)
         if ctrl is not None:
             ctrl.active -= 1
-            ctrl.succeeded += 1
-            self.reconcile(ctrl)
+        return pod, ctrl
 
     def begin_termination(self, pod: Pod, evicted: bool) -> Pod:
         if pod.deletion_time is not None:

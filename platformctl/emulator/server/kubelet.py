@@ -13,20 +13,26 @@ A process is not a container, so the pod's environment is made the way a node wo
 
 - the command is the container's ``command`` (``platformctl`` when unset, the image's entrypoint) and ``args``;
 - each volume is a directory of its own under ``pods/<cluster>/<namespace>_<pod>/`` in the region's state directory: a
-  ``configMap``'s keys as files (as the kubelet projects them), an ``emptyDir`` empty; a path under a ``mountPath`` in
-  an argument or an environment value is that directory's path;
-- the container's literal ``env`` values; the region's AWS (its endpoint and keys) in place of IRSA's web identity; a
-  ConfigMap's kubeconfig (EKS's endpoints and ``aws eks get-token``) is the region's own (its endpoints, its token);
+  ``configMap``'s or a ``secret``'s keys as files (as the kubelet projects them, a Secret's decoded), an ``emptyDir``
+  empty; a path under a ``mountPath`` in an argument or an environment value is that directory's path;
+- the container's ``env`` (literal, ``configMapKeyRef``, ``secretKeyRef``, the pod's name, namespace, uid and node) and
+  ``envFrom`` (a ConfigMap's or a Secret's keys); the region's AWS (its endpoint and keys) in place of IRSA's web
+  identity; a ConfigMap's kubeconfig (EKS's endpoints and ``aws eks get-token``) is the region's own (its endpoints,
+  its token);
 - the stack files are the checkout's the region runs (``--infra-dir``), as the image carries the stack files it was
   built from.
 
-A variable from a Secret or a field (``valueFrom``, ``envFrom``), or a ConfigMap the pod mounts that does not exist,
-is not something this kubelet makes: the container fails to start (exit 128, the runtime's ``StartError``) and its
-log says why. The process writes to ``log`` in the pod's directory.
+A Secret or a ConfigMap the container needs that does not exist keeps it from being made, as a kubelet says it: the
+pod stays ``Pending``, waiting with ``CreateContainerConfigError`` (``ContainerCreating`` for a volume), a ``Failed``
+event says what is missing, and it is tried again every 10 s of the region's time until it appears.
+Anything else this kubelet does not make (another volume type, another ``valueFrom``, another entrypoint) fails the
+container at its start (exit 128, the runtime's ``StartError``) and its log says why. The process writes to ``log``
+in the pod's directory, which ``kubectl logs`` reads.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import shutil
 import signal
@@ -59,6 +65,14 @@ class StartError(Exception):
     pass
 
 
+class Blocked(Exception):
+    """The container cannot be made yet (a Secret or a ConfigMap it names does not exist): the kubelet tries again."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class Timekeeper(Protocol):
     """The region's time as the kubelet tells it about its processes (``timekeeper.TimeKeeper``)."""
 
@@ -87,17 +101,35 @@ class Kubelet:
         self.cond = cond
         self.changed = changed  # after a process ended (under the lock): the clusters' bookkeeping, watchers woken
         self.processes: dict[str, subprocess.Popen[bytes]] = {}  # pod uid -> its process
+        self._prepared: dict[str, tuple[list[str], dict[str, str]]] = {}  # pod uid -> its command and environment
         self.time = time  # told of each process started (it holds the clock until it registers) and signalled
 
     def runs(self, pod: Pod) -> bool:
         return pod.owner is not None and pod.owner.kind == "Job" and any(toolkit_image(c.image) for c in pod.containers)
 
-    def start(self, pod: Pod) -> None:
+    def blocked(self, pod: Pod) -> tuple[str, str] | None:
+        """Why the pod's container cannot be made yet, as its waiting reason and its event's message (a Secret or a
+        ConfigMap it names that does not exist: ``CreateContainerConfigError``, ``ContainerCreating`` for a volume);
+        None when it can start (what it would run is kept for ``start``)."""
+        try:
+            self._prepared[pod.uid] = self._container(pod, self._folder(pod))
+        except Blocked as exc:
+            return exc.reason, str(exc)
+        except StartError:
+            self._prepared.pop(pod.uid, None)  # ``start`` says why, in the container's log
+        return None
+
+    def _folder(self, pod: Pod) -> Path:
         folder = self.root / f"{pod.namespace}_{pod.name}"
         folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def start(self, pod: Pod) -> None:
+        folder = self._folder(pod)
+        prepared = self._prepared.pop(pod.uid) if pod.uid in self._prepared else None
         try:
-            command, env = self._container(pod, folder)
-        except StartError as exc:
+            command, env = prepared if prepared is not None else self._container(pod, folder)
+        except (StartError, Blocked) as exc:
             (folder / "log").write_text(f"the container did not start: {exc}\n")
             log.info("pod %s/%s of %s did not start: %s", pod.namespace, pod.name, self.cluster.name, exc)
             threading.Thread(target=self._exited, args=(pod, START_ERROR), daemon=True).start()
@@ -157,14 +189,18 @@ class Kubelet:
                     return str(where) + value[len(path.rstrip("/")):]
             return value
 
-        if container.get("envFrom"):
-            raise StartError("envFrom (a Secret's or a ConfigMap's variables) is not made by the local region's kubelet")
         base = current().variables
         env = {k: base[k] for k in KEPT_ENV if k in base}
+        for source in container.get("envFrom") or []:
+            prefix = str(source.get("prefix") or "")
+            for kind, ref in (("configmaps", source.get("configMapRef")), ("secrets", source.get("secretRef"))):
+                if isinstance(ref, dict):
+                    data = self._config(pod, kind, str(ref.get("name")), bool(ref.get("optional")))
+                    env.update({prefix + k: v for k, v in (data or {}).items()})
         for item in container.get("env") or []:
-            if "value" not in item:
-                raise StartError(f"env {item.get('name')}: valueFrom is not made by the local region's kubelet")
-            env[str(item["name"])] = host(str(item["value"]))
+            value = self._env_value(pod, item)
+            if value is not None:
+                env[str(item["name"])] = host(value)
         env.update(AWS_ENDPOINT_URL=self.aws_endpoint, **FAKE_CREDENTIALS)  # the region's AWS, in place of IRSA
         entry = [str(a) for a in container.get("command") or [IMAGE]]
         if Path(entry[0]).name != IMAGE:
@@ -172,6 +208,43 @@ class Kubelet:
         infra = ["--infra-dir", str(self.infra_dir.resolve())] if self.infra_dir is not None else []
         args = [host(str(a)) for a in [*entry[1:], *(container.get("args") or [])]]
         return [sys.executable, "-m", "platformctl", *infra, *args], env
+
+    def _config(self, pod: Pod, kind: str, name: str, optional: bool) -> dict[str, str] | None:
+        """A ConfigMap's or a Secret's data as the kubelet reads it (a Secret's decoded); None when an optional one
+        is missing; ``Blocked`` when a required one is."""
+        stored = self.cluster.stored[kind].get((pod.namespace, name))
+        if stored is None:
+            if optional:
+                return None
+            raise Blocked("CreateContainerConfigError", f'{"secret" if kind == "secrets" else "configmap"} "{name}" not found')
+        data = {str(k): str(v) for k, v in (stored.get("data") or {}).items()}
+        if kind == "secrets":
+            data = {k: base64.b64decode(v).decode(errors="replace") for k, v in data.items()}
+        return data
+
+    def _env_value(self, pod: Pod, item: dict[str, Any]) -> str | None:
+        """One ``env`` entry's value: literal, a key of a ConfigMap or a Secret, or a field of the pod."""
+        if "valueFrom" not in item:
+            return str(item.get("value", ""))
+        source = item["valueFrom"] or {}
+        for kind, key in (("configmaps", "configMapKeyRef"), ("secrets", "secretKeyRef")):
+            ref = source.get(key)
+            if isinstance(ref, dict):
+                optional = bool(ref.get("optional"))
+                data = self._config(pod, kind, str(ref.get("name")), optional)
+                if data is not None and str(ref.get("key")) in data:
+                    return data[str(ref.get("key"))]
+                if optional:
+                    return None
+                what = "secret" if kind == "secrets" else "configmap"
+                raise Blocked("CreateContainerConfigError", f'couldn\'t find key {ref.get("key")} in {what.title()} '
+                              f'{pod.namespace}/{ref.get("name")}')
+        field = (source.get("fieldRef") or {}).get("fieldPath")
+        fields = {"metadata.name": pod.name, "metadata.namespace": pod.namespace, "metadata.uid": pod.uid,
+                  "spec.nodeName": pod.node_name or ""}
+        if field in fields:
+            return fields[field]
+        raise StartError(f"env {item.get('name')}: this valueFrom is not made by the local region's kubelet")
 
     def _volumes(self, pod: Pod, spec: dict[str, Any], container: dict[str, Any], folder: Path) -> list[tuple[str, Path]]:
         """Each volume the container mounts made as a directory; (mountPath, its directory), longest path first."""
@@ -185,15 +258,19 @@ class Kubelet:
             if where.exists():
                 shutil.rmtree(where)
             where.mkdir(parents=True)
-            if "configMap" in volume:
-                name = str(volume["configMap"].get("name"))
-                stored = self.cluster.stored["configmaps"].get((pod.namespace, name))
-                if stored is None:
-                    raise StartError(f'MountVolume.SetUp failed for volume "{mount["name"]}": configmap "{name}" not found')
-                for key, text in (stored.get("data") or {}).items():
-                    (where / key).write_text(self._kubeconfig_of(str(text)))
+            source = next(((kind, volume[key]) for kind, key in (("configmaps", "configMap"), ("secrets", "secret"))
+                           if isinstance(volume.get(key), dict)), None)
+            if source is not None:
+                kind, ref = source
+                name = str(ref.get("name") if kind == "configmaps" else ref.get("secretName"))
+                try:
+                    data = self._config(pod, kind, name, bool(ref.get("optional")))
+                except Blocked as exc:
+                    raise Blocked("ContainerCreating", f'MountVolume.SetUp failed for volume "{mount["name"]}" : {exc}') from None
+                for key, text in (data or {}).items():
+                    (where / key).write_text(self._kubeconfig_of(text))
             elif "emptyDir" not in volume:
-                raise StartError(f"volume {mount['name']}: only configMap and emptyDir volumes are made here")
+                raise StartError(f"volume {mount['name']}: only configMap, secret and emptyDir volumes are made here")
             mounts.append((str(mount["mountPath"]), where))
         return sorted(mounts, key=lambda m: -len(m[0]))
 

@@ -11,6 +11,7 @@ Errors are ``ApiError``s that carry the API's ``Status`` answer (404, 409, 422, 
 
 from __future__ import annotations
 
+import base64
 import bisect
 import copy
 from collections.abc import Callable, Mapping
@@ -318,6 +319,11 @@ class ClusterState:
             raise already_exists(plural, key[1], res.group)
         created = copy.deepcopy(obj)
         created.update(apiVersion=res.api_version, kind=res.kind)
+        if plural == "secrets":  # stringData is write-only: the API server folds it into data, base64
+            written = created.pop("stringData", None) or {}
+            created["data"] = {**(created.get("data") or {}),
+                               **{k: base64.b64encode(str(v).encode()).decode() for k, v in written.items()}}
+            created.setdefault("type", "Opaque")
         self._meta(created, ns or None)
         self.stored[plural][key] = created
         return copy.deepcopy(created)

@@ -96,6 +96,7 @@ _table("Pod", "1 metadata ObjectMeta; 2 spec PodSpec; 3 status PodStatus")
 _table("PodStatus", "1 phase str; 3 message str; 4 reason str; 11 nominatedNodeName str; 5 hostIP str; 6 podIP str; "
        "7 startTime Time; 9 qosClass str; 17 observedGeneration int")
 _table("ConfigMap", "1 metadata ObjectMeta; 4 immutable bool?; 2 data {str}; 3 binaryData {bytes}")
+_table("Secret", "1 metadata ObjectMeta; 5 immutable bool?; 2 data {bytes}; 4 stringData {str}; 3 type str")
 _table("ServiceAccount", "1 metadata ObjectMeta; 2 secrets [ObjectReference]; 3 imagePullSecrets [LocalObjectReference]; "
        "4 automountServiceAccountToken bool?")
 _table("LocalObjectReference", "1 name str")
@@ -267,7 +268,7 @@ _table("ScaleStatus", "1 replicas int?; 2 selector str")
 
 # The kinds a body may be, by the apiVersion and kind of its envelope: each one's table has its own name.
 KINDS: dict[tuple[str, str], str] = {
-    **{("v1", kind): kind for kind in ("Namespace", "Pod", "ConfigMap", "ServiceAccount")},
+    **{("v1", kind): kind for kind in ("Namespace", "Pod", "ConfigMap", "Secret", "ServiceAccount")},
     ("apps/v1", "Deployment"): "Deployment",
     ("batch/v1", "Job"): "Job",
     ("batch/v1", "CronJob"): "CronJob",

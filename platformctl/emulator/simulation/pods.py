@@ -52,6 +52,8 @@ class Runtime(Protocol):
 
     def runs(self, pod: Pod) -> bool: ...
 
+    def blocked(self, pod: Pod) -> tuple[str, str] | None: ...  # (waiting reason, event message) while it cannot be made
+
     def start(self, pod: Pod) -> None: ...
 
     def stop(self, pod: Pod) -> None: ...  # SIGTERM: the pod is terminating
@@ -61,6 +63,7 @@ class Runtime(Protocol):
     def log(self, pod: Pod) -> str | None: ...  # what its container wrote (``kubectl logs``); None: nothing kept
 
 
+CONFIG_RETRY_SECONDS = 10.0  # how often a kubelet tries again a container it could not make (a missing Secret)
 START_SPREAD = 0.2  # sigma of the log of a container start's spread: a real start's p99 is about 1.6x its median
 
 
@@ -367,11 +370,25 @@ class PodRoom:
         pod = self.w.pods.get(key)
         if pod is None or pod.uid != uid or pod.deletion_time is not None or pod.is_finished:
             return
+        runtime = self.runtime if self.runtime is not None and self.runtime.runs(pod) else None
+        if runtime is not None:
+            why = runtime.blocked(pod)
+            if why is not None:  # not yet: it waits, says why, and is tried again
+                w = self.w
+                if pod.waiting != why[0]:
+                    w.rv += 1
+                    pod = w.pods[key] = replace(pod, waiting=why[0], resource_version=w.rv)
+                    w.note("pods", "MODIFIED", pod)
+                w.record(POD_CREATE_FAILED, pod.namespace, pod.name, (uid, why[1]))
+                w.clock.call_later(CONFIG_RETRY_SECONDS, self._pod_started, key, uid)
+                return
+            if pod.waiting:
+                pod = self.w.pods[key] = replace(pod, waiting="")
         pod = self.set_pod(pod, node_name=pod.node_name, phase="Running", ready=True, deletion_time=None,
                            started=pod.started or self.w.now(), evicted=pod.evicted)
         self.w.record(POD_READY, pod.namespace, pod.name, uid)
-        if self.runtime is not None and self.runtime.runs(pod):
-            self.runtime.start(pod)  # it ends when its process does (container_exited)
+        if runtime is not None:
+            runtime.start(pod)  # it ends when its process does (container_exited)
             return
         ctrl = self.w.controller_of(pod)
         if ctrl is not None and ctrl.kind == "Job":

@@ -88,6 +88,7 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("cronjobs", "CronJob", "batch", "v1", True, _WRITE, ("cj",)),
     Resource("serviceaccounts", "ServiceAccount", "", "v1", True, ("create", "delete", "get", "list"), ("sa",)),
     Resource("configmaps", "ConfigMap", "", "v1", True, ("create", "delete", "get", "list"), ("cm",)),
+    Resource("secrets", "Secret", "", "v1", True, ("create", "delete", "get", "list"), ()),
     Resource("events", "Event", "", "v1", True, ("get", "list", "watch"), ("ev",)),
     Resource("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("create", "delete", "get", "list"), ("pc",)),
     Resource("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", False, ("create", "delete", "get", "list")),
@@ -99,7 +100,7 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
 # The same events as events.k8s.io/v1 serves them (RESOURCES is keyed by plural, so it lives beside it).
 EVENTS_V1 = Resource("events", "Event", "events.k8s.io", "v1", True, ("get", "list", "watch"), ("ev",))
 # Kinds the server keeps as written (no controller acts on them): what the Pulumi program applies besides namespaces and workloads.
-STORED = ("serviceaccounts", "configmaps", "priorityclasses", "clusterroles", "clusterrolebindings",
+STORED = ("serviceaccounts", "configmaps", "secrets", "priorityclasses", "clusterroles", "clusterrolebindings",
           "customresourcedefinitions")
 WORKLOADS = ("deployments", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs")
 def platform_invalid(exc: PlatformError, kind: str, name: str) -> ApiError:

@@ -210,6 +210,9 @@ class Containers:
     def runs(self, pod: Any) -> bool:
         return any(c.image == "tool" for c in pod.containers)
 
+    def blocked(self, pod: Any) -> tuple[str, str] | None:
+        return None
+
     def start(self, pod: Any) -> None:
         self.told.append(("start", pod.name))
         self.running[pod.name] = pod

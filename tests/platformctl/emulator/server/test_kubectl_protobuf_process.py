@@ -201,6 +201,10 @@ def test_every_kind_kubectl_create_builds_reaches_the_server_whole(kubectl_path:
         create_as_json_would(region, kubectl_path, api_path, kind, name, *(["-n", "proto-kinds"] if namespaced else []), *flags)
     assert held(region, "/apis/policy/v1/namespaces/proto-kinds/poddisruptionbudgets/none")["spec"]["minAvailable"] == 0  # type: ignore[index]
     assert held(region, "/api/v1/namespaces/proto-kinds/configmaps/settings")["data"] == {"a": "b", "empty": ""}  # type: ignore[index]
+    secret = create_as_json_would(region, kubectl_path, "/api/v1/namespaces/proto-kinds/secrets/backend", "secret",
+                                  "generic", "backend", "-n", "proto-kinds", "--from-literal=token=t0k")
+    assert secret["data"] == {"token": "dDBr"} and secret["type"] == "Opaque"
+    kubectl(region, kubectl_path, "delete", "secret", "backend", "-n", "proto-kinds")
     for api_path, kind, name, *_ in reversed(KINDS):
         namespaced = "/namespaces/proto-kinds/" in api_path
         result = kubectl(region, kubectl_path, "delete", kind, name, *(["-n", "proto-kinds"] if namespaced else []))
@@ -263,8 +267,8 @@ def test_what_the_local_region_cannot_read_is_refused_not_dropped(client: Client
     assert _post(client, namespaces, _body("v1", "Namespace", _f(1, _f(1, "proto-ok") + newer)))[0] == 201
     code, status = _post(client, namespaces, _body("v1", "Namespace", _f(1, _f(1, "proto-new") + _f(99, "value"))))
     assert (code, status["reason"]) == (415, "UnsupportedMediaType") and "field 99 of ObjectMeta" in status["message"]
-    code, status = _post(client, namespaces, _body("v1", "Secret", _f(1, _f(1, "proto-secret"))))
-    assert (code, status["reason"]) == (415, "UnsupportedMediaType") and "Secret of v1" in status["message"]
+    code, status = _post(client, namespaces, _body("v1", "LimitRange", _f(1, _f(1, "proto-secret"))))
+    assert (code, status["reason"]) == (415, "UnsupportedMediaType") and "LimitRange of v1" in status["message"]
     assert _post(client, namespaces, _body("v1", "Namespace", _f(1, _f(1, "proto-zip")), encoding="gzip"))[0] == 415
     assert _post(client, namespaces, b"\x0a\x0b")[0] == 415  # not the k8s\x00 envelope
     code, status = _post(client, namespaces, MAGIC + b"\x0a\x05ab")  # a field longer than the bytes left

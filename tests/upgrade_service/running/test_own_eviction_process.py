@@ -27,10 +27,10 @@ NAMESPACE = "platformctl-system"
 region = region_fixture("--no-workloads", "--run-jobs")
 
 
-def kubectl(region: dict[str, Any], *args: str) -> str:
+def kubectl(region: dict[str, Any], *args: str, context: str | None = None) -> str:
     binary = shutil.which("kubectl")
     assert binary is not None, "kubectl is not installed (.ci/run installs it)"
-    out = subprocess.run([binary, "--kubeconfig", region["kubeconfig"], "--context", host(region), *args],
+    out = subprocess.run([binary, "--kubeconfig", region["kubeconfig"], "--context", context or host(region), *args],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -43,6 +43,9 @@ def host(region: dict[str, Any]) -> str:
 
 def test_the_rotation_job_evicted_by_its_own_drain_starts_again_and_resumes_its_journal(region: dict[str, Any]) -> None:
     images = new_images(region, "7.0.0")
+    for cluster in region["clusters"]:  # remediation's CronJob (every 5 minutes, a process each) is not what is tried
+        kubectl(region, "patch", "cronjob", "platformctl-remediate", "-n", NAMESPACE, "-p", '{"spec":{"suspend":true}}',
+                context=cluster["name"])
     cron = json.loads(kubectl(region, "get", "cronjob", "platformctl-rotate", "-n", NAMESPACE, "-o", "json"))
     assert cron["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"][0]["action"] == "Ignore"
     kubectl(region, "create", "job", "rotate-now", "--from=cronjob/platformctl-rotate", "-n", NAMESPACE)

@@ -21,7 +21,7 @@ from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
 from platformctl.kernel.state import StateStore
 from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.clusters import NEW, cluster
-from upgrade_service.journal.rotation import read_state
+from upgrade_service.journal.rotation import RUN_STARTED, RunState, apply, stream_of
 from upgrade_service.planning.policy import parse_policy
 from upgrade_service.running.execute import Executor
 from upgrade_service.running.run_types import Options, Outcome, Target
@@ -106,9 +106,19 @@ def longest_pending(sim: SimulatedCluster, since: float) -> tuple[float, str]:
 
 
 def overlapping_waves(store: StateStore, cluster: str) -> int:
-    """Waves of the cluster's last run that started while an earlier wave of it was still open (its replacements, pods
-    or settle time still to come), as its journal tells it."""
-    state = read_state(store, cluster)
+    """Waves of the cluster's runs that started while an earlier wave of the same run was still open (its
+    replacements, pods or settle time still to come), as its journal tells it: every run of the stream counted, since a
+    run killed and resumed is one run, and a later run that found nothing left to do has no waves of its own."""
+    state = RunState(cluster)
+    total = 0
+    for record in store.read(stream_of(cluster)):
+        if record.data.get("kind") == RUN_STARTED:
+            total += _overlapping(state)
+        apply(state, record)
+    return total + _overlapping(state)
+
+
+def _overlapping(state: RunState) -> int:
     finished = {n: w.finished.at for n, w in state.waves.items() if w.finished is not None}
     return sum(1 for n, w in state.waves.items()
                if any(finished.get(m, float("inf")) > w.started.at for m in range(1, n)))

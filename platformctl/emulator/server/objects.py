@@ -55,7 +55,8 @@ class Expired(Exception):
 class ChangeLog:
     """Every change of a node, pod or PodDisruptionBudget, in resource-version order, as the watch cache keeps them.
 
-    ``observe()`` compares the simulator's objects with what it saw last; it runs before every
+    ``observe()`` compares the simulator's objects with what it saw last (the pods it is told of by the
+    simulator's own change log, so that a look costs what changed, not what exists); it runs before every
     request and after every tick of the clock, and costs nothing while the cluster's resource
     version stands still. The oldest changes are dropped past ``capacity``; a watch from before the
     oldest kept change is told its version is too old, as the API server tells it. PodDisruptionBudgets

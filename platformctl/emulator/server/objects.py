@@ -80,45 +80,67 @@ class ChangeLog:
         if sim.resource_version == self._observed:
             return False
         changed = False
-        pods = None if initial else self._pod_changes()
-        for kind, current in (("nodes", {n.name: n for n in sim.list_nodes()}),
-                              ("pods", None if pods is not None else {p.key: p for p in sim.list_pods()}),
-                              ("poddisruptionbudgets", {b.key: b for b in sim.list_pdbs()})):
-            if current is None:  # pods: what the simulator noted since the last look, not a diff of every pod
-                assert pods is not None
-                new = pods
-                self._log(kind, new)
-                changed = changed or bool(new)
-                continue
-            seen = self._seen[kind]
-            new = []
-            replaced = []
-            for key, obj in current.items():
-                old = seen.get(key)
-                if old is None:
-                    new.append(Change(obj.resource_version, "ADDED", obj))
-                elif old.uid != obj.uid:
-                    replaced.append((old, obj))
-                elif old.resource_version != obj.resource_version:
-                    new.append(Change(obj.resource_version, "MODIFIED", obj))
-                elif kind == "poddisruptionbudgets" and old != obj:
-                    # The disruption controller's status moved (a covered pod turned Ready or went): a new version.
-                    new.append(Change(sim.next_resource_version(), "MODIFIED", obj))
-            new.sort(key=lambda c: c.rv)
-            for key in seen.keys() - current.keys():
-                new.append(Change(sim.next_resource_version(), "DELETED", seen[key]))
-            for old, obj in replaced:
-                # Gone and made again under the same name (a StatefulSet's pod) between two looks: to a watcher
-                # that is the old object DELETED, then a new one ADDED, never one object MODIFIED.
-                new.append(Change(sim.next_resource_version(), "DELETED", old))
-                new.append(Change(sim.next_resource_version(), "ADDED", obj))
-            self._seen[kind] = current
+        listers: dict[str, Callable[[], dict[Any, Any]]] = {
+            "nodes": lambda: {n.name: n for n in sim.list_nodes()}, "pods": lambda: {p.key: p for p in sim.list_pods()},
+            "poddisruptionbudgets": lambda: {b.key: b for b in sim.list_pdbs()}}
+        for kind, listed in listers.items():
+            touched: dict[Any, Any] | None = self._pods_noted() if kind == "pods" and not initial else None
+            if touched is None:  # every object compared: nodes and budgets, and pods at first or past the log's reach
+                current = listed()
+                touched = {**dict.fromkeys(self._seen[kind].keys() - current.keys()), **current}
+            new = self._compare(kind, touched)
             if initial or not new:
                 continue
             self._log(kind, new)
             changed = True
         self._observed = sim.resource_version
         return changed
+
+    def _pods_noted(self) -> dict[Any, Pod | None] | None:
+        """The pods the simulator's own change log names since the last look, each as it is now (None: gone), so that a
+        look costs what changed, not what exists (comparing 100,000 pods on every change was most of a large region's
+        time); None when that log has dropped some of them: every pod is compared then."""
+        try:
+            noted = self._pod_log.since("pods", self._pod_cursor)
+        except SimExpired:
+            self._pod_cursor = self.sim.resource_version
+            return None
+        if noted:
+            self._pod_cursor = noted[-1][0]
+        return {pod.key: None if type_ == "DELETED" else pod for _, type_, pod in noted}
+
+    def _compare(self, kind: str, touched: dict[Any, Any]) -> list[Change]:
+        """The changes of the ``touched`` objects (key -> the object now, None when gone) against what was seen last,
+        in version order; what is seen is updated."""
+        sim = self.sim
+        seen = self._seen[kind]
+        new: list[Change] = []
+        gone = []
+        replaced = []
+        for key, obj in touched.items():
+            old = seen.get(key)
+            if obj is None:
+                if old is not None:
+                    gone.append(seen.pop(key))
+                continue
+            if old is None:
+                new.append(Change(obj.resource_version, "ADDED", obj))
+            elif old.uid != obj.uid:
+                replaced.append((old, obj))
+            elif old.resource_version != obj.resource_version:
+                new.append(Change(obj.resource_version, "MODIFIED", obj))
+            elif kind == "poddisruptionbudgets" and old != obj:
+                # The disruption controller's status moved (a covered pod turned Ready or went): a new version.
+                new.append(Change(sim.next_resource_version(), "MODIFIED", obj))
+            seen[key] = obj
+        new.sort(key=lambda c: c.rv)
+        new += [Change(sim.next_resource_version(), "DELETED", old) for old in gone]
+        for old, obj in replaced:
+            # Gone and made again under the same name (a StatefulSet's pod) between two looks: to a watcher
+            # that is the old object DELETED, then a new one ADDED, never one object MODIFIED.
+            new.append(Change(sim.next_resource_version(), "DELETED", old))
+            new.append(Change(sim.next_resource_version(), "ADDED", obj))
+        return new
 
     def _log(self, kind: str, new: list[Change]) -> None:
         log = self.entries[kind]
@@ -127,48 +149,6 @@ class ChangeLog:
             drop = len(log) - self.capacity // 2
             self._floor[kind] = log[drop - 1].rv
             del log[:drop]
-
-    def _pod_changes(self) -> list[Change] | None:
-        """The pods' changes since the last look, as the comparison of every pod would find them (each pod's last state;
-        gone, new, or made again under its name), but over the pods the simulator's own change log names (O(changes),
-        where comparing every pod is O(pods) on every change: most of a 100,000-pod region's time); None when that log
-        has dropped some of them (then the caller compares every pod)."""
-        sim = self.sim
-        try:
-            noted = self._pod_log.since("pods", self._pod_cursor)
-        except SimExpired:
-            self._pod_cursor = sim.resource_version
-            return None
-        if not noted:
-            return []
-        self._pod_cursor = noted[-1][0]
-        last: dict[Any, tuple[str, Pod]] = {}
-        for _, type_, pod in noted:
-            last.pop(pod.key, None)
-            last[pod.key] = (type_, pod)
-        seen = self._seen["pods"]
-        new: list[Change] = []
-        gone: list[Pod] = []
-        replaced = []
-        for key, (type_, pod) in last.items():
-            old = seen.get(key)
-            if type_ == "DELETED":
-                if old is not None:
-                    gone.append(seen.pop(key))
-                continue
-            if old is None:
-                new.append(Change(pod.resource_version, "ADDED", pod))
-            elif old.uid != pod.uid:
-                replaced.append((old, pod))
-            elif old.resource_version != pod.resource_version:
-                new.append(Change(pod.resource_version, "MODIFIED", pod))
-            seen[key] = pod
-        new.sort(key=lambda c: c.rv)
-        new += [Change(sim.next_resource_version(), "DELETED", old) for old in gone]
-        for old, pod in replaced:
-            new.append(Change(sim.next_resource_version(), "DELETED", old))
-            new.append(Change(sim.next_resource_version(), "ADDED", pod))
-        return new
 
     def current(self, kind: str) -> list[Node | Pod]:
         return list(self._seen[kind].values())

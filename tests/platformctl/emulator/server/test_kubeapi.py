@@ -507,6 +507,27 @@ def test_a_watch_sees_a_pod_go_even_when_nothing_else_changes(api: Api, client: 
     assert changes == ["MODIFIED", "DELETED"]
 
 
+@pytest.mark.parametrize("kept", [200_000, 2])
+def test_the_pods_changes_reach_watchers_whether_or_not_the_simulators_log_still_holds_them(api: Api, client: Client,
+                                                                                          kept: int) -> None:
+    """The change log reads which pods changed from the simulator's own log; when that log has dropped some of them
+    (``kept`` 2), every pod is compared instead: a watcher hears the same either way."""
+    state = api.states["synth"]
+    api.synth.change_log().capacity = kept
+    rv = api.synth.resource_version
+    for name in ("one", "two", "three"):
+        assert client.post(f"{S}/api/v1/namespaces/default/pods", json=_pod(name)).status_code == 201
+    api.synth.advance(60)
+    client.delete(f"{S}/api/v1/namespaces/default/pods/two?gracePeriodSeconds=0")
+    state.tick()
+    changes = [(c.type, c.obj.name) for c in state.changes.since("pods", rv) if c.obj.name in ("one", "two", "three")]
+    assert {("ADDED", "one"), ("ADDED", "three")} <= set(changes)
+    assert [n for t, n in changes if t == "DELETED"] == ["two"]
+    assert [n for t, n in changes if t == "MODIFIED" and n != "two"]  # scheduled and started: heard too
+    listed = {p.name for p in state.changes.current("pods")}  # what a watch from nothing starts from
+    assert {"one", "three"} <= listed and "two" not in listed
+
+
 def test_a_stateful_pod_made_again_under_its_name_is_deleted_then_added(api: Api, client: Client) -> None:
     state = api.states["synth"]
     sts = _deployment("kv", replicas=1) | {"apiVersion": "apps/v1", "kind": "StatefulSet"}

@@ -390,7 +390,11 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
     """Start the region of ``stages`` detached, or return the running one when it holds them. Returns (status, started).
     ``run_jobs``: the pods of the toolkit's own Jobs run as processes (``platformctl.emulator.server.kubelet``)."""
     folder = state_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # an unwritable PLATFORMCTL_HOME (or checkout): one line, before anything starts
+        raise PlatformError(f"cannot make the local region's folder: {exc.strerror}", file=str(folder),
+                            field="PLATFORMCTL_HOME") from None
     timeout = timeout if timeout is not None else 180.0 * len(stages)
     with open(folder / "up.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two `up`s at once start one server

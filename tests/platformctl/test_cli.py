@@ -47,6 +47,17 @@ def test_bad_stage_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert result.stderr.startswith(f"platformctl: error: {path}: config.platformctl:topology.memberClusters[1].zone: ")
 
 
+def test_local_up_with_a_home_that_cannot_be_made_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    home = blocker / "home"  # under a file: no folder can be made there
+    result = CliRunner(env={"PLATFORMCTL_HOME": str(home)}).invoke(cli, ["local", "up", "--stage", "dev", "--run-jobs"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"platformctl: error: {home / 'local'}: PLATFORMCTL_HOME: cannot make the local region's folder")
+    assert not home.exists()
+
+
 def test_snapshot_inspect_reports_blocking_budgets() -> None:
     result = run("snapshot", "inspect", str(FIXTURES / "eviction_rules.json"), "--output", "json")
     assert result.exit_code == 0

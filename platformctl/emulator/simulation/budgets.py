@@ -92,6 +92,14 @@ class BudgetRoom:
             b.remove(pod)
             self.w.note("pdbs", "MODIFIED", b)
 
+    def scale_changed(self, uid: str) -> None:
+        """A controller's scale moved: the budgets over its pods expect a new number (the disruption controller reads
+        the scale on each sync), before any pod has come or gone."""
+        for b in self.budgets.values():
+            if uid in b.ctrl_refs:
+                b.expected = None
+                self.w.note("pdbs", "MODIFIED", b)
+
     def covering(self, pod: Pod) -> tuple[Budget, ...]:
         return self.of_pod.get(pod.key, ())
 

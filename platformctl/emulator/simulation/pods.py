@@ -161,6 +161,7 @@ class PodRoom:
         if ctrl.kind == "DaemonSet":
             raise PlatformError("a DaemonSet has no replicas to scale", field="spec.replicas")
         ctrl.replicas = replicas
+        self.budgets.scale_changed(uid)
         self.reconcile(ctrl)
 
     def delete_workload(self, uid: str) -> None:

@@ -142,6 +142,26 @@ def test_drain_is_paced_by_the_budget() -> None:
     assert eviction_budget_violations(sim.events) == []
 
 
+def test_a_budget_follows_its_controllers_new_scale() -> None:
+    """``maxUnavailable: 1`` over a ReplicaSet scaled from 3 to 5 and then to 2: the disruption controller reads the
+    scale on each sync, so one disruption is allowed each time (the simulator kept expecting 3: three at 5 replicas,
+    none at 2), and a watcher hears the budget's status move."""
+    sim = cluster({"general": 6}, instance_type="m6i.xlarge")
+    sim.create_workload("ReplicaSet", template(name="web", start=5), 3)
+    sim.create_pdb(PodDisruptionBudget("app", "web", "u", LabelSelector((("app", "web"),)), max_unavailable=IntOrPercent(1)))
+    sim.run_until_settled()
+    log = sim.change_log()
+    at = sim.resource_version
+    uid = next(w[3] for w in sim.workloads() if w[2] == "web")
+    for replicas in (5, 2):
+        sim.scale_workload(uid, replicas)
+        sim.run_until_settled()
+        status = sim.list_pdbs("app")[0].status
+        assert (status.expected_pods, status.current_healthy, status.desired_healthy, status.disruptions_allowed) == (
+            replicas, replicas, replicas - 1, 1)
+    assert [t for _, t, _ in log.since("pdbs", at)].count("MODIFIED") >= 2
+
+
 def test_label_and_field_selectors_on_lists() -> None:
     sim = cluster({"general": 2}, instance_type="m6i.xlarge")
     sim.create_workload("ReplicaSet", template(name="web", labels={"app": "web", "tier": "front"}), 2)

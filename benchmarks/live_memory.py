@@ -59,13 +59,14 @@ RUN = ("import atexit, sys\n"
 ONE_PAGE = "from platformctl.kernel.cluster.live import LiveCluster; LiveCluster.PAGE = 10 ** 9"
 
 
-def peak_mib(args: list[str], env: dict[str, str], one_page: bool = False) -> tuple[float, float, int]:
-    """Run ``platformctl ARGS`` (every list in one page with ``one_page``); its peak resident memory (MiB), wall
-    seconds and exit code."""
-    with tempfile.NamedTemporaryFile(suffix=".hwm") as out:
+def peak_mib(args: list[str], env: dict[str, str], one_page: bool = False,
+             stdout: Path | None = None) -> tuple[float, float, int]:
+    """Run ``platformctl ARGS`` (every list in one page with ``one_page``; what it prints into ``stdout``); its peak
+    resident memory (MiB), wall seconds and exit code."""
+    with tempfile.NamedTemporaryFile(suffix=".hwm") as out, open(stdout or os.devnull, "wb") as printed:
         code = RUN.replace("PAGED", ONE_PAGE if one_page else "pass")
         t0 = time.perf_counter()
-        child = subprocess.run([sys.executable, "-c", code, out.name, *args], env=env, stdout=subprocess.DEVNULL,
+        child = subprocess.run([sys.executable, "-c", code, out.name, *args], env=env, stdout=printed,
                                stderr=subprocess.PIPE, check=False)
         wall = time.perf_counter() - t0
         if child.returncode:

@@ -67,21 +67,24 @@ def local() -> None:
 @SKIP
 @click.option("--workloads/--no-workloads", default=True, show_default=True,
               help="fill the member clusters with synthetic services, stateful sets, jobs and budgets")
+@click.option("--pods-per-node", type=click.FloatRange(min=1.0, max=110.0), default=30.0, show_default=True,
+              help="how densely --workloads fills the member clusters (a 3,000-node cluster at 40: 120,000 pods)")
 @click.option("--canaries/--no-canaries", default=True, show_default=True,
               help="run each stage's canary runner as a process, as the Pulumi program runs it in each cluster")
 @click.option("--run-jobs", is_flag=True, help="run the pods of the toolkit's own Jobs (its image's: the scheduled "
               "rotation, remediation, the release tick) as processes, which a drain's eviction sends SIGTERM")
 @OUTPUT
 @click.pass_context
-def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, skip: bool, workloads: bool, canaries: bool,
-             run_jobs: bool, output: str) -> None:
+def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, skip: bool, workloads: bool,
+             pods_per_node: float, canaries: bool, run_jobs: bool, output: str) -> None:
     """Start the local region of a stage, or of several, in the background (or report the one running)."""
     from platformctl.kernel import region_client as control
 
     stages = list(STAGES) if "all" in stage_names else [s for s in STAGES if s in stage_names]  # in the pipeline's order
     for name in stages:
         load_stage(name, ctx.obj["infra_dir"])  # a broken stack file fails here, in one line, not in the server log
-    info, started = control.up(stages, speed, ctx.obj["infra_dir"], workloads, canaries, skip=skip, run_jobs=run_jobs)
+    info, started = control.up(stages, speed, ctx.obj["infra_dir"], workloads, canaries, skip=skip, run_jobs=run_jobs,
+                               pods_per_node=pods_per_node)
     if output == "json":
         emit_json({**info, "started": started})
         return

@@ -386,9 +386,11 @@ def aws_target() -> AwsTarget:
 
 
 def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool = True, canaries: bool = False,
-       timeout: float | None = None, skip: bool = True, run_jobs: bool = False) -> tuple[dict[str, Any], bool]:
+       timeout: float | None = None, skip: bool = True, run_jobs: bool = False,
+       pods_per_node: float = 30.0) -> tuple[dict[str, Any], bool]:
     """Start the region of ``stages`` detached, or return the running one when it holds them. Returns (status, started).
-    ``run_jobs``: the pods of the toolkit's own Jobs run as processes (``platformctl.emulator.server.kubelet``)."""
+    ``run_jobs``: the pods of the toolkit's own Jobs run as processes (``platformctl.emulator.server.kubelet``);
+    ``pods_per_node``: how densely the synthetic workloads fill the member clusters."""
     folder = state_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -416,6 +418,8 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
             command += ["--infra-dir", str(infra_dir)]
         if not workloads:
             command.append("--no-workloads")
+        elif pods_per_node != 30.0:
+            command += ["--pods-per-node", str(pods_per_node)]
         if canaries:
             command.append("--canaries")
         if not skip:

@@ -21,8 +21,6 @@ API's ``Status`` errors (400, 404, 405, 409, 410, 415, 422); any fault of the se
 
 from __future__ import annotations
 
-import base64
-import bisect
 import json
 import logging
 import re
@@ -54,6 +52,7 @@ from platformctl.emulator.server.objects import (
     label_selector,
     not_found,
 )
+from platformctl.emulator.server.paging import Pages
 from platformctl.emulator.server.tables import ip_for, node_ip, table
 from platformctl.emulator.workloads import SCALABLE, apply_patch
 from platformctl.kernel.cluster.model import Node, Pod, Taint
@@ -118,6 +117,14 @@ def _node_object(node: Node, version: str) -> dict[str, Any]:
     return obj
 
 
+def _converter(cluster: ClusterState, plural: str) -> Callable[[Any], dict[str, Any]]:
+    """What turns a listed object into its JSON: nodes and pods are listed as the simulator holds them."""
+    if plural == "nodes":
+        version = cluster.kubernetes_version
+        return lambda n: _node_object(n, version)
+    return _pod_object if plural == "pods" else lambda o: o
+
+
 def _pod_object(pod: Pod) -> dict[str, Any]:
     obj = pod.to_kube()
     if pod.node_name:
@@ -166,6 +173,7 @@ class KubeAPI:
         self.cond = cond
         self.control = control
         self.stopping = stopping or threading.Event()
+        self.pages = Pages()  # lists answered in pages, read from as they were at their first page
 
     # ---------------------------------------------------------------- WSGI
 
@@ -243,31 +251,31 @@ class KubeAPI:
     # ---------------------------------------------------------------- objects
 
     def _objects(self, cluster: ClusterState, plural: str, ns: str | None, request: Request) -> list[dict[str, Any]]:
-        selected, convert, _ = self._selected(cluster, plural, ns, request)  # filtered by the selectors, sorted by key
+        selected, _ = self._selected(cluster, plural, ns, request)  # filtered by the selectors, sorted by key
+        convert = _converter(cluster, plural)
         return [convert(o) for o in selected]
 
     def _selected(self, cluster: ClusterState, plural: str, ns: str | None,
-                  request: Request) -> tuple[list[Any], Callable[[Any], dict[str, Any]], Callable[[Any], tuple[str, str]]]:
+                  request: Request) -> tuple[list[Any], Callable[[Any], tuple[str, str]]]:
         """What ``_objects`` lists, nodes and pods as the simulator holds them (a page converts its own 500, not all
-        120,000), with what turns one into its JSON and its key (namespace, name)."""
+        120,000: ``_converter``), with each one's key (namespace, name)."""
         labels = label_selector(request.args.get("labelSelector"))
         fields_text = request.args.get("fieldSelector") or ""
-        version = cluster.kubernetes_version
         if plural == "nodes":
             match = field_selector(fields_text, _NODE_FIELDS)
             nodes = [n for n in cluster.sim.list_nodes() if match(n) and (labels is None or labels(n.labels))]
-            return sorted(nodes, key=lambda n: n.name), lambda n: _node_object(n, version), lambda n: ("", n.name)
+            return sorted(nodes, key=lambda n: n.name), lambda n: ("", n.name)
         if plural == "pods":
             match = field_selector(fields_text, _POD_FIELDS)
             pods = [p for p in cluster.sim.list_pods(ns) if match(p) and (labels is None or labels(p.labels))]
-            return sorted(pods, key=lambda p: p.key), _pod_object, lambda p: p.key
+            return sorted(pods, key=lambda p: p.key), lambda p: p.key
         if plural == "events":
             v1 = request.path.find("/apis/events.k8s.io/") >= 0
             fields = {**EVENT_FIELDS, **{k.replace("involvedObject.", "regarding."): f for k, f in EVENT_FIELDS.items()
                                          if k.startswith("involvedObject.")}}
             match = field_selector(fields_text, fields)
             events = [e for e in cluster.recorder.list(ns) if match(e)]
-            return ([as_events_v1(e) for e in events] if v1 else events), (lambda o: o), _key
+            return ([as_events_v1(e) for e in events] if v1 else events), _key
         match = field_selector(fields_text, _OBJECT_FIELDS)
         if plural == "poddisruptionbudgets":
             objects = [b.to_kube() for b in sorted(cluster.sim.list_pdbs(ns), key=lambda b: b.key)]
@@ -277,7 +285,7 @@ class KubeAPI:
             objects = cluster.list_stored(plural, ns)
         else:
             objects = [cluster.workload_object(w) for w in cluster.list_workloads(plural, ns)]
-        return [o for o in objects if match(o) and (labels is None or labels(o["metadata"].get("labels") or {}))], (lambda o: o), _key
+        return [o for o in objects if match(o) and (labels is None or labels(o["metadata"].get("labels") or {}))], _key
 
     def _get_object(self, cluster: ClusterState, plural: str, ns: str | None, name: str) -> dict[str, Any]:
         group = RESOURCES[plural].group
@@ -309,36 +317,10 @@ class KubeAPI:
             return self._create(cluster, res, request, ns)
         if request.method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {res.plural}")
-        objects, convert, key = self._selected(cluster, res.plural, ns, request)
-        rv = str(cluster.sim.resource_version)
-        # A continue token names the last key a page held, as kube-apiserver's names the etcd key to start after: an
-        # object created or deleted between pages does not shift the rest (an offset would skip or repeat one).
-        # Kinds listed in another order than by key (events) page by offset.
-        keys = [key(o) for o in objects]
-        keyed = all(a <= b for a, b in zip(keys, keys[1:], strict=False))
-        token = request.args.get("continue")
-        if token:
-            try:
-                parsed = json.loads(base64.urlsafe_b64decode(token.encode()))
-                if "after" in parsed and keyed:
-                    start = bisect.bisect_right(keys, tuple(parsed["after"]))
-                    objects, keys = objects[start:], keys[start:]
-                else:
-                    objects, keys = objects[int(parsed["offset"]):], keys[int(parsed["offset"]):]
-            except (ValueError, KeyError, TypeError):
-                raise bad_request("continue key is not valid: the token is malformed") from None
-        limit = request.args.get("limit")
-        next_token = ""
-        if limit:
-            try:
-                n = int(limit)
-            except ValueError:
-                raise bad_request(f"limit: invalid value {limit!r}") from None
-            if 0 < n < len(objects):
-                done = int(json.loads(base64.urlsafe_b64decode(token.encode())).get("offset", 0)) if token else 0
-                mark: dict[str, Any] = {"after": list(keys[n - 1])} if keyed else {"offset": done + n}
-                next_token = base64.urlsafe_b64encode(json.dumps({**mark, "rv": rv}).encode()).decode()
-                objects = objects[:n]
+        scope = (cluster.name, request.path, request.args.get("labelSelector"), request.args.get("fieldSelector"))
+        objects, rv, next_token = self.pages.page(scope, lambda: self._selected(cluster, res.plural, ns, request),
+                                                  request.args, str(cluster.sim.resource_version))
+        convert = _converter(cluster, res.plural)
         objects = [convert(o) for o in objects]  # only the page's
         if self._wants_table(request):
             return _json(table(res.plural, objects, cluster.now(), rv, request.args.get("includeObject", "Metadata"),

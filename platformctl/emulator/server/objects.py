@@ -48,6 +48,9 @@ class Change:
     obj: Node | Pod | PodDisruptionBudget
 
 
+SIM_KINDS = {"nodes": "nodes", "pods": "pods", "poddisruptionbudgets": "pdbs"}  # the simulator's change log's names
+
+
 class Expired(Exception):
     """The asked resource version is older than the oldest change kept."""
 
@@ -55,7 +58,7 @@ class Expired(Exception):
 class ChangeLog:
     """Every change of a node, pod or PodDisruptionBudget, in resource-version order, as the watch cache keeps them.
 
-    ``observe()`` compares the simulator's objects with what it saw last (the pods it is told of by the
+    ``observe()`` compares the simulator's objects with what it saw last (the objects it is told of by the
     simulator's own change log, so that a look costs what changed, not what exists); it runs before every
     request and after every tick of the clock, and costs nothing while the cluster's resource
     version stands still. The oldest changes are dropped past ``capacity``; a watch from before the
@@ -71,8 +74,8 @@ class ChangeLog:
         self._seen: dict[str, dict[Any, Any]] = {"nodes": {}, "pods": {}, "poddisruptionbudgets": {}}
         self._floor = {kind: sim.resource_version for kind in self.entries}
         self._observed = -1
-        self._pod_log = sim.change_log()  # the simulator's own record of each pod change, from here on
-        self._pod_cursor = sim.resource_version
+        self._noted = sim.change_log()  # the simulator's own record of each change, from here on
+        self._cursor = dict.fromkeys(self.entries, sim.resource_version)
         self.observe(initial=True)
 
     def observe(self, initial: bool = False) -> bool:
@@ -84,8 +87,8 @@ class ChangeLog:
             "nodes": lambda: {n.name: n for n in sim.list_nodes()}, "pods": lambda: {p.key: p for p in sim.list_pods()},
             "poddisruptionbudgets": lambda: {b.key: b for b in sim.list_pdbs()}}
         for kind, listed in listers.items():
-            touched: dict[Any, Any] | None = self._pods_noted() if kind == "pods" and not initial else None
-            if touched is None:  # every object compared: nodes and budgets, and pods at first or past the log's reach
+            touched: dict[Any, Any] | None = None if initial else self._touched(kind)
+            if touched is None:  # every object compared: at first, or past the simulator's log's reach
                 current = listed()
                 touched = {**dict.fromkeys(self._seen[kind].keys() - current.keys()), **current}
             new = self._compare(kind, touched)
@@ -96,18 +99,24 @@ class ChangeLog:
         self._observed = sim.resource_version
         return changed
 
-    def _pods_noted(self) -> dict[Any, Pod | None] | None:
-        """The pods the simulator's own change log names since the last look, each as it is now (None: gone), so that a
-        look costs what changed, not what exists (comparing 100,000 pods on every change was most of a large region's
-        time); None when that log has dropped some of them: every pod is compared then."""
+    def _touched(self, kind: str) -> dict[Any, Any] | None:
+        """The objects of ``kind`` the simulator's own change log names since the last look, each as it is now (None:
+        gone), so that a look costs what changed, not what exists (comparing 100,000 pods and computing 1,500 budgets'
+        status on every change was most of a large region's time); None when that log has dropped some of them: every
+        object is compared then."""
         try:
-            noted = self._pod_log.since("pods", self._pod_cursor)
+            noted = self._noted.since(SIM_KINDS[kind], self._cursor[kind])
         except SimExpired:
-            self._pod_cursor = self.sim.resource_version
+            self._cursor[kind] = self.sim.resource_version
             return None
-        if noted:
-            self._pod_cursor = noted[-1][0]
-        return {pod.key: None if type_ == "DELETED" else pod for _, type_, pod in noted}
+        if not noted:
+            return {}
+        self._cursor[kind] = noted[-1][0]
+        if kind == "poddisruptionbudgets":  # the simulator notes its budget, whose status is computed as it is read
+            last = {b.pdb.key: (type_, b) for _, type_, b in noted}
+            return {key: None if type_ == "DELETED" else self.sim.budget_object(b, type_) for key, (type_, b) in last.items()}
+        named = (lambda n: n.name) if kind == "nodes" else (lambda p: p.key)
+        return {named(obj): None if type_ == "DELETED" else obj for _, type_, obj in noted}
 
     def _compare(self, kind: str, touched: dict[Any, Any]) -> list[Change]:
         """The changes of the ``touched`` objects (key -> the object now, None when gone) against what was seen last,

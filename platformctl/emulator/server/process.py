@@ -106,7 +106,7 @@ class ClusterEndpoint:
 class Server:
     def __init__(self, stage_names: Sequence[str], state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool,
                  seed: int, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None,
-                 canaries: bool = False, skip: bool = True, run_jobs: bool = False) -> None:
+                 canaries: bool = False, skip: bool = True, run_jobs: bool = False, pods_per_node: float = 30.0) -> None:
         self.stages = [load_stage(name, infra_dir) for name in dict.fromkeys(stage_names)]
         self.stage = self.stages[0]
         self.infra_dir = infra_dir
@@ -117,6 +117,7 @@ class Server:
         self.skip = skip
         self.keeper: TimeKeeper | None = None
         self.workloads = workloads
+        self.pods_per_node = pods_per_node
         self.canaries = canaries
         self.run_jobs = run_jobs
         self.kubelets: list[Kubelet] = []
@@ -183,7 +184,7 @@ class Server:
         for i, (name, region) in enumerate(self.regions.items()):
             region.wait_until_ready()
             if self.workloads:
-                region.populate_workloads(seed=self.seed + 4 + 100 * i)
+                region.populate_workloads(self.pods_per_node, seed=self.seed + 4 + 100 * i)
                 for sim in region.clusters.values():
                     sim.run_until_settled(max_seconds=600)
             # the control plane's version as the region's EKS answers it (a deploy that bumps it is seen at the next sync)
@@ -415,6 +416,7 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
     parser.add_argument("--no-skip", action="store_true", help="never skip time nobody waits through")
     parser.add_argument("--infra-dir", type=Path, default=None)
     parser.add_argument("--no-workloads", action="store_true")
+    parser.add_argument("--pods-per-node", type=float, default=30.0, help="how densely the workloads fill members")
     parser.add_argument("--canaries", action="store_true", help="run each stage's canary runner as a process")
     parser.add_argument("--run-jobs", action="store_true", help="run the pods of the toolkit's own Jobs as processes")
     parser.add_argument("--seed", type=int, default=7)
@@ -423,7 +425,8 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     args.state_dir.mkdir(parents=True, exist_ok=True)
     server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner,
-                    prepare, canaries=args.canaries, skip=not args.no_skip, run_jobs=args.run_jobs)
+                    prepare, canaries=args.canaries, skip=not args.no_skip, run_jobs=args.run_jobs,
+                    pods_per_node=args.pods_per_node)
     try:
         server.start()
     except Exception as exc:

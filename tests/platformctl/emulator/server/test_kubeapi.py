@@ -98,6 +98,43 @@ def test_limit_and_continue_page_through_every_pod_once(api: Api, client: Client
     assert status_of(client.get(f"{S}/api/v1/pods", query_string={"continue": "garbage!"})) == (400, "BadRequest")
 
 
+def test_the_pages_of_a_list_are_the_list_as_it_was_at_its_first_page(api: Api, client: Client) -> None:
+    """As kube-apiserver reads a continued list from etcd at the first page's revision: a pod created after the first
+    page is not in the later pages, one deleted still is, and every page carries the first page's resourceVersion; a list
+    the server no longer keeps goes on from the token's key with the pods as they are now."""
+    def pages(first: dict[str, Any], between: Any = None) -> tuple[list[str], set[str]]:
+        names = [i["metadata"]["name"] for i in first["items"]]
+        versions = {first["metadata"]["resourceVersion"]}
+        token = first["metadata"]["continue"]
+        if between is not None:
+            between()
+        while token:
+            page = body(client.get(f"{R}/api/v1/namespaces/web/pods", query_string={"limit": "2", "continue": token}))
+            names += [i["metadata"]["name"] for i in page["items"]]
+            versions.add(page["metadata"]["resourceVersion"])
+            token = page["metadata"].get("continue", "")
+        return names, versions
+
+    before = sorted(p.name for p in api.rules.list_pods("web"))
+    assert len(before) > 2
+    first = body(client.get(f"{R}/api/v1/namespaces/web/pods", query_string={"limit": "2"}))
+
+    def change() -> None:
+        assert client.post(f"{R}/api/v1/namespaces/web/pods", json=_pod("zz-late")).status_code == 201
+        gone = client.delete(f"{R}/api/v1/namespaces/web/pods/{before[-1]}", query_string={"gracePeriodSeconds": "0"})
+        assert gone.status_code == 200
+
+    names, versions = pages(first, change)
+    assert names == before and versions == {first["metadata"]["resourceVersion"]}
+    now = sorted(p.name for p in api.rules.list_pods("web"))
+    assert "zz-late" in now and before[-1] not in now
+    api.app.pages = type(api.app.pages)()  # the server forgot the list (or restarted): the rest as it is now
+    first = body(client.get(f"{R}/api/v1/namespaces/web/pods", query_string={"limit": "2"}))
+    api.app.pages = type(api.app.pages)()
+    names, _ = pages(first)
+    assert names == now
+
+
 def test_kubectl_tables_carry_the_api_servers_columns(api: Api, client: Client) -> None:
     nodes = body(client.get(f"{S}/api/v1/nodes", headers=TABLE))
     assert nodes["kind"] == "Table"

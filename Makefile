@@ -60,6 +60,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/rotate_run.py
 	$(BIN)/python benchmarks/rotate_faults.py
 	$(BIN)/python benchmarks/live_memory.py
+	$(BIN)/python benchmarks/rotate_run_memory.py
 	$(BIN)/python benchmarks/judge_aa.py
 	$(BIN)/python benchmarks/canary_detect.py
 	$(BIN)/python benchmarks/dashboard.py

@@ -14,13 +14,15 @@ from typing import Any
 
 import pytest
 
+from platformctl.kernel.cluster.model import LABEL_NODE_TYPE
 from platformctl.kernel.topology import load_stage
-from tests.process import region_fixture, run
+from tests.process import get, region_fixture, run
 
 KUBECTL = shutil.which("kubectl")
 
 
-region = region_fixture()
+DENSITY = 20  # `local up --pods-per-node`: the synthetic workloads' pods on each general node (30 unless asked)
+region = region_fixture("--pods-per-node", str(DENSITY))
 
 
 def test_status_names_the_endpoints_the_clusters_and_the_virtual_time(region: dict[str, Any]) -> None:
@@ -33,6 +35,12 @@ def test_status_names_the_endpoints_the_clusters_and_the_virtual_time(region: di
     # Each cluster has an endpoint of its own, as EKS gives it: its paths are the API server's own.
     servers = [c["server"] for c in status["clusters"]]
     assert len(set(servers)) == len(servers) and all("/clusters/" not in s for s in servers)
+    # --pods-per-node: the teams' services fill each general node of a member cluster as densely as asked
+    member = status["clusters"][1]["name"]
+    general = [n for n in get(region, f"/clusters/{member}/api/v1/nodes")["items"]
+               if n["metadata"]["labels"].get(LABEL_NODE_TYPE) == "general"]
+    teams = [p for p in get(region, f"/clusters/{member}/api/v1/pods")["items"] if p["metadata"]["namespace"].startswith("team-")]
+    assert general and len(teams) == DENSITY * len(general)
 
 
 def test_a_second_up_reports_the_running_region(region: dict[str, Any]) -> None:

@@ -5,8 +5,9 @@ created or deleted between pages does not shift the rest (an offset would skip o
 order than by key (events) page by offset. The token carries the resource version of the list's first page, and the
 pages after it are read from the list as it was then (kube-apiserver reads them from etcd at that revision), kept for the
 last few lists in flight: a page then costs its own objects, not a listing and sorting of all 120,000 pods, and a
-client's pages are one consistent list. A token whose list is no longer kept is answered from the objects as they are
-now, from the key it names on.
+client's pages are one consistent list. A token whose list is no longer kept (the server restarted, or more lists were
+paged at once than it keeps) is ``410 Expired``, as kube-apiserver answers a continue whose revision etcd has compacted:
+the client lists again from the start.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from platformctl.kernel.cluster.apiobjects import bad_request
+from platformctl.kernel.cluster.apiobjects import ApiError, bad_request
+
+EXPIRED = ("The provided continue parameter is too old to display a consistent list result. You can start a new list "
+           "without the continue parameter.")  # kube-apiserver's words
 
 Listing = tuple[list[Any], Callable[[Any], Any]]  # the objects in order, and each one's key
 
@@ -33,8 +37,9 @@ class Pages:
     def page(self, scope: tuple[Hashable, ...], listing: Callable[[], Listing], args: Mapping[str, str],
              rv: str) -> tuple[list[Any], str, str]:
         """The objects of the page ``args`` asks for (``limit``, ``continue``) of the list ``scope`` names (the cluster,
-        the kind, the namespace and the selectors), ``listing`` giving the objects as they are now; with the list's
-        resource version and the token of the next page ("" after the last)."""
+        the kind, the namespace and the selectors), ``listing`` giving the objects as they are now (for a first page);
+        with the list's resource version and the token of the next page ("" after the last). A continue of a list not
+        kept is ``410 Expired``."""
         token = args.get("continue")
         parsed: dict[str, Any] = {}
         if token:
@@ -48,6 +53,8 @@ class Pages:
         if kept is not None:
             objects, keys, keyed = kept
             rv = str(parsed["rv"])
+        elif token:
+            raise ApiError(410, "Expired", EXPIRED)
         else:
             objects, key = listing()
             keys = [key(o) for o in objects]

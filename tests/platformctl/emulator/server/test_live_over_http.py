@@ -46,6 +46,34 @@ def test_reads_match_the_simulator(served: Served) -> None:
     assert json.loads(json.dumps(live.snapshot())) == sim.snapshot()
 
 
+def test_a_paged_list_whose_continue_expired_is_read_again_from_the_start(served: Served) -> None:
+    """The server forgets a list between two of its pages (as kube-apiserver does once etcd has compacted the
+    revision): the continue is 410 Expired, and the adapter lists again from the first page, every pod once; a server
+    that never honours a continue is one error naming the list, not a loop."""
+    from platformctl.emulator.server.paging import Pages
+    from platformctl.kernel.errors import ApiRefused
+
+    class ForgetsOnce(Pages):
+        forgotten = 0
+
+        def page(self, scope, listing, args, rv):  # type: ignore[no-untyped-def]
+            if args.get("continue") and not self.forgotten:
+                self.forgotten += 1
+                self._lists.clear()
+            return super().page(scope, listing, args, rv)
+
+    served.app.pages = ForgetsOnce()
+    live = LiveCluster.from_kubeconfig(str(served.kubeconfig), context="synth")
+    live.page = 7
+    pods = live.list_pods()
+    assert served.app.pages.forgotten == 1
+    assert sorted(p.key for p in pods) == sorted(p.key for p in served.synth.list_pods()) and len(pods) > 14
+    served.app.pages = Pages(keep=0)  # keeps no list: every continue is 410
+    with pytest.raises(ApiRefused, match="kept answering 410 Gone to the pages of pods") as refused:
+        live.list_pods()
+    assert refused.value.status == 410
+
+
 def test_cordon_and_evictions_reach_the_cluster(served: Served) -> None:
     live = _live(served, "rules")
     sim = served.rules

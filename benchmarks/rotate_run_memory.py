@@ -51,6 +51,8 @@ def shrunk_stack(infra: Path, nodes: int) -> str:
     member = topology["memberClusters"][0]
     topology["memberClusters"] = [member]
     others = sum(p["desiredSize"] for p in member["nodePools"] if p["name"] != "general")
+    if nodes - others < 1:
+        raise SystemExit(f"--nodes {nodes}: the cluster's other pools have {others} nodes, the general pool needs one more")
     general = next(p for p in member["nodePools"] if p["name"] == "general")
     general.update(minSize=nodes - others, desiredSize=nodes - others, maxSize=nodes - others + 100)
     path.write_text(yaml.safe_dump(stack, sort_keys=False))

@@ -34,7 +34,7 @@ from e2e_canary.measure import Startup, startup
 from e2e_canary.results import Metrics, Observation, Outcome
 from platformctl.kernel.clock import Clock, past, synced_now, wait_for_change
 from platformctl.kernel.cluster.interface import Cluster
-from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Node, Pod
+from platformctl.kernel.cluster.model import LABEL_NODEGROUP, Node, Pod
 from platformctl.kernel.errors import ApiRefused, NotFoundError
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject, JSONValue, array, mapping, to_int
 
@@ -416,7 +416,7 @@ def daemon(check: Check) -> list[Observation]:
     startups = {p.node_name: seen.get(p.name) for p in check.pods(selector)}
     rows: list[Observation] = []
     for node_name, node in sorted(expected.items()):
-        zone, pool, image = node.zone, node.labels.get(LABEL_NODEGROUP), node.labels.get(LABEL_NODEGROUP_IMAGE)
+        zone, pool, image = node.zone, node.labels.get(LABEL_NODEGROUP), node.image
         if node_name in ready_at:
             latency = startups.get(node_name)
             rows.append(Observation("ok", "", {**({"pod_startup_seconds": latency} if latency is not None else {}),

@@ -27,7 +27,7 @@ from e2e_canary.measure import NotStarted, Startup, startup
 from e2e_canary.results import RETENTION_SECONDS, CanaryResult, Metrics, Observation, Outcome, keep
 from platformctl.kernel.clock import past, synced_now, wait_for_change
 from platformctl.kernel.cluster.interface import Cluster
-from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Container, Pod, Toleration
+from platformctl.kernel.cluster.model import LABEL_IMAGE, LABEL_NODEGROUP, Container, Pod, Toleration, image_label_of
 from platformctl.kernel.errors import ApiRefused, PlatformError
 from platformctl.kernel.state import StateStore
 
@@ -62,6 +62,7 @@ class PoolArm:
     image: str
     zone: str | None
     nodes: int
+    image_label: str = LABEL_IMAGE  # the label the arm's nodes name their image by (a managed group's is EKS's)
 
 
 @dataclass
@@ -100,10 +101,11 @@ class Runner:
     def arms(self) -> list[PoolArm]:
         found: dict[tuple[str, str], PoolArm] = {}
         for node in self.cluster.list_nodes():
-            pool, image = node.labels.get(LABEL_NODEGROUP), node.labels.get(LABEL_NODEGROUP_IMAGE)
-            if pool is None or image is None or node.unschedulable or not node.ready:
+            pool, key = node.labels.get(LABEL_NODEGROUP), image_label_of(node.labels)
+            if pool is None or key is None or node.unschedulable or not node.ready:
                 continue  # a cordoned or broken node is the rotation's or remediation's: no user can land there
-            arm = found.setdefault((pool, image), PoolArm(pool, image, node.zone, 0))
+            image = node.labels[key]
+            arm = found.setdefault((pool, image), PoolArm(pool, image, node.zone, 0, key))
             arm.nodes += 1
         return [found[k] for k in sorted(found)]
 
@@ -163,7 +165,7 @@ class Runner:
         requests = canary.resources.requests()
         name = f"{arm.pool}-{arm.image.removeprefix('ami-')[-8:]}-{i}{'-r' if retry else ''}"
         return Pod(namespace, name, str(uuid.uuid4()), labels={LABEL: canary.name, ATTEMPT_LABEL: attempt, "arm-pool": arm.pool},
-                   annotations=dict(SIM_START), node_selector={LABEL_NODEGROUP: arm.pool, LABEL_NODEGROUP_IMAGE: arm.image},
+                   annotations=dict(SIM_START), node_selector={LABEL_NODEGROUP: arm.pool, arm.image_label: arm.image},
                    tolerations=(Toleration(operator="Exists", effect="NoSchedule"),
                                 Toleration(operator="Exists", effect="PreferNoSchedule")),
                    containers=(Container("probe", canary.pod_image, requests),), requests=requests, grace_seconds=0)

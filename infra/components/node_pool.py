@@ -2,7 +2,8 @@
 
 The launch template requires IMDSv2 with a hop limit of 1 (pods cannot reach the node's
 credentials), encrypts the root volume, and boots the pool's image with a ``nodeadm`` NodeConfig
-that joins the cluster with the pool's labels and taints. The group spreads over exactly the
+that joins the cluster with the pool's labels and taints, and the image's id as a label
+(``platformctl.io/image``: EKS labels only managed node groups' nodes with theirs). The group spreads over exactly the
 subnets it is given: a member cluster passes its one zone's subnet, so its nodes never leave the
 cluster's failure domain. Its desired capacity is left to the autoscaler and the upgrade service
 after creation (``ignore_changes``). The group launches ``$Latest`` of its template: a new image
@@ -13,41 +14,33 @@ so there is no instance refresh here.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping, Sequence
 
 import pulumi
 import pulumi_aws as aws
-import yaml
 
 from infra.components.common import CLUSTER_TAG, NODE_TYPE_TAG, POOL_TAG, ZONE_TAG, child, tags
+from platformctl.kernel.cluster.model import Taint
+from platformctl.kernel.nodeadm import registration_labels, render_user_data
 from platformctl.kernel.topology import NodePool as PoolSpec
 
 ROOT_DEVICE = "/dev/xvda"
 ROOT_VOLUME_GIB = {"system": 50, "general": 100, "ml": 200, "custom": 100}
 
 
-def node_labels(cluster: str, pool: PoolSpec) -> dict[str, str]:
-    """The labels the kubelet registers the node with (EKS's own nodegroup label included, as the
-    rest of the toolkit reads pools by it)."""
-    return {"eks.amazonaws.com/nodegroup": pool.name, "platformctl.io/node-pool": pool.name,
-            "platformctl.io/node-type": pool.node_type, "platformctl.io/cluster": cluster, **pool.labels}
+def node_labels(cluster: str, pool: PoolSpec, image_id: str) -> dict[str, str]:
+    """The labels the kubelet registers the node with. A self-managed group's nodes carry nothing else of EKS's (it
+    labels only managed node groups' nodes), so the pool (under EKS's own key, as the toolkit reads pools by it) and
+    the image this version boots are written here, and the toolkit reads them."""
+    return registration_labels(cluster, pool.name, pool.node_type, image_id, pool.labels)
 
 
-def user_data(cluster: str, endpoint: str, certificate_authority: str, service_cidr: str, pool: PoolSpec) -> str:
+def user_data(cluster: str, endpoint: str, certificate_authority: str, service_cidr: str, pool: PoolSpec,
+              image_id: str) -> str:
     """A MIME multi-part document with the AL2023 ``nodeadm`` NodeConfig, base64 encoded as EC2 wants it."""
-    labels = ",".join(f"{k}={v}" for k, v in sorted(node_labels(cluster, pool).items()))
-    flags = [f"--node-labels={labels}"]
-    if pool.taints:
-        flags.append("--register-with-taints=" + ",".join(f"{t.key}={t.value}:{t.effect}" for t in pool.taints))
-    config = {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": {
-        "cluster": {"name": cluster, "apiServerEndpoint": endpoint, "certificateAuthority": certificate_authority,
-                    "cidr": service_cidr},
-        "kubelet": {"flags": flags},
-    }}
-    text = ("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n--//\n"
-            "Content-Type: application/node.eks.aws\n\n" + yaml.safe_dump(config, sort_keys=False) + "--//--\n")
-    return base64.b64encode(text.encode()).decode()
+    return render_user_data(cluster, endpoint, certificate_authority, service_cidr,
+                            node_labels(cluster, pool, image_id),
+                            [Taint(t.key, t.value, t.effect) for t in pool.taints])
 
 
 SUSPENDED_PROCESSES = ("AZRebalance",)  # on every group the toolkit rotates
@@ -69,7 +62,7 @@ class NodePool(pulumi.ComponentResource):
             f"kubernetes.io/cluster/{cluster}": "owned",
         })
         data = pulumi.Output.all(endpoint, certificate_authority, service_cidr).apply(
-            lambda a: user_data(cluster, a[0], a[1], a[2], pool))
+            lambda a: user_data(cluster, a[0], a[1], a[2], pool, image_id))
         template = aws.ec2.LaunchTemplate(
             name, name=name, image_id=image_id, instance_type=pool.instance_type, user_data=data,
             update_default_version=True, ebs_optimized="true",

@@ -27,11 +27,11 @@ from platformctl.emulator.simulator import SimulatedCluster, build_node
 from platformctl.emulator.synthetic import WorkloadSummary, populate
 from platformctl.kernel import aws
 from platformctl.kernel.clock import VirtualClock
-from platformctl.kernel.cluster.model import Taint
 from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, current, using
 from platformctl.kernel.errors import NotFoundError, PlatformError
 from platformctl.kernel.humanize import parse_duration
 from platformctl.kernel.instance_types import INSTANCE_TYPES
+from platformctl.kernel.nodeadm import NodeConfig, WontJoin, read_user_data
 from platformctl.kernel.topology import HostCluster, NodePool, Stage
 
 
@@ -96,7 +96,9 @@ class LocalRegion:
         self._no_join: dict[str, int] = {}  # auto scaling group -> how many of its next instances never join
         # Each cluster's control plane version, as EKS answers it (read again at every sync: a deploy upgrades it).
         self.kubernetes_versions: dict[str, str] = {}
-        self._never_joined: set[str] = set()  # instances that booted and never registered a node
+        # Instances that booted and never registered a node -> why (their user data, their image, a fault).
+        self._never_joined: dict[str, str] = {}
+        self._configs: dict[str, NodeConfig | WontJoin] = {}  # user data -> what nodeadm makes of it
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -201,10 +203,10 @@ class LocalRegion:
                 continue
             if self._no_join.get(binding.asg_name, 0) > 0:  # its bootstrap fails: the kubelet never registers
                 self._no_join[binding.asg_name] -= 1
-                self._never_joined.add(instance_id)
+                self._never_joined[instance_id] = "instance-no-join fault"
                 continue
             missing.append(instance_id)
-        self._never_joined &= set(in_groups)
+        self._never_joined = {i: why for i, why in self._never_joined.items() if i in in_groups}
         for instance_id, (cluster, node) in self._nodes_by_instance.items():
             sim = self.clusters[cluster]
             try:
@@ -228,23 +230,47 @@ class LocalRegion:
                 pass
 
     def _register(self, binding: PoolBinding, inst: dict[str, Any], registered: set[tuple[str, str]]) -> None:
+        """The kubelet of a new instance registers its node, with what the instance's user data asks for (nodeadm's
+        NodeConfig: the cluster, ``--node-labels``, ``--register-with-taints``) and the kubelet's own labels; an
+        instance whose user data or image would not bring up a kubelet that joins never becomes a node."""
         pool = binding.pool
         name = inst.get("PrivateDnsName") or f"{inst['InstanceId']}.{self.stage.region}.compute.internal"
         zone = inst["Placement"]["AvailabilityZone"]
-        rejoin = (binding.cluster, name) in registered
         if inst.get("InstanceType") not in INSTANCE_TYPES:
             raise PlatformError(
                 f"instance {inst['InstanceId']} has instance type {inst.get('InstanceType')!r}, which platformctl does not know",
                 file=f"auto scaling group {binding.asg_name}", field="LaunchTemplate.InstanceType",
             )
+        try:
+            config = self._node_config(inst["InstanceId"])
+            if config.cluster not in self.clusters:
+                raise WontJoin(f"its NodeConfig names cluster {config.cluster!r}, which is not in this region")
+        except WontJoin as exc:
+            self._never_joined[inst["InstanceId"]] = str(exc)
+            return
+        rejoin = (config.cluster, name) in registered
         node = build_node(
-            name=name, zone=zone, region=self.stage.region, instance_type=inst["InstanceType"], pool=pool.name, image=inst["ImageId"],
-            instance_id=inst["InstanceId"], node_type=pool.node_type, labels=pool.labels,
-            taints=[Taint(t.key, t.value, t.effect) for t in pool.taints], created=self.clock.now(),
-            kubelet_version=self.kubernetes_versions.get(binding.cluster, ""),
+            name=name, zone=zone, region=self.stage.region, instance_type=inst["InstanceType"],
+            instance_id=inst["InstanceId"], labels=config.labels, taints=config.taints, created=self.clock.now(),
+            kubelet_version=self.kubernetes_versions.get(config.cluster, ""),
         )
-        self.clusters[binding.cluster].add_node(node, ready_after=30.0 if rejoin else float(pool.boot_seconds))
-        self._nodes_by_instance[inst["InstanceId"]] = (binding.cluster, name)
+        self.clusters[config.cluster].add_node(node, ready_after=30.0 if rejoin else float(pool.boot_seconds))
+        self._nodes_by_instance[inst["InstanceId"]] = (config.cluster, name)
+
+    def _node_config(self, instance_id: str) -> NodeConfig:
+        """What nodeadm reads from the instance's user data (EC2 serves it to the instance as its launch template
+        version gave it); parsed once per distinct user data."""
+        raw = self.ec2().describe_instance_attribute(InstanceId=instance_id, Attribute="userData").get("UserData", {})
+        data = str(raw.get("Value") or "")
+        if data not in self._configs:
+            try:
+                self._configs[data] = read_user_data(data)
+            except WontJoin as exc:
+                self._configs[data] = exc
+        found = self._configs[data]
+        if isinstance(found, WontJoin):
+            raise found
+        return found
 
     # ------------------------------------------------------------------ faults
 

@@ -1,5 +1,6 @@
-"""What the local region's AWS (moto 5.2.5) lacks and platformctl calls: AMI deprecation, and user
-data in new launch template versions.
+"""What the local region's AWS (moto 5.2.5) lacks and platformctl calls: AMI deprecation, user data in new
+launch template versions, and Auto Scaling's launches of images that exist only (with the scaling activities
+that say so).
 
 EC2's ``EnableImageDeprecation`` / ``DisableImageDeprecation`` are not implemented in moto (its
 EC2 responses raise ``NotImplementedError``), and ``ami prune`` deprecates every image before it
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -136,6 +138,76 @@ def _known_instance(terminate: Any) -> Any:
     return checked
 
 
+_now: Any = None  # the region's clock (epoch seconds), once use_clock has set it; wall time before
+ACTIVITIES_KEPT = 100  # a group's newest scaling activities, as DescribeScalingActivities pages them
+
+
+def _stamp() -> datetime:
+    import time
+
+    return datetime.fromtimestamp(_now() if _now is not None else time.time(), UTC)
+
+
+def _record(group: Any, activity: dict[str, Any]) -> None:
+    kept = group.__dict__.setdefault("platformctl_activities", [])
+    kept.insert(0, activity)
+    del kept[ACTIVITIES_KEPT:]
+
+
+def _launching_held_images(replace: Any) -> Any:
+    """Auto Scaling launches only an image EC2 holds: a launch template whose image does not exist fails each launch
+    as a *scaling activity* (``StatusCode: Failed``, ``StatusMessage: The image id '[ami-…]' does not exist. Launching
+    EC2 instance failed.``) while the API call that asked for capacity succeeds; moto launches whatever id it is given.
+    Each launch, failed or successful, is an activity ``DescribeScalingActivities`` answers, newest first."""
+
+    def launching(self: Any, count_needed: int, propagated_tags: dict[str, str]) -> Any:
+        image = self.image_id
+        before = {s.instance.id for s in self.instance_states}
+        cause = (f"At {_stamp():%Y-%m-%dT%H:%M:%SZ} an instance was started in response to a difference between desired "
+                 f"and actual capacity, increasing the capacity from {len(before)} to {len(before) + count_needed}.")
+        if image and image not in self.autoscaling_backend.ec2_backend.amis:
+            message = f"The image id '[{image}]' does not exist. Launching EC2 instance failed."
+            _record(self, {"ActivityId": str(uuid.uuid4()), "AutoScalingGroupName": self.name,
+                           "Description": f"Launching a new EC2 instance.  Status Reason: {message}", "Cause": cause,
+                           "StartTime": _stamp(), "EndTime": _stamp(), "StatusCode": "Failed", "StatusMessage": message,
+                           "Progress": 100, "Details": "{}"})
+            return None
+        out = replace(self, count_needed, propagated_tags)
+        for state in self.instance_states:
+            if state.instance.id not in before:
+                _record(self, {"ActivityId": str(uuid.uuid4()), "AutoScalingGroupName": self.name,
+                               "Description": f"Launching a new EC2 instance: {state.instance.id}", "Cause": cause,
+                               "StartTime": _stamp(), "EndTime": _stamp(), "StatusCode": "Successful", "Progress": 100,
+                               "Details": "{}"})
+        return out
+
+    launching.platformctl_patched = True  # type: ignore[attr-defined]
+    return launching
+
+
+def _describe_scaling_activities(self: Any) -> Any:
+    """A group's activities, newest first, paged by ``MaxRecords`` (default 100) and ``NextToken``."""
+    from moto.autoscaling.exceptions import ValidationError
+    from moto.core.responses import ActionResult
+
+    names = [self._get_param("AutoScalingGroupName")] if self._get_param("AutoScalingGroupName") else \
+        list(self.autoscaling_backend.autoscaling_groups)
+    found = []
+    for name in names:
+        group = self.autoscaling_backend.autoscaling_groups.get(name)
+        if group is not None:
+            found += group.__dict__.get("platformctl_activities", [])
+    limit = self._get_int_param("MaxRecords") or 100
+    if not 1 <= limit <= 100:
+        raise ValidationError("MaxRecords must be between 1 and 100")
+    start = int(self._get_param("NextToken") or 0)
+    page = found[start:start + limit]
+    result: dict[str, Any] = {"Activities": page}
+    if start + limit < len(found):
+        result["NextToken"] = str(start + limit)
+    return ActionResult(result)
+
+
 _TAGS = threading.RLock()
 
 
@@ -165,6 +237,15 @@ def install() -> None:
     terminate = AutoScalingResponse.terminate_instance_in_auto_scaling_group
     if not getattr(terminate, "platformctl_patched", False):
         AutoScalingResponse.terminate_instance_in_auto_scaling_group = _known_instance(terminate)
+
+    from moto.autoscaling.models import FakeAutoScalingGroup
+
+    replace = FakeAutoScalingGroup.replace_autoscaling_group_instances
+    if not getattr(replace, "platformctl_patched", False):
+        FakeAutoScalingGroup.replace_autoscaling_group_instances = _launching_held_images(replace)
+    if not getattr(AutoScalingResponse.describe_scaling_activities, "platformctl_patched", False):
+        _describe_scaling_activities.platformctl_patched = True  # type: ignore[attr-defined]
+        AutoScalingResponse.describe_scaling_activities = _describe_scaling_activities
 
     if not getattr(LaunchTemplate.create_version, "platformctl_patched", False):
         LaunchTemplate.create_version = _parsing_user_data(LaunchTemplate.create_version)
@@ -196,6 +277,9 @@ def use_clock(now: Any) -> None:
     time, so that an instance's age reads the same in EC2 as its node's in Kubernetes (moto stamps wall time,
     which in a region running at 300 times wall time would make every instance look brand new)."""
     import moto.ec2.models.instances as instances
+
+    global _now
+    _now = now
 
     def virtual_utcnow() -> datetime:
         return datetime.fromtimestamp(now(), UTC).replace(tzinfo=None)  # naive UTC, as moto's own

@@ -64,6 +64,12 @@ class SimulatedNodeGroups:
         self._pool(group)
         return [Member(n.instance_id or n.name, "InService", n.created, n.zone) for n in self.sim.pool_nodes(group)]
 
+    def failed_launches(self, group: str, since: float) -> list[str]:
+        """None: a pure simulation's pool launches whatever image it is given (the local region's Auto Scaling, behind
+        ``AutoScalingNodeGroups``, refuses an image EC2 does not hold)."""
+        self._pool(group)
+        return []
+
     def booted(self, images: Sequence[str]) -> Booted:
         """The simulator's nodes on those images. A pure simulation forgets a node once its instance is gone, so this
         is what runs them now, not everything that ever did (no builders: nothing builds images here)."""

@@ -106,7 +106,7 @@ class SimulatedCluster:
         self._pods = PodRoom(self._world, self._budgets, self._scheduler)
         self._eviction = Eviction(self._world, self._budgets, self._pods)
         self._nodes = NodeRoom(self._world, self._pods, self._scheduler)
-        self._pools = PoolRoom(self._world, self._nodes)
+        self._pools = PoolRoom(self._world, self._nodes, name)
         # The share of creates (or, with verbs "all", of every request but a watch) the simulated API server answers
         # 503 (`local fault api-errors`).
         self.api_error_rate = 0.0

@@ -105,7 +105,8 @@ class WaveState:
 
 FIRST_LIGHT_KEY = "platformctl.io/first-light"  # the taint that keeps every pod but the canaries' off a first-light node
 # The halts a judged first light ends with (``Halted.reason``): a run continued after one of them lights again.
-FIRST_LIGHT_HALTS = frozenset({"first-light-fail", "first-light-inconclusive", "first-light-not-ready"})
+FIRST_LIGHT_HALTS = frozenset({"first-light-fail", "first-light-inconclusive", "first-light-not-ready",
+                               "first-light-launch-failed"})
 
 
 @dataclass

@@ -365,7 +365,7 @@ def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> Clus
             continue
         pools_present.add(pool)
         target = policy.target_for(pool)
-        current = node.labels.get(policy.image_label)
+        current = policy.image_of(node.labels)
         if target is None or current == target:
             continue
         outdated[node.name] = NodeDisruption(node, pool, zone, current, target, policy.boot_seconds(pool))

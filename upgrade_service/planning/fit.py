@@ -33,7 +33,7 @@ from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from platformctl.kernel.cluster.model import LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, Node, Pod, Resources, Snapshot, Taint
+from platformctl.kernel.cluster.model import LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, Node, Pod, Resources, Snapshot, Taint, image_label_of
 from platformctl.kernel.cluster.scheduling import Placement
 from platformctl.kernel.instance_types import INSTANCE_TYPES
 from platformctl.kernel.nodegroups import GroupState
@@ -86,13 +86,13 @@ def templates_from(snapshot: Snapshot, policy: RotationPolicy, instance_types: M
         pool = node.labels.get(policy.pool_label)
         if pool not in targets:
             continue
-        rank = (node.labels.get(policy.image_label) != targets[pool], not node.ready, node.name)
+        rank = (policy.image_of(node.labels) != targets[pool], not node.ready, node.name)
         if pool not in best or rank < best[pool][0]:
             best[pool] = (rank, node)
     out = {}
     for pool, (_, node) in best.items():
         labels = {k: v for k, v in node.labels.items() if k != LABEL_HOSTNAME}
-        labels[policy.image_label] = targets[pool]
+        labels[image_label_of(labels, policy.image_labels) or policy.image_labels[0]] = targets[pool]
         allocatable, max_pods, source = node.allocatable, node.max_pods, f"node {node.name}"
         wanted = (instance_types or {}).get(pool)
         itype = INSTANCE_TYPES.get(wanted) if wanted else None

@@ -10,6 +10,7 @@ an operator's ``workloadRules`` entry that matches a pod takes precedence over t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,7 +18,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from platformctl.kernel.cluster.model import LABEL_NODEGROUP, LABEL_NODEGROUP_IMAGE, Pod
+from platformctl.kernel.cluster.model import IMAGE_LABELS, LABEL_NODEGROUP, Pod, image_of
 from platformctl.kernel.cluster.selectors import LabelSelector
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
@@ -122,8 +123,10 @@ class RotationPolicy(_Value):
     """Names the plan; a stage plan needs none."""
     pool_label: str = LABEL_NODEGROUP
     """The node label that names a node's pool."""
-    image_label: str = LABEL_NODEGROUP_IMAGE
-    """The node label that names the image a node booted."""
+    image_label: str | None = None
+    """The node label that names the image a node booted. Left out: ``platformctl.io/image`` (the Pulumi program
+    writes it into each launch template version's user data), else ``eks.amazonaws.com/nodegroup-image`` (which EKS
+    sets on managed node groups' nodes only)."""
     targets: dict[str, str] | None = None
     """Pool -> image; only these pools rotate. Left out: every pool rotates onto what its auto scaling group's launch
     template boots now (a plan from a snapshot needs targets)."""
@@ -200,6 +203,15 @@ class RotationPolicy(_Value):
     def with_targets(self, targets: dict[str, str]) -> RotationPolicy:
         """This policy rotating exactly ``targets`` (the executor resolves them from launch templates)."""
         return self.model_copy(update={"targets": dict(targets)})
+
+    @property
+    def image_labels(self) -> tuple[str, ...]:
+        """Where a node's image is read, first found wins."""
+        return (self.image_label,) if self.image_label else IMAGE_LABELS
+
+    def image_of(self, labels: Mapping[str, str]) -> str | None:
+        """The image a node booted, by its labels."""
+        return image_of(labels, self.image_labels)
 
     def target_for(self, pool: str) -> str | None:
         return (self.targets or {}).get(pool)

@@ -70,7 +70,7 @@ from upgrade_service.running.gate import Question, ask
 from upgrade_service.running.overlap import carried, out_of_service, why_wait
 from upgrade_service.running.pacing import MutationPacer
 from upgrade_service.running.pods_back import ApiBack, BudgetsBack, WorkloadsBack
-from upgrade_service.running.replacement import NodeReplacer
+from upgrade_service.running.replacement import Missing, NodeReplacer
 from upgrade_service.running.report import build_report
 from upgrade_service.running.run_types import (
     EXIT_DONE,
@@ -186,7 +186,7 @@ class Executor:
                 warnings.append(f"{node.name} is left to remediation: {held[node.name]}")
                 continue
             pool = node.labels.get(policy.pool_label)
-            if pool in targets and node.labels.get(policy.image_label) != targets[pool]:
+            if pool in targets and policy.image_of(node.labels) != targets[pool]:
                 if node.name not in group_of:
                     unmanaged.append(node.name)
                     continue
@@ -534,7 +534,7 @@ class Executor:
                 for name in nodes:  # nothing was drained: give the nodes back until the run goes on
                     if name in wave.cordoned:
                         self.replacer.uncordon(name, wave=number)
-                raise Halt("new-node-not-ready", f"wave {number}: {missing}")
+                raise Halt(missing.code, f"wave {number}: {missing}")
             self.journal.append(Phase(number, j.NEW_NODES_READY))
         # 3. drain
         if j.DRAIN_DONE not in wave.phases:
@@ -581,7 +581,7 @@ class Executor:
             if missing and not wait:
                 return False
             if missing:
-                raise Halt("new-node-not-ready", f"wave {number}: {missing}")
+                raise Halt(missing.code, f"wave {number}: {missing}")
             self.journal.append(Phase(number, j.REPLACEMENTS_READY))
         lingering = self._wait_gone([n for n in nodes if info.instances[n] in wave.terminated], patience)
         if lingering and not wait:
@@ -625,7 +625,7 @@ class Executor:
         group = info.group_of(name)
         self.replacer.terminate(name, instance, group, wave.decrements(name), wave=wave.number)
 
-    def _wait_new_nodes(self, wave: WaveState, expected: dict[str, int], timeout: float | None = None) -> str | None:
+    def _wait_new_nodes(self, wave: WaveState, expected: dict[str, int], timeout: float | None = None) -> Missing | None:
         """Wait until each group has ``expected`` Ready nodes on its target image that were not its members when the
         wave started, and the nodes an earlier wave raised ahead for it (absorbed) are Ready too: counted as new since
         that wave began, with its own. Returns what is missing after ``nodeReadyTimeoutSeconds``, or None."""
@@ -640,8 +640,9 @@ class Executor:
                 wanted[g] = (frozenset(since.members), share.image, since.surge + since.ahead + n)
             elif n:
                 wanted[g] = (frozenset(share.members), share.image, n)
-        return self.replacer.wait_new_nodes(wanted, self.policy.image_label,
-                                            self.policy.node_ready_timeout_seconds if timeout is None else timeout)
+        return self.replacer.wait_new_nodes(wanted, self.policy.image_of,
+                                            self.policy.node_ready_timeout_seconds if timeout is None else timeout,
+                                            since=wave.started.at or None)
 
     def _wait_gone(self, names: list[str], timeout: float | None = None) -> list[str]:
         return self.replacer.wait_gone(names, self.policy.node_ready_timeout_seconds if timeout is None else timeout,

@@ -84,7 +84,7 @@ class FirstLight:
         is one), but for a pool the last first light passed or left out (its group had no room) on the same image."""
         named = self.policy.first_light
         assert named is not None
-        label, image_label = self.policy.pool_label, self.policy.image_label
+        label, image_of = self.policy.pool_label, self.policy.image_of
         pools: dict[str, str] = {}
         for node in read.nodes:
             pool = node.labels.get(label)
@@ -92,7 +92,7 @@ class FirstLight:
                 pools[pool] = read.targets[pool]
         for node in read.nodes:
             pool = node.labels.get(label)
-            if pool in pools and node.labels.get(image_label) == pools[pool] and node.ready \
+            if pool in pools and image_of(node.labels) == pools[pool] and node.ready \
                     and not any(t.key == FIRST_LIGHT_KEY for t in node.taints):
                 del pools[pool]
         lit = self.journal.state.first_light
@@ -185,8 +185,8 @@ class FirstLight:
         """The pool's first-light node: the oldest node of its group that was not one of its instances before."""
         group, image = lit.started.pools[pool], lit.started.images[pool]
         before = set(lit.started.before.get(group, ()))
-        label, image_label = self.policy.pool_label, self.policy.image_label
-        candidates = [n for n in self.nodes.nodes() if n.labels.get(label) == pool and n.labels.get(image_label) == image
+        label, image_of = self.policy.pool_label, self.policy.image_of
+        candidates = [n for n in self.nodes.nodes() if n.labels.get(label) == pool and image_of(n.labels) == image
                       and n.instance_id and n.instance_id not in before]
         mine = self.replacer.groups_of(candidates)
         found = sorted((n for n in candidates if mine.get(n.name) == group), key=lambda n: (n.created or 0.0, n.name))
@@ -213,10 +213,15 @@ class FirstLight:
 
         self.show("first-light", "first light: waiting for " + ", ".join(
             f"one node of {p} on {lit.started.images[p]}" for p in lit.started.pools))
-        if self.replacer.wait(lit_up, deadline, "wait:first-light", self.nodes):
+        ok, failed = self.replacer.wait_launching(lit_up, list(lit.started.pools.values()),
+                                                  lit.started.at or self.cluster.clock.now(), deadline,
+                                                  "wait:first-light")
+        if ok:
             return
         state = self.journal.state.first_light
         assert state is not None
+        if failed:
+            self._fail(state, "first-light-launch-failed", "first-light nodes could not launch: " + "; ".join(failed))
         missing = []
         for pool in state.started.pools:
             image, node = state.started.images[pool], self._fresh(state, pool)

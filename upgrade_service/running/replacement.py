@@ -16,18 +16,34 @@ cordon, surge, terminate and wait the same way, and their crash tests kill at th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from platformctl.kernel import failpoints
 from platformctl.kernel.clock import Clock, past
 from platformctl.kernel.cluster.informer import Informer
 from platformctl.kernel.cluster.interface import Cluster
-from platformctl.kernel.cluster.model import Node
+from platformctl.kernel.cluster.model import Node, image_of
 from platformctl.kernel.errors import NotFoundError
 from platformctl.kernel.nodegroups import NodeGroups
 from upgrade_service.journal.intents import Writes, journalled
 from upgrade_service.running.pacing import MutationPacer
+
+@dataclass(frozen=True)
+class Missing:
+    """New nodes that did not come: why (``launch-failed``: their group's launches failed; ``new-node-not-ready``:
+    none Ready on the image in time), and what is missing, said for a person."""
+
+    code: str
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+# How often a wait for new nodes reads their groups' scaling activities (a failed launch halts within about this).
+LAUNCH_LOOK_SECONDS = 30.0
 
 
 class NodeReplacer:
@@ -157,8 +173,8 @@ class NodeReplacer:
             if watch.wait(until, min(remaining if remaining > 0 else 1.0, self.poll)):
                 return True
 
-    def new_nodes(self, group: str, before: Collection[str], *, image: str | None = None, image_label: str = "",
-                  schedulable: bool = False) -> tuple[list[Node], list[Node]]:
+    def new_nodes(self, group: str, before: Collection[str], *, image: str | None = None,
+                  image_of: Callable[[Mapping[str, str]], str | None] = image_of, schedulable: bool = False) -> tuple[list[Node], list[Node]]:
         """The group's nodes whose instances were not among ``before``: (those Ready — on ``image`` when given, and
         not cordoned when ``schedulable`` — , the others)."""
         known = before if isinstance(before, set | frozenset) else frozenset(before)
@@ -173,7 +189,7 @@ class NodeReplacer:
             if instance and instance not in known:
                 fresh.append(n)
         def fit(n: Node) -> bool:
-            return n.ready and (image is None or n.labels.get(image_label) == image) and not (schedulable and n.unschedulable)
+            return n.ready and (image is None or image_of(n.labels) == image) and not (schedulable and n.unschedulable)
 
         # Only a node that would do is worth asking its group about; the others are named from what is known.
         group_of = {**self.groups_of([n for n in fresh if fit(n)]),
@@ -200,25 +216,55 @@ class NodeReplacer:
             return found[0]
         return None
 
-    def wait_new_nodes(self, expected: dict[str, tuple[frozenset[str], str | None, int]], image_label: str,
-                       timeout: float) -> str | None:
+    def wait_launching(self, until: Callable[[], bool], groups: Collection[str], since: float, deadline: float,
+                       failpoint: str) -> tuple[bool, list[str]]:
+        """``wait`` for nodes the groups launch, reading their scaling activities every ``LAUNCH_LOOK_SECONDS``: a
+        launch that failed since ``since`` (an image EC2 does not hold, a template it cannot use) ends the wait at once,
+        since every retry of the same template fails the same way. (True, []) when ``until()`` held; else (False, why
+        each launch failed, one line a group) — empty when the deadline passed with no failed launch."""
+        failed: list[str] = []
+        look = self.clock.now()
+
+        def done() -> bool:
+            nonlocal look
+            if until():
+                return True
+            if self.clock.now() >= look:
+                look = self.clock.now() + LAUNCH_LOOK_SECONDS
+                failed[:] = [f"launch failed in group {g}: {why[0]}" for g in sorted(groups)
+                             if (why := self.groups.failed_launches(g, since))]
+            return bool(failed)
+
+        if self.wait(done, deadline, failpoint, self.nodes) and not failed:
+            return True, []
+        return until(), list(failed)
+
+    def wait_new_nodes(self, expected: dict[str, tuple[frozenset[str], str | None, int]],
+                       image_of: Callable[[Mapping[str, str]], str | None], timeout: float,
+                       since: float | None = None) -> Missing | None:
         """Wait until each group (-> the instances it had before, the image, how many) has that many Ready nodes on
-        the image that were not among those instances. Returns what is missing after ``timeout``, or None."""
+        the image that were not among those instances. Returns what is missing after ``timeout``, or at once what made
+        a launch since ``since`` fail, or None."""
         deadline = self.clock.now() + timeout
 
         def short() -> list[str]:
             out = []
             for g, (before, image, want) in expected.items():
-                good, others = self.new_nodes(g, before, image=image, image_label=image_label)
+                good, others = self.new_nodes(g, before, image=image, image_of=image_of)
                 if len(good) < want:
-                    seen = [f"{n.name} ({'Ready' if n.ready else 'NotReady'}, image {n.labels.get(image_label)})" for n in others]
+                    seen = [f"{n.name} ({'Ready' if n.ready else 'NotReady'}, image {image_of(n.labels)})" for n in others]
                     out.append(f"group {g}: {len(good)} of {want} new nodes Ready on {image}"
                                + (f"; also {', '.join(seen[:3])}" if seen else ""))
             return out
 
-        if self.wait(lambda: not short(), deadline, "wait:new-nodes", self.nodes):
+        ok, failed = self.wait_launching(lambda: not short(), list(expected),
+                                         self.clock.now() if since is None else since, deadline, "wait:new-nodes")
+        if ok:
             return None
-        return f"new nodes not Ready on the target image within nodeReadyTimeoutSeconds {timeout:.0f}: " + "; ".join(short())
+        if failed:
+            return Missing("launch-failed", "; ".join(failed))
+        return Missing("new-node-not-ready", f"new nodes not Ready on the target image within nodeReadyTimeoutSeconds "
+                       f"{timeout:.0f}: " + "; ".join(short()))
 
     def wait_gone(self, names: list[str], timeout: float, show: Callable[[int], None]) -> list[str]:
         """Wait until the nodes of terminated instances are deregistered (the cloud's node controller deletes them), so

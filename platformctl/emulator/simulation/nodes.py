@@ -29,7 +29,7 @@ from platformctl.emulator.simulation.events import (
 from platformctl.emulator.simulation.pods import PodRoom
 from platformctl.emulator.simulation.scheduler import Scheduler
 from platformctl.emulator.simulation.world import NodeState, World
-from platformctl.kernel.cluster.model import LABEL_NODEGROUP_IMAGE, Node, NodeCondition, Taint
+from platformctl.kernel.cluster.model import Node, NodeCondition, Taint
 from platformctl.kernel.errors import NotFoundError, PlatformError
 
 # How the control plane treats a node whose kubelet stops: kube-controller-manager's
@@ -76,7 +76,7 @@ class NodeRoom:
             self.pool_counts[pool] = self.pool_counts.get(pool, 0) + 1
         self.scheduler.node_added(state)
         w.note("nodes", "ADDED", node)
-        w.record(NODE_ADDED, "", node.name, node.labels.get(LABEL_NODEGROUP_IMAGE))
+        w.record(NODE_ADDED, "", node.name, node.image)
         if ready_after is not None:
             w.clock.call_later(ready_after, self._node_ready, state)
         daemonset.node_added(self.pods, node)

@@ -1,8 +1,9 @@
 """Node pools of a pure simulation, kept at their desired size like auto scaling groups (the local region backs
-pools with moto's auto scaling groups instead), and the node EKS registers for an instance of one."""
+pools with moto's auto scaling groups instead), and the node the kubelet registers for an instance of one."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -12,9 +13,6 @@ from platformctl.emulator.simulation.world import World
 from platformctl.kernel.cluster.model import (
     LABEL_HOSTNAME,
     LABEL_INSTANCE_TYPE,
-    LABEL_NODE_TYPE,
-    LABEL_NODEGROUP,
-    LABEL_NODEGROUP_IMAGE,
     LABEL_ZONE,
     Node,
     Resources,
@@ -22,6 +20,7 @@ from platformctl.kernel.cluster.model import (
 )
 from platformctl.kernel.errors import NotFoundError, PlatformError
 from platformctl.kernel.instance_types import INSTANCE_TYPES
+from platformctl.kernel.nodeadm import registration_labels
 
 
 @dataclass
@@ -41,43 +40,42 @@ class NodePoolSpec:
     max_size: int | None = None  # None: no ceiling
 
 
+def kubelet_labels(name: str, zone: str, region: str, instance_type: str) -> dict[str, str]:
+    """The labels the kubelet (with the AWS cloud provider) sets on the node it registers, whatever its user data."""
+    arch = "arm64" if re.match(r"^[a-z]+\d+g", instance_type) else "amd64"  # Graviton: m7g, c6gn, r7gd
+    return {"kubernetes.io/arch": arch, "kubernetes.io/os": "linux", LABEL_HOSTNAME: name,
+            LABEL_INSTANCE_TYPE: instance_type, LABEL_ZONE: zone, "topology.kubernetes.io/region": region}
+
+
 def build_node(
     *,
     name: str,
     zone: str,
     region: str,
     instance_type: str,
-    pool: str,
-    image: str,
     instance_id: str,
-    node_type: str = "general",
     labels: Mapping[str, str] | None = None,
     taints: Iterable[Taint] = (),
     created: float = 0.0,
     ready: bool = True,
     kubelet_version: str = "",
+    pool: str | None = None,
+    image: str = "",
+    node_type: str = "general",
+    cluster: str = "",
 ) -> Node:
-    """A node as EKS registers an instance of a node group."""
+    """A node as the kubelet registers an instance: its own well-known labels, ``spec.providerID``, and the labels
+    its user data asks for (``labels``; given ``pool``, what the Pulumi program's user data asks for a node of that
+    pool, ``registration_labels``, with ``labels`` as the pool's own). Nothing else: EKS adds its nodegroup labels
+    to managed node groups only."""
     itype = INSTANCE_TYPES.get(instance_type)
     if itype is None:
         raise PlatformError(f"unknown instance type {instance_type!r}", field="instanceType")
-    all_labels = {
-        "kubernetes.io/arch": "amd64",
-        "kubernetes.io/os": "linux",
-        LABEL_HOSTNAME: name,
-        LABEL_INSTANCE_TYPE: instance_type,
-        LABEL_ZONE: zone,
-        "topology.kubernetes.io/region": region,
-        LABEL_NODEGROUP: pool,
-        LABEL_NODEGROUP_IMAGE: image,
-        "eks.amazonaws.com/capacityType": "ON_DEMAND",
-        LABEL_NODE_TYPE: node_type,
-        **(labels or {}),
-    }
+    asked = dict(labels or {}) if pool is None else registration_labels(cluster, pool, node_type, image, labels)
     return Node(
         name=name,
         uid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{instance_id}/{name}")),
-        labels=all_labels,
+        labels={**kubelet_labels(name, zone, region, instance_type), **asked},
         provider_id=f"aws:///{zone}/{instance_id}",
         allocatable=Resources(itype.allocatable_cpu_millis, itype.allocatable_memory_bytes, itype.gpus),
         max_pods=itype.max_pods,
@@ -89,8 +87,9 @@ def build_node(
 
 
 class PoolRoom:
-    def __init__(self, world: World, nodes: NodeRoom) -> None:
+    def __init__(self, world: World, nodes: NodeRoom, cluster: str = "") -> None:
         self.w = world
+        self.cluster = cluster
         self.nodes = nodes
         self.pools: dict[str, NodePoolSpec] = {}
         self._launched = 0
@@ -145,6 +144,6 @@ class PoolRoom:
         node = build_node(
             name=name, zone=spec.zone, region=spec.region, instance_type=spec.instance_type, pool=spec.name,
             image=spec.image, instance_id=f"i-{self.w.rng.getrandbits(68):017x}", node_type=spec.node_type,
-            labels=spec.labels, taints=spec.taints, created=self.w.now(),
+            labels=spec.labels, taints=spec.taints, created=self.w.now(), cluster=self.cluster,
         )
         return self.nodes.add_node(node, ready_after=spec.boot_seconds if boot else None, pool=spec.name)

@@ -116,5 +116,10 @@ class NodeGroups(Protocol):
         how far an image reached (the release pipeline's measure of a bad image)."""
         ...
 
+    def failed_launches(self, group: str, since: float) -> list[str]:
+        """Why the group's launches since ``since`` (epoch seconds) failed, newest first (Auto Scaling's failed scaling
+        activities: an image that does not exist, no capacity, a launch template it cannot use); empty when none did."""
+        ...
+
 
 __all__ = ["BUILDER_TAG", "Booted", "GroupState", "InstanceState", "Member", "NodeGroupError", "NodeGroups"]

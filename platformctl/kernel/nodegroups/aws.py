@@ -13,7 +13,9 @@ from typing import Any
 
 from platformctl.kernel import aws
 from platformctl.kernel.clock import Clock, WallClock
+from platformctl.kernel.cluster.model import LABEL_IMAGE
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.nodeadm import WontJoin, read_user_data
 from platformctl.kernel.nodegroups import BUILDER_TAG, Booted, GroupState, InstanceState, Member, NodeGroupError
 from platformctl.kernel.retry import NEVER, Backoff, retrying
 
@@ -124,6 +126,7 @@ class AutoScalingNodeGroups:
                                   Versions=[str(spec.get("Version") or "$Default")])["LaunchTemplateVersions"]
             data = versions[0]["LaunchTemplateData"] if versions else {}
             image, instance_type = data.get("ImageId"), data.get("InstanceType")
+            labelled = _image_label(data.get("UserData"))
             overrides = ((group.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}).get("Overrides") or []
             if overrides and overrides[0].get("InstanceType"):
                 instance_type = overrides[0]["InstanceType"]  # the first override is the type tried first
@@ -131,12 +134,20 @@ class AutoScalingNodeGroups:
             configs = self._call(self._asg.describe_launch_configurations,
                                  LaunchConfigurationNames=[group["LaunchConfigurationName"]])["LaunchConfigurations"]
             image, instance_type = (configs[0]["ImageId"], configs[0].get("InstanceType")) if configs else (None, None)
+            labelled = None
         else:
             return None, None
         if image and image.startswith("resolve:ssm:"):
             name = image.removeprefix("resolve:ssm:")
             image = self._call(self._ssm.get_parameter, Name=name)["Parameter"]["Value"]
+        if labelled is not None and labelled != image:
+            # Its nodes would register as the other image: a rotation would wait for new nodes "on the image" forever.
+            raise PlatformError(
+                f"auto scaling group {group['AutoScalingGroupName']} launches {image}, but its launch template's user "
+                f"data labels the nodes {LABEL_IMAGE}={labelled} (a version made by hand? make versions with the "
+                "stage's program, which writes both)", field="LaunchTemplateData.UserData")
         return image, instance_type
+
 
     def set_desired(self, group: str, desired: int) -> None:
         self._call(self._asg.set_desired_capacity, AutoScalingGroupName=group, DesiredCapacity=desired, HonorCooldown=False)
@@ -188,6 +199,17 @@ class AutoScalingNodeGroups:
                 out[i["InstanceId"]] = Member(i["InstanceId"], i["LifecycleState"], now, i.get("AvailabilityZone"))
         return sorted(out.values(), key=lambda m: m.instance_id)
 
+    def failed_launches(self, group: str, since: float) -> list[str]:
+        page = self._call(self._asg.describe_scaling_activities, AutoScalingGroupName=group, MaxRecords=20)
+        out = []
+        for activity in page.get("Activities", []):  # newest first
+            started = activity.get("StartTime")
+            if started is not None and started.timestamp() < since:
+                break
+            if activity.get("StatusCode") in ("Failed", "Cancelled"):
+                out.append(activity.get("StatusMessage") or activity.get("Description") or activity["StatusCode"])
+        return out
+
     def booted(self, images: Sequence[str]) -> Booted:
         """EC2's DescribeInstances filtered by ``image-id``, page by page (terminated instances stay listed for about an
         hour after they end: the release pipeline also keeps what it saw in its ledger)."""
@@ -210,3 +232,11 @@ class AutoScalingNodeGroups:
                 if not token:
                     break
         return Booted({image: tuple(sorted(v)) for image, v in sorted(found.items())}, builders)
+
+
+def _image_label(user_data: str | None) -> str | None:
+    """The image a launch template version's user data labels its nodes with (``platformctl.io/image``), if any."""
+    try:
+        return read_user_data(user_data).labels.get(LABEL_IMAGE)
+    except WontJoin:
+        return None

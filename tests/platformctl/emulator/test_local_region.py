@@ -2,28 +2,50 @@
 
 from __future__ import annotations
 
+import base64
 import functools
+import json
+import re
+from pathlib import Path
 
 import pytest
 
+from ami.build import ImageStore
+from ami.lock import newest_in_lock
 from infra.materialize import materialize
+from platformctl.app.images import BuildRequest, build
 from platformctl.emulator.local_region import LocalRegion
-from platformctl.kernel.topology import load_stage
-from tests.infra.images import LOCK, image_for
+from platformctl.kernel.topology import NodePool, Stage, load_stage
 
 
 @pytest.fixture(scope="module")
-def region():  # type: ignore[no-untyped-def]
-    with LocalRegion(load_stage("dev"), provisioner=functools.partial(materialize, image_lock=LOCK)) as r:
+def built_lock(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("images") / "images.lock.json"
+
+
+@pytest.fixture(scope="module")
+def region(built_lock: Path):  # type: ignore[no-untyped-def]
+    """dev's region, its image tree built into its own EC2 first (EC2 launches only images it holds), as `local up`
+    and the demo build it."""
+
+    def build_tree(stage: Stage) -> None:
+        build(BuildRequest(ImageStore(stage.region), built_lock, workers=2))
+
+    with LocalRegion(load_stage("dev"), provisioner=functools.partial(materialize, image_lock=built_lock),
+                     prepare=build_tree) as r:
         r.wait_until_ready()
         yield r
+
+
+def image_for(stage: Stage, pool: NodePool, lock: Path) -> str | None:
+    return stage.image_for(pool) or newest_in_lock(json.loads(lock.read_text()), pool.image_family, stage.region)
 
 
 def _group(region: LocalRegion, name: str) -> dict:
     return region.autoscaling().describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
 
 
-def test_every_node_is_an_instance_of_its_pools_group(region: LocalRegion) -> None:
+def test_every_node_is_an_instance_of_its_pools_group(region: LocalRegion, built_lock: Path) -> None:
     stage = region.stage
     for cluster in stage.clusters():
         sim = region.cluster(cluster.name)
@@ -34,7 +56,7 @@ def test_every_node_is_an_instance_of_its_pools_group(region: LocalRegion) -> No
             assert {n.instance_id for n in nodes} == instances
             assert len(nodes) == pool.desired_size
             assert all(n.ready and n.zone in cluster.zones and n.instance_type == pool.instance_type for n in nodes)
-            assert all(n.image == image_for(stage, pool) for n in nodes)
+            assert all(n.image == image_for(stage, pool, built_lock) for n in nodes)
 
 
 def test_member_cluster_pools_live_in_their_zone_only(region: LocalRegion) -> None:
@@ -71,20 +93,32 @@ def test_launch_templates_require_imdsv2_and_encrypt_volumes(region: LocalRegion
         assert tags["platformctl.io/stage"] == "dev" and tags["platformctl.io/node-pool"] in name
 
 
+def new_image_version(region: LocalRegion, template: str, image: str) -> None:
+    """A new version of ``template`` booting ``image``, as the program makes one: its user data names the image too."""
+    ec2 = region.ec2()
+    data = ec2.describe_launch_template_versions(LaunchTemplateName=template, Versions=["$Latest"])["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    old = data["ImageId"]
+    user_data = base64.b64encode(base64.b64decode(data["UserData"]).replace(old.encode(), image.encode())).decode()
+    ec2.create_launch_template_version(LaunchTemplateName=template, SourceVersion="$Latest",
+                                       LaunchTemplateData={"ImageId": image, "InstanceType": data["InstanceType"],
+                                                           "UserData": user_data})
+
+
 def test_terminated_instance_loses_its_node_and_the_replacement_boots_the_templates_image(region: LocalRegion) -> None:
     cluster = region.stage.member_clusters[0]
     pool = next(p for p in cluster.node_pools if p.name == "general")
     name = f"{cluster.name}-general"
     sim = region.cluster(cluster.name)
-    region.ec2().create_launch_template_version(LaunchTemplateName=name, SourceVersion="1",
-                                                LaunchTemplateData={"ImageId": "ami-0fresh000000000001",
-                                                                    "InstanceType": pool.instance_type})
+    current = region.ec2().describe_launch_template_versions(LaunchTemplateName=name, Versions=["$Latest"])
+    fresh_image = region.ec2().copy_image(SourceImageId=current["LaunchTemplateVersions"][0]["LaunchTemplateData"]["ImageId"],
+                                          SourceRegion=region.stage.region, Name="fresh")["ImageId"]
+    new_image_version(region, name, fresh_image)
     victim = sim.list_nodes("eks.amazonaws.com/nodegroup=general")[0]
     region.autoscaling().terminate_instance_in_auto_scaling_group(InstanceId=victim.instance_id, ShouldDecrementDesiredCapacity=False)
     region.advance(region.sync_seconds)
     names = {n.name for n in sim.list_nodes("eks.amazonaws.com/nodegroup=general")}
     assert victim.name not in names
-    fresh = [n for n in sim.list_nodes("eks.amazonaws.com/nodegroup=general") if n.image == "ami-0fresh000000000001"]
+    fresh = [n for n in sim.list_nodes("eks.amazonaws.com/nodegroup=general") if n.image == fresh_image]
     assert len(fresh) == 1 and not fresh[0].ready
     region.advance(pool.boot_seconds)
     assert sim.get_node(fresh[0].name).ready
@@ -108,3 +142,73 @@ def test_vpc_and_subnets_are_tagged_per_stage_and_zone(region: LocalRegion) -> N
     for subnet in subnets:
         tags = {t["Key"]: t["Value"] for t in subnet["Tags"]}
         assert tags["platformctl.io/stage"] == "dev" and tags["platformctl.io/tier"] in ("private", "public")
+
+
+def test_a_node_carries_the_kubelets_labels_and_what_its_user_data_asks_and_nothing_else(region: LocalRegion) -> None:
+    """EKS labels only managed node groups' nodes with its own (nodegroup, nodegroup-image, capacityType): a
+    self-managed group's node is what its kubelet sets plus ``--node-labels`` and ``--register-with-taints``."""
+    ec2 = region.ec2()
+    seen = 0
+    for sim in region.clusters.values():
+        for node in sim.list_nodes():
+            raw = ec2.describe_instance_attribute(InstanceId=node.instance_id, Attribute="userData")["UserData"]["Value"]
+            text = base64.b64decode(raw).decode()
+            asked = dict(kv.split("=", 1) for kv in re.search(r"--node-labels=([^'\"\n]+)", text).group(1).split(","))
+            taints = re.search(r"--register-with-taints=([^'\"\n]+)", text)
+            (inst,) = ec2.describe_instances(InstanceIds=[node.instance_id])["Reservations"][0]["Instances"]
+            zone = inst["Placement"]["AvailabilityZone"]
+            assert node.labels == {**asked, "kubernetes.io/hostname": node.name, "kubernetes.io/arch": "amd64",
+                                   "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": inst["InstanceType"],
+                                   "topology.kubernetes.io/zone": zone, "topology.kubernetes.io/region": region.stage.region}
+            assert asked["platformctl.io/image"] == inst["ImageId"] == node.image
+            assert "eks.amazonaws.com/nodegroup-image" not in node.labels
+            assert node.provider_id == f"aws:///{zone}/{inst['InstanceId']}"
+            assert [f"{t.key}={t.value}:{t.effect}" for t in node.taints] == (taints.group(1).split(",") if taints else [])
+            seen += 1
+    assert seen == sum(len(sim.list_nodes()) for sim in region.clusters.values()) > 10
+
+
+def test_an_instance_whose_user_data_the_kubelet_refuses_never_becomes_a_node(region: LocalRegion) -> None:
+    """A label in the kubelet's own namespace that is not its own: the kubelet does not start, no node appears."""
+    cluster = region.stage.member_clusters[1]
+    name = f"{cluster.name}-general"
+    sim = region.cluster(cluster.name)
+    ec2 = region.ec2()
+    data = ec2.describe_launch_template_versions(LaunchTemplateName=name, Versions=["$Latest"])["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    bad = base64.b64encode(base64.b64decode(data["UserData"]).replace(
+        b"--node-labels=", b"--node-labels=node-role.kubernetes.io/worker=true,")).decode()
+    ec2.create_launch_template_version(LaunchTemplateName=name, LaunchTemplateData={
+        "ImageId": data["ImageId"], "InstanceType": data["InstanceType"], "UserData": bad})
+    before = {n.name for n in sim.list_nodes("eks.amazonaws.com/nodegroup=general")}
+    victim = sorted(before)[0]
+    region.autoscaling().terminate_instance_in_auto_scaling_group(
+        InstanceId=sim.get_node(victim).instance_id, ShouldDecrementDesiredCapacity=False)
+    region.advance(600)
+    after = {n.name for n in sim.list_nodes("eks.amazonaws.com/nodegroup=general")}
+    assert after == before - {victim}  # the replacement instance runs, and never registers
+    group = region.autoscaling().describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
+    assert len(group["Instances"]) == len(before)
+
+
+def test_a_group_whose_template_boots_an_image_ec2_does_not_hold_records_failed_launches(region: LocalRegion) -> None:
+    """EC2 launches only an image it holds; Auto Scaling takes the capacity asked for, fails each launch as a scaling
+    activity (what ``DescribeScalingActivities`` shows an operator), and no instance appears."""
+    from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
+
+    name = f"{region.stage.host_cluster.name}-system"  # the host's (the tests above use the members')
+    missing = "ami-0123456789abcdef0"
+    since = region.clock.now()
+    new_image_version(region, name, missing)
+    asg = region.autoscaling()
+    before = _group(region, name)
+    asg.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=before["DesiredCapacity"] + 1)  # accepted
+    region.advance(60)
+    after = _group(region, name)
+    assert after["DesiredCapacity"] == before["DesiredCapacity"] + 1
+    assert {i["InstanceId"] for i in after["Instances"]} == {i["InstanceId"] for i in before["Instances"]}
+    (failed, *_) = asg.describe_scaling_activities(AutoScalingGroupName=name)["Activities"]
+    assert failed["StatusCode"] == "Failed"
+    assert failed["StatusMessage"] == f"The image id '[{missing}]' does not exist. Launching EC2 instance failed."
+    groups = AutoScalingNodeGroups(region.stage.region)
+    assert groups.failed_launches(name, since) == [failed["StatusMessage"]]
+    assert groups.failed_launches(name, region.clock.now() + 1) == []  # none since

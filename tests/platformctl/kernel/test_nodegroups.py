@@ -216,3 +216,26 @@ def test_an_instance_ec2_does_not_show_yet_is_a_member_launched_now_and_the_othe
     other = sorted(before)[1]
     assert after[other] == before[other]  # read from EC2 as before
     assert after[hidden].launched >= asked and after[hidden].zone == before[hidden].zone
+
+
+def test_a_launch_template_whose_user_data_labels_another_image_is_refused_by_name(
+        aws_groups: tuple[NodeGroups, str]) -> None:
+    """The program writes the image a version boots into its user data (``platformctl.io/image``), which is what a
+    self-managed node carries on EKS; a version made by hand with only a new ``ImageId`` would register its nodes as
+    the old image, and a rotation would wait for them forever: the seam says so instead."""
+    from platformctl.kernel.errors import PlatformError
+    from platformctl.kernel.nodeadm import registration_labels, render_user_data
+
+    groups, name = aws_groups
+    ec2 = boto3.client("ec2", region_name=REGION)
+    image = groups.describe(name).image
+    assert image is not None
+    data = render_user_data("c1", "https://c1.example", "Y2E=", "172.20.0.0/16",
+                            registration_labels("c1", name, "general", image))
+    ec2.create_launch_template_version(LaunchTemplateName=name, LaunchTemplateData={
+        "ImageId": image, "InstanceType": "m5.large", "UserData": data})
+    assert groups.describe(name).image == image  # label and image agree: read as before
+    ec2.create_launch_template_version(LaunchTemplateName=name, SourceVersion="$Latest", LaunchTemplateData={
+        "ImageId": "ami-0fresh000000000001", "InstanceType": "m5.large", "UserData": data})
+    with pytest.raises(PlatformError, match=f"launches ami-0fresh000000000001, but .* platformctl.io/image={image}"):
+        groups.describe(name)

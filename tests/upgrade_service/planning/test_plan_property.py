@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
-from platformctl.kernel.cluster.model import LABEL_NODEGROUP_IMAGE, PodDisruptionBudget, parse_snapshot
+from platformctl.kernel.cluster.model import LABEL_IMAGE, PodDisruptionBudget, parse_snapshot
 from platformctl.kernel.cluster.selectors import IntOrPercent, LabelSelector
 from tests.platformctl.emulator.helpers import template
 from tests.platformctl.emulator.test_eviction_property import budget_specs
@@ -64,7 +64,7 @@ def build(pools: list[tuple[str, str, int]], specs: list, current: set[int], see
     nodes = [item for item in doc["items"] if item["kind"] == "Node"]
     for i in current:
         if i < len(nodes):
-            nodes[i]["metadata"]["labels"][LABEL_NODEGROUP_IMAGE] = "ami-new"
+            nodes[i]["metadata"]["labels"][LABEL_IMAGE] = "ami-new"
     return doc, sim
 
 

@@ -22,7 +22,7 @@ from platformctl.emulator import simulator as sim_events
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.kernel import failpoints
-from platformctl.kernel.cluster.model import LABEL_NODEGROUP_IMAGE
+from platformctl.kernel.cluster.model import LABEL_IMAGE
 from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.clusters import NEW, OLD, cluster
 from tests.upgrade_service.rotation import NO_HARM, harm, new_image, service
@@ -236,7 +236,7 @@ def test_pods_that_landed_on_a_first_light_node_in_a_crash_before_its_taint_are_
     with failpoints.killed_at("call:set-desired"), pytest.raises(failpoints.Killed):
         rotate(sim, tmp_path)  # killed with the group raised, before the new node was tainted
     sim.advance(300)  # the node boots untainted while nobody runs: a workload lands on it
-    service(sim, "late", 2, node_selector={LABEL_NODEGROUP_IMAGE: NEW}, min_available=0)  # pinned to the new image
+    service(sim, "late", 2, node_selector={LABEL_IMAGE: NEW}, min_available=0)  # pinned to the new image
     sim.run_until_settled()
     fresh = booted(sim, NEW)
     assert len(fresh) == 1

@@ -12,10 +12,10 @@ from platformctl.kernel.cluster.model.values import (
     EMPTY,
     LABEL_INSTANCE_TYPE,
     LABEL_NODEGROUP,
-    LABEL_NODEGROUP_IMAGE,
     LABEL_ZONE,
     Resources,
     format_time,
+    image_of,
 )
 from platformctl.kernel.cluster.selectors import (
     IntOrPercent,
@@ -170,7 +170,7 @@ class Node:
 
     @property
     def image(self) -> str | None:
-        return self.labels.get(LABEL_NODEGROUP_IMAGE)
+        return image_of(self.labels)
 
     @property
     def zone(self) -> str | None:

@@ -13,9 +13,14 @@ from typing import Any
 
 from platformctl.kernel.errors import PlatformError
 
-# Well-known labels, as EKS sets them.
+# Well-known labels. EKS sets both of its own on *managed* node groups only; a self-managed group's nodes carry
+# only what the kubelet sets and what its launch template's user data asks for (``--node-labels``), which is where
+# the Pulumi program writes the pool (``eks.amazonaws.com/nodegroup``) and the image (``platformctl.io/image``).
 LABEL_NODEGROUP = "eks.amazonaws.com/nodegroup"
 LABEL_NODEGROUP_IMAGE = "eks.amazonaws.com/nodegroup-image"
+LABEL_IMAGE = "platformctl.io/image"
+# Where a node's image is read, first found wins: the program's own label, then a managed node group's.
+IMAGE_LABELS: tuple[str, ...] = (LABEL_IMAGE, LABEL_NODEGROUP_IMAGE)
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
@@ -33,6 +38,17 @@ ANNOTATION_SETTLE = "platformctl.io/settle-seconds"
 ANNOTATION_MAX_WAIT = "platformctl.io/max-wait-seconds"
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+def image_label_of(labels: Mapping[str, str], keys: tuple[str, ...] = IMAGE_LABELS) -> str | None:
+    """Which of ``keys`` names this node's image (the first it carries), or None."""
+    return next((k for k in keys if k in labels), None)
+
+
+def image_of(labels: Mapping[str, str], keys: tuple[str, ...] = IMAGE_LABELS) -> str | None:
+    """The image a node booted, from the first of ``keys`` it carries."""
+    key = image_label_of(labels, keys)
+    return labels[key] if key is not None else None
 
 
 def format_time(epoch: float) -> str:

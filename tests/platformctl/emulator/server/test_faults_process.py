@@ -66,7 +66,7 @@ def fault(region: dict[str, Any], *args: str, check: bool = True) -> subprocess.
 
 def test_on_a_bad_image_containers_never_start_and_kubectl_says_why(region: dict[str, Any]) -> None:
     node = general_node(region)
-    image = node["metadata"]["labels"]["eks.amazonaws.com/nodegroup-image"]
+    image = node["metadata"]["labels"]["platformctl.io/image"]
     fault(region, "bad-image", image)
     assert call(region, "POST", "/api/v1/namespaces/default/pods", pod_on(node["metadata"]["name"], "stuck"))[0] == 201
     pod = wait_for(region, "stuck", lambda p: p["status"].get("containerStatuses", [{}])[0].get("state", {}).get("waiting", {})
@@ -89,7 +89,7 @@ def test_on_a_bad_image_containers_never_start_and_kubectl_says_why(region: dict
 
 def test_a_slow_image_shows_in_the_pods_own_timestamps(region: dict[str, Any]) -> None:
     node = general_node(region)
-    fault(region, "slow-start", node["metadata"]["labels"]["eks.amazonaws.com/nodegroup-image"], "120")
+    fault(region, "slow-start", node["metadata"]["labels"]["platformctl.io/image"], "120")
     call(region, "POST", "/api/v1/namespaces/default/pods", pod_on(node["metadata"]["name"], "slow"))
     pod = wait_for(region, "slow", lambda p: p["status"]["phase"] == "Running", 400)
     conditions = {c["type"]: c for c in pod["status"]["conditions"]}

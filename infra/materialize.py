@@ -24,6 +24,7 @@ from typing import Any
 from infra.mocked import StageRun, run_stage
 from platformctl.emulator.local_region import Provisioned
 from platformctl.kernel import aws
+from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import TOPOLOGY_KEY, Stage, read_stack_config
 
 IMAGE_LOCK_KEY = "platformctl:imageLock"
@@ -331,8 +332,26 @@ def stage_config(stage: Stage, image_lock: Path | None = None) -> dict[str, Any]
     return config
 
 
+def check_pins_held(stage: Stage, over_pins: bool, target: aws.AwsTarget | None = None) -> None:
+    """Refuse, before anything changes, a stack that pins an image its region does not hold: EC2 would take the
+    launch template, and every instance its groups launch from it would fail (``InvalidAMIID.NotFound``). A
+    candidate's deploy (``over_pins``) boots the lock file's images instead, so its pins are not asked about."""
+    used = {p.image_family for c in stage.clusters() for p in c.node_pools}
+    pins = {f: i for f, i in stage.topology.images.items() if f in used} if not over_pins else {}
+    if not pins:
+        return
+    ec2 = aws.client("ec2", stage.region, None, target)
+    for family, image in sorted(pins.items()):
+        # By filter: an id EC2 does not hold is an empty answer, not InvalidAMIID.NotFound.
+        if not ec2.describe_images(Filters=[{"Name": "image-id", "Values": [image]}])["Images"]:
+            raise PlatformError(f"{image} does not exist in {stage.region} (a placeholder, or an image of another "
+                                "region or account): every instance launched from it would fail",
+                                file=stage.source, field=f"config.platformctl:topology.images.{family}")
+
+
 def materialize(stage: Stage, kube_sink: KubeSink | None = None, image_lock: Path | None = None) -> Provisioned:
     """Create ``stage``'s resources in the current AWS endpoint from the Pulumi program."""
+    check_pins_held(stage, False)
     backend = MotoBackend(stage.region, kube_sink)
     run = run_stage(stage.name, backend, config=stage_config(stage, image_lock), source=Path(stage.source))
     return provisioned(run, backend)

@@ -30,6 +30,7 @@ from platformctl.kernel.nodegroups import NodeGroups
 from upgrade_service.journal.intents import Writes, journalled
 from upgrade_service.running.pacing import MutationPacer
 
+
 @dataclass(frozen=True)
 class Missing:
     """New nodes that did not come: why (``launch-failed``: their group's launches failed; ``new-node-not-ready``:

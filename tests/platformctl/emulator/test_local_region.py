@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import boto3
 import pytest
 
 from ami.build import ImageStore
@@ -212,3 +213,22 @@ def test_a_group_whose_template_boots_an_image_ec2_does_not_hold_records_failed_
     groups = AutoScalingNodeGroups(region.stage.region)
     assert groups.failed_launches(name, since) == [failed["StatusMessage"]]
     assert groups.failed_launches(name, region.clock.now() + 1) == []  # none since
+
+
+def test_a_stack_that_pins_an_image_its_region_does_not_hold_is_refused_before_anything_is_made() -> None:
+    """Placeholder ids (`ami-0a1f00c0ffee00001`) once sat in three stack files: every instance would have failed
+    InvalidAMIID.NotFound. Refused on one line naming the stack file and the key, nothing created."""
+    from moto import mock_aws
+
+    from platformctl.kernel.errors import PlatformError
+
+    dev = load_stage("dev")
+    pinned = dev.model_copy(update={"topology": dev.topology.model_copy(update={"images": {"general": "ami-0a1f00c0ffee00001"}})})
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name=dev.region)
+        vpcs = len(ec2.describe_vpcs()["Vpcs"])
+        with pytest.raises(PlatformError) as refused:
+            materialize(pinned, image_lock=Path(__file__))
+        assert refused.value.file == dev.source and refused.value.field == "config.platformctl:topology.images.general"
+        assert "ami-0a1f00c0ffee00001 does not exist in us-west-2" in str(refused.value)
+        assert len(ec2.describe_vpcs()["Vpcs"]) == vpcs  # nothing made

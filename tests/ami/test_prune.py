@@ -156,7 +156,7 @@ REFERENCES: dict[str, Callable[[str, str, Path], dict[str, Any]]] = {
         {"lock_files": [tmp / "lock.json"]})[1],
     "stack file pin": lambda old, new, tmp: (
         (tmp / "Pulumi.staging.yaml").write_text((default_infra_dir() / "Pulumi.staging.yaml").read_text().replace(
-            "ml: ami-0a1f00c0ffee00002", f"ml: {old}")),
+            "    vpcCidr: 10.20.0.0/16\n", f"    vpcCidr: 10.20.0.0/16\n    images:\n      ml: {old}\n")),
         {"stack_files": [tmp / "Pulumi.staging.yaml"]})[1],
 }
 

@@ -25,3 +25,20 @@ def stack_config(stage_name: str) -> dict[str, Any]:
 
 def image_for(stage: Stage, pool: NodePool) -> str | None:
     return stage.image_for(pool) or newest_in_lock(json.loads(LOCK.read_text()), pool.image_family, stage.region)
+
+
+def hold(lock: Path) -> None:
+    """Make the mocked account's EC2 hold every image ``lock`` names, under those ids, as if ``ami build`` had made
+    them there: EC2 (and so the local region) launches only images it holds, and the fixture's ids are invented.
+    Test set-up of the account's state, made inside moto's own store since EC2 lets nobody choose an image's id."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ec2.models import ec2_backends
+    from moto.ec2.models.amis import Ami
+
+    for name, versions in json.loads(lock.read_text())["images"].items():
+        for version, regions in versions.items():
+            for region, image in regions.items():
+                backend = ec2_backends[DEFAULT_ACCOUNT_ID][region]
+                backend.amis.setdefault(image, Ami(backend, image, name=f"{name}-{version}", owner_id=DEFAULT_ACCOUNT_ID,
+                                                   architecture="x86_64", root_device_name="/dev/xvda",
+                                                   region_name=region))

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
+from ami.lock import newest_in_lock
 from infra.deploy import LocalDeployer
 from infra.materialize import materialize
 from platformctl.emulator import moto_extensions
@@ -19,7 +20,7 @@ from platformctl.kernel import aws
 from platformctl.kernel.environment import FAKE_CREDENTIALS
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import load_stage
-from tests.infra.images import LOCK
+from tests.infra.images import LOCK, hold
 
 STAGE = load_stage("dev")
 
@@ -33,6 +34,7 @@ def region(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Lo
     lock = tmp_path / "images.lock.json"
     lock.write_text(LOCK.read_text())
     with mock_aws(config={"iam": {"load_aws_managed_policies": True}}):
+        hold(LOCK)
         made = materialize(STAGE, image_lock=lock)
         checkpoint = tmp_path / "stack.json"
         checkpoint.write_text(json.dumps({"stage": "dev", "resources": made.checkpoint}))
@@ -91,6 +93,7 @@ def test_a_new_image_is_a_new_launch_template_version_that_new_instances_boot(re
     data = json.loads(lock.read_text())
     data["images"]["general"]["2.2.0"] = {"us-west-2": "ami-0ge0000000000220"}
     lock.write_text(json.dumps(data))
+    hold(lock)  # built in this account, as `ami build` leaves it
     result = deployer.deploy(STAGE, lock)
     assert deployer.deployed(STAGE).images == result.images
     updated = sorted(c.name for c in result.changes if c.action == "update")
@@ -133,9 +136,12 @@ def test_a_change_the_region_cannot_make_is_one_line_and_the_checkpoint_stays_us
 
 
 def test_a_release_candidates_deploy_sets_its_images_over_a_stages_pins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """staging pins its images in its stack file: a deploy by hand keeps them; the pipeline's deploy (``over_pins``)
+    """A stage that pins its images in its stack file: a deploy by hand keeps them; the pipeline's deploy (``over_pins``)
     boots the candidate's, the lock file's, and a deploy by hand afterwards would put the pins back."""
-    staging = load_stage("staging")
+    shipped = load_stage("staging")
+    held = json.loads(LOCK.read_text())["images"]
+    pinned = {f: newest_in_lock({"images": held}, f, shipped.region) for f in ("general", "ml", "custom")}
+    staging = shipped.model_copy(update={"topology": shipped.topology.model_copy(update={"images": pinned})})
     for key, value in FAKE_CREDENTIALS.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
@@ -147,6 +153,8 @@ def test_a_release_candidates_deploy_sets_its_images_over_a_stages_pins(tmp_path
     lock = tmp_path / "images.lock.json"
     lock.write_text(json.dumps(data))
     with mock_aws(config={"iam": {"load_aws_managed_policies": True}}):
+        hold(LOCK)
+        hold(lock)
         made = materialize(staging, image_lock=lock)
         checkpoint = tmp_path / "stack.json"
         checkpoint.write_text(json.dumps({"stage": "staging", "resources": made.checkpoint}))

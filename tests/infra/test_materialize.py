@@ -14,7 +14,7 @@ from platformctl.emulator.local_region import Provisioned
 from platformctl.kernel import aws
 from platformctl.kernel.environment import FAKE_CREDENTIALS
 from platformctl.kernel.topology import Stage, load_stage
-from tests.infra.images import image_for, stack_config
+from tests.infra.images import LOCK, hold, image_for, stack_config
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,8 @@ def made() -> Iterator[tuple[Stage, Provisioned, list[tuple[str, dict]]]]:
     os.environ.pop("AWS_ENDPOINT_URL", None)
     applied: list[tuple[str, dict]] = []
     with mock_aws(config={"iam": {"load_aws_managed_policies": True}}):
-        result = materialize(stage, kube_sink=lambda cluster, manifest: applied.append((cluster, manifest)))
+        hold(LOCK)  # the images the stage boots, built in this account
+        result = materialize(stage, kube_sink=lambda cluster, manifest: applied.append((cluster, manifest)), image_lock=LOCK)
         yield stage, result, applied
     for key, value in saved.items():
         if value is None:

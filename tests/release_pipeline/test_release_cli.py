@@ -118,12 +118,11 @@ def test_a_lock_file_without_a_stage_region_is_exit_2_naming_it(tmp_path: Path) 
 
     infra = tmp_path / "infra"
     shutil.copytree(CHECKOUT / "infra", infra, ignore=shutil.ignore_patterns("__pycache__"))
-    staging = infra / "Pulumi.staging.yaml"  # staging boots what the lock file says, not its own pins
-    lines = staging.read_text().splitlines()
-    i = next(i for i, line in enumerate(lines) if line.strip() == "images:")
-    staging.write_text("\n".join(lines[:i] + lines[i + 4:]) + "\n")
-    path = tmp_path / "dev-only.lock.json"
-    path.write_text(LOCK.read_text())  # us-west-2 only: dev's region
+    path = tmp_path / "dev-only.lock.json"  # staging pins nothing: it boots what the lock file says
+    data = json.loads(LOCK.read_text())
+    path.write_text(json.dumps({"images": {name: {v: {r: i for r, i in regions.items() if r == "us-west-2"}
+                                                  for v, regions in versions.items()}
+                                           for name, versions in data["images"].items()}}))  # dev's region only
     pipeline = tmp_path / "pipeline.yaml"
     pipeline.write_text("stages:\n  - name: dev\n  - name: staging\n")
     out = CliRunner().invoke(cli, ["--infra-dir", str(infra), "release", "start", "--lock-file", str(path),

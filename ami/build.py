@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -130,8 +131,42 @@ def tags_of(image: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in image.get("Tags", [])}
 
 
+EKS_SOURCE = re.compile(r"^/aws/service/eks/optimized-ami/(1\.\d+)/")
+EKS_NAME = re.compile(r"^amazon-eks-node-(?:al2023-)?.*?(1\.\d+)-v")
+JOINS = ("kubelet", "nodeadm")
+
+
+def check_joins(manifests: ManifestSet) -> None:
+    """Every image must be able to join a cluster: its tree starts from an EKS-optimised image (kubelet, containerd and
+    nodeadm, which reads the launch template's NodeConfig) of its own ``kubernetesVersion``, or installs ``kubelet``
+    and ``nodeadm`` itself. Plain Amazon Linux boots, runs, and never becomes a node. (A source given by AMI id cannot
+    be told apart here: it is taken as it is.)"""
+    for name in manifests.order():
+        image = manifests.images[name]
+        chain = [image]  # the image and its ancestors: what one installs, its children boot with
+        while chain[-1].parent is not None:
+            chain.append(manifests.images[chain[-1].parent])
+        root = chain[-1]
+        assert root.source is not None
+        source, version = root.source, str(image.config["kubernetesVersion"])
+        found = EKS_SOURCE.match(source.ssm_parameter or "") or EKS_NAME.match(source.filter.name if source.filter else "")
+        if found:
+            if found.group(1) != version:
+                raise PlatformError(f"{version}, but the image starts from the EKS-optimised image for {found.group(1)} "
+                                    f"({source.describe()}): its kubelet runs {found.group(1)}", file=image.file,
+                                    field="kubernetesVersion")
+            continue
+        if source.ami or any(all(p in i.config.get("packages", ()) for p in JOINS) for i in chain):
+            continue
+        raise PlatformError(f"{source.describe()} has no kubelet or nodeadm, and neither {name} nor its parents install both: its instances "
+                            f"would never join a cluster (start from /aws/service/eks/optimized-ami/{version}/"
+                            f"amazon-linux-2023/{image.config['architecture']}/standard/recommended/image_id, or "
+                            "install kubelet and nodeadm)", file=root.file, field="source")
+
+
 def plan_builds(manifests: ManifestSet, store: ImageStore, only: Iterable[str] = ()) -> BuildPlan:
     """What a build would do, and why; ``only`` limits it to those images and the ancestors they need."""
+    check_joins(manifests)
     wanted = set(only)
     for name in wanted:
         manifests.get(name)
@@ -252,7 +287,8 @@ def _build_one(image: ImageManifest, ids: dict[str, str], store: ImageStore, pro
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     tags = {**image.config.get("tags", {}), "Name": f"{image.name}-{image.version}", f"{TAG}name": image.name,
             f"{TAG}family": image.family, f"{TAG}version": image.version, f"{TAG}content": image.content_hash,
-            f"{TAG}base-image": base, f"{TAG}built-at": stamp}
+            f"{TAG}base-image": base, f"{TAG}built-at": stamp,
+            f"{TAG}kubernetes-version": str(image.config["kubernetesVersion"])}
     if image.parent:
         tags[f"{TAG}parent"] = image.parent
     progress(f"{image.name}: launching a builder from {base}")

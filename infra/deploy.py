@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend, check_pins_held, checkpoint_of, stage_config
+from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend, check_images, checkpoint_of, stage_config
 from infra.mocked import run_stage
 from platformctl.kernel import failpoints
 from platformctl.kernel.clock import Clock
@@ -203,7 +203,7 @@ class LocalDeployer:
     def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
                kubernetes_version: str | None = None) -> DeployResult:
         self._resources()  # before the lock is taken: a region with no checkpoint changes nothing
-        check_pins_held(stage, over_pins, self.aws)
+        check_images(stage, image_lock, over_pins, self.aws, kubernetes_version)
         mine = self._take_lock(stage)
         failpoints.hit("deploy:locked")  # the stack locked, nothing made: a process killed here leaves its lock
         try:
@@ -380,7 +380,7 @@ class PulumiDeployer:
                kubernetes_version: str | None = None) -> DeployResult:
         from pulumi import automation as auto
 
-        check_pins_held(stage, over_pins)
+        check_images(stage, image_lock, over_pins, None, kubernetes_version)
         stack = self._stack(stage)
         for_run = {IMAGE_LOCK_KEY: str(image_lock.resolve()), **({IMAGES_FROM_LOCK_KEY: "true"} if over_pins else {}),
                    **({KUBERNETES_VERSION_KEY: kubernetes_version} if kubernetes_version else {})}

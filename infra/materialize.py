@@ -332,26 +332,61 @@ def stage_config(stage: Stage, image_lock: Path | None = None) -> dict[str, Any]
     return config
 
 
-def check_pins_held(stage: Stage, over_pins: bool, target: aws.AwsTarget | None = None) -> None:
-    """Refuse, before anything changes, a stack that pins an image its region does not hold: EC2 would take the
-    launch template, and every instance its groups launch from it would fail (``InvalidAMIID.NotFound``). A
-    candidate's deploy (``over_pins``) boots the lock file's images instead, so its pins are not asked about."""
-    used = {p.image_family for c in stage.clusters() for p in c.node_pools}
-    pins = {f: i for f, i in stage.topology.images.items() if f in used} if not over_pins else {}
-    if not pins:
-        return
+# A kubelet may be up to three minor versions older than kube-apiserver, never newer (Kubernetes' version skew policy,
+# kubernetes.io/releases/version-skew-policy, since 1.28).
+KUBELET_SKEW = 3
+
+
+def _minor(version: str) -> int:
+    return int(version.split(".")[1])
+
+
+def check_images(stage: Stage, image_lock: Path | None, over_pins: bool, target: aws.AwsTarget | None = None,
+                 kubernetes_version: str | None = None) -> None:
+    """Refuse, before anything changes, a deploy whose nodes could not boot or join: an image its region does not
+    hold (a placeholder pin, an image of another region or account: EC2 takes the launch template, and every launch
+    fails ``InvalidAMIID.NotFound``), or an image whose kubelet (its ``platformctl:kubernetes-version`` tag) is newer
+    than the stage's control planes or more than ``KUBELET_SKEW`` minor versions older. ``over_pins``: a candidate's
+    deploy, which boots the lock file's images whatever the stage pins."""
+    from ami.lock import newest_in_lock
+    from infra.settings import parse_settings
+
+    control_plane = kubernetes_version or parse_settings(read_stack_config(Path(stage.source)), stage.name,
+                                                         stage.source).kubernetes_version
+    lock: dict[str, Any] | None = None
     ec2 = aws.client("ec2", stage.region, None, target)
-    for family, image in sorted(pins.items()):
+    for family in sorted({p.image_family for c in stage.clusters() for p in c.node_pools}):
+        pinned = None if over_pins else stage.topology.images.get(family)
+        image: str | None
+        if pinned:
+            image, file, field = pinned, stage.source, f"config.platformctl:topology.images.{family}"
+        else:
+            if image_lock is None:
+                continue
+            if lock is None:
+                try:
+                    lock = json.loads(image_lock.read_text())
+                except (OSError, ValueError):
+                    return  # the program says what is wrong with it
+            image, file, field = newest_in_lock(lock or {}, family, stage.region), str(image_lock), f"images.{family}"
+            if image is None:
+                continue  # the program says the lock file has none
         # By filter: an id EC2 does not hold is an empty answer, not InvalidAMIID.NotFound.
-        if not ec2.describe_images(Filters=[{"Name": "image-id", "Values": [image]}])["Images"]:
+        found = ec2.describe_images(Filters=[{"Name": "image-id", "Values": [image]}])["Images"]
+        if not found:
             raise PlatformError(f"{image} does not exist in {stage.region} (a placeholder, or an image of another "
-                                "region or account): every instance launched from it would fail",
-                                file=stage.source, field=f"config.platformctl:topology.images.{family}")
+                                "region or account): every instance launched from it would fail", file=file, field=field)
+        kubelet = {t["Key"]: t["Value"] for t in found[0].get("Tags", [])}.get("platformctl:kubernetes-version")
+        if kubelet and not 0 <= _minor(control_plane) - _minor(kubelet) <= KUBELET_SKEW:
+            raise PlatformError(
+                f"{image} ({family}) runs kubelet {kubelet}, and {stage.name}'s control planes run {control_plane}: a "
+                f"kubelet may be up to {KUBELET_SKEW} minor versions older than its API server, never newer",
+                file=stage.source, field="config.platformctl:kubernetesVersion")
 
 
 def materialize(stage: Stage, kube_sink: KubeSink | None = None, image_lock: Path | None = None) -> Provisioned:
     """Create ``stage``'s resources in the current AWS endpoint from the Pulumi program."""
-    check_pins_held(stage, False)
+    check_images(stage, image_lock, False)
     backend = MotoBackend(stage.region, kube_sink)
     run = run_stage(stage.name, backend, config=stage_config(stage, image_lock), source=Path(stage.source))
     return provisioned(run, backend)

@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from platformctl.emulator import moto_extensions
 from platformctl.emulator.simulator import SimulatedCluster, build_node
 from platformctl.emulator.synthetic import WorkloadSummary, populate
 from platformctl.kernel import aws
@@ -106,8 +107,6 @@ class LocalRegion:
         if not current().aws.endpoint:
             from moto import mock_aws
 
-            from platformctl.emulator import moto_extensions
-
             moto_extensions.install()
             moto_extensions.use_clock(self.clock.now)
             # The program attaches AWS managed policies to its roles; moto knows them only when asked.
@@ -117,6 +116,7 @@ class LocalRegion:
             self._aws = using(current().with_aws(AwsTarget(region=self.stage.region, credentials=FAKE_CREDENTIALS,
                                                             configured=True, local=True)))
             self._aws.__enter__()
+        moto_extensions.publish_eks_optimized_images(self.stage.region)  # what every AWS region holds
         if self._prepare is not None:
             self._prepare(self.stage)
         self.provision()
@@ -242,6 +242,9 @@ class LocalRegion:
                 file=f"auto scaling group {binding.asg_name}", field="LaunchTemplate.InstanceType",
             )
         try:
+            if moto_extensions.kubelet_of(self.stage.region, inst["ImageId"]) is None:
+                raise WontJoin(f"its image {inst['ImageId']} has no kubelet and nodeadm (neither EKS-optimised nor "
+                               "built from one, and its manifests install neither)")
             config = self._node_config(inst["InstanceId"])
             if config.cluster not in self.clusters:
                 raise WontJoin(f"its NodeConfig names cluster {config.cluster!r}, which is not in this region")

@@ -26,8 +26,10 @@ version up and refuses anything else (a skip, the same version, a downgrade) wit
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import uuid
+from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -208,6 +210,107 @@ def _describe_scaling_activities(self: Any) -> Any:
     return ActionResult(result)
 
 
+EKS_ACCOUNT = "602401143452"  # the account that owns the EKS-optimised AMIs
+EKS_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33")
+EKS_VARIANTS = (("x86_64", "standard"), ("x86_64", "nvidia"), ("arm64", "standard"))
+EKS_PARAMETER = "/aws/service/eks/optimized-ami/{version}/amazon-linux-2023/{arch}/{variant}/recommended/image_id"
+
+
+def publish_eks_optimized_images(region: str) -> None:
+    """What every AWS region holds and moto does not: the EKS-optimised Amazon Linux 2023 AMIs (kubelet, containerd
+    and nodeadm installed, owned by EKS's account) and the public SSM parameters that name them
+    (``/aws/service/eks/optimized-ami/<version>/amazon-linux-2023/<arch>/<variant>/recommended/image_id``, as
+    docs.aws.amazon.com/eks/latest/userguide/retrieve-ami-id.html lists them). Made in moto's own stores, as moto seeds
+    its default AMIs and ``/aws/service/ami-amazon-linux-latest`` parameters; idempotent."""
+    import hashlib
+
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ec2.models import ec2_backends
+    from moto.ec2.models.amis import Ami
+    from moto.ssm.models import Parameter, ssm_backends
+
+    ec2 = ec2_backends[DEFAULT_ACCOUNT_ID][region]
+    parameters = ssm_backends[DEFAULT_ACCOUNT_ID][region]._parameters
+    for version in EKS_VERSIONS:
+        for arch, variant in EKS_VARIANTS:
+            name = EKS_PARAMETER.format(version=version, arch=arch, variant=variant)
+            if dict.get(parameters, name):
+                continue
+            image = "ami-0" + hashlib.sha256(f"{region}/{name}".encode()).hexdigest()[:16]
+            ami = Ami(ec2, image, name=f"amazon-eks-node-al2023-{arch}-{variant}-{version}-v20251120",
+                      description=f"EKS-optimized Kubernetes node based on Amazon Linux 2023, (k8s: {version}.0)",
+                      owner_id=EKS_ACCOUNT, owner_alias="amazon", public=True, architecture=arch,
+                      virtualization_type="hvm", root_device_name="/dev/xvda", root_device_type="ebs",
+                      region_name=region)
+            ami.platformctl_kubelet = version
+            ec2.amis[image] = ami
+            defaultdict.__getitem__(parameters, name).append(Parameter(
+                account_id=DEFAULT_ACCOUNT_ID, name=name, value=image, parameter_type="String", description=None,
+                allowed_pattern=None, keyid=None, last_modified_date=datetime.now(UTC), version=1, data_type="text"))
+
+
+def _installs(script: str, package: str) -> bool:
+    """Whether a provisioning script installs ``package`` (``dnf``/``yum install … package …``)."""
+    return any(re.search(rf"\b(dnf|yum)\b.*\binstall\b.*(\s|^){re.escape(package)}(-[0-9][^\s]*)?(\s|$)", line)
+               for line in script.splitlines())
+
+
+def kubelet_of(region: str, image: str, seen: frozenset[str] = frozenset()) -> str | None:
+    """The Kubernetes version of the kubelet an image runs that joins a cluster through nodeadm, or None: an EKS-
+    optimised image's own; an image made (``CreateImage``) from an instance, what that instance booted, or what its
+    provisioning script installed (``kubelet`` and ``nodeadm``, at the ``platformctl:kubernetes-version`` the image is
+    tagged with); a copy (``CopyImage``), its source's. Plain Amazon Linux has neither: its instances never join."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ec2.models import ec2_backends
+
+    ami = ec2_backends[DEFAULT_ACCOUNT_ID][region].amis.get(image)
+    if ami is None or image in seen:
+        return None
+    if getattr(ami, "platformctl_kubelet", None):
+        return str(ami.platformctl_kubelet)
+    if getattr(ami, "platformctl_copy_of", None):
+        source_region, source = ami.platformctl_copy_of
+        return kubelet_of(source_region, source, seen | {image})
+    instance = getattr(ami, "instance", None)
+    if instance is None:
+        return None
+    inherited = kubelet_of(region, instance.image_id, seen | {image})
+    if inherited:
+        return inherited
+    raw = instance.user_data[0] if isinstance(instance.user_data, list) and instance.user_data else instance.user_data
+    script = _text(raw)
+    if _installs(script, "kubelet") and _installs(script, "nodeadm"):
+        tags = {t.get("key"): t.get("value") for t in ami.get_tags()}
+        return str(tags.get("platformctl:kubernetes-version") or "unknown")
+    return None
+
+
+def _text(raw: Any) -> str:
+    import base64
+
+    if raw is None:
+        return ""
+    if isinstance(raw, bytes):
+        raw = raw.decode(errors="replace")
+    text = str(raw)
+    try:
+        return base64.b64decode(text, validate=True).decode(errors="replace")
+    except ValueError:
+        return text
+
+
+def _remembering_the_source(copy_image: Any) -> Any:
+    """A copied image (``CopyImage``) runs what its source runs; moto keeps no link from the copy to it."""
+
+    def copying(self: Any, source_image_id: str, source_region: str, *args: Any, **kwargs: Any) -> Any:
+        ami = copy_image(self, source_image_id, source_region, *args, **kwargs)
+        ami.platformctl_copy_of = (source_region, source_image_id)
+        return ami
+
+    copying.platformctl_patched = True  # type: ignore[attr-defined]
+    return copying
+
+
 _TAGS = threading.RLock()
 
 
@@ -263,6 +366,11 @@ def install() -> None:
         method = getattr(TagBackend, name)
         if not getattr(method, "platformctl_patched", False):
             setattr(TagBackend, name, _one_at_a_time(method))
+
+    from moto.ec2.models.amis import AmiBackend
+
+    if not getattr(AmiBackend.copy_image, "platformctl_patched", False):
+        AmiBackend.copy_image = _remembering_the_source(AmiBackend.copy_image)
 
     if not hasattr(Ami, "deprecation_time"):
         Ami.deprecation_time = None

@@ -11,7 +11,7 @@ from moto import mock_aws
 
 from ami.manifest import MANIFEST_DIR
 from platformctl.emulator import moto_extensions
-from tests.ami.accounts import REGION
+from tests.ami.accounts import COPY, REGION
 
 
 @pytest.fixture
@@ -21,6 +21,8 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     moto_extensions.install()  # EC2 AMI deprecation, which moto lacks
     with mock_aws():
+        for region in (REGION, COPY):  # what every AWS region holds: the EKS-optimised images the tree starts from
+            moto_extensions.publish_eks_optimized_images(region)
         yield
 
 

@@ -26,7 +26,7 @@ def test_first_build_builds_the_tree_parents_first_and_publishes(aws: None, fold
     for child, parent in (("general", "base"), ("ml", "base"), ("custom", "general")):
         assert tags_of(built[child][0])["platformctl:base-image"] == ids[parent]
     source = boto3.client("ssm", region_name=REGION).get_parameter(
-        Name="/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-x86_64")["Parameter"]["Value"]
+        Name="/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/standard/recommended/image_id")["Parameter"]["Value"]
     assert tags_of(built["base"][0])["platformctl:base-image"] == source
     tags = tags_of(built["ml"][0])
     assert (tags["platformctl:family"], tags["platformctl:version"], tags["accelerator"]) == ("ml", "3.0.2", "nvidia")
@@ -81,10 +81,10 @@ def test_a_region_added_later_gets_copies_of_what_is_built_without_a_rebuild(aws
 
 def test_changing_base_rebuilds_everything_in_order(aws: None, folder: Path) -> None:
     build(folder)
-    bump(folder, "base", "version: 1.4.0", "version: 1.5.0")
+    bump(folder, "base", "version: 1.5.0", "version: 1.6.0")
     result = build(folder)
     assert [(s.name, s.reason) for s in result["plan"].build] == [
-        ("base", "changed content (version 1.4.0 -> 1.5.0)"), ("general", "parent base is rebuilt"),
+        ("base", "changed content (version 1.5.0 -> 1.6.0)"), ("general", "parent base is rebuilt"),
         ("custom", "parent general is rebuilt"), ("ml", "parent base is rebuilt")]
     built = images()
     assert all(len(v) == 2 for v in built.values())
@@ -104,7 +104,7 @@ def test_changing_ml_rebuilds_only_ml(aws: None, folder: Path) -> None:
 def test_a_new_source_image_rebuilds_from_the_root(aws: None, folder: Path) -> None:
     build(folder)
     other = ec2().describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*x86_64-gp2"]}])["Images"][0]
-    bump(folder, "base", "  ssmParameter: /aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-x86_64",
+    bump(folder, "base", "  ssmParameter: /aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/standard/recommended/image_id",
          f"  ami: {other['ImageId']}")
     plan = plan_builds(load_manifests(folder), ImageStore(REGION))
     assert plan.build[0].name == "base" and plan.build[0].reason.startswith("changed content")
@@ -156,3 +156,31 @@ def test_cli_plan_and_build_json(aws: None, folder: Path, tmp_path: Path) -> Non
     assert again["build"] == [] and len(again["unchanged"]) == 4
     text = runner.invoke(cli, ["ami", "build", *common, "--lock-file", str(lock)]).stdout
     assert "nothing to build" in text
+
+
+EKS_132 = "/aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/standard/recommended/image_id"
+PLAIN = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-x86_64"
+
+
+@pytest.mark.parametrize(("old", "new", "field", "said"), [
+    # plain Amazon Linux 2023 (the shipped base until this was checked): no kubelet, no nodeadm, never a node
+    (EKS_132, PLAIN, "base.yaml: source", "has no kubelet or nodeadm, and neither base nor its parents install both"),
+    # the manifest's version and its source's kubelet disagree
+    ('kubernetesVersion: "1.32"', 'kubernetesVersion: "1.31"', "base.yaml: kubernetesVersion",
+     "1.31, but the image starts from the EKS-optimised image for 1.32"),
+])
+def test_a_tree_whose_images_could_not_join_a_cluster_is_refused_before_anything_is_built(
+        aws: None, folder: Path, tmp_path: Path, old: str, new: str, field: str, said: str) -> None:
+    bump(folder, "base", old, new)
+    lock = tmp_path / "images.lock.json"
+    out = CliRunner().invoke(cli, ["ami", "build", "--manifests", str(folder), "--lock-file", str(lock)])
+    assert out.exit_code == 2 and field in out.output and said in out.output, out.output
+    assert [line for line in out.output.splitlines() if "error" in line] == [out.output.strip().splitlines()[-1]]
+    assert images() == {} and not lock.exists() and running_builders() == []
+
+
+def test_a_plain_source_whose_tree_installs_kubelet_and_nodeadm_builds(aws: None, folder: Path) -> None:
+    bump(folder, "base", EKS_132, PLAIN)
+    bump(folder, "base", "packages: [", "packages: [kubelet, nodeadm, ")
+    assert [s.name for s in build(folder)["plan"].build] == ["base", "general", "custom", "ml"]
+    assert tags_of(images()["base"][0])["platformctl:kubernetes-version"] == "1.32"

@@ -18,7 +18,7 @@ def test_the_shipped_tree_resolves_parents_first() -> None:
     assert manifests.order() == ["base", "general", "custom", "ml"]
     assert manifests.generations() == [["base"], ["general", "ml"], ["custom"]]
     custom = manifests.get("custom")
-    assert custom.config["architecture"] == "x86_64" and custom.config["kubernetesVersion"] == "1.31"
+    assert custom.config["architecture"] == "x86_64" and custom.config["kubernetesVersion"] == "1.32"
     assert custom.config["packages"][-1] == "numactl" and "nfs-utils" not in custom.config["packages"]  # !replace
     assert custom.config["sysctls"]["net.core.somaxconn"] == 32768  # from general
     assert custom.config["sysctls"]["vm.swappiness"] == 0  # its own
@@ -58,7 +58,7 @@ def test_content_hash_follows_the_resolved_content(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("file", "edit", "message"), [
     ("ml.yaml", ("parent: base", "parent: bse"), "ml.yaml: parent: unknown parent 'bse'"),
-    ("base.yaml", ("source:\n  ssmParameter: /aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-x86_64",
+    ("base.yaml", ("source:\n  ssmParameter: /aws/service/eks/optimized-ami/1.32/amazon-linux-2023/x86_64/standard/recommended/image_id",
                    "parent: custom"), ": parent: inheritance cycle: "),
     ("ml.yaml", ("parent: base", "parent: base\nsource: {ami: ami-0123456789abcdef0}"),
      "ml.yaml: an image has either a parent or a source, not both"),

@@ -266,3 +266,27 @@ def test_a_pulumi_up_past_its_limit_is_interrupted_and_said_and_one_within_it_an
     assert within(lambda: "up", 60.0, "dev") == "up"
     with pytest.raises(ValueError):
         within(lambda: int("x"), 60.0, "dev")
+
+
+@pytest.mark.parametrize(("kubelet", "refused"), [("1.33", True), ("1.28", True), ("1.29", False), ("1.32", False)])
+def test_a_deploy_whose_image_runs_a_kubelet_its_control_planes_do_not_support_is_refused_before_anything(
+        region: tuple[LocalDeployer, Path], kubelet: str, refused: bool) -> None:
+    """dev's control planes run 1.32: a kubelet may be up to three minor versions older, never newer (Kubernetes'
+    version skew policy); the image's version is the one `ami build` tagged it with."""
+    deployer, lock = region
+    data = json.loads(lock.read_text())
+    data["images"]["general"]["2.2.0"] = {"us-west-2": "ami-0d0e00000000220a"}
+    lock.write_text(json.dumps(data))
+    hold(lock)
+    ec2 = aws.client("ec2", STAGE.region)
+    ec2.create_tags(Resources=["ami-0d0e00000000220a"], Tags=[{"Key": "platformctl:kubernetes-version", "Value": kubelet}])
+    before = versions("dev-usw2a-01-general")
+    if refused:
+        with pytest.raises(PlatformError) as error:
+            deployer.deploy(STAGE, lock)
+        assert error.value.file == STAGE.source and error.value.field == "config.platformctl:kubernetesVersion"
+        assert f"runs kubelet {kubelet}, and dev's control planes run 1.32" in str(error.value)
+        assert versions("dev-usw2a-01-general") == before  # nothing made
+    else:
+        deployer.deploy(STAGE, lock)
+        assert versions("dev-usw2a-01-general")[-1]["LaunchTemplateData"]["ImageId"] == "ami-0d0e00000000220a"

@@ -232,3 +232,28 @@ def test_a_stack_that_pins_an_image_its_region_does_not_hold_is_refused_before_a
         assert refused.value.file == dev.source and refused.value.field == "config.platformctl:topology.images.general"
         assert "ami-0a1f00c0ffee00001 does not exist in us-west-2" in str(refused.value)
         assert len(ec2.describe_vpcs()["Vpcs"]) == vpcs  # nothing made
+
+
+def test_an_instance_of_an_image_without_a_kubelet_runs_and_never_becomes_a_node(region: LocalRegion) -> None:
+    """Plain Amazon Linux 2023 (what ami/manifests/base.yaml once started from) has no kubelet and no nodeadm: EC2
+    launches it, nodeadm never reads the NodeConfig, no node registers, as on EKS."""
+    cluster = region.stage.member_clusters[1]
+    name = f"{cluster.name}-system"
+    sim = region.cluster(cluster.name)
+    ec2 = region.ec2()
+    plain = region._client("ssm").get_parameter(
+        Name="/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-6.1-x86_64")["Parameter"]["Value"]
+    if not ec2.describe_images(Filters=[{"Name": "image-id", "Values": [plain]}])["Images"]:
+        plain = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]  # any image of Amazon's that EC2 holds
+    new_image_version(region, name, plain)
+    before = {n.name for n in sim.list_nodes("eks.amazonaws.com/nodegroup=system")}
+    victim = sorted(before)[0]
+    region.autoscaling().terminate_instance_in_auto_scaling_group(
+        InstanceId=sim.get_node(victim).instance_id, ShouldDecrementDesiredCapacity=False)
+    region.advance(900)
+    group = _group(region, name)
+    fresh = [i["InstanceId"] for i in group["Instances"] if i["InstanceId"] not in {sim.get_node(n).instance_id for n in before - {victim}}]
+    assert len(fresh) == 1  # launched: EC2 holds the image
+    (inst,) = ec2.describe_instances(InstanceIds=fresh)["Reservations"][0]["Instances"]
+    assert inst["ImageId"] == plain and inst["State"]["Name"] == "running"
+    assert {n.name for n in sim.list_nodes("eks.amazonaws.com/nodegroup=system")} == before - {victim}

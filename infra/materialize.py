@@ -132,7 +132,9 @@ class MotoBackend:
                                           TagSpecifications=_tag_specs("security-group", i.get("tags")))
         group_id = group["GroupId"]
         rules = [{"IpProtocol": str(r["protocol"]), "FromPort": int(r["fromPort"]), "ToPort": int(r["toPort"]),
-                  **({"UserIdGroupPairs": [{"GroupId": group_id}]} if r.get("self") else {}),
+                  **({"UserIdGroupPairs": [{"GroupId": g} for g in [*([group_id] if r.get("self") else []),
+                                                                     *(r.get("securityGroups") or [])]]}
+                     if r.get("self") or r.get("securityGroups") else {}),
                   **({"IpRanges": [{"CidrIp": c} for c in r["cidrBlocks"]]} if r.get("cidrBlocks") else {})}
                  for r in i.get("ingress") or []]
         if rules:
@@ -367,7 +369,7 @@ def check_images(stage: Stage, image_lock: Path | None, over_pins: bool, target:
                 try:
                     lock = json.loads(image_lock.read_text())
                 except (OSError, ValueError):
-                    return  # the program says what is wrong with it
+                    lock = {}  # the program says what is wrong with it
             image, file, field = newest_in_lock(lock or {}, family, stage.region), str(image_lock), f"images.{family}"
             if image is None:
                 continue  # the program says the lock file has none

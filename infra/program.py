@@ -117,7 +117,8 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
     common: dict[str, Any] = {"stage": name, "region": stage.region, "version": settings.kubernetes_version, "vpc_id": network.vpc_id,
               "public_access_cidrs": settings.public_access_cidrs, "images": images}
     host = HostCluster(stage.host_cluster, private_subnets=network.private_subnets, **common)
-    members = [MemberCluster(m, stage_zones=stage.zones, private_subnets=network.private_subnets, **common)
+    members = [MemberCluster(m, stage_zones=stage.zones, private_subnets=network.private_subnets,
+                             api_clients=[host.security_group_id], **common)
                for m in stage.member_clusters]
 
     table = StateTable(f"{name}-state", stage=name, table_name=state_table(settings, name))

@@ -11,6 +11,10 @@ where things live:
 - a **member cluster** is zonal. Its control plane's endpoints need subnets in two zones (an EKS
   rule), so it takes its own zone's subnet plus the next zone's, but every node pool it has is
   pinned to its own zone's subnet: its workloads live in one failure domain.
+
+Every endpoint is private, and a cluster's security group (its nodes' and its control plane's endpoint ENIs') admits
+itself; a member's also admits the host's nodes on 443, since the rotation and the release tick run on the host and
+call every member's API server.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from infra.components.common import CLUSTER_TAG, child, tags
+from infra.components.common import CLUSTER_TAG, ROLE_TAG, child, tags
 from infra.components.iam import ClusterIam
 from infra.components.node_pool import NodePool
 from platformctl.kernel.topology import HostCluster as HostSpec
@@ -52,12 +56,14 @@ class _Cluster(pulumi.ComponentResource):
     oidc_provider_arn: pulumi.Output[str]
     oidc_issuer: pulumi.Output[str]
     cluster_name: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]  # its nodes' and its control plane's endpoint ENIs'
     provider: k8s.Provider
     node_pools: dict[str, NodePool]
 
     def _build(self, *, stage: str, region: str, spec: HostSpec | MemberSpec, version: str, vpc_id: pulumi.Input[str],
                control_plane_subnets: Sequence[pulumi.Input[str]], pool_subnets: Sequence[pulumi.Input[str]],
-               public_access_cidrs: Sequence[str], images: Mapping[str, str]) -> None:
+               public_access_cidrs: Sequence[str], images: Mapping[str, str], role: str,
+               api_clients: Sequence[pulumi.Input[str]] = ()) -> None:
         name = spec.name
         cluster_tags = {CLUSTER_TAG: name}
         iam = ClusterIam(f"{name}-iam", stage, name, opts=child(self))
@@ -65,15 +71,21 @@ class _Cluster(pulumi.ComponentResource):
                           enable_key_rotation=True, deletion_window_in_days=30,
                           tags=tags(stage, f"{name}-secrets", **cluster_tags), opts=child(self))
         aws.kms.Alias(f"{name}-secrets", name=f"alias/{name}-secrets", target_key_id=key.key_id, opts=child(self))
+        ingress = [aws.ec2.SecurityGroupIngressArgs(protocol="-1", from_port=0, to_port=0, self=True,
+                                                    description="nodes and control plane to each other")]
+        if api_clients:  # the control plane's private endpoint ENIs carry this group too: this admits them to it
+            ingress.append(aws.ec2.SecurityGroupIngressArgs(
+                protocol="tcp", from_port=443, to_port=443, security_groups=list(api_clients),
+                description="the host cluster's nodes (rotation, release tick) to this cluster's API server"))
         nodes_sg = aws.ec2.SecurityGroup(
             f"{name}-nodes", name=f"{name}-nodes", vpc_id=vpc_id,
             description=f"Nodes and control plane of EKS cluster {name}",
-            ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="-1", from_port=0, to_port=0, self=True,
-                                                      description="nodes and control plane to each other")],
+            ingress=ingress,
             egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"],
                                                     description="egress through the zone's NAT gateway")],
-            tags=tags(stage, f"{name}-nodes", **cluster_tags, **{f"kubernetes.io/cluster/{name}": "owned"}),
+            tags=tags(stage, f"{name}-nodes", **cluster_tags, **{ROLE_TAG: role, f"kubernetes.io/cluster/{name}": "owned"}),
             opts=child(self))
+        self.security_group_id = nodes_sg.id
         cluster = aws.eks.Cluster(
             name, name=name, version=version, role_arn=iam.cluster_role_arn,
             vpc_config=aws.eks.ClusterVpcConfigArgs(
@@ -123,19 +135,21 @@ class HostCluster(_Cluster):
         super().__init__("platformctl:infra:HostCluster", spec.name, None, opts)
         subnets = [private_subnets[z] for z in spec.zones]
         self._build(stage=stage, region=region, spec=spec, version=version, vpc_id=vpc_id, control_plane_subnets=subnets,
-                    pool_subnets=subnets, public_access_cidrs=public_access_cidrs, images=images)
+                    pool_subnets=subnets, public_access_cidrs=public_access_cidrs, images=images, role="host")
 
 
 class MemberCluster(_Cluster):
     def __init__(self, spec: MemberSpec, *, stage: str, region: str, version: str, vpc_id: pulumi.Input[str],
                  stage_zones: Sequence[str], private_subnets: Mapping[str, pulumi.Input[str]],
                  public_access_cidrs: Sequence[str], images: Mapping[str, str],
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+                 api_clients: Sequence[pulumi.Input[str]] = (), opts: pulumi.ResourceOptions | None = None) -> None:
+        """``api_clients``: the security groups whose instances call this cluster's API server (the host's nodes)."""
         super().__init__("platformctl:infra:MemberCluster", spec.name, None, opts)
         self.control_plane_zones = control_plane_zones(spec.zone, stage_zones)
         self._build(stage=stage, region=region, spec=spec, version=version, vpc_id=vpc_id,
                     control_plane_subnets=[private_subnets[z] for z in self.control_plane_zones],
-                    pool_subnets=[private_subnets[spec.zone]], public_access_cidrs=public_access_cidrs, images=images)
+                    pool_subnets=[private_subnets[spec.zone]], public_access_cidrs=public_access_cidrs, images=images,
+                    role="member", api_clients=api_clients)
 
 
 def control_plane_zones(zone: str, stage_zones: Sequence[str]) -> list[str]:

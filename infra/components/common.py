@@ -10,6 +10,7 @@ CLUSTER_TAG = "platformctl.io/cluster"
 POOL_TAG = "platformctl.io/node-pool"
 NODE_TYPE_TAG = "platformctl.io/node-type"
 ZONE_TAG = "platformctl.io/zone"
+ROLE_TAG = "platformctl.io/cluster-role"  # host or member, on each cluster's security group
 # Tags the policy pack requires on every taggable resource.
 REQUIRED_TAGS = (STAGE_TAG, MANAGED_BY_TAG, "Name")
 

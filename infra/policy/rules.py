@@ -17,7 +17,7 @@ from typing import Any
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
 from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResourceOptions
 
-from infra.components.common import REQUIRED_TAGS, STAGE_TAG
+from infra.components.common import REQUIRED_TAGS, ROLE_TAG, STAGE_TAG
 from infra.settings import PROD_STAGES
 
 Report = Callable[..., None]
@@ -25,6 +25,7 @@ Report = Callable[..., None]
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 EKS_CLUSTER = "aws:eks/cluster:Cluster"
 EBS_VOLUME = "aws:ebs/volume:Volume"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 IAM_DOCUMENTS = {  # type -> the properties that hold policy documents
     "aws:iam/role:Role": ("assumeRolePolicy", "inlinePolicies"),
     "aws:iam/rolePolicy:RolePolicy": ("policy",),
@@ -151,6 +152,22 @@ def required_tags(args: ResourceValidationArgs, report_violation: Report) -> Non
         report_violation(f"resources must carry the tags {', '.join(REQUIRED_TAGS)}; missing {', '.join(missing)}")
 
 
+def members_admit_the_host(args: ResourceValidationArgs, report_violation: Report) -> None:
+    """A member cluster's endpoint is private and its security group admits only itself unless told: the rotation and
+    the release tick run on the host cluster and call every member, so each member's group must admit another group
+    (the host's nodes) on 443, or every call they make times out."""
+    if args.resource_type != SECURITY_GROUP or tags_of(args.props).get(ROLE_TAG) != "member":
+        return
+    for rule in args.props.get("ingress") or []:
+        protocol, low, high = str(rule.get("protocol")), int(rule.get("fromPort") or 0), int(rule.get("toPort") or 0)
+        if protocol in ("-1", "all") or (protocol in ("tcp", "6") and low <= 443 <= high):
+            if rule.get("securityGroups"):
+                return
+    report_violation("a member cluster's security group must admit the host cluster's nodes on 443 (ingress tcp 443 "
+                     "from the host's security group): the rotation and the release tick run there and call this "
+                     "cluster's private endpoint")
+
+
 RULES: dict[str, tuple[str, Callable[[ResourceValidationArgs, Report], None]]] = {
     "imdsv2-hop-limit-1": ("Launch templates require IMDSv2 with a hop limit of 1.", imdsv2_required),
     "encrypted-volumes": ("EBS volumes, including launch templates' root volumes, are encrypted.", volumes_encrypted),
@@ -159,6 +176,8 @@ RULES: dict[str, tuple[str, Callable[[ResourceValidationArgs, Report], None]]] =
                                        no_public_endpoint_in_prod),
     "iam-no-wildcard-actions": ("IAM policy documents name every action.", no_wildcard_actions),
     "required-tags": (f"Taggable resources carry {', '.join(REQUIRED_TAGS)}.", required_tags),
+    "members-admit-the-host": ("Each member cluster's security group admits the host's nodes on 443.",
+                               members_admit_the_host),
 }
 
 

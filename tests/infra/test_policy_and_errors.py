@@ -165,3 +165,13 @@ def test_images_come_from_the_lock_file_when_the_stage_names_none(tmp_path: Path
     with pytest.raises(PlatformError) as err:
         run_stage("dev", config=config, source=Path(stage.source))
     assert err.value.field == "config.platformctl:topology.images.custom" and "platformctl ami build" in err.value.detail
+
+
+def test_a_member_cluster_whose_security_group_does_not_admit_the_host_on_443_is_refused() -> None:
+    """Every endpoint is private: without the rule, the host's rotation and release tick time out on every call."""
+    sg = "aws:ec2/securityGroup:SecurityGroup"
+    props = resource("dev", sg, "dev-usw2a-01-nodes")
+    assert violations(sg, props) == []
+    props["ingress"] = [r for r in props["ingress"] if not r.get("securityGroups")]
+    assert [r for r, _ in violations(sg, props)] == ["members-admit-the-host"]
+    assert violations(sg, resource("dev", sg, "dev-usw2-host-nodes")) == []  # the host's own admits itself

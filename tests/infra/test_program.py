@@ -483,3 +483,27 @@ def test_pulumi_entry_point_reports_a_bad_stack_file_in_one_line() -> None:
 def test_pulumi_entry_point_declares_the_stage() -> None:
     run = run_main("dev", stack_config("dev"))
     assert len(run.of_type(ASG)) == sum(len(c.node_pools) for c in load_stage("dev").clusters())
+
+
+@stages
+def test_the_host_clusters_nodes_reach_every_member_clusters_private_endpoint_on_443(stage_name: str) -> None:
+    """Rotation and the release tick run on the host and call every member: each member's control plane (its endpoint
+    ENIs carry the cluster's security group) admits the security group of the host's nodes on 443; the host's jobs
+    reach the host's own endpoint through its group's rule for itself."""
+    run = declared(stage_name)
+    stage = load_stage(stage_name)
+    groups = {r.inputs["name"]: r for r in run.of_type("aws:ec2/securityGroup:SecurityGroup")}
+    planes = {r.inputs["name"]: r for r in run.of_type("aws:eks/cluster:Cluster")}
+    templates = {r.inputs["name"]: r for r in run.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    host = stage.host_cluster.name
+    host_nodes = {g for p in stage.host_cluster.node_pools
+                  for g in templates[f"{host}-{p.name}"].inputs["vpcSecurityGroupIds"]}
+    assert host_nodes == {groups[f"{host}-nodes"].id}
+    assert any(r.get("self") and r["protocol"] == "-1" for r in groups[f"{host}-nodes"].inputs["ingress"])
+    for member in stage.member_clusters:
+        plane_groups = set(planes[member.name].inputs["vpcConfig"]["securityGroupIds"])
+        assert planes[member.name].inputs["vpcConfig"]["endpointPrivateAccess"]
+        admitted = {g for sg in plane_groups for r in groups[f"{member.name}-nodes"].inputs["ingress"]
+                    if groups[f"{member.name}-nodes"].id == sg and r["protocol"] == "tcp"
+                    and int(r["fromPort"]) <= 443 <= int(r["toPort"]) for g in r.get("securityGroups") or []}
+        assert host_nodes <= admitted, (member.name, admitted)

@@ -100,6 +100,8 @@ class LocalRegion:
         # Instances that booted and never registered a node -> why (their user data, their image, a fault).
         self._never_joined: dict[str, str] = {}
         self._configs: dict[str, NodeConfig | WontJoin] = {}  # user data -> what nodeadm makes of it
+        self._kubelets: dict[str, str | None] = {}  # image -> the kubelet version it runs (None: it has none)
+        self._reach: dict[tuple[str, str], tuple[int | None, str | None]] = {}  # (node, cluster) -> (AWS state, why not)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -242,7 +244,9 @@ class LocalRegion:
                 file=f"auto scaling group {binding.asg_name}", field="LaunchTemplate.InstanceType",
             )
         try:
-            if moto_extensions.kubelet_of(self.stage.region, inst["ImageId"]) is None:
+            if inst["ImageId"] not in self._kubelets:  # an image's lineage never changes
+                self._kubelets[inst["ImageId"]] = moto_extensions.kubelet_of(self.stage.region, inst["ImageId"])
+            if self._kubelets[inst["ImageId"]] is None:
                 raise WontJoin(f"its image {inst['ImageId']} has no kubelet and nodeadm (neither EKS-optimised nor "
                                "built from one, and its manifests install neither)")
             config = self._node_config(inst["InstanceId"])
@@ -274,6 +278,52 @@ class LocalRegion:
         if isinstance(found, WontJoin):
             raise found
         return found
+
+    # ------------------------------------------------------------------ the network
+
+    def reaches(self, node: str, cluster: str) -> str | None:
+        """Why a connection from ``node``'s instance to ``cluster``'s API server on 443 is not admitted, or None when
+        it is: an ingress rule of a security group of the cluster's control plane (its endpoint ENIs carry them) that
+        admits tcp 443 from a group of the instance, or from a CIDR holding its private address. Read from EC2 and EKS
+        as they are (cached while no AWS call changed anything)."""
+        generation = self._changes() if self._changes is not None else None
+        key = (node, cluster)
+        cached = self._reach.get(key)
+        if cached is not None and generation is not None and cached[0] == generation:
+            return cached[1]
+        why = self._reaches(node, cluster)
+        self._reach[key] = (generation, why)
+        return why
+
+    def _reaches(self, node: str, cluster: str) -> str | None:
+        import ipaddress
+
+        if cluster not in self.clusters:
+            return f"{cluster} is not in {self.stage.name}'s VPC: no route"
+        instance = next((i for i, (_, n) in self._nodes_by_instance.items() if n == node), None)
+        if instance is None:
+            return f"no instance of this region is node {node}"
+        reservations = self.ec2().describe_instances(InstanceIds=[instance])["Reservations"]
+        inst = reservations[0]["Instances"][0]
+        sources = {g["GroupId"] for g in inst.get("SecurityGroups", [])}
+        address = ipaddress.ip_address(inst.get("PrivateIpAddress") or "0.0.0.0")
+        try:
+            plane = self._client("eks").describe_cluster(name=cluster)["cluster"]["resourcesVpcConfig"]
+        except Exception:  # a region made without the program's EKS clusters: nothing to say no with
+            return None
+        groups = plane.get("securityGroupIds") or []
+        for group in self.ec2().describe_security_groups(GroupIds=groups)["SecurityGroups"] if groups else []:
+            for rule in group.get("IpPermissions", []):
+                protocol = str(rule.get("IpProtocol"))
+                if not (protocol == "-1" or (protocol in ("tcp", "6") and
+                                             int(rule.get("FromPort", 0)) <= 443 <= int(rule.get("ToPort", 65535)))):
+                    continue
+                if any(pair.get("GroupId") in sources for pair in rule.get("UserIdGroupPairs", [])):
+                    return None
+                if any(address in ipaddress.ip_network(r["CidrIp"], strict=False) for r in rule.get("IpRanges", [])):
+                    return None
+        return (f"no ingress rule of {cluster}'s security groups ({', '.join(groups) or 'none'}) admits tcp 443 from "
+                f"{node}'s ({', '.join(sorted(sources)) or 'none'})")
 
     # ------------------------------------------------------------------ faults
 

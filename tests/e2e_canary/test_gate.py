@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from e2e_canary.judge import Arm, judge
 from e2e_canary.results import CanaryResult, Outcome
 from e2e_canary.verdict import rotation_verdict
@@ -94,3 +96,16 @@ def test_first_light_needs_min_results_in_every_pool_and_a_proven_image_one_clea
     failing = rotation_verdict(few + pooled(NEW, "fail", 1, "batch"), NOW, 600, "c1", targets, {OLD, NEW},
                                min_results=10, proven=True)
     assert failing.verdict != "pass"
+
+
+@pytest.mark.parametrize(("batch", "verdict"), [(24, "inconclusive"), (25, "pass")])
+def test_first_lights_min_results_a_pool_at_its_boundary(batch: int, verdict: str) -> None:
+    """One result short of ``minResults`` in a pool waits; exactly ``minResults`` passes (the arm as a whole holds the
+    judge's ``minSamples`` either way, so only the per-pool count decides)."""
+    targets = {"general": NEW, "batch": NEW}
+    old = pooled(OLD, "ok", 30, "general") + pooled(OLD, "ok", 30, "batch")
+    judged = rotation_verdict(old + pooled(NEW, "ok", 30, "general") + pooled(NEW, "ok", batch, "batch"), NOW, 600,
+                              "c1", targets, {OLD, NEW}, min_results=25)
+    assert judged.verdict == verdict, judged.reason
+    if verdict == "inconclusive":
+        assert f"pool batch: {batch}" in judged.reason and "25 a pool's first light needs" in judged.reason

@@ -17,8 +17,9 @@ A process is not a container, so the pod's environment is made the way a node wo
   empty; a path under a ``mountPath`` in an argument or an environment value is that directory's path;
 - the container's ``env`` (literal, ``configMapKeyRef``, ``secretKeyRef``, the pod's name, namespace, uid and node) and
   ``envFrom`` (a ConfigMap's or a Secret's keys); the region's AWS (its endpoint and keys) in place of IRSA's web
-  identity; a ConfigMap's kubeconfig (EKS's endpoints and ``aws eks get-token``) is the region's own (its endpoints,
-  its token);
+  identity; a ConfigMap's kubeconfig (EKS's endpoints and ``aws eks get-token``) is the region's own (its token), each
+  cluster reached from the pod's node, so that the stage's security groups decide what the pod can reach
+  (``platformctl.emulator.server.network``);
 - the stack files are the checkout's the region runs (``--infra-dir``), as the image carries the stack files it was
   built from.
 
@@ -46,6 +47,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from platformctl.emulator.server.network import node_path
 from platformctl.emulator.server.objects import ClusterState
 from platformctl.kernel.cluster.model import Pod
 from platformctl.kernel.environment import FAKE_CREDENTIALS, current
@@ -92,8 +94,11 @@ class Kubelet:
 
     def __init__(self, cluster: ClusterState, state_dir: Path, kubeconfig: Path, aws_endpoint: str,
                  infra_dir: Path | None, cond: threading.Condition, changed: Callable[[], Any],
-                 time: Timekeeper | None = None) -> None:
+                 time: Timekeeper | None = None, network: str | None = None) -> None:
+        """``network``: the region's base URL, under which a pod reaches the clusters from its node
+        (``platformctl.emulator.server.network``); None: through the clusters' own endpoints, unchecked."""
         self.cluster = cluster
+        self.network = network
         self.root = state_dir / "pods" / cluster.name
         self.kubeconfig = kubeconfig
         self.aws_endpoint = aws_endpoint
@@ -268,14 +273,15 @@ class Kubelet:
                 except Blocked as exc:
                     raise Blocked("ContainerCreating", f'MountVolume.SetUp failed for volume "{mount["name"]}" : {exc}') from None
                 for key, text in (data or {}).items():
-                    (where / key).write_text(self._kubeconfig_of(text))
+                    (where / key).write_text(self._kubeconfig_of(text, pod))
             elif "emptyDir" not in volume:
                 raise StartError(f"volume {mount['name']}: only configMap, secret and emptyDir volumes are made here")
             mounts.append((str(mount["mountPath"]), where))
         return sorted(mounts, key=lambda m: -len(m[0]))
 
-    def _kubeconfig_of(self, text: str) -> str:
-        """A ConfigMap's file as the pod reads it: a kubeconfig is the region's own (the same contexts, reachable)."""
+    def _kubeconfig_of(self, text: str, pod: Pod) -> str:
+        """A ConfigMap's file as the pod reads it: a kubeconfig is the region's own (the same contexts), each cluster
+        reached from the pod's node, so that the stage's security groups decide what it reaches."""
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError:
@@ -283,6 +289,10 @@ class Kubelet:
         if not (isinstance(data, dict) and data.get("kind") == "Config" and "contexts" in data):
             return text
         region = yaml.safe_load(self.kubeconfig.read_text())
+        if self.network is not None and pod.node_name:
+            for entry in region.get("clusters") or []:
+                entry["cluster"]["server"] = (f"{self.network}{node_path(self.cluster.name, pod.node_name)}"
+                                              f"/clusters/{entry['name']}")
         if data.get("current-context"):
             region["current-context"] = data["current-context"]
         return str(yaml.safe_dump(region, sort_keys=False))

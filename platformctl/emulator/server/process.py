@@ -45,6 +45,7 @@ import yaml
 from platformctl.emulator.local_region import LocalRegion
 from platformctl.emulator.server.kubeapi import KubeAPI
 from platformctl.emulator.server.kubelet import Kubelet, die_with_parent
+from platformctl.emulator.server.network import NodeNetwork
 from platformctl.emulator.server.objects import ApiError, ClusterState
 from platformctl.emulator.server.timekeeper import TimedApp, TimeKeeper
 from platformctl.kernel.clock import VirtualClock
@@ -204,7 +205,8 @@ class Server:
         # From here on the clock is the keeper's: at --speed while anyone works, skipping what nobody waits through.
         self.keeper = TimeKeeper(self.region.clock, self.cond, self.speed, self.skip, self._tick_clusters, self._latest)
         app = TimedApp(KubeAPI(self.clusters, self.cond, self.control, self.stopping), self.keeper)
-        self.http = make_server("127.0.0.1", 0, app, threaded=True)
+        # A pod's node reaches the clusters under /from/<cluster>/<node>/…, as the stage's security groups admit it.
+        self.http = make_server("127.0.0.1", 0, NodeNetwork(app, self._reaches), threaded=True)
         base = f"http://127.0.0.1:{self.http.server_port}"
         # Each cluster also gets an endpoint of its own, as EKS gives each cluster its own: paths there are the
         # API server's own (`kubectl get --raw /version`), with no /clusters/<name> prefix.
@@ -219,7 +221,7 @@ class Server:
             infra = self.infra_dir if self.infra_dir is not None else Path.cwd() / "infra"
             for state in self.clusters.values():
                 kubelet = Kubelet(state, self.state_dir, config_path, aws_endpoint, infra if infra.is_dir() else None,
-                                  self.cond, self._after_exit, self.keeper)
+                                  self.cond, self._after_exit, self.keeper, base)
                 state.sim.use_runtime(kubelet)
                 self.kubelets.append(kubelet)
         by_stage = {s.name: {
@@ -270,6 +272,16 @@ class Server:
         if self.region is None:
             raise RuntimeError("no clock yet")
         return self.region.clock.now()
+
+    def _reaches(self, cluster: str, node: str, target: str) -> str | None:
+        """Why ``node`` of ``cluster`` cannot reach ``target``'s API server (None: it can): each stage is a VPC of its
+        own, with no route to another's; inside one, its security groups decide (``LocalRegion.reaches``)."""
+        stage = self.stage_of.get(cluster)
+        if stage is None or target not in self.stage_of:
+            return f"no cluster {cluster if stage is None else target} here"
+        if self.stage_of[target] != stage:
+            return f"{target} is in {self.stage_of[target]}'s VPC, which {stage}'s has no route to"
+        return self.regions[stage].reaches(node, target)
 
     def _after_exit(self) -> None:
         """A pod's process ended (under the lock): the clusters' bookkeeping, and the clock looks again."""

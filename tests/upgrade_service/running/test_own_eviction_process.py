@@ -83,6 +83,8 @@ def test_the_rotation_job_evicted_by_its_own_drain_starts_again_and_resumes_its_
         live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=cluster["name"])
         nodes = live.list_nodes()
         assert {n.image for n in nodes} <= set(images.values()), cluster["name"]
+        # read from the label the program writes into each launch template's user data: EKS's own is managed groups'
+        assert not any("eks.amazonaws.com/nodegroup-image" in n.labels for n in nodes), cluster["name"]
         assert not any(n.unschedulable for n in nodes), cluster["name"]
         report = get(region, f"/platformctl/v1/clusters/{cluster['name']}/invariants")
         assert report["budget_violations"] == [] and report["deleted_without_eviction"] == [], report

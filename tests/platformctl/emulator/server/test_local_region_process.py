@@ -220,15 +220,15 @@ def test_ami_prune_deprecates_through_the_regions_aws_and_a_later_run_waits(regi
     shutil.copytree(MANIFEST_DIR, manifests)
     run(region["home"], "ami", "build", "--manifests", str(manifests), "--lock-file", str(tmp_path / "a.json"))
     base = manifests / "base.yaml"  # no node boots base itself: its old version is in nobody's use
-    base.write_text(base.read_text().replace("version: 1.4.0", "version: 1.4.1", 1))
+    base.write_text(base.read_text().replace("version: 1.5.0", "version: 1.5.1", 1))
     run(region["home"], "ami", "build", "--manifests", str(manifests), "--lock-file", str(tmp_path / "b.json"))
     prune = ("ami", "prune", "base", "--keep", "1", "--lock-file", str(tmp_path / "b.json"), "-o", "json")
 
     first = json.loads(run(region["home"], *prune).stdout)
     second = json.loads(run(region["home"], *prune).stdout)
 
-    # b.json records only base 1.4.1; 1.4.0 is retired, in the server's moto, and the next process sees it deprecated.
-    assert [(d["name"], d["version"]) for d in first["deprecate"]] == [("base", "1.4.0")]
+    # b.json records only base 1.5.1; 1.5.0 is retired, in the server's moto, and the next process sees it deprecated.
+    assert [(d["name"], d["version"]) for d in first["deprecate"]] == [("base", "1.5.0")]
     assert [d["image_id"] for d in second["wait"]] == [d["image_id"] for d in first["deprecate"]]
     assert second["wait"][0]["deprecation_time"] == first["deprecate"][0]["deprecation_time"]
     assert second["deprecate"] == [] and second["deregister"] == []
@@ -374,3 +374,43 @@ def test_kubectl_rolls_scales_and_waits_on_a_deployment(region: dict[str, Any], 
     uids = {rs["metadata"]["uid"] for rs in json.loads(kubectl("get", "rs", "-o", "json"))["items"]}
     assert owners and owners <= uids  # a pod's owner is a ReplicaSet the API serves
     kubectl("delete", "namespace", "shop")
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (.ci/run installs it)")
+def test_the_simulators_node_for_a_launch_template_is_the_regions_over_kubectl(region: dict[str, Any]) -> None:
+    """The pure simulation's pools (benchmarks, planner tests) register a node with what the Pulumi program's user data
+    asks for; the region registers one from the instance's user data as the kubelet does. For each pool of each
+    cluster, kubectl's node and the simulator's node for the same pool and image carry the same labels, taints and
+    provider id (the instance's own: its name, zone, id, instance type)."""
+    import boto3
+
+    from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
+    from platformctl.kernel.cluster.model import Taint
+
+    stage = load_stage("dev")
+    ec2 = boto3.client("ec2", region_name=stage.region, endpoint_url=region["aws_endpoint"],
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    compared = 0
+    for cluster in stage.clusters():
+        out = subprocess.run([KUBECTL, "--kubeconfig", region["kubeconfig"], "--context", cluster.name, "get", "nodes",
+                              "-o", "json"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        nodes = json.loads(out.stdout)["items"]
+        for pool in cluster.node_pools:
+            kube = next(n for n in nodes if n["metadata"]["labels"].get("eks.amazonaws.com/nodegroup") == pool.name)
+            instance = kube["spec"]["providerID"].rsplit("/", 1)[-1]
+            (inst,) = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"]
+            sim = SimulatedCluster(cluster.name, region=stage.region)
+            sim.add_pool(NodePoolSpec(pool.name, inst["Placement"]["AvailabilityZone"], inst["InstanceType"],
+                                      inst["ImageId"], 1, node_type=pool.node_type, labels=pool.labels,
+                                      taints=tuple(Taint(t.key, t.value, t.effect) for t in pool.taints),
+                                      region=stage.region))
+            simulated = sim.list_nodes()[0].to_kube()
+            own = {"kubernetes.io/hostname"}  # the instance's name: another instance, another name
+            assert {k: v for k, v in kube["metadata"]["labels"].items() if k not in own} == \
+                {k: v for k, v in simulated["metadata"]["labels"].items() if k not in own}, (cluster.name, pool.name)
+            assert kube["spec"].get("taints", []) == simulated["spec"].get("taints", []), (cluster.name, pool.name)
+            assert kube["spec"]["providerID"] == f"aws:///{inst['Placement']['AvailabilityZone']}/{instance}"
+            assert simulated["spec"]["providerID"].startswith(f"aws:///{inst['Placement']['AvailabilityZone']}/i-")
+            compared += 1
+    assert compared == sum(len(c.node_pools) for c in stage.clusters())

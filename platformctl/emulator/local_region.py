@@ -4,9 +4,10 @@
 through the project's boto3 clients (moto in process unless ``AWS_ENDPOINT_URL`` points elsewhere)
 and runs one ``SimulatedCluster`` per cluster on a shared virtual clock. Nodes follow the auto
 scaling groups, like EKS nodes follow their instances: every ``sync_seconds`` of virtual time it
-reads the groups, registers each new instance as a node that turns Ready after the pool's boot time
-(labelled with the image its launch template gave it), and deletes the node of every instance that
-left its group. Deleting a node object while its instance runs is undone at the next sync, as a
+reads the groups, registers each new instance as its kubelet would (the labels, taints and cluster of
+the nodeadm NodeConfig in its user data, the kubelet's own labels, nothing else; an image without a
+kubelet, or user data the kubelet refuses, never registers) as a node that turns Ready after the pool's
+boot time, and deletes the node of every instance that left its group. Deleting a node object while its instance runs is undone at the next sync, as a
 kubelet re-registers.
 
 What the region contains is not described here: the caller passes a ``provisioner`` that creates
@@ -18,6 +19,7 @@ direction of DESIGN: shared modules import no subsystem.)
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -101,7 +103,8 @@ class LocalRegion:
         self._never_joined: dict[str, str] = {}
         self._configs: dict[str, NodeConfig | WontJoin] = {}  # user data -> what nodeadm makes of it
         self._kubelets: dict[str, str | None] = {}  # image -> the kubelet version it runs (None: it has none)
-        self._reach: dict[tuple[str, str], tuple[int | None, str | None]] = {}  # (node, cluster) -> (AWS state, why not)
+        self._reach: dict[tuple[str, str], str | None] = {}  # (node, cluster) -> why it cannot reach it, at:
+        self._reach_generation: int | None = None  # the AWS calls that changed something, counted when it was read
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -287,17 +290,14 @@ class LocalRegion:
         admits tcp 443 from a group of the instance, or from a CIDR holding its private address. Read from EC2 and EKS
         as they are (cached while no AWS call changed anything)."""
         generation = self._changes() if self._changes is not None else None
+        if generation is None or generation != self._reach_generation:
+            self._reach, self._reach_generation = {}, generation  # what AWS says has changed: ask it again
         key = (node, cluster)
-        cached = self._reach.get(key)
-        if cached is not None and generation is not None and cached[0] == generation:
-            return cached[1]
-        why = self._reaches(node, cluster)
-        self._reach[key] = (generation, why)
-        return why
+        if key not in self._reach:
+            self._reach[key] = self._reaches(node, cluster)
+        return self._reach[key]
 
     def _reaches(self, node: str, cluster: str) -> str | None:
-        import ipaddress
-
         if cluster not in self.clusters:
             return f"{cluster} is not in {self.stage.name}'s VPC: no route"
         instance = next((i for i, (_, n) in self._nodes_by_instance.items() if n == node), None)

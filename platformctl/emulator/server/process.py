@@ -218,12 +218,7 @@ class Server:
         config_path = self.state_dir / "kubeconfig"
         write_atomically(config_path, yaml.safe_dump(kubeconfig(self.stage_of, base, self.servers, host), sort_keys=False))
         if self.run_jobs:  # the toolkit's own Jobs' pods run as processes
-            infra = self.infra_dir if self.infra_dir is not None else Path.cwd() / "infra"
-            for state in self.clusters.values():
-                kubelet = Kubelet(state, self.state_dir, config_path, aws_endpoint, infra if infra.is_dir() else None,
-                                  self.cond, self._after_exit, self.keeper, base)
-                state.sim.use_runtime(kubelet)
-                self.kubelets.append(kubelet)
+            self._start_kubelets(config_path, aws_endpoint, base)
         by_stage = {s.name: {
             "region": s.region, "checkpoint": str((self.state_dir / f"stack-{s.name}.json").resolve()),
             # The stage's own state store: what rotation, remediation and the canaries of the stage share by default.
@@ -272,6 +267,16 @@ class Server:
         if self.region is None:
             raise RuntimeError("no clock yet")
         return self.region.clock.now()
+
+    def _start_kubelets(self, kubeconfig: Path, aws_endpoint: str, base: str) -> None:
+        """Every cluster's kubelet for the toolkit's own image: its Jobs' pods run as processes, each reaching the
+        clusters from its node through ``base``."""
+        infra = self.infra_dir if self.infra_dir is not None else Path.cwd() / "infra"
+        for state in self.clusters.values():
+            kubelet = Kubelet(state, self.state_dir, kubeconfig, aws_endpoint, infra if infra.is_dir() else None,
+                              self.cond, self._after_exit, self.keeper, base)
+            state.sim.use_runtime(kubelet)
+            self.kubelets.append(kubelet)
 
     def _reaches(self, cluster: str, node: str, target: str) -> str | None:
         """Why ``node`` of ``cluster`` cannot reach ``target``'s API server (None: it can): each stage is a VPC of its

@@ -118,7 +118,8 @@ class NodeGroups(Protocol):
 
     def failed_launches(self, group: str, since: float) -> list[str]:
         """Why the group's launches since ``since`` (epoch seconds) failed, newest first (Auto Scaling's failed scaling
-        activities: an image that does not exist, no capacity, a launch template it cannot use); empty when none did."""
+        activities: an image that does not exist, no capacity, a launch template it cannot use), up to its newest
+        successful launch: empty when none failed, or when it launched an instance after they did."""
         ...
 
 

@@ -206,6 +206,8 @@ class AutoScalingNodeGroups:
             started = activity.get("StartTime")
             if started is not None and started.timestamp() < since:
                 break
+            if activity.get("StatusCode") == "Successful":
+                break  # the group launched since: what failed before it (a zone short of capacity) has passed
             if activity.get("StatusCode") in ("Failed", "Cancelled"):
                 out.append(activity.get("StatusMessage") or activity.get("Description") or activity["StatusCode"])
         return out

@@ -213,6 +213,12 @@ def test_a_group_whose_template_boots_an_image_ec2_does_not_hold_records_failed_
     groups = AutoScalingNodeGroups(region.stage.region)
     assert groups.failed_launches(name, since) == [failed["StatusMessage"]]
     assert groups.failed_launches(name, region.clock.now() + 1) == []  # none since
+    # The template fixed (an image EC2 holds): the next launch succeeds, and what failed before it is past.
+    held = _group(region, name)["Instances"][0]["InstanceId"]
+    new_image_version(region, name, region.ec2().describe_instances(InstanceIds=[held])["Reservations"][0]["Instances"][0]["ImageId"])
+    asg.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=before["DesiredCapacity"] + 2)
+    assert asg.describe_scaling_activities(AutoScalingGroupName=name)["Activities"][0]["StatusCode"] == "Successful"
+    assert groups.failed_launches(name, since) == []
 
 
 def test_a_stack_that_pins_an_image_its_region_does_not_hold_is_refused_before_anything_is_made() -> None:

@@ -84,6 +84,9 @@ class CanaryMetrics:
 def check_address(address: str, port: int) -> None:
     """The metrics port must be free: said before the runner touches a cluster."""
     with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # as the server binds (SO_REUSEADDR): a runner restarted in its pod finds its port free though the scrapes of the
+        # one before linger in TIME_WAIT, while a port another process listens on is still refused
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((address, port))
         except OSError as exc:

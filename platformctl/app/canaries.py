@@ -141,6 +141,8 @@ def run_canaries(run: CanaryRun, say: Callable[[str], None], on_attempt: Callabl
             try:
                 keeper.acquire()
             except LeaseHeld as held:
+                say(f"{name}: not run: another runner holds its lease ({held.lease.holder}, for up to "
+                    f"{run.lease_ttl:g} s after its last renewal)")
                 report.clusters.append(ClusterRun(name, lease_held_by=held.lease.holder))
                 report.exit_code = EXIT_LEASE_HELD
                 continue
@@ -161,10 +163,11 @@ def run_canaries(run: CanaryRun, say: Callable[[str], None], on_attempt: Callabl
 def _loop(run: CanaryRun, runners: dict[str, Runner], keepers: list[LeaseKeeper], entries: dict[str, ClusterRun],
           report: CanaryRunReport, say: Callable[[str], None], on_attempt: Callable[[str, AttemptReport], None],
           stop: threading.Event) -> None:
-    """Each cluster's canaries in a thread of its own, each canary when it is due there (its interval plus jitter, on
-    the cluster's clock), as the Pulumi program runs a runner in every cluster: one cluster's slow check or a
-    CronJob's schedule never holds another's, and a canary's interval is what each cluster gets. A Ctrl-C (or SIGTERM)
-    stops every cluster's check at its next wait, and each deletes its namespace."""
+    """Each canary of each cluster in a thread of its own, each attempt starting when it is due there (an interval
+    plus jitter after the last one started, on the cluster's clock), as the Pulumi program runs a runner in every
+    cluster: one cluster's slow check never holds another's, a cron canary watching its firings never holds the
+    node-pool canary's next pods, and a canary's interval is what each cluster gets (``gate_window_holds`` counts on
+    it). A Ctrl-C (or SIGTERM) stops every check at its next wait, and each deletes its namespace."""
     metrics = CanaryMetrics(run.stage)
     for name, runner in runners.items():
         for c in run.canaries:
@@ -186,21 +189,23 @@ def _loop(run: CanaryRun, runners: dict[str, Runner], keepers: list[LeaseKeeper]
     # Each thread says it is over with an Event of its own, never through Thread.join: on Python 3.11 a join that a
     # KeyboardInterrupt (Ctrl-C, or SIGTERM turned into one) cuts short marks a running thread dead (CPython
     # gh-90882), so the process would exit before that cluster's check deleted its namespace.
-    over = {name: threading.Event() for name in runners}
+    work = [(name, runner, c) for name, runner in runners.items() for c in run.canaries]
+    over = {(name, c.name): threading.Event() for name, _, c in work}
+    verdicts = {name: _ClusterVerdict(name, metrics) for name in runners}
 
-    def cluster(name: str, runner: Runner) -> None:
+    def canary(name: str, runner: Runner, c: Canary) -> None:
         try:
-            _one_cluster(run, name, runner, keepers, metrics, attempted)
+            _one_canary(run, runner, c, keepers, verdicts[name], lambda attempt: attempted(name, attempt))
         except _Stopped:
             pass
         except BaseException as exc:  # a lost lease, an unreachable store: the whole run stops, as it did
             failed.append(exc)
             stop.set()
         finally:
-            over[name].set()
+            over[(name, c.name)].set()
 
-    threads = [threading.Thread(target=cluster, args=(name, runner), name=f"canaries {name}", daemon=True)
-               for name, runner in runners.items()]
+    threads = [threading.Thread(target=canary, args=(name, runner, c), name=f"canary {c.name} {name}", daemon=True)
+               for name, runner, c in work]
     clock = next(iter(runners.values())).clock if runners else None
     try:
         with parked(clock) if clock is not None else contextlib.nullcontext():  # waiting for threads, not for time
@@ -217,38 +222,53 @@ def _loop(run: CanaryRun, runners: dict[str, Runner], keepers: list[LeaseKeeper]
         raise
     if failed:
         raise failed[0]
+    order = {c.name: i for i, c in enumerate(run.canaries)}
+    for entry in entries.values():  # (``once``) as the canaries are listed, whichever ended first
+        entry.attempts.sort(key=lambda a: order.get(a.canary, len(order)))
 
 
 STOP_WAIT_SECONDS = 20.0  # wall seconds a stopped run gives its clusters' checks to clean up
 
 
-def _one_cluster(run: CanaryRun, name: str, runner: Runner, keepers: list[LeaseKeeper], metrics: CanaryMetrics,
-                 attempted: Callable[[str, AttemptReport], None]) -> None:
-    due = {c.name: 0.0 for c in run.canaries}
-    recent: list[CanaryResult] = []
-    judged = float("-inf")  # when the metrics' verdict was last taken
-    while True:
-        for c in run.canaries:
-            if runner.clock.now() < due[c.name]:
-                continue
-            for keeper in keepers:
-                keeper.check()
-            attempt = runner.run(c)
-            metrics.observe(name, c.name, attempt.results)
-            now = runner.clock.now()
+class _ClusterVerdict:
+    """A cluster's recent results, and the verdict its metrics show, shared by its canaries' threads."""
+
+    def __init__(self, cluster: str, metrics: CanaryMetrics) -> None:
+        self.cluster = cluster
+        self.metrics = metrics
+        self.lock = threading.Lock()
+        self.recent: list[CanaryResult] = []
+        self.judged = float("-inf")  # when the metrics' verdict was last taken
+
+    def add(self, canary: str, rows: list[CanaryResult], now: float) -> None:
+        with self.lock:
+            self.metrics.observe(self.cluster, canary, rows)
             reach = 2 * EVIDENCE_STEPS * VERDICT_WINDOW  # what the verdict can look at; older results are the store's
-            recent = [r for r in recent + attempt.results if r.at >= now - reach]
+            self.recent = [r for r in self.recent + rows if r.at >= now - reach]
             # The verdict's statistics over hours of results cost more than a check: taken again at once after a result
             # that is not ok, else every VERDICT_REFRESH_SECONDS of the cluster's time (a slowdown shows within them).
-            if now - judged >= VERDICT_REFRESH_SECONDS or not all(r.ok for r in attempt.results):
-                judged = now
-                metrics.set_verdict(name, canary_verdicts(recent, now, VERDICT_WINDOW).verdict)
-            due[c.name] = now + c.interval + random.uniform(0, c.jitter)
-            attempted(name, attempt)
+            if now - self.judged >= VERDICT_REFRESH_SECONDS or not all(r.ok for r in rows):
+                self.judged = now
+                self.metrics.set_verdict(self.cluster, canary_verdicts(self.recent, now, VERDICT_WINDOW).verdict)
+
+
+def _one_canary(run: CanaryRun, runner: Runner, c: Canary, keepers: list[LeaseKeeper], verdict: _ClusterVerdict,
+                attempted: Callable[[AttemptReport], None]) -> None:
+    """One canary on one cluster: an attempt, then the next an interval plus jitter after this one started (at once
+    when it took longer), until the run is stopped (``once``: one attempt)."""
+    while True:
+        for keeper in keepers:
+            keeper.check()
+        started = runner.clock.now()
+        attempt = runner.run(c)
+        now = runner.clock.now()
+        verdict.add(c.name, attempt.results, now)
+        attempted(attempt)
         if run.once:
             return
-        # until the next canary is due, looking again at least every IDLE_SECONDS of the cluster's time
-        runner.clock.sleep(min(max(min(due.values()) - runner.clock.now(), 0.1), IDLE_SECONDS))
+        due = started + c.interval + random.uniform(0, c.jitter)
+        while runner.clock.now() < due:  # looking again at least every IDLE_SECONDS of the cluster's time
+            runner.clock.sleep(min(max(due - runner.clock.now(), 0.1), IDLE_SECONDS))
 
 
 IDLE_SECONDS = 60.0  # the longest a cluster's runner waits between looks at what is due

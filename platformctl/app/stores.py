@@ -22,17 +22,7 @@ from pathlib import Path
 from platformctl.kernel.environment import current
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state import StateStore, open_store
-from platformctl.kernel.topology import STAGES, default_infra_dir, read_stack_config, stage_file
-
-ROTATION_KEY = "platformctl:rotation"
-
-
-def stage_table(stage: str, infra_dir: Path | None) -> str:
-    """The stage's state table as its Pulumi program names it."""
-    config = read_stack_config(stage_file(stage, infra_dir or default_infra_dir()))
-    rotation = config.get(ROTATION_KEY)
-    table = rotation.get("stateTable") if isinstance(rotation, dict) else None
-    return str(table) if table else f"platformctl-state-{stage}"
+from platformctl.kernel.topology import STAGES, stage_table
 
 
 def stage_of(cluster: str, infra_dir: Path | None) -> str | None:

@@ -43,7 +43,10 @@ def _print_status(info: dict[str, Any], headline: str) -> None:
     runners = info.get("canary_runners") or []
     if runners:
         alive = sum(r["running"] for r in runners)
-        out.print(f"  canary runners {alive} of {len(runners)} running (logs: canary-<stage>.log beside {info['log']})")
+        restarts = sum(r.get("restarts", 0) for r in runners)
+        out.print(f"  canary runners {alive} of {len(runners)} running, one a cluster"
+                  + (f", {restarts} restart(s)" if restarts else "")
+                  + " (kubectl logs -n platformctl-canary deploy/platformctl-canary-runner --context <cluster>)")
     elif "canaries" in info:
         out.print("  canary runners none (--no-canaries)")
     table = Table("stage", "cluster (context)", "server", "nodes", "ready", "pods")
@@ -70,7 +73,7 @@ def local() -> None:
 @click.option("--pods-per-node", type=click.FloatRange(min=1.0, max=110.0), default=30.0, show_default=True,
               help="how densely --workloads fills the member clusters (a 3,000-node cluster at 40: 120,000 pods)")
 @click.option("--canaries/--no-canaries", default=True, show_default=True,
-              help="run each stage's canary runner as a process, as the Pulumi program runs it in each cluster")
+              help="run the canary runner Deployment the Pulumi program puts in each cluster: its pod as a process")
 @click.option("--run-jobs", is_flag=True, help="run the pods of the toolkit's own Jobs (its image's: the scheduled "
               "rotation, remediation, the release tick) as processes, which a drain's eviction sends SIGTERM")
 @OUTPUT

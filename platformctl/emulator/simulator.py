@@ -300,6 +300,7 @@ class SimulatedCluster:
     def use_runtime(self, runtime: Runtime) -> None:
         """Run the containers of the pods ``runtime`` takes for real (the local region's kubelet)."""
         self._pods.runtime = runtime
+        self._pods.hand_over()
 
     def container_log(self, namespace: str, name: str) -> str:
         """What the pod's container wrote, as ``kubectl logs`` reads it: the runtime's record of a pod it runs, nothing

@@ -435,8 +435,9 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
                 raise PlatformError(f"the local region server exited with code {child.returncode}: {_last_error(folder)}",
                                     file=str(folder / "server.log"), field="local up")
             info = running()
-            # ready once it answers, and its canary runners (started once it answers) are up
-            if info is not None and info["pid"] == child.pid and (not canaries or info.get("canary_runners")):
+            # ready once it answers, and each cluster's canary runner pod (started once it answers) has its process
+            runners = (info or {}).get("canary_runners") or []
+            if info is not None and info["pid"] == child.pid and (not canaries or (runners and all(r["pid"] for r in runners))):
                 return info, True
             time.sleep(0.1)
         _terminate(child.pid)

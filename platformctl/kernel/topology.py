@@ -143,6 +143,14 @@ def load_stage(stage: str, infra_dir: Path | None = None) -> Stage:
     return parse_stage_file(path, stage)
 
 
+def stage_table(stage: str, infra_dir: Path | None) -> str:
+    """The stage's state table as its Pulumi program names it (``platformctl:rotation.stateTable``)."""
+    config = read_stack_config(stage_file(stage, infra_dir or default_infra_dir()))
+    rotation = config.get("platformctl:rotation")
+    table = rotation.get("stateTable") if isinstance(rotation, dict) else None
+    return str(table) if table else f"platformctl-state-{stage}"
+
+
 def read_stack_config(path: Path) -> dict[str, Any]:
     """The ``config:`` mapping of a stack file, every key as the file spells it."""
     document = read_yaml(path, "stack config file")

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from platformctl.kernel.cluster.live import LiveCluster
-from tests.process import new_images, region_fixture, run, start
+from tests.process import new_images, region_fixture, region_now, run, start
 
 CLUSTER = "dev-usw2a-01"
 
@@ -49,6 +49,24 @@ def canary(region: dict[str, Any], *args: str, env: dict[str, str] | None = None
 def results(out: Any) -> list[dict[str, Any]]:
     report = json.loads(out.stdout)
     return [r for c in report["clusters"] for a in c["canaries"] for r in a["results"]]
+
+
+def start_runner(region: dict[str, Any], *args: str) -> Any:
+    """The cluster's runner as its Deployment runs it, on its own: returned once it has recorded a result, as a runner
+    that runs for months always has when a rotation begins (a runner not yet started holds no clock, and a rotation
+    waiting for its gate would skip the region's time past the runner's first check)."""
+    from e2e_canary.results import results as recorded
+    from platformctl.kernel.state import open_store
+
+    begun = region_now(region)
+    runner = start(region["home"], "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
+                   "--lease-ttl", "2", *args)
+    store = open_store(region["state"])
+    deadline = time.monotonic() + 120
+    while not recorded(store, "dev", begun, region_now(region) + 1, cluster=CLUSTER):
+        assert runner.poll() is None and time.monotonic() < deadline, "the canary runner recorded no result"
+        time.sleep(0.2)
+    return runner
 
 
 def images(region: dict[str, Any]) -> dict[str, str]:
@@ -258,8 +276,7 @@ def test_a_rotation_onto_a_bad_image_with_the_canary_gate_halts_after_its_first_
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    runner = start(home, "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
-                   "--lease-ttl", "2", "--metrics-port", str(port))
+    runner = start_runner(region, "--metrics-port", str(port))
     try:
         out = run(home, "rotate", "run", "--context", CLUSTER, "--policy", str(policy), "-o", "json", check=False, timeout=600)
         # Scraped as Prometheus scrapes, every few seconds, until the runner has judged the bad image's node: a rotation
@@ -327,8 +344,7 @@ def test_first_light_against_the_local_region_boots_one_node_a_pool_and_only_the
     bad = _bad_images(region, "9.1.0")
     policy = home / "first-light.yaml"
     policy.write_text(GATED + "firstLight: {minResults: 5, timeout: 1h}\n")
-    runner = start(home, "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
-                   "--lease-ttl", "2", "--metrics-port", "0")
+    runner = start_runner(region, "--metrics-port", "0")
     try:
         out = run(home, "rotate", "run", "--context", CLUSTER, "--policy", str(policy), "-o", "json", check=False, timeout=600)
     finally:

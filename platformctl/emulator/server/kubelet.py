@@ -40,7 +40,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +49,8 @@ import yaml
 
 from platformctl.emulator.server.network import node_path
 from platformctl.emulator.server.objects import ClusterState
+from platformctl.emulator.server.tables import ip_for
+from platformctl.emulator.workloads import PLURAL_OF_SIM_KIND
 from platformctl.kernel.cluster.model import Pod
 from platformctl.kernel.environment import FAKE_CREDENTIALS, current
 
@@ -56,6 +58,16 @@ log = logging.getLogger("platformctl.emulator.server.kubelet")
 IMAGE = "platformctl"  # the toolkit's image's repository name (ghcr.io/platformctl/platformctl:<version>)
 START_ERROR = 128  # a container that could not start, as the runtime says it (StartError)
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "PLATFORMCTL_LOCAL_SKIP")
+
+
+JOBS = frozenset({"Job"})
+ALL_ADDRESSES = "0.0.0.0"
+
+
+def pod_address(pod: Pod) -> str:
+    """Where a pod's own network is on this machine: its pod IP's last two bytes under 127.0 (a loopback address of its
+    own, which needs no setting up on Linux), so that two pods' servers on the same port do not meet."""
+    return "127.0." + ip_for(pod.uid).split(".", 2)[2]
 
 
 def toolkit_image(image: str) -> bool:
@@ -94,10 +106,15 @@ class Kubelet:
 
     def __init__(self, cluster: ClusterState, state_dir: Path, kubeconfig: Path, aws_endpoint: str,
                  infra_dir: Path | None, cond: threading.Condition, changed: Callable[[], Any],
-                 time: Timekeeper | None = None, network: str | None = None) -> None:
+                 time: Timekeeper | None = None, network: str | None = None, kinds: frozenset[str] = JOBS,
+                 stores: Mapping[str, Path] | None = None) -> None:
         """``network``: the region's base URL, under which a pod reaches the clusters from its node
-        (``platformctl.emulator.server.network``); None: through the clusters' own endpoints, unchecked."""
+        (``platformctl.emulator.server.network``); None: through the clusters' own endpoints, unchecked. ``kinds``: the
+        controllers whose pods it runs (a Job's; a ReplicaSet's, the canary runner Deployment's). ``stores``: each
+        stage's state table (``dynamodb://TABLE``) -> the region's store of that stage."""
         self.cluster = cluster
+        self.kinds = kinds
+        self.stores = dict(stores or {})
         self.network = network
         self.root = state_dir / "pods" / cluster.name
         self.kubeconfig = kubeconfig
@@ -110,7 +127,7 @@ class Kubelet:
         self.time = time  # told of each process started (it holds the clock until it registers) and signalled
 
     def runs(self, pod: Pod) -> bool:
-        return pod.owner is not None and pod.owner.kind == "Job" and any(toolkit_image(c.image) for c in pod.containers)
+        return pod.owner is not None and pod.owner.kind in self.kinds and any(toolkit_image(c.image) for c in pod.containers)
 
     def blocked(self, pod: Pod) -> tuple[str, str] | None:
         """Why the pod's container cannot be made yet, as its waiting reason and its event's message (a Secret or a
@@ -166,9 +183,12 @@ class Kubelet:
         process.kill()
         return True
 
+    def log_path(self, pod: Pod) -> Path:
+        return self.root / f"{pod.namespace}_{pod.name}" / "log"
+
     def log(self, pod: Pod) -> str | None:
         try:
-            return (self.root / f"{pod.namespace}_{pod.name}" / "log").read_text(errors="replace")
+            return self.log_path(pod).read_text(errors="replace")
         except OSError:
             return None
 
@@ -181,18 +201,22 @@ class Kubelet:
 
     def _container(self, pod: Pod, folder: Path) -> tuple[list[str], dict[str, str]]:
         assert pod.owner is not None
-        job = self.cluster.objects.objects["jobs"].get((pod.namespace, pod.owner.name))
-        if job is None:
-            raise StartError(f"its Job {pod.namespace}/{pod.owner.name} is gone")
-        spec = (job.obj["spec"].get("template") or {}).get("spec") or {}
+        owner = self.cluster.objects.objects[PLURAL_OF_SIM_KIND[pod.owner.kind]].get((pod.namespace, pod.owner.name))
+        if owner is None:
+            raise StartError(f"its {pod.owner.kind} {pod.namespace}/{pod.owner.name} is gone")
+        spec = (owner.obj["spec"].get("template") or {}).get("spec") or {}
         container = next(c for c in spec.get("containers") or [] if toolkit_image(str(c.get("image", ""))))
         mounts = self._volumes(pod, spec, container, folder)
+
+        address = pod_address(pod)
 
         def host(value: str) -> str:
             for path, where in mounts:
                 if value == path or value.startswith(path.rstrip("/") + "/"):
                     return str(where) + value[len(path.rstrip("/")):]
-            return value
+            if value == ALL_ADDRESSES:  # every address of the pod's own network is its own here
+                return address
+            return self._store_of(value)
 
         base = current().variables
         env = {k: base[k] for k in KEPT_ENV if k in base}
@@ -213,6 +237,15 @@ class Kubelet:
         infra = ["--infra-dir", str(self.infra_dir.resolve())] if self.infra_dir is not None else []
         args = [host(str(a)) for a in [*entry[1:], *(container.get("args") or [])]]
         return [sys.executable, "-m", "platformctl", *infra, *args], env
+
+    def _store_of(self, value: str) -> str:
+        """A stage's state table the pod names is the region's store of that stage, which every command and job of the
+        stage shares (as each stage's jobs and operators share its one table in AWS)."""
+        if value.startswith("dynamodb://"):
+            table = value.removeprefix("dynamodb://").partition("?")[0]
+            if table in self.stores:
+                return str(self.stores[table])
+        return value
 
     def _config(self, pod: Pod, kind: str, name: str, optional: bool) -> dict[str, str] | None:
         """A ConfigMap's or a Secret's data as the kubelet reads it (a Secret's decoded); None when an optional one
@@ -272,12 +305,34 @@ class Kubelet:
                     data = self._config(pod, kind, name, bool(ref.get("optional")))
                 except Blocked as exc:
                     raise Blocked("ContainerCreating", f'MountVolume.SetUp failed for volume "{mount["name"]}" : {exc}') from None
-                for key, text in (data or {}).items():
-                    (where / key).write_text(self._kubeconfig_of(text, pod))
+                for key, path in self._projected(ref, data or {}, pod, name):
+                    (where / path).parent.mkdir(parents=True, exist_ok=True)
+                    (where / path).write_text(self._kubeconfig_of((data or {})[key], pod))
             elif "emptyDir" not in volume:
                 raise StartError(f"volume {mount['name']}: only configMap, secret and emptyDir volumes are made here")
             mounts.append((str(mount["mountPath"]), where))
         return sorted(mounts, key=lambda m: -len(m[0]))
+
+    @staticmethod
+    def _projected(ref: dict[str, Any], data: dict[str, str], pod: Pod, name: str) -> list[tuple[str, str]]:
+        """The (key, relative path) of each file a ConfigMap or Secret volume projects: every key as its own name, or
+        with ``items`` only the keys listed, each at its ``path``; a key listed that is not there keeps the volume from
+        being made (``optional`` volumes leave it out), as the kubelet says it."""
+        items = ref.get("items")
+        if not items:
+            return [(key, key) for key in data]
+        out = []
+        for item in items:
+            key, path = str(item.get("key")), str(item.get("path") or "")
+            if ".." in Path(path).parts or Path(path).is_absolute() or not path:
+                raise StartError(f"volume of {name}: item path {path!r} must be relative, without '..'")
+            if key not in data:
+                if ref.get("optional"):
+                    continue
+                raise Blocked("ContainerCreating", f'MountVolume.SetUp failed for volume "{name}" : configmap references '
+                              f'non-existent config key: {key}')
+            out.append((key, path))
+        return out
 
     def _kubeconfig_of(self, text: str, pod: Pod) -> str:
         """A ConfigMap's file as the pod reads it: a kubeconfig is the region's own (the same contexts), each cluster

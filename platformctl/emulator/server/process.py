@@ -13,9 +13,11 @@
 4. runs one virtual clock for every stage at ``--speed`` times wall time: a thread advances it every 50 ms,
    the CronJob controller runs, and watches are woken with what changed;
 5. writes ``server.json`` (pid, endpoints, stages, clusters) last, which is how ``up`` knows it is ready;
-6. starts what the Pulumi program runs in each stage and nobody starts by hand, the canary runner (one
-   ``platformctl canary run --stage S`` process per stage, on all its clusters, writing to the stage's
-   store), unless ``--no-canaries``; they stop with the server, and die with it if it is killed.
+6. runs what the Pulumi program runs in each cluster and nobody starts by hand, the canary runner Deployment: its
+   pod, bound and started by the simulation, runs as a process of this machine, started by the cluster's kubelet
+   (``platformctl.emulator.server.kubelet``) as the program's spec says (one ``canary run --cluster C`` per
+   cluster, writing to its stage's store), unless ``--no-canaries``; with ``--run-jobs`` the toolkit's Jobs' pods
+   too. They stop with the server, and die with it if it is killed.
 
 Each stage keeps its own stack state (``stack-<stage>.json``) and its own state store (``state.db`` when the
 server holds one stage, ``state-<stage>.db`` when several): a stage's rotation, remediation and canaries share
@@ -32,7 +34,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -44,7 +45,7 @@ import yaml
 
 from platformctl.emulator.local_region import LocalRegion
 from platformctl.emulator.server.kubeapi import KubeAPI
-from platformctl.emulator.server.kubelet import Kubelet, die_with_parent
+from platformctl.emulator.server.kubelet import Kubelet
 from platformctl.emulator.server.network import NodeNetwork
 from platformctl.emulator.server.objects import ApiError, ClusterState
 from platformctl.emulator.server.timekeeper import TimedApp, TimeKeeper
@@ -53,7 +54,7 @@ from platformctl.kernel.cluster.model import format_time
 from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, current, install
 from platformctl.kernel.errors import NotFoundError, PlatformError
 from platformctl.kernel.region_client import EXTENSION
-from platformctl.kernel.topology import HostCluster, load_stage
+from platformctl.kernel.topology import HostCluster, load_stage, stage_table
 
 TICK_SECONDS = 0.05
 log = logging.getLogger("platformctl.emulator.server")
@@ -130,7 +131,6 @@ class Server:
         self.clusters: dict[str, ClusterState] = {}
         self.endpoints: dict[str, Any] = {}
         self.servers: dict[str, str] = {}
-        self.runners: list[subprocess.Popen[bytes]] = []
         self.started_wall = time.time()
         self.info: dict[str, Any] = {}
 
@@ -170,6 +170,7 @@ class Server:
         # The region's own lock file of the images built into its AWS: launch templates boot what it names. The first
         # stage's build copies its images to every other stage's AWS region, as `ami build --copy-to` would.
         lock = self.state_dir / "images.lock.json"
+        lock.unlink(missing_ok=True)  # a region that ran here before had an AWS of its own: none of its images is here
         regions = tuple(dict.fromkeys(s.region for s in self.stages))
         prepare = functools.partial(self.prepare, lock=lock, copy_to=regions) if self.prepare is not None else None
         for i, stage in enumerate(self.stages):
@@ -217,7 +218,7 @@ class Server:
         host = next(c.name for c in self.stage.clusters() if isinstance(c, HostCluster))
         config_path = self.state_dir / "kubeconfig"
         write_atomically(config_path, yaml.safe_dump(kubeconfig(self.stage_of, base, self.servers, host), sort_keys=False))
-        if self.run_jobs:  # the toolkit's own Jobs' pods run as processes
+        if self.run_jobs or self.canaries:  # the toolkit's own pods run as processes
             self._start_kubelets(config_path, aws_endpoint, base)
         by_stage = {s.name: {
             "region": s.region, "checkpoint": str((self.state_dir / f"stack-{s.name}.json").resolve()),
@@ -237,26 +238,7 @@ class Server:
         self.ticker = threading.Thread(target=self._tick_forever, name="virtual-clock", daemon=True)
         self.ticker.start()
         write_atomically(self.state_dir / "server.json", json.dumps(self.info, indent=2) + "\n")
-        if self.canaries:
-            self._start_canaries()
         log.info("local region of %s ready: AWS %s, Kubernetes %s", ", ".join(self.info["stages"]), aws_endpoint, base)
-
-    def _start_canaries(self) -> None:
-        """One ``canary run`` per stage, on every cluster of it, as the Pulumi program runs the runner in each cluster:
-        in this checkout, against this region (its kubeconfig and store found through ``server.json``)."""
-        # the runner finds the region as any command does: no AWS, kubeconfig or store of this process's
-        env = current().child(PLATFORMCTL_HOME=str(self.state_dir.resolve().parent), AWS_ENDPOINT_URL=None, KUBECONFIG=None,
-                              PLATFORMCTL_STATE=None, **dict.fromkeys(FAKE_CREDENTIALS))
-        infra = ["--infra-dir", str(self.infra_dir.resolve())] if self.infra_dir is not None else []
-        runners = []
-        for stage in self.stages:
-            command = [sys.executable, "-m", "platformctl", *infra, "canary", "run", "--stage", stage.name,
-                       "--metrics-port", "0"]
-            with open(self.state_dir / f"canary-{stage.name}.log", "ab") as out:
-                runners.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-                                                preexec_fn=die_with_parent))
-            log.info("canary runner of %s started (pid %d, log canary-%s.log)", stage.name, runners[-1].pid, stage.name)
-        self.runners = runners  # all at once: `local up` waits for them
 
     # ---------------------------------------------------------------- time
 
@@ -269,14 +251,30 @@ class Server:
         return self.region.clock.now()
 
     def _start_kubelets(self, kubeconfig: Path, aws_endpoint: str, base: str) -> None:
-        """Every cluster's kubelet for the toolkit's own image: its Jobs' pods run as processes, each reaching the
-        clusters from its node through ``base``."""
+        """Every cluster's kubelet for the toolkit's own image, each pod reaching the clusters from its node through
+        ``base``: its Jobs' pods run as processes (``--run-jobs``), and the canary runner the program deploys in every
+        cluster, its Deployment's pod (unless ``--no-canaries``), writing to its stage's store."""
         infra = self.infra_dir if self.infra_dir is not None else Path.cwd() / "infra"
-        for state in self.clusters.values():
-            kubelet = Kubelet(state, self.state_dir, kubeconfig, aws_endpoint, infra if infra.is_dir() else None,
-                              self.cond, self._after_exit, self.keeper, base)
-            state.sim.use_runtime(kubelet)
-            self.kubelets.append(kubelet)
+        kinds = frozenset({*(["Job"] if self.run_jobs else []), *(["ReplicaSet"] if self.canaries else [])})
+        stores = {stage_table(s.name, self.infra_dir): self._store_path(s.name).resolve() for s in self.stages}
+        with self.cond:
+            for state in self.clusters.values():
+                kubelet = Kubelet(state, self.state_dir, kubeconfig, aws_endpoint, infra if infra.is_dir() else None,
+                                  self.cond, self._after_exit, self.keeper, base, kinds, stores)
+                state.sim.use_runtime(kubelet)
+                self.kubelets.append(kubelet)
+
+    def canary_runners(self) -> list[dict[str, Any]]:
+        """Each cluster's canary runner pod as its kubelet runs it (under the lock): where, its process, its restarts."""
+        out = []
+        for kubelet in self.kubelets:
+            for pod in kubelet.cluster.sim.list_pods():
+                if kubelet.runs(pod) and pod.owner is not None and pod.owner.kind == "ReplicaSet":
+                    process = kubelet.processes.get(pod.uid)
+                    out.append({"cluster": kubelet.cluster.name, "pod": pod.name, "pid": process.pid if process else None,
+                                "running": process is not None and process.poll() is None, "restarts": pod.restarts,
+                                "log": str(kubelet.log_path(pod).resolve())})
+        return out
 
     def _reaches(self, cluster: str, node: str, target: str) -> str | None:
         """Why ``node`` of ``cluster`` cannot reach ``target``'s API server (None: it can): each stage is a VPC of its
@@ -374,7 +372,7 @@ class Server:
             clusters.append({"name": name, "stage": self.stage_of[name], "server": self.servers[name],
                              "nodes": len(nodes), "nodes_ready": sum(n.ready for n in nodes),
                              "pods": len(state.sim.list_pods())})
-        runners = [{"pid": r.pid, "running": r.poll() is None, "exit_code": r.returncode} for r in self.runners]
+        runners = self.canary_runners()
         return {**self.info, "running": True, "clusters": clusters, "canary_runners": runners,
                 "virtual_time": format_time(now), "virtual_epoch": now,
                 "clock": self.keeper.status() if self.keeper is not None else {}}
@@ -404,25 +402,16 @@ class Server:
             self.http.serve_forever(poll_interval=0.2)
         finally:
             self.stopping.set()
-            self.stop_canaries()
+            self.stop_pods()
             with self.cond:
                 self.cond.notify_all()
             self.moto.stop()
             (self.state_dir / "server.json").unlink(missing_ok=True)
             log.info("stopped")
 
-    def stop_canaries(self) -> None:
+    def stop_pods(self) -> None:
         for kubelet in self.kubelets:  # the pods' processes go with their nodes
             kubelet.stop_all()
-        for runner in self.runners:
-            if runner.poll() is None:
-                runner.terminate()
-        for runner in self.runners:
-            try:
-                runner.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                runner.kill()
-                runner.wait()
 
 
 def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None) -> int:
@@ -434,7 +423,7 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
     parser.add_argument("--infra-dir", type=Path, default=None)
     parser.add_argument("--no-workloads", action="store_true")
     parser.add_argument("--pods-per-node", type=float, default=30.0, help="how densely the workloads fill members")
-    parser.add_argument("--canaries", action="store_true", help="run each stage's canary runner as a process")
+    parser.add_argument("--canaries", action="store_true", help="run each cluster's canary runner pod as a process")
     parser.add_argument("--run-jobs", action="store_true", help="run the pods of the toolkit's own Jobs as processes")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
@@ -449,7 +438,7 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
     except Exception as exc:
         log.exception("the local region did not start")
         print(f"error: the local region did not start: {exc}", file=sys.stderr)
-        server.stop_canaries()
+        server.stop_pods()
         return 1
     server.serve()
     # Nothing is left to write (the state files are written as they change, server.json is gone): leave without the

@@ -63,6 +63,11 @@ class Runtime(Protocol):
     def log(self, pod: Pod) -> str | None: ...  # what its container wrote (``kubectl logs``); None: nothing kept
 
 
+# The kinds whose pods' restartPolicy is Always (the API server refuses any other in their templates): a container of
+# theirs that ends is restarted in place by the kubelet, never the pod replaced.
+RESTARTED = frozenset({"ReplicaSet", "StatefulSet", "DaemonSet"})
+CRASH_BACKOFF_SECONDS = 10.0  # the kubelet's first back-off before restarting a crashed container
+MAX_CRASH_BACKOFF_SECONDS = 300.0  # and its cap
 CONFIG_RETRY_SECONDS = 10.0  # how often a kubelet tries again a container it could not make (a missing Secret)
 START_SPREAD = 0.2  # sigma of the log of a container start's spread: a real start's p99 is about 1.6x its median
 
@@ -385,9 +390,11 @@ class PodRoom:
                 return
             if pod.waiting:
                 pod = self.w.pods[key] = replace(pod, waiting="")
+        was_ready = pod.ready
         pod = self.set_pod(pod, node_name=pod.node_name, phase="Running", ready=True, deletion_time=None,
                            started=pod.started or self.w.now(), evicted=pod.evicted)
-        self.w.record(POD_READY, pod.namespace, pod.name, uid)
+        if not was_ready:  # (a runtime handed a pod it did not start yet: it was Ready already)
+            self.w.record(POD_READY, pod.namespace, pod.name, uid)
         if runtime is not None:
             runtime.start(pod)  # it ends when its process does (container_exited)
             return
@@ -402,6 +409,9 @@ class PodRoom:
         pod = w.pods.get((namespace, name))
         if pod is None or pod.uid != uid or pod.is_finished:
             return
+        if pod.deletion_time is None and pod.owner is not None and pod.owner.kind in RESTARTED:
+            self._crashed(pod, code)
+            return
         pod = w.pods[pod.key] = replace(pod, exit_code=code, finished=w.clock.now())
         if pod.deletion_time is not None:
             self._finish_termination(pod.key, uid, exited=True)
@@ -414,6 +424,32 @@ class PodRoom:
             if ctrl.kind == "Job":
                 job.pod_failed(self, ctrl, pod)
             self.reconcile(ctrl)
+
+    def _crashed(self, pod: Pod, code: int) -> None:
+        """A container that must run for ever ended (restartPolicy Always): the kubelet starts it again in the same pod
+        after a back-off (10 s, doubled each time, at most 5 minutes), saying ``CrashLoopBackOff`` meanwhile."""
+        w = self.w
+        pod = self.set_pod(pod, node_name=pod.node_name, phase="Running", ready=False, deletion_time=None,
+                           started=pod.started, evicted=pod.evicted)
+        w.rv += 1
+        w.pods[pod.key] = pod = replace(pod, waiting="CrashLoopBackOff", restarts=pod.restarts + 1, resource_version=w.rv)
+        w.note("pods", "MODIFIED", pod)
+        container = pod.containers[0].name if pod.containers else ""
+        w.record(POD_CREATE_FAILED, pod.namespace, pod.name,
+                 (pod.uid, f"Back-off restarting failed container {container} in pod {pod.name}_{pod.namespace}({pod.uid}) "
+                  f"(it exited {code})", "BackOff"))
+        w.clock.call_later(min(CRASH_BACKOFF_SECONDS * 2 ** (pod.restarts - 1), MAX_CRASH_BACKOFF_SECONDS),
+                           self._pod_started, pod.key, pod.uid)
+
+    def hand_over(self) -> None:
+        """A runtime that starts beside a running cluster (the region's kubelets once its API serves) starts the
+        containers of the pods it takes that the simulation already runs, as a kubelet that starts runs its node's pods."""
+        runtime = self.runtime
+        if runtime is None:
+            return
+        for pod in list(self.w.pods.values()):
+            if pod.phase == "Running" and pod.deletion_time is None and pod.node_name and runtime.runs(pod):
+                self._pod_started(pod.key, pod.uid)
 
     def _pod_succeeded(self, key: PodKey, uid: str) -> None:
         w = self.w

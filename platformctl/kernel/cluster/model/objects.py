@@ -264,6 +264,7 @@ class Pod:
     unschedulable_since: float | None = None
     exit_code: int | None = None  # its container's, once it ended (a kubelet's word; None: it ran as the simulation says)
     finished: float | None = None  # when its container ended (``state.terminated.finishedAt``)
+    restarts: int = 0  # how often the kubelet restarted its container (restartPolicy Always: a Deployment's pod)
 
     @property
     def disruption_reason(self) -> str:
@@ -318,7 +319,7 @@ class Pod:
             scheduled, waiting, disruption=self.disruption, inter=self.inter,
             unschedulable=self.unschedulable if node_name is None else "",
             unschedulable_since=self.unschedulable_since if node_name is None else None, exit_code=self.exit_code,
-            finished=self.finished,
+            finished=self.finished, restarts=self.restarts if name == self.name else 0,
         )
 
     @property
@@ -412,11 +413,11 @@ class Pod:
             state: dict[str, Any] = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
                                                     **({"startedAt": format_time(self.started)} if self.started else {}),
                                                     **({"finishedAt": format_time(self.finished)} if self.finished else {})}}
-        elif self.phase == "Running" and self.started is not None:
+        elif self.phase == "Running" and self.started is not None and not self.waiting:
             state = {"running": {"startedAt": format_time(self.started)}}
         else:
             state = {"waiting": {"reason": self.waiting or "ContainerCreating"}}
-        return {"name": container.name, "image": container.image, "imageID": "", "ready": self.ready, "restartCount": 0,
+        return {"name": container.name, "image": container.image, "imageID": "", "ready": self.ready, "restartCount": self.restarts,
                 "started": "running" in state, "state": state}
 
 

@@ -240,7 +240,9 @@ def test_down_stops_the_server_and_leaves_no_process(tmp_path: Path) -> None:
     assert run(tmp_path, "local", "status", check=False).returncode == 0
     stopped = json.loads(run(tmp_path, "local", "down", "-o", "json").stdout)
     assert stopped == {"stopped": True, "pid": pid, "stage": "dev", "stages": ["dev"]}
-    assert len(info["canary_runners"]) == 1  # its canary runner went with it (no process of its session is left)
+    # each cluster's canary runner pod had its process, which went with it (no process of its session is left)
+    assert sorted(r["cluster"] for r in info["canary_runners"]) == sorted(c["name"] for c in info["clusters"])
+    assert all(r["pid"] for r in info["canary_runners"])
     assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
     session = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _session(p) == pid]
     assert session == []

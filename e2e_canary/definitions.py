@@ -18,6 +18,7 @@ unknown kind, a bad cron expression, a duration that is not one) names the file 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -186,3 +187,13 @@ def load_canaries(folder: Path | None = None) -> list[Canary]:
     if not canaries:
         raise PlatformError("holds no canary (*.yaml)", file=str(folder), field="--canaries")
     return canaries
+
+
+def arm_results_within(canaries: Sequence[Canary], window: float) -> tuple[Canary, int] | None:
+    """The node-pool canary (the one that measures an image's arm, side by side with the images it replaces) and the
+    fewest results of one arm that ``window`` seconds hold at its own schedule: ``podsPerArm`` pods an attempt, each
+    attempt an interval plus jitter after the last one started (its deadline, when that is longer). None when no
+    node-pool canary runs: no image ever has an arm of its own to judge."""
+    arms = [(c, int(window // max(c.interval + c.jitter, c.deadline)) * c.pods_per_arm)
+            for c in canaries if c.kind == "node-pool"]
+    return max(arms, key=lambda arm: arm[1]) if arms else None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from infra.settings import parse_settings
 from platformctl.app.release_source import candidate_source, infra_revision
+from platformctl.app.rotation import check_gate_windows
 from platformctl.kernel.clock import WallClock
 from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.errors import PlatformError
@@ -79,6 +80,7 @@ class Started:
 def start_candidate(request: StartRequest) -> Started:
     """Record the lock file's images, for every stage of the pipeline, as one immutable candidate."""
     pipeline = load_pipeline(request.pipeline_file)
+    check_gate_windows(pipeline)  # a gate that could never pass: exit 2 before anything is touched
     stages = [load_stage(name, request.infra_dir) for name in pipeline.names]
     infra_dir = Path(stages[0].source).parent
     settings = {s.name: parse_settings(read_stack_config(Path(s.source)), s.name, s.source) for s in stages}
@@ -672,6 +674,7 @@ def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[
     from release_pipeline.reconcile import tick
 
     pipeline = load_pipeline(request.pipeline_file)
+    check_gate_windows(pipeline)  # a gate that could never pass: exit 2 before anything is touched
     for name in request.stages:
         pipeline.stage(name)  # a stage the pipeline does not hold is exit 2 before any lease is taken
     ledger = ledger_of(pipeline, request.ledger)

@@ -19,11 +19,13 @@ from platformctl.app.clusters import connect, groups_of, launch_template_targets
 from platformctl.app.stores import store_for
 from platformctl.kernel.cluster.model import Node, Snapshot, load_snapshot
 from platformctl.kernel.errors import ApiRefused, PlatformError
+from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.nodegroups import NodeGroupError
 from platformctl.kernel.state import StateStore
 from platformctl.kernel.state.lease import holder_id
 from platformctl.kernel.topology import HostCluster, Stage, load_stage
 from platformctl.kernel.who import who
+from release_pipeline.pipeline import Pipeline
 from upgrade_service.journal.rotation import control, read_state, stream_of
 from upgrade_service.planning.fit import pool_capacity
 from upgrade_service.planning.order import ClusterPlace, cluster_steps
@@ -251,6 +253,52 @@ def canary_config(policy: RotationPolicy) -> Any:
     return load_config(path)
 
 
+def check_gate_window(policy: RotationPolicy, canaries: Path | None = None) -> None:
+    """A canary gate whose window cannot hold what a pass needs, at the rate the stage's canaries give an image's arm
+    (``e2e_canary.definitions.arm_results_within``), would stay inconclusive until it halts: said before anything is
+    touched, naming the window and what it falls short of (the judge's ``minSamples`` and ``minAttempts``, first
+    light's ``minResults``). The canaries are the checkout's (``canaries``, else ``e2e_canary/canaries`` of the current
+    directory's checkout, what the program deploys in every cluster); none found (a job's container): not checked."""
+    gate = policy.health_gate.canary if policy.health_gate is not None else None
+    if gate is None:
+        return
+    from e2e_canary.definitions import arm_results_within, default_canary_dir, load_canaries
+    from e2e_canary.judge import JudgeConfig
+
+    try:
+        folder = canaries or default_canary_dir()
+    except PlatformError:
+        return
+    judge = canary_config(policy) or JudgeConfig()
+    where = judge.source if gate.config else "the judge's defaults"
+    found = arm_results_within(load_canaries(folder), gate.window)
+    if found is None:
+        raise PlatformError(f"a canary gate judges an image by the node-pool canary's arm, and {folder} defines no "
+                            "node-pool canary: every judgement would be inconclusive", file=policy.source,
+                            field="healthGate.canary")
+    canary, most = found
+    needs = {f"minSamples ({where})": judge.min_samples, f"minAttempts ({where})": judge.min_attempts}
+    if policy.first_light is not None:
+        needs["firstLight.minResults"] = policy.first_light.min_results
+    short = [f"{name} {n}" for name, n in needs.items() if n > most]
+    if short:
+        pace = max(canary.interval + canary.jitter, canary.deadline)
+        raise PlatformError(f"window {human_duration(gate.window)} holds {most} results of an image's arm at the "
+                            f"{canary.name} canary's pace ({canary.pods_per_arm} pods an arm every {pace} s, "
+                            f"{canary.source}), fewer than {', '.join(short)} asks: every judgement would be "
+                            "inconclusive; widen the window or ask for fewer", file=policy.source,
+                            field="healthGate.canary.window")
+
+
+def check_gate_windows(pipeline: Pipeline) -> None:
+    """Each stage's rotation policy whose canary gate could never pass at the canaries' pace is the pipeline's mistake,
+    said before a candidate starts or a tick acts."""
+    for name in pipeline.names:
+        path = pipeline.policy_path(name)
+        if path is not None:
+            check_gate_window(load_policy(path))
+
+
 def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotation:
     """Read and check everything a rotation needs and reach its clusters and their groups; change nothing."""
     policy = load_policy(request.policy_file)
@@ -262,6 +310,7 @@ def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotatio
     if policy.health_gate is not None:
         check_gate_exists(policy.health_gate, policy.source)
         config = canary_config(policy)
+        check_gate_window(policy)
     targets = connect(scope.names, request.kubeconfig, request.region or (scope.stage.region if scope.stage else None),
                       request.infra_dir)
     if policy.targets:  # pools the policy names must exist (a policy that follows the launch templates names none)

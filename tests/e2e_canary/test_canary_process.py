@@ -251,7 +251,7 @@ def test_bad_input_is_one_line_exit_2(region: dict[str, Any], tmp_path: Path) ->
     assert _canary_namespaces(region) == []
 
 
-GATED = ("maxInFlight: 2\nhealthGate: {canary: {window: 10m}}\ngateTimeoutSeconds: 3600\n"
+GATED = ("maxInFlight: 2\nhealthGate: {canary: {window: 30m}}\ngateTimeoutSeconds: 3600\n"
          "durations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")
 
 

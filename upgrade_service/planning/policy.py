@@ -76,7 +76,9 @@ class CanaryGate(_Value):
     """The stage's canaries, judged natively: the rotation's target images against the images they replace."""
 
     window: Annotated[int, Field(ge=60)] = 1800
-    """Seconds of results judged (``30m``, ``1h`` or a number)."""
+    """Seconds of results judged (``30m``, ``1h`` or a number). It must hold what a pass needs (the judge's
+    ``minSamples`` and ``minAttempts``, first light's ``minResults``) at the node-pool canary's pace, or the policy is
+    refused (exit 2): the shipped canary gives an image's arm 40 results in 30 minutes."""
     config: str | None = None
     """A judge configuration file (``canary judge --config``); the judge's defaults without one."""
 

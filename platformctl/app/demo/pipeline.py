@@ -2,8 +2,8 @@
 
 It does what an operator and the pipeline's CronJob would, with the functions their commands call: shrinks the
 checkout's stages (every pool to one node, the host clusters' to two) into a scratch folder, starts the local region of
-every stage there (``local up --stage all``: each stage in its own AWS region of one moto, each with its canary runner,
-the region server a process of its own), builds a new image tree (``ami build``), and releases it (``release start``,
+every stage there (``local up --stage all``: each stage in its own AWS region of one moto, each cluster running its
+canary runner pod, the region server a process of its own), builds a new image tree (``ami build``), and releases it (``release start``,
 then ``release tick`` once a virtual minute, as the CronJob runs it) through ``dev``, ``staging``, ``prod-canary`` and
 ``prod``: deployed, rotated under the canary gate, soaked and judged in each. Then a second tree whose images break
 every container (``local fault bad-image``): the canaries catch it in ``dev``, the pipeline halts it and rolls ``dev``

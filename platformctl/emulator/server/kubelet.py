@@ -305,7 +305,7 @@ class Kubelet:
                     data = self._config(pod, kind, name, bool(ref.get("optional")))
                 except Blocked as exc:
                     raise Blocked("ContainerCreating", f'MountVolume.SetUp failed for volume "{mount["name"]}" : {exc}') from None
-                for key, path in self._projected(ref, data or {}, pod, name):
+                for key, path in self._projected(ref, data or {}, kind, str(mount["name"])):
                     (where / path).parent.mkdir(parents=True, exist_ok=True)
                     (where / path).write_text(self._kubeconfig_of((data or {})[key], pod))
             elif "emptyDir" not in volume:
@@ -314,7 +314,7 @@ class Kubelet:
         return sorted(mounts, key=lambda m: -len(m[0]))
 
     @staticmethod
-    def _projected(ref: dict[str, Any], data: dict[str, str], pod: Pod, name: str) -> list[tuple[str, str]]:
+    def _projected(ref: dict[str, Any], data: dict[str, str], kind: str, name: str) -> list[tuple[str, str]]:
         """The (key, relative path) of each file a ConfigMap or Secret volume projects: every key as its own name, or
         with ``items`` only the keys listed, each at its ``path``; a key listed that is not there keeps the volume from
         being made (``optional`` volumes leave it out), as the kubelet says it."""
@@ -329,8 +329,9 @@ class Kubelet:
             if key not in data:
                 if ref.get("optional"):
                     continue
-                raise Blocked("ContainerCreating", f'MountVolume.SetUp failed for volume "{name}" : configmap references '
-                              f'non-existent config key: {key}')
+                what = "secret references non-existent secret key" if kind == "secrets" else \
+                    "configmap references non-existent config key"
+                raise Blocked("ContainerCreating", f'MountVolume.SetUp failed for volume "{name}" : {what}: {key}')
             out.append((key, path))
         return out
 

@@ -39,7 +39,7 @@ class Region:
         self.state = served.states["w"] = ClusterState(self.sim)
         served.kubeconfig.write_text(yaml.safe_dump(kubeconfig("test", served.url, list(served.states), "w")))
         self.kubelet = Kubelet(self.state, tmp / "state", served.kubeconfig, "http://127.0.0.1:9", None, served.cond,
-                               self.state.tick)
+                               self.state.tick, kinds=frozenset({"Job", "ReplicaSet"}))
         self.sim.use_runtime(self.kubelet)
         with served.cond:
             self.state.create_namespace({"metadata": {"name": NS}})
@@ -106,3 +106,46 @@ def test_a_container_this_kubelet_cannot_make_fails_at_its_start_and_says_why(re
     pod = region.pod_of("odd")
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 128
     assert "the image's entrypoint is platformctl" in region.kubectl("logs", pod["metadata"]["name"]).stdout
+
+
+def test_a_deployments_pod_projects_only_the_items_it_lists_and_is_restarted_in_place_when_it_exits(
+        region: Region) -> None:
+    """A Deployment's pod of the toolkit's image (the canary runner's) runs as a process: a ConfigMap volume with
+    ``items`` holds only the keys listed, each at its path, and waits for a listed key that is not there; its container
+    that exits is started again in the same pod after the kubelet's back-off (restartPolicy Always)."""
+    region.kubectl("create", "configmap", "runner", "--from-literal=other=x")
+    volume = {"name": "config", "configMap": {"name": "runner", "items": [
+        {"key": "canary-pool.yaml", "path": "canaries/pool.yaml"}]}}
+    container = {"name": "runner", "image": "ghcr.io/platformctl/platformctl:1.0",
+                 "args": ["canary", "list", "--canaries", "/etc/cfg/canaries"],
+                 "volumeMounts": [{"name": "config", "mountPath": "/etc/cfg"}]}
+    region.sim.create_object({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "runner", "namespace": NS},
+                              "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "runner"}}, "template": {
+                                  "metadata": {"labels": {"app": "runner"}},
+                                  "spec": {"containers": [container], "volumes": [volume]}}}})
+    region.advance(15)
+    [pod] = json.loads(region.kubectl("get", "pods", "-l", "app=runner", "-o", "json").stdout)["items"]
+    assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    events = json.loads(region.kubectl("get", "events", "-o", "json").stdout)["items"]
+    assert any("configmap references non-existent config key: canary-pool.yaml" in e["message"] for e in events)
+    region.kubectl("delete", "configmap", "runner")
+    region.kubectl("create", "configmap", "runner", "--from-literal=canary-pool.yaml=name: pool\nkind: node-pool\n",
+                   "--from-literal=other=x")
+    name = pod["metadata"]["name"]
+    deadline = time.monotonic() + 60
+    while True:  # it runs, lists the one canary it was given, exits, and is started again in the same pod
+        region.advance(5)
+        [now] = json.loads(region.kubectl("get", "pods", "-l", "app=runner", "-o", "json").stdout)["items"]
+        if now["status"]["containerStatuses"][0]["restartCount"] >= 1:
+            break
+        assert time.monotonic() < deadline, now["status"]
+        time.sleep(0.2)
+    assert now["metadata"]["name"] == name and now["metadata"]["uid"] == pod["metadata"]["uid"]
+    log = region.kubectl("logs", name).stdout
+    assert "pool" in log and "node-pool" in log
+    folder = next(Path(region.kubelet.root).glob(f"{NS}_{name}/volumes/config"))
+    assert sorted(str(f.relative_to(folder)) for f in folder.rglob("*") if f.is_file()) == ["canaries/pool.yaml"]
+    events = json.loads(region.kubectl("get", "events", "-o", "json").stdout)["items"]
+    assert any(e["reason"] == "BackOff" and e["message"].startswith("Back-off restarting failed container runner")
+               for e in events), [e["message"] for e in events]
+

@@ -60,7 +60,7 @@ def test_every_cluster_runs_its_runner_pod_at_the_throughput_its_canaries_promis
         assert container["args"][:6] == ["canary", "run", "--stage", "dev", "--cluster", cluster]
         # its metrics on the spec's port, at its own address (a pod's network is its own)
         port = container["ports"][0]["containerPort"]
-        address = "127.0." + pod["status"]["podIP"].split(".", 2)[2]
+        [address] = [r["address"] for r in json.loads(_status(region))["canary_runners"] if r["cluster"] == cluster]
         with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=30) as response:
             assert f'cluster="{cluster}"' in response.read().decode()
         rows = results(store, "dev", begun, now, cluster=cluster)

@@ -34,6 +34,7 @@ in the pod's directory, which ``kubectl logs`` reads.
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 import shutil
 import signal
@@ -49,7 +50,6 @@ import yaml
 
 from platformctl.emulator.server.network import node_path
 from platformctl.emulator.server.objects import ClusterState
-from platformctl.emulator.server.tables import ip_for
 from platformctl.emulator.workloads import PLURAL_OF_SIM_KIND
 from platformctl.kernel.cluster.model import Pod
 from platformctl.kernel.environment import FAKE_CREDENTIALS, current
@@ -64,10 +64,12 @@ JOBS = frozenset({"Job"})
 ALL_ADDRESSES = "0.0.0.0"
 
 
-def pod_address(pod: Pod) -> str:
-    """Where a pod's own network is on this machine: its pod IP's last two bytes under 127.0 (a loopback address of its
-    own, which needs no setting up on Linux), so that two pods' servers on the same port do not meet."""
-    return "127.0." + ip_for(pod.uid).split(".", 2)[2]
+def pod_address(region: Path, pod: Pod) -> str:
+    """Where a pod's own network is on this machine: a loopback address of its own (Linux answers on all of 127/8 with
+    no setting up), drawn from the region's folder and the pod's uid, so that two pods' servers on the same port do
+    not meet, in one region or in two regions running side by side (whose seeded pods have the same uids)."""
+    digest = hashlib.sha256(f"{region.resolve()}/{pod.uid}".encode()).digest()
+    return f"127.{1 + digest[0] % 254}.{digest[1]}.{max(digest[2], 1)}"
 
 
 def toolkit_image(image: str) -> bool:
@@ -183,6 +185,9 @@ class Kubelet:
         process.kill()
         return True
 
+    def address(self, pod: Pod) -> str:
+        return pod_address(self.root, pod)
+
     def log_path(self, pod: Pod) -> Path:
         return self.root / f"{pod.namespace}_{pod.name}" / "log"
 
@@ -208,7 +213,7 @@ class Kubelet:
         container = next(c for c in spec.get("containers") or [] if toolkit_image(str(c.get("image", ""))))
         mounts = self._volumes(pod, spec, container, folder)
 
-        address = pod_address(pod)
+        address = self.address(pod)
 
         def host(value: str) -> str:
             for path, where in mounts:

@@ -273,6 +273,7 @@ class Server:
                     process = kubelet.processes.get(pod.uid)
                     out.append({"cluster": kubelet.cluster.name, "pod": pod.name, "pid": process.pid if process else None,
                                 "running": process is not None and process.poll() is None, "restarts": pod.restarts,
+                                "address": kubelet.address(pod),
                                 "log": str(kubelet.log_path(pod).resolve())})
         return out
 

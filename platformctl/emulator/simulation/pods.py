@@ -426,20 +426,23 @@ class PodRoom:
             self.reconcile(ctrl)
 
     def _crashed(self, pod: Pod, code: int) -> None:
-        """A container that must run for ever ended (restartPolicy Always): the kubelet starts it again in the same pod
-        after a back-off (10 s, doubled each time, at most 5 minutes), saying ``CrashLoopBackOff`` meanwhile."""
+        """A container that must run for ever ended (restartPolicy Always): the kubelet starts it again in the same pod,
+        at once the first time, then after a back-off (10 s, doubled each time, at most 5 minutes: the kubelet's
+        ``flowcontrol.Backoff``; it does not forget a count after 10 minutes of running, as the kubelet does), saying
+        ``CrashLoopBackOff`` meanwhile."""
         w = self.w
         pod = self.set_pod(pod, node_name=pod.node_name, phase="Running", ready=False, deletion_time=None,
                            started=pod.started, evicted=pod.evicted)
         w.rv += 1
         w.pods[pod.key] = pod = replace(pod, waiting="CrashLoopBackOff", restarts=pod.restarts + 1, resource_version=w.rv)
         w.note("pods", "MODIFIED", pod)
-        container = pod.containers[0].name if pod.containers else ""
-        w.record(POD_CREATE_FAILED, pod.namespace, pod.name,
-                 (pod.uid, f"Back-off restarting failed container {container} in pod {pod.name}_{pod.namespace}({pod.uid}) "
-                  f"(it exited {code})", "BackOff"))
-        w.clock.call_later(min(CRASH_BACKOFF_SECONDS * 2 ** (pod.restarts - 1), MAX_CRASH_BACKOFF_SECONDS),
-                           self._pod_started, pod.key, pod.uid)
+        delay = 0.0 if pod.restarts == 1 else min(CRASH_BACKOFF_SECONDS * 2 ** (pod.restarts - 2), MAX_CRASH_BACKOFF_SECONDS)
+        if delay:
+            container = pod.containers[0].name if pod.containers else ""
+            w.record(POD_CREATE_FAILED, pod.namespace, pod.name,
+                     (pod.uid, f"Back-off restarting failed container {container} in pod {pod.name}_{pod.namespace}"
+                      f"({pod.uid}) (it exited {code})", "BackOff"))
+        w.clock.call_later(delay, self._pod_started, pod.key, pod.uid)
 
     def hand_over(self) -> None:
         """A runtime that starts beside a running cluster (the region's kubelets once its API serves) starts the

@@ -49,6 +49,20 @@ def _no_test_takes_part_in_a_regions_time() -> Iterator[None]:
     region_client._SHARED.clear()
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_given_back() -> Iterator[None]:
+    """A command run in process sets the process's signal handlers as its process would (`rotate run` ignores SIGINT
+    and SIGTERM once nothing is left to interrupt, `canary run` turns SIGTERM into Ctrl-C): the next test in the same
+    worker gets the handlers the test before it found (a test that interrupts its main thread would otherwise wait for
+    ever on an ignored SIGINT)."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for number, handler in saved.items():
+        signal.signal(number, handler)
+
+
 @pytest.fixture
 def rules() -> SimulatedCluster:
     """The hand-written kubectl-format snapshot of eviction cases, loaded into a simulator."""

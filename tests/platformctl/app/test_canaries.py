@@ -4,6 +4,7 @@ way ends each check and deletes its namespace before ``run_canaries`` returns, h
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 import time
 from pathlib import Path
@@ -66,6 +67,7 @@ def test_an_interrupt_mid_check_on_every_cluster_returns_only_once_each_has_dele
             time.sleep(0.01)
         _thread.interrupt_main()  # what Ctrl-C does; `canary run` turns SIGTERM into the same
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises here, whatever ran in this process before
     threading.Thread(target=interrupt_when_every_check_is_under_way, daemon=True).start()
     report = run_canaries(run, say=lambda message: None, on_attempt=lambda cluster, attempt: None)
 

@@ -50,7 +50,7 @@ def _cluster(name: str, delete_seconds: float) -> SlowToDelete:
 def _under_way(sims: list[SlowToDelete]) -> bool:
     try:
         return all(sim.list_namespaces(LABEL) for sim in sims)
-    except RuntimeError:  # a runner thread changed the namespaces while this one read them: look again
+    except Exception:  # a runner thread changed the namespaces while this one read them: look again
         return False
 
 

@@ -2,7 +2,7 @@
 
 ``up`` starts (detached) a server holding one stage's local region, or several stages' (``--stage all``,
 or ``--stage`` repeated), each in its own AWS region of one moto: moto's AWS endpoint and a Kubernetes
-API per simulated cluster, with a kubeconfig, all on 127.0.0.1, and each stage's canary runner as a
+API per simulated cluster, with a kubeconfig, all on 127.0.0.1, and each cluster's canary runner pod run as a
 process. It is idempotent: while a region runs, ``up`` reports it instead of starting another. Other
 commands use the running region whenever no live target is given.
 """

@@ -178,15 +178,20 @@ def test_a_runner_killed_mid_check_leaves_nothing_once_the_next_run_reaps(region
     run(region["home"], "local", "fault", "slow-start", slow, "90")  # so that the kill lands mid-check
     proc = start(region["home"], "canary", "run", "--stage", "dev", "--cluster", CLUSTER, "--canaries", region["canaries"],
                  "--lease-ttl", "2", "--once")
-    deadline = time.monotonic() + 60
-    while not _canary_namespaces(region) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = _canary_namespaces(region)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
-    assert left, "the kill landed mid-check"
-    assert _canary_namespaces(region) == left  # the dead runner's namespace, and its pods, are still there
-    run(region["home"], "local", "fault", "clear")
+    try:
+        deadline = time.monotonic() + 60
+        while not _canary_namespaces(region) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+        # what the dead runner's checks had made when it died (its canaries run at once: some may have begun since
+        # the look above), namespaces and pods, is still there once it is gone
+        left = _canary_namespaces(region)
+        assert left, "the kill landed mid-check"
+        time.sleep(1.0)
+        assert _canary_namespaces(region) == left  # nobody cleans up after it
+    finally:
+        run(region["home"], "local", "fault", "clear")
     time.sleep(2.3)  # its lease runs out
     out = canary(region, "--once", "-o", "json")
     assert out.returncode == 0, out.stderr
@@ -251,7 +256,11 @@ def test_bad_input_is_one_line_exit_2(region: dict[str, Any], tmp_path: Path) ->
     assert _canary_namespaces(region) == []
 
 
-GATED = ("maxInFlight: 2\nhealthGate: {canary: {window: 30m}}\ngateTimeoutSeconds: 3600\n"
+# A 10-minute window, so that the earlier tests' failing canaries (their bad and slow images, their 503s) are out of it;
+# the judge asks 10 results an arm, what 10 minutes hold at the shipped node-pool canary's pace (a window that could
+# not hold its judge's minimum is refused: test_gate_window.py); this module's runner gives far more.
+JUDGE = "minSamples: 10\nminAttempts: 10\n"
+GATED = ("maxInFlight: 2\nhealthGate: {canary: {window: 10m, config: judge.yaml}}\ngateTimeoutSeconds: 3600\n"
          "durations: {nodeBootSeconds: 180, podStartSeconds: 20}\n")
 
 
@@ -273,6 +282,7 @@ def test_a_rotation_onto_a_bad_image_with_the_canary_gate_halts_after_its_first_
     bad = _bad_images(region, "9.0.0")
     policy = home / "canary-gate.yaml"
     policy.write_text(GATED)
+    (home / "judge.yaml").write_text(JUDGE)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -344,6 +354,7 @@ def test_first_light_against_the_local_region_boots_one_node_a_pool_and_only_the
     bad = _bad_images(region, "9.1.0")
     policy = home / "first-light.yaml"
     policy.write_text(GATED + "firstLight: {minResults: 5, timeout: 1h}\n")
+    (home / "judge.yaml").write_text(JUDGE)
     runner = start_runner(region, "--metrics-port", "0")
     try:
         out = run(home, "rotate", "run", "--context", CLUSTER, "--policy", str(policy), "-o", "json", check=False, timeout=600)

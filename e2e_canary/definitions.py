@@ -105,6 +105,12 @@ class Canary(_Value):
 
     source: str = Field(default="canary", exclude=True)
 
+    @property
+    def longest_period(self) -> int:
+        """The most seconds between two attempts' starts: the interval plus the whole jitter, or the deadline when an
+        attempt may take longer (the runner starts the next one an interval plus jitter after the last began)."""
+        return max(self.interval + self.jitter, self.deadline)
+
     @field_validator("interval", "jitter", "deadline", "run_seconds", "evidence_window", "tolerance_seconds", "ready_deadline_seconds",
                      mode="before")
     @classmethod
@@ -194,6 +200,5 @@ def arm_results_within(canaries: Sequence[Canary], window: float) -> tuple[Canar
     fewest results of one arm that ``window`` seconds hold at its own schedule: ``podsPerArm`` pods an attempt, each
     attempt an interval plus jitter after the last one started (its deadline, when that is longer). None when no
     node-pool canary runs: no image ever has an arm of its own to judge."""
-    arms = [(c, int(window // max(c.interval + c.jitter, c.deadline)) * c.pods_per_arm)
-            for c in canaries if c.kind == "node-pool"]
+    arms = [(c, int(window // c.longest_period) * c.pods_per_arm) for c in canaries if c.kind == "node-pool"]
     return max(arms, key=lambda arm: arm[1]) if arms else None

@@ -166,8 +166,8 @@ def _loop(run: CanaryRun, runners: dict[str, Runner], keepers: list[LeaseKeeper]
     """Each canary of each cluster in a thread of its own, each attempt starting when it is due there (an interval
     plus jitter after the last one started, on the cluster's clock), as the Pulumi program runs a runner in every
     cluster: one cluster's slow check never holds another's, a cron canary watching its firings never holds the
-    node-pool canary's next pods, and a canary's interval is what each cluster gets (``gate_window_holds`` counts on
-    it). A Ctrl-C (or SIGTERM) stops every check at its next wait, and each deletes its namespace."""
+    node-pool canary's next pods, and a canary's interval is what each cluster gets (the canary gate's window check,
+    ``rotation.check_gate_window``, counts on it). A Ctrl-C (or SIGTERM) stops every check at its next wait, and each deletes its namespace."""
     metrics = CanaryMetrics(run.stage)
     for name, runner in runners.items():
         for c in run.canaries:

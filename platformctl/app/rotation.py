@@ -253,12 +253,13 @@ def canary_config(policy: RotationPolicy) -> Any:
     return load_config(path)
 
 
-def check_gate_window(policy: RotationPolicy, canaries: Path | None = None) -> None:
+def check_gate_window(policy: RotationPolicy, config: Any = None, canaries: Path | None = None) -> None:
     """A canary gate whose window cannot hold what a pass needs, at the rate the stage's canaries give an image's arm
     (``e2e_canary.definitions.arm_results_within``), would stay inconclusive until it halts: said before anything is
     touched, naming the window and what it falls short of (the judge's ``minSamples`` and ``minAttempts``, first
     light's ``minResults``). The canaries are the checkout's (``canaries``, else ``e2e_canary/canaries`` of the current
-    directory's checkout, what the program deploys in every cluster); none found (a job's container): not checked."""
+    directory's checkout, what the program deploys in every cluster); none found (a job's container): not checked.
+    ``config``: the gate's judge configuration when it was read already (``canary_config``)."""
     gate = policy.health_gate.canary if policy.health_gate is not None else None
     if gate is None:
         return
@@ -269,7 +270,7 @@ def check_gate_window(policy: RotationPolicy, canaries: Path | None = None) -> N
         folder = canaries or default_canary_dir()
     except PlatformError:
         return
-    judge = canary_config(policy) or JudgeConfig()
+    judge = config or canary_config(policy) or JudgeConfig()
     where = judge.source if gate.config else "the judge's defaults"
     found = arm_results_within(load_canaries(folder), gate.window)
     if found is None:
@@ -282,9 +283,8 @@ def check_gate_window(policy: RotationPolicy, canaries: Path | None = None) -> N
         needs["firstLight.minResults"] = policy.first_light.min_results
     short = [f"{name} {n}" for name, n in needs.items() if n > most]
     if short:
-        pace = max(canary.interval + canary.jitter, canary.deadline)
         raise PlatformError(f"window {human_duration(gate.window)} holds {most} results of an image's arm at the "
-                            f"{canary.name} canary's pace ({canary.pods_per_arm} pods an arm every {pace} s, "
+                            f"{canary.name} canary's pace ({canary.pods_per_arm} pods an arm every {canary.longest_period} s, "
                             f"{canary.source}), fewer than {', '.join(short)} asks: every judgement would be "
                             "inconclusive; widen the window or ask for fewer", file=policy.source,
                             field="healthGate.canary.window")
@@ -310,7 +310,7 @@ def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotatio
     if policy.health_gate is not None:
         check_gate_exists(policy.health_gate, policy.source)
         config = canary_config(policy)
-        check_gate_window(policy)
+        check_gate_window(policy, config)
     targets = connect(scope.names, request.kubeconfig, request.region or (scope.stage.region if scope.stage else None),
                       request.infra_dir)
     if policy.targets:  # pools the policy names must exist (a policy that follows the launch templates names none)

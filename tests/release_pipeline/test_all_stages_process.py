@@ -141,8 +141,16 @@ def test_the_region_holds_every_stage_each_in_its_own_aws_region_with_its_canary
     assert sorted(r["cluster"] for r in runners) == sorted(c["name"] for c in region["clusters"])
     assert all(r["running"] for r in runners), runners
     for stage in STAGES:
-        verdict = json.loads(pl(region, "canary", "verdict", "--stage", stage, check=False).stdout)
-        assert verdict["state"] == region["by_stage"][stage]["state"]  # each writing to its stage's own store
+        # each cluster's runner pod writes to its stage's own store, which the operator's commands read
+        give_up = time.monotonic() + 120
+        while True:
+            verdict = json.loads(pl(region, "canary", "verdict", "--stage", stage, check=False).stdout)
+            recorded = sum(r["experiment"] for r in verdict["results"].values())
+            if recorded or time.monotonic() > give_up:
+                break
+            time.sleep(2)
+        assert verdict["state"] == region["by_stage"][stage]["state"]
+        assert recorded > 0, (stage, verdict["results"])
     # kubectl reaches a cluster of every stage through the one kubeconfig
     by_stage = nodes_by_stage(region)
     assert all(by_stage[s] for s in STAGES)

@@ -140,9 +140,11 @@ class EventRecorder:
                       type_="Warning")
         elif kind == sim.POD_CREATE_FAILED:
             pod = self._pod(e.namespace, e.name, e.detail[0])
-            backoff = len(e.detail) > 2 and e.detail[2] == "BackOff"  # a crashed container's restart, held back
-            self._add(at, "Pod", e.namespace, e.name, e.detail[0], "BackOff" if backoff else "Failed",
-                      e.detail[1] if backoff else f"Error: {e.detail[1]}", "kubelet",
+            self._add(at, "Pod", e.namespace, e.name, e.detail[0], "Failed", f"Error: {e.detail[1]}", "kubelet",
+                      (pod.node_name or "") if pod is not None else "", type_="Warning")
+        elif kind == sim.POD_BACK_OFF:
+            pod = self._pod(e.namespace, e.name, e.detail[0])
+            self._add(at, "Pod", e.namespace, e.name, e.detail[0], "BackOff", e.detail[1], "kubelet",
                       (pod.node_name or "") if pod is not None else "", type_="Warning")
         elif kind == sim.WORKLOAD_EVENT:
             api_version, object_kind, uid, reason, message, component = e.detail

@@ -185,6 +185,17 @@ class Kubelet:
         process.kill()
         return True
 
+    def replicated(self) -> list[Pod]:
+        """The pods of this cluster's ReplicaSets that it runs (the canary runner Deployment's), read from those
+        ReplicaSets' namespaces only: ``local status`` asks often, and a cluster of --workloads holds 100,000 pods."""
+        if "ReplicaSet" not in self.kinds:
+            return []
+        spaces = {namespace for (namespace, _), rs in self.cluster.objects.objects["replicasets"].items()
+                  if any(toolkit_image(str(c.get("image", "")))
+                         for c in ((rs.obj["spec"].get("template") or {}).get("spec") or {}).get("containers") or [])}
+        return [p for ns in sorted(spaces) for p in self.cluster.sim.list_pods(ns)
+                if p.owner is not None and p.owner.kind == "ReplicaSet" and self.runs(p)]
+
     def address(self, pod: Pod) -> str:
         return pod_address(self.root, pod)
 

@@ -268,13 +268,11 @@ class Server:
         """Each cluster's canary runner pod as its kubelet runs it (under the lock): where, its process, its restarts."""
         out = []
         for kubelet in self.kubelets:
-            for pod in kubelet.cluster.sim.list_pods():
-                if kubelet.runs(pod) and pod.owner is not None and pod.owner.kind == "ReplicaSet":
-                    process = kubelet.processes.get(pod.uid)
-                    out.append({"cluster": kubelet.cluster.name, "pod": pod.name, "pid": process.pid if process else None,
-                                "running": process is not None and process.poll() is None, "restarts": pod.restarts,
-                                "address": kubelet.address(pod),
-                                "log": str(kubelet.log_path(pod).resolve())})
+            for pod in kubelet.replicated():
+                process = kubelet.processes.get(pod.uid)
+                out.append({"cluster": kubelet.cluster.name, "pod": pod.name, "pid": process.pid if process else None,
+                            "running": process is not None and process.poll() is None, "restarts": pod.restarts,
+                            "address": kubelet.address(pod), "log": str(kubelet.log_path(pod).resolve())})
         return out
 
     def _reaches(self, cluster: str, node: str, target: str) -> str | None:

@@ -35,6 +35,7 @@ NODE_NOT_READY = "NodeNotReady"  # detail: (status, reason): the node controller
 NODE_CONDITION = "NodeCondition"  # detail: (type, status, reason): a kubelet or node-problem-detector condition changed
 POD_NOT_READY = "PodNotReady"  # the node controller marked a running pod not Ready (its node is not Ready)
 POD_CREATE_FAILED = "PodCreateFailed"  # detail: (uid, reason): the kubelet could not create its containers
+POD_BACK_OFF = "PodBackOff"  # detail: (uid, message): a crashed container's restart held back (CrashLoopBackOff)
 POD_TAINT_EVICTED = "PodTaintEvicted"  # the taint manager deleted it: its node's NoExecute taint outlived its toleration
 # A workload controller said something of a workload object: detail (apiVersion, kind, uid, reason, message, component)
 WORKLOAD_EVENT = "WorkloadEvent"

@@ -26,6 +26,7 @@ from platformctl.emulator.controllers import daemonset, job, replicaset, statefu
 from platformctl.emulator.controllers.host import Controller, PodKey
 from platformctl.emulator.simulation.budgets import BudgetRoom
 from platformctl.emulator.simulation.events import (
+    POD_BACK_OFF,
     POD_CREATE_FAILED,
     POD_CREATED,
     POD_DELETE_REQUESTED,
@@ -431,17 +432,14 @@ class PodRoom:
         ``flowcontrol.Backoff``; it does not forget a count after 10 minutes of running, as the kubelet does), saying
         ``CrashLoopBackOff`` meanwhile."""
         w = self.w
-        pod = self.set_pod(pod, node_name=pod.node_name, phase="Running", ready=False, deletion_time=None,
-                           started=pod.started, evicted=pod.evicted)
-        w.rv += 1
-        w.pods[pod.key] = pod = replace(pod, waiting="CrashLoopBackOff", restarts=pod.restarts + 1, resource_version=w.rv)
-        w.note("pods", "MODIFIED", pod)
+        pod = self.set_pod(replace(pod, waiting="CrashLoopBackOff", restarts=pod.restarts + 1), node_name=pod.node_name,
+                           phase="Running", ready=False, deletion_time=None, started=pod.started, evicted=pod.evicted)
         delay = 0.0 if pod.restarts == 1 else min(CRASH_BACKOFF_SECONDS * 2 ** (pod.restarts - 2), MAX_CRASH_BACKOFF_SECONDS)
         if delay:
             container = pod.containers[0].name if pod.containers else ""
-            w.record(POD_CREATE_FAILED, pod.namespace, pod.name,
+            w.record(POD_BACK_OFF, pod.namespace, pod.name,
                      (pod.uid, f"Back-off restarting failed container {container} in pod {pod.name}_{pod.namespace}"
-                      f"({pod.uid}) (it exited {code})", "BackOff"))
+                      f"({pod.uid}) (it exited {code})"))
         w.clock.call_later(delay, self._pod_started, pod.key, pod.uid)
 
     def hand_over(self) -> None:

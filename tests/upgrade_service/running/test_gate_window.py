@@ -44,7 +44,7 @@ def test_the_shipped_policies_and_pipeline_hold_what_their_gates_ask() -> None:
     for stage in pipeline.names:
         path = pipeline.policy_path(stage)
         assert path is not None
-        check_gate_window(load_policy(path), CANARY_DIR)  # nothing raised
+        check_gate_window(load_policy(path), canaries=CANARY_DIR)  # nothing raised
 
 
 def test_first_lights_min_results_at_the_windows_boundary(tmp_path: Path) -> None:
@@ -53,10 +53,10 @@ def test_first_lights_min_results_at_the_windows_boundary(tmp_path: Path) -> Non
     judge.write_text("minSamples: 5\nminAttempts: 5\n")
     # 30 minutes hold 8 attempts of 5 pods: 40 results of an arm
     exactly = _policy(tmp_path, "window: 30m, config: judge.yaml", "firstLight: {minResults: 40}\n")
-    check_gate_window(load_policy(exactly), canaries)
+    check_gate_window(load_policy(exactly), canaries=canaries)
     short = _policy(tmp_path, "window: 30m, config: judge.yaml", "firstLight: {minResults: 41}\n")
     with pytest.raises(PlatformError) as refused:
-        check_gate_window(load_policy(short), canaries)
+        check_gate_window(load_policy(short), canaries=canaries)
     assert refused.value.file == str(short) and refused.value.field == "healthGate.canary.window"
     assert "holds 40 results of an image's arm" in refused.value.detail
     assert "firstLight.minResults 41" in refused.value.detail and "minSamples" not in refused.value.detail
@@ -66,21 +66,21 @@ def test_the_judges_minimums_are_named_with_where_they_come_from(tmp_path: Path)
     canaries = _canaries(tmp_path, NODE_POOL)
     policy = _policy(tmp_path, "window: 10m")  # 2 attempts of 5: 10 results, under the judge's defaults of 20
     with pytest.raises(PlatformError) as refused:
-        check_gate_window(load_policy(policy), canaries)
+        check_gate_window(load_policy(policy), canaries=canaries)
     assert "minSamples (the judge's defaults) 20, minAttempts (the judge's defaults) 20" in refused.value.detail
 
 
 def test_a_gate_with_no_node_pool_canary_to_judge_by_is_refused(tmp_path: Path) -> None:
     canaries = _canaries(tmp_path, "name: service\nkind: service\n")
     with pytest.raises(PlatformError) as refused:
-        check_gate_window(load_policy(_policy(tmp_path, "window: 30m")), canaries)
+        check_gate_window(load_policy(_policy(tmp_path, "window: 30m")), canaries=canaries)
     assert refused.value.field == "healthGate.canary" and "no node-pool canary" in refused.value.detail
 
 
 def test_a_policy_without_a_canary_gate_is_not_checked(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text("healthGate: {command: [\"true\"]}\n")
-    check_gate_window(load_policy(path), _canaries(tmp_path, "name: service\nkind: service\n"))
+    check_gate_window(load_policy(path), canaries=_canaries(tmp_path, "name: service\nkind: service\n"))
 
 
 def test_rotate_run_and_release_start_refuse_it_in_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -319,7 +319,7 @@ class Pod:
             scheduled, waiting, disruption=self.disruption, inter=self.inter,
             unschedulable=self.unschedulable if node_name is None else "",
             unschedulable_since=self.unschedulable_since if node_name is None else None, exit_code=self.exit_code,
-            finished=self.finished, restarts=self.restarts if name == self.name else 0,
+            finished=self.finished, restarts=self.restarts,
         )
 
     @property

@@ -305,22 +305,21 @@ def node_of(cluster: Cluster, instance: str) -> str | None:
 def clear_node(cluster: Cluster, log: Writes, node: str, pool: str, patience: float = 300.0) -> list[str]:
     """Before a first-light node is put out: the pods on it that a drain would move (those a crash let land there
     between its boot and its taint; the canaries' own) are evicted through the eviction API, a refusal retried every
-    5 s, until they are gone or ``patience`` seconds of the cluster's clock pass (journalled as ``cordon`` and
-    ``evict``). Returns the pods still there: such a node is not terminated."""
+    5 s, until they are gone or ``patience`` seconds of the cluster's clock pass (journalled as ``cordon``, first, so
+    that nothing lands there meanwhile, and ``evict``). Returns the pods still there: such a node is not terminated."""
     clock = cluster.clock
-    try:
-        pods = [p for p in cluster.list_pods(node_name=node) if drain_blocks_on(p)]
-    except NotFoundError:
-        return []
-    if not pods:
-        return []
+    # Cordoned before its pods are read, whether it has any or not: a node a crash left untainted takes pods until then
+    # (a CronJob's next pod, bound between an empty list and the termination, would go down with it).
     key = log.intent("cordon", node=node, first_light=pool)
     try:
         cluster.cordon(node)
+        pods = [p for p in cluster.list_pods(node_name=node) if drain_blocks_on(p)]
     except NotFoundError:
         log.done(key, ok=False, result="node gone")
         return []
     log.done(key)
+    if not pods:
+        return []
     deadline = clock.now() + patience
     while True:
         moving = [p for p in pods if not p.terminating]

@@ -177,10 +177,11 @@ class StageState:
     forced: str | None = None  # a candidate an operator sent here by hand: it goes next, older or not
     rollback_phase: str | None = None  # "deploy", then "rotate" (retried after a failure until it finishes)
     rollback_failures: int = 0  # the rollback's rotations that did not finish
-    blocked_since: float | None = None  # when the rotation was first recorded blocked (the patience counts from it)
+    blocked_since: float | None = None  # when the rotation was last seen blocked after moving (the patience counts from it)
+    blocked_booted: int = 0  # the instances it had seen booting then: more at a later block is progress
     soak_short: list[str] = field(default_factory=list)  # the soak's unmet conditions, as codes
     error: StepError | None = None  # the last step that raised here and has not gone through since
-    before: dict[str, str] | None = None  # what the stage ran before the current candidate's deploy (recorded then)
+    before: dict[str, str] | None = None  # what the stage ran before the pipeline's first deploy there (recorded then)
     paused: bool = False  # its rotation paused for a freeze (the tick resumes it when the freeze ends)
 
     @classmethod
@@ -200,6 +201,7 @@ class StageState:
             good=strings(get("good")), intent=optional_str(get("intent")), newest=to_int(get("newest", -1)),
             forced=optional_str(get("forced")), rollback_phase=optional_str(get("rollback_phase")),
             rollback_failures=to_int(get("rollback_failures", 0)), blocked_since=optional_number(get("blocked_since")),
+            blocked_booted=to_int(get("blocked_booted", 0)),
             soak_short=strings(get("soak_short")),
             error=StepError.from_dict(error) if isinstance(error, Mapping) and error else None,
             before={k: str(v) for k, v in before.items()} if isinstance(before, Mapping) else None,
@@ -207,6 +209,9 @@ class StageState:
 
 
 GOOD_KEPT = 20  # a stage's good candidates kept in the state: rollbacks by hand go back one at a time
+# A soak's verdict changes kept in the state (and in each soak entry's inputs): the gate reads the last one only (how
+# long it has held), so a verdict that flaps through a 36-hour soak costs no more than one that never changes.
+VERDICTS_KEPT = 10
 
 
 @dataclass
@@ -241,7 +246,7 @@ class PipelineState:
                    to_int(data["position"]), to_int(data.get("started", 0)))
 
 
-CHECKPOINT_VERSION = 3  # 3: start orders, rollback phases, boots in their own streams
+CHECKPOINT_VERSION = 4  # 3: start orders, rollback phases, boots in their own streams; 4: ``before`` kept from the first deploy
 
 
 def entry_id(candidate: str | None, stage: str | None, decision: str, at: float, salt: str = "") -> str:
@@ -446,6 +451,12 @@ def _usable(checkpoint: JSONMapping) -> bool:
     return to_int(checkpoint.get("version", 0)) == CHECKPOINT_VERSION
 
 
+def _lapsed(freeze: ManualFreeze, stage: str | None, at: float) -> bool:
+    """A freeze by hand whose end an entry of its stage (any stage's, for one of every stage) has passed: no decision
+    reads it again, and the state lets it go (the ledger keeps it)."""
+    return freeze.until is not None and freeze.until <= at and freeze.stage in ("*", stage)
+
+
 def apply(state: PipelineState, entry: Entry) -> None:
     """Fold one ledger entry into ``state``: the one place the meaning of each decision lives."""
     decision = entry.decision
@@ -454,6 +465,8 @@ def apply(state: PipelineState, entry: Entry) -> None:
     name, at = entry.stage, float(entry.at)
     cid = str(entry.candidate)
     inputs = entry.inputs
+    if any(_lapsed(f, name, at) for f in state.freezes):
+        state.freezes = [f for f in state.freezes if not _lapsed(f, name, at)]
     stage = state.stage(name) if name else None
     if decision is Kind.START:
         if cid in state.candidates:  # the same content started twice (at once): one candidate
@@ -471,6 +484,8 @@ def apply(state: PipelineState, entry: Entry) -> None:
                 s.forced = None
     elif decision is Kind.FORCE:
         assert stage is not None
+        if cid in state.candidates and state.candidates[cid].status == "halted":
+            return  # halted after ``release promote`` read the state: it goes nowhere
         stage.ready = [cid] + [c for c in stage.ready if c != cid]
         stage.forced = cid
         state.candidate(cid).status, state.candidate(cid).at = "queued", at
@@ -529,7 +544,11 @@ def _apply_halt(state: PipelineState, stage: StageState, cid: str, name: str, at
     for other in state.stages.values():
         if other is stage:
             continue
-        if other.current == cid and other.step == Step.WAITING:
+        if other.step == Step.ROLLING_BACK and other.rollback_to == cid:  # it rolls back *to* the halted one: to the good
+            other.good = [c for c in other.good if c != cid]  # one before it instead, its deploy done again
+            other.last_good = other.good[-1] if other.good else None
+            _roll_back_stage(other, str(other.current), at, other.last_good)
+        elif other.current == cid and other.step == Step.WAITING:
             other.current, other.step, other.waiting_for = None, Step.IDLE, None
         elif other.current == cid and other.step in (Step.DEPLOYING, Step.ROTATING, Step.SOAKING):  # a later stage it
             _roll_back_stage(other, cid, at, other.last_good)  # already entered: back too
@@ -554,6 +573,11 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         return
     if decision is Kind.HALT and stage.step == Step.ROLLING_BACK:
         return
+    if STEP_OF.get(decision) == (Step.ROLLING_BACK,) and "rollback_to" in inputs and \
+            inputs["rollback_to"] != stage.rollback_to:
+        return  # a step of a rollback to a target a halt has since changed: its rollback starts again
+    if decision in (Kind.WAIT, Kind.ENTER) and state.candidate(cid).status in ("halted", "superseded"):
+        return  # halted (or given way) after the tick read the state: it enters nothing, whatever the tick thought
     if decision is Kind.WAIT:
         stage.current, stage.step, stage.waiting_for = cid, Step.WAITING, entry.reason
         stage.opens_at = optional_number(mapping(inputs.get("decision")).get("opens_at"))
@@ -565,7 +589,7 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         if stage.override is not None and not stage.override.for_candidate(cid):
             stage.override = None  # another candidate's: the one entering keeps its own through its deploy
         stage.verdicts, stage.results, stage.rotated_at, stage.entered_at = [], 0, None, at
-        stage.blocked_since, stage.soak_short, stage.before = None, [], None
+        stage.blocked_since, stage.soak_short = None, []
         _moved(state.candidate(cid), "in flight", name, at)
     elif decision in (Kind.DEPLOY, Kind.ROTATE, Kind.ROLLBACK_DEPLOY, Kind.ROLLBACK_ROTATE):
         stage.intent = f"{decision.value}:{cid}"
@@ -574,20 +598,21 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
             stage.before = {family: str(image) for family, image in before.items()}
     elif decision is Kind.DEPLOYED:
         stage.intent, stage.step, stage.since = None, Step.ROTATING, at
-    elif decision is Kind.BLOCKED:
-        stage.blocked_since = stage.blocked_since if stage.blocked_since is not None else at
+    elif decision is Kind.BLOCKED:  # written at a first block, and at a block after the rotation moved on: from now
+        stage.blocked_since, stage.blocked_booted = at, to_int(inputs.get("booted", 0))
         stage.waiting_for = entry.reason
-    elif decision is Kind.PAUSED:
-        stage.paused, stage.waiting_for = True, entry.reason
+    elif decision is Kind.PAUSED:  # a freeze is not a budget's block: the patience starts again after it
+        stage.paused, stage.waiting_for, stage.blocked_since = True, entry.reason, None
     elif decision is Kind.RESUMED:
-        stage.paused = False
+        stage.paused, stage.blocked_since = False, None
     elif decision is Kind.ROTATED:
         stage.paused = False
         stage.intent, stage.step, stage.since, stage.rotated_at = None, Step.SOAKING, at, at
         stage.waiting_for, stage.blocked_since = "the soak", None
     elif decision is Kind.VERDICT:
         said = mapping(inputs["verdict"])
-        stage.verdicts.append(VerdictChange(at, str(said["verdict"]), str(said["reason"])))
+        change = VerdictChange(at, str(said["verdict"]), _short(str(said["reason"])))
+        stage.verdicts = (stage.verdicts + [change])[-VERDICTS_KEPT:]
         stage.results = to_int(inputs.get("results", stage.results))
     elif decision is Kind.SOAK:
         gate = mapping(inputs.get("decision"))

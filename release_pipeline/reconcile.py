@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from platformctl.kernel import failpoints
-from platformctl.kernel.errors import is_transient
+from platformctl.kernel.errors import PlatformError, is_transient
 from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject
 from platformctl.kernel.state import LeaseLost
@@ -42,9 +42,9 @@ from release_pipeline.rotation_result import StageRotation
 if TYPE_CHECKING:
     from e2e_canary.verdict import Verdict
 
-# How long, on the stage's clock from when the rotation was first recorded blocked, nodes the planner leaves blocked
-# (a budget that allows no disruption now, nothing failed) are planned again at the next tick before the rotation
-# counts as not finished.
+# How long, on the stage's clock from when the rotation was last recorded blocked (its first block, a block after it
+# moved on, a block after a freeze), nodes the planner leaves blocked (a budget that allows no disruption now,
+# nothing failed) are planned again at the next tick before the rotation counts as not finished.
 BLOCKED_PATIENCE = 3600.0
 # Wall seconds a stage's step may keep meeting a transient fault (its region's API or clock not answering, throttling)
 # before the tick calls the stage failing (exit 1): until then the stage is busy, tried again next tick. A transient
@@ -167,6 +167,9 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
                 _advance(pipeline, ledger, state, name, actions, write, moved, report.waiting.append)
             except LeaseLost:
                 raise
+            except Moved as moved:
+                report.waiting.append(str(moved))
+                continue
             except Exception as exc:  # this stage's fault, recorded as its decision: the other stages go on
                 error = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:500] if str(exc) else ""}
                 fault = getattr(exc, "fault", None)  # what stays the same while its message moves on (a lock's age)
@@ -283,6 +286,7 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
             write(cid, name, Kind.DEPLOY, now, f"pointing {name}'s launch templates at {cid}'s images",
                   {"images": candidate.stages[name].images if name in candidate.stages else {},
                    "before": actions.deployed(name)})
+        still(ledger, name, stage)
         result = actions.deploy(name, candidate)
         failpoints.hit("release:call:deploy")  # deployed, not yet recorded
         write(cid, name, Kind.DEPLOYED, actions.now(name), f"{name} deployed with {cid}'s images" + _cleared(result),
@@ -293,6 +297,21 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
         _soak(pipeline, ledger, state, stage, name, candidate, actions, write)
     elif stage.step == Step.ROLLING_BACK:
         _roll_back(ledger, stage, name, cid, actions, write, held)
+
+
+class Moved(Exception):  # noqa: N818 - not an error: the ledger moved on under the tick
+    """The ledger no longer holds what the tick read: someone wrote in between (a halt, a rollback by hand)."""
+
+
+def still(ledger: Ledger, name: str, read: StageState) -> None:
+    """Right before a side effect: the ledger, folded again, still has the stage where the tick read it (the same
+    candidate at the same step with the same intent, a rollback to the same target). A write that landed between the
+    tick's read and its intent (a halt of the candidate, of a rollback's target) made the intent moot, and the fold
+    passed over it: nothing is done, and the next tick plans from what the ledger holds (``Moved``)."""
+    now = ledger.state().stage(name)
+    if (now.step, now.current, now.intent, now.rollback_to) != (read.step, read.current, read.intent, read.rollback_to):
+        raise Moved(f"{name} {read.current}: the ledger moved on since this tick read it ({read.step} -> {now.step}, "
+                    f"{now.current or 'nothing'} in flight): nothing done, the next tick plans again")
 
 
 def _cleared(result: JSONMapping) -> str:
@@ -336,6 +355,7 @@ def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, 
         write(cid, name, Kind.RESUMED, actions.now(name), "the freeze ended: the rotation goes on")
     if stage.intent != f"rotate:{cid}":
         write(cid, name, Kind.ROTATE, actions.now(name), f"rotating every cluster of {name} onto {cid}'s images")
+    still(ledger, name, stage)
     result = actions.rotate(name, candidate, hold=lambda: frozen_now(pipeline, ledger, name, cid, actions.now(name)))
     failpoints.hit("release:call:rotate")  # rotated, not yet recorded
     at = actions.now(name)
@@ -349,13 +369,16 @@ def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, 
         return
     if status == "blocked":
         # nothing failed; some nodes wait for a budget that allows no disruption now: planned again next tick, for
-        # BLOCKED_PATIENCE from when the rotation was first recorded blocked
-        if stage.blocked_since is None:
-            write(cid, name, Kind.BLOCKED, at, f"waiting: {result.reason}", {"result": _boots(ledger, cid, name, result)})
+        # BLOCKED_PATIENCE from when the rotation was last seen blocked having moved on (more instances booting its
+        # images than at the last block: a rotation that keeps moving is not stuck)
+        booted = len({i for ids in result.booted.values() for i in ids})
+        if stage.blocked_since is None or booted > stage.blocked_booted:
+            write(cid, name, Kind.BLOCKED, at, f"waiting: {result.reason}",
+                  {"result": _boots(ledger, cid, name, result), "booted": booted})
         assert stage.blocked_since is not None
         if at - stage.blocked_since < BLOCKED_PATIENCE:
             held(f"{name} {cid}: waiting: {result.reason} (halts {BLOCKED_PATIENCE / 60:.0f} min after it was "
-                 "first blocked if it stays so)")
+                 "blocked if it stays so without moving)")
             return
     if status == "finished":
         write(cid, name, Kind.ROTATED, at, f"{name}'s last cluster finished rotating: the soak begins",
@@ -392,6 +415,25 @@ def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: Stage
         write(candidate.id, name, Kind.SOAK, now, decision.reason, inputs)  # only when what holds the soak changes
 
 
+def rollback_by_hand(stage: StageState, name: str) -> tuple[str, str | None]:
+    """What ``release rollback`` of stage ``name`` halts and what the stage goes back to: the candidate in flight there
+    (back to the last good one), else the last good one (back to the good one before it). A stage rolling back
+    already, or with nothing to go back to, is refused (``PlatformError`` naming ``--stage``)."""
+    if stage.step == Step.ROLLING_BACK:
+        raise PlatformError(f"{name} is rolling back already ({stage.current} to {stage.rollback_to or 'what it ran before'})",
+                            field="--stage")
+    if stage.step in (Step.DEPLOYING, Step.ROTATING, Step.SOAKING):
+        assert stage.current is not None
+        return stage.current, stage.last_good
+    if stage.last_good is None:
+        raise PlatformError(f"the pipeline has deployed nothing to {name}: nothing to roll back", field="--stage")
+    earlier = [c for c in stage.good if c != stage.last_good]
+    if not earlier:
+        raise PlatformError(f"{stage.last_good} is the first candidate that passed {name}: no earlier one to roll back to",
+                            field="--stage")
+    return stage.last_good, earlier[-1]
+
+
 def _halt(state: PipelineState, name: str, cid: str, at: float, reason: str, inputs: JSONMapping, write: Write,
           pipeline: Pipeline) -> None:
     last_good = state.stage(name).last_good
@@ -413,14 +455,17 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
     to = "the images it ran before" if target.id == _before_id(cid) else f"{target.id}'s images"
     if stage.rollback_phase in (None, "deploy"):
         if stage.intent != f"rollback-deploy:{cid}":
-            write(cid, name, Kind.ROLLBACK_DEPLOY, now, f"pointing {name} back at {to}")
+            write(cid, name, Kind.ROLLBACK_DEPLOY, now, f"pointing {name} back at {to}", {"rollback_to": stage.rollback_to})
+        still(ledger, name, stage)
         deployed = actions.deploy(name, target, rollback=True)
         failpoints.hit("release:call:rollback-deploy")
         write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {to} again" + _cleared(deployed),
               {"result": deployed, "rollback_to": stage.rollback_to})
         return
     if stage.intent != f"rollback-rotate:{cid}":
-        write(cid, name, Kind.ROLLBACK_ROTATE, now, f"rotating every cluster of {name} back onto {to}")
+        write(cid, name, Kind.ROLLBACK_ROTATE, now, f"rotating every cluster of {name} back onto {to}",
+              {"rollback_to": stage.rollback_to})
+    still(ledger, name, stage)
     result = actions.rotate(name, target, rollback=True)
     failpoints.hit("release:call:rollback-rotate")
     status = result.status
@@ -443,9 +488,10 @@ def _before_id(cid: str) -> str:
 
 
 def _before(ledger: Ledger, stage: StageState, name: str, cid: str) -> Candidate | None:
-    """What the stage ran before ``cid``'s deploy (recorded with the deploy), as a candidate of that stage alone: its
-    images, with ``cid``'s commit, Kubernetes version and components (no earlier candidate's commit to restore them
-    from). None when nothing was recorded (a ledger older than the record, or a deploy that never began)."""
+    """What the stage ran before the pipeline's first deploy there (recorded with that deploy: never a candidate's,
+    so never a halted one's), as a candidate of that stage alone: its images, with ``cid``'s commit, Kubernetes
+    version and components (no earlier commit to restore them from). None when nothing was recorded (a deploy that
+    never began)."""
     halted = ledger.candidate(cid)
     if not stage.before or halted is None or name not in halted.stages:
         return None
@@ -455,4 +501,5 @@ def _before(ledger: Ledger, stage: StageState, name: str, cid: str) -> Candidate
                      f"what {name} ran before {cid}", halted.created_at, halted.created_by)
 
 
-__all__ = ["BLOCKED_PATIENCE", "Decision", "StageActions", "StageFault", "StageLease", "TickReport", "eligible", "tick"]
+__all__ = ["BLOCKED_PATIENCE", "Decision", "StageActions", "StageFault", "StageLease", "TickReport", "eligible",
+           "rollback_by_hand", "tick"]

@@ -37,14 +37,15 @@ if TYPE_CHECKING:
 DEFAULT_LEDGER = ".platformctl/release.db"
 
 
-def ledger_of(pipeline: Pipeline, spec: str | None, existing: bool = False) -> Ledger:
+def ledger_of(pipeline: Pipeline, spec: str | None, existing: bool = True) -> Ledger:
     """The ledger's store: ``--ledger``, else the pipeline file's ``ledger``, else ``.platformctl/release.db`` in the
-    checkout the pipeline file is in."""
+    checkout the pipeline file is in. ``existing`` (every command but ``release start``, which makes the first one):
+    a ledger that is not there is exit 2, never a new empty one that a mistyped path would freeze or tick instead."""
     chosen = spec or pipeline.ledger
-    existing = existing and chosen is not None  # the default ledger is only not there yet before the first release
     if chosen is None:
         chosen = str(Path(pipeline.source).resolve().parent.parent / DEFAULT_LEDGER)
-        Path(chosen).parent.mkdir(parents=True, exist_ok=True)
+        if not existing:
+            Path(chosen).parent.mkdir(parents=True, exist_ok=True)
     try:
         store: StateStore = open_store(chosen, existing)
     except PlatformError as exc:  # the ledger is named by --ledger or the pipeline file, not --state
@@ -88,7 +89,7 @@ def start_candidate(request: StartRequest) -> Started:
     lock = read_lock(lock_path)
     images = [stage_images(s, settings[s.name], lock, str(lock_path)) for s in stages]
     revision = infra_revision(infra_dir, lock_path)  # checked before the ledger is opened: a refusal writes nothing
-    ledger = ledger_of(pipeline, request.ledger)
+    ledger = ledger_of(pipeline, request.ledger, existing=False)  # the first start makes it
     at = AppStages(pipeline, request.infra_dir, Path.cwd()).now(pipeline.names[0])  # the first stage's clock
     candidate = make_candidate(images, revision, request.note, at, who())
     new = ledger.add_candidate(candidate)
@@ -106,8 +107,8 @@ class LedgerRequest:
     stage: str | None = None
 
 
-def open_pipeline(request: LedgerRequest, existing: bool = False) -> tuple[Pipeline, Ledger]:
-    """The pipeline file and its ledger; ``existing``: a command that only reads is given a ledger that exists."""
+def open_pipeline(request: LedgerRequest, existing: bool = True) -> tuple[Pipeline, Ledger]:
+    """The pipeline file and its ledger, which must exist (only ``release start`` makes one)."""
     pipeline = load_pipeline(request.pipeline_file)
     if request.stage is not None:
         pipeline.stage(request.stage)  # an unknown stage is exit 2 before anything is read
@@ -383,20 +384,10 @@ def rollback(request: RollbackRequest) -> dict[str, Any]:
     if not request.reason.strip():
         raise PlatformError("say why", field="--reason")
     pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    from release_pipeline.reconcile import rollback_by_hand
+
     stage = ledger.state().stage(request.stage)
-    if stage.step == "rolling-back":
-        raise PlatformError(f"{request.stage} is rolling back already ({stage.current} to {stage.rollback_to or 'what it ran before'})",
-                            field="--stage")
-    if stage.step in ("deploying", "rotating", "soaking"):
-        cid, target = stage.current, stage.last_good
-    elif stage.last_good is None:
-        raise PlatformError(f"the pipeline has deployed nothing to {request.stage}: nothing to roll back", field="--stage")
-    else:
-        earlier = [c for c in stage.good if c != stage.last_good]
-        if not earlier:
-            raise PlatformError(f"{stage.last_good} is the first candidate that passed {request.stage}: no earlier one to "
-                                "roll back to", field="--stage")
-        cid, target = stage.last_good, earlier[-1]
+    cid, target = rollback_by_hand(stage, request.stage)
     now = AppStages(pipeline, request.infra_dir, Path.cwd()).now(request.stage)
     return ledger.append(cid, request.stage, "halt", now, f"rolled back by hand: {request.reason}",
                          {"manual": True, "rollback_to": target, "step": stage.step, "pipeline": pipeline.digest},
@@ -613,8 +604,9 @@ class AppStages:
         return path is not None and load_policy(path).first_light is not None
 
     def _end_halted(self, stage: str, target: Candidate) -> None:
-        """Abort the stage's halted rotations (the one a failing gate stopped): a new run rotates every node back,
-        where continuing the halted one would wait again for the pods the bad image cannot start. A rotation still
+        """Abort the stage's halted rotations (the one a failing gate stopped) and the ones a freeze paused (a rollback
+        by hand during the freeze): a new run rotates every node back, where continuing the halted one would wait again
+        for the pods the bad image cannot start, and a paused one would only answer ``paused``. A rotation still
         running (a killed tick's, whose lease has not lapsed) is left to be resumed."""
         from platformctl.app.rotation import ControlRequest, abort_rotations, scope_of, store_of
         from upgrade_service.journal.rotation import read_state
@@ -622,7 +614,8 @@ class AppStages:
         scope = scope_of(None, stage, self.infra_dir, "release rollback")
         store = store_of(None, scope, self.infra_dir)
         for name in scope.names:
-            if read_state(store, name).status == "halted":
+            run = read_state(store, name)
+            if run.status == "halted" or (run.status == "running" and run.paused is not None):
                 abort_rotations(ControlRequest("abort", context=name, infra_dir=self.infra_dir,
                                                reason=f"the release pipeline rolls {stage} back to {target.id}"),
                                 self.kubeconfig, wait=False)

@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from platformctl.app import release as app
-from platformctl.cli.output import OUTPUT, console, emit_json
+from platformctl.cli.output import LEASE_TTL, OUTPUT, console, emit_json
 from platformctl.kernel.cluster.model import format_time
 from platformctl.kernel.region_client import take_part
 from platformctl.kernel.topology import STAGES
@@ -226,7 +226,7 @@ def release_rollback(ctx: click.Context, stage: str, reason: str, pipeline_file:
 
 
 @release.command("tick")
-@click.option("--lease-ttl", type=float, default=60.0, show_default=True, help="seconds the tick's lease lasts unrenewed")
+@click.option("--lease-ttl", type=LEASE_TTL, default=60.0, show_default=True, help="seconds the tick's lease lasts unrenewed")
 @click.option("--stage", "stages", type=click.Choice(STAGES), multiple=True,
               help="act in this stage only (repeatable; default: every stage): each stage's CronJob acts in its region")
 @click.option("--kubeconfig", default=None, help="the clusters' contexts (default: the local region's, or $KUBECONFIG)")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from platformctl.kernel.state import open_store
-from release_pipeline.ledger import LEDGER, STATE, Entry, Kind, Ledger, PipelineState, StageState
+from release_pipeline.ledger import CHECKPOINT_VERSION, LEDGER, STATE, Entry, Kind, Ledger, PipelineState, StageState
 from release_pipeline.rotation_result import StageRotation
 
 
@@ -49,7 +49,7 @@ def test_a_checkpoint_an_older_version_wrote_is_folded_again_from_the_start(tmp_
     assert state.stages["dev"].current == "c-1" and state.stages["dev"].step == "deploying"
     ledger.checkpoint(state)
     last = ledger.store.last(STATE)
-    assert last is not None and last.data["version"] == 3
+    assert last is not None and last.data["version"] == CHECKPOINT_VERSION
 
 
 def test_the_same_content_started_twice_at_once_is_one_candidate(tmp_path: Path) -> None:

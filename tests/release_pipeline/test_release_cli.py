@@ -171,8 +171,24 @@ def test_a_ledger_that_cannot_be_opened_is_one_line_naming_the_ledger(tmp_path: 
     assert out.exit_code == 2 and f"--ledger: no state store at {tmp_path / 'missing' / 'ledger.db'}" in out.output, out.output
     out = CliRunner().invoke(cli, ["release", "freeze", "--stage", "dev", "--reason", "x", "--ledger",
                                    str(tmp_path / "missing" / "ledger.db")])  # a write: the folder is not there
-    assert out.exit_code == 2 and "--ledger: cannot open the state store" in out.output, out.output
+    assert out.exit_code == 2 and "--ledger: no state store at" in out.output, out.output
     assert len(out.output.strip().splitlines()) == 1 and not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("args", [["freeze", "--all", "--reason", "year end"], ["unfreeze", "--stage", "prod"], ["tick"],
+                                  ["rollback", "--stage", "dev", "--reason", "x"]])
+def test_a_mistyped_ledger_is_exit_2_and_no_new_ledger_is_made_for_it(tmp_path: Path, args: list[str]) -> None:
+    """A freeze (or a tick) written to a new, empty ledger a typo named would leave the real one unfrozen."""
+    typo = tmp_path / "relaese.db"
+    out = CliRunner().invoke(cli, ["release", *args, "--ledger", str(typo)])
+    assert out.exit_code == 2 and f"--ledger: no state store at {typo}" in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1 and not typo.exists()
+
+
+def test_a_tick_lease_of_no_time_is_exit_2(tmp_path: Path) -> None:
+    out = CliRunner().invoke(cli, ["release", "tick", "--lease-ttl", "0", "--ledger", str(tmp_path / "ledger.db")])
+    assert out.exit_code == 2 and "Invalid value for '--lease-ttl'" in out.output, out.output
+    assert not (tmp_path / "ledger.db").exists()
 
 
 def test_a_ledger_in_another_region_is_named_with_its_region_and_a_wrong_query_is_one_line(tmp_path: Path) -> None:

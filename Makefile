@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast check bench clean
+.PHONY: demo test test-fast soak check bench clean
 
 # The installer is uv (pinned in constraints.txt; pip installs it, 1 s): it resolves, fetches and unpacks the pinned
 # set in about 7 s where pip takes 42 s here. The demo's commands compile what they import (about 3,800 of the
@@ -47,6 +47,13 @@ test: $(STAMP) $(COMPILED)
 # The everyday loop: the in-process tests only (no local region server, no killed processes).
 test-fast: $(STAMP) $(COMPILED)
 	$(BIN)/python -m pytest -n 2 -m "not process and not slow"
+
+# The release pipeline's random model (tests/release_pipeline/model.py) over many seeded histories, on every core; a
+# failing seed is printed, and `$(BIN)/python -m tests.release_pipeline.model --seed S` replays it. HISTORIES=N to
+# change how many (make test runs 12).
+HISTORIES ?= 10000
+soak: $(STAMP)
+	$(BIN)/python -m tests.release_pipeline.model --histories $(HISTORIES)
 
 check: $(STAMP)
 	$(BIN)/ruff check .

@@ -259,7 +259,7 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
                                  "approvers_other_than_creator": policy.approvers_other_than_creator},
                   "pipeline": pipeline.digest,
                   "freeze_definitions": [f.model_dump(mode="json", by_alias=True) for f in pipeline.freezes
-                                         if f.applies_to(name)], "manual_freezes": [f.to_dict() for f in state.freezes]}
+                                         if f.applies_to(name)], "manual_freezes": [f.to_dict() for f in state.freezes if f.until is None or f.until > now]}
         if decision.decision == "wait":
             if stage.step != Step.WAITING or stage.current != cid or stage.waiting_for != decision.reason:
                 write(cid, name, Kind.WAIT, now, decision.reason, inputs)

@@ -528,6 +528,9 @@ def _apply_halt(state: PipelineState, stage: StageState, cid: str, name: str, at
     to its last good, one that passed it rolls back to the good one before it (if nothing newer replaced it there)."""
     target = optional_str(entry.inputs.get("rollback_to"))
     _moved(state.candidate(cid), "halted", name, at, _short(entry.reason))
+    passed = [c for c in stage.good if c != cid and getattr(state.candidates.get(c), "status", None) != "halted"]
+    if target is not None and target not in passed:  # the writer read the stage before another halt took its target
+        target = passed[-1] if passed else None  # away: the newest good one left
     for s in state.stages.values():
         s.ready = [c for c in s.ready if c != cid]
         if s.forced == cid:

@@ -40,7 +40,7 @@ from release_pipeline.rotation_result import StageRotation
 STAGES = ("dev", "staging", "prod-canary", "prod")
 TICK = 300.0
 TICKS = 800  # about 67 hours a history: a weekend's freeze of prod included
-T0 = datetime(2026, 11, 5, 6, 0, tzinfo=UTC).timestamp()  # a Thursday morning
+T0 = datetime(2026, 11, 2, 6, 0, tzinfo=UTC).timestamp()  # a Monday morning
 ENTRY_LIMIT = 100_000  # bytes: an entry and a checkpoint stay far below DynamoDB's 400 kB item
 KILL_POINTS = ("release:enter", "release:deploy", "release:call:deploy", "release:deployed", "release:rotate",
                "release:call:rotate", "release:rotated", "release:blocked", "release:paused", "release:verdict",
@@ -167,7 +167,8 @@ class History:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
-        self.fleet = Fleet(random.Random(self.seed * 7919 + 1))
+        # each history begins on another day of the week (the weekend freeze of prod somewhere in most)
+        self.fleet = Fleet(random.Random(self.seed * 7919 + 1), T0 + self.rng.randrange(7) * 86400.0)
         self.ledger = RacyLedger(SQLiteStore(self.folder / f"ledger-{self.seed}.db"))
         self.pipeline = pipeline_of(self.rng)
         self.fleet.position = self._position

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -315,6 +315,22 @@ class Ledger:
                 return None
             before, limit = page[-1].seq, min(limit * 4, 500)
 
+    def recorded(self, ids: Collection[str]) -> dict[str, Candidate]:
+        """The recorded candidates among ``ids``, read newest first until every one is found (the state's are the
+        recent ones and the ones its stages run: the cost does not grow with history)."""
+        wanted, found = set(ids), {}
+        before: int | None = None
+        while wanted - set(found):
+            page = self.store.read_back(CANDIDATES, before=before, limit=100)
+            for record in page:
+                cid = str(record.data.get("id"))
+                if cid in wanted and cid not in found:
+                    found[cid] = Candidate.from_record(record.data)
+            if len(page) < 100:
+                break
+            before = page[-1].seq
+        return found
+
     def candidates(self) -> list[Candidate]:
         seen: dict[str, Candidate] = {}
         for r in self.store.read(CANDIDATES):  # two starts of the same content at once may both have written it
@@ -432,14 +448,25 @@ def _short(reason: str) -> str:
     return reason if len(reason) <= REASON_KEPT else reason[:REASON_KEPT - 1] + "…"
 
 
+def reported(state: PipelineState) -> set[str]:
+    """The candidates whose boots ``release status`` and the dashboard count: one a stage runs, has in flight or rolls
+    back to, one not finished, and one halted after the oldest a stage runs (the others' are in the ledger's boots
+    streams): after 100 releases as few as after one."""
+    held = {c for s in state.stages.values() for c in (s.current, s.last_good, s.rollback_to) if c}
+    oldest = min((state.order(s.last_good) for s in state.stages.values() if s.last_good), default=-1)
+    return {c for c, v in state.candidates.items()
+            if c in held or v.status not in FINISHED or (v.status == "halted" and v.order > oldest)}
+
+
 def compact(state: PipelineState) -> PipelineState:
     """The state as a checkpoint keeps it: its size does not grow with history (a finished candidate older than the
     newest ``CANDIDATES_KEPT`` leaves it: nothing can move it again but ``release promote``, which reads the ledger;
     the ledger keeps every word of it; approvals of finished ones go)."""
     ordered = sorted(state.candidates, key=state.order)
     for c in ordered[:-CANDIDATES_KEPT]:
-        if state.candidates[c].status in FINISHED and not any(
-                c in (s.current, s.last_good, s.forced) or c in s.ready for s in state.stages.values()):
+        if state.candidates[c].status in FINISHED and not any(  # (a good one may be a stage's last good again)
+                c in (s.current, s.last_good, s.forced, s.rollback_to) or c in s.ready or c in s.good
+                for s in state.stages.values()):
             del state.candidates[c]
     finished = {c for c, v in state.candidates.items() if v.status in FINISHED}
     state.approvals = {k: v for k, v in state.approvals.items() if k.rsplit("/", 1)[0] not in finished}

@@ -26,7 +26,7 @@ from platformctl.kernel.topology import load_stage, read_stack_config
 from platformctl.kernel.who import who
 from release_pipeline.candidates import Candidate, make_candidate, read_lock, stage_images
 from release_pipeline.held import CandidateStatus
-from release_pipeline.ledger import Ledger, PipelineState, stage_lease
+from release_pipeline.ledger import Ledger, PipelineState, reported, stage_lease
 from release_pipeline.pipeline import Pipeline, load_pipeline
 from release_pipeline.replay import replay
 from release_pipeline.rotation_result import ClusterRotation, FirstLightSaid, StageRotation
@@ -148,11 +148,22 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
     from platformctl.kernel import region_client
 
     target = region_client.aws_target() if aws else None  # asked once (a local region's status is a request)
-    for c in sorted(ledger.candidates(), key=lambda c: (state.order(c.id), c.created_at)):
-        recorded, lit = ledger.boots_and_first_light(c.id)
+    counted = reported(state)
+    for c in sorted(ledger.recorded(state.candidates).values(), key=lambda c: (state.order(c.id), c.created_at)):
         where = state.candidates.get(c.id) or CandidateStatus("finished")
         new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
         seen |= c.image_ids()
+        said = {"status": where.status, "stage": where.stage, "reason": where.reason or None,
+                "superseded_by": where.by_candidate, "note": c.note, "created_at": c.created_at,
+                "created_by": c.created_by, "infra_revision": c.infra_revision,
+                "images": {n: s.images for n, s in c.stages.items()}, "new_images": new}
+        if c.id not in counted:  # finished, and no stage runs it: its boots stay in the ledger, not counted again
+            out[c.id] = {**said, "instances_booted": None, "instances_booted_by_stage": {},
+                         "instances_booted_first_light": None, "instances_booted_first_light_by_stage": {},
+                         "instances_booted_in_waves_by_stage": {}, "image_builders_booted_by_stage": {},
+                         "instances_booted_from": "not counted: finished, and no stage runs it"}
+            continue
+        recorded, lit = ledger.boots_and_first_light(c.id)
         builders: dict[str, int] = {}
         asked = booted_instances(c, new, builders=builders, seams=seams, target=target) if aws_reachable else None
         aws_reachable = aws_reachable and asked is not None  # one failure: the rest of the report from the ledger only
@@ -160,12 +171,7 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
         booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get(n, set())
                                                              if r.split("/")[0] in new[n]}) for n in new}
         first = {n: len(set(ids) & {r.split("/")[1] for r in lit.get(n, set())}) for n, ids in booted.items()}
-        # (an old finished candidate the state no longer keeps: "finished"; the ledger has its history)
-        out[c.id] = {"status": where.status, "stage": where.stage, "reason": where.reason or None,
-                     "superseded_by": where.by_candidate,
-                     "note": c.note, "created_at": c.created_at, "created_by": c.created_by,
-                     "infra_revision": c.infra_revision, "images": {n: s.images for n, s in c.stages.items()},
-                     "new_images": new, "instances_booted": sum(len(ids) for ids in booted.values()),
+        out[c.id] = {**said, "instances_booted": sum(len(ids) for ids in booted.values()),
                      "instances_booted_by_stage": {n: len(ids) for n, ids in booted.items()},
                      # of which first light's (one a pool, judged before any workload moved) and the waves'
                      "instances_booted_first_light": sum(first.values()),

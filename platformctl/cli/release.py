@@ -79,8 +79,9 @@ def release_status(pipeline_file: Path | None, ledger: str | None, output: str) 
         for cid, c in status["candidates"].items():
             stages = ", ".join(f"{n} {c['instances_booted_first_light_by_stage'][n]}+{c['instances_booted_in_waves_by_stage'][n]}"
                                for n, count in c["instances_booted_by_stage"].items() if count)
-            booted.add_row(cid, c["status"], c["stage"] or "-", str(c["instances_booted"]),
-                           str(c["instances_booted_first_light"]), stages or "-")
+            counted = c["instances_booted"] is not None  # a finished one no stage runs: not counted again
+            booted.add_row(cid, c["status"], c["stage"] or "-", str(c["instances_booted"]) if counted else "-",
+                           str(c["instances_booted_first_light"]) if counted else "-", stages or "-")
         console().print(booted)
     for f in status["freezes"]:
         until = format_time(f["until"]) if f.get("until") else "unfrozen by hand"

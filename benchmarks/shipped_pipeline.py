@@ -58,14 +58,18 @@ def one_run(candidate: str, to: str, members: int | None, version: str) -> dict[
             clock = _region_clock(region)
             began = clock.now()
             op = _Operator(home, infra, Silent())
-            op.pipeline = PIPELINE  # the shipped file, its policies beside it in the checkout
+            # the shipped file, its policies in the checkout, approvals on this local ledger allowed (an operator
+            # approves at once below)
+            op.pipeline = home / "pipeline.yaml"
+            op.pipeline.write_text(PIPELINE.read_text().replace("../upgrade_service/", f"{ROOT}/upgrade_service/")
+                                   + "approvers: {unauthenticated: true}\n")
             op.build(new_tree(MANIFEST_DIR, home / f"tree-{version}", version))
             started_candidate = op.start(f"base {version} ({candidate})")
             cid = started_candidate.id
             if candidate == "bad":
                 for ami in sorted(set().union(*(_images(started_candidate, s) for s in STAGES))):
                     region_client.faults("POST", {"kind": "bad-image", "image": ami})
-            pipeline = load_pipeline(PIPELINE)
+            pipeline = load_pipeline(op.pipeline)
             approved: set[str] = set()
             entered: list[str] = []
             done, ticks = False, 0

@@ -318,7 +318,7 @@ class Ledger:
     def recorded(self, ids: Collection[str]) -> dict[str, Candidate]:
         """The recorded candidates among ``ids``, read newest first until every one is found (the state's are the
         recent ones and the ones its stages run: the cost does not grow with history)."""
-        wanted, found = set(ids), {}
+        wanted, found = set(ids), dict[str, Candidate]()
         before: int | None = None
         while wanted - set(found):
             page = self.store.read_back(CANDIDATES, before=before, limit=100)

@@ -148,8 +148,20 @@ class Freeze(_Value):
         return not self.stages or stage in self.stages
 
 
+class Approvers(_Value):
+    """Who may approve: an identity AWS vouches for and that names one person (``platformctl.kernel.who.person_of``)."""
+
+    # Roles your identity provider's federation assumes (SAML, OIDC), which set the session name to the signed-in
+    # user: each session name is one person (IAM users, the root user and IAM Identity Center need no listing).
+    identity_roles: tuple[str, ...] = ()
+    # A ledger on the local disk (a path or sqlite:///): anyone who can write the file can approve as anyone. For trying
+    # the pipeline out only: approvals there need this, and the dashboard marks them unauthenticated.
+    unauthenticated: bool = False
+
+
 class Pipeline(_Value):
     stages: tuple[StagePolicy, ...]
+    approvers: Approvers = Approvers()
     freezes: tuple[Freeze, ...] = ()
     on_newer: Literal["queue", "supersede"] = "supersede"  # an older candidate not yet past the first stage
     ledger: str | None = None  # a state store (path, sqlite:///, dynamodb://TABLE); default .platformctl/release.db

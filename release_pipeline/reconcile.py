@@ -26,6 +26,7 @@ from platformctl.kernel.errors import PlatformError, is_transient
 from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject
 from platformctl.kernel.state import LeaseLost
+from platformctl.kernel.who import person_of
 from release_pipeline.candidates import Candidate
 from release_pipeline.gates import (
     Decision,
@@ -251,6 +252,7 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
         override = given if override_applies(given, frozen) else None
         created = ledger.candidate(cid)
         creator = created.created_by if created is not None else ""
+        creator = person_of(creator, pipeline.approvers.identity_roles) or creator  # as approvals name people
         decision = entry_decision(policy, now, frozen, approvals, override, creator)
         inputs: JSONObject = {"decision": decision.to_dict(), "freezes": [f.to_dict() for f in frozen],
                   "approvals": [a.to_dict() for a in approvals], "override": override.to_dict() if override else None,
@@ -259,7 +261,8 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
                                  "approvers_other_than_creator": policy.approvers_other_than_creator},
                   "pipeline": pipeline.digest,
                   "freeze_definitions": [f.model_dump(mode="json", by_alias=True) for f in pipeline.freezes
-                                         if f.applies_to(name)], "manual_freezes": [f.to_dict() for f in state.freezes if f.until is None or f.until > now]}
+                                         if f.applies_to(name)], "manual_freezes": [f.to_dict() for f in state.freezes
+                                                                  if f.until is None or f.until > now]}
         if decision.decision == "wait":
             if stage.step != Step.WAITING or stage.current != cid or stage.waiting_for != decision.reason:
                 write(cid, name, Kind.WAIT, now, decision.reason, inputs)
@@ -299,7 +302,7 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
         _roll_back(ledger, stage, name, cid, actions, write, held)
 
 
-class Moved(Exception):  # noqa: N818 - not an error: the ledger moved on under the tick
+class Moved(Exception):
     """The ledger no longer holds what the tick read: someone wrote in between (a halt, a rollback by hand)."""
 
 

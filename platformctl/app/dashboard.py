@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 
 from e2e_canary.results import newest_at, results
 from e2e_canary.sli import objectives, sli_series
-from platformctl.app.release import DEFAULT_LEDGER, candidate_report
+from platformctl.app.release import DEFAULT_LEDGER, candidate_report, local_ledger
 from platformctl.app.stores import store_for
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject, mapping, to_float
@@ -154,6 +154,9 @@ class Reader:
                 "freezes": [f.to_dict() for f in frozen], "approvals_needed": approvals_needed, "ready": waiting,
             })
         out["stages"] = stages_out
+        # a ledger on the local disk: whoever can write the file approves as anyone (allowed by the pipeline file, for
+        # trying the pipeline out): every approval on it says so
+        out["approvals_unauthenticated"] = bool(ledger is not None and local_ledger(ledger) and pipeline.approvers.unauthenticated)
         out["freezes"] = [f.to_dict() for f in state.freezes] if state else []
         rotating = {st.current for st in (state.stages.values() if state else []) if st.step == "rotating"}
         # its count grows when the rotation ends (the ledger records it then)

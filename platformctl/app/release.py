@@ -153,7 +153,7 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
         where = state.candidates.get(c.id) or CandidateStatus("finished")
         new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
         seen |= c.image_ids()
-        said = {"status": where.status, "stage": where.stage, "reason": where.reason or None,
+        said: dict[str, Any] = {"status": where.status, "stage": where.stage, "reason": where.reason or None,
                 "superseded_by": where.by_candidate, "note": c.note, "created_at": c.created_at,
                 "created_by": c.created_by, "infra_revision": c.infra_revision,
                 "images": {n: s.images for n, s in c.stages.items()}, "new_images": new}
@@ -298,6 +298,34 @@ class ApproveRequest:
     override_freeze: str | None = None  # why the candidate may enter during a freeze (recorded)
 
 
+def local_ledger(ledger: Ledger) -> bool:
+    """A ledger in a file on this disk, which anyone who can write the file can write as anyone."""
+    return not ledger.store.location.startswith("dynamodb://")
+
+
+def approver(pipeline: Pipeline, ledger: Ledger) -> tuple[str, str | None]:
+    """Who approves, as the approval counts them (one person, under whatever role), and the caller's ARN. On a ledger
+    on the local disk: only when the pipeline file allows approvals nobody vouches for (``approvers.unauthenticated``),
+    as ``who()`` names them; else the STS caller, who must name a person (``person_of``): never a role anyone can
+    assume under any session name, never a role of the platform's own jobs, never ``(local)``."""
+    from platformctl.kernel.who import caller_arn, person_of
+
+    if local_ledger(ledger):
+        if not pipeline.approvers.unauthenticated:
+            raise PlatformError(f"the ledger {ledger.store.location} is a file on this disk, which anyone can write as "
+                                "anyone: approvals there need `approvers: {unauthenticated: true}` (for trying the "
+                                "pipeline out); a real pipeline's ledger is dynamodb://TABLE", file=pipeline.source,
+                                field="approvers.unauthenticated")
+        return who(), None
+    arn = caller_arn()
+    person = person_of(arn, pipeline.approvers.identity_roles)
+    if person is None:
+        raise PlatformError(f"{arn} names no one person (a role's session name is its caller's to choose, a job's role "
+                            "is no one's): approve as an IAM user, through IAM Identity Center, or through a role your "
+                            "identity provider assumes, listed in approvers.identityRoles", field="identity")
+    return person, arn
+
+
 def approve(request: ApproveRequest) -> dict[str, Any]:
     """Approve a candidate into a stage: only one that may still enter it (waiting there, or ready and not about to
     give way to a newer one). With ``override_freeze``, let it enter during the freeze in force now, until that ends."""
@@ -307,6 +335,7 @@ def approve(request: ApproveRequest) -> dict[str, Any]:
     pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     if request.override_freeze is not None and not request.override_freeze.strip():
         raise PlatformError("say why the freeze is overridden", field="--override-freeze")
+    by, caller = approver(pipeline, ledger)  # who, before anything else is read
     state = ledger.state()
     stage = state.stage(request.stage)
     if ledger.candidate(request.candidate) is None:
@@ -334,12 +363,12 @@ def approve(request: ApproveRequest) -> dict[str, Any]:
                                 "applies to the freeze in force when it is given, and ends with it)", field="--override-freeze")
         covers = [f.key for f in frozen]
     approval = ledger.append(request.candidate, request.stage, "approve", now, request.reason or "approved",
-                             {"pipeline": pipeline.digest}, who(), salt=who()).to_dict()
+                             {"pipeline": pipeline.digest, "caller": caller}, by, salt=by).to_dict()
     if request.override_freeze is None:
         return approval
     override = ledger.append(request.candidate, request.stage, "override", now, request.override_freeze,
-                             {"pipeline": pipeline.digest, "freezes": [f.to_dict() for f in state.freezes], "covers": covers},
-                             who(), salt=who()).to_dict()
+                             {"pipeline": pipeline.digest, "freezes": [f.to_dict() for f in state.freezes], "covers": covers,
+                              "caller": caller}, by, salt=by).to_dict()
     return {**approval, "override": override}
 
 

@@ -79,6 +79,7 @@ class Dashboard:
 def _empty() -> dict[str, Any]:
     return {"generated_at": time.time(), "pipeline_file": "", "ledger": "", "errors": [], "window_seconds": 0,
             "objectives": {}, "decisions": [], "stages": [], "freezes": [], "candidates": [], "candidates_total": 0, "canaries": {},
+            "approvals_unauthenticated": False,
             "rotations": {}, "remediation": {}}
 
 

@@ -250,7 +250,8 @@ class History:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> History:
-        for self.step in range(self.ticks):
+        for step in range(self.ticks):
+            self.step = step
             self.operator()
             self.check("after the operator")
             if self.rng.random() < 0.08:
@@ -366,7 +367,7 @@ def _worker(seed: int) -> tuple[int, str | None]:
         run_one(seed)
     except Broken as exc:
         return seed, str(exc)
-    except Exception as exc:  # noqa: BLE001 - a crash of the code under test is a finding too
+    except Exception as exc:
         return seed, f"seed {seed}: {type(exc).__name__}: {exc}"
     return seed, None
 
@@ -388,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     with multiprocessing.Pool(args.jobs or os.cpu_count() or 1) as pool:
         seeds = range(args.first_seed, args.first_seed + args.histories)
-        for done, (seed, why) in enumerate(pool.imap_unordered(_worker, seeds, chunksize=4), 1):
+        for done, (_seed, why) in enumerate(pool.imap_unordered(_worker, seeds, chunksize=4), 1):
             if why is not None:
                 failed.append(why)
                 print(f"FAILED {why}", flush=True)

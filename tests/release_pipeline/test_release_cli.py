@@ -30,9 +30,21 @@ def lock_everywhere(tmp_path: Path) -> Path:
     return path
 
 
+def trying_out(tmp_path: Path) -> Path:
+    """The shipped pipeline file, as someone trying the pipeline out on a ledger on the local disk would write it:
+    approvals there allowed, and marked unauthenticated."""
+    path = tmp_path / "pipeline.yaml"
+    if not path.exists():
+        text = (CHECKOUT / "release_pipeline" / "pipeline.yaml").read_text()
+        path.write_text(text.replace("../upgrade_service/", f"{CHECKOUT}/upgrade_service/")
+                        + "approvers: {unauthenticated: true}\n")
+    return path
+
+
 def release(tmp_path: Path, *args: str) -> Any:
     ledger = str(tmp_path / "ledger.db")
-    return CliRunner().invoke(cli, ["release", *args, "--ledger", ledger], catch_exceptions=False)
+    return CliRunner().invoke(cli, ["release", *args, "--ledger", ledger, "--pipeline", str(trying_out(tmp_path))],
+                              catch_exceptions=False)
 
 
 def test_start_records_one_candidate_per_content_and_status_and_history_name_the_fields(tmp_path: Path) -> None:
@@ -105,6 +117,15 @@ def test_a_malformed_until_or_a_missing_reason_creates_no_ledger(tmp_path: Path)
         out = release(tmp_path, *args)
         assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
         assert not ledger.exists(), args
+
+
+def test_the_shipped_pipeline_file_refuses_approvals_on_a_ledger_on_the_local_disk(tmp_path: Path) -> None:
+    cid = json.loads(release(tmp_path, "start", "--lock-file", str(lock_everywhere(tmp_path)), "-o", "json").output)["id"]
+    before = json.loads(release(tmp_path, "history", "-o", "json").output)
+    out = CliRunner().invoke(cli, ["release", "approve", cid, "--stage", "dev", "--ledger", str(tmp_path / "ledger.db")])
+    assert out.exit_code == 2 and "pipeline.yaml: approvers.unauthenticated: the ledger" in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1
+    assert json.loads(release(tmp_path, "history", "-o", "json").output) == before
 
 
 def test_approving_a_candidate_that_is_not_waiting_there_is_exit_2(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate
 from release_pipeline.gates import entry_decision, freeze_window_at, soak_decision
 from release_pipeline.held import Approval, VerdictChange
@@ -87,7 +89,7 @@ def test_approve_refuses_a_superseded_candidate_and_one_about_to_give_way_naming
                                                                                           ledger: Ledger) -> None:
     from platformctl.app.release import ApproveRequest, approve
 
-    text = "stages:\n  - {name: dev, soak: 0, passFor: 0, minResults: 0, approvals: 1}\n"
+    text = "stages:\n  - {name: dev, soak: 0, passFor: 0, minResults: 0, approvals: 1}\napprovers: {unauthenticated: true}\n"
     path = write_pipeline(tmp_path, text)
     p, stages = parse_pipeline(yaml.safe_load(text), str(path), "digest"), Stages(T0)
     old, new = candidate(1), candidate(2)
@@ -560,3 +562,76 @@ def test_a_freeze_that_begins_during_a_rotation_pauses_it_and_the_tick_resumes_i
     said = [d for _, d in decisions(ledger, c.id)]
     assert said[said.index("paused"):said.index("rotated") + 1] == ["paused", "resumed", "rotated"], said
     assert rotation_results_keep_the_contract(e for _, e in ledger.entries()) == 2  # paused, rotated
+
+
+def test_an_approval_names_one_person_whom_aws_vouches_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a real ledger (DynamoDB), an approval is a person's: an IAM user, an IAM Identity Center user under any
+    permission set (one person), a user of a role the identity provider assumes; never a role assumed under a session
+    name of the caller's choosing (one person as two), never a role of the platform's own jobs, never ``(local)``
+    when STS does not answer."""
+    import boto3
+    from moto import mock_aws
+
+    from platformctl.app.release import ApproveRequest, approve
+
+    text = ("stages:\n  - {name: dev, soak: 0, passFor: 0, minResults: 0, approvals: 2}\n"
+            "approvers: {identityRoles: [okta-engineers, dev-usw2-host-release]}\n")
+    path = write_pipeline(tmp_path, text)
+    table = "dynamodb://platformctl-release?region=us-east-1"
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+    def acting_as(keys: dict[str, str]) -> None:
+        monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # it keeps the credentials it first resolved
+        for key, value in keys.items():
+            monkeypatch.setenv(key, value)
+        if "AWS_SESSION_TOKEN" not in keys:
+            monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+
+    def assumed(role: str, session: str) -> dict[str, str]:
+        acting_as(admin)
+        arn = iam.create_role(RoleName=role, AssumeRolePolicyDocument="{}")["Role"]["Arn"] \
+            if role not in roles else roles[role]
+        roles[role] = arn
+        creds = boto3.client("sts").assume_role(RoleArn=arn, RoleSessionName=session)["Credentials"]
+        return {"AWS_ACCESS_KEY_ID": creds["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": creds["SecretAccessKey"],
+                "AWS_SESSION_TOKEN": creds["SessionToken"]}
+
+    def approving(keys: dict[str, str]) -> dict[str, Any]:
+        acting_as(keys)
+        return approve(ApproveRequest(c.id, "dev", "ok", path, table))
+
+    with mock_aws():
+        admin = {"AWS_ACCESS_KEY_ID": "AKIAADMIN", "AWS_SECRET_ACCESS_KEY": "x"}
+        acting_as(admin)
+        boto3.client("dynamodb").create_table(
+            TableName="platformctl-release", BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "N"}])
+        iam, roles = boto3.client("iam"), {}
+        iam.create_user(UserName="alice")
+        key = iam.create_access_key(UserName="alice")["AccessKey"]
+        alice = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+        ledger = Ledger(open_store(table))
+        c = candidate(1)
+        start(ledger, c, T0)
+        run(ledger, Stages(T0), parse_pipeline(yaml.safe_load(text), str(path), "digest"), 1)  # waits in dev
+
+        said = approving(alice)
+        assert said["by"] == "user/alice@123456789012" and said["inputs"]["caller"].endswith(":user/alice")
+        for session in ("alice", "bob"):  # a role anyone allowed may assume under any name: nobody in particular
+            with pytest.raises(PlatformError, match="names no one person"):
+                approving(assumed("deployers", session))
+        with pytest.raises(PlatformError, match="names no one person"):  # a job's role, even if listed
+            approving(assumed("dev-usw2-host-release", "carol"))
+        sso = [approving(assumed(role, "carol@example.com")) for role in
+               ("AWSReservedSSO_Admin_0123abcd", "AWSReservedSSO_ReadOnly_4567ef01")]
+        assert {s["by"] for s in sso} == {"carol@example.com"}  # one person under two permission sets
+        assert approving(assumed("okta-engineers", "dave@example.com"))["by"] == "dave@example.com"
+        approvals = ledger.state().approvals[f"{c.id}/dev"]
+        assert sorted({a.by for a in approvals}) == ["carol@example.com", "dave@example.com", "user/alice@123456789012"]
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:9")  # STS not answering: no one, never (local)
+        with pytest.raises(PlatformError, match="STS did not say who you are"):
+            approving(alice)
+    assert all("(local)" not in a.by for a in approvals)

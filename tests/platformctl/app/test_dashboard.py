@@ -208,3 +208,26 @@ def test_it_reads_shared_dynamodb_tables_as_it_reads_sqlite(stores: Stores, moto
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("clock", "last_hour")} for r in rows]  # noqa: E731
     assert strip(on_dynamodb["stages"]) == strip(on_sqlite["stages"])
     assert {s: strip(r) for s, r in on_dynamodb["remediation"].items()} == {s: strip(r) for s, r in on_sqlite["remediation"].items()}
+
+
+def test_approvals_on_a_ledger_on_the_local_disk_are_shown_as_unauthenticated(tmp_path: Path) -> None:
+    from release_pipeline.ledger import Ledger
+    from release_pipeline.pipeline import load_pipeline
+    from release_pipeline.reconcile import tick
+    from tests.release_pipeline.test_reconcile import Stages, candidate
+
+    pipeline_file = tmp_path / "pipeline.yaml"
+    pipeline_file.write_text("stages:\n  - {name: dev, soak: 0, approvals: 1}\napprovers: {unauthenticated: true}\n")
+    ledger = Ledger(SQLiteStore(tmp_path / "release.db"))
+    SQLiteStore(tmp_path / "state.db")
+    c = candidate(1)
+    ledger.add_candidate(c)
+    ledger.append(c.id, None, "start", 0.0, "change", {"ready_in": ["dev"]}, "tester")
+    tick(load_pipeline(pipeline_file), ledger, Stages(0.0), "tester")  # waits for its approval
+    d = gather(DashboardRequest(pipeline_file, str(tmp_path / "release.db"), str(tmp_path / "state.db")))
+    assert d["approvals_unauthenticated"] and d["stages"][0]["approvals_needed"][0]["candidate"] == c.id
+    out = tmp_path / "page.html"
+    done = platformctl("dashboard", "--export", str(out), "--pipeline", str(pipeline_file), "--ledger",
+                       str(tmp_path / "release.db"), "--state", str(tmp_path / "state.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "approval 0/1 <span class=\"fail\">(unauthenticated: a ledger on the local disk" in out.read_text()

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.jsontypes import JSONObject, array, mapping, to_float, to_int
-from release_pipeline.gates import Decision, entry_decision, freezes_in_force, rotation_decision, soak_decision
+from release_pipeline.gates import (
+    Decision,
+    entry_decision,
+    freezes_in_force,
+    override_applies,
+    rotation_decision,
+    soak_decision,
+)
 from release_pipeline.held import Approval, ManualFreeze, Override, VerdictChange
 from release_pipeline.ledger import Entry
 from release_pipeline.pipeline import Freeze, StagePolicy
@@ -32,7 +39,8 @@ def replay(entry: Entry) -> JSONObject:
         policy = StagePolicy.model_validate({"name": entry.stage, "approvals": thresholds["approvals"], "soak": 0,
                                              "approvers_other_than_creator":
                                                  bool(thresholds.get("approvers_other_than_creator", False))})
-        override = Override.from_dict(mapping(inputs["override"])) if inputs.get("override") else None
+        given = Override.from_dict(mapping(inputs["override"])) if inputs.get("override") else None
+        override = given if override_applies(given, frozen) else None  # what it covered, checked again as the tick does
         again = entry_decision(policy, at, frozen, [Approval.from_dict(mapping(a)) for a in array(inputs.get("approvals"))],
                                override, str(inputs.get("creator", "")))
     elif "result" in inputs and "rotated_at" not in inputs:  # the rotation's gate

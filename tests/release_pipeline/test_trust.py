@@ -316,6 +316,12 @@ def test_an_override_ends_with_the_freeze_it_was_given_in(ledger: Ledger) -> Non
     ledger.append(two.id, "prod", "override", stages.clock - 7 * 86400, "old", {"covers": covers}, "alice")
     run(ledger, stages, p, 2)
     assert ("prod", two.id) not in stages.deploys and "frozen" in (ledger.state().stage("prod").waiting_for or "")
+    # Replay checks again what an override covered: the first entry replays as it was decided; the same entry with
+    # its override's windows changed to another weekend's does not.
+    enter = next(e for _, e in ledger.entries() if e.decision == "enter" and e.candidate == one.id)
+    assert replay(enter)["same"] and enter.inputs["override"]
+    other = dict(enter.inputs, override={**enter.inputs["override"], "freezes": ["weekend@0"]})
+    assert not replay(dataclasses.replace(enter, inputs=other))["same"]
 
 
 # ------------------------------------------------------------------------------------------------ approvals

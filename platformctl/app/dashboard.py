@@ -18,7 +18,8 @@ from typing import Protocol, TypeVar
 
 from e2e_canary.results import newest_at, results
 from e2e_canary.sli import objectives, sli_series
-from platformctl.app.release import DEFAULT_LEDGER, candidate_report, local_ledger
+from platformctl.app.approvers import local_ledger
+from platformctl.app.release import DEFAULT_LEDGER, candidate_report
 from platformctl.app.stores import store_for
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject, mapping, to_float

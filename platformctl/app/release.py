@@ -298,34 +298,6 @@ class ApproveRequest:
     override_freeze: str | None = None  # why the candidate may enter during a freeze (recorded)
 
 
-def local_ledger(ledger: Ledger) -> bool:
-    """A ledger in a file on this disk, which anyone who can write the file can write as anyone."""
-    return not ledger.store.location.startswith("dynamodb://")
-
-
-def approver(pipeline: Pipeline, ledger: Ledger) -> tuple[str, str | None]:
-    """Who approves, as the approval counts them (one person, under whatever role), and the caller's ARN. On a ledger
-    on the local disk: only when the pipeline file allows approvals nobody vouches for (``approvers.unauthenticated``),
-    as ``who()`` names them; else the STS caller, who must name a person (``person_of``): never a role anyone can
-    assume under any session name, never a role of the platform's own jobs, never ``(local)``."""
-    from platformctl.kernel.who import caller_arn, person_of
-
-    if local_ledger(ledger):
-        if not pipeline.approvers.unauthenticated:
-            raise PlatformError(f"the ledger {ledger.store.location} is a file on this disk, which anyone can write as "
-                                "anyone: approvals there need `approvers: {unauthenticated: true}` (for trying the "
-                                "pipeline out); a real pipeline's ledger is dynamodb://TABLE", file=pipeline.source,
-                                field="approvers.unauthenticated")
-        return who(), None
-    arn = caller_arn()
-    person = person_of(arn, pipeline.approvers.identity_roles)
-    if person is None:
-        raise PlatformError(f"{arn} names no one person (a role's session name is its caller's to choose, a job's role "
-                            "is no one's): approve as an IAM user, through IAM Identity Center, or through a role your "
-                            "identity provider assumes, listed in approvers.identityRoles", field="identity")
-    return person, arn
-
-
 def approve(request: ApproveRequest) -> dict[str, Any]:
     """Approve a candidate into a stage: only one that may still enter it (waiting there, or ready and not about to
     give way to a newer one). With ``override_freeze``, let it enter during the freeze in force now, until that ends."""
@@ -335,6 +307,8 @@ def approve(request: ApproveRequest) -> dict[str, Any]:
     pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     if request.override_freeze is not None and not request.override_freeze.strip():
         raise PlatformError("say why the freeze is overridden", field="--override-freeze")
+    from platformctl.app.approvers import approver
+
     by, caller = approver(pipeline, ledger)  # who, before anything else is read
     state = ledger.state()
     stage = state.stage(request.stage)

@@ -73,6 +73,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/dashboard.py
 	$(BIN)/python benchmarks/gate_window.py
 	$(BIN)/python benchmarks/release_tick.py
+	$(BIN)/python benchmarks/release_records.py
 
 clean:
 	rm -rf $(VENV) .platformctl .pytest_cache

@@ -31,7 +31,7 @@ from platformctl.kernel.failpoints import Killed
 from platformctl.kernel.jsontypes import JSONMapping
 from platformctl.kernel.state.sqlite import SQLiteStore
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
-from release_pipeline.ledger import LEDGER, STATE, Entry, Ledger, PipelineState, Step, apply
+from release_pipeline.ledger import LEDGER, STATE, Entry, Ledger, PipelineState, StageState, Step, apply
 from release_pipeline.pipeline import Pipeline, parse_pipeline
 from release_pipeline.reconcile import rollback_by_hand, tick
 from release_pipeline.replay import replay
@@ -319,7 +319,7 @@ class History:
     def _check_fleet(self, state: PipelineState, when: str) -> None:
         order = {c: n for n, c in enumerate(self.started)}
         for name in STAGES:
-            stage = state.stage(name)
+            stage = state.stages.get(name) or StageState()  # (read without adding it: the checkpoint is compared)
             runs = self.fleet.nodes[name]
             if stage.step == Step.IDLE and stage.intent is None:
                 expected = stage.last_good

@@ -608,6 +608,8 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         return  # a step of a rollback to a target a halt has since changed: its rollback starts again
     if decision in (Kind.WAIT, Kind.ENTER) and state.candidate(cid).status in ("halted", "superseded"):
         return  # halted (or given way) after the tick read the state: it enters nothing, whatever the tick thought
+    if decision is Kind.ENTER and stage.forced != cid and state.order(cid) <= stage.newest:
+        return  # older than one the stage already ran, and not sent by hand: a stage only moves forward
     if decision is Kind.WAIT:
         stage.current, stage.step, stage.waiting_for = cid, Step.WAITING, entry.reason
         stage.opens_at = optional_number(mapping(inputs.get("decision")).get("opens_at"))

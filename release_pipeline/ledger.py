@@ -461,15 +461,18 @@ def reported(state: PipelineState) -> set[str]:
 def compact(state: PipelineState) -> PipelineState:
     """The state as a checkpoint keeps it: its size does not grow with history (a finished candidate older than the
     newest ``CANDIDATES_KEPT`` leaves it: nothing can move it again but ``release promote``, which reads the ledger;
-    the ledger keeps every word of it; approvals of finished ones go)."""
+    the ledger keeps every word of it; approvals of halted ones and of the ones it lets go, go)."""
     ordered = sorted(state.candidates, key=state.order)
     for c in ordered[:-CANDIDATES_KEPT]:
         if state.candidates[c].status in FINISHED and not any(  # (a good one may be a stage's last good again)
                 c in (s.current, s.last_good, s.forced, s.rollback_to) or c in s.ready or c in s.good
                 for s in state.stages.values()):
             del state.candidates[c]
-    finished = {c for c, v in state.candidates.items() if v.status in FINISHED}
-    state.approvals = {k: v for k, v in state.approvals.items() if k.rsplit("/", 1)[0] not in finished}
+    # approvals of the ones that can never enter again go (a superseded or released one can, sent by hand: its stay,
+    # or the state would differ with where its checkpoints fell)
+    done = {c for c, v in state.candidates.items() if v.status == "halted"}
+    state.approvals = {k: v for k, v in state.approvals.items()
+                       if k.rsplit("/", 1)[0] in state.candidates and k.rsplit("/", 1)[0] not in done}
     return state
 
 

@@ -238,3 +238,21 @@ def test_weeks_of_random_operation_keep_every_invariant(first: int) -> None:
     for seed in range(first, min(first + 3, HISTORIES)):
         counts = model.run_one(seed)
         assert counts["started"] > 20 and counts.get("halted", 0) + counts.get("halts", 0) > 0, counts
+
+
+def test_a_superseded_candidate_sent_by_hand_keeps_the_approvals_it_had_whatever_the_checkpoints(tmp_path: Path) -> None:
+    """Found by the random model (seed 1368): a checkpoint let a superseded candidate's approvals go, so the state
+    read from it differed from the ledger folded from the start, and one sent by hand later lost them."""
+    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), Stages(T0)
+    p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0, "approvals": 2}])
+    one, two = candidate(1), candidate(2)
+    start(ledger, one, T0)
+    run(ledger, stages, p, 1)  # waits for two approvals
+    ledger.append(one.id, "dev", "approve", stages.clock, "ok", by="alice")
+    start(ledger, two, stages.clock)
+    run(ledger, stages, p, 2)  # the newer one goes instead: the first superseded (a checkpoint written)
+    assert ledger.state().candidates[one.id].status == "superseded"
+    ledger.append(one.id, "dev", "force", stages.clock, "sent back by hand", {}, "alice")
+    ledger.append(one.id, "dev", "approve", stages.clock, "ok", by="bob")
+    run(ledger, stages, p, 3)
+    assert stages.deploys == [("dev", one.id)]  # alice's approval, from before the checkpoint, still counts

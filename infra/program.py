@@ -6,14 +6,15 @@ and checks it with the same stage model platformctl uses, then ``provision()`` d
 - a ``Network`` (VPC, private and public subnets and a NAT gateway per zone);
 - the ``HostCluster`` over three or more zones and one zonal ``MemberCluster`` per member, each
   with its IAM, KMS key, EKS control plane, OIDC provider and ``NodePool``s;
-- the IAM role of the scheduled rotation, which its service account on the host cluster assumes
+- the IAM role of the scheduled rotation (each role's grants are ``infra.access``'s), which its service account on the host cluster assumes
   and which every cluster admits (access entry, group ``platformctl:rotation``), and the DynamoDB
   table of the state store its journal and leases live in (``StateTable``);
 - the IAM role of each cluster's remediation job and of its canary runner, each assumed through that
   cluster's own OIDC provider;
 - the IAM role of the stage's ``release tick`` job (its service account on the host cluster): it rotates the stage
   like the scheduled rotation (admitted by every cluster in the same group), reaches the stage's state table and
-  the ledger's table every stage shares, and holds the stack's ``deployPolicies`` to deploy the stage;
+  the ledger's table every stage shares, and deploys a candidate to the stage (``infra.access``: what each job may do,
+  and the stack's ``deployPolicies`` on top, none by default);
 - each cluster's Kubernetes objects (``ClusterObjects``).
 
 The stack outputs are what the rest of the toolkit reads: the clusters (endpoint, zones, OIDC
@@ -29,6 +30,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from infra import access
 from infra.components.cluster import HostCluster, MemberCluster
 from infra.components.common import tags
 from infra.components.iam import irsa_role
@@ -55,23 +57,6 @@ from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import REGION_KEY, Stage, parse_stage_config
 
 INFRA_DIR = Path(__file__).resolve().parent
-ROTATION_ACTIONS = (
-    "autoscaling:DescribeAutoScalingGroups", "autoscaling:SetDesiredCapacity", "autoscaling:SuspendProcesses",
-    "autoscaling:ResumeProcesses", "autoscaling:TerminateInstanceInAutoScalingGroup",
-    "autoscaling:DescribeAutoScalingInstances", "ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions",
-    "eks:DescribeCluster", "eks:ListClusters",
-    "ssm:GetParameter", "ssm:GetParameters",
-)
-# What each cluster's remediation job calls: find its groups and their instances, terminate one.
-REMEDIATION_ACTIONS = (
-    "autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
-    "autoscaling:TerminateInstanceInAutoScalingGroup", "ec2:DescribeInstances",
-)
-# What the job does with the state store's table: journal, read, lease (conditional writes), on that table only.
-# What the state store does (platformctl/kernel/state/dynamodb.py): a fenced append is a transaction of a condition
-# check on the lease item and a put; listing streams is a query of the registry, never a scan.
-STATE_ACTIONS = ("dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
-                 "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:ConditionCheckItem")
 # Stack config values that are text; every other platformctl: value is structured (YAML in the file, JSON to the program).
 TEXT_KEYS = ("kubernetesVersion", "imageLock")
 
@@ -123,8 +108,7 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
 
     table = StateTable(f"{name}-state", stage=name, table_name=state_table(settings, name))
     role = irsa_role(f"{stage.host_cluster.name}-rotation", name, host.oidc_provider_arn, host.oidc_issuer,
-                     SYSTEM_NAMESPACE, ROTATION_SERVICE_ACCOUNT, ROTATION_ACTIONS, parent=host,
-                     scoped=[(STATE_ACTIONS, table.arn)])
+                     SYSTEM_NAMESPACE, ROTATION_SERVICE_ACCOUNT, access.rotation(name, stage.region, table.arn), parent=host)
     # The job rotates the host cluster too: it is admitted there like on every member.
     aws.eks.AccessEntry(f"{stage.host_cluster.name}-rotation", cluster_name=host.cluster_name, principal_arn=role.arn,
                         type="STANDARD", kubernetes_groups=[ROTATION_GROUP],
@@ -134,14 +118,14 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
     def remediation(spec: Any, cluster: Any) -> Remediation:
         """Each cluster's remediation job, as its own service account through the cluster's own OIDC provider."""
         own = irsa_role(f"{spec.name}-remediation", name, cluster.oidc_provider_arn, cluster.oidc_issuer, SYSTEM_NAMESPACE,
-                        REMEDIATION_SERVICE_ACCOUNT, REMEDIATION_ACTIONS, parent=cluster, scoped=[(STATE_ACTIONS, table.arn)])
+                        REMEDIATION_SERVICE_ACCOUNT, access.remediation(spec.name, stage.region, table.arn), parent=cluster)
         r = settings.remediation
         return Remediation(r.image, r.schedule, own.arn, r.policy, table.name, stage.region, spec.name)
 
     def canary_runner(spec: Any, cluster: Any) -> CanaryRunner:
         """Each cluster's canary runner, as its own service account: the state table is all it reaches in AWS."""
         own = irsa_role(f"{spec.name}-canary", name, cluster.oidc_provider_arn, cluster.oidc_issuer, CANARY_NAMESPACE,
-                        CANARY_RUNNER, (), parent=cluster, scoped=[(STATE_ACTIONS, table.arn)])
+                        CANARY_RUNNER, access.canary(table.arn), parent=cluster)
         c = settings.canary
         return CanaryRunner(c.image, own.arn, c.canaries, table.name, stage.region, name, spec.name, c.metrics_port)
 
@@ -191,16 +175,16 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
 
 def release_role(stage: Stage, settings: InfraSettings, host: HostCluster, members: list[MemberCluster],
                  table: StateTable) -> aws.iam.Role:
-    """The tick's role: the rotation's actions, the stage's state table and the shared ledger table, the deploy
+    """The tick's role: the rotation's grants, the shared ledger table, a candidate's deploy, the stack's deploy
     policies; admitted by every cluster of the stage into the rotation's group."""
     name = stage.name
     release = settings.release
     if release.owns_ledger:  # the one stack that creates the table every stage's tick shares (in its region: load())
         StateTable(f"{name}-release-ledger", stage=name, table_name=release.ledger_table)
     ledger = f"arn:aws:dynamodb:{release.ledger_region}:*:table/{release.ledger_table}"
+    grants = access.release_tick(name, stage.region, table.arn, ledger, release.pulumi_backend)
     role = irsa_role(f"{stage.host_cluster.name}-release", name, host.oidc_provider_arn, host.oidc_issuer,
-                     SYSTEM_NAMESPACE, RELEASE_SERVICE_ACCOUNT, ROTATION_ACTIONS, parent=host,
-                     scoped=[(STATE_ACTIONS, table.arn), (STATE_ACTIONS, ledger)])
+                     SYSTEM_NAMESPACE, RELEASE_SERVICE_ACCOUNT, grants, parent=host)
     for i, arn in enumerate(settings.release.deploy_policies):
         aws.iam.RolePolicyAttachment(f"{stage.host_cluster.name}-release-deploy-{i}", role=role.name, policy_arn=arn,
                                      opts=pulumi.ResourceOptions(parent=host))

@@ -21,9 +21,10 @@ model of ``platformctl.kernel.topology``):
     ``image``, ``schedule`` (cron, UTC; default every minute), ``ledger`` (``dynamodb://TABLE?region=REGION``, the
     one ledger every stage's tick shares; ``ownsLedger: true`` on the one stack that creates its table),
     ``pipeline`` (the pipeline file, relative to ``infra/``, default ``../release_pipeline/pipeline.yaml``; the file,
-    its stages and their rotation policies checked at ``pulumi up``), ``deployPolicies`` (the managed policies the
-    tick's role holds to deploy the stage), ``pulumiBackend`` (the Pulumi state backend the tick's ``pulumi up`` logs in
-    to, default ``s3://platformctl-pulumi-state?region=us-east-1``) and ``pulumiSecret`` (the Kubernetes Secret in
+    its stages and their rotation policies checked at ``pulumi up``), ``deployPolicies`` (managed policies the
+    tick's role holds on top of what a candidate's deploy needs, ``infra.access``; none by default),
+    ``pulumiBackend`` (the Pulumi state backend the tick's ``pulumi up`` logs in to, default
+    ``s3://platformctl-pulumi-state?region=us-east-1``) and ``pulumiSecret`` (the Kubernetes Secret in
     ``platformctl-system`` whose keys the tick gets as its environment: ``PULUMI_CONFIG_PASSPHRASE`` or
     ``PULUMI_ACCESS_TOKEN``; default ``platformctl-pulumi``) of the host cluster's ``release tick`` CronJob.
 ``platformctl:imagesFromLock``
@@ -123,7 +124,7 @@ class Release(BaseModel):
     pipeline: str = "../release_pipeline/pipeline.yaml"  # relative to infra/
     # The tick deploys its stage (`pulumi up`, which creates and changes the stage's every resource): the managed
     # policies its role holds for that. Narrow them to what your stages' resources need.
-    deploy_policies: Annotated[tuple[str, ...], Field(alias="deployPolicies")] = ("arn:aws:iam::aws:policy/AdministratorAccess",)
+    deploy_policies: Annotated[tuple[str, ...], Field(alias="deployPolicies")] = ()
     # Where the stage's Pulumi state lives, for the tick's `pulumi up` (PULUMI_BACKEND_URL): a self-managed backend
     # (s3://, gs://, azblob://) or Pulumi Cloud (https://api.pulumi.com), the one operators log in to by hand.
     pulumi_backend: Annotated[str, Field(alias="pulumiBackend", pattern=r"^(s3|gs|azblob)://[^\s]+$|^https://[^\s]+$")] = \

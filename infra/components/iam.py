@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_aws as aws
 
+from infra.access import Grant, document
 from infra.components.common import child, tags
 
 CLUSTER_POLICIES = ("AmazonEKSClusterPolicy",)
@@ -38,11 +39,6 @@ def web_identity_trust(provider_arn: str, issuer: str, namespace: str, service_a
         "Condition": {"StringEquals": {f"{host}:sub": f"system:serviceaccount:{namespace}:{service_account}",
                                        f"{host}:aud": "sts.amazonaws.com"}},
     }]})
-
-
-def allow(actions: Sequence[str], resources: Sequence[str] = ("*",)) -> str:
-    return json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": sorted(actions), "Resource": list(resources)}]})
 
 
 class ClusterIam(pulumi.ComponentResource):
@@ -71,22 +67,15 @@ class ClusterIam(pulumi.ComponentResource):
         return role
 
 
-def allow_each(grants: Sequence[tuple[Sequence[str], Sequence[str]]]) -> str:
-    """One statement per (actions, resources) pair (a pair without actions grants nothing and is left out)."""
-    return json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": sorted(actions), "Resource": list(resources)} for actions, resources in grants if actions]})
-
-
 def irsa_role(name: str, stage: str, provider_arn: pulumi.Input[str], issuer: pulumi.Input[str], namespace: str,
-              service_account: str, actions: Sequence[str], parent: pulumi.Resource,
-              scoped: Sequence[tuple[Sequence[str], pulumi.Input[str]]] = ()) -> aws.iam.Role:
-    """A role one service account assumes through the cluster's OIDC provider, allowed exactly ``actions``
-    (and each of ``scoped``'s actions on its one resource only)."""
+              service_account: str, grants: Sequence[Grant], parent: pulumi.Resource) -> aws.iam.Role:
+    """A role one service account assumes through the cluster's OIDC provider, allowed exactly ``grants``
+    (``infra.access``: each its actions, on its resources, where its condition holds)."""
     trust = pulumi.Output.all(provider_arn, issuer).apply(
         lambda a: web_identity_trust(a[0], a[1], namespace, service_account))
     role = aws.iam.Role(name, name=name, assume_role_policy=trust, tags=tags(stage, name), opts=child(parent))
-    policy = pulumi.Output.all(*[arn for _, arn in scoped]).apply(
-        lambda arns: allow_each([(actions, ["*"]), *[(acts, [arn]) for (acts, _), arn in zip(scoped, arns, strict=True)]]))
+    counts = [len(g.resources) for g in grants]
+    policy = pulumi.Output.all(*[r for g in grants for r in g.resources]).apply(
+        lambda flat: document(grants, [flat[sum(counts[:i]):sum(counts[:i + 1])] for i in range(len(grants))]))
     aws.iam.RolePolicy(name, role=role.id, policy=policy, opts=child(parent))
     return role
-

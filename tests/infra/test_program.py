@@ -253,6 +253,21 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     assert "dynamodb:ConditionCheckItem" in state["Action"] and "dynamodb:Scan" not in state["Action"]
 
 
+def allowed(document: dict[str, Any], action: str, resource: str = "*",
+            context: dict[str, list[str]] | None = None) -> bool:
+    """Whether AWS would let a role holding ``document`` do it (the local region's evaluation of IAM policies)."""
+    from platformctl.emulator.server.policy import Decision, Request, evaluate
+
+    return evaluate([document], Request(action, resource, context or {})) is Decision.ALLOWED
+
+
+def group(stage: Any, cluster: str, stage_of: str | None = None) -> tuple[str, dict[str, list[str]]]:
+    """A group of ``cluster`` in ``stage`` (tagged as the program tags it) as IAM sees a write to it: ARN, tags."""
+    tags = {"platformctl.io/cluster": cluster, "platformctl.io/stage": stage_of or stage.name}
+    return (f"arn:aws:autoscaling:{stage.region}:123456789012:autoScalingGroup:uuid:autoScalingGroupName/{cluster}-general",
+            {f"aws:ResourceTag/{k}": [v] for k, v in tags.items()})
+
+
 @stages
 def test_every_cluster_runs_remediation_as_its_own_account_with_the_stacks_policy(stage_name: str) -> None:
     from platformctl.cli import cli
@@ -283,8 +298,12 @@ def test_every_cluster_runs_remediation_as_its_own_account_with_the_stacks_polic
         trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
         assert f"system:serviceaccount:{SYSTEM_NAMESPACE}:{pod['serviceAccountName']}" in json.dumps(trust["Condition"])
         [policy] = [r.inputs for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{cluster.name}-remediation"]
-        actions = {a for st in json.loads(policy["policy"])["Statement"] for a in st["Action"]}
-        assert "autoscaling:TerminateInstanceInAutoScalingGroup" in actions and "autoscaling:SetDesiredCapacity" not in actions
+        document = json.loads(policy["policy"])
+        # It surges before it drains, then retires the node: on its own cluster's groups, and no one else's.
+        for action in ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"):
+            assert allowed(document, action, *group(stage, cluster.name)), action
+            assert not allowed(document, action, *group(stage, "another-cluster")), action
+        assert allowed(document, "ec2:DescribeLaunchTemplateVersions")
         [binding] = [o for o in k8s_objects(run, cluster.name, "ClusterRoleBinding") if o["metadata"]["name"] == "platformctl:remediation"]
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": SYSTEM_NAMESPACE}]
         [rbac] = [o for o in k8s_objects(run, cluster.name, "ClusterRole") if o["metadata"]["name"] == "platformctl:remediation"]
@@ -349,7 +368,15 @@ def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_
     [role] = [r for r in run.of_type("aws:iam/role:Role") if r.outputs.get("arn") == role_arn]
     attached = [r.inputs["policyArn"] for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
                 if r.inputs["role"] == role.outputs.get("name", role.inputs.get("name"))]
-    assert attached == ["arn:aws:iam::aws:policy/AdministratorAccess"]  # to deploy the stage (`pulumi up`)
+    assert attached == []  # no AdministratorAccess: what a candidate's deploy needs, in its own stage only
+    document = json.loads(policy["policy"])
+    template = f"arn:aws:ec2:{stage.region}:123456789012:launch-template/lt-1"
+    assert allowed(document, "ec2:CreateLaunchTemplateVersion", template, {"aws:ResourceTag/platformctl.io/stage": [stage_name]})
+    assert not allowed(document, "ec2:CreateLaunchTemplateVersion", template, {"aws:ResourceTag/platformctl.io/stage": ["x"]})
+    assert allowed(document, "autoscaling:UpdateAutoScalingGroup", *group(stage, host))
+    assert not allowed(document, "autoscaling:UpdateAutoScalingGroup", *group(stage, host, "another-stage"))
+    for escalation in ("iam:PutRolePolicy", "iam:AttachRolePolicy", "iam:PassRole", "sts:AssumeRole", "ec2:RunInstances"):
+        assert not allowed(document, escalation, "*"), escalation
 
 
 @stages

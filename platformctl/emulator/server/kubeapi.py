@@ -89,6 +89,7 @@ _ROUTES = Map([
     Rule("/platformctl/v1/status", endpoint="control_status"),
     Rule("/platformctl/v1/time", endpoint="control_time"),
     Rule("/platformctl/v1/aws-calls", endpoint="control_aws_calls"),
+    Rule("/platformctl/v1/iam-decisions", endpoint="control_iam_decisions"),
     Rule("/platformctl/v1/clusters/<cluster>/invariants", endpoint="control_invariants"),
     Rule("/platformctl/v1/faults", endpoint="control_faults", methods=["GET", "POST", "DELETE"]),
 ])

@@ -16,8 +16,10 @@ A process is not a container, so the pod's environment is made the way a node wo
   ``configMap``'s or a ``secret``'s keys as files (as the kubelet projects them, a Secret's decoded), an ``emptyDir``
   empty; a path under a ``mountPath`` in an argument or an environment value is that directory's path;
 - the container's ``env`` (literal, ``configMapKeyRef``, ``secretKeyRef``, the pod's name, namespace, uid and node) and
-  ``envFrom`` (a ConfigMap's or a Secret's keys); the region's AWS (its endpoint and keys) in place of IRSA's web
-  identity; a ConfigMap's kubeconfig (EKS's endpoints and ``aws eks get-token``) is the region's own (its token), each
+  ``envFrom`` (a ConfigMap's or a Secret's keys); the region's AWS endpoint, and the IAM role of the pod's service
+  account as IRSA gives it (a projected token the region's STS exchanges for the role's session, whose calls the
+  region's IAM judges: ``platformctl.emulator.server.iam``), none for a pod whose account names no role; a ConfigMap's
+  kubeconfig (EKS's endpoints and ``aws eks get-token``) is the region's own (its token), each
   cluster reached from the pod's node, so that the stage's security groups decide what the pod can reach
   (``platformctl.emulator.server.network``);
 - the stack files are the checkout's the region runs (``--infra-dir``), as the image carries the stack files it was
@@ -52,11 +54,12 @@ from platformctl.emulator.server.network import node_path
 from platformctl.emulator.server.objects import ClusterState
 from platformctl.emulator.workloads import PLURAL_OF_SIM_KIND
 from platformctl.kernel.cluster.model import Pod
-from platformctl.kernel.environment import FAKE_CREDENTIALS, current
+from platformctl.kernel.environment import current
 
 log = logging.getLogger("platformctl.emulator.server.kubelet")
 IMAGE = "platformctl"  # the toolkit's image's repository name (ghcr.io/platformctl/platformctl:<version>)
 START_ERROR = 128  # a container that could not start, as the runtime says it (StartError)
+ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "PLATFORMCTL_LOCAL_SKIP")
 
 
@@ -89,6 +92,20 @@ class Blocked(Exception):
         self.reason = reason
 
 
+class Identity(Protocol):
+    """The cluster's service-account token issuer, as the kubelet asks it for a pod's projected token."""
+
+    region: str
+
+    def token(self, namespace: str, service_account: str) -> str: ...
+
+
+def write_token(path: Path, token: str) -> None:
+    partial = path.with_suffix(".partial")
+    partial.write_text(token)
+    partial.replace(path)  # a reader sees the old token or the new one, never half of one
+
+
 class Timekeeper(Protocol):
     """The region's time as the kubelet tells it about its processes (``timekeeper.TimeKeeper``)."""
 
@@ -109,11 +126,12 @@ class Kubelet:
     def __init__(self, cluster: ClusterState, state_dir: Path, kubeconfig: Path, aws_endpoint: str,
                  infra_dir: Path | None, cond: threading.Condition, changed: Callable[[], Any],
                  time: Timekeeper | None = None, network: str | None = None, kinds: frozenset[str] = JOBS,
-                 stores: Mapping[str, Path] | None = None) -> None:
+                 stores: Mapping[str, Path] | None = None, identity: Identity | None = None) -> None:
         """``network``: the region's base URL, under which a pod reaches the clusters from its node
         (``platformctl.emulator.server.network``); None: through the clusters' own endpoints, unchecked. ``kinds``: the
         controllers whose pods it runs (a Job's; a ReplicaSet's, the canary runner Deployment's). ``stores``: each
-        stage's state table (``dynamodb://TABLE``) -> the region's store of that stage."""
+        stage's state table (``dynamodb://TABLE``) -> the region's store of that stage. ``identity``: the cluster's token
+        issuer, for pods whose service account names an IAM role (None: no pod gets AWS credentials)."""
         self.cluster = cluster
         self.kinds = kinds
         self.stores = dict(stores or {})
@@ -127,6 +145,8 @@ class Kubelet:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}  # pod uid -> its process
         self._prepared: dict[str, tuple[list[str], dict[str, str]]] = {}  # pod uid -> its command and environment
         self.time = time  # told of each process started (it holds the clock until it registers) and signalled
+        self.identity = identity
+        self.tokens: dict[str, tuple[Path, str, str]] = {}  # pod uid -> its token file, namespace, service account
 
     def runs(self, pod: Pod) -> bool:
         return pod.owner is not None and pod.owner.kind in self.kinds and any(toolkit_image(c.image) for c in pod.containers)
@@ -246,13 +266,43 @@ class Kubelet:
             value = self._env_value(pod, item)
             if value is not None:
                 env[str(item["name"])] = host(value)
-        env.update(AWS_ENDPOINT_URL=self.aws_endpoint, **FAKE_CREDENTIALS)  # the region's AWS, in place of IRSA
+        env.update(AWS_ENDPOINT_URL=self.aws_endpoint, **self._aws_identity(pod, spec, folder))
         entry = [str(a) for a in container.get("command") or [IMAGE]]
         if Path(entry[0]).name != IMAGE:
             raise StartError(f"command {entry[0]!r}: the image's entrypoint is {IMAGE}")
         infra = ["--infra-dir", str(self.infra_dir.resolve())] if self.infra_dir is not None else []
         args = [host(str(a)) for a in [*entry[1:], *(container.get("args") or [])]]
         return [sys.executable, "-m", "platformctl", *infra, *args], env
+
+    def _aws_identity(self, pod: Pod, spec: dict[str, Any], folder: Path) -> dict[str, str]:
+        """What the EKS pod identity webhook gives a pod whose service account names an IAM role
+        (``eks.amazonaws.com/role-arn``): the role, its region, and a projected token of the cluster's issuer that boto3
+        exchanges through the region's STS (``AssumeRoleWithWebIdentity``). Any other pod gets no AWS credentials (the
+        launch template's IMDS hop limit of 1 keeps the node's role from it)."""
+        name = str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
+        account = self.cluster.stored["serviceaccounts"].get((pod.namespace, name)) or {}
+        role = ((account.get("metadata") or {}).get("annotations") or {}).get(ROLE_ANNOTATION)
+        if not role or self.identity is None:
+            return {}
+        if not role.startswith("arn:aws:iam::"):
+            raise StartError(f"serviceaccount {name}: {ROLE_ANNOTATION} {role!r} is not a role's ARN")
+        token = folder / "eks.amazonaws.com" / "serviceaccount" / "token"
+        token.parent.mkdir(parents=True, exist_ok=True)
+        write_token(token, self.identity.token(pod.namespace, name))
+        self.tokens[pod.uid] = (token, pod.namespace, name)
+        region = self.identity.region
+        return {"AWS_ROLE_ARN": str(role), "AWS_WEB_IDENTITY_TOKEN_FILE": str(token), "AWS_STS_REGIONAL_ENDPOINTS": "regional",
+                "AWS_REGION": region, "AWS_DEFAULT_REGION": region}
+
+    def refresh_tokens(self) -> None:
+        """Each running pod's token made again, as the kubelet rotates a projected token well before it expires."""
+        if self.identity is None:
+            return
+        for uid, (path, namespace, name) in list(self.tokens.items()):
+            if uid not in self.processes:
+                self.tokens.pop(uid, None)
+                continue
+            write_token(path, self.identity.token(namespace, name))
 
     def _store_of(self, value: str) -> str:
         """A stage's state table the pod names is the region's store of that stage, which every command and job of the

@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 
 from platformctl.emulator.local_region import LocalRegion
+from platformctl.emulator.server.iam import TOKEN_SECONDS, Issuers, TokenIssuer
 from platformctl.emulator.server.kubeapi import KubeAPI
 from platformctl.emulator.server.kubelet import Kubelet
 from platformctl.emulator.server.network import NodeNetwork
@@ -57,6 +58,7 @@ from platformctl.kernel.region_client import EXTENSION
 from platformctl.kernel.topology import HostCluster, load_stage, stage_table
 
 TICK_SECONDS = 0.05
+TOKEN_REFRESH_SECONDS = TOKEN_SECONDS * 0.2  # the kubelet makes a projected token again well before it expires
 log = logging.getLogger("platformctl.emulator.server")
 
 
@@ -133,6 +135,9 @@ class Server:
         self.servers: dict[str, str] = {}
         self.started_wall = time.time()
         self.info: dict[str, Any] = {}
+        self.tokens_made = 0.0  # when the running pods' service-account tokens were last made again (region's time)
+        self.issuers = Issuers()  # each cluster's service-account token issuer (its OIDC provider's keys)
+        self.gate: Any = None
 
     @property
     def region(self) -> LocalRegion | None:
@@ -148,15 +153,14 @@ class Server:
         from werkzeug.serving import make_server
 
         from platformctl.emulator import moto_extensions
-        from platformctl.emulator.server.awslog import AwsCallLog, RecordingMotoServer
+        from platformctl.emulator.server.awslog import RecordingMotoServer
 
         moto_extensions.install()  # AMI deprecation, which `ami prune` uses
         from moto.core.config import default_user_config
 
         # The program attaches AWS managed policies to its roles; moto knows them only when asked (its configuration).
         default_user_config["iam"]["load_aws_managed_policies"] = True
-        self.moto = RecordingMotoServer(lambda app: AwsCallLog(app, self._virtual_now), ip_address="127.0.0.1", port=0,
-                                        verbose=False)
+        self.moto = RecordingMotoServer(self._gated, ip_address="127.0.0.1", port=0, verbose=False)
         self.moto.start()
         aws_endpoint = "http://{}:{}".format(*self.moto.get_host_and_port())
         # From here on, every AWS call of this process goes to the region's own AWS.
@@ -240,6 +244,15 @@ class Server:
         write_atomically(self.state_dir / "server.json", json.dumps(self.info, indent=2) + "\n")
         log.info("local region of %s ready: AWS %s, Kubernetes %s", ", ".join(self.info["stages"]), aws_endpoint, base)
 
+    def _gated(self, app: Any) -> Any:
+        """moto's application behind the region's IAM (``platformctl.emulator.server.iam``: pods' roles through their
+        tokens, every call of a role's session judged by its policies), recorded as CloudTrail would (refusals too)."""
+        from platformctl.emulator.server.awslog import AwsCallLog
+        from platformctl.emulator.server.iam import IamGate
+
+        self.gate = IamGate(app, self.issuers, self._virtual_now)
+        return AwsCallLog(self.gate, self._virtual_now)
+
     # ---------------------------------------------------------------- time
 
     def _aws_changes(self) -> int:
@@ -258,9 +271,12 @@ class Server:
         kinds = frozenset({*(["Job"] if self.run_jobs else []), *(["ReplicaSet"] if self.canaries else [])})
         stores = {stage_table(s.name, self.infra_dir): self._store_path(s.name).resolve() for s in self.stages}
         with self.cond:
-            for state in self.clusters.values():
+            for name, state in self.clusters.items():
+                region = self.regions[self.stage_of[name]]
+                issuer = str(((region.outputs.get("clusters") or {}).get(name) or {}).get("oidcIssuer") or "")
+                identity = TokenIssuer(self.issuers, issuer, region.stage.region, region.clock.now) if issuer else None
                 kubelet = Kubelet(state, self.state_dir, kubeconfig, aws_endpoint, infra if infra.is_dir() else None,
-                                  self.cond, self._after_exit, self.keeper, base, kinds, stores)
+                                  self.cond, self._after_exit, self.keeper, base, kinds, stores, identity)
                 state.sim.use_runtime(kubelet)
                 self.kubelets.append(kubelet)
 
@@ -296,6 +312,10 @@ class Server:
         changed = False
         for state in self.clusters.values():
             changed = state.tick() or changed
+        if self.region is not None and self.region.clock.now() - self.tokens_made >= TOKEN_REFRESH_SECONDS:
+            self.tokens_made = self.region.clock.now()
+            for kubelet in self.kubelets:
+                kubelet.refresh_tokens()
         return changed
 
     def _latest(self, cluster: str, kind: str) -> int:
@@ -344,6 +364,10 @@ class Server:
             record = self.moto.log
             calls = record.query(args.get("action")) if record is not None else []
             return {"kind": "AwsCallList", "calls": calls}
+        if what == "iam_decisions":
+            gate = self.gate
+            found = gate.query(args.get("role"), args.get("refused") in ("1", "true")) if gate is not None else []
+            return {"kind": "IamDecisionList", "decisions": found}
         if what == "invariants":
             state = self.clusters.get(args.get("cluster", ""))
             if state is None:

@@ -76,6 +76,11 @@ def test_the_rotation_job_evicted_by_its_own_drain_starts_again_and_resumes_its_
     mine = {c["cluster"]: c for c in outcome["clusters"]}[host(region)]
     assert mine["status"] == "done", mine
     assert mine["report"]["started"] < last["metadata"]["creationTimestamp"], (mine["report"]["started"], last["metadata"])
+    # Each pod ran as the rotation's own IAM role (IRSA through the region's STS), and AWS refused it nothing.
+    assert get(region, "/platformctl/v1/iam-decisions?refused=1")["decisions"] == []
+    mine = get(region, f"/platformctl/v1/iam-decisions?role={host(region)}-rotation")["decisions"]
+    assert {"autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"} <= \
+        {d["action"] for d in mine if d["decision"] == "allowed"}
     events = json.loads(kubectl(region, "get", "events", "-n", NAMESPACE, "-o", "json"))["items"]
     evicted = [e for e in events if e["involvedObject"]["name"] in pods and e["reason"] in ("Evicted", "Killing")]
     assert evicted, [(e["reason"], e["involvedObject"]["name"]) for e in events]

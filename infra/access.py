@@ -1,0 +1,148 @@
+"""What each job of a stage may do in AWS: the grants its IAM role's policy is made of, and nothing else.
+
+Every grant names its actions (the policy pack rejects wildcard actions) and is as narrow as the action allows (IAM
+User Guide, Service Authorization Reference for Auto Scaling, EC2, EKS and DynamoDB):
+
+- reads that have no resource-level permissions (``Describe*``) are on ``*``, as AWS requires;
+- a write to an Auto Scaling group, a launch template or an EKS cluster is on that resource type, and only where the
+  resource carries the stage's tag (``aws:ResourceTag/platformctl.io/stage``), or for a cluster's remediation, the
+  cluster's own tag (``aws:ResourceTag/platformctl.io/cluster``): no job reaches another stage's groups or any group
+  this program did not make;
+- the state store's actions are on the stage's own table (and the tick's on the shared ledger's too).
+
+The tick's deploy (``pulumi up`` on its own stage, which a candidate changes only in its images, its Kubernetes
+version and its components) may make a launch template's new version, point a group at it and take a cluster one
+minor version up; creating or removing anything else, IAM included, is the operator's ``pulumi up``, never the tick's.
+``platformctl:release.deployPolicies`` attaches more managed policies when a stage needs them (none by default).
+
+``python -m infra.access`` prints the table docs/running-for-real.md holds (tests/infra/test_access.py keeps them the
+same), so the docs cannot drift from the program.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.components.common import CLUSTER_TAG, STAGE_TAG
+
+ASG_READS = ("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
+             "autoscaling:DescribeScalingActivities")
+EC2_READS = ("ec2:DescribeInstances", "ec2:DescribeLaunchTemplateVersions")
+# What the node-group seam does to a group (platformctl/kernel/nodegroups/aws.py): surge, and retire one instance.
+ASG_WRITES = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup")
+# What the state store does with its table (platformctl/kernel/state/dynamodb.py): a fenced append is a transaction
+# of a condition check on the lease item and a put; listing streams is a query of the registry, never a scan.
+STATE_ACTIONS = ("dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                 "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:ConditionCheckItem")
+# What the tick's deploy of a candidate changes (infra/deploy.py): a launch template's new default version, its group
+# on it, the control plane's version; and the reads Pulumi makes of what it changed.
+DEPLOY_READS = ("ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions",
+                "autoscaling:DescribeAutoScalingGroups")
+TEMPLATE_WRITES = ("ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate")
+GROUP_UPDATE = ("autoscaling:UpdateAutoScalingGroup",)
+CLUSTER_ACTIONS = ("eks:DescribeCluster", "eks:UpdateClusterVersion", "eks:DescribeUpdate")
+BACKEND_ACTIONS = ("s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:DeleteObject")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One statement: ``actions`` on ``resources`` (each a string or a Pulumi output), where ``condition`` holds."""
+
+    actions: tuple[str, ...]
+    resources: tuple[Any, ...] = ("*",)
+    condition: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    what: str = ""  # the table's words for it
+
+
+def tagged(key: str, value: str) -> dict[str, dict[str, str]]:
+    return {"StringEquals": {f"aws:ResourceTag/{key}": value}}
+
+
+def group_arn(region: str) -> str:
+    return f"arn:aws:autoscaling:{region}:*:autoScalingGroup:*:autoScalingGroupName/*"
+
+
+def rotation(stage: str, region: str, table: Any) -> list[Grant]:
+    """The scheduled rotation (and the tick's rotations): read groups and instances, surge and retire in the stage."""
+    return [Grant(ASG_READS + EC2_READS, what="describe groups, their instances and scaling activities, instances "
+                  "and launch template versions"),
+            Grant(ASG_WRITES, (group_arn(region),), tagged(STAGE_TAG, stage),
+                  what="set desired capacity and terminate an instance, in groups tagged with the stage"),
+            Grant(STATE_ACTIONS, (table,), what="the stage's state table")]
+
+
+def remediation(cluster: str, region: str, table: Any) -> list[Grant]:
+    """A cluster's remediation: the same as a rotation's, only on that cluster's own groups (it surges, then retires)."""
+    return [Grant(ASG_READS + EC2_READS, what="describe groups, their instances and scaling activities, instances "
+                  "and launch template versions"),
+            Grant(ASG_WRITES, (group_arn(region),), tagged(CLUSTER_TAG, cluster),
+                  what="set desired capacity and terminate an instance, in its own cluster's groups"),
+            Grant(STATE_ACTIONS, (table,), what="the stage's state table")]
+
+
+def canary(table: Any) -> list[Grant]:
+    return [Grant(STATE_ACTIONS, (table,), what="the stage's state table")]
+
+
+def backend_bucket(backend: str) -> str | None:
+    """The S3 bucket of a ``s3://bucket?region=...`` Pulumi backend (None for any other backend)."""
+    if not backend.startswith("s3://"):
+        return None
+    return backend.removeprefix("s3://").split("?")[0].split("/")[0] or None
+
+
+def release_tick(stage: str, region: str, table: Any, ledger: str, backend: str) -> list[Grant]:
+    """The tick: the rotation's grants, the shared ledger's table, and its deploy of a candidate."""
+    grants = [*rotation(stage, region, table),
+              Grant(STATE_ACTIONS, (ledger,), what="the release ledger's table, which every stage's tick shares"),
+              Grant(DEPLOY_READS, what="describe launch templates and groups (the deploy's reads)"),
+              Grant(TEMPLATE_WRITES, (f"arn:aws:ec2:{region}:*:launch-template/*",), tagged(STAGE_TAG, stage),
+                    what="a new launch template version, made the default, in templates tagged with the stage"),
+              Grant(GROUP_UPDATE, (group_arn(region),), tagged(STAGE_TAG, stage),
+                    what="update a group tagged with the stage (its template version)"),
+              Grant(CLUSTER_ACTIONS, (f"arn:aws:eks:{region}:*:cluster/*",), tagged(STAGE_TAG, stage),
+                    what="describe a cluster tagged with the stage and take it a minor version up")]
+    bucket = backend_bucket(backend)
+    if bucket is not None:
+        grants.append(Grant(BACKEND_ACTIONS, (f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"),
+                            what=f"the Pulumi backend's bucket ({bucket})"))
+    return grants
+
+
+def statement(grant: Grant, resources: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"Effect": "Allow", "Action": sorted(grant.actions), "Resource": list(resources)}
+    if grant.condition:
+        out["Condition"] = {op: dict(keys) for op, keys in grant.condition.items()}
+    return out
+
+
+def document(grants: Sequence[Grant], resolved: Sequence[Sequence[str]] | None = None) -> str:
+    """The policy document of ``grants`` (``resolved``: each grant's resources once Pulumi's outputs are known)."""
+    resources = resolved if resolved is not None else [[str(r) for r in g.resources] for g in grants]
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        statement(g, r) for g, r in zip(grants, resources, strict=True) if g.actions]})
+
+
+def table() -> str:
+    """docs/running-for-real.md's table of what each job may do, made from the grants above."""
+    jobs = [("rotation (`platformctl-rotate`, host cluster)", rotation("STAGE", "REGION", "STATE_TABLE")),
+            ("remediation (`platformctl-remediate`, every cluster)", remediation("CLUSTER", "REGION", "STATE_TABLE")),
+            ("canary runner (every cluster)", canary("STATE_TABLE")),
+            ("release tick (`platformctl-release-tick`, host cluster)",
+             release_tick("STAGE", "REGION", "STATE_TABLE", "LEDGER_TABLE", "s3://PULUMI_BUCKET"))]
+    lines = ["| job | what | actions | on |", "| --- | --- | --- | --- |"]
+    for job, grants in jobs:
+        for i, grant in enumerate(grants):
+            where = ", ".join(f"`{r}`" for r in grant.resources)
+            if grant.condition:
+                where += " where " + ", ".join(f"`{k}` = `{v}`" for keys in grant.condition.values() for k, v in keys.items())
+            lines.append(f"| {job if i == 0 else ''} | {grant.what} | {', '.join(f'`{a}`' for a in sorted(grant.actions))} "
+                         f"| {where} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(table(), end="")

@@ -1,0 +1,30 @@
+"""What each job may do in AWS (``infra.access``): the table docs/running-for-real.md shows is the program's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infra import access
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "running-for-real.md"
+
+
+def test_the_docs_table_of_each_jobs_grants_is_the_one_the_program_makes() -> None:
+    text = DOCS.read_text()
+    begin = text.index("<!-- generated: `python -m infra.access`")
+    shown = text[text.index("\n", begin) + 1:text.index("<!-- end generated -->")]
+    assert shown == access.table(), "docs/running-for-real.md: paste `python -m infra.access` over its table"
+
+
+def test_no_grant_names_a_wildcard_action_or_an_iam_action() -> None:
+    grants = [*access.rotation("dev", "us-west-2", "t"), *access.remediation("c", "us-west-2", "t"), *access.canary("t"),
+              *access.release_tick("dev", "us-west-2", "t", "l", "s3://b?region=us-east-1")]
+    actions = {a for g in grants for a in g.actions}
+    assert not any("*" in a for a in actions)
+    assert not any(a.startswith(("iam:", "sts:")) for a in actions)  # no job can grant itself more, or be another
+    # Every write is on a resource type, never on "*", and every write but the state store's is confined by a tag.
+    for grant in grants:
+        writes = [a for a in grant.actions if not a.split(":")[1].startswith(("Describe", "Get", "List", "Query"))]
+        if writes:
+            assert grant.resources != ("*",), grant
+            assert grant.condition or all(a.startswith(("dynamodb:", "s3:")) for a in writes), grant

@@ -1,0 +1,201 @@
+"""The local region's IAM (``platformctl.emulator.server.iam``): a pod's token exchanged for its role only as EKS and
+STS would, and every call of the role's session allowed or refused by its policies, with AWS's errors. The roles are
+the program's (``infra.access``'s grants, ``infra.components.iam``'s trust); what is checked is what boto3 gets back
+and what moto holds after (a refused call changes nothing)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from infra import access
+from infra.components.iam import web_identity_trust
+from platformctl.emulator.server.iam import IamGate, Issuers
+from platformctl.emulator.server.policy import Decision, Request, evaluate
+
+REGION = "us-west-2"
+ISSUER = "https://oidc.eks.us-west-2.amazonaws.com/id/0123456789ABCDEF"
+ADMIN = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": REGION}
+
+
+class Account:
+    """moto behind the region's IAM gate, on a port of its own, with an OIDC provider for one cluster's issuer."""
+
+    def __init__(self) -> None:
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from werkzeug.serving import make_server
+
+        self.issuers = Issuers()
+        self.now = time.time()
+        self.gate = IamGate(DomainDispatcherApplication(create_backend_app), self.issuers, lambda: self.now)
+        self.server = make_server("127.0.0.1", 0, self.gate, True, request_handler=MotoRequestHandler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
+        self.provider = self.admin("iam").create_open_id_connect_provider(
+            Url=ISSUER, ClientIDList=["sts.amazonaws.com"], ThumbprintList=["9" * 40])["OpenIDConnectProviderArn"]
+
+    def admin(self, service: str) -> Any:
+        return boto3.client(service, endpoint_url=self.endpoint, **ADMIN)  # type: ignore[call-overload]
+
+    def role(self, name: str, namespace: str, account: str, grants: list[access.Grant]) -> str:
+        iam = self.admin("iam")
+        arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument=web_identity_trust(
+            self.provider, ISSUER, namespace, account))["Role"]["Arn"]
+        iam.put_role_policy(RoleName=name, PolicyName=name, PolicyDocument=access.document(grants))
+        return str(arn)
+
+    def session(self, role: str, namespace: str, account: str, tmp: Path, issuers: Issuers | None = None,
+                now: float | None = None) -> boto3.Session:
+        """What boto3 in the pod makes of IRSA's environment: the role's session through the token."""
+        token = tmp / f"token-{namespace}-{account}"
+        token.write_text((issuers or self.issuers).mint(ISSUER, namespace, account, self.now if now is None else now))
+        sts = boto3.client("sts", endpoint_url=self.endpoint, region_name=REGION, aws_access_key_id="", aws_secret_access_key="")
+        sts.meta.events.register("choose-signer.sts.*", lambda **_: __import__("botocore").UNSIGNED)
+        found = sts.assume_role_with_web_identity(RoleArn=role, RoleSessionName="pod", WebIdentityToken=token.read_text())
+        c = found["Credentials"]
+        return boto3.Session(aws_access_key_id=c["AccessKeyId"], aws_secret_access_key=c["SecretAccessKey"],
+                             aws_session_token=c["SessionToken"], region_name=REGION)
+
+    def client(self, session: boto3.Session, service: str) -> Any:
+        return session.client(service, endpoint_url=self.endpoint)  # type: ignore[call-overload]
+
+    def group(self, name: str, cluster: str, stage: str) -> None:
+        ec2 = self.admin("ec2")
+        template = ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData={
+            "ImageId": "ami-12c6146b", "InstanceType": "m6i.large"},
+            TagSpecifications=[{"ResourceType": "launch-template", "Tags": [
+                {"Key": "platformctl.io/stage", "Value": stage}]}])["LaunchTemplate"]
+        self.admin("autoscaling").create_auto_scaling_group(
+            AutoScalingGroupName=name, MinSize=0, MaxSize=5, DesiredCapacity=1,
+            LaunchTemplate={"LaunchTemplateId": template["LaunchTemplateId"], "Version": "$Latest"},
+            AvailabilityZones=[f"{REGION}a"],
+            Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True, "ResourceId": name, "ResourceType": "auto-scaling-group"}
+                  for k, v in {"platformctl.io/stage": stage, "platformctl.io/cluster": cluster}.items()])
+
+    def desired(self, group: str) -> int:
+        return int(self.admin("autoscaling").describe_auto_scaling_groups(
+            AutoScalingGroupNames=[group])["AutoScalingGroups"][0]["DesiredCapacity"])
+
+
+@pytest.fixture
+def account() -> Iterator[Account]:
+    from moto.backends import get_backend
+
+    made = Account()
+    yield made
+    made.server.shutdown()
+    for name in ("iam", "sts", "autoscaling", "ec2", "dynamodb"):  # moto's accounts are the process's: left empty
+        get_backend(name).reset()  # type: ignore[call-overload]
+
+
+def code(exc: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(exc.value.response["Error"]["Code"])
+
+
+def test_a_pods_token_is_exchanged_only_for_the_role_its_service_account_may_assume(account: Account, tmp_path: Path) -> None:
+    role = account.role("dev-usw2a-01-remediation", "platformctl-system", "platformctl-remediation",
+                        access.remediation("dev-usw2a-01", REGION, "arn:aws:dynamodb:us-west-2:123456789012:table/t"))
+    session = account.session(role, "platformctl-system", "platformctl-remediation", tmp_path)
+    arn = account.client(session, "sts").get_caller_identity()["Arn"]
+    assert arn.startswith("arn:aws:sts::123456789012:assumed-role/dev-usw2a-01-remediation/")
+    # The canary runner's token (another service account, another namespace) does not open the remediation's role.
+    with pytest.raises(ClientError) as refused:
+        account.session(role, "platformctl-canaries", "platformctl-canary-runner", tmp_path)
+    assert code(refused) == "AccessDenied" and "sts:AssumeRoleWithWebIdentity" in str(refused.value)
+    # A token its issuer did not sign (another key for the same issuer URL), and one past its expiry.
+    with pytest.raises(ClientError) as forged:
+        account.session(role, "platformctl-system", "platformctl-remediation", tmp_path, issuers=Issuers())
+    assert code(forged) == "InvalidIdentityToken"
+    with pytest.raises(ClientError) as expired:
+        account.session(role, "platformctl-system", "platformctl-remediation", tmp_path, now=account.now - 86_401)
+    assert code(expired) == "ExpiredTokenException"
+    assert [d["decision"] for d in account.gate.query(refused=True)] == ["implicitDeny"]
+
+
+def test_a_remediation_surges_and_retires_in_its_own_clusters_groups_and_is_refused_anywhere_else(
+        account: Account, tmp_path: Path) -> None:
+    account.group("dev-usw2a-01-general", "dev-usw2a-01", "dev")
+    account.group("dev-usw2b-01-general", "dev-usw2b-01", "dev")
+    role = account.role("dev-usw2a-01-remediation", "platformctl-system", "platformctl-remediation",
+                        access.remediation("dev-usw2a-01", REGION, "arn:aws:dynamodb:us-west-2:123456789012:table/t"))
+    session = account.session(role, "platformctl-system", "platformctl-remediation", tmp_path)
+    autoscaling, ec2 = account.client(session, "autoscaling"), account.client(session, "ec2")
+    assert len(autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]) == 2
+    ec2.describe_launch_template_versions(LaunchTemplateName="dev-usw2a-01-general")
+    autoscaling.set_desired_capacity(AutoScalingGroupName="dev-usw2a-01-general", DesiredCapacity=2)
+    assert account.desired("dev-usw2a-01-general") == 2
+    with pytest.raises(ClientError) as refused:
+        autoscaling.set_desired_capacity(AutoScalingGroupName="dev-usw2b-01-general", DesiredCapacity=3)
+    assert code(refused) == "AccessDenied" and refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert "autoscaling:SetDesiredCapacity on resource: arn:aws:autoscaling:us-west-2:123456789012:autoScalingGroup:" \
+           "*:autoScalingGroupName/dev-usw2b-01-general" in str(refused.value)
+    assert account.desired("dev-usw2b-01-general") == 1  # the refused call never reached the group
+    # Its instance in the other cluster's group: the group's tags decide, as AWS resolves the instance's group.
+    other = account.admin("autoscaling").describe_auto_scaling_groups(
+        AutoScalingGroupNames=["dev-usw2b-01-general"])["AutoScalingGroups"][0]["Instances"][0]["InstanceId"]
+    with pytest.raises(ClientError) as retire:
+        autoscaling.terminate_instance_in_auto_scaling_group(InstanceId=other, ShouldDecrementDesiredCapacity=False)
+    assert code(retire) == "AccessDenied"
+    with pytest.raises(ClientError) as terminate:  # EC2's own terminate is not granted at all: EC2's error for it
+        ec2.terminate_instances(InstanceIds=[other])
+    assert code(terminate) == "UnauthorizedOperation"
+    states = account.admin("ec2").describe_instances(InstanceIds=[other])["Reservations"][0]["Instances"][0]["State"]
+    assert states["Name"] == "running"
+
+
+def test_a_job_writes_its_stages_table_only(account: Account, tmp_path: Path) -> None:
+    ddb = account.admin("dynamodb")
+    tables = {}
+    for stage in ("dev", "prod"):
+        tables[stage] = ddb.create_table(TableName=f"platformctl-{stage}", BillingMode="PAY_PER_REQUEST",
+                                         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}])[
+            "TableDescription"]["TableArn"]
+    role = account.role("dev-canary", "platformctl-canaries", "runner", access.canary(tables["dev"]))
+    own = account.client(account.session(role, "platformctl-canaries", "runner", tmp_path), "dynamodb")
+    own.put_item(TableName="platformctl-dev", Item={"pk": {"S": "s#canary/x"}})
+    with pytest.raises(ClientError) as refused:
+        own.put_item(TableName="platformctl-prod", Item={"pk": {"S": "s#canary/x"}})
+    assert code(refused) == "AccessDeniedException"
+    assert ddb.scan(TableName="platformctl-prod")["Count"] == 0
+
+
+@pytest.mark.parametrize(("statement", "request_", "decision"), [
+    # An explicit deny wins over any allow.
+    ([{"Effect": "Allow", "Action": "ec2:*", "Resource": "*"},
+      {"Effect": "Deny", "Action": "ec2:TerminateInstances", "Resource": "*"}],
+     Request("ec2:TerminateInstances", "arn:aws:ec2:r:1:instance/i-1"), Decision.EXPLICIT_DENY),
+    # Actions match case-insensitively; resources case-sensitively.
+    ([{"Effect": "Allow", "Action": "EC2:describe*", "Resource": "*"}], Request("ec2:DescribeInstances"), Decision.ALLOWED),
+    ([{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::Bucket/*"}],
+     Request("s3:GetObject", "arn:aws:s3:::bucket/k"), Decision.IMPLICIT_DENY),
+    # A condition key the request lacks fails a positive operator, passes a negated one and ...IfExists.
+    ([{"Effect": "Allow", "Action": "a:B", "Resource": "*", "Condition": {"StringEquals": {"aws:ResourceTag/t": "x"}}}],
+     Request("a:B"), Decision.IMPLICIT_DENY),
+    ([{"Effect": "Allow", "Action": "a:B", "Resource": "*", "Condition": {"StringNotEquals": {"aws:ResourceTag/t": "x"}}}],
+     Request("a:B"), Decision.ALLOWED),
+    ([{"Effect": "Allow", "Action": "a:B", "Resource": "*",
+       "Condition": {"StringEqualsIfExists": {"aws:ResourceTag/t": "x"}}}], Request("a:B"), Decision.ALLOWED),
+    # ForAllValues holds for every value the request carries; a failed Allow condition is passed over, not a deny.
+    ([{"Effect": "Allow", "Action": "dynamodb:PutItem", "Resource": "*",
+       "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["s#canary/*"]}}},
+      {"Effect": "Allow", "Action": "dynamodb:PutItem", "Resource": "*"}],
+     Request("dynamodb:PutItem", "t", {"dynamodb:LeadingKeys": ["l#rotation"]}), Decision.ALLOWED),
+    ([{"Effect": "Allow", "Action": "dynamodb:PutItem", "Resource": "*",
+       "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["s#canary/*"]}}}],
+     Request("dynamodb:PutItem", "t", {"dynamodb:LeadingKeys": ["l#rotation"]}), Decision.IMPLICIT_DENY),
+    # NotAction: everything but what it names; an operator the region does not know never allows.
+    ([{"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"}], Request("iam:PassRole"), Decision.IMPLICIT_DENY),
+    ([{"Effect": "Allow", "Action": "a:B", "Resource": "*", "Condition": {"DateGreaterThan": {"aws:CurrentTime": "x"}}}],
+     Request("a:B"), Decision.IMPLICIT_DENY),
+])
+def test_policies_are_evaluated_as_aws_documents_it(statement: list[dict[str, Any]], request_: Request,
+                                                     decision: Decision) -> None:
+    assert evaluate([{"Version": "2012-10-17", "Statement": statement}], request_) is decision

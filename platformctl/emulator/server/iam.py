@@ -108,8 +108,8 @@ class TokenIssuer:
     def __init__(self, issuers: Issuers, issuer: str, region: str, now: Callable[[], float]) -> None:
         self.issuers, self.issuer, self.region, self.now = issuers, issuer, region, now
 
-    def token(self, namespace: str, service_account: str) -> str:
-        return self.issuers.mint(self.issuer, namespace, service_account, self.now())
+    def token(self, namespace: str, service_account: str, audience: str = AUDIENCE, seconds: int = TOKEN_SECONDS) -> str:
+        return self.issuers.mint(self.issuer, namespace, service_account, self.now(), audience, seconds)
 
 
 class IamGate:

@@ -34,7 +34,7 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from platformctl.emulator.server import discovery, protobuf
+from platformctl.emulator.server import discovery, protobuf, rbac
 from platformctl.emulator.server.events import FIELDS as EVENT_FIELDS
 from platformctl.emulator.server.events import as_events_v1
 from platformctl.emulator.server.objects import (
@@ -86,10 +86,12 @@ _ROUTES = Map([
     Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>", endpoint="collection"),
     Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>/<name>", endpoint="item"),
     Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>/<name>/<sub>", endpoint="subresource"),
+    Rule(f"{_P}/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", endpoint="access_review", methods=["POST"]),
     Rule("/platformctl/v1/status", endpoint="control_status"),
     Rule("/platformctl/v1/time", endpoint="control_time"),
     Rule("/platformctl/v1/aws-calls", endpoint="control_aws_calls"),
     Rule("/platformctl/v1/iam-decisions", endpoint="control_iam_decisions"),
+    Rule("/platformctl/v1/rbac-decisions", endpoint="control_rbac_decisions"),
     Rule("/platformctl/v1/clusters/<cluster>/invariants", endpoint="control_invariants"),
     Rule("/platformctl/v1/faults", endpoint="control_faults", methods=["GET", "POST", "DELETE"]),
 ])
@@ -169,8 +171,11 @@ class KubeAPI:
     """The WSGI application. ``cond`` guards every cluster; ``stopping`` ends open watches."""
 
     def __init__(self, clusters: dict[str, ClusterState], cond: threading.Condition,
-                 control: Callable[..., dict[str, Any]] | None = None, stopping: threading.Event | None = None) -> None:
+                 control: Callable[..., dict[str, Any]] | None = None, stopping: threading.Event | None = None,
+                 authenticator: rbac.Authenticator | None = None) -> None:
+        """``authenticator``: who each token is, every request then authorized by RBAC (None: nobody is asked)."""
         self.clusters = clusters
+        self.rbac = rbac.Gate(authenticator)
         self.cond = cond
         self.control = control
         self.stopping = stopping or threading.Event()
@@ -219,6 +224,9 @@ class KubeAPI:
         cluster = self.clusters.get(name)
         if cluster is None:
             raise ApiError(404, "NotFound", f"no cluster {name!r} in this local region (it has {', '.join(sorted(self.clusters))})")
+        user = self.rbac.check(cluster.stored, name, endpoint, args, request)
+        if endpoint == "access_review":
+            return _json(rbac.access_review(cluster.stored, user, self._body(request)), 201)
         if endpoint == "health":
             return Response("ok", mimetype="text/plain")
         if endpoint in ("version", "core_versions", "core_resources", "groups", "group_resources", "openapi_root",

@@ -38,6 +38,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -52,6 +53,7 @@ import yaml
 
 from platformctl.emulator.server.network import node_path
 from platformctl.emulator.server.objects import ClusterState
+from platformctl.emulator.server.rbac import API_AUDIENCE
 from platformctl.emulator.workloads import PLURAL_OF_SIM_KIND
 from platformctl.kernel.cluster.model import Pod
 from platformctl.kernel.environment import current
@@ -60,6 +62,8 @@ log = logging.getLogger("platformctl.emulator.server.kubelet")
 IMAGE = "platformctl"  # the toolkit's image's repository name (ghcr.io/platformctl/platformctl:<version>)
 START_ERROR = 128  # a container that could not start, as the runtime says it (StartError)
 ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+API_TOKEN_SECONDS = 365 * 86_400  # kube-apiserver's --service-account-extend-token-expiration for projected tokens
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "PLATFORMCTL_LOCAL_SKIP")
 
 
@@ -97,7 +101,7 @@ class Identity(Protocol):
 
     region: str
 
-    def token(self, namespace: str, service_account: str) -> str: ...
+    def token(self, namespace: str, service_account: str, audience: str = ..., seconds: int = ...) -> str: ...
 
 
 def write_token(path: Path, token: str) -> None:
@@ -256,6 +260,8 @@ class Kubelet:
 
         base = current().variables
         env = {k: base[k] for k in KEPT_ENV if k in base}
+        # the image's tools on its PATH: `aws` (AWS CLI), as the jobs' kubeconfigs run `aws eks get-token`
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *([env["PATH"]] if env.get("PATH") else [])])
         for source in container.get("envFrom") or []:
             prefix = str(source.get("prefix") or "")
             for kind, ref in (("configmaps", source.get("configMapRef")), ("secrets", source.get("secretRef"))):
@@ -411,6 +417,9 @@ class Kubelet:
         if not (isinstance(data, dict) and data.get("kind") == "Config" and "contexts" in data):
             return text
         region = yaml.safe_load(self.kubeconfig.read_text())
+        if self.identity is not None:  # signed in as the pod would be: its service account's token, or its IAM role's
+            region["users"] = [self._user(entry, pod) for entry in data.get("users") or []]
+            region["contexts"] = data.get("contexts") or []
         if self.network is not None and pod.node_name:
             for entry in region.get("clusters") or []:
                 entry["cluster"]["server"] = (f"{self.network}{node_path(self.cluster.name, pod.node_name)}"
@@ -418,6 +427,22 @@ class Kubelet:
         if data.get("current-context"):
             region["current-context"] = data["current-context"]
         return str(yaml.safe_dump(region, sort_keys=False))
+
+    def _user(self, entry: dict[str, Any], pod: Pod) -> dict[str, Any]:
+        """A kubeconfig user as the pod signs in: a ``tokenFile`` under the service account's mount is the pod's own
+        token (the kubelet's projected one, for the API server's audience: kube-apiserver extends such tokens to a
+        year); ``exec`` (``aws eks get-token``) runs as written, with the pod's IAM role."""
+        user = dict(entry.get("user") or {})
+        if str(user.get("tokenFile", "")).startswith(SERVICE_ACCOUNT_DIR) and self.identity is not None:
+            assert pod.owner is not None
+            owner = self.cluster.objects.objects[PLURAL_OF_SIM_KIND[pod.owner.kind]].get((pod.namespace, pod.owner.name))
+            spec = ((owner.obj["spec"].get("template") or {}).get("spec") or {}) if owner is not None else {}
+            account = str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
+            path = self._folder(pod) / "serviceaccount" / "token"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_token(path, self.identity.token(pod.namespace, account, API_AUDIENCE, API_TOKEN_SECONDS))
+            user["tokenFile"] = str(path)
+        return {"name": entry.get("name"), "user": user}
 
     # ---------------------------------------------------------------- its end
 

@@ -20,6 +20,7 @@ from typing import Any
 log = logging.getLogger("platformctl.emulator.server.network")
 
 PREFIX = "/from/"
+FROM_NODE = "platformctl.from_node"
 
 
 def node_path(cluster: str, node: str) -> str:
@@ -49,6 +50,7 @@ class NodeNetwork:
             start_response("503 Service Unavailable", [("Content-Length", "0")])
             return [b""]  # never sent: the connection is gone
         environ["PATH_INFO"] = "/" + rest
+        environ[FROM_NODE] = f"{cluster}/{node}"  # who connected: a pod on this node (the API server's authentication)
         return self.app(environ, start_response)
 
 

@@ -209,7 +209,8 @@ class Server:
         assert self.region is not None
         # From here on the clock is the keeper's: at --speed while anyone works, skipping what nobody waits through.
         self.keeper = TimeKeeper(self.region.clock, self.cond, self.speed, self.skip, self._tick_clusters, self._latest)
-        app = TimedApp(KubeAPI(self.clusters, self.cond, self.control, self.stopping), self.keeper)
+        self.api = KubeAPI(self.clusters, self.cond, self.control, self.stopping, self._authenticator())
+        app = TimedApp(self.api, self.keeper)
         # A pod's node reaches the clusters under /from/<cluster>/<node>/…, as the stage's security groups admit it.
         self.http = make_server("127.0.0.1", 0, NodeNetwork(app, self._reaches), threaded=True)
         base = f"http://127.0.0.1:{self.http.server_port}"
@@ -244,6 +245,27 @@ class Server:
         write_atomically(self.state_dir / "server.json", json.dumps(self.info, indent=2) + "\n")
         log.info("local region of %s ready: AWS %s, Kubernetes %s", ", ".join(self.info["stages"]), aws_endpoint, base)
 
+    def _issuer(self, cluster: str) -> str | None:
+        region = self.regions.get(self.stage_of.get(cluster, ""))
+        found = ((region.outputs.get("clusters") or {}).get(cluster) or {}).get("oidcIssuer") if region else None
+        return str(found) if found else None
+
+    def _authenticator(self) -> Any:
+        """Who each token is in each cluster (``platformctl.emulator.server.rbac``): the region's own token the stack's
+        creator; a service account's token of the cluster's issuer; an IAM role's ``aws eks get-token`` through the
+        cluster's access entries, as the stage's checkpoint holds them."""
+        from platformctl.emulator.server.rbac import Authenticator
+
+        entries: dict[str, list[dict[str, Any]]] = {}
+        for region in self.regions.values():
+            for resource in region.checkpoint:
+                if resource.get("type") == "aws:eks/accessEntry:AccessEntry":
+                    inputs = resource.get("inputs") or {}
+                    entries.setdefault(str(inputs.get("clusterName")), []).append(inputs)
+        assert self.region is not None
+        return Authenticator(self.issuers, self._issuer, lambda cluster: entries.get(cluster, []),
+                             lambda cluster: self.clusters[cluster].stored["serviceaccounts"], self.region.clock.now)
+
     def _gated(self, app: Any) -> Any:
         """moto's application behind the region's IAM (``platformctl.emulator.server.iam``: pods' roles through their
         tokens, every call of a role's session judged by its policies), recorded as CloudTrail would (refusals too)."""
@@ -273,7 +295,7 @@ class Server:
         with self.cond:
             for name, state in self.clusters.items():
                 region = self.regions[self.stage_of[name]]
-                issuer = str(((region.outputs.get("clusters") or {}).get(name) or {}).get("oidcIssuer") or "")
+                issuer = self._issuer(name)
                 identity = TokenIssuer(self.issuers, issuer, region.stage.region, region.clock.now) if issuer else None
                 kubelet = Kubelet(state, self.state_dir, kubeconfig, aws_endpoint, infra if infra.is_dir() else None,
                                   self.cond, self._after_exit, self.keeper, base, kinds, stores, identity)
@@ -368,6 +390,9 @@ class Server:
             gate = self.gate
             found = gate.query(args.get("role"), args.get("refused") in ("1", "true")) if gate is not None else []
             return {"kind": "IamDecisionList", "decisions": found}
+        if what == "rbac_decisions":
+            found = self.api.rbac.decisions.query(args.get("user"), args.get("refused") in ("1", "true"))
+            return {"kind": "RbacDecisionList", "decisions": found}
         if what == "invariants":
             state = self.clusters.get(args.get("cluster", ""))
             if state is None:

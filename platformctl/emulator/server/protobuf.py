@@ -267,6 +267,14 @@ _table("ScaleSpec", "1 replicas int")
 _table("ScaleStatus", "1 replicas int?; 2 selector str")
 
 # The kinds a body may be, by the apiVersion and kind of its envelope: each one's table has its own name.
+# authorization.k8s.io/v1: `kubectl auth can-i`'s review
+_table("SelfSubjectAccessReview", "1 metadata ObjectMeta; 2 spec SelfSubjectAccessReviewSpec; 3 status SubjectAccessReviewStatus")
+_table("SelfSubjectAccessReviewSpec", "1 resourceAttributes ResourceAttributes; 2 nonResourceAttributes NonResourceAttributes")
+_table("ResourceAttributes", "1 namespace str; 2 verb str; 3 group str; 4 version str; 5 resource str; 6 subresource str; "
+       "7 name str")
+_table("NonResourceAttributes", "1 path str; 2 verb str")
+_table("SubjectAccessReviewStatus", "1 allowed bool; 4 denied bool; 2 reason str; 3 evaluationError str")
+
 KINDS: dict[tuple[str, str], str] = {
     **{("v1", kind): kind for kind in ("Namespace", "Pod", "ConfigMap", "Secret", "ServiceAccount")},
     ("apps/v1", "Deployment"): "Deployment",
@@ -278,6 +286,7 @@ KINDS: dict[tuple[str, str], str] = {
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): "ClusterRole",
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "ClusterRoleBinding",
     ("autoscaling/v1", "Scale"): "Scale",
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): "SelfSubjectAccessReview",
     # client-go's DeleteOptions carry the version of the resource they delete, or meta.k8s.io's.
     **{(version, "DeleteOptions"): "DeleteOptions" for version in ("v1", "meta.k8s.io/v1", "apps/v1", "batch/v1", "policy/v1",
                                                                     "scheduling.k8s.io/v1", "rbac.authorization.k8s.io/v1")},

@@ -42,6 +42,8 @@ def test_each_clusters_remediation_job_replaces_a_broken_node_with_its_own_role_
         time.sleep(0.5)
     refused = get(region, "/platformctl/v1/iam-decisions?refused=1")["decisions"]
     assert refused == [], refused
+    forbidden = get(region, "/platformctl/v1/rbac-decisions?refused=1")["decisions"]
+    assert forbidden == [], forbidden
     after = nodes(region)
     assert node not in after, (after[node].labels, after[node].unschedulable) if node in after else None
     assert sum(n.pool == pool and n.ready for n in after.values()) == sum(n.pool == pool for n in before.values())
@@ -54,3 +56,7 @@ def test_each_clusters_remediation_job_replaces_a_broken_node_with_its_own_role_
             "ec2:DescribeLaunchTemplateVersions"} <= done, done
     assert all(d["resource"].endswith(f"autoScalingGroupName/{CLUSTER}-{pool}") for d in mine
                if d["action"].startswith("autoscaling:") and d["resource"] != "*"), mine
+    # In the cluster it was the remediation's service account (its projected token), under the program's RBAC.
+    drained = [d for d in get(region, "/platformctl/v1/rbac-decisions")["decisions"]
+               if d["cluster"] == CLUSTER and (d.get("subresource") == "eviction" or d.get("verb") == "patch")]
+    assert drained and {d["user"] for d in drained} == {f"system:serviceaccount:{NAMESPACE}:platformctl-remediation"}

@@ -81,6 +81,12 @@ def test_the_rotation_job_evicted_by_its_own_drain_starts_again_and_resumes_its_
     mine = get(region, f"/platformctl/v1/iam-decisions?role={host(region)}-rotation")["decisions"]
     assert {"autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"} <= \
         {d["action"] for d in mine if d["decision"] == "allowed"}
+    # In every cluster it was that role (`aws eks get-token`, the clusters' access entries), and RBAC refused it nothing.
+    assert get(region, "/platformctl/v1/rbac-decisions?refused=1")["decisions"] == []
+    evictions = [d for d in get(region, "/platformctl/v1/rbac-decisions")["decisions"] if d.get("subresource") == "eviction"]
+    assert {d["cluster"] for d in evictions} == {c["name"] for c in region["clusters"]}
+    assert {d["user"].rsplit("/", 1)[0] for d in evictions} == \
+        {f"arn:aws:sts::123456789012:assumed-role/{host(region)}-rotation"}
     events = json.loads(kubectl(region, "get", "events", "-n", NAMESPACE, "-o", "json"))["items"]
     evicted = [e for e in events if e["involvedObject"]["name"] in pods and e["reason"] in ("Evicted", "Killing")]
     assert evicted, [(e["reason"], e["involvedObject"]["name"]) for e in events]

@@ -12,7 +12,8 @@ and checks it with the same stage model platformctl uses, then ``provision()`` d
 - the IAM role of each cluster's remediation job and of its canary runner, each assumed through that
   cluster's own OIDC provider;
 - the IAM role of the stage's ``release tick`` job (its service account on the host cluster): it rotates the stage
-  like the scheduled rotation (admitted by every cluster in the same group), reaches the stage's state table and
+  like the scheduled rotation (admitted by every cluster in the same group, and in ``platformctl:deploy``, whose
+  ClusterRole applies the program's own objects), reaches the stage's state table and
   the ledger's table every stage shares, and deploys a candidate to the stage (``infra.access``: what each job may do,
   and the stack's ``deployPolicies`` on top, none by default);
 - each cluster's Kubernetes objects (``ClusterObjects``).
@@ -37,6 +38,7 @@ from infra.components.iam import irsa_role
 from infra.components.kubernetes import (
     CANARY_NAMESPACE,
     CANARY_RUNNER,
+    DEPLOY_GROUP,
     RELEASE_SERVICE_ACCOUNT,
     REMEDIATION_SERVICE_ACCOUNT,
     ROTATION_GROUP,
@@ -176,7 +178,7 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
 def release_role(stage: Stage, settings: InfraSettings, host: HostCluster, members: list[MemberCluster],
                  table: StateTable) -> aws.iam.Role:
     """The tick's role: the rotation's grants, the shared ledger table, a candidate's deploy, the stack's deploy
-    policies; admitted by every cluster of the stage into the rotation's group."""
+    policies; admitted by every cluster of the stage into the rotation's group and the deploy's."""
     name = stage.name
     release = settings.release
     if release.owns_ledger:  # the one stack that creates the table every stage's tick shares (in its region: load())
@@ -192,7 +194,7 @@ def release_role(stage: Stage, settings: InfraSettings, host: HostCluster, membe
                                                               *zip(stage.member_clusters, members, strict=True)]
     for spec, cluster in placed:
         aws.eks.AccessEntry(f"{spec.name}-release", cluster_name=cluster.cluster_name, principal_arn=role.arn,
-                            type="STANDARD", kubernetes_groups=[ROTATION_GROUP],
+                            type="STANDARD", kubernetes_groups=[ROTATION_GROUP, DEPLOY_GROUP],
                             tags=tags(name, f"{spec.name}-release", **{"platformctl.io/cluster": spec.name}),
                             opts=pulumi.ResourceOptions(parent=cluster))
     return role

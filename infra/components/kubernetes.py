@@ -45,6 +45,9 @@ FEDERATION_NAMESPACE = "platformctl-federation"
 SYSTEM_NAMESPACE = "platformctl-system"
 ROTATION_SERVICE_ACCOUNT = "platformctl-rotation"
 ROTATION_GROUP = "platformctl:rotation"
+# The release tick's `pulumi up`: it applies this program's objects in every cluster of its stage (its access entry).
+DEPLOY_GROUP = "platformctl:deploy"
+PROGRAM_ROLES = ("platformctl:rotation", "platformctl:remediation", "platformctl:canary", "platformctl:deploy")
 FEDERATION_GROUP = "federation.platformctl.io"
 PRIORITY_TIERS = (
     # name, value, global default, preemption policy, what it is for
@@ -193,7 +196,9 @@ class ClusterObjects(pulumi.ComponentResource):
                 k8s.scheduling.v1.PriorityClass(f"{name}-{tier}", metadata=_meta(tier), value=value, global_default=default,
                                                 preemption_policy=preemption, description=description, opts=self._opts())
             self._rotation_rbac()
+            self._deploy_rbac()
         else:
+            self._deploy_rbac()
             self._federation(stage, region, members)
             if rotation is not None:
                 self._rotation_rbac()
@@ -288,6 +293,29 @@ class ClusterObjects(pulumi.ComponentResource):
         ]
         self._cluster_role("rotation", rules, {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
                                                "name": ROTATION_GROUP})
+
+    def _deploy_rbac(self) -> None:
+        """What the tick's ``pulumi up`` applies: the kinds this program declares, and no others (no Secret: the
+        operator makes the Pulumi one); a namespace deleted only if it is one of the program's; the program's own
+        ClusterRoles bound and changed (``bind``, ``escalate``: RBAC refuses a role or binding granting more than its
+        writer holds otherwise), no other."""
+        write = ["get", "list", "watch", "create", "update", "patch"]
+        rules = [
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": write},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["delete"],
+             "resourceNames": [SYSTEM_NAMESPACE, CANARY_NAMESPACE, FEDERATION_NAMESPACE]},
+            {"apiGroups": [""], "resources": ["serviceaccounts", "configmaps"], "verbs": [*write, "delete"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": [*write, "delete"]},
+            {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": [*write, "delete"]},
+            {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": [*write, "delete"]},
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": [*write, "delete"]},
+            {"apiGroups": [FEDERATION_GROUP], "resources": ["memberclusters"], "verbs": [*write, "delete"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings"],
+             "verbs": [*write, "delete"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind", "escalate"],
+             "resourceNames": list(PROGRAM_ROLES)},
+        ]
+        self._cluster_role("deploy", rules, {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DEPLOY_GROUP})
 
     def _federation(self, stage: str, region: str, members: Sequence[Registration]) -> None:
         namespace = self._namespace(FEDERATION_NAMESPACE)

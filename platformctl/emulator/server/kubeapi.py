@@ -445,7 +445,11 @@ class KubeAPI:
         if not name:
             raise invalid(res.kind, "", "metadata.name", "Required value: name or generateName is required",
                           "FieldValueRequired", res.group)
-        if not isinstance(name, str) or len(name) > 253 or not NAME_RE.match(name):
+        if res.group == "rbac.authorization.k8s.io":  # ValidateRBACName: any path segment ("system:node")
+            if not isinstance(name, str) or name in (".", "..") or "/" in name or "%" in name:
+                raise invalid(res.kind, str(name), "metadata.name", f'Invalid value: "{name}": may not contain \'/\' '
+                              "or '%' and may not be '.' or '..'", group=res.group)
+        elif not isinstance(name, str) or len(name) > 253 or not NAME_RE.match(name):
             raise invalid(res.kind, str(name), "metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 subdomain '
                           "must consist of lower case alphanumeric characters, '-' or '.', and must start and end with "
                           "an alphanumeric character", group=res.group)

@@ -23,7 +23,8 @@ ClusterRoleBinding binds the user (by name, by group, or as a service account) t
 verbs, API groups, resources (``resource/subresource`` for a subresource) and resource names (if any) match, or whose
 ``nonResourceURLs`` match a non-resource path; ``system:masters`` may do anything. The bootstrap policy every cluster
 starts with is here too: ``system:discovery`` and ``system:public-info-viewer`` (discovery, version, health) and
-``system:basic-user`` (self subject access reviews) for ``system:authenticated``. A refusal is kube-apiserver's 403:
+``system:basic-user`` (self subject access reviews) for ``system:authenticated``. Writing a ClusterRole or a binding
+is checked for escalation as kube-apiserver checks it (``escalate``/``bind``, or holding what it grants). A refusal is kube-apiserver's 403:
 ``<resource> "<name>" is forbidden: User "<user>" cannot <verb> resource "<resource>" in API group "<group>" in the
 namespace "<ns>"``. The region has no Roles or RoleBindings (the program uses neither) and no aggregated ClusterRoles.
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import calendar
+import json
 import threading
 import time
 import urllib.parse
@@ -61,6 +63,20 @@ BOOTSTRAP_RULES: tuple[Mapping[str, Any], ...] = (
      "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
     {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]},
 )
+
+
+# The bootstrap ClusterRoles a binding may name (the rest of the bootstrap policy is above, bound as kube binds it).
+BOOTSTRAP_ROLES: dict[str, list[Mapping[str, Any]]] = {
+    "cluster-admin": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}],
+}
+
+
+def role_rules(stored: Mapping[str, Mapping[tuple[str, str], Mapping[str, Any]]], name: str) -> list[Mapping[str, Any]] | None:
+    """A ClusterRole's rules (a bootstrap one's too); None when there is no such role."""
+    role = (stored.get("clusterroles") or {}).get(("", name))
+    if role is not None:
+        return list(role.get("rules") or [])
+    return BOOTSTRAP_ROLES.get(name)
 
 
 @dataclass(frozen=True)
@@ -124,13 +140,11 @@ def allowed(stored: Mapping[str, Mapping[tuple[str, str], Mapping[str, Any]]], u
         return True
     if UNAUTHENTICATED in user.groups:
         return _rule_allows(PUBLIC_INFO, attrs)
-    roles = stored.get("clusterroles") or {}
     for binding in (stored.get("clusterrolebindings") or {}).values():
         ref = binding.get("roleRef") or {}
         if ref.get("kind") != "ClusterRole" or not _binds(binding, user):
             continue
-        role = roles.get(("", str(ref.get("name"))))
-        if role is not None and any(_rule_allows(r, attrs) for r in role.get("rules") or []):
+        if any(_rule_allows(r, attrs) for r in role_rules(stored, str(ref.get("name"))) or []):
             return True
     return False
 
@@ -145,8 +159,7 @@ def forbidden(user: User, attrs: Attributes) -> ApiError:
     scope = "" if attrs.namespace else " at the cluster scope"
     return ApiError(403, "Forbidden", f'{what} is forbidden: User "{user.name}" cannot {attrs.verb} resource '
                     f'"{resource}" in API group "{attrs.api_group}"{where or scope}',
-                    {"name": attrs.name, "group": attrs.api_group, "kind": attrs.resource} if attrs.name else
-                    {"group": attrs.api_group, "kind": attrs.resource})
+                    {k: v for k, v in (("name", attrs.name), ("group", attrs.api_group), ("kind", attrs.resource)) if v})
 
 
 def unauthorized() -> ApiError:
@@ -274,14 +287,48 @@ class Gate:
             raise unauthorized()
         if not ok:
             raise forbidden(user, attrs)
+        if attrs.resource in ("clusterroles", "clusterrolebindings") and attrs.verb in ("create", "update", "patch"):
+            self._no_escalation(stored, cluster, user, attrs, request)
         return user
+
+    def _no_escalation(self, stored: Any, cluster: str, user: User, attrs: Attributes, request: Any) -> None:
+        """RBAC's escalation check (``pkg/registry/rbac``): a ClusterRole is written only by one who holds every
+        permission it grants or may ``escalate`` it; a binding only by one who holds its role's or may ``bind`` it.
+        ``system:masters`` always may. A PATCH is judged by ``escalate``/``bind`` alone (the region does not work out
+        the patched role first), which only those two verbs' holders and the masters ever send here."""
+        if MASTERS in user.groups:
+            return
+        body = _object(request) if attrs.verb != "patch" else {}
+        binding = attrs.resource == "clusterrolebindings"
+        name = str(((body.get("roleRef") or {}).get("name") if binding else (body.get("metadata") or {}).get("name"))
+                   or attrs.name)
+        verb = "bind" if binding else "escalate"
+        if allowed(stored, user, Attributes(verb, "rbac.authorization.k8s.io", "clusterroles", name=name)):
+            return
+        if binding:
+            found = role_rules(stored, name)
+            if found is None:  # kube cannot work out what the binding grants: it refuses it
+                raise ApiError(404, "NotFound", f'clusterroles.rbac.authorization.k8s.io "{name}" not found',
+                               {"name": name, "group": "rbac.authorization.k8s.io", "kind": "clusterroles"})
+            rules = found
+        else:
+            rules = list(body.get("rules") or [])
+        missing = [rule for rule in rules if attrs.verb == "patch" or not _held(stored, user, rule)]
+        if missing or (attrs.verb == "patch"):
+            what = f'{attrs.resource}.rbac.authorization.k8s.io "{attrs.name or name}"'
+            error = ApiError(403, "Forbidden", f"{what} is forbidden: user \"{user.name}\" (groups={list(user.groups)}) is "
+                             f"attempting to grant RBAC permissions not currently held:\n" +
+                             "\n".join(json.dumps(r, sort_keys=True) for r in missing))
+            self.decisions.add(cluster, user, Attributes(verb, "rbac.authorization.k8s.io", "clusterroles", name=name), False)
+            raise error
 
 
     def _impersonated(self, stored: Any, cluster: str, user: User, request: Any) -> User:
         """``kubectl --as``: the user (and groups) named, when RBAC lets the caller impersonate them (403 otherwise);
         a service account's user is in its groups, and everyone but the anonymous in ``system:authenticated``."""
         name = str(request.headers.get("Impersonate-User"))
-        groups = [str(g) for g in request.headers.getlist("Impersonate-Group")]
+        # a WSGI server joins a repeated header's values with commas (kubectl sends one header a group)
+        groups = [g.strip() for h in request.headers.getlist("Impersonate-Group") for g in str(h).split(",") if g.strip()]
         asked = [Attributes("impersonate", "", "serviceaccounts", namespace=name.split(":")[2], name=name.split(":")[3])
                  if name.startswith("system:serviceaccount:") and name.count(":") == 3 else
                  Attributes("impersonate", "", "users", name=name), *[Attributes("impersonate", "", "groups", name=g) for g in groups]]
@@ -294,6 +341,34 @@ class Gate:
         if name != ANONYMOUS:
             groups.append(AUTHENTICATED)
         return User(name, tuple(dict.fromkeys(groups)))
+
+
+def _held(stored: Any, user: User, rule: Mapping[str, Any]) -> bool:
+    """Whether ``user`` holds every permission ``rule`` grants (a ``*`` only by a ``*`` of its own)."""
+    verbs = rule.get("verbs") or []
+    if rule.get("nonResourceURLs"):
+        return all(allowed(stored, user, Attributes(v, path=u)) for v in verbs for u in rule["nonResourceURLs"])
+    names = rule.get("resourceNames") or [""]
+    for verb in verbs:
+        for group in rule.get("apiGroups") or [""]:
+            for resource in rule.get("resources") or []:
+                main, _, sub = resource.partition("/")
+                if not all(allowed(stored, user, Attributes(verb, group, main, sub, "", name)) for name in names):
+                    return False
+    return True
+
+
+def _object(request: Any) -> dict[str, Any]:
+    from platformctl.emulator.server import protobuf
+
+    raw = request.get_data(cache=True)
+    if request.mimetype == protobuf.MEDIA_TYPE:
+        return protobuf.decode(raw)
+    try:
+        found = json.loads(raw or b"{}")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def request_attributes(method: str, endpoint: str, args: Mapping[str, Any], group: str, plural: str,

@@ -45,6 +45,12 @@ FEDERATION_NAMESPACE = "platformctl-federation"
 SYSTEM_NAMESPACE = "platformctl-system"
 ROTATION_SERVICE_ACCOUNT = "platformctl-rotation"
 ROTATION_GROUP = "platformctl:rotation"
+CANARY_LABEL = "platformctl.io/canary"  # e2e_canary.definitions.LABEL: on every namespace a canary makes
+CANARY_POLICY = "platformctl-canary-confined"
+_LABELLED = "has({o}.metadata.labels) && '" + CANARY_LABEL + "' in {o}.metadata.labels"
+CANARY_CONFINED = ("request.resource.resource == 'namespaces' ? "
+                   + _LABELLED.format(o="(request.operation == 'CREATE' ? object : oldObject)")
+                   + " : request.namespace != '' && " + _LABELLED.format(o="namespaceObject"))
 # The release tick's `pulumi up`: it applies this program's objects in every cluster of its stage (its access entry).
 DEPLOY_GROUP = "platformctl:deploy"
 PROGRAM_ROLES = ("platformctl:rotation", "platformctl:remediation", "platformctl:canary", "platformctl:deploy")
@@ -263,6 +269,7 @@ class ClusterObjects(pulumi.ComponentResource):
         ]
         self._cluster_role("canary", rules, {"kind": "ServiceAccount", "name": CANARY_RUNNER, "namespace": CANARY_NAMESPACE},
                            account)
+        self._canary_confined()
         config = k8s.core.v1.ConfigMap(
             f"{self._name}-canary-config", metadata=_meta(CANARY_RUNNER, CANARY_NAMESPACE),
             data={"kubeconfig": in_cluster_kubeconfig(runner.cluster),
@@ -272,6 +279,29 @@ class ClusterObjects(pulumi.ComponentResource):
         spec = pulumi.Output.from_input(runner.state_table).apply(lambda table: canary_runner_spec(runner, table))
         k8s.apps.v1.Deployment(f"{self._name}-canary-runner", metadata=_meta(CANARY_RUNNER, CANARY_NAMESPACE), spec=spec,
                                opts=self._opts(depends_on=[account, config]))
+
+    def _canary_confined(self) -> None:
+        """RBAC cannot say "only in namespaces it made": an admission policy does. Every write of the canary runner is
+        refused unless it is in (or is) a namespace carrying the canary label, which the runner sets on the namespaces it
+        makes and no other namespace has (it cannot label an existing one: an update is judged by the namespace as it
+        was). So it can neither start a pod in ``platformctl-system`` (nor use a service account of it: a pod's service
+        account is its namespace's) nor delete ``kube-system``."""
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{self._name}-canary-confined", metadata=_meta(CANARY_POLICY), opts=self._opts(),
+            spec={"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [  # every kind its ClusterRole lets it write
+                      {"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE", "DELETE"],
+                       "resources": resources} for group, resources in (
+                          ("", ["namespaces", "pods"]), ("apps", ["deployments", "deployments/scale", "replicasets",
+                                                                   "daemonsets"]),
+                          ("batch", ["jobs", "cronjobs"]), ("policy", ["poddisruptionbudgets"]))]},
+                  "matchConditions": [{"name": "the-canary-runner", "expression":
+                                       f"request.userInfo.username == 'system:serviceaccount:{CANARY_NAMESPACE}:{CANARY_RUNNER}'"}],
+                  "validations": [{"expression": CANARY_CONFINED, "reason": "Forbidden", "message":
+                                   f"the canary runner writes only in namespaces labelled {CANARY_LABEL}, which it makes"}]})
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{self._name}-canary-confined", metadata=_meta(CANARY_POLICY), opts=self._opts(depends_on=[policy]),
+            spec={"policyName": CANARY_POLICY, "validationActions": ["Deny"]})
 
     def _cluster_role(self, what: str, rules: list[dict[str, Any]], subject: dict[str, str],
                       account: pulumi.Resource | None = None) -> None:
@@ -312,6 +342,8 @@ class ClusterObjects(pulumi.ComponentResource):
             {"apiGroups": [FEDERATION_GROUP], "resources": ["memberclusters"], "verbs": [*write, "delete"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings"],
              "verbs": [*write, "delete"]},
+            {"apiGroups": ["admissionregistration.k8s.io"],
+             "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": [*write, "delete"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind", "escalate"],
              "resourceNames": list(PROGRAM_ROLES)},
         ]

@@ -224,7 +224,7 @@ class KubeAPI:
         cluster = self.clusters.get(name)
         if cluster is None:
             raise ApiError(404, "NotFound", f"no cluster {name!r} in this local region (it has {', '.join(sorted(self.clusters))})")
-        user = self.rbac.check(cluster.stored, name, endpoint, args, request)
+        user = self.rbac.check(cluster, name, endpoint, args, request)
         if endpoint == "access_review":
             return _json(rbac.access_review(cluster.stored, user, self._body(request)), 201)
         if endpoint == "health":

@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from platformctl.emulator.server.admission import admit
 from platformctl.emulator.server.network import FROM_NODE
 from platformctl.emulator.server.objects import ApiError
 
@@ -263,7 +264,10 @@ class Gate:
         self.authenticator = authenticator
         self.decisions = Decisions()
 
-    def check(self, stored: Any, cluster: str, endpoint: str, args: Mapping[str, Any], request: Any) -> User:
+    def check(self, state: Any, cluster: str, endpoint: str, args: Mapping[str, Any], request: Any) -> User:
+        """The caller of ``request`` to ``cluster`` (``state``, a ``ClusterState``), once authenticated, authorized
+        and admitted by the cluster's admission policies; ``ApiError`` (401, 403, the policy's code) otherwise."""
+        stored = state.stored
         if self.authenticator is None:
             return User("kubernetes-admin", (MASTERS, AUTHENTICATED))
         header = request.headers.get("Authorization", "")
@@ -289,6 +293,10 @@ class Gate:
             raise forbidden(user, attrs)
         if attrs.resource in ("clusterroles", "clusterrolebindings") and attrs.verb in ("create", "update", "patch"):
             self._no_escalation(stored, cluster, user, attrs, request)
+        if attrs.is_resource:
+            admit(stored, user.name, user.groups, attrs.verb, attrs.api_group, str(args.get("version", "")),
+                  attrs.resource, attrs.subresource, attrs.namespace, attrs.name, lambda: _object(request),
+                  lambda: _current(state, attrs), lambda ns: _namespace(state, ns))
         return user
 
     def _no_escalation(self, stored: Any, cluster: str, user: User, attrs: Attributes, request: Any) -> None:
@@ -356,6 +364,21 @@ def _held(stored: Any, user: User, rule: Mapping[str, Any]) -> bool:
                 if not all(allowed(stored, user, Attributes(verb, group, main, sub, "", name)) for name in names):
                     return False
     return True
+
+
+def _namespace(state: Any, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(state.get_namespace(name))
+    except Exception:  # no such namespace
+        return None
+
+
+def _current(state: Any, attrs: Attributes) -> dict[str, Any] | None:
+    """The object as the cluster holds it (a namespace, or a kind kept as written), for ``oldObject``."""
+    if attrs.resource == "namespaces":
+        return _namespace(state, attrs.name)
+    found = (state.stored.get(attrs.resource) or {}).get((attrs.namespace, attrs.name))
+    return dict(found) if found is not None else None
 
 
 def _object(request: Any) -> dict[str, Any]:

@@ -30,8 +30,8 @@ CANARY = ("platformctl-canary", "platformctl-canary-runner")
 def program_objects() -> list[dict[str, Any]]:
     """The dev stack's Kubernetes objects of one member cluster, as the program declares them."""
     run = declared("dev")
-    return [o for kind in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
-            for o in k8s_objects(run, CLUSTER, kind)]
+    return [o for kind in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                           "ValidatingAdmissionPolicyBinding") for o in k8s_objects(run, CLUSTER, kind)]
 
 
 class Cluster:
@@ -177,3 +177,30 @@ def test_the_ticks_deploy_applies_every_object_of_the_program_as_its_access_entr
              "subjects": [{"kind": "Group", "name": "platformctl:deploy"}]}
     assert client.post(f"/clusters/{cluster_name}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", json=admin,
                        headers=as_tick).status_code == 403
+
+
+def test_the_canary_runner_writes_only_in_the_namespaces_it_makes_and_labels(cluster: Cluster) -> None:
+    """RBAC lets the runner write namespaces, pods and workloads anywhere; the program's admission policy keeps it to
+    the namespaces carrying the canary label, so it cannot start a pod in platformctl-system (where the release
+    account's IAM role deploys the stage) nor delete kube-system."""
+    token = cluster.token(CANARY)
+    mine = {"metadata": {"name": "canary-web-1", "labels": {"platformctl.io/canary": "web"}}}
+    assert cluster.call("POST", "/api/v1/namespaces", token, mine).status_code == 201
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+    assert cluster.call("POST", "/api/v1/namespaces/canary-web-1/pods", token, pod).status_code == 201
+    escalation = {**pod, "spec": {**pod["spec"], "serviceAccountName": "platformctl-release"}}
+    refused = cluster.call("POST", "/api/v1/namespaces/platformctl-system/pods", token, escalation)
+    assert refused.status_code == 403
+    assert refused.json["message"] == (
+        "pods is forbidden: ValidatingAdmissionPolicy 'platformctl-canary-confined' with binding "
+        "'platformctl-canary-confined' denied request: the canary runner writes only in namespaces labelled "
+        "platformctl.io/canary, which it makes")
+    unlabelled = cluster.call("POST", "/api/v1/namespaces", token, {"metadata": {"name": "mine-too"}})
+    assert unlabelled.status_code == 403
+    for victim in ("kube-system", "platformctl-system"):
+        answer = cluster.call("DELETE", f"/api/v1/namespaces/{victim}", token)
+        assert answer.status_code == 403 and "platformctl-canary-confined" in answer.json["message"], victim
+        assert cluster.call("GET", f"/api/v1/namespaces/{victim}", None, node=False).status_code == 200
+    assert cluster.call("DELETE", "/api/v1/namespaces/canary-web-1", token).status_code == 200
+    # Anyone else is not held to it: the operator may still do what RBAC lets it.
+    assert cluster.call("POST", "/api/v1/namespaces/platformctl-system/pods", None, pod, node=False).status_code == 201

@@ -45,6 +45,7 @@ FEDERATION_NAMESPACE = "platformctl-federation"
 SYSTEM_NAMESPACE = "platformctl-system"
 ROTATION_SERVICE_ACCOUNT = "platformctl-rotation"
 ROTATION_GROUP = "platformctl:rotation"
+POD_SECURITY = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
 CANARY_LABEL = "platformctl.io/canary"  # e2e_canary.definitions.LABEL: on every namespace a canary makes
 CANARY_POLICY = "platformctl-canary-confined"
 _LABELLED = "has({o}.metadata.labels) && '" + CANARY_LABEL + "' in {o}.metadata.labels"
@@ -221,7 +222,10 @@ class ClusterObjects(pulumi.ComponentResource):
         return child(self, provider=self._provider, **kwargs)
 
     def _namespace(self, namespace: str) -> k8s.core.v1.Namespace:
-        return k8s.core.v1.Namespace(f"{self._name}-{namespace}", metadata=_meta(namespace), opts=self._opts())
+        """One of the program's namespaces, enforcing Pod Security "restricted" on every pod in it."""
+        meta = _meta(namespace)
+        meta["labels"].update(POD_SECURITY)
+        return k8s.core.v1.Namespace(f"{self._name}-{namespace}", metadata=meta, opts=self._opts())
 
     def _system_namespace(self) -> k8s.core.v1.Namespace:
         if self._system is None:
@@ -398,14 +402,20 @@ class ClusterObjects(pulumi.ComponentResource):
             opts=self._opts(depends_on=made))
 
 
+SCRATCH_LIMIT, SCRATCH_REQUEST = "2Gi", "512Mi"  # a candidate's sources and Pulumi's workspace, with room
+
+
 def scratch(pod: dict[str, Any]) -> None:
     """A writable place under a read-only root: the scratch volume at ``WORK_DIR`` as ``HOME`` (where the AWS CLI that
     the kubeconfig's ``aws eks get-token`` runs caches IRSA's web identity credentials), ``TMPDIR`` and the toolkit's
     own home (lock files, a candidate's extracted sources, Pulumi's workspace)."""
-    pod["volumes"].append({"name": "work", "emptyDir": {}})
+    pod["volumes"].append({"name": "work", "emptyDir": {"sizeLimit": SCRATCH_LIMIT}})
     for container in pod["containers"]:
         container["volumeMounts"].append({"name": "work", "mountPath": WORK_DIR})
         container["env"] += [{"name": name, "value": WORK_DIR} for name in ("HOME", "TMPDIR", "PLATFORMCTL_HOME")]
+        container["resources"]["requests"]["ephemeral-storage"] = SCRATCH_REQUEST
+    # Pod Security "restricted" (its namespaces enforce it): the runtime's default seccomp profile, never root.
+    pod["securityContext"] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 # A job's pod evicted by a drain (its own rotation's, remediation's, a node going away) did not fail: its Job makes

@@ -298,6 +298,10 @@ class SimulatedCluster:
         return self._pods.create_workload(kind, template, replicas, completions=completions, ttl_seconds=ttl_seconds,
                                           backoff_limit=backoff_limit, failure_rules=failure_rules)
 
+    def admit_pods(self, refuses: Callable[[Any], bool]) -> None:
+        """Ask ``refuses(controller)`` before a controller makes a pod (True: refused, and it said why)."""
+        self._pods.refuses = refuses
+
     def use_runtime(self, runtime: Runtime) -> None:
         """Run the containers of the pods ``runtime`` takes for real (the local region's kubelet)."""
         self._pods.runtime = runtime

@@ -207,8 +207,13 @@ class Workloads:
             self.cronjobs.check(obj)
         elif resource == "deployments":
             self.deployments.check(obj)
-        else:
-            self._start(workload)
+        else:  # kept first: its controller's first pods are admitted against the object as written (Pod Security)
+            self.objects[resource][(namespace, name)] = workload
+            try:
+                self._start(workload)
+            except BaseException:
+                del self.objects[resource][(namespace, name)]
+                raise
         self.objects[resource][(namespace, name)] = workload
         if resource == "cronjobs":
             self.cronjobs.start(workload)

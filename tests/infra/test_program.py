@@ -534,3 +534,23 @@ def test_the_host_clusters_nodes_reach_every_member_clusters_private_endpoint_on
                     if groups[f"{member.name}-nodes"].id == sg and r["protocol"] == "tcp"
                     and int(r["fromPort"]) <= 443 <= int(r["toPort"]) for g in r.get("securityGroups") or []}
         assert host_nodes <= admitted, (member.name, admitted)
+
+
+@stages
+def test_every_pod_the_program_runs_passes_pod_security_restricted_where_its_namespace_enforces_it(stage_name: str) -> None:
+    from platformctl.emulator.server.podsecurity import refusal, violations
+
+    stage, run = load_stage(stage_name), declared(stage_name)
+    for cluster in stage.clusters():
+        namespaces = {o["metadata"]["name"]: o for o in k8s_objects(run, cluster.name, "Namespace")}
+        assert all(o["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+                   for o in namespaces.values()), cluster.name
+        pods = [(o["metadata"], o["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+                for o in k8s_objects(run, cluster.name, "CronJob")]
+        pods += [(o["metadata"], o["spec"]["template"]["spec"]) for o in k8s_objects(run, cluster.name, "Deployment")]
+        assert pods, cluster.name
+        for meta, spec in pods:
+            assert violations(spec) == [], (cluster.name, meta["name"])
+            assert refusal(namespaces[meta["namespace"]], meta["name"], spec) is None
+            assert all(v["emptyDir"].get("sizeLimit") for v in spec["volumes"] if "emptyDir" in v), meta["name"]
+            assert all(c["resources"]["requests"].get("ephemeral-storage") for c in spec["containers"]), meta["name"]

@@ -74,9 +74,9 @@ class ControllerHost(Protocol):
         """The pod of that namespace and name, if there is one."""
         ...
 
-    def create_owned_pod(self, ctrl: Controller, node_name: str | None = None, name: str | None = None) -> Pod:
+    def create_owned_pod(self, ctrl: Controller, node_name: str | None = None, name: str | None = None) -> Pod | None:
         """A new pod from ``ctrl``'s template, owned by it: bound to ``node_name`` if given (a DaemonSet's), named
-        ``name`` if given (a StatefulSet's), else ``<controller>-<random suffix>``."""
+        ``name`` if given (a StatefulSet's), else ``<controller>-<random suffix>``; None when admission refused it."""
         ...
 
     def terminate_pod(self, pod: Pod) -> Pod:

@@ -18,7 +18,8 @@ def reconcile(host: ControllerHost, ctrl: Controller) -> None:
     if ctrl.failed_reason:
         return
     while ctrl.active + ctrl.terminating < ctrl.replicas and ctrl.succeeded + ctrl.active < ctrl.completions:
-        host.create_owned_pod(ctrl)
+        if host.create_owned_pod(ctrl) is None:  # admission refused it (its FailedCreate said why)
+            break
     if ctrl.succeeded >= ctrl.completions and not ctrl.done:
         ctrl.done = True
         ctrl.done_at = host.now()

@@ -16,7 +16,8 @@ def _deletion_rank(pod: Pod) -> tuple[Any, ...]:
 
 def reconcile(host: ControllerHost, ctrl: Controller) -> None:
     while ctrl.active < ctrl.replicas:
-        host.create_owned_pod(ctrl)
+        if host.create_owned_pod(ctrl) is None:  # admission refused it (its FailedCreate said why)
+            break
     while ctrl.active > ctrl.replicas:  # one at a time: each deletion re-enters this controller
         owned = (host.find_pod(k) for k in ctrl.pods)
         live = [p for p in owned if p is not None and p.deletion_time is None and not p.is_finished]

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from platformctl.emulator.server.podsecurity import ENFORCE
 from platformctl.emulator.sim_watch import Expired as SimExpired
 from platformctl.emulator.simulator import SimulatedCluster
 from platformctl.emulator.workloads import Workload
@@ -196,6 +197,29 @@ class ClusterState:
 
         self.recorder = EventRecorder(sim)
         self.changes = ChangeLog(sim)
+        self._refused: set[tuple[str, str]] = set()  # (controller uid, why): said once, as FailedCreate
+        sim.admit_pods(self._refuses)
+
+    def _refuses(self, ctrl: Any) -> bool:
+        """Pod Security admission of a controller's new pod: its namespace's level against the controller's
+        template as written; a refusal is the controller's ``FailedCreate`` event."""
+        from platformctl.emulator.server.podsecurity import refusal
+        from platformctl.emulator.workloads import PLURAL_OF_SIM_KIND
+
+        namespace = self.namespaces.get(ctrl.namespace)
+        if not (((namespace or {}).get("metadata") or {}).get("labels") or {}).get(ENFORCE):
+            return False
+        found = self.objects.objects.get(PLURAL_OF_SIM_KIND.get(ctrl.kind, ""), {}).get((ctrl.namespace, ctrl.name))
+        spec = ((found.obj.get("spec") or {}).get("template") or {}).get("spec") or {} if found is not None else {}
+        why = refusal(namespace, f"{ctrl.name}-", spec)
+        if why is None:
+            return False
+        if (ctrl.uid, why) not in self._refused:
+            self._refused.add((ctrl.uid, why))
+            api = RESOURCES[PLURAL_OF_SIM_KIND[ctrl.kind]].api_version
+            self.sim.workload_event(api, ctrl.kind, ctrl.namespace, ctrl.name, ctrl.uid, "FailedCreate",
+                                    f"Error creating: {why}", f"{ctrl.kind.lower()}-controller")
+        return True
 
     @property
     def name(self) -> str:
@@ -334,6 +358,11 @@ class ClusterState:
             raise already_exists(res.plural, name, res.group) from None
 
     def create_pod(self, namespace: str, obj: dict[str, Any]) -> Pod:
+        from platformctl.emulator.server.podsecurity import refusal
+
+        why = refusal(self.namespaces.get(namespace), str((obj.get("metadata") or {}).get("name", "")), obj.get("spec") or {})
+        if why is not None:
+            raise ApiError(403, "Forbidden", why, {"name": str((obj.get("metadata") or {}).get("name", "")), "kind": "pods"})
         return self._create(RESOURCES["pods"], namespace, obj, parse_pod, self.sim.create_pod)
 
     def create_pdb(self, namespace: str, obj: dict[str, Any]) -> PodDisruptionBudget:

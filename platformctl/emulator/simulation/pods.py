@@ -96,6 +96,8 @@ class PodRoom:
         self.namespaces: dict[str, dict[str, str]] = {}  # the namespaces clients made, with their labels
         self.job_done_hooks: list[Callable[[str], None]] = []  # called with a Job controller's uid when it completes
         self.runtime: Runtime | None = None  # what runs some pods' containers for real (the local region's kubelet)
+        # Admission of a controller's new pod (the local region's Pod Security): True refuses it (and has said why).
+        self.refuses: Callable[[Controller], bool] | None = None
 
     # ------------------------------------------------------------------ what the controllers call (ControllerHost)
 
@@ -109,7 +111,9 @@ class PodRoom:
     def find_pod(self, key: PodKey) -> Pod | None:
         return self.w.pods.get(key)
 
-    def create_owned_pod(self, ctrl: Controller, node_name: str | None = None, name: str | None = None) -> Pod:
+    def create_owned_pod(self, ctrl: Controller, node_name: str | None = None, name: str | None = None) -> Pod | None:
+        if self.refuses is not None and self.refuses(ctrl):
+            return None  # admission refused it: the controller tries again at its next reconcile
         w = self.w
         if name is None:
             name = f"{ctrl.name}-{w.suffix()}"

@@ -65,22 +65,22 @@ def group_arn(region: str) -> str:
     return f"arn:aws:autoscaling:{region}:*:autoScalingGroup:*:autoScalingGroupName/*"
 
 
-def rotation(stage: str, region: str, table: Any) -> list[Grant]:
-    """The scheduled rotation (and the tick's rotations): read groups and instances, surge and retire in the stage."""
+def _node_groups(tag: str, value: str, whose: str, region: str, table: Any) -> list[Grant]:
     return [Grant(ASG_READS + EC2_READS, what="describe groups, their instances and scaling activities, instances "
                   "and launch template versions"),
-            Grant(ASG_WRITES, (group_arn(region),), tagged(STAGE_TAG, stage),
-                  what="set desired capacity and terminate an instance, in groups tagged with the stage"),
+            Grant(ASG_WRITES, (group_arn(region),), tagged(tag, value),
+                  what=f"set desired capacity and terminate an instance, in {whose}"),
             Grant(STATE_ACTIONS, (table,), what="the stage's state table")]
+
+
+def rotation(stage: str, region: str, table: Any) -> list[Grant]:
+    """The scheduled rotation (and the tick's rotations): read groups and instances, surge and retire in the stage."""
+    return _node_groups(STAGE_TAG, stage, "groups tagged with the stage", region, table)
 
 
 def remediation(cluster: str, region: str, table: Any) -> list[Grant]:
     """A cluster's remediation: the same as a rotation's, only on that cluster's own groups (it surges, then retires)."""
-    return [Grant(ASG_READS + EC2_READS, what="describe groups, their instances and scaling activities, instances "
-                  "and launch template versions"),
-            Grant(ASG_WRITES, (group_arn(region),), tagged(CLUSTER_TAG, cluster),
-                  what="set desired capacity and terminate an instance, in its own cluster's groups"),
-            Grant(STATE_ACTIONS, (table,), what="the stage's state table")]
+    return _node_groups(CLUSTER_TAG, cluster, "its own cluster's groups", region, table)
 
 
 def canary(table: Any) -> list[Grant]:

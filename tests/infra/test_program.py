@@ -338,7 +338,8 @@ def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_
     assert container["envFrom"] == [{"secretRef": {"name": "platformctl-pulumi"}}]
     # It rotates the stage in its own process: it asks for what a whole rotation of a 3,000-node, 130,000-pod cluster
     # took at its peak with a fifth more (853 MiB, benchmarks/rotate_run_memory.py, docs/benchmarks.md) and may use 1.8x.
-    assert container["resources"] == {"requests": {"cpu": "250m", "memory": "1024Mi"}, "limits": {"memory": "1536Mi"}}
+    assert container["resources"] == {"requests": {"cpu": "250m", "memory": "1024Mi", "ephemeral-storage": "512Mi"},
+                                      "limits": {"memory": "1536Mi"}}
     # The ConfigMap's files, mounted where the args say: the checkout's pipeline, which the tick's parser takes, each
     # stage's rotation policy beside it, and a kubeconfig of the stage's clusters.
     [configmap] = [o for o in k8s_objects(run, host, "ConfigMap") if o["metadata"]["name"] == "platformctl-release"]

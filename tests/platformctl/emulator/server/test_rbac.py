@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
+from infra.materialize import _plain  # the engine's floats as the provider sends them: integers
 from platformctl.emulator.server.iam import Issuers
 from platformctl.emulator.server.kubeapi import KubeAPI
 from platformctl.emulator.server.objects import ClusterState
@@ -114,17 +115,6 @@ def test_the_operator_is_the_stacks_creator_and_may_check_anyone_with_can_i(clus
     assert escalated.status_code == 403 and 'cannot impersonate resource "serviceaccounts"' in escalated.json["message"]
 
 
-def _ints(value: Any) -> Any:
-    """Pulumi's mock engine hands numbers over as floats; the provider sends the schema's integers."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _ints(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_ints(v) for v in value]
-    return value
-
-
 def _path(obj: dict[str, Any]) -> str:
     from platformctl.kernel.cluster.apiobjects import PLURAL_OF_KIND, RESOURCES
 
@@ -149,7 +139,7 @@ def test_the_ticks_deploy_applies_every_object_of_the_program_as_its_access_entr
                             authenticator=Authenticator(Issuers(), lambda c: ISSUER, lambda c: [], lambda c: {}, time.time)))
     kinds = ("Namespace", "PriorityClass", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
              "ServiceAccount", "ConfigMap", "CronJob", "Deployment")
-    objects = [_ints(o) for kind in kinds for o in k8s_objects(run, cluster_name, kind)]
+    objects = [_plain(o) for kind in kinds for o in k8s_objects(run, cluster_name, kind)]
     # The operator's first `pulumi up` made the deploy's own role and binding (what lets the tick in at all).
     for obj in objects:
         if obj["metadata"]["name"] == "platformctl:deploy":
@@ -202,5 +192,8 @@ def test_the_canary_runner_writes_only_in_the_namespaces_it_makes_and_labels(clu
         assert answer.status_code == 403 and "platformctl-canary-confined" in answer.json["message"], victim
         assert cluster.call("GET", f"/api/v1/namespaces/{victim}", None, node=False).status_code == 200
     assert cluster.call("DELETE", "/api/v1/namespaces/canary-web-1", token).status_code == 200
-    # Anyone else is not held to it: the operator may still do what RBAC lets it.
-    assert cluster.call("POST", "/api/v1/namespaces/platformctl-system/pods", None, pod, node=False).status_code == 201
+    # Anyone else is not held to it: the operator may still do what RBAC (and the namespace's Pod Security) lets it.
+    locked = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+              "seccompProfile": {"type": "RuntimeDefault"}}
+    tight = {**pod, "spec": {"containers": [{**pod["spec"]["containers"][0], "securityContext": locked}]}}
+    assert cluster.call("POST", "/api/v1/namespaces/platformctl-system/pods", None, tight, node=False).status_code == 201

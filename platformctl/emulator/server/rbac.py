@@ -179,6 +179,7 @@ class Authenticator:
         self.access_entries = access_entries  # cluster -> its EKS access entries ({principalArn, kubernetesGroups})
         self.service_accounts = service_accounts  # cluster -> its ServiceAccounts
         self.now = now  # the region's time (a service account token's expiry)
+        self._verified: dict[str, dict[str, Any]] = {}  # token -> its claims, once its signature was checked
 
     def user(self, cluster: str, header: str) -> User | None:
         token = header[7:].strip() if header.lower().startswith("bearer ") else ""
@@ -191,10 +192,16 @@ class Authenticator:
         return self._service_account(cluster, token)
 
     def _service_account(self, cluster: str, token: str) -> User | None:
-        try:
-            claims = self.issuers.verify(token)
-        except ValueError:
-            return None
+        known = self._verified.get(token)  # a token is verified once (a runner sends the same one hundreds of times)
+        if known is None:
+            try:
+                known = self.issuers.verify(token)
+            except ValueError:
+                return None
+            if len(self._verified) >= KEPT:
+                self._verified.clear()
+            self._verified[token] = known
+        claims = known
         audiences = claims.get("aud") if isinstance(claims.get("aud"), list) else [claims.get("aud")]
         if claims.get("iss") != self.issuer_of(cluster) or API_AUDIENCE not in audiences or \
                 float(claims.get("exp", 0)) <= self.now():

@@ -201,8 +201,9 @@ class Authenticator:
             if len(self._verified) >= KEPT:
                 self._verified.clear()
             self._verified[token] = known
-        claims = known
-        audiences = claims.get("aud") if isinstance(claims.get("aud"), list) else [claims.get("aud")]
+        claims: dict[str, Any] = known
+        aud = claims.get("aud")
+        audiences = [str(a) for a in aud] if isinstance(aud, list) else [str(aud)]
         if claims.get("iss") != self.issuer_of(cluster) or API_AUDIENCE not in audiences or \
                 float(claims.get("exp", 0)) <= self.now():
             return None

@@ -15,7 +15,6 @@ given (an expression that uses them fails, and its failure policy decides).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
@@ -114,8 +113,3 @@ def _validate(policy: Mapping[str, Any], binding: Mapping[str, Any], activation:
         if fail:
             raise ApiError(403, "Forbidden", f"{what} is forbidden: {title} denied request: expression "
                            f"evaluation error: {exc}") from None
-
-
-def plain(obj: Any) -> Any:
-    """An object as JSON would carry it (CEL's values are made from JSON's)."""
-    return json.loads(json.dumps(obj, default=str)) if obj is not None else None

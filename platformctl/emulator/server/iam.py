@@ -35,7 +35,7 @@ import time
 import urllib.parse
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from platformctl.emulator.server.policy import Decision, Request, evaluate, trusts
@@ -456,7 +456,3 @@ def _respond(start_response: Any, status: int, body: str, content_type: str, cod
         ("Content-Type", content_type), ("Content-Length", str(len(data))), ("x-amzn-RequestId", str(uuid.uuid4())),
         ("x-amzn-ErrorType", code)])
     return [data]
-
-
-def refusals(decisions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [d for d in decisions if d["decision"] != Decision.ALLOWED.value]

@@ -8,7 +8,9 @@ User Guide, Service Authorization Reference for Auto Scaling, EC2, EKS and Dynam
   resource carries the stage's tag (``aws:ResourceTag/platformctl.io/stage``), or for a cluster's remediation, the
   cluster's own tag (``aws:ResourceTag/platformctl.io/cluster``): no job reaches another stage's groups or any group
   this program did not make;
-- the state store's actions are on the stage's own table (and the tick's on the shared ledger's too).
+- the state store's actions are on the stage's own table; the tick's on the shared ledger's table too, where it writes
+  only the partition keys a stage's tick writes (``dynamodb:LeadingKeys``, ``ledger_keys``): never another stage's
+  lease or deploy records, nor the candidates an operator's ``release start`` records.
 
 The tick's deploy (``pulumi up`` on its own stage, which a candidate changes only in its images, its Kubernetes
 version and its components) may make a launch template's new version, point a group at it and take a cluster one
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.components.common import CLUSTER_TAG, STAGE_TAG
+from platformctl.kernel.state.dynamodb import lease_key, registry_keys, stream_key
 
 ASG_READS = ("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
              "autoscaling:DescribeScalingActivities")
@@ -37,6 +40,8 @@ ASG_WRITES = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceIn
 # of a condition check on the lease item and a put; listing streams is a query of the registry, never a scan.
 STATE_ACTIONS = ("dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
                  "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:ConditionCheckItem")
+STATE_READS = ("dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query")
+STATE_WRITES = tuple(a for a in STATE_ACTIONS if a not in STATE_READS)
 # What the tick's deploy of a candidate changes (infra/deploy.py): a launch template's new default version, its group
 # on it, the control plane's version; and the reads Pulumi makes of what it changed.
 DEPLOY_READS = ("ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions",
@@ -53,7 +58,7 @@ class Grant:
 
     actions: tuple[str, ...]
     resources: tuple[Any, ...] = ("*",)
-    condition: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    condition: Mapping[str, Mapping[str, str | tuple[str, ...]]] = field(default_factory=dict)
     what: str = ""  # the table's words for it
 
 
@@ -94,10 +99,20 @@ def backend_bucket(backend: str) -> str | None:
     return backend.removeprefix("s3://").split("?")[0].split("/")[0] or None
 
 
+def ledger_keys(stage: str) -> tuple[str, ...]:
+    """The partition keys a ``stage``'s tick writes in the ledger's table (release_pipeline.ledger's streams in the
+    store's layout): the entries, the checkpoints, the instances rotations saw booting a candidate, the stream registry,
+    and its own stage's deploy records and lease."""
+    streams = ("release/ledger", "release/state", "release/boots/*", f"release/deploys/{stage}")
+    return (*(stream_key(s) for s in streams), lease_key(f"release/tick/{stage}"), *registry_keys("release/"))
+
+
 def release_tick(stage: str, region: str, table: Any, ledger: str, backend: str) -> list[Grant]:
     """The tick: the rotation's grants, the shared ledger's table, and its deploy of a candidate."""
     grants = [*rotation(stage, region, table),
-              Grant(STATE_ACTIONS, (ledger,), what="the release ledger's table, which every stage's tick shares"),
+              Grant(STATE_READS, (ledger,), what="read the release ledger's table, which every stage's tick shares"),
+              Grant(STATE_WRITES, (ledger,), {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ledger_keys(stage)}},
+                    what="write there: entries, checkpoints, boots, and the stage's own deploy records and lease"),
               Grant(DEPLOY_READS, what="describe launch templates and groups (the deploy's reads)"),
               Grant(TEMPLATE_WRITES, (f"arn:aws:ec2:{region}:*:launch-template/*",), tagged(STAGE_TAG, stage),
                     what="a new launch template version, made the default, in templates tagged with the stage"),
@@ -115,7 +130,8 @@ def release_tick(stage: str, region: str, table: Any, ledger: str, backend: str)
 def statement(grant: Grant, resources: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"Effect": "Allow", "Action": sorted(grant.actions), "Resource": list(resources)}
     if grant.condition:
-        out["Condition"] = {op: dict(keys) for op, keys in grant.condition.items()}
+        out["Condition"] = {op: {k: list(v) if isinstance(v, tuple) else v for k, v in keys.items()}
+                            for op, keys in grant.condition.items()}
     return out
 
 
@@ -124,6 +140,12 @@ def document(grants: Sequence[Grant], resolved: Sequence[Sequence[str]] | None =
     resources = resolved if resolved is not None else [[str(r) for r in g.resources] for g in grants]
     return json.dumps({"Version": "2012-10-17", "Statement": [
         statement(g, r) for g, r in zip(grants, resources, strict=True) if g.actions]})
+
+
+def _holds(key: str, value: str | tuple[str, ...]) -> str:
+    if isinstance(value, tuple):
+        return f"every `{key}` is one of " + ", ".join(f"`{v}`" for v in value)
+    return f"`{key}` = `{value}`"
 
 
 def table() -> str:
@@ -138,7 +160,7 @@ def table() -> str:
         for i, grant in enumerate(grants):
             where = ", ".join(f"`{r}`" for r in grant.resources)
             if grant.condition:
-                where += " where " + ", ".join(f"`{k}` = `{v}`" for keys in grant.condition.values() for k, v in keys.items())
+                where += " where " + ", ".join(_holds(k, v) for keys in grant.condition.values() for k, v in keys.items())
             lines.append(f"| {job if i == 0 else ''} | {grant.what} | {', '.join(f'`{a}`' for a in sorted(grant.actions))} "
                          f"| {where} |")
     return "\n".join(lines) + "\n"

@@ -48,6 +48,7 @@ ROTATION_GROUP = "platformctl:rotation"
 POD_SECURITY = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
 CANARY_LABEL = "platformctl.io/canary"  # e2e_canary.definitions.LABEL: on every namespace a canary makes
 CANARY_POLICY = "platformctl-canary-confined"
+NETWORK_POLICY = "platformctl-jobs"
 _LABELLED = "has({o}.metadata.labels) && '" + CANARY_LABEL + "' in {o}.metadata.labels"
 CANARY_CONFINED = ("request.resource.resource == 'namespaces' ? "
                    + _LABELLED.format(o="(request.operation == 'CREATE' ? object : oldObject)")
@@ -230,7 +231,16 @@ class ClusterObjects(pulumi.ComponentResource):
     def _system_namespace(self) -> k8s.core.v1.Namespace:
         if self._system is None:
             self._system = self._namespace(SYSTEM_NAMESPACE)
+            self._network_policy(SYSTEM_NAMESPACE, self._system)
         return self._system
+
+    def _network_policy(self, namespace: str, made: k8s.core.v1.Namespace, metrics_port: int | None = None) -> None:
+        """The jobs' pods (and the canary runner's) reach only what they call: the cluster's DNS, and HTTPS (their
+        clusters' API servers and AWS's endpoints, neither at addresses known in advance); nothing reaches them but,
+        for the runner, Prometheus on its metrics port."""
+        k8s.networking.v1.NetworkPolicy(
+            f"{self._name}-{namespace}-policy", metadata=_meta(NETWORK_POLICY, namespace),
+            spec=network_policy_spec(metrics_port), opts=self._opts(depends_on=[made]))
 
     def _remediation(self, remediation: Remediation) -> None:
         namespace = self._system_namespace()
@@ -258,6 +268,7 @@ class ClusterObjects(pulumi.ComponentResource):
                              spec=spec, opts=self._opts(depends_on=[account, config]))
 
     def _canary_runner(self, runner: CanaryRunner, namespace: k8s.core.v1.Namespace) -> None:
+        self._network_policy(CANARY_NAMESPACE, namespace, runner.metrics_port)
         account = k8s.core.v1.ServiceAccount(
             f"{self._name}-canary-runner", opts=self._opts(depends_on=[namespace]),
             metadata=pulumi.Output.from_input(runner.role_arn).apply(
@@ -348,6 +359,7 @@ class ClusterObjects(pulumi.ComponentResource):
              "verbs": [*write, "delete"]},
             {"apiGroups": ["admissionregistration.k8s.io"],
              "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": [*write, "delete"]},
+            {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": [*write, "delete"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind", "escalate"],
              "resourceNames": list(PROGRAM_ROLES)},
         ]
@@ -506,6 +518,18 @@ def remediation_cronjob_spec(cluster: str, image: str, schedule: str, state_tabl
     return _cronjob_spec("platformctl-remediate", REMEDIATION_SERVICE_ACCOUNT, REMEDIATION_CONFIG, image, schedule, args,
                          region, starting_deadline=120, failed_history=5, cpu="100m", memory="192Mi", limit="384Mi",
                          active_deadline=3600)
+
+
+def network_policy_spec(metrics_port: int | None = None) -> dict[str, Any]:
+    """Every pod of the namespace: egress to the cluster's DNS (kube-dns in kube-system, UDP and TCP 53) and to TCP 443
+    anywhere; ingress from nowhere, or only to ``metrics_port`` when one is given."""
+    dns = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                   "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+           "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    https = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 443}]}
+    ingress = [] if metrics_port is None else [{"from": [{"namespaceSelector": {}}],
+                                                "ports": [{"protocol": "TCP", "port": metrics_port}]}]
+    return {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": ingress, "egress": [dns, https]}
 
 
 def canary_runner_spec(runner: CanaryRunner, state_table: str) -> dict[str, Any]:

@@ -555,3 +555,20 @@ def test_every_pod_the_program_runs_passes_pod_security_restricted_where_its_nam
             assert refusal(namespaces[meta["namespace"]], meta["name"], spec) is None
             assert all(v["emptyDir"].get("sizeLimit") for v in spec["volumes"] if "emptyDir" in v), meta["name"]
             assert all(c["resources"]["requests"].get("ephemeral-storage") for c in spec["containers"]), meta["name"]
+
+
+@stages
+def test_every_namespace_the_program_runs_pods_in_lets_them_reach_dns_and_https_only(stage_name: str) -> None:
+    stage, run = load_stage(stage_name), declared(stage_name)
+    for cluster in stage.clusters():
+        policies = {o["metadata"]["namespace"]: o["spec"] for o in k8s_objects(run, cluster.name, "NetworkPolicy")}
+        pods = [(o["metadata"]["namespace"], o["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+                for o in k8s_objects(run, cluster.name, "CronJob")]
+        pods += [(o["metadata"]["namespace"], o["spec"]["template"]["spec"]) for o in k8s_objects(run, cluster.name, "Deployment")]
+        for namespace, spec in pods:
+            policy = policies[namespace]  # every pod is selected: nothing unpoliced in a namespace with the program's pods
+            assert policy["podSelector"] == {} and policy["policyTypes"] == ["Ingress", "Egress"], (cluster.name, namespace)
+            served = {p["containerPort"] for c in spec["containers"] for p in c.get("ports", [])}
+            assert {p["port"] for rule in policy["ingress"] for p in rule["ports"]} == served, (cluster.name, namespace)
+            egress = {(p["protocol"], p["port"]) for rule in policy["egress"] for p in rule["ports"]}
+            assert egress == {("UDP", 53), ("TCP", 53), ("TCP", 443)}, (cluster.name, namespace)

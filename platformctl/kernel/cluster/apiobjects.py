@@ -100,12 +100,14 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
              ("create", "delete", "get", "list")),
     Resource("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io", "v1",
              False, ("create", "delete", "get", "list")),
+    Resource("networkpolicies", "NetworkPolicy", "networking.k8s.io", "v1", True, ("create", "delete", "get", "list"),
+             ("netpol",)),
 )}
 # The same events as events.k8s.io/v1 serves them (RESOURCES is keyed by plural, so it lives beside it).
 EVENTS_V1 = Resource("events", "Event", "events.k8s.io", "v1", True, ("get", "list", "watch"), ("ev",))
 # Kinds the server keeps as written (no controller acts on them): what the Pulumi program applies besides namespaces and workloads.
 STORED = ("serviceaccounts", "configmaps", "secrets", "priorityclasses", "clusterroles", "clusterrolebindings",
-          "customresourcedefinitions", "validatingadmissionpolicies", "validatingadmissionpolicybindings")
+          "customresourcedefinitions", "validatingadmissionpolicies", "validatingadmissionpolicybindings", "networkpolicies")
 WORKLOADS = ("deployments", "replicasets", "daemonsets", "statefulsets", "jobs", "cronjobs")
 def platform_invalid(exc: PlatformError, kind: str, name: str) -> ApiError:
     return invalid(kind, name, exc.field or "", exc.detail)

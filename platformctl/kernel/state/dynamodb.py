@@ -69,6 +69,21 @@ def _family(stream: str) -> str:
     return stream.split("/", 1)[0]
 
 
+def stream_key(stream: str) -> str:
+    """The partition key of ``stream``'s records (``*`` in it matches any streams, as IAM's ``StringLike`` does)."""
+    return f"s#{stream}"
+
+
+def lease_key(lease: str) -> str:
+    """The partition key of the lease ``lease``."""
+    return f"l#{lease}"
+
+
+def registry_keys(stream: str) -> tuple[str, str]:
+    """The partition keys a stream's first record registers it under: its family's, and the list of families."""
+    return f"i#{_family(stream)}", "i#"
+
+
 def _name_key(stream: str) -> int:
     return int(hashlib.sha1(stream.encode()).hexdigest()[:12], 16)
 
@@ -141,7 +156,7 @@ class DynamoDBStore:
                     return mine
             seq = (last.seq if last else 0) + 1
             now = self.clock.now()
-            item = {"pk": {"S": f"s#{stream}"}, "sk": {"N": str(seq)}, "t": {"N": repr(now)}, "d": {"S": text},
+            item = {"pk": {"S": stream_key(stream)}, "sk": {"N": str(seq)}, "t": {"N": repr(now)}, "d": {"S": text},
                     "k": {"S": key}}
             if retain_seconds is not None:
                 item[TTL_ATTRIBUTE] = {"N": str(int(now + retain_seconds))}
@@ -189,18 +204,18 @@ class DynamoDBStore:
         """One of the stream's newest records, if it is the append made under ``key``."""
         kwargs: dict[str, Any] = {
             "TableName": self.table, "ConsistentRead": True, "ScanIndexForward": False, "Limit": 20,
-            "KeyConditionExpression": "pk = :pk", "ExpressionAttributeValues": {":pk": {"S": f"s#{stream}"}}}
+            "KeyConditionExpression": "pk = :pk", "ExpressionAttributeValues": {":pk": {"S": stream_key(stream)}}}
         for i in self._ddb.query(**kwargs)["Items"]:
             if i.get("k", {}).get("S") == key:
                 return Record(stream, int(i["sk"]["N"]), float(i["t"]["N"]), json.loads(i["d"]["S"]))
         return None
 
     def _register(self, stream: str) -> None:
-        family = _family(stream)
-        self._ddb.put_item(TableName=self.table, Item={"pk": {"S": f"i#{family}"}, "sk": {"N": str(_name_key(stream))},
+        family, families = registry_keys(stream)
+        self._ddb.put_item(TableName=self.table, Item={"pk": {"S": family}, "sk": {"N": str(_name_key(stream))},
                                                           "n": {"S": stream}})
-        self._ddb.update_item(TableName=self.table, Key={"pk": {"S": "i#"}, "sk": {"N": "0"}}, UpdateExpression="ADD f :f",
-                              ExpressionAttributeValues={":f": {"SS": [family]}})
+        self._ddb.update_item(TableName=self.table, Key={"pk": {"S": families}, "sk": {"N": "0"}}, UpdateExpression="ADD f :f",
+                              ExpressionAttributeValues={":f": {"SS": [_family(stream)]}})
 
     @_store_errors
     def append_many(self, stream: str, rows: Sequence[Mapping[str, Any]], *, fence: Lease | None = None,
@@ -217,7 +232,7 @@ class DynamoDBStore:
         items = []
         for data in rows:
             seq += 1
-            item = {"pk": {"S": f"s#{stream}"}, "sk": {"N": str(seq)}, "t": {"N": repr(now)},
+            item = {"pk": {"S": stream_key(stream)}, "sk": {"N": str(seq)}, "t": {"N": repr(now)},
                     "d": {"S": json.dumps(data, separators=(",", ":"), sort_keys=True)}, "k": {"S": uuid.uuid4().hex}}
             if retain_seconds is not None:
                 item[TTL_ATTRIBUTE] = {"N": str(int(now + retain_seconds))}
@@ -238,7 +253,7 @@ class DynamoDBStore:
         kwargs: dict[str, Any] = {
             "TableName": self.table, "ConsistentRead": True, "ScanIndexForward": False, "Limit": limit,
             "KeyConditionExpression": "pk = :pk AND sk < :before",
-            "ExpressionAttributeValues": {":pk": {"S": f"s#{stream}"}, ":before": {"N": str(before if before is not None
+            "ExpressionAttributeValues": {":pk": {"S": stream_key(stream)}, ":before": {"N": str(before if before is not None
                                                                                               else 2**62)}}}
         now = self.clock.now()
         items = self._ddb.query(**kwargs)["Items"]
@@ -250,7 +265,7 @@ class DynamoDBStore:
         kwargs: dict[str, Any] = {
             "TableName": self.table, "ConsistentRead": True, "ScanIndexForward": forward,
             "KeyConditionExpression": "pk = :pk AND sk > :after",
-            "ExpressionAttributeValues": {":pk": {"S": f"s#{stream}"}, ":after": {"N": str(after)}},
+            "ExpressionAttributeValues": {":pk": {"S": stream_key(stream)}, ":after": {"N": str(after)}},
         }
         while True:
             if limit is not None:
@@ -298,7 +313,7 @@ class DynamoDBStore:
     # ---------------------------------------------------------------- leases
 
     def _key(self, name: str) -> dict[str, Any]:
-        return {"pk": {"S": f"l#{name}"}, "sk": {"N": "0"}}
+        return {"pk": {"S": lease_key(name)}, "sk": {"N": "0"}}
 
     def _leases(self, ttl: float) -> Any:
         """The client lease calls go through: short timeouts for the TTL (botocore's default, 60 s to connect and 60 s

@@ -167,6 +167,50 @@ def test_a_job_writes_its_stages_table_only(account: Account, tmp_path: Path) ->
     assert ddb.scan(TableName="platformctl-prod")["Count"] == 0
 
 
+def test_a_stages_tick_writes_the_shared_ledger_but_no_other_stages_lease_or_deploys_nor_the_candidates(
+        account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from platformctl.kernel.state.base import StoreUnavailable
+    from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
+    from release_pipeline.ledger import CANDIDATES, DEPLOYS, Kind, Ledger, PipelineState, stage_lease
+
+    for key, value in {"AWS_ENDPOINT_URL": account.endpoint, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    create_table("platformctl-release", REGION)
+    prod = Ledger(DynamoDBStore("platformctl-release", region=REGION))
+    prod_lease = prod.store.acquire(stage_lease("prod"), "prod-tick", 600.0)  # prod's tick holds prod's lease
+    ledger_arn = f"arn:aws:dynamodb:{REGION}:123456789012:table/platformctl-release"
+    role = account.role("dev-release", "platformctl-system", "platformctl-release", access.release_tick(
+        "dev", REGION, f"arn:aws:dynamodb:{REGION}:123456789012:table/platformctl-dev", ledger_arn, "file:///state"))
+    keys = account.session(role, "platformctl-system", "platformctl-release", tmp_path).get_credentials()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys.secret_key)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", keys.token)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # boto3's default session keeps the keys it first found
+    dev = Ledger(DynamoDBStore("platformctl-release", region=REGION))
+    with dev.stage_leases("dev-tick", 60.0)("dev") as held:  # its own stage: the lease, fenced entries, all of it
+        assert held
+        dev.append("c-1", "dev", Kind.ENTER, 1.0, "entered")
+        dev.add_deploy("dev", {"at": 1.0, "candidate": "c-1", "lock_holder": "x"})
+        dev.add_boots("c-1", "dev", {"ami-1": ["i-1"]})
+        dev.checkpoint(dev.state())
+    assert [e.decision for _, e in dev.entries()] == [Kind.ENTER] and isinstance(dev.state(), PipelineState)
+    refused = []
+    for attempt in (lambda: dev.stage_leases("dev-tick", 60.0)("prod").__enter__(),  # prod's lease, held or not
+                    lambda: dev.store.release(prod_lease),
+                    lambda: dev.store.append(DEPLOYS + "prod", {"at": 2.0, "candidate": "c-1", "cleared": "x"}),
+                    lambda: dev.store.append(CANDIDATES, {"id": "c-forged"})):
+        with pytest.raises(StoreUnavailable) as exc:
+            attempt()
+        refused.append(str(exc.value))
+    assert all("AccessDeniedException" in r for r in refused), refused
+    assert prod.store.read(DEPLOYS + "prod") == [] and prod.store.read(CANDIDATES) == []
+    assert prod.store.lease(stage_lease("prod")) == prod_lease  # still prod's tick's, unchanged
+    assert [d["decision"] for d in account.gate.query(refused=True)] == ["implicitDeny"] * 4
+
+
 @pytest.mark.parametrize(("statement", "request_", "decision"), [
     # An explicit deny wins over any allow.
     ([{"Effect": "Allow", "Action": "ec2:*", "Resource": "*"},

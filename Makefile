@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast soak check bench clean
+.PHONY: demo test test-fast test-real-k8s real-k8s soak check bench clean
 
 # The installer is uv (pinned in constraints.txt; pip installs it, 1 s): it resolves, fetches and unpacks the pinned
 # set in about 7 s where pip takes 42 s here. The demo's commands compile what they import (about 3,800 of the
@@ -41,12 +41,22 @@ demo: $(STAMP)
 # run away from their clients.
 test: $(STAMP) $(COMPILED)
 	scripts/ensure-chromium
-	$(BIN)/python -m pytest -n 2 -m "not process"
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m process --durations=15
+	$(BIN)/python -m pytest -n 2 -m "not process and not real_k8s"
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "process and not real_k8s" --durations=15
 
 # The everyday loop: the in-process tests only (no local region server, no killed processes).
 test-fast: $(STAMP) $(COMPILED)
-	$(BIN)/python -m pytest -n 2 -m "not process and not slow"
+	$(BIN)/python -m pytest -n 2 -m "not process and not slow and not real_k8s"
+
+# The real control plane's binaries: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok at the
+# versions scripts/real-k8s/*/go.mod pin, built with Go from the Go module proxy into ~/.cache/platformctl/real-k8s
+# (PLATFORMCTL_REAL_K8S_CACHE), once per machine and pin: about 12 minutes cold on 2 cores, a second warm.
+real-k8s:
+	scripts/real-k8s/build.sh
+
+# The tests against that real control plane (tests/real_k8s).
+test-real-k8s: $(STAMP) $(COMPILED) real-k8s
+	$(BIN)/python -m pytest -m real_k8s tests/real_k8s --durations=10
 
 # The release pipeline's random model (tests/release_pipeline/model.py) over many seeded histories, on every core; a
 # failing seed is printed, and `$(BIN)/python -m tests.release_pipeline.model --seed S` replays it. HISTORIES=N to

@@ -1,0 +1,16 @@
+"""A real control plane per test module (``make test-real-k8s``): its binaries built once per machine and pin."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from platformctl.emulator.realk8s import ControlPlane, binaries
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane(tmp_path_factory.mktemp("real"), binaries()).start()
+    yield plane
+    assert plane.stop() == []  # each stopped on SIGTERM, none had to be killed

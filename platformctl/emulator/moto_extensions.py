@@ -17,6 +17,12 @@ launches from the new version fails moto's own assertion (a 500). ``stage deploy
 versions, so ``install()`` has the new version's user data parsed as ``CreateLaunchTemplate`` parses
 it. Data that is already parsed is left as it is, so a moto that fixes this makes it a no-op.
 
+It also ignores ``SourceVersion``, where EC2 makes the new version a copy of the source with only what
+``LaunchTemplateData`` names replaced ("the new version inherits the same launch parameters as the source version,
+except for parameters that you specify", CreateLaunchTemplateVersion in the EC2 API Reference): a version made from
+another with only a new image would launch instances of no type. ``install()`` merges the source's data under the
+given data, as EC2 does.
+
 EKS's ``UpdateClusterVersion`` (``POST /clusters/{name}/updates``) is not in moto either: ``stage deploy``
 calls it when a stack file's ``kubernetesVersion`` goes up. As EKS does, it takes a control plane one minor
 version up and refuses anything else (a skip, the same version, a downgrade) with
@@ -75,6 +81,29 @@ def _parsing_user_data(create_version: Any) -> Any:
 
     create_version_with_user_data.platformctl_patched = True  # type: ignore[attr-defined]  # a mark on a function object
     return create_version_with_user_data
+
+
+def _from_source_version(create: Any) -> Any:
+    def creating(self: Any) -> Any:
+        import copy
+
+        source = self._get_param("SourceVersion")
+        if source:
+            name, template_id = self._get_param("LaunchTemplateName"), self._get_param("LaunchTemplateId")
+            template = (self.ec2_backend.get_launch_template_by_name(name) if name
+                        else self.ec2_backend.get_launch_template(template_id))
+            base = copy.deepcopy(template.get_version(source).data)
+            given = self._get_param
+
+            def merged(key: str, default: Any = None) -> Any:
+                found = given(key, default)
+                return {**base, **(found or {})} if key == "LaunchTemplateData" else found
+
+            self._get_param = merged
+        return create(self)
+
+    creating.platformctl_patched = True  # type: ignore[attr-defined]
+    return creating
 
 
 def _minor(version: str) -> int:
@@ -352,6 +381,10 @@ def install() -> None:
 
     if not getattr(LaunchTemplate.create_version, "platformctl_patched", False):
         LaunchTemplate.create_version = _parsing_user_data(LaunchTemplate.create_version)
+    from moto.ec2.responses.launch_templates import LaunchTemplates
+
+    if not getattr(LaunchTemplates.create_launch_template_version, "platformctl_patched", False):
+        LaunchTemplates.create_launch_template_version = _from_source_version(LaunchTemplates.create_launch_template_version)
 
     import moto.eks.urls as eks_urls
     from moto.eks.responses import EKSResponse

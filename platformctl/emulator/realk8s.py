@@ -24,6 +24,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from platformctl.kernel import aws
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.nodeadm import WontJoin, read_user_data
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "real-k8s" / "build.sh"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -359,3 +362,71 @@ def _decoded(raw: bytes) -> Any:
         return json.loads(raw or b"null")
     except ValueError:
         return raw.decode(errors="replace")
+
+
+# ------------------------------------------------------------------------------------------------------------ kubelets
+
+
+class Kubelets:
+    """The kubelets of a cluster's EC2 instances, and the AWS cloud controller's node lifecycle: every ``period``
+    seconds, each running instance of an Auto Scaling group whose user data's NodeConfig names ``cluster`` is
+    registered as its kubelet registers it (``build_node``: its private DNS name, zone, instance type, the labels and
+    taints the user data asks for; an instance whose user data would not bring a kubelet up never registers), and the
+    node of an instance that is no longer running is deleted. The AWS is the command's environment's
+    (``AWS_ENDPOINT_URL``: moto)."""
+
+    def __init__(self, plane: ControlPlane, cluster: str, region: str, period: float = 1.0) -> None:
+        self.plane, self.cluster, self.region, self.period = plane, cluster, region, period
+        self.never_joined: dict[str, str] = {}  # instance id -> why its kubelet never registered
+        self._configs: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors: list[str] = []
+
+    def sync(self) -> None:
+        from platformctl.emulator.simulation.pools import build_node
+
+        asg, ec2 = aws.client("autoscaling", self.region), aws.client("ec2", self.region)
+        ids = [i["InstanceId"] for g in asg.describe_auto_scaling_groups()["AutoScalingGroups"] for i in g["Instances"]]
+        running = {}
+        if ids:
+            for r in ec2.describe_instances(InstanceIds=ids)["Reservations"]:
+                running.update({i["InstanceId"]: i for i in r["Instances"] if i["State"]["Name"] in ("pending", "running")})
+        nodes = {str(n["spec"].get("providerID", "")).rsplit("/", 1)[-1]: n["metadata"]["name"]
+                 for n in self.plane.get("/api/v1/nodes")[1]["items"]}
+        for iid, name in nodes.items():
+            if iid not in running:  # the cloud controller's node lifecycle: the instance is gone, so is its node
+                self.plane.request("DELETE", f"/api/v1/nodes/{name}")
+        for iid, instance in running.items():
+            if iid in nodes or iid in self.never_joined:
+                continue
+            raw = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData").get("UserData", {}).get("Value")
+            try:
+                config = read_user_data(raw)
+            except WontJoin as exc:
+                self.never_joined[iid] = str(exc)
+                continue
+            if config.cluster != self.cluster:
+                continue
+            node = build_node(name=instance["PrivateDnsName"], zone=instance["Placement"]["AvailabilityZone"],
+                              region=self.region, instance_type=instance["InstanceType"], instance_id=iid,
+                              labels=config.labels, taints=config.taints)
+            self.plane.register([node.to_kube()])
+
+    def start(self) -> Kubelets:
+        def loop() -> None:
+            while not self._stop.wait(self.period):
+                try:
+                    self.sync()
+                except Exception as exc:  # kept for the test to read; the next sync tries again
+                    self.errors.append(repr(exc))
+
+        self.sync()
+        self._thread = threading.Thread(target=loop, name=f"kubelets-{self.cluster}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()

@@ -105,6 +105,20 @@ def new_image_version(region: LocalRegion, template: str, image: str) -> None:
                                                            "UserData": user_data})
 
 
+def test_a_version_made_from_a_source_version_inherits_what_it_does_not_name_as_ec2s_do(region: LocalRegion) -> None:
+    ec2 = region.ec2()
+    name = f"{region.stage.member_clusters[0].name}-general"
+    source = ec2.describe_launch_template_versions(LaunchTemplateName=name, Versions=["$Latest"])[
+        "LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    ec2.create_launch_template(LaunchTemplateName="inherits", LaunchTemplateData=source)  # not the stage's own
+    ec2.create_launch_template_version(LaunchTemplateName="inherits", SourceVersion="$Latest",
+                                       LaunchTemplateData={"ImageId": "ami-12c6146b"})
+    data = ec2.describe_launch_template_versions(LaunchTemplateName="inherits", Versions=["2"])[
+        "LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    assert data == {**source, "ImageId": "ami-12c6146b"}
+    ec2.delete_launch_template(LaunchTemplateName="inherits")
+
+
 def test_terminated_instance_loses_its_node_and_the_replacement_boots_the_templates_image(region: LocalRegion) -> None:
     cluster = region.stage.member_clusters[0]
     pool = next(p for p in cluster.node_pools if p.name == "general")

@@ -267,16 +267,15 @@ class ControlPlane:
                             file=str(self.folder))
 
     def stop(self) -> list[str]:
-        """SIGTERM to every process, newest first (each exits on its own: etcd and the controller manager by the signal,
-        the scheduler and kwok with 1, as they do); SIGKILL to one still there after ``grace`` seconds. The ones killed."""
-        for process in reversed(list(self.processes.values())):
+        """SIGTERM to each process, newest first, each waited for before the next (the API server's clients gone before
+        it drains, etcd last): each exits on its own, etcd and the controller manager by the signal, the scheduler and
+        kwok with 1, as they do; one still there after ``grace`` seconds gets SIGKILL. The ones killed."""
+        killed = []
+        for component, process in reversed(list(self.processes.items())):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        killed = []
-        deadline = time.monotonic() + self.grace
-        for component, process in reversed(list(self.processes.items())):
             try:
-                process.wait(max(0.1, deadline - time.monotonic()))
+                process.wait(self.grace)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()

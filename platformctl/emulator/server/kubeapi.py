@@ -327,16 +327,16 @@ class KubeAPI:
         if request.method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {res.plural}")
         scope = (cluster.name, request.path, request.args.get("labelSelector"), request.args.get("fieldSelector"))
-        objects, rv, next_token = self.pages.page(scope, lambda: self._selected(cluster, res.plural, ns, request),
-                                                  request.args, str(cluster.sim.resource_version))
+        objects, rv, next_token, remaining = self.pages.page(
+            scope, lambda: self._selected(cluster, res.plural, ns, request), request.args, str(cluster.sim.resource_version))
         convert = _converter(cluster, res.plural)
         objects = [convert(o) for o in objects]  # only the page's
         if self._wants_table(request):
             return _json(table(res.plural, objects, cluster.now(), rv, request.args.get("includeObject", "Metadata"),
                                next_token))
         meta: dict[str, Any] = {"resourceVersion": rv}
-        if next_token:
-            meta["continue"] = next_token
+        if next_token:  # and, as etcd3's store, how many are left when no selector filters the list
+            meta.update({"continue": next_token, **({} if scope[2] or scope[3] else {"remainingItemCount": remaining})})
         return _json({"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta, "items": objects})
 
     def _item(self, cluster: ClusterState, res: Any, request: Request, name: str, ns: str | None) -> Response:
@@ -452,7 +452,8 @@ class KubeAPI:
         elif not isinstance(name, str) or len(name) > 253 or not NAME_RE.match(name):
             raise invalid(res.kind, str(name), "metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 subdomain '
                           "must consist of lower case alphanumeric characters, '-' or '.', and must start and end with "
-                          "an alphanumeric character", group=res.group)
+                          "an alphanumeric character (e.g. 'example.com', regex used for validation is "
+                          "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')", group=res.group)
         meta["name"] = name
         if res.plural == "namespaces":
             return _json(cluster.create_namespace(body), 201)

@@ -35,11 +35,11 @@ class Pages:
         self._lists: OrderedDict[tuple[Hashable, ...], tuple[list[Any], list[Any], bool]] = OrderedDict()
 
     def page(self, scope: tuple[Hashable, ...], listing: Callable[[], Listing], args: Mapping[str, str],
-             rv: str) -> tuple[list[Any], str, str]:
+             rv: str) -> tuple[list[Any], str, str, int]:
         """The objects of the page ``args`` asks for (``limit``, ``continue``) of the list ``scope`` names (the cluster,
         the kind, the namespace and the selectors), ``listing`` giving the objects as they are now (for a first page);
-        with the list's resource version and the token of the next page ("" after the last). A continue of a list not
-        kept is ``410 Expired``."""
+        with the list's resource version, the token of the next page ("" after the last) and how many objects the pages
+        after it hold (kube-apiserver's ``remainingItemCount``). A continue of a list not kept is ``410 Expired``."""
         token = args.get("continue")
         parsed: dict[str, Any] = {}
         if token:
@@ -71,17 +71,17 @@ class Pages:
         objects, keys = objects[done:], keys[done:]
         limit = args.get("limit")
         if not limit:
-            return objects, rv, ""
+            return objects, rv, "", 0
         try:
             n = int(limit)
         except ValueError:
             raise bad_request(f"limit: invalid value {limit!r}") from None
         if not 0 < n < len(objects):
             self._lists.pop((*scope, rv), None)  # the last page: the list is done with
-            return objects, rv, ""
+            return objects, rv, "", 0
         mark: dict[str, Any] = {"after": list(keys[n - 1])} if keyed else {"offset": done + n}
         self._lists[(*scope, rv)] = whole
         self._lists.move_to_end((*scope, rv))
         while len(self._lists) > self.keep:
             self._lists.popitem(last=False)
-        return objects[:n], rv, base64.urlsafe_b64encode(json.dumps({**mark, "rv": rv}).encode()).decode()
+        return objects[:n], rv, base64.urlsafe_b64encode(json.dumps({**mark, "rv": rv}).encode()).decode(), len(objects) - n

@@ -151,16 +151,32 @@ def allowed(stored: Mapping[str, Mapping[tuple[str, str], Mapping[str, Any]]], u
 
 
 def forbidden(user: User, attrs: Attributes) -> ApiError:
-    """kube-apiserver's 403 for it, word for word."""
+    """kube-apiserver's 403 for it, word for word (``responsewriters.forbiddenMessage`` in ``errors.NewForbidden``: the
+    group-qualified resource and name, then the resource with its subresource; a namespace's own requests are in
+    that namespace, as ``RequestInfoFactory`` makes them)."""
     if not attrs.is_resource:
         return ApiError(403, "Forbidden", f'forbidden: User "{user.name}" cannot {attrs.verb} path "{attrs.path}"')
     resource = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
-    what = f'{resource} "{attrs.name}"' if attrs.name else resource
-    where = f' in the namespace "{attrs.namespace}"' if attrs.namespace else ""
-    scope = "" if attrs.namespace else " at the cluster scope"
+    qualified = f"{attrs.resource}.{attrs.api_group}" if attrs.api_group else attrs.resource
+    what = f'{qualified} "{attrs.name}"' if attrs.name else qualified
+    namespace = attrs.namespace or (attrs.name if attrs.resource == "namespaces" else "")
+    where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
     return ApiError(403, "Forbidden", f'{what} is forbidden: User "{user.name}" cannot {attrs.verb} resource '
-                    f'"{resource}" in API group "{attrs.api_group}"{where or scope}',
+                    f'"{resource}" in API group "{attrs.api_group}"{where}',
                     {k: v for k, v in (("name", attrs.name), ("group", attrs.api_group), ("kind", attrs.resource)) if v})
+
+
+def go_quoted(values: Sequence[str]) -> str:
+    """A list of strings as Go's ``%q`` prints a ``[]string``: ``["a" "b"]``."""
+    return "[" + " ".join(json.dumps(v) for v in values) + "]"
+
+
+def compact_rule(rule: Mapping[str, Any]) -> str:
+    """``rbacv1helpers.CompactString``: the rule's non-empty fields in Go's order, each as ``%q``."""
+    parts = [f"{label}:{go_quoted(rule[key])}" for label, key in (
+        ("APIGroups", "apiGroups"), ("Resources", "resources"), ("NonResourceURLs", "nonResourceURLs"),
+        ("ResourceNames", "resourceNames"), ("Verbs", "verbs")) if rule.get(key)]
+    return "{" + ", ".join(parts) + "}"
 
 
 def unauthorized() -> ApiError:
@@ -329,12 +345,15 @@ class Gate:
             rules = found
         else:
             rules = list(body.get("rules") or [])
-        missing = [rule for rule in rules if attrs.verb == "patch" or not _held(stored, user, rule)]
+        missing = [m for rule in rules for m in (_breakdown(rule) if attrs.verb != "patch" else [rule])
+                   if attrs.verb == "patch" or not _held(stored, user, m)]
         if missing or (attrs.verb == "patch"):
-            what = f'{attrs.resource}.rbac.authorization.k8s.io "{attrs.name or name}"'
-            error = ApiError(403, "Forbidden", f"{what} is forbidden: user \"{user.name}\" (groups={list(user.groups)}) is "
-                             f"attempting to grant RBAC permissions not currently held:\n" +
-                             "\n".join(json.dumps(r, sort_keys=True) for r in missing))
+            # ConfirmNoEscalation: the missing rules broken down to one verb each, compacted by resource, sorted.
+            lines = sorted({compact_rule(r) for r in _compacted(missing)})
+            error = ApiError(403, "Forbidden", f'{attrs.resource}.rbac.authorization.k8s.io "{attrs.name or name}" is '
+                             f'forbidden: user "{user.name}" (groups={go_quoted(user.groups)}) is attempting to grant '
+                             "RBAC permissions not currently held:\n" + "\n".join(lines),
+                             {"name": attrs.name or name, "group": "rbac.authorization.k8s.io", "kind": attrs.resource})
             self.decisions.add(cluster, user, Attributes(verb, "rbac.authorization.k8s.io", "clusterroles", name=name), False)
             raise error
 
@@ -357,6 +376,35 @@ class Gate:
         if name != ANONYMOUS:
             groups.append(AUTHENTICATED)
         return User(name, tuple(dict.fromkeys(groups)))
+
+
+def _breakdown(rule: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``BreakdownRule``: one rule per group, resource, name and verb (a non-resource rule per URL and verb)."""
+    if rule.get("nonResourceURLs"):
+        return [{"nonResourceURLs": [u], "verbs": [v]} for u in rule["nonResourceURLs"] for v in rule.get("verbs") or []]
+    return [{"apiGroups": [g], "resources": [r], **({"resourceNames": [n]} if n else {}), "verbs": [v]}
+            for g in rule.get("apiGroups") or [""] for r in rule.get("resources") or []
+            for n in rule.get("resourceNames") or [""] for v in rule.get("verbs") or []]
+
+
+def _compacted(rules: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``CompactRules``: single-group, single-resource rules with no names merged into one rule per group and
+    resource, their verbs in the order met; the rest as they are."""
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    out: list[dict[str, Any]] = []
+    for rule in rules:
+        simple = (len(rule.get("apiGroups") or []) == 1 and len(rule.get("resources") or []) == 1
+                  and not rule.get("resourceNames") and not rule.get("nonResourceURLs"))
+        if not simple:
+            out.append(dict(rule))
+            continue
+        key = (rule["apiGroups"][0], rule["resources"][0])
+        if key in merged:
+            merged[key]["verbs"] += [v for v in rule.get("verbs") or [] if v not in merged[key]["verbs"]]
+        else:
+            merged[key] = {"apiGroups": [key[0]], "resources": [key[1]], "verbs": list(rule.get("verbs") or [])}
+            out.append(merged[key])
+    return out
 
 
 def _held(stored: Any, user: User, rule: Mapping[str, Any]) -> bool:

@@ -31,20 +31,25 @@ class ApiError(Exception):
         return body
 
 
+def details(name: str, group: str, kind: str) -> dict[str, Any]:
+    """A ``Status``'s details as kube-apiserver writes them: ``group`` left out when it is the core group's empty
+    name (``StatusDetails.Group`` is ``omitempty``)."""
+    return {"name": name, **({"group": group} if group else {}), "kind": kind}
+
+
 def not_found(resource: str, name: str, group: str = "") -> ApiError:
     what = f"{resource}.{group}" if group else resource
-    return ApiError(404, "NotFound", f'{what} "{name}" not found', {"name": name, "group": group, "kind": resource})
+    return ApiError(404, "NotFound", f'{what} "{name}" not found', details(name, group, resource))
 
 
 def already_exists(resource: str, name: str, group: str = "") -> ApiError:
     what = f"{resource}.{group}" if group else resource
-    return ApiError(409, "AlreadyExists", f'{what} "{name}" already exists', {"name": name, "group": group, "kind": resource})
+    return ApiError(409, "AlreadyExists", f'{what} "{name}" already exists', details(name, group, resource))
 
 
 def invalid(kind: str, name: str, field_path: str, message: str, reason: str = "FieldValueInvalid", group: str = "") -> ApiError:
     return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {field_path}: {message}', {
-        "name": name, "group": group, "kind": kind,
-        "causes": [{"reason": reason, "message": message, "field": field_path}],
+        **details(name, group, kind), "causes": [{"reason": reason, "message": message, "field": field_path}],
     })
 
 

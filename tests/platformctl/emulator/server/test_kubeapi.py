@@ -51,7 +51,7 @@ def test_discovery_lists_the_served_kinds_and_the_eviction_subresource(client: C
     assert "watch" in core["nodes"]["verbs"] and core["nodes"]["namespaced"] is False
     groups = {g["name"] for g in body(client.get(f"{R}/apis"))["groups"]}
     assert groups == {"apps", "batch", "policy", "scheduling.k8s.io", "rbac.authorization.k8s.io", "apiextensions.k8s.io",
-                      "events.k8s.io", "admissionregistration.k8s.io"}
+                      "events.k8s.io", "admissionregistration.k8s.io", "networking.k8s.io"}
     apps = {r["name"] for r in body(client.get(f"{R}/apis/apps/v1"))["resources"]}
     assert {"deployments", "daemonsets", "statefulsets", "replicasets"} <= apps
     openapi = body(client.get(f"{R}/openapi/v3"))["paths"]

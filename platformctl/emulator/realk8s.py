@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
-import os
 import signal
 import socket
 import ssl
@@ -44,13 +43,9 @@ SERVICE_RANGE = "10.96.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 
-def binaries(build: bool = True) -> Path:
-    """The folder of the pinned binaries: built by ``scripts/real-k8s/build.sh`` when missing (``build`` False: only
-    looked up; PlatformError when they are not built)."""
-    if not build:
-        found = os.environ.get("PLATFORMCTL_REAL_K8S_BIN")
-        if found and all((Path(found) / c).exists() for c in COMPONENTS):
-            return Path(found)
+def binaries() -> Path:
+    """The folder of the pinned binaries, built by ``scripts/real-k8s/build.sh`` when missing (a warm call is a hash
+    and a look); PlatformError when they cannot be built."""
     try:
         done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
     except OSError as exc:
@@ -160,6 +155,9 @@ class ControlPlane:
     bin: Path
     name: str = "real"
     grace: float = 15.0
+    # kube-apiserver's flags beyond the defaults here (the differential suite compacts etcd every 10 s, where EKS does
+    # every 5 minutes, so that a continue token or a watch from an old revision expires while it waits)
+    apiserver_args: tuple[str, ...] = ()
     port: int = 0
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     pki: Pki | None = None
@@ -223,7 +221,7 @@ class ControlPlane:
                 "--service-account-issuer", ISSUER, "--api-audiences", ISSUER,
                 "--service-account-key-file", str(p("sa.pub")), "--service-account-signing-key-file", str(p("sa.key")),
                 "--authorization-mode", "Node,RBAC", "--allow-privileged=true", "--profiling=false",
-                "--storage-media-type", "application/json"]
+                "--storage-media-type", "application/json", *self.apiserver_args]
 
     def _run(self, component: str, *args: str) -> None:
         log = (self.folder / f"{component}.log").open("ab")
@@ -313,9 +311,9 @@ class ControlPlane:
         return context
 
     def request(self, method: str, path: str, body: Any = None, token: str | None = None,
-                content_type: str = "application/json") -> tuple[int, Any]:
+                content_type: str = "application/json", accept: str = "application/json") -> tuple[int, Any]:
         """One call as the operator (or as the bearer of ``token``): the status and the decoded JSON body."""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         data = None
         if body is not None:
             data, headers["Content-Type"] = json.dumps(body).encode(), content_type

@@ -375,8 +375,10 @@ class Workloads:
             elif counts["complete"]:
                 done = counts.get("completed_at") or self.now()
                 status["completionTime"] = format_time(float(done))
-                status["conditions"] = [{"type": "Complete", "status": "True", "lastProbeTime": format_time(float(done)),
-                                         "lastTransitionTime": format_time(float(done))}]
+                # The Job controller marks success first (SuccessCriteriaMet, since 1.31), then Complete.
+                status["conditions"] = [{"type": kind, "status": "True", "lastProbeTime": format_time(float(done)),
+                                         "lastTransitionTime": format_time(float(done))}
+                                        for kind in ("SuccessCriteriaMet", "Complete")]
             obj["status"] = status
             workload.obj["status"] = status
         elif plural == "daemonsets":

@@ -11,6 +11,7 @@ from platformctl.emulator.realk8s import ControlPlane, binaries
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = ControlPlane(tmp_path_factory.mktemp("real"), binaries()).start()
+    plane = ControlPlane(tmp_path_factory.mktemp("real"), binaries(), apiserver_args=(
+        "--etcd-compaction-interval", "10s")).start()  # an expired continue within a test's patience
     yield plane
     assert plane.stop() == []  # each stopped on SIGTERM, none had to be killed

@@ -35,7 +35,7 @@ class Side(Protocol):
     name: str
 
     def request(self, method: str, path: str, body: Any = None, token: str | None = None,
-                content_type: str = "application/json") -> tuple[int, Any]: ...
+                content_type: str = "application/json", accept: str = "application/json") -> tuple[int, Any]: ...
 
     def add_nodes(self, nodes: list[Node]) -> None: ...
 
@@ -51,8 +51,8 @@ class Real:
         self.plane = plane
 
     def request(self, method: str, path: str, body: Any = None, token: str | None = None,
-                content_type: str = "application/json") -> tuple[int, Any]:
-        return self.plane.request(method, path, body, token, content_type)
+                content_type: str = "application/json", accept: str = "application/json") -> tuple[int, Any]:
+        return self.plane.request(method, path, body, token, content_type, accept)
 
     def add_nodes(self, nodes: list[Node]) -> None:
         self.plane.register([n.to_kube() for n in nodes])
@@ -90,8 +90,8 @@ class Emulated:
                                      authenticator=authenticator))
 
     def request(self, method: str, path: str, body: Any = None, token: str | None = None,
-                content_type: str = "application/json") -> tuple[int, Any]:
-        headers = {"Content-Type": content_type}
+                content_type: str = "application/json", accept: str = "application/json") -> tuple[int, Any]:
+        headers = {"Content-Type": content_type, "Accept": accept}
         environ = {}
         if token is not None:  # as a pod sends it, from a node (no token from outside is the operator)
             headers["Authorization"] = f"Bearer {token}"

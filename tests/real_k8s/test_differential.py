@@ -6,6 +6,7 @@ why, and in docs/simulator.md; any other fails the test."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +26,8 @@ PAUSE = "registry.k8s.io/pause:3.10"
 EXPLAINED: dict[str, str] = {
     "malformed_continue_is_400": "the same 400 BadRequest; kube-apiserver's message quotes Go's JSON decoder on the "
                                  "token's bytes, which the region does not imitate (it never hands out such a token)",
+    "budget_with_both_bounds_is_422": "the same 422 on the same field; kube-apiserver's message prints the Go spec "
+                                      "with %#v, memory addresses included, which no other server could repeat",
     "a_cordoned_node_takes_no_new_pod": "the node lifecycle controller taints a cordoned node "
         "node.kubernetes.io/unschedulable:NoSchedule; the region does not (yet: the DaemonSet controller's automatic "
         "tolerations must come with it). Both keep new pods off it, and the planner reads spec.unschedulable before "
@@ -355,6 +358,211 @@ def escalation_is_refused(side: Side, ns: str) -> Any:
     return status(side.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", {
         "metadata": {"name": f"{ns}-more"}, "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]},
         token=token))
+
+
+# ------------------------------------------------------------------------------------------------------ more refusals
+
+
+@scenario
+def unknown_resource_is_404(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    return status(side.request("GET", f"/api/v1/namespaces/{ns}/gadgets"))
+
+
+@scenario
+def unknown_group_is_404(side: Side, ns: str) -> Any:
+    return status(side.request("GET", "/apis/gadgets.example.com/v1/gadgets"))
+
+
+@scenario
+def unknown_version_of_a_known_group_and_unknown_paths(side: Side, ns: str) -> Any:
+    return [status(side.request("GET", "/apis/apps/v2/deployments")),
+            status(side.request("GET", "/api/v1/namespaces/web/nodes")),  # nodes are not namespaced
+            side.request("GET", "/no/such/thing")]
+
+
+@scenario
+def budget_with_both_bounds_is_422(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    return status(side.request("POST", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", {
+        "metadata": {"name": "both"}, "spec": {"minAvailable": 1, "maxUnavailable": 1,
+                                               "selector": {"matchLabels": {"app": "x"}}}}))
+
+
+@scenario
+def deployment_whose_selector_misses_its_template_is_422(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    return status(side.request("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", {
+        "metadata": {"name": "lost"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "a"}},
+                                               "template": {"metadata": {"labels": {"app": "b"}}, "spec": pod("x")["spec"]}}}))
+
+
+@scenario
+def cluster_scoped_read_refused_at_the_cluster_scope(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    side.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "reader"}})
+    token = side.token(ns, "reader")
+    return [status(side.request("GET", f"/api/v1/nodes/{NODES[0]}", token=token)),
+            status(side.request("GET", "/apis/apps/v1/deployments", token=token))]
+
+
+# ------------------------------------------------------------------------------------------------------ more objects
+
+
+@scenario
+def eviction_with_no_budget_is_201(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    side.request("POST", f"/api/v1/namespaces/{ns}/pods", pod("free"))
+    running(side, ns, 1)
+    answer = side.request("POST", f"/api/v1/namespaces/{ns}/pods/free/eviction",
+                          {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "free"}})
+    return [answer[0], {k: answer[1].get(k) for k in ("kind", "status")}]
+
+
+@scenario
+def deleting_a_pod_answers_it_terminating(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    side.request("POST", f"/api/v1/namespaces/{ns}/pods", pod("bye"))
+    running(side, ns, 1)
+    code, body = side.request("DELETE", f"/api/v1/namespaces/{ns}/pods/bye")
+    gone = side.settle(lambda: side.request("GET", f"/api/v1/namespaces/{ns}/pods/bye")[0] == 404)
+    return [code, body["kind"], "deletionTimestamp" in body["metadata"], body["metadata"].get("deletionGracePeriodSeconds"),
+            gone]
+
+
+@scenario
+def deleting_a_namespace_answers_it_terminating_then_it_goes(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    code, body = side.request("DELETE", f"/api/v1/namespaces/{ns}")
+    gone = side.settle(lambda: side.request("GET", f"/api/v1/namespaces/{ns}")[0] == 404)
+    return [code, body["status"].get("phase"), gone]
+
+
+@scenario
+def node_labels_patched(side: Side, ns: str) -> Any:
+    code, body = side.request("PATCH", f"/api/v1/nodes/{NODES[1]}", {"metadata": {"labels": {"diff.example/x": "1"}}},
+                              content_type="application/merge-patch+json")
+    side.request("PATCH", f"/api/v1/nodes/{NODES[1]}", {"metadata": {"labels": {"diff.example/x": None}}},
+                 content_type="application/merge-patch+json")
+    return [code, body["metadata"]["labels"].get("diff.example/x"),
+            "diff.example/x" in side.request("GET", f"/api/v1/nodes/{NODES[1]}")[1]["metadata"]["labels"]]
+
+
+@scenario
+def scale_subresource(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    deployment(side, ns, "web", 2)
+    code, body = side.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/web/scale")
+    return [code, body["kind"], body["apiVersion"], body["spec"], body["status"].get("selector")]
+
+
+@scenario
+def pods_of_every_namespace_by_field(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    side.request("POST", f"/api/v1/namespaces/{ns}/pods", pod("mine", node_name=NODES[0]))
+    items = side.request("GET", f"/api/v1/pods?fieldSelector=metadata.namespace%3D{ns}")[1]["items"]
+    return sorted(i["metadata"]["name"] for i in items)
+
+
+@scenario
+def a_job_runs_to_completion(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    template = pod("job")["spec"] | {"restartPolicy": "Never"}
+    side.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", {
+        "metadata": {"name": "once"}, "spec": {"completions": 2, "parallelism": 2, "backoffLimit": 1,
+                                               "template": {"metadata": {"annotations": {
+                                                   "sim.platformctl.io/run-seconds": "5"}}, "spec": template}}})
+
+    def done() -> Any:
+        got = side.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/once")[1]["status"]
+        return got if got.get("succeeded") == 2 and got.get("completionTime") else None
+    got = side.settle(done, 120)
+    return [got.get("succeeded"), got.get("failed"), sorted(c["type"] for c in got.get("conditions", []))]
+
+
+@scenario
+def a_daemonset_runs_on_every_node_a_new_one_too(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    labels = {"app": "agent"}
+    side.request("POST", f"/apis/apps/v1/namespaces/{ns}/daemonsets", {
+        "metadata": {"name": "agent"}, "spec": {"selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels}, "spec": pod("agent")["spec"]}}})
+    nodes = len(side.request("GET", "/api/v1/nodes")[1]["items"])
+    first = [p["spec"]["nodeName"] for p in running(side, ns, nodes)]
+    extra = f"ip-10-9-0-9{nodes}.us-west-2.compute.internal"
+    side.add_nodes([node(extra, "us-west-2a")])
+    then = [p["spec"]["nodeName"] for p in running(side, ns, nodes + 1)]
+    return [len(set(first)) == nodes, extra in then]
+
+
+@scenario
+def a_no_execute_taint_evicts_what_does_not_tolerate_it(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    target = NODES[1]
+    side.request("POST", f"/api/v1/namespaces/{ns}/pods", pod("plain", node_name=target))
+    side.request("POST", f"/api/v1/namespaces/{ns}/pods", pod("tolerant", node_name=target, tolerations=[
+        {"key": "diff.example/drain", "operator": "Exists", "effect": "NoExecute"}]))
+    running(side, ns, 2)
+    taints = side.request("GET", f"/api/v1/nodes/{target}")[1]["spec"].get("taints") or []
+    side.request("PATCH", f"/api/v1/nodes/{target}", {"spec": {"taints": [
+        *taints, {"key": "diff.example/drain", "value": "x", "effect": "NoExecute"}]}},
+        content_type="application/merge-patch+json")
+    try:
+        left = side.settle(lambda: (lambda names: names if names == ["tolerant"] else None)(sorted(
+            p["metadata"]["name"] for p in side.request("GET", f"/api/v1/namespaces/{ns}/pods")[1]["items"]
+            if not p["metadata"].get("deletionTimestamp"))), 60)
+    finally:
+        side.request("PATCH", f"/api/v1/nodes/{target}", {"spec": {"taints": taints or None}},
+                     content_type="application/merge-patch+json")
+    return left
+
+
+@scenario
+def watch_sends_what_changed_after_its_resource_version(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    side.request("POST", f"/api/v1/namespaces/{ns}/pods", pod("before", node_name=NODES[0]))
+    rv = side.request("GET", f"/api/v1/namespaces/{ns}/pods")[1]["metadata"]["resourceVersion"]
+    side.request("POST", f"/api/v1/namespaces/{ns}/pods", pod("after", node_name=NODES[0]))
+    side.request("DELETE", f"/api/v1/namespaces/{ns}/pods/before?gracePeriodSeconds=0")
+    code, body = side.request("GET", f"/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion={rv}"
+                                     "&allowWatchBookmarks=true&timeoutSeconds=1")
+    events = [json.loads(line) for line in (body if isinstance(body, str) else json.dumps(body)).splitlines() if line]
+    # Additions and deletions in order (the status updates between them are each side's kubelet's own).
+    return [code, [(e["type"], e["object"]["metadata"].get("name")) for e in events if e["type"] in ("ADDED", "DELETED")]]
+
+
+@scenario
+def an_expired_continue_is_410(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    for i in range(3):
+        side.request("POST", f"/api/v1/namespaces/{ns}/secrets", {"metadata": {"name": f"s-{i}"}})
+    token = side.request("GET", f"/api/v1/namespaces/{ns}/secrets?limit=1")[1]["metadata"]["continue"]
+    for i in range(20):  # lists paged past it (the region keeps the newest 16), and writes etcd compacts away
+        side.request("GET", f"/api/v1/namespaces/{ns}/secrets?limit=1&labelSelector=%21n{i}")
+        side.request("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": f"c-{i}"}})
+    return side.settle(lambda: (lambda got: got if got["code"] == 410 else None)(status(side.request(
+        "GET", f"/api/v1/namespaces/{ns}/secrets?limit=1&continue={token}"))), 40)
+
+
+@scenario
+def subject_access_review_by_the_operator(side: Side, ns: str) -> Any:
+    service_account(side, ns, READ_NODES)
+    out = []
+    for attributes in ({"verb": "list", "resource": "nodes"}, {"verb": "delete", "resource": "nodes"}):
+        code, body = side.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": f"system:serviceaccount:{ns}:job",
+                     "groups": ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"],
+                     "resourceAttributes": attributes}})
+        out.append([code, body.get("status", {}).get("allowed") if isinstance(body, dict) else body])
+    return out
+
+
+@scenario
+def nodes_as_kubectl_asks_for_a_table(side: Side, ns: str) -> Any:
+    code, body = side.request("GET", "/api/v1/nodes?limit=500", accept="application/json;as=Table;v=v1;g=meta.k8s.io")
+    return [code, body.get("kind"), [c["name"] for c in body.get("columnDefinitions", [])],
+            sorted(r["cells"][0] for r in body.get("rows", []))[:3]]
 
 
 # ------------------------------------------------------------------------------------------------------ the run

@@ -87,6 +87,7 @@ _ROUTES = Map([
     Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>/<name>", endpoint="item"),
     Rule(f"{_P}/apis/<group>/<version>/namespaces/<ns>/<plural>/<name>/<sub>", endpoint="subresource"),
     Rule(f"{_P}/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", endpoint="access_review", methods=["POST"]),
+    Rule(f"{_P}/apis/authorization.k8s.io/v1/subjectaccessreviews", endpoint="subject_access_review", methods=["POST"]),
     Rule("/platformctl/v1/status", endpoint="control_status"),
     Rule("/platformctl/v1/time", endpoint="control_time"),
     Rule("/platformctl/v1/aws-calls", endpoint="control_aws_calls"),
@@ -188,7 +189,7 @@ class KubeAPI:
         try:
             response = self.dispatch(request)
         except ApiError as exc:
-            response = _json(exc.status(), exc.code)
+            response = Response(exc.plain, exc.code, mimetype="text/plain") if exc.plain else _json(exc.status(), exc.code)
         except NotFoundError as exc:
             response = _json(ApiError(404, "NotFound", exc.detail).status(), 404)
         except PlatformError as exc:
@@ -204,9 +205,8 @@ class KubeAPI:
         try:
             endpoint, matched = adapter.match()
             args = dict(matched)
-        except NotFound:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource",
-                           {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]}) from None
+        except NotFound:  # no handler for the path: the API server's mux answers in plain text
+            raise ApiError(404, "NotFound", "404 page not found", plain="404 page not found\n") from None
         except MethodNotAllowed:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource") from None
         if endpoint.startswith("control_"):
@@ -225,8 +225,8 @@ class KubeAPI:
         if cluster is None:
             raise ApiError(404, "NotFound", f"no cluster {name!r} in this local region (it has {', '.join(sorted(self.clusters))})")
         user = self.rbac.check(cluster, name, endpoint, args, request)
-        if endpoint == "access_review":
-            return _json(rbac.access_review(cluster.stored, user, self._body(request)), 201)
+        if endpoint in ("access_review", "subject_access_review"):
+            return _json(rbac.access_review(cluster.stored, user, self._body(request), endpoint == "access_review"), 201)
         if endpoint == "health":
             return Response("ok", mimetype="text/plain")
         if endpoint in ("version", "core_versions", "core_resources", "groups", "group_resources", "openapi_root",
@@ -254,7 +254,9 @@ class KubeAPI:
     def _resource(self, group: str, version: str, plural: str, ns: str | None) -> Any:
         res = EVENTS_V1 if (group, plural) == (EVENTS_V1.group, EVENTS_V1.plural) else RESOURCES.get(plural)
         if res is None or res.group != group or res.version != version or (ns is not None and not res.namespaced):
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            served = group == "" or any(r.group == group for r in (*RESOURCES.values(), EVENTS_V1))  # a known group
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", empty_details=served,
+                           plain=None if served else "404 page not found\n")
         return res
 
     # ---------------------------------------------------------------- objects

@@ -22,7 +22,11 @@ from typing import Any
 from platformctl.kernel.cluster.apiobjects import ApiError, bad_request
 
 EXPIRED = ("The provided continue parameter is too old to display a consistent list result. You can start a new list "
-           "without the continue parameter.")  # kube-apiserver's words
+           "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+           "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+           "modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+# kube-apiserver's words (1.32); it also offers an inconsistent continue token in the body's metadata, which the region
+# does not: the toolkit lists again from the start.
 
 Listing = tuple[list[Any], Callable[[Any], Any]]  # the objects in order, and each one's key
 

@@ -303,8 +303,9 @@ class Gate:
             user = self.authenticator.user(cluster, header)
         if user is not None and request.headers.get("Impersonate-User"):
             user = self._impersonated(stored, cluster, user, request)
-        if endpoint == "access_review":
-            attrs = Attributes("create", "authorization.k8s.io", "selfsubjectaccessreviews")
+        if endpoint in ("access_review", "subject_access_review"):
+            attrs = Attributes("create", "authorization.k8s.io",
+                               "selfsubjectaccessreviews" if endpoint == "access_review" else "subjectaccessreviews")
         else:
             watch = request.args.get("watch") in ("1", "t", "T", "true", "True", "TRUE")
             attrs = request_attributes(request.method, endpoint, args, str(args.get("group", "")),
@@ -463,9 +464,13 @@ def request_attributes(method: str, endpoint: str, args: Mapping[str, Any], grou
 
 
 def access_review(stored: Mapping[str, Mapping[tuple[str, str], Mapping[str, Any]]], user: User,
-                  review: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``SelfSubjectAccessReview`` answered (``kubectl auth can-i``): the review with its ``status.allowed``."""
+                  review: Mapping[str, Any], own: bool = True) -> dict[str, Any]:
+    """A ``SelfSubjectAccessReview`` answered (``kubectl auth can-i``), or (``own`` False) a ``SubjectAccessReview``
+    of the user and groups its spec names (what a webhook or an operator asks of another): the review with its
+    ``status.allowed``."""
     spec = review.get("spec") or {}
+    if not own:
+        user = User(str(spec.get("user") or ""), tuple(str(g) for g in spec.get("groups") or ()))
     found = spec.get("resourceAttributes")
     if isinstance(found, dict):
         attrs = Attributes(str(found.get("verb") or ""), str(found.get("group") or ""), str(found.get("resource") or ""),
@@ -475,6 +480,6 @@ def access_review(stored: Mapping[str, Mapping[tuple[str, str], Mapping[str, Any
         other = spec.get("nonResourceAttributes") or {}
         attrs = Attributes(str(other.get("verb") or ""), path=str(other.get("path") or ""))
     ok = allowed(stored, user, attrs)
-    return {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+    return {"kind": "SelfSubjectAccessReview" if own else "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
             "metadata": {"creationTimestamp": None}, "spec": spec,
             "status": {"allowed": ok, **({"reason": "RBAC: allowed by ClusterRoleBinding"} if ok else {})}}

@@ -144,6 +144,9 @@ class NodeRoom:
         if new.labels != old.labels or new.taints != old.taints:
             # Which scheduling classes the node serves may have changed: they are rebuilt on demand.
             self.scheduler.reindex()
+        for taint in new.taints:  # the taint manager: a new NoExecute taint evicts every pod that does not tolerate it
+            if taint.effect == "NoExecute" and taint not in old.taints:
+                self._taint_evict(state, state.epoch, taint)
         self.scheduler.schedule_soon()
         return state.node
 

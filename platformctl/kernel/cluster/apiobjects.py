@@ -15,17 +15,23 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 class ApiError(Exception):
     """An answer of the API other than success, carried as its ``Status`` body."""
 
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None, *,
+                 empty_details: bool = False, plain: str | None = None) -> None:
+        """``empty_details``: the body carries ``"details": {}`` as kube-apiserver's does for a resource (or version) a
+        group it serves does not have; ``plain``: no ``Status`` at all, the API server's mux's own text (``404 page not
+        found`` for a group nobody serves, or a path no handler takes)."""
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
         self.details = details or {}
+        self.empty_details = empty_details
+        self.plain = plain
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                                 "message": self.message, "reason": self.reason}
-        if self.details:
+        if self.details or self.empty_details:
             body["details"] = self.details
         body["code"] = self.code
         return body
@@ -48,7 +54,8 @@ def already_exists(resource: str, name: str, group: str = "") -> ApiError:
 
 
 def invalid(kind: str, name: str, field_path: str, message: str, reason: str = "FieldValueInvalid", group: str = "") -> ApiError:
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {field_path}: {message}', {
+    qualified = f"{kind}.{group}" if group else kind  # the group-qualified kind, as errors.NewInvalid writes it
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {field_path}: {message}', {
         **details(name, group, kind), "causes": [{"reason": reason, "message": message, "field": field_path}],
     })
 

@@ -10,6 +10,7 @@ the simulator; it imports none of them.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from platformctl.kernel.cluster.apiobjects import invalid, platform_invalid
@@ -30,7 +31,9 @@ def selector_of(spec: dict[str, Any], kind: str, name: str, template_labels: dic
     except PlatformError as exc:
         raise platform_invalid(exc, kind, name) from None
     if selector is None or not selector.matches(template_labels):
-        raise invalid(kind, name, "spec.template.metadata.labels", f"Invalid value: {template_labels!r}: "
+        shown = "map[string]string{" + ", ".join(f"{json.dumps(str(k))}:{json.dumps(str(v))}"
+                                                 for k, v in sorted(template_labels.items())) + "}"  # Go's %#v
+        raise invalid(kind, name, "spec.template.metadata.labels", f"Invalid value: {shown}: "
                       "`selector` does not match template `labels`", group=group)
     return selector
 

@@ -50,6 +50,20 @@ def test_scheduler_respects_capacity_taints_selectors_and_cordon() -> None:
     assert not sim.pending_pods()
 
 
+def test_a_no_execute_taint_evicts_the_pods_that_do_not_tolerate_it_at_once() -> None:
+    sim = cluster({"general": 1}, instance_type="m6i.xlarge")
+    sim.create_workload("ReplicaSet", template(name="plain"), 1)
+    sim.create_workload("ReplicaSet", template(name="tolerant", tolerations=(
+        Toleration("drain", "Exists", "", "NoExecute"),)), 1)
+    sim.advance(30)
+    node = sim.list_nodes()[0].name
+    sim.taint(node, Taint("drain", "x", "NoExecute"))  # the taint manager's, as kube-controller-manager runs it
+    sim.advance(31)  # past the pod's grace: it is gone, and its replacement has nowhere to go
+    assert sim.list_pods("app", "app=tolerant")[0].node_name == node
+    assert all(p.node_name is None or p.node_name != node for p in sim.list_pods("app", "app=plain"))
+    assert any(e.kind == "PodTaintEvicted" for e in sim.events)
+
+
 def test_replicaset_replaces_at_once_and_statefulset_after_the_old_pod_is_gone() -> None:
     sim = cluster({"general": 3}, instance_type="m6i.xlarge")
     sim.create_workload("ReplicaSet", template(name="web", grace=30), 2)

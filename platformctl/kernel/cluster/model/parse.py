@@ -302,7 +302,7 @@ def parse_pdb(raw: Any, where: str = "pdb", file: str | None = None) -> PodDisru
     if spec.get("maxUnavailable") is not None:
         max_unavailable = IntOrPercent.parse(spec["maxUnavailable"], f"{where}.spec.maxUnavailable", file)
     if min_available and max_unavailable:
-        raise PlatformError("minAvailable and maxUnavailable cannot both be set", file=file, field=f"{where}.spec")
+        raise PlatformError("minAvailable and maxUnavailable cannot be both set", file=file, field=f"{where}.spec")
     policy = spec.get("unhealthyPodEvictionPolicy")
     if policy not in (None, "IfHealthyBudget", "AlwaysAllow"):
         raise PlatformError(

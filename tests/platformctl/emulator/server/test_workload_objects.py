@@ -143,7 +143,7 @@ def test_a_job_completes_and_a_cronjob_fires_on_its_schedule(under: Under) -> No
     assert under.cluster.get_object("Job", NS, "sum")["status"]["active"] == 3
     under.advance(30)
     job = under.cluster.get_object("Job", NS, "sum")["status"]
-    assert job["succeeded"] == 3 and job["conditions"][0]["type"] == "Complete"
+    assert job["succeeded"] == 3 and [c["type"] for c in job["conditions"]] == ["SuccessCriteriaMet", "Complete"]
     created = under.sim.now()
     under.cluster.create_object({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tick", "namespace": NS},
                                  "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}}})
@@ -310,7 +310,7 @@ def test_a_jobs_evicted_pod_is_sent_sigterm_and_replaced_once_it_has_ended_not_c
     containers.exit(third.name, 0)
     under.advance(5)
     status = under.cluster.get_object("Job", NS, "rotation")["status"]
-    assert status["succeeded"] == 1 and status["conditions"][0]["type"] == "Complete"
+    assert status["succeeded"] == 1 and [c["type"] for c in status["conditions"]] == ["SuccessCriteriaMet", "Complete"]
 
 
 def test_kubectl_logs_shows_what_a_container_the_runtime_ran_wrote(served: Served) -> None:

@@ -432,7 +432,7 @@ def scratch(pod: dict[str, Any]) -> None:
 
 # A job's pod evicted by a drain (its own rotation's, remediation's, a node going away) did not fail: its Job makes
 # another at once, which goes on from the journal (Kubernetes' podFailurePolicy; the eviction sets DisruptionTarget).
-DISRUPTION_IS_NO_FAILURE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+DISRUPTION_IS_NO_FAILURE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
 
 
 def _cronjob_spec(name: str, account: str, config: str, image: str, schedule: str, args: list[str], region: str, *,

@@ -16,6 +16,7 @@ import click
 from rich.table import Table
 
 from platformctl.cli.output import OUTPUT, SKIP, console, emit_json
+from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import STAGES, load_stage
 
 
@@ -40,6 +41,9 @@ def _print_status(info: dict[str, Any], headline: str) -> None:
     out.print(f"  kubeconfig     {info['kubeconfig']}   (kubectl --kubeconfig {info['kubeconfig']} get nodes)")
     for h in held:
         out.print(f"  {h['stage']:<14} state {h['state']}")
+    for name, server in (info.get("real_control_planes") or {}).items():
+        out.print(f"  real control plane {server}: context {name} (its nodes are {name}'s instances; the table below is "
+                  "the simulated copy the region's own jobs use)")
     runners = info.get("canary_runners") or []
     if runners:
         alive = sum(r["running"] for r in runners)
@@ -76,18 +80,36 @@ def local() -> None:
               help="run the canary runner Deployment the Pulumi program puts in each cluster: its pod as a process")
 @click.option("--run-jobs", is_flag=True, help="run the pods of the toolkit's own Jobs (its image's: the scheduled "
               "rotation, remediation, the release tick) as processes, which a drain's eviction sends SIGTERM")
+@click.option("--control-plane", type=click.Choice(["emulated", "real"]), default="emulated", show_default=True,
+              help="real: serve each --cluster with a real Kubernetes control plane (etcd, kube-apiserver, controller "
+              "manager, scheduler; kwok for the kubelets), built by `make real-k8s`, whose nodes are the cluster's instances")
+@click.option("--cluster", "real_clusters", multiple=True, metavar="NAME",
+              help="a cluster --control-plane real serves (repeatable)")
 @OUTPUT
 @click.pass_context
 def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, skip: bool, workloads: bool,
-             pods_per_node: float, canaries: bool, run_jobs: bool, output: str) -> None:
+             pods_per_node: float, canaries: bool, run_jobs: bool, control_plane: str, real_clusters: tuple[str, ...],
+             output: str) -> None:
     """Start the local region of a stage, or of several, in the background (or report the one running)."""
     from platformctl.kernel import region_client as control
 
     stages = list(STAGES) if "all" in stage_names else [s for s in STAGES if s in stage_names]  # in the pipeline's order
+    names: set[str] = set()
     for name in stages:
-        load_stage(name, ctx.obj["infra_dir"])  # a broken stack file fails here, in one line, not in the server log
+        # a broken stack file fails here, in one line, not in the server log
+        names |= {c.name for c in load_stage(name, ctx.obj["infra_dir"]).clusters()}
+    if (control_plane == "real") != bool(real_clusters):
+        raise PlatformError("--control-plane real and --cluster NAME go together", field="--cluster")
+    unknown = sorted(set(real_clusters) - names)
+    if unknown:
+        raise PlatformError(f"no cluster {', '.join(unknown)} in {', '.join(stages)} (one of {', '.join(sorted(names))})",
+                            field="--cluster")
+    if real_clusters:
+        from platformctl.emulator.realk8s import binaries
+
+        binaries()  # built here (once per machine, minutes), before the region starts and waits for it
     info, started = control.up(stages, speed, ctx.obj["infra_dir"], workloads, canaries, skip=skip, run_jobs=run_jobs,
-                               pods_per_node=pods_per_node)
+                               pods_per_node=pods_per_node, real_clusters=tuple(dict.fromkeys(real_clusters)))
     if output == "json":
         emit_json({**info, "started": started})
         return

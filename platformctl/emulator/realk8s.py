@@ -344,6 +344,30 @@ class ControlPlane:
             if status != 201:
                 raise PlatformError(f"node {meta['name']} not registered: {status} {answer}", file=str(self.folder))
 
+    def apply(self, manifests: Sequence[Mapping[str, Any]]) -> int:
+        """Create ``manifests`` (the Pulumi program's objects for a cluster), namespaces and cluster-wide kinds first;
+        how many the API server took (one it refuses is logged in the folder's ``apply.log``, as ``pulumi up`` would
+        report it)."""
+        from platformctl.kernel.cluster.apiobjects import PLURAL_OF_KIND, RESOURCES
+
+        order = {"Namespace": 0, "CustomResourceDefinition": 1, "ClusterRole": 2}
+        made = 0
+        with (self.folder / "apply.log").open("a") as log:
+            for manifest in sorted(manifests, key=lambda m: order.get(str(m.get("kind")), 3)):
+                kind, meta = str(manifest.get("kind")), manifest.get("metadata") or {}
+                plural = PLURAL_OF_KIND.get(kind)
+                if plural is None:
+                    log.write(f"{kind} {meta.get('name')}: a kind the region does not know\n")
+                    continue
+                res = RESOURCES[plural]
+                base = f"/apis/{res.group}/{res.version}" if res.group else "/api/v1"
+                where = f"/namespaces/{meta.get('namespace') or 'default'}" if res.namespaced else ""
+                status, answer = self.request("POST", f"{base}{where}/{plural}", dict(manifest))
+                made += status == 201
+                if status != 201:
+                    log.write(f"{kind} {meta.get('name')}: {status} {answer}\n")
+        return made
+
     def token(self, namespace: str, account: str, audience: str = ISSUER, seconds: int = 3600) -> str:
         """A service-account token from the TokenRequest API, as the kubelet gets a pod's projected token."""
         status, answer = self.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",

@@ -33,37 +33,13 @@ from platformctl.kernel.cluster.apiobjects import (
     plural_of,
 )
 from platformctl.kernel.cluster.model import PodDisruptionBudget, format_time, parse_pdb
-from platformctl.kernel.cluster.podspec import int_field, selector_of, template_pod
+from platformctl.kernel.cluster.podspec import failure_rules, int_field, selector_of, template_pod
 from platformctl.kernel.errors import ApiRefused, NotFoundError, PlatformError
 
 # Which simulator controller runs each kind's pods (a Deployment's run through its ReplicaSets).
 SIM_KIND = {"replicasets": "ReplicaSet", "daemonsets": "DaemonSet", "statefulsets": "StatefulSet", "jobs": "Job"}
 PLURAL_OF_SIM_KIND = {v: k for k, v in SIM_KIND.items()}
 SCALABLE = ("deployments", "replicasets", "statefulsets")
-
-
-def failure_rules(spec: dict[str, Any], name: str) -> tuple[dict[str, Any], ...]:
-    """A Job's ``podFailurePolicy`` rules, checked as the API server checks them."""
-    policy = spec.get("podFailurePolicy")
-    if policy is None:
-        return ()
-    rules = policy.get("rules") if isinstance(policy, dict) else None
-    if not isinstance(rules, list):
-        raise invalid("Job", name, "spec.podFailurePolicy.rules", "Required value", "FieldValueRequired", "batch")
-    for i, rule in enumerate(rules):
-        where = f"spec.podFailurePolicy.rules[{i}]"
-        if not isinstance(rule, dict) or rule.get("action") not in ("FailJob", "FailIndex", "Ignore", "Count"):
-            raise invalid("Job", name, f"{where}.action", 'Unsupported value: supported values: "Count", "FailIndex", '
-                          '"FailJob", "Ignore"', "FieldValueNotSupported", "batch")
-        codes, conditions = rule.get("onExitCodes"), rule.get("onPodConditions")
-        if (codes is None) == (conditions is None):
-            raise invalid("Job", name, where, "Invalid value: specifying one of onExitCodes and onPodConditions is required",
-                          group="batch")
-        if codes is not None and (not isinstance(codes, dict) or codes.get("operator") not in ("In", "NotIn")
-                                  or not isinstance(codes.get("values"), list)):
-            raise invalid("Job", name, f"{where}.onExitCodes", 'Invalid value: an operator ("In" or "NotIn") and values '
-                          "are required", group="batch")
-    return tuple(rules)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -387,7 +387,7 @@ def aws_target() -> AwsTarget:
 
 def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool = True, canaries: bool = False,
        timeout: float | None = None, skip: bool = True, run_jobs: bool = False,
-       pods_per_node: float = 30.0) -> tuple[dict[str, Any], bool]:
+       pods_per_node: float = 30.0, real_clusters: tuple[str, ...] = ()) -> tuple[dict[str, Any], bool]:
     """Start the region of ``stages`` detached, or return the running one when it holds them. Returns (status, started).
     ``run_jobs``: the pods of the toolkit's own Jobs run as processes (``platformctl.emulator.server.kubelet``);
     ``pods_per_node``: how densely the synthetic workloads fill the member clusters."""
@@ -407,6 +407,11 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
                 raise PlatformError(f"the local region of stage{'s' if len(held) > 1 else ''} {', '.join(held)} is running "
                                     f"(pid {info['pid']}): run "
                                     "`platformctl local down` first", file=str(folder / "server.json"), field="--stage")
+            missing = [c for c in real_clusters if c not in (info.get("real_control_planes") or {})]
+            if missing:
+                raise PlatformError(f"the local region running (pid {info['pid']}) serves {', '.join(missing)} on its own "
+                                    "control plane: run `platformctl local down` first", file=str(folder / "server.json"),
+                                    field="--cluster")
             if run_jobs and not info.get("run_jobs"):
                 raise PlatformError(f"the local region running (pid {info['pid']}) does not run jobs: run `platformctl "
                                     "local down` first", file=str(folder / "server.json"), field="--run-jobs")
@@ -426,6 +431,7 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
             command.append("--no-skip")
         if run_jobs:
             command.append("--run-jobs")
+        command += [a for c in real_clusters for a in ("--real-cluster", c)]
         with open(folder / "server.log", "ab") as out:
             child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, env=current().child(),
                                      close_fds=True)

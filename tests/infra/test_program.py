@@ -220,7 +220,7 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     # back, a crash is tried once more, and what `rotate run` answered itself ends the job.
     job = cron["spec"]["jobTemplate"]["spec"]
     rules = job["podFailurePolicy"]["rules"]
-    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["containerName"] == container["name"]
     assert {1, 2, 3, 4, 130} <= set(rules[1]["onExitCodes"]["values"]) and job["backoffLimit"] >= 1
     assert job["template"]["spec"]["restartPolicy"] == "Never"  # what podFailurePolicy requires

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from platformctl.emulator.realk8s import ControlPlane, binaries
+from tests.real_k8s.fleet import Fleet, moto_aws
 
 
 @pytest.fixture(scope="module")
@@ -15,3 +16,13 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
         "--etcd-compaction-interval", "10s")).start()  # an expired continue within a test's patience
     yield plane
     assert plane.stop() == []  # each stopped on SIGTERM, none had to be killed
+
+
+@pytest.fixture(scope="module")
+def fleet(real: ControlPlane) -> Iterator[Fleet]:
+    """A group of three nodes of the first image, its kubelets and the workloads (tests/real_k8s/fleet.py)."""
+    with moto_aws() as env:
+        made = Fleet(real, env)
+        yield made
+        made.close()
+        assert made.kubelets.errors == [] and made.kubelets.never_joined == {}

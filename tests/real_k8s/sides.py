@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -68,13 +67,9 @@ class Real:
         return self.plane.token(namespace, account)
 
     def settle(self, done: Callable[[], Any], seconds: float = 60.0) -> Any:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            found = done()
-            if found:
-                return found
-            time.sleep(0.2)
-        raise AssertionError(f"{self.name}: not settled in {seconds:.0f} s")
+        from tests.real_k8s.test_control_plane import until
+
+        return until(done, seconds, f"{self.name}: settled")
 
 
 class Emulated:

@@ -481,6 +481,25 @@ def a_job_runs_to_completion(side: Side, ns: str) -> Any:
 
 
 @scenario
+def a_pod_failure_policy_condition_without_a_status(side: Side, ns: str) -> Any:
+    """A Job's pattern is defaulted to True; a CronJob's job template's is refused (the program's was, on 1.32)."""
+    namespace(side, ns)
+    template = pod("job")["spec"] | {"restartPolicy": "Never"}
+
+    def job_spec(pattern: dict[str, Any]) -> dict[str, Any]:
+        return {"template": {"spec": template}, "podFailurePolicy": {"rules": [
+            {"action": "Ignore", "onPodConditions": [pattern]}]}}
+    made = side.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", {
+        "metadata": {"name": "defaulted"}, "spec": job_spec({"type": "DisruptionTarget"})})
+    return [made[0], made[1]["spec"]["podFailurePolicy"]["rules"][0]["onPodConditions"],
+            status(side.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", {
+                "metadata": {"name": "maybe"}, "spec": job_spec({"type": "DisruptionTarget", "status": "Maybe"})})),
+            status(side.request("POST", f"/apis/batch/v1/namespaces/{ns}/cronjobs", {
+                "metadata": {"name": "nightly"}, "spec": {"schedule": "0 3 * * *", "jobTemplate": {
+                    "spec": job_spec({"type": "DisruptionTarget"})}}}))]
+
+
+@scenario
 def a_daemonset_runs_on_every_node_a_new_one_too(side: Side, ns: str) -> Any:
     namespace(side, ns)
     labels = {"app": "agent"}

@@ -7,24 +7,14 @@ ready pods over the run, from the API server's own answers, never below what its
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from platformctl.emulator.realk8s import ControlPlane
-from tests.real_k8s.fleet import BUDGETS, REGION, Fleet, Watched, moto_aws, ready_nodes
+from tests.real_k8s.fleet import BUDGETS, REGION, Fleet, Watched, ready_nodes
 
 pytestmark = pytest.mark.real_k8s
-
-
-@pytest.fixture(scope="module")
-def fleet(real: ControlPlane) -> Iterator[Fleet]:
-    with moto_aws() as env:
-        made = Fleet(real, env)
-        yield made
-        made.close()
-        assert made.kubelets.errors == [] and made.kubelets.never_joined == {}
 
 
 def test_rotate_run_replaces_every_node_with_no_budget_broken_on_a_real_control_plane(

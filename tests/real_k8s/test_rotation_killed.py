@@ -7,27 +7,17 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from platformctl.emulator.realk8s import ControlPlane
-from tests.real_k8s.fleet import BUDGETS, REGION, Fleet, Watched, moto_aws, ready_nodes
+from tests.real_k8s.fleet import BUDGETS, REGION, Fleet, Watched, ready_nodes
 
 pytestmark = pytest.mark.real_k8s
 LEASE = 2.0
 FAILPOINTS = ("intent:set-desired#1", "phase:surged#1", "wait:new-nodes#1", "intent:evict#1", "call:evict#1",
               "drained#1", "intent:terminate#1", "call:terminate#1", "phase:terminated#1")
-
-
-@pytest.fixture(scope="module")
-def fleet(real: ControlPlane) -> Iterator[Fleet]:
-    with moto_aws() as env:
-        made = Fleet(real, env)
-        yield made
-        made.close()
-        assert made.kubelets.errors == [] and made.kubelets.never_joined == {}
 
 
 def test_a_rotation_killed_at_each_step_and_run_again_does_nothing_twice(

@@ -16,7 +16,7 @@ from croniter import croniter
 from platformctl.emulator.controllers.objects import Workload, WorkloadStore
 from platformctl.kernel.cluster.apiobjects import invalid
 from platformctl.kernel.cluster.model import format_time
-from platformctl.kernel.cluster.podspec import template_pod
+from platformctl.kernel.cluster.podspec import failure_rules, template_pod
 
 
 class CronJobController:
@@ -44,6 +44,7 @@ class CronJobController:
                           '"Allow", "Forbid", "Replace"', "FieldValueNotSupported", "batch")
         # The job template must make a valid Job: checked now, not at the first run.
         template_pod(obj, template["spec"].get("template"), "spec.jobTemplate.spec.template", "CronJob")
+        failure_rules(template["spec"], name, "CronJob", "spec.jobTemplate.spec")
 
     def start(self, cron: Workload) -> None:
         """(Re)arm the next firing after now."""

@@ -44,7 +44,7 @@ def _matches(rule: dict[str, Any], pod: Pod) -> bool:
         return code in values if codes.get("operator") == "In" else code != 0 and code not in values
     wanted = rule.get("onPodConditions") or ()
     held = {"DisruptionTarget"} if pod.disruption_reason else set()
-    return any(c.get("type") in held and c.get("status", "True") == "True" for c in wanted if isinstance(c, dict))
+    return any(c.get("type") in held and c.get("status") == "True" for c in wanted if isinstance(c, dict))
 
 
 def pod_failed(host: ControllerHost, ctrl: Controller, pod: Pod) -> None:

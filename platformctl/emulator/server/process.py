@@ -110,8 +110,13 @@ class ClusterEndpoint:
 class Server:
     def __init__(self, stage_names: Sequence[str], state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool,
                  seed: int, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None,
-                 canaries: bool = False, skip: bool = True, run_jobs: bool = False, pods_per_node: float = 30.0) -> None:
+                 canaries: bool = False, skip: bool = True, run_jobs: bool = False, pods_per_node: float = 30.0,
+                 real_clusters: Sequence[str] = ()) -> None:
+        """``real_clusters``: clusters whose context is a real control plane (``platformctl.emulator.realk8s``) whose
+        nodes are the cluster's instances, beside the simulated one the region's own jobs and workloads use."""
         self.stages = [load_stage(name, infra_dir) for name in dict.fromkeys(stage_names)]
+        self.real_clusters = list(real_clusters)
+        self.real: dict[str, Any] = {}  # cluster -> (ControlPlane, Kubelets)
         self.stage = self.stages[0]
         self.infra_dir = infra_dir
         self.provisioner = provisioner
@@ -222,7 +227,10 @@ class Server:
         self.servers = {name: f"http://127.0.0.1:{server.server_port}" for name, server in self.endpoints.items()}
         host = next(c.name for c in self.stage.clusters() if isinstance(c, HostCluster))
         config_path = self.state_dir / "kubeconfig"
-        write_atomically(config_path, yaml.safe_dump(kubeconfig(self.stage_of, base, self.servers, host), sort_keys=False))
+        config = kubeconfig(self.stage_of, base, self.servers, host)
+        for name in self.real_clusters:
+            self._start_real(name, config)
+        write_atomically(config_path, yaml.safe_dump(config, sort_keys=False))
         if self.run_jobs or self.canaries:  # the toolkit's own pods run as processes
             self._start_kubelets(config_path, aws_endpoint, base)
         by_stage = {s.name: {
@@ -237,6 +245,7 @@ class Server:
             "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
             "clusters": list(self.clusters), "started": format_time(self.started_wall), "log": str((self.state_dir / "server.log").resolve()),
             "image_lock": str(lock.resolve()), "canaries": self.canaries, "run_jobs": self.run_jobs, "by_stage": by_stage,
+            "real_control_planes": {name: plane.server for name, (plane, _) in self.real.items()},
             # The first stage's, as a region of one stage has always said.
             **{k: v for k, v in by_stage[self.stage.name].items() if k != "cluster_names"},
         }
@@ -244,6 +253,29 @@ class Server:
         self.ticker.start()
         write_atomically(self.state_dir / "server.json", json.dumps(self.info, indent=2) + "\n")
         log.info("local region of %s ready: AWS %s, Kubernetes %s", ", ".join(self.info["stages"]), aws_endpoint, base)
+
+    def _start_real(self, name: str, config: dict[str, Any]) -> None:
+        """A real control plane for cluster ``name``: its nodes the cluster's instances (``Kubelets``, from this
+        region's AWS), the program's Kubernetes objects for the cluster applied to it, and the kubeconfig's context
+        ``name`` pointing at it as the operator (a client certificate in ``system:masters``; no region clock: its time
+        is the wall's)."""
+        from platformctl.emulator.realk8s import ControlPlane, Kubelets, binaries
+
+        region = self.regions[self.stage_of[name]]
+        plane = ControlPlane(self.state_dir / "real" / name, binaries(), name=name).start()
+        self.real[name] = (plane, Kubelets(plane, name, region.stage.region).start())
+        applied = plane.apply([manifest for cluster, manifest in region.kubernetes if cluster == name])
+        log.info("real control plane of %s at %s: %d of the program's objects applied", name, plane.server, applied)
+        pki = plane.pki
+        assert pki is not None
+        for entry in config["clusters"]:
+            if entry["name"] == name:
+                entry["cluster"] = {"server": plane.server, "certificate-authority": str(pki.path("ca.crt"))}
+        config["users"].append({"name": f"{name}-admin", "user": {"client-certificate": str(pki.path("admin.crt")),
+                                                                  "client-key": str(pki.path("admin.key"))}})
+        for entry in config["contexts"]:
+            if entry["name"] == name:
+                entry["context"]["user"] = f"{name}-admin"
 
     def _issuer(self, cluster: str) -> str | None:
         region = self.regions.get(self.stage_of.get(cluster, ""))
@@ -451,6 +483,9 @@ class Server:
         finally:
             self.stopping.set()
             self.stop_pods()
+            for plane, kubelets in self.real.values():
+                kubelets.stop()
+                plane.stop()
             with self.cond:
                 self.cond.notify_all()
             self.moto.stop()
@@ -474,19 +509,23 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
     parser.add_argument("--canaries", action="store_true", help="run each cluster's canary runner pod as a process")
     parser.add_argument("--run-jobs", action="store_true", help="run the pods of the toolkit's own Jobs as processes")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--real-cluster", action="append", default=[], help="a cluster served by a real control plane")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     args.state_dir.mkdir(parents=True, exist_ok=True)
     server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner,
                     prepare, canaries=args.canaries, skip=not args.no_skip, run_jobs=args.run_jobs,
-                    pods_per_node=args.pods_per_node)
+                    pods_per_node=args.pods_per_node, real_clusters=args.real_cluster)
     try:
         server.start()
     except Exception as exc:
         log.exception("the local region did not start")
         print(f"error: the local region did not start: {exc}", file=sys.stderr)
         server.stop_pods()
+        for plane, kubelets in server.real.values():
+            kubelets.stop()
+            plane.stop()
         return 1
     server.serve()
     # Nothing is left to write (the state files are written as they change, server.json is gone): leave without the

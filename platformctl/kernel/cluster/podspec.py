@@ -70,3 +70,38 @@ def annotation_seconds(pod: Pod, key: str, default: float) -> float:
         return max(float(raw), 0.0)
     except ValueError:
         return default
+
+
+def failure_rules(spec: dict[str, Any], name: str, kind: str = "Job", path: str = "spec") -> tuple[dict[str, Any], ...]:
+    """A Job's ``podFailurePolicy`` rules (``spec`` at ``path`` of a ``kind``), checked as the API server checks them.
+    A Job's pod-condition pattern without a ``status`` is defaulted to ``True``; a CronJob's job template's is not
+    (kube-apiserver 1.32 refuses the CronJob: its defaulting does not reach into the template)."""
+    policy = spec.get("podFailurePolicy")
+    if policy is None:
+        return ()
+    rules = policy.get("rules") if isinstance(policy, dict) else None
+    if not isinstance(rules, list):
+        raise invalid(kind, name, f"{path}.podFailurePolicy.rules", "Required value", "FieldValueRequired", "batch")
+    for i, rule in enumerate(rules):
+        where = f"{path}.podFailurePolicy.rules[{i}]"
+        if not isinstance(rule, dict) or rule.get("action") not in ("FailJob", "FailIndex", "Ignore", "Count"):
+            raise invalid(kind, name, f"{where}.action", 'Unsupported value: supported values: "Count", "FailIndex", '
+                          '"FailJob", "Ignore"', "FieldValueNotSupported", "batch")
+        codes, conditions = rule.get("onExitCodes"), rule.get("onPodConditions")
+        if (codes is None) == (conditions is None):
+            raise invalid(kind, name, where, "Invalid value: specifying one of onExitCodes and onPodConditions is required",
+                          group="batch")
+        if codes is not None and (not isinstance(codes, dict) or codes.get("operator") not in ("In", "NotIn")
+                                  or not isinstance(codes.get("values"), list)):
+            raise invalid(kind, name, f"{where}.onExitCodes", 'Invalid value: an operator ("In" or "NotIn") and values '
+                          "are required", group="batch")
+        for j, pattern in enumerate(conditions if isinstance(conditions, list) else ()):
+            if isinstance(pattern, dict) and not pattern.get("status") and kind == "Job":
+                pattern["status"] = "True"
+            status = pattern.get("status") if isinstance(pattern, dict) else None
+            if status not in ("True", "False", "Unknown"):
+                raise invalid(kind, name, f"{where}.onPodConditions[{j}].status",
+                              'Required value: valid values: ["False" "True" "Unknown"]' if not status else
+                              f'Unsupported value: "{status}": supported values: "False", "True", "Unknown"',
+                              "FieldValueRequired" if not status else "FieldValueNotSupported", "batch")
+    return tuple(rules)

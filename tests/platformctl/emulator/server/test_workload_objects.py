@@ -249,7 +249,7 @@ def _pods_of(under: Under, job: str) -> list[Any]:
 def test_a_jobs_failed_pods_are_judged_by_its_pod_failure_policy_and_backoff_limit(under: Under) -> None:
     containers = Containers(under.sim)
     under.sim.use_runtime(containers)
-    rules = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+    rules = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
              {"action": "FailJob", "onExitCodes": {"containerName": "rotate", "operator": "In", "values": [1, 2]}}]
     under.cluster.create_object(_tool_job("crash", {"backoffLimit": 1, "podFailurePolicy": {"rules": rules}}))
     under.advance(10)
@@ -284,7 +284,7 @@ def test_a_jobs_failed_pods_are_judged_by_its_pod_failure_policy_and_backoff_lim
 def test_a_jobs_evicted_pod_is_sent_sigterm_and_replaced_once_it_has_ended_not_counted(under: Under) -> None:
     containers = Containers(under.sim)
     under.sim.use_runtime(containers)
-    rules = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+    rules = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
              {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [130]}}]
     under.cluster.create_object(_tool_job("rotation", {"backoffLimit": 0, "podFailurePolicy": {"rules": rules}}))
     under.advance(10)

@@ -6,6 +6,7 @@ why, and in docs/simulator.md; any other fails the test."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -497,6 +498,28 @@ def a_pod_failure_policy_condition_without_a_status(side: Side, ns: str) -> Any:
             status(side.request("POST", f"/apis/batch/v1/namespaces/{ns}/cronjobs", {
                 "metadata": {"name": "nightly"}, "spec": {"schedule": "0 3 * * *", "jobTemplate": {
                     "spec": job_spec({"type": "DisruptionTarget"})}}}))]
+
+
+@scenario
+def a_cronjob_starts_its_job_at_the_minute_and_names_it_by_it(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    template = pod("tick")["spec"] | {"restartPolicy": "Never"}
+    side.request("POST", f"/apis/batch/v1/namespaces/{ns}/cronjobs", {
+        "metadata": {"name": "tick"}, "spec": {"schedule": "* * * * *", "concurrencyPolicy": "Forbid",
+                                               "jobTemplate": {"spec": {"template": {"spec": template}}}}})
+
+    def started() -> Any:
+        jobs = side.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs")[1]["items"]
+        cron = side.request("GET", f"/apis/batch/v1/namespaces/{ns}/cronjobs/tick")[1]
+        return (jobs, cron) if jobs and cron.get("status", {}).get("lastScheduleTime") else None
+    jobs, cron = side.settle(started, 90)
+    job = jobs[0]
+    scheduled = datetime.datetime.fromisoformat(cron["status"]["lastScheduleTime"].replace("Z", "+00:00"))
+    owner = job["metadata"]["ownerReferences"][0]
+    return [len(jobs), owner["kind"], owner["name"], owner.get("controller"),
+            job["metadata"]["name"] == f"tick-{int(scheduled.timestamp()) // 60}", scheduled.second,
+            job["metadata"]["annotations"].get("batch.kubernetes.io/cronjob-scheduled-timestamp") ==
+            cron["status"]["lastScheduleTime"]]
 
 
 @scenario

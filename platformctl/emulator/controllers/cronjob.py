@@ -69,7 +69,11 @@ class CronJobController:
                         self.w.delete("jobs", cron.namespace, running)
                 template = copy.deepcopy(spec["jobTemplate"])
                 name = f"{cron.name}-{int(due // 60)}"
-                job = {"metadata": {**(template.get("metadata") or {}), "name": name}, "spec": template["spec"]}
+                meta = dict(template.get("metadata") or {})
+                # the time it was scheduled for, as the CronJob controller stamps each Job it makes (since 1.32)
+                meta["annotations"] = {**(meta.get("annotations") or {}),
+                                       "batch.kubernetes.io/cronjob-scheduled-timestamp": format_time(due)}
+                job = {"metadata": {**meta, "name": name}, "spec": template["spec"]}
                 if (cron.namespace, name) not in self.w.objects["jobs"]:
                     self.w.create("jobs", cron.namespace, job, owner=cron)
                     cron.jobs.append(name)

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from platformctl.emulator.realk8s import ControlPlane
-from platformctl.kernel.cluster.model.objects import Taint
 from tests.real_k8s.sides import Emulated, Real, Side, node
 
 pytestmark = pytest.mark.real_k8s
@@ -627,7 +626,3 @@ def test_the_local_region_answers_as_kube_apiserver_does(sides: tuple[Side, Side
         assert real != emulated, f"{name} is listed as a difference that stays, but the two now agree: delete it"
         return
     assert emulated == real, f"{name}: the local region answered differently from kube-apiserver"
-
-
-# Referenced so that a scenario module's helpers are not reported unused.
-_ = Taint

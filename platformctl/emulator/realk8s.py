@@ -8,7 +8,8 @@ authorizer on, the admission plugins of the release's defaults, service-account 
 eviction API and the disruption controller live. Its nodes are Node objects registered as the kubelet of an EC2
 instance registers it (``platformctl.emulator.simulation.pools.build_node``: labels and taints from the launch
 template's user data, ``spec.providerID``), annotated for kwok, which keeps their leases and status and runs their
-pods' lifecycle (a pod bound to one turns Running, a deleted one goes).
+pods' lifecycle (a pod bound to one turns Running, a Job's pod ends, Failed with the code its
+``sim.platformctl.io/exit-code`` annotation names as the local region's does, a deleted one goes: ``kwok_stages.yaml``).
 
 Start one with ``ControlPlane(folder, bin).start()`` (under a minute once built); ``stop()`` sends SIGTERM to each
 process and waits; a process still there after ``grace`` seconds gets SIGKILL.
@@ -37,6 +38,7 @@ from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.nodeadm import WontJoin, read_user_data
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "real-k8s" / "build.sh"
+KWOK_STAGES = Path(__file__).with_name("kwok_stages.yaml")  # kwok's fast pod stages, and a Job pod's exit code
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 SERVICE_RANGE = "10.96.0.0/16"
@@ -202,7 +204,8 @@ class ControlPlane:
                       "--authentication-kubeconfig", str(self.folder / "scheduler.kubeconfig"),
                       "--authorization-kubeconfig", str(self.folder / "scheduler.kubeconfig"),
                       "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(free_port()))
-            self._run("kwok", "--kubeconfig", str(self.folder / "kwok.kubeconfig"), "--manage-all-nodes=false",
+            self._run("kwok", "--kubeconfig", str(self.folder / "kwok.kubeconfig"), "--config", str(KWOK_STAGES),
+                      "--manage-all-nodes=false",
                       "--manage-nodes-with-annotation-selector", f"{KWOK_ANNOTATION}=fake",
                       "--node-lease-duration-seconds", "40", "--server-address", f"127.0.0.1:{free_port()}")
             self._wait_default_account(timeout)

@@ -337,11 +337,13 @@ class Workloads:
         generation = obj["metadata"].get("generation", 1)
         if plural == "jobs":
             status = dict(obj.get("status") or {})
-            status.update({"active": counts["active"], "succeeded": counts["succeeded"], "ready": counts["ready"]})
-            if counts["failed"]:
-                status["failed"] = counts["failed"]
-            if counts["terminating"]:
-                status["terminating"] = counts["terminating"]
+            # The 1.32 Job controller's: ready and terminating always (pointers), the counters omitted when 0.
+            status.update(ready=counts["ready"], terminating=counts["terminating"], uncountedTerminatedPods={})
+            for key in ("active", "succeeded", "failed"):
+                if counts[key]:
+                    status[key] = counts[key]
+                else:
+                    status.pop(key, None)
             if counts["failed_reason"]:
                 done = counts.get("completed_at") or self.now()
                 status["conditions"] = [{"type": kind, "status": "True", "reason": counts["failed_reason"],

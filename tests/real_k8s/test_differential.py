@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -570,6 +572,69 @@ def watch_sends_what_changed_after_its_resource_version(side: Side, ns: str) -> 
     events = [json.loads(line) for line in (body if isinstance(body, str) else json.dumps(body)).splitlines() if line]
     # Additions and deletions in order (the status updates between them are each side's kubelet's own).
     return [code, [(e["type"], e["object"]["metadata"].get("name")) for e in events if e["type"] in ("ADDED", "DELETED")]]
+
+
+@scenario
+def a_watch_that_allows_bookmarks_gets_one_before_its_deadline(side: Side, ns: str) -> Any:
+    """kube-apiserver's watch cache sends a bookmark 2 s before a watch's deadline; the client watches on from it."""
+    namespace(side, ns)
+    side.request("POST", f"/api/v1/namespaces/{ns}/pods", pod("quiet", node_name=NODES[0]))
+    running(side, ns, 1)
+    rv = side.request("GET", f"/api/v1/namespaces/{ns}/pods")[1]["metadata"]["resourceVersion"]
+
+    def watch(since: str, seconds: int) -> tuple[int, list[dict[str, Any]]]:
+        code, body = side.request("GET", f"/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion={since}"
+                                         f"&allowWatchBookmarks=true&timeoutSeconds={seconds}")
+        text = body if isinstance(body, str) else "" if body is None else json.dumps(body)  # no events: no body
+        return code, [json.loads(line) for line in text.splitlines() if line]
+    quiet = watch(rv, 4)  # nothing newer than its start among the pods: no bookmark
+    namespace(side, ns + "-x")
+    elsewhere = threading.Timer(1.0, lambda: side.request("POST", f"/api/v1/namespaces/{ns}-x/pods", pod("busy")))
+    elsewhere.start()  # a pod of another namespace moves the pods' version on while the watch is open
+    code, events = watch(rv, 5)
+    elsewhere.join()
+    marks = [e["object"] for e in events if e["type"] == "BOOKMARK"]
+    after = watch(marks[0]["metadata"]["resourceVersion"], 1) if marks else (0, [])
+    # One or two: the watch cache's bookmark timer ticks each second, and may tick again before the deadline.
+    return [quiet[0], [e["type"] for e in quiet[1]], code, sorted({e["type"] for e in events}),
+            sorted({(m["kind"], m["apiVersion"], json.dumps(sorted(m["metadata"].items())).replace(
+                m["metadata"]["resourceVersion"], "RV"), int(m["metadata"]["resourceVersion"]) > int(rv)) for m in marks}),
+            after[0], [e["type"] for e in after[1]]]
+
+
+def failing_job(side: Side, ns: str, name: str, code: int, **spec: Any) -> dict[str, Any]:
+    """A Job whose every pod exits ``code`` (kwok's pod-exit stage, the simulation's exit-code annotation), as a
+    client reads it once it has failed: how many of its pods failed and its conditions' types and reasons."""
+    template = {"metadata": {"annotations": {"sim.platformctl.io/exit-code": str(code),
+                                             "sim.platformctl.io/run-seconds": "1"}},
+                "spec": pod("job")["spec"] | {"restartPolicy": "Never"}}
+    made = side.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs",
+                        {"metadata": {"name": name}, "spec": {"template": template, **spec}})
+    assert made[0] == 201, made
+
+    def failed() -> Any:
+        got = side.request("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{name}")[1]["status"]
+        return got if any(c["type"] == "Failed" for c in got.get("conditions", [])) else None
+    got = side.settle(failed, 120)
+    return {"fields": sorted(got), "failed": got.get("failed"), "succeeded": got.get("succeeded"),
+            "active": got.get("active"), "ready": got.get("ready"), "terminating": got.get("terminating"),
+            "conditions": sorted((c["type"], c["status"], c.get("reason"), re.sub(rf"{name}-[a-z0-9]{{5}}\b", "POD",
+                                                                                 c.get("message", "")))
+                                 for c in got.get("conditions", []))}
+
+
+@scenario
+def a_job_whose_pods_fail_past_its_backoff_limit_fails(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    return failing_job(side, ns, "flaky", 3, backoffLimit=1)
+
+
+@scenario
+def a_pod_failure_policy_fails_the_job_on_an_exit_code(side: Side, ns: str) -> Any:
+    namespace(side, ns)
+    return failing_job(side, ns, "strict", 42, backoffLimit=6, podFailurePolicy={"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]})
 
 
 @scenario

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from platformctl.kernel.clock import VirtualClock
 from platformctl.kernel.cluster.model import ANNOTATION_RUN_SECONDS, ANNOTATION_START_SECONDS, Node, Pod
-from platformctl.kernel.cluster.podspec import DEFAULT_RUN_SECONDS, DEFAULT_START_SECONDS, annotation_seconds
+from platformctl.kernel.cluster.podspec import DEFAULT_RUN_SECONDS, DEFAULT_START_SECONDS, annotation_code, annotation_seconds
 from platformctl.kernel.cluster.scheduling import static_key
 
 PodKey = tuple[str, str]  # (namespace, name)
@@ -25,7 +25,7 @@ class Controller:
 
     __slots__ = (
         "kind", "namespace", "name", "uid", "template", "replicas", "pods", "active",
-        "completions", "succeeded", "ttl_seconds", "start_seconds", "run_seconds", "sched_key", "done", "done_at", "created",
+        "completions", "succeeded", "ttl_seconds", "start_seconds", "run_seconds", "exit_code", "sched_key", "done", "done_at", "created",
         "backoff_limit", "failure_rules", "failed", "failed_reason", "failed_message", "terminating",
     )
 
@@ -43,6 +43,7 @@ class Controller:
         self.ttl_seconds: float | None = None
         self.start_seconds = annotation_seconds(template, ANNOTATION_START_SECONDS, DEFAULT_START_SECONDS)
         self.run_seconds = annotation_seconds(template, ANNOTATION_RUN_SECONDS, DEFAULT_RUN_SECONDS)
+        self.exit_code = annotation_code(template)  # a Job pod's, once it has run
         self.sched_key: tuple[Any, ...] = static_key(template)
         self.done = False
         self.done_at: float | None = None  # when a Job completed (or failed)

@@ -55,11 +55,15 @@ def pod_failed(host: ControllerHost, ctrl: Controller, pod: Pod) -> None:
     action = rule.get("action") if rule is not None else "Count"
     if action == "Ignore":
         return
-    if action == "FailJob":
-        index = ctrl.failure_rules.index(rule) if rule is not None else 0
-        return fail(host, ctrl, "PodFailurePolicy", f"Container of pod {pod.namespace}/{pod.name} exited with code "
-                    f"{pod.exit_code} matching FailJob rule at index {index}")
-    ctrl.failed += 1
+    ctrl.failed += 1  # counted, unless ignored (``nonIgnoredFailedPodsCount``)
+    if action == "FailJob" and rule is not None:
+        index = ctrl.failure_rules.index(rule)
+        if "onExitCodes" in rule:
+            container = pod.containers[0].name if pod.containers else ""
+            said = f"Container {container} for pod {pod.namespace}/{pod.name} failed with exit code {pod.exit_code}"
+        else:
+            said = f"Pod {pod.namespace}/{pod.name} has condition DisruptionTarget"
+        return fail(host, ctrl, "PodFailurePolicy", f"{said} matching FailJob rule at index {index}")
     if ctrl.failed > ctrl.backoff_limit:
         fail(host, ctrl, "BackoffLimitExceeded", "Job has reached the specified backoff limit")
 

@@ -34,7 +34,7 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from platformctl.emulator.server import discovery, protobuf, rbac
+from platformctl.emulator.server import discovery, protobuf, rbac, watches
 from platformctl.emulator.server.events import FIELDS as EVENT_FIELDS
 from platformctl.emulator.server.events import as_events_v1
 from platformctl.emulator.server.objects import (
@@ -61,7 +61,6 @@ from platformctl.kernel.errors import NotFoundError, PlatformError
 log = logging.getLogger("platformctl.emulator.server")
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-WATCH_TIMEOUT = 1800.0  # wall seconds a watch stays open unless the client asks for less
 
 _P = "/clusters/<cluster>"
 _ROUTES = Map([
@@ -159,13 +158,6 @@ _NODE_FIELDS: dict[str, Callable[[Any], str]] = {
 _OBJECT_FIELDS: dict[str, Callable[[Any], str]] = {
     "metadata.name": lambda o: o["metadata"]["name"], "metadata.namespace": lambda o: o["metadata"].get("namespace", ""),
 }
-
-
-def _watch_timeout(request: Request) -> float:
-    try:
-        return min(float(request.args.get("timeoutSeconds") or WATCH_TIMEOUT), WATCH_TIMEOUT)
-    except ValueError:
-        raise bad_request("timeoutSeconds: must be a number") from None
 
 
 class KubeAPI:
@@ -544,7 +536,7 @@ class KubeAPI:
 
     def _watch(self, cluster: ClusterState, plural: str, request: Request, ns: str | None) -> Response:
         if plural == "events":
-            return self._watch_events(cluster, request, ns)
+            return watches.watch_events(self.cond, self.stopping, cluster, request, ns, self._wants_table(request))
         if plural in WORKLOADS:
             return self._watch_objects(cluster, plural, request, ns)
         if plural not in ("nodes", "pods", "poddisruptionbudgets"):
@@ -558,7 +550,7 @@ class KubeAPI:
                 return False
             return match(obj) and (labels is None or labels(getattr(obj, "labels", {})))
 
-        timeout = _watch_timeout(request)
+        timeout = watches.watch_timeout(request)
         rv_text = request.args.get("resourceVersion") or ""
         with self.cond:
             cluster.changes.observe()
@@ -586,22 +578,31 @@ class KubeAPI:
             yield b""  # the status line and headers go out now, as the API server sends them when a watch starts
             for change in initial:
                 yield encode(change)
-            deadline = time.monotonic() + timeout
+            deadline, start = time.monotonic() + timeout, cursor
+            bookmarks = watches.Bookmarks(request, plural, deadline)
             while not self.stopping.is_set():
-                remaining = deadline - time.monotonic()
+                remaining, mark, expired = deadline - time.monotonic(), b"", False
                 if remaining <= 0:
                     return
                 with self.cond:
                     try:
                         changes = cluster.changes.since(plural, cursor)
                     except Expired:
-                        gone = ApiError(410, "Expired", f"too old resource version: {cursor}").status()
-                        yield json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n"
-                        return
-                    if not changes:
-                        self.cond.wait(min(remaining, 1.0))
+                        changes, expired = [], True
+                    if changes:
+                        cursor = changes[-1].rv
+                    elif not expired and bookmarks.due() and cursor > start:  # only one newer than the watch's start
+                        mark = bookmarks.event(cursor)
+                    elif not expired:
+                        self.cond.wait(bookmarks.wait(min(remaining, 1.0)))
                         continue
-                    cursor = changes[-1].rv
+                if expired:
+                    gone = ApiError(410, "Expired", f"too old resource version: {cursor}").status()
+                    yield json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n"
+                    return
+                if mark:
+                    yield mark
+                    continue
                 for change in changes:
                     if wanted(change.obj):
                         yield encode(change)
@@ -614,7 +615,7 @@ class KubeAPI:
         client's resourceVersion, since its status may have moved after the list it read: a redundant event is
         harmless, a missed one leaves the client waiting), then each one whose spec or status changed (MODIFIED),
         appeared (ADDED) or went (DELETED), as the clock moves."""
-        timeout = _watch_timeout(request)
+        timeout = watches.watch_timeout(request)
         as_table = self._wants_table(request)
         since_now = (request.args.get("resourceVersion") or "") not in ("", "0")
 
@@ -647,48 +648,6 @@ class KubeAPI:
                 for key in seen.keys() - now.keys():
                     yield encode("DELETED", seen[key])
                 seen = now
-
-        return Response(stream(), mimetype="application/json", direct_passthrough=True)
-
-    def _watch_events(self, cluster: ClusterState, request: Request, ns: str | None) -> Response:
-        """Events as they are recorded (ADDED), and again when a Pending pod's FailedScheduling is counted (MODIFIED)."""
-        v1 = "/apis/events.k8s.io/" in request.path
-        match = field_selector(request.args.get("fieldSelector") or "", EVENT_FIELDS)
-        timeout = _watch_timeout(request)
-        rv_text = request.args.get("resourceVersion") or ""
-        with self.cond:
-            events = cluster.recorder.list(ns)
-            asked = int(rv_text) if rv_text.isdigit() and rv_text != "0" else None
-            initial = [e for e in events if match(e)] if asked is None else []
-            cursor = asked or cluster.sim.resource_version
-        as_table = self._wants_table(request)
-        sent: set[str] = set()
-
-        def encode(kind: str, event: dict[str, Any]) -> bytes:
-            obj = as_events_v1(event) if v1 else event
-            if as_table:
-                obj = table("events", [obj], cluster.now(), obj["metadata"]["resourceVersion"])
-            return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
-
-        def stream() -> Iterator[bytes]:
-            nonlocal cursor
-            yield b""  # headers now, not with the first event
-            for event in initial:
-                sent.add(event["metadata"]["uid"])
-                yield encode("ADDED", event)
-            deadline = time.monotonic() + timeout
-            while not self.stopping.is_set() and time.monotonic() < deadline:
-                with self.cond:
-                    fresh = [e for e in cluster.recorder.list(ns) if int(e["metadata"]["resourceVersion"]) > cursor]
-                    if not fresh:
-                        self.cond.wait(min(deadline - time.monotonic(), 1.0))
-                        continue
-                    cursor = max(int(e["metadata"]["resourceVersion"]) for e in fresh)
-                for event in sorted(fresh, key=lambda e: int(e["metadata"]["resourceVersion"])):
-                    if match(event):
-                        kind = "MODIFIED" if event["metadata"]["uid"] in sent else "ADDED"
-                        sent.add(event["metadata"]["uid"])
-                        yield encode(kind, event)
 
         return Response(stream(), mimetype="application/json", direct_passthrough=True)
 

@@ -318,7 +318,7 @@ class PodRoom:
             else:
                 state.waiting.append(key)
         elif ctrl is not None and ctrl.kind == "Job":
-            w.clock.call_later(ctrl.run_seconds, self._pod_succeeded, key, pod.uid)
+            self._job_pod_runs(ctrl, pod)
         return pod
 
     def _bound(self, pod: Pod, state: NodeState) -> None:
@@ -405,7 +405,15 @@ class PodRoom:
             return
         ctrl = self.w.controller_of(pod)
         if ctrl is not None and ctrl.kind == "Job":
-            self.w.clock.call_later(ctrl.run_seconds, self._pod_succeeded, key, uid)
+            self._job_pod_runs(ctrl, pod)
+
+    def _job_pod_runs(self, ctrl: Controller, pod: Pod) -> None:
+        """A simulated Job pod (no runtime) ends after its run-seconds, with its exit-code annotation's code."""
+        if ctrl.exit_code:
+            self.w.clock.call_later(ctrl.run_seconds, self.container_exited, pod.namespace, pod.name, pod.uid,
+                                    ctrl.exit_code)
+        else:
+            self.w.clock.call_later(ctrl.run_seconds, self._pod_succeeded, pod.key, pod.uid)
 
     def container_exited(self, namespace: str, name: str, uid: str, code: int) -> None:
         """The runtime's word: the pod's process ended with ``code``. A terminating pod is then gone; any other

@@ -4,7 +4,7 @@
 ``selector_of`` checks the ``spec.selector`` against the template's labels, ``int_field`` reads a
 non-negative integer field (``replicas``, ``parallelism`` …); each refuses what the API refuses, as
 ``ApiError`` 422. ``annotation_seconds`` reads a pod's simulator knobs (``sim.platformctl.io/start-seconds``,
-``run-seconds``). Shared by the workload objects (``platformctl.emulator.workloads``), their controllers and
+``run-seconds``) and ``annotation_code`` its ``exit-code``. Shared by the workload objects (``platformctl.emulator.workloads``), their controllers and
 the simulator; it imports none of them.
 """
 
@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from platformctl.kernel.cluster.apiobjects import invalid, platform_invalid
-from platformctl.kernel.cluster.model import Pod, parse_pod
+from platformctl.kernel.cluster.model import ANNOTATION_EXIT_CODE, Pod, parse_pod
 from platformctl.kernel.cluster.selectors import LabelSelector
 from platformctl.kernel.errors import PlatformError
 
@@ -70,6 +70,14 @@ def annotation_seconds(pod: Pod, key: str, default: float) -> float:
         return max(float(raw), 0.0)
     except ValueError:
         return default
+
+
+def annotation_code(pod: Pod) -> int:
+    """The exit code a Job pod ends with once it has run: its ``sim.platformctl.io/exit-code`` annotation, else 0."""
+    try:
+        return int(pod.annotations.get(ANNOTATION_EXIT_CODE, "0"))
+    except ValueError:
+        return 0
 
 
 def failure_rules(spec: dict[str, Any], name: str, kind: str = "Job", path: str = "spec") -> tuple[dict[str, Any], ...]:

@@ -40,6 +40,7 @@ from platformctl.kernel.cluster.model.objects import (
 from platformctl.kernel.cluster.model.parse import parse_node, parse_pdb, parse_pod
 from platformctl.kernel.cluster.model.snapshot import Snapshot, load_snapshot, parse_snapshot, save_snapshot, snapshot_document
 from platformctl.kernel.cluster.model.values import (
+    ANNOTATION_EXIT_CODE,
     ANNOTATION_MAX_WAIT,
     ANNOTATION_MIRROR,
     ANNOTATION_ROTATION,
@@ -71,6 +72,7 @@ __all__ = [
     "ANNOTATION_MIRROR",
     "ANNOTATION_ROTATION",
     "ANNOTATION_RUN_SECONDS",
+    "ANNOTATION_EXIT_CODE",
     "ANNOTATION_SETTLE",
     "ANNOTATION_START_SECONDS",
     "Container",

@@ -31,6 +31,8 @@ RESOURCE_GPU = "nvidia.com/gpu"
 # How a simulated pod behaves; kept in annotations so they survive a snapshot round trip.
 ANNOTATION_START_SECONDS = "sim.platformctl.io/start-seconds"
 ANNOTATION_RUN_SECONDS = "sim.platformctl.io/run-seconds"
+# A Job pod's exit code once it has run (non-zero: it fails; the real control plane's kwok reads the same annotation).
+ANNOTATION_EXIT_CODE = "sim.platformctl.io/exit-code"
 
 # How an application asks to be rotated (read by the rotation planner, set by applications).
 ANNOTATION_ROTATION = "platformctl.io/rotation"

@@ -28,7 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -395,13 +395,17 @@ class Kubelets:
     """The kubelets of a cluster's EC2 instances, and the AWS cloud controller's node lifecycle: every ``period``
     seconds, each running instance of an Auto Scaling group whose user data's NodeConfig names ``cluster`` is
     registered as its kubelet registers it (``build_node``: its private DNS name, zone, instance type, the labels and
-    taints the user data asks for; an instance whose user data would not bring a kubelet up never registers), and the
-    node of an instance that is no longer running is deleted. The AWS is the command's environment's
-    (``AWS_ENDPOINT_URL``: moto)."""
+    taints the user data asks for; an instance whose user data would not bring a kubelet up never registers, nor, with
+    ``kubelet_of`` (an image's kubelet version, or None: the local region's ``moto_extensions.kubelet_of``), one whose
+    image has no kubelet), and the node of an instance that is no longer running is deleted. The AWS is the command's
+    environment's (``AWS_ENDPOINT_URL``: moto)."""
 
-    def __init__(self, plane: ControlPlane, cluster: str, region: str, period: float = 1.0) -> None:
+    def __init__(self, plane: ControlPlane, cluster: str, region: str, period: float = 1.0,
+                 kubelet_of: Callable[[str], str | None] | None = None) -> None:
         self.plane, self.cluster, self.region, self.period = plane, cluster, region, period
+        self.kubelet_of = kubelet_of
         self.never_joined: dict[str, str] = {}  # instance id -> why its kubelet never registered
+        self._kubelets: dict[str, str | None] = {}  # image -> its kubelet's version (an image's lineage never changes)
         self._configs: dict[str, Any] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -427,6 +431,7 @@ class Kubelets:
             raw = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData").get("UserData", {}).get("Value")
             try:
                 config = read_user_data(raw)
+                version = self._kubelet(instance["ImageId"])
             except WontJoin as exc:
                 self.never_joined[iid] = str(exc)
                 continue
@@ -434,8 +439,20 @@ class Kubelets:
                 continue
             node = build_node(name=instance["PrivateDnsName"], zone=instance["Placement"]["AvailabilityZone"],
                               region=self.region, instance_type=instance["InstanceType"], instance_id=iid,
-                              labels=config.labels, taints=config.taints)
+                              labels=config.labels, taints=config.taints, kubelet_version=version)
             self.plane.register([node.to_kube()])
+
+    def _kubelet(self, image: str) -> str:
+        """The version of the kubelet ``image`` runs ("" when nothing says), or WontJoin as the local region says it."""
+        if self.kubelet_of is None:
+            return ""
+        if image not in self._kubelets:
+            self._kubelets[image] = self.kubelet_of(image)
+        version = self._kubelets[image]
+        if version is None:
+            raise WontJoin(f"its image {image} has no kubelet and nodeadm (neither EKS-optimised nor built from one, "
+                           "and its manifests install neither)")
+        return version
 
     def start(self) -> Kubelets:
         def loop() -> None:

@@ -259,11 +259,14 @@ class Server:
         region's AWS), the program's Kubernetes objects for the cluster applied to it, and the kubeconfig's context
         ``name`` pointing at it as the operator (a client certificate in ``system:masters``; no region clock: its time
         is the wall's)."""
+        from platformctl.emulator import moto_extensions
         from platformctl.emulator.realk8s import ControlPlane, Kubelets, binaries
 
         region = self.regions[self.stage_of[name]]
         plane = ControlPlane(self.state_dir / "real" / name, binaries(), name=name).start()
-        self.real[name] = (plane, Kubelets(plane, name, region.stage.region).start())
+        where = region.stage.region
+        self.real[name] = (plane, Kubelets(plane, name, where,
+                                           kubelet_of=lambda image: moto_extensions.kubelet_of(where, image)).start())
         applied = plane.apply([manifest for cluster, manifest in region.kubernetes if cluster == name])
         log.info("real control plane of %s at %s: %d of the program's objects applied", name, plane.server, applied)
         pki = plane.pki

@@ -61,7 +61,12 @@ class Step(StrEnum):
     ROLLING_BACK = "rolling-back"
 
 
-STEPS = tuple(s.value for s in Step if s is not Step.IDLE)
+class RollbackPhase(StrEnum):
+    """Where a stage's rollback is: pointing the stage back (``deploy``), then rotating onto it (``rotate``, tried again
+    after a rotation that did not finish)."""
+
+    DEPLOY = "deploy"
+    ROTATE = "rotate"
 
 
 class Kind(StrEnum):
@@ -97,6 +102,20 @@ class Kind(StrEnum):
 
 
 KINDS = frozenset(k.value for k in Kind)
+INTENDED = (Kind.DEPLOY, Kind.ROTATE, Kind.ROLLBACK_DEPLOY, Kind.ROLLBACK_ROTATE)  # side effects begun under an intent
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A side effect a stage began and is not known to have finished: a deploy or a rotation (or a rollback's) of one
+    candidate. The tick that finds it does the effect again (each is idempotent) rather than record it again."""
+
+    action: Kind  # one of INTENDED
+    candidate: str
+
+    @classmethod
+    def from_dict(cls, data: JSONMapping) -> Intent:
+        return cls(Kind(str(data["action"])), str(data["candidate"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,17 +169,13 @@ STEP_OF: dict[Kind, tuple[Step, ...]] = {
     Kind.ROLLBACK_ROTATE: (Step.ROLLING_BACK,), Kind.ROLLBACK_FAILED: (Step.ROLLING_BACK,),
     Kind.ROLLED_BACK: (Step.ROLLING_BACK,),
 }
-# The step each accepted entry leads to (the ones that stay are left out).
-NEXT_STEP: dict[Kind, Step] = {Kind.WAIT: Step.WAITING, Kind.ENTER: Step.DEPLOYING, Kind.DEPLOYED: Step.ROTATING,
-                               Kind.ROTATED: Step.SOAKING, Kind.PROMOTE: Step.IDLE, Kind.HALT: Step.ROLLING_BACK,
-                               Kind.ROLLED_BACK: Step.IDLE}
 
 
 @dataclass
 class StageState:
     current: str | None = None  # the candidate in flight here
     last_good: str | None = None  # the last candidate that passed here
-    step: str = Step.IDLE
+    step: Step = Step.IDLE
     since: float = 0.0  # when the step began
     waiting_for: str | None = None  # what the step waits for, in words (for people: nothing branches on it)
     opens_at: float | None = None
@@ -172,10 +187,10 @@ class StageState:
     rollback_to: str | None = None
     override: Override | None = None  # a freeze override (the windows it covers)
     good: list[str] = field(default_factory=list)  # the candidates that passed here, oldest first (the last GOOD_KEPT)
-    intent: str | None = None  # a side effect begun and not known finished: "deploy:<id>" or "rotate:<id>"
+    intent: Intent | None = None  # a side effect begun and not known finished
     newest: int = -1  # the start order of the newest candidate that entered: an older one never enters (unless forced)
     forced: str | None = None  # a candidate an operator sent here by hand: it goes next, older or not
-    rollback_phase: str | None = None  # "deploy", then "rotate" (retried after a failure until it finishes)
+    rollback_phase: RollbackPhase | None = None  # deploy, then rotate (retried after a failure until it finishes)
     rollback_failures: int = 0  # the rollback's rotations that did not finish
     blocked_since: float | None = None  # when the rotation was last seen blocked after moving (the patience counts from it)
     blocked_booted: int = 0  # the instances it had seen booting then: more at a later block is progress
@@ -191,15 +206,16 @@ class StageState:
         get = data.get
         override, error, before = get("override"), get("error"), get("before")
         return cls(
-            current=optional_str(get("current")), last_good=optional_str(get("last_good")), step=str(get("step", Step.IDLE)),
+            current=optional_str(get("current")), last_good=optional_str(get("last_good")), step=Step(str(get("step", Step.IDLE))),
             since=number(get("since", 0.0)), waiting_for=optional_str(get("waiting_for")),
             opens_at=optional_number(get("opens_at")), rotated_at=optional_number(get("rotated_at")),
             entered_at=optional_number(get("entered_at")),
             verdicts=[VerdictChange.from_dict(mapping(v)) for v in array(get("verdicts"))], results=to_int(get("results", 0)),
             ready=strings(get("ready")), rollback_to=optional_str(get("rollback_to")),
             override=Override.from_dict(override) if isinstance(override, Mapping) and override else None,
-            good=strings(get("good")), intent=optional_str(get("intent")), newest=to_int(get("newest", -1)),
-            forced=optional_str(get("forced")), rollback_phase=optional_str(get("rollback_phase")),
+            good=strings(get("good")), intent=Intent.from_dict(mapping(get("intent"))) if get("intent") else None,
+            newest=to_int(get("newest", -1)), forced=optional_str(get("forced")),
+            rollback_phase=RollbackPhase(str(get("rollback_phase"))) if get("rollback_phase") else None,
             rollback_failures=to_int(get("rollback_failures", 0)), blocked_since=optional_number(get("blocked_since")),
             blocked_booted=to_int(get("blocked_booted", 0)),
             soak_short=strings(get("soak_short")),
@@ -246,7 +262,9 @@ class PipelineState:
                    to_int(data["position"]), to_int(data.get("started", 0)))
 
 
-CHECKPOINT_VERSION = 4  # 3: start orders, rollback phases, boots in their own streams; 4: ``before`` kept from the first deploy
+# 3: start orders, rollback phases, boots in their own streams; 4: ``before`` kept from the first deploy; 5: an intent
+# as a record of its action and candidate
+CHECKPOINT_VERSION = 5
 
 
 def entry_id(candidate: str | None, stage: str | None, decision: str, at: float, salt: str = "") -> str:
@@ -548,7 +566,7 @@ def _moved(candidate: CandidateStatus, status: str, stage: str | None, at: float
 def _roll_back_stage(stage: StageState, cid: str, at: float, target: str | None) -> None:
     stage.paused = False
     stage.current, stage.step, stage.since, stage.rollback_to = cid, Step.ROLLING_BACK, at, target
-    stage.waiting_for, stage.intent, stage.rollback_phase, stage.rollback_failures = None, None, "deploy", 0
+    stage.waiting_for, stage.intent, stage.rollback_phase, stage.rollback_failures = None, None, RollbackPhase.DEPLOY, 0
     stage.blocked_since = None
 
 
@@ -627,7 +645,7 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         stage.blocked_since, stage.soak_short = None, []
         _moved(state.candidate(cid), "in flight", name, at)
     elif decision in (Kind.DEPLOY, Kind.ROTATE, Kind.ROLLBACK_DEPLOY, Kind.ROLLBACK_ROTATE):
-        stage.intent = f"{decision.value}:{cid}"
+        stage.intent = Intent(decision, cid)
         before = inputs.get("before")
         if decision is Kind.DEPLOY and stage.before is None and isinstance(before, Mapping):
             stage.before = {family: str(image) for family, image in before.items()}
@@ -666,7 +684,7 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
     elif decision is Kind.HALT:
         _apply_halt(state, stage, cid, name, at, entry)
     elif decision is Kind.ROLLBACK_DEPLOYED:
-        stage.intent, stage.rollback_phase = None, "rotate"
+        stage.intent, stage.rollback_phase = None, RollbackPhase.ROTATE
         stage.waiting_for = "the rollback's rotation"
     elif decision is Kind.ROLLBACK_FAILED:
         stage.intent = None

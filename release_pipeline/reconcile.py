@@ -36,7 +36,18 @@ from release_pipeline.gates import (
     rotation_decision,
     soak_decision,
 )
-from release_pipeline.ledger import Entry, Kind, Ledger, PipelineState, StageLease, StageState, Step, apply
+from release_pipeline.ledger import (
+    Entry,
+    Intent,
+    Kind,
+    Ledger,
+    PipelineState,
+    RollbackPhase,
+    StageLease,
+    StageState,
+    Step,
+    apply,
+)
 from release_pipeline.pipeline import Pipeline
 from release_pipeline.rotation_result import StageRotation
 
@@ -285,7 +296,7 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
             held(f"{name} {cid}: frozen before its {stage.step[:-3]}: " + "; ".join(f.reason for f in frozen))
             return
     if stage.step == Step.DEPLOYING:
-        if stage.intent != f"deploy:{cid}":
+        if stage.intent != Intent(Kind.DEPLOY, cid):
             write(cid, name, Kind.DEPLOY, now, f"pointing {name}'s launch templates at {cid}'s images",
                   {"images": candidate.stages[name].images if name in candidate.stages else {},
                    "before": actions.deployed(name)})
@@ -356,7 +367,7 @@ def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, 
             return
         actions.resume(name, f"the freeze ended: {cid}'s rotation goes on")
         write(cid, name, Kind.RESUMED, actions.now(name), "the freeze ended: the rotation goes on")
-    if stage.intent != f"rotate:{cid}":
+    if stage.intent != Intent(Kind.ROTATE, cid):
         write(cid, name, Kind.ROTATE, actions.now(name), f"rotating every cluster of {name} onto {cid}'s images")
     still(ledger, name, stage)
     result = actions.rotate(name, candidate, hold=lambda: frozen_now(pipeline, ledger, name, cid, actions.now(name)))
@@ -456,8 +467,8 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
               {"rollback_to": None, "done": False})
         return
     to = "the images it ran before" if target.id == _before_id(cid) else f"{target.id}'s images"
-    if stage.rollback_phase in (None, "deploy"):
-        if stage.intent != f"rollback-deploy:{cid}":
+    if stage.rollback_phase in (None, RollbackPhase.DEPLOY):
+        if stage.intent != Intent(Kind.ROLLBACK_DEPLOY, cid):
             write(cid, name, Kind.ROLLBACK_DEPLOY, now, f"pointing {name} back at {to}", {"rollback_to": stage.rollback_to})
         still(ledger, name, stage)
         deployed = actions.deploy(name, target, rollback=True)
@@ -465,7 +476,7 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
         write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {to} again" + _cleared(deployed),
               {"result": deployed, "rollback_to": stage.rollback_to})
         return
-    if stage.intent != f"rollback-rotate:{cid}":
+    if stage.intent != Intent(Kind.ROLLBACK_ROTATE, cid):
         write(cid, name, Kind.ROLLBACK_ROTATE, now, f"rotating every cluster of {name} back onto {to}",
               {"rollback_to": stage.rollback_to})
     still(ledger, name, stage)

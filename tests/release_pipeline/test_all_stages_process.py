@@ -68,6 +68,7 @@ def tick_until(region: dict[str, Any], done: Any, within: float = 1800,
     how fast the machine lets the region's time pass, so not a count of them)."""
     said = []
     give_up = time.monotonic() + within
+    now: dict[str, Any] = {}
     while time.monotonic() < give_up:
         out = release(region, "tick", check=False, timeout=900)
         assert out.returncode in (0, 3), out.stderr[-3000:]
@@ -77,7 +78,9 @@ def tick_until(region: dict[str, Any], done: Any, within: float = 1800,
             each(now)
         if done(now):
             return now
-    pytest.fail("the pipeline did not get there:\n" + "\n".join(said[-15:]))
+    where = {name: {k: s.get(k) for k in ("current", "step", "waiting_for", "since")}
+             for name, s in (now.get("stages") or {}).items()}  # why it waits, as status says it
+    pytest.fail("the pipeline did not get there:\n" + "\n".join(said[-15:]) + "\n" + json.dumps(where, indent=1))
 
 
 def nodes_by_stage(region: dict[str, Any]) -> dict[str, dict[str, str]]:

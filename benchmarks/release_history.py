@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from e2e_canary.verdict import Verdict
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
-from release_pipeline.ledger import STATE, Ledger
+from release_pipeline.ledger import Ledger, checkpoints
 from release_pipeline.pipeline import parse_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.rotation_result import StageRotation
@@ -76,7 +76,7 @@ def candidate(n: int) -> Candidate:
 
 
 def build(path: Path, releases: int, nodes: int) -> tuple[Ledger, Fleet]:
-    ledger, fleet = Ledger(open_store(str(path))), Fleet(nodes)
+    ledger, fleet = Ledger(open_store(str(path)), PIPELINE.names), Fleet(nodes)
     for n in range(releases):
         c = candidate(n)
         ledger.add_candidate(c)
@@ -111,7 +111,7 @@ def main() -> None:
         one, one_fleet = build(Path(tmp) / "one.db", 1, args.nodes)
         many, many_fleet = build(Path(tmp) / "many.db", args.releases, args.nodes)
         for name, ledger in (("1 release", one), (f"{args.releases} releases", many)):
-            last = ledger.store.last(STATE)
+            last = ledger.store.last(checkpoints(PIPELINE.names[-1]))
             size = len(json.dumps(last.data)) if last else 0
             entries = len(ledger.entries())
             biggest = max(len(json.dumps(e.as_stored())) for _, e in ledger.entries())

@@ -34,7 +34,7 @@ from e2e_canary.verdict import Verdict
 from platformctl.app.release import candidate_report
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
-from release_pipeline.ledger import STATE, Ledger
+from release_pipeline.ledger import Ledger, boots_stream, checkpoints
 from release_pipeline.pipeline import parse_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.rotation_result import StageRotation
@@ -83,13 +83,13 @@ def start(ledger: Ledger, c: Candidate, at: float) -> None:
 
 
 def sizes(ledger: Ledger) -> tuple[int, int]:
-    last = ledger.store.last(STATE)
+    last = ledger.store.last(checkpoints(ledger.stages[-1]))
     assert last is not None
     return len(json.dumps(last.data)), max(len(json.dumps(e.to_dict())) for _, e in ledger.entries())
 
 
 def flapping_soak(folder: Path) -> tuple[int, int, int]:
-    ledger, stages = Ledger(open_store(str(folder / "flap.db"))), Stages(flap=True)
+    ledger, stages = Ledger(open_store(str(folder / "flap.db")), ["dev"]), Stages(flap=True)
     pipeline = parse_pipeline({"stages": [{"name": "dev", "soak": "36h", "minResults": 100, "passFor": "30m",
                                            "deadline": "2h"}]}, "pipeline.yaml", "bench")
     start(ledger, candidate(1), T0)
@@ -101,7 +101,7 @@ def flapping_soak(folder: Path) -> tuple[int, int, int]:
 
 
 def lapsed_freezes(folder: Path) -> tuple[int, int]:
-    ledger, stages = Ledger(open_store(str(folder / "freezes.db"))), Stages()
+    ledger, stages = Ledger(open_store(str(folder / "freezes.db")), ["dev"]), Stages()
     pipeline = parse_pipeline({"stages": [{"name": "dev", "soak": 0, "approvals": 1}]}, "pipeline.yaml", "bench")
     for n in range(1600):
         at = T0 - 600_000 + n * 300
@@ -110,12 +110,12 @@ def lapsed_freezes(folder: Path) -> tuple[int, int]:
     for _ in range(3):
         tick(pipeline, ledger, stages, "bench")
         stages.clock += 300
-    ledger.checkpoint(ledger.state())
+    ledger.checkpoint(ledger.state(), ["dev"])
     return sizes(ledger)
 
 
 def releases(folder: Path, count: int) -> Ledger:
-    ledger, stages = Ledger(open_store(str(folder / f"releases-{count}.db"))), Stages()
+    ledger, stages = Ledger(open_store(str(folder / f"releases-{count}.db")), STAGES), Stages()
     pipeline = parse_pipeline({"stages": [{"name": s, "soak": 0, "passFor": 0, "minResults": 0} for s in STAGES]},
                               "pipeline.yaml", "bench")
     for n in range(count):
@@ -149,7 +149,7 @@ def main() -> int:
         t100 = timed(lambda: candidate_report(hundred, hundred.state(), aws=False))
         every = timed(lambda: [hundred.boots_and_first_light(c.id) for c in hundred.candidates()], 3)
         rows = sum(len(r.data.get("instances", [])) for c in hundred.candidates()
-                   for r in hundred.store.read("release/boots/" + c.id))
+                   for s in STAGES for r in hundred.store.read(boots_stream(s, c.id)))
         print(f"release status's candidate report: after 1 release {t1 * 1000:.1f} ms, after 100 of 10,000 nodes "
               f"{t100 * 1000:.1f} ms: ratio {t100 / t1:.2f} (target within 2x); reading every boot of every "
               f"candidate after 100 ({rows:,} rows): {every * 1000:.0f} ms")

@@ -34,7 +34,7 @@ from e2e_canary.verdict import Verdict, soak_verdict
 from platformctl.app.release import replaced_images
 from platformctl.kernel.state import StateStore, open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
-from release_pipeline.ledger import LEDGER, Ledger
+from release_pipeline.ledger import Ledger
 from release_pipeline.pipeline import parse_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.rotation_result import StageRotation
@@ -105,7 +105,7 @@ def write_results(store: StateStore, start: float, end: float) -> int:
 
 
 def build(days: float, root: Path) -> tuple[Ledger, Stages, int, int]:
-    ledger = Ledger(open_store(str(root / "release.db")))
+    ledger = Ledger(open_store(str(root / "release.db")), PIPELINE.names)
     results = open_store(str(root / "canary.db"))
     end = T0 + days * 86400
     written = write_results(results, T0 - 6 * 3600, end + 8 * 3600)
@@ -134,7 +134,7 @@ def build(days: float, root: Path) -> tuple[Ledger, Stages, int, int]:
         if ledger.state().stages["dev"].step == "soaking":
             break
     assert ledger.state().stages["dev"].step == "soaking", ledger.state().stages["dev"]
-    return ledger, stages, len(ledger.store.read(LEDGER)), written
+    return ledger, stages, len(ledger.entries()), written
 
 
 def timed(ledger: Ledger, stages: Stages, repeats: int = 9) -> float:

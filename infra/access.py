@@ -9,8 +9,9 @@ User Guide, Service Authorization Reference for Auto Scaling, EC2, EKS and Dynam
   cluster's own tag (``aws:ResourceTag/platformctl.io/cluster``): no job reaches another stage's groups or any group
   this program did not make;
 - the state store's actions are on the stage's own table; the tick's on the shared ledger's table too, where it writes
-  only the partition keys a stage's tick writes (``dynamodb:LeadingKeys``, ``ledger_keys``): never another stage's
-  lease or deploy records, nor the candidates an operator's ``release start`` records.
+  only its own stage's partition keys (``dynamodb:LeadingKeys``, ``ledger_keys``): never another stage's entries,
+  checkpoints, lease or deploy records, nor the people's entries and the candidates ``release start`` records (what
+  it writes in its own partition is admitted only where its stage may decide: ``release_pipeline.fold.admitted``).
 
 The tick's deploy (``pulumi up`` on its own stage, which a candidate changes only in its images, its Kubernetes
 version and its components) may make a launch template's new version, point a group at it and take a cluster one
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.components.common import CLUSTER_TAG, STAGE_TAG
-from platformctl.kernel.state.dynamodb import lease_key, registry_keys, stream_key
+from platformctl.kernel.state.dynamodb import lease_key, registry_keys, sequence_key, stream_key
 
 ASG_READS = ("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
              "autoscaling:DescribeScalingActivities")
@@ -101,10 +102,13 @@ def backend_bucket(backend: str) -> str | None:
 
 def ledger_keys(stage: str) -> tuple[str, ...]:
     """The partition keys a ``stage``'s tick writes in the ledger's table (release_pipeline.ledger's streams in the
-    store's layout): the entries, the checkpoints, the instances rotations saw booting a candidate, the stream registry,
-    and its own stage's deploy records and lease."""
-    streams = ("release/ledger", "release/state", "release/boots/*", f"release/deploys/{stage}")
-    return (*(stream_key(s) for s in streams), lease_key(f"release/tick/{stage}"), *registry_keys("release/"))
+    store's layout), every one its own stage's: its partition of the entries (and the counter of the sequence they
+    share, which it moves with each entry), its checkpoints, the instances its rotations saw booting a candidate, its
+    deploy records and lease, and the stream registry. Never the people's entries, another stage's, nor the
+    candidates."""
+    streams = (f"release/ledger@{stage}", f"release/state@{stage}", f"release/boots@{stage}/*", f"release/deploys/{stage}")
+    return (*(stream_key(s) for s in streams), sequence_key("release/ledger"), lease_key(f"release/tick/{stage}"),
+            *registry_keys("release/"))
 
 
 def release_tick(stage: str, region: str, table: Any, ledger: str, backend: str) -> list[Grant]:
@@ -112,7 +116,7 @@ def release_tick(stage: str, region: str, table: Any, ledger: str, backend: str)
     grants = [*rotation(stage, region, table),
               Grant(STATE_READS, (ledger,), what="read the release ledger's table, which every stage's tick shares"),
               Grant(STATE_WRITES, (ledger,), {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ledger_keys(stage)}},
-                    what="write there: entries, checkpoints, boots, and the stage's own deploy records and lease"),
+                    what="write there, its own stage's only: entries, checkpoints, boots, deploy records and lease"),
               Grant(DEPLOY_READS, what="describe launch templates and groups (the deploy's reads)"),
               Grant(TEMPLATE_WRITES, (f"arn:aws:ec2:{region}:*:launch-template/*",), tagged(STAGE_TAG, stage),
                     what="a new launch template version, made the default, in templates tagged with the stage"),

@@ -28,6 +28,7 @@ from platformctl.kernel.jsontypes import JSONMapping, JSONObject
 from platformctl.kernel.state import LeaseLost
 from platformctl.kernel.who import person_of
 from release_pipeline.candidates import Candidate
+from release_pipeline.fold import Entry, Intent, Kind, PipelineState, RollbackPhase, StageState, Step, apply
 from release_pipeline.gates import (
     Decision,
     entry_decision,
@@ -36,18 +37,7 @@ from release_pipeline.gates import (
     rotation_decision,
     soak_decision,
 )
-from release_pipeline.ledger import (
-    Entry,
-    Intent,
-    Kind,
-    Ledger,
-    PipelineState,
-    RollbackPhase,
-    StageLease,
-    StageState,
-    Step,
-    apply,
-)
+from release_pipeline.ledger import CHECKPOINT_EVERY, Ledger, StageLease, checkpoints
 from release_pipeline.pipeline import Pipeline
 from release_pipeline.rotation_result import StageRotation
 
@@ -155,6 +145,7 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
     records it as that stage's ``error`` and the others go on; a lease lost mid-step (``LeaseLost``) stops the tick."""
     report = TickReport()
     moved: set[str] = set()
+    acted: list[str] = []  # the stages whose lease it held: their checkpoints are its to write
 
     for name in reversed(pipeline.names):  # the last stage first: a candidate promoted here is not entered next door
         if only and name not in only:
@@ -163,6 +154,7 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
             if not held:
                 report.held.append(name)
                 continue
+            acted.append(name)
             state = ledger.state()  # read under the stage's lease: what another stage's tick wrote is in it
 
             def write(candidate: str | None, stage: str | None, decision: Kind, at: float, reason: str,
@@ -203,9 +195,12 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
                 write(s.current, name, Kind.RECOVERED, actions.now(name), f"{name} went on after the error "
                       f"({(s.error.error or {}).get('type')})", {"error": s.error.to_dict()})
     # The checkpoint is the ledger folded in its own order: what others wrote during the tick (an approval, a freeze, a
-    # rollback by hand) lands where it was written, not after this tick's entries.
-    if report.steps:
-        ledger.checkpoint(ledger.state())
+    # rollback by hand) lands where it was written, not after this tick's entries. Written when the tick decided, and
+    # every CHECKPOINT_EVERY entries others wrote (people read the last stage's: its tick keeps it near).
+    if acted:
+        state = ledger.state(checkpoints(acted[0]))
+        if report.steps or ledger.folded >= CHECKPOINT_EVERY:
+            ledger.checkpoint(state, acted)
     return report
 
 
@@ -227,6 +222,16 @@ def actions_now(actions: StageActions, name: str) -> float:
         return time.time()
 
 
+def proven(pipeline: Pipeline, state: PipelineState, name: str) -> list[str]:
+    """The candidates ready in ``name`` that passed the stage before it (any, in the first stage): a promotion
+    another stage's tick wrote naming a stage further on moves nothing past the stages between."""
+    index = pipeline.names.index(name)
+    if index == 0:
+        return list(state.stage(name).ready)
+    before = state.stage(pipeline.names[index - 1])
+    return [c for c in state.stage(name).ready if c in before.good]
+
+
 def eligible(pipeline: Pipeline, state: PipelineState, name: str) -> tuple[str | None, list[tuple[str, str]]]:
     """The candidate that enters ``name`` next, and the ready ones that never will (each with the newer one it gives
     way to): never one older than the newest the stage already ran (by start order), unless sent by hand; under
@@ -234,7 +239,7 @@ def eligible(pipeline: Pipeline, state: PipelineState, name: str) -> tuple[str |
     stage = state.stage(name)
     if stage.forced is not None and stage.forced in stage.ready:
         return stage.forced, []
-    ready = sorted(stage.ready, key=state.order)
+    ready = sorted(proven(pipeline, state, name), key=state.order)
     ran = next((c for c, v in state.candidates.items() if v.order == stage.newest), None)
     gone = [(c, str(ran)) for c in ready if state.order(c) <= stage.newest]
     ahead = [c for c in ready if state.order(c) > stage.newest]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.jsontypes import JSONObject, array, mapping, to_float, to_int
+from release_pipeline.fold import Entry
 from release_pipeline.gates import (
     Decision,
     entry_decision,
@@ -13,7 +14,6 @@ from release_pipeline.gates import (
     soak_decision,
 )
 from release_pipeline.held import Approval, ManualFreeze, Override, VerdictChange
-from release_pipeline.ledger import Entry
 from release_pipeline.pipeline import Freeze, StagePolicy
 from release_pipeline.rotation_result import StageRotation
 

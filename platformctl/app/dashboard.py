@@ -25,8 +25,9 @@ from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject, mapping, to_float
 from platformctl.kernel.state import Record, StateStore, StoreUnavailable, dynamodb_spec, open_store
 from platformctl.kernel.topology import STAGES, load_stage
+from release_pipeline.fold import Entry
 from release_pipeline.gates import freezes_in_force
-from release_pipeline.ledger import Entry, Ledger
+from release_pipeline.ledger import Ledger
 from release_pipeline.pipeline import Pipeline, load_pipeline
 from upgrade_service.journal import remediation as remediation_journal
 from upgrade_service.journal import rotation as rotation_journal
@@ -120,7 +121,7 @@ class Reader:
         out: JSONObject = {"generated_at": now, "pipeline_file": pipeline.source, "ledger": self.ledger_spec,
                            "errors": errors, "window_seconds": self.request.window, "objectives": objectives()}
         if self.ledger is None:
-            self.ledger = _guarded(where, errors, lambda: Ledger(open_store(self.ledger_spec)), None)
+            self.ledger = _guarded(where, errors, lambda: Ledger(open_store(self.ledger_spec), pipeline.names), None)
         ledger = self.ledger
         state = _guarded(where, errors, ledger.state, None) if ledger else None
         newest = _guarded(where, errors, lambda: ledger.newest(DECISIONS), []) if ledger else []

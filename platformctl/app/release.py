@@ -25,8 +25,9 @@ from platformctl.kernel.state import StateStore, open_store
 from platformctl.kernel.topology import load_stage, read_stack_config
 from platformctl.kernel.who import who
 from release_pipeline.candidates import Candidate, make_candidate, read_lock, stage_images
+from release_pipeline.fold import PipelineState, reported
 from release_pipeline.held import CandidateStatus
-from release_pipeline.ledger import Ledger, PipelineState, reported, stage_lease
+from release_pipeline.ledger import Ledger, stage_lease
 from release_pipeline.pipeline import Pipeline, load_pipeline
 from release_pipeline.replay import replay
 from release_pipeline.rotation_result import ClusterRotation, FirstLightSaid, StageRotation
@@ -51,7 +52,7 @@ def ledger_of(pipeline: Pipeline, spec: str | None, existing: bool = True) -> Le
     except PlatformError as exc:  # the ledger is named by --ledger or the pipeline file, not --state
         where = {"file": pipeline.source, "field": "ledger"} if spec is None and pipeline.ledger else {"field": "--ledger"}
         raise PlatformError(exc.detail, **where) from None
-    return Ledger(store)
+    return Ledger(store, pipeline.names)
 
 
 def _default_lock(infra_dir: Path, relative: str) -> Path:
@@ -135,7 +136,8 @@ def pipeline_status(request: LedgerRequest, aws: bool = True) -> dict[str, Any]:
                         "tick_lease": {"holder": lease.holder, "expires": lease.expires,
                                        "live": not lease.expired(time.time())} if lease else None}
     return {"ledger": ledger.store.location, "pipeline": pipeline.source, "stages": stages,
-            "candidates": candidate_report(ledger, state, aws), "freezes": [f.to_dict() for f in state.freezes]}
+            "candidates": candidate_report(ledger, state, aws), "freezes": [f.to_dict() for f in state.freezes],
+            "refused": state.refused}
 
 
 def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> dict[str, Any]:

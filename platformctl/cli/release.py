@@ -87,6 +87,9 @@ def release_status(pipeline_file: Path | None, ledger: str | None, output: str) 
         until = format_time(f["until"]) if f.get("until") else "unfrozen by hand"
         console().print(f"[yellow]frozen[/] {'every stage' if f['stage'] == '*' else f['stage']}: {f['reason']} "
                         f"(by {f['by']}, until {until})")
+    if status["refused"]:
+        console().print(f"[red]not admitted[/]: {len(status['refused'])} entries a stage's tick wrote that only people or "
+                        f"another stage decide (`release history` shows them): {', '.join(status['refused'])}")
 
 
 def _print_entries(entries: list[dict[str, Any]]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from release_pipeline.ledger import Entry
+from release_pipeline.fold import Entry
 from release_pipeline.replay import replay
 from release_pipeline.rotation_result import STATUSES, StageRotation
 

@@ -31,7 +31,8 @@ from platformctl.kernel.failpoints import Killed
 from platformctl.kernel.jsontypes import JSONMapping
 from platformctl.kernel.state.sqlite import SQLiteStore
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
-from release_pipeline.ledger import LEDGER, STATE, Entry, Ledger, PipelineState, StageState, Step, apply
+from release_pipeline.fold import Entry, PipelineState, StageState, Step, apply
+from release_pipeline.ledger import Ledger, checkpoints
 from release_pipeline.pipeline import Pipeline, parse_pipeline
 from release_pipeline.reconcile import rollback_by_hand, tick
 from release_pipeline.replay import replay
@@ -133,8 +134,8 @@ class Fleet:
 class RacyLedger(Ledger):
     """The ledger, with an operator's write that lands between a tick's read of the state and its next write."""
 
-    def __init__(self, store: SQLiteStore) -> None:
-        super().__init__(store)
+    def __init__(self, store: SQLiteStore, stages: tuple[str, ...]) -> None:
+        super().__init__(store, stages)
         self.between: Callable[[], None] | None = None
 
     def append(self, candidate: str | None, stage: str | None, decision: str, at: float, reason: str,
@@ -156,7 +157,10 @@ class History:
     ticks: int = TICKS
     rng: random.Random = field(init=False)
     fleet: Fleet = field(init=False)
-    ledger: RacyLedger = field(init=False)
+    ledger: RacyLedger = field(init=False)  # the ticks'
+    people: Ledger = field(init=False)  # the operators': the same store, another writer
+    forged: list[str] = field(default_factory=list)  # entries a stage's tick wrote that only others may decide
+    refused: set[str] = field(default_factory=set)  # every one of them (none is a decision replay could make again)
     pipeline: Pipeline = field(init=False)
     started: list[str] = field(default_factory=list)
     halted_at: dict[str, int] = field(default_factory=dict)  # candidate -> the ledger entry that halted it
@@ -169,13 +173,14 @@ class History:
         self.rng = random.Random(self.seed)
         # each history begins on another day of the week (the weekend freeze of prod somewhere in most)
         self.fleet = Fleet(random.Random(self.seed * 7919 + 1), T0 + self.rng.randrange(7) * 86400.0)
-        self.ledger = RacyLedger(SQLiteStore(self.folder / f"ledger-{self.seed}.db"))
         self.pipeline = pipeline_of(self.rng)
+        self.ledger = RacyLedger(SQLiteStore(self.folder / f"ledger-{self.seed}.db"), self.pipeline.names)
+        self.people = Ledger(self.ledger.store, self.pipeline.names)
         self.fleet.position = self._position
 
     def _position(self) -> int:
-        newest = self.ledger.store.read_back(LEDGER, limit=1)
-        return newest[0].seq if newest else 0
+        newest = [r.seq for p in self.ledger.partitions() for r in self.ledger.store.read_back(p, limit=1)]
+        return max(newest, default=0)
 
     def count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -192,37 +197,37 @@ class History:
         if draw < 0.34:
             stage = self.rng.choice(STAGES[:3] + STAGES[:2])  # most bad changes show early
             self.fleet.bad[c.id] = (stage, self.rng.choice(["fail", "fail", "unsure", "flap"]))
-        self.ledger.add_candidate(c)
-        self.ledger.append(c.id, None, "start", self.fleet.clock, c.note, {"ready_in": [STAGES[0]]}, "ci@example.com")
+        self.people.add_candidate(c)
+        self.people.append(c.id, None, "start", self.fleet.clock, c.note, {"ready_in": [STAGES[0]]}, "ci@example.com")
         self.started.append(c.id)
         self.count("started")
 
     def roll_back(self, name: str) -> None:
-        stage = self.ledger.state().stage(name)
+        stage = self.people.state().stage(name)
         try:
             cid, target = rollback_by_hand(stage, name)
         except PlatformError:
             return
-        Ledger.append(self.ledger, cid, name, "halt", self.fleet.clock, "rolled back by hand: a person saw something",
+        self.people.append(cid, name, "halt", self.fleet.clock, "rolled back by hand: a person saw something",
                       {"manual": True, "rollback_to": target, "step": str(stage.step), "pipeline": "model"}, "alice")
         self.count("rollbacks by hand")
 
     def freeze(self) -> None:
         name = self.rng.choice([None, *STAGES])
         until = self.fleet.clock + self.rng.choice([3600.0, 4 * 3600.0, 24 * 3600.0]) if self.rng.random() < 0.8 else None
-        Ledger.append(self.ledger, None, name, "freeze", self.fleet.clock, "a freeze by hand", {"until": until}, "bob")
+        self.people.append(None, name, "freeze", self.fleet.clock, "a freeze by hand", {"until": until}, "bob")
         self.count("freezes")
 
     def unfreeze(self) -> None:
-        Ledger.append(self.ledger, None, self.rng.choice([None, *STAGES]), "unfreeze", self.fleet.clock, "lifted", {},
+        self.people.append(None, self.rng.choice([None, *STAGES]), "unfreeze", self.fleet.clock, "lifted", {},
                       "bob")
 
     def approve(self) -> None:
-        prod = self.ledger.state().stage("prod")
+        prod = self.people.state().stage("prod")
         waiting = [c for c in ([prod.current] if prod.step == Step.WAITING else []) + prod.ready if c]
         if waiting:
             cid = self.rng.choice(waiting)
-            Ledger.append(self.ledger, cid, "prod", "approve", self.fleet.clock, "looks fine", {},
+            self.people.append(cid, "prod", "approve", self.fleet.clock, "looks fine", {},
                           self.rng.choice(["carol", "dave"]), salt=str(self.step))
 
     def operator(self) -> None:
@@ -237,6 +242,35 @@ class History:
             self.unfreeze()
         if self.rng.random() < 0.2:
             self.approve()
+        if self.rng.random() < 0.02:
+            self.forge()
+
+    def forge(self) -> None:
+        """A stage's tick that writes into its own partition (all IAM lets it write) what only people decide, or
+        another stage's step, or a halt of what is not in flight there: the fold must pass over each."""
+        name = self.rng.choice(STAGES[:-1])
+        tick = Ledger(self.ledger.store, self.pipeline.names)
+        tick.acting = name  # as its lease would (its partition), unfenced: the forgery is the point
+        state = self.people.state()
+        prod = state.stage("prod")
+        someone = self.rng.choice(self.started) if self.started else "c0"
+        choice = self.rng.randrange(5)
+        if choice == 0:
+            entry = tick.append(prod.current or someone, "prod", "approve", self.fleet.clock, "forged", {}, "tick")
+        elif choice == 1:
+            entry = tick.append(None, None, "freeze", self.fleet.clock, "forged", {"until": None}, "tick")
+        elif choice == 2:
+            entry = tick.append(prod.current or someone, "prod", "promote", self.fleet.clock, "forged", {"ready_in": []},
+                                "tick")
+        elif choice == 3:
+            other = [c for c in self.started if c != state.stage(name).current] or ["c-none"]
+            entry = tick.append(self.rng.choice(other), name, "halt", self.fleet.clock, "forged",
+                                {"rollback_to": None}, "tick")
+        else:
+            entry = tick.append(someone, "prod", "force", self.fleet.clock, "forged", {}, "tick")
+        self.forged.append(entry.id)
+        self.refused.add(entry.id)
+        self.count("forgeries")
 
     def racing(self) -> Callable[[], None]:
         """An operator's write for the moment between a tick's read and its write."""
@@ -250,6 +284,7 @@ class History:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> History:
+        leases = self.ledger.stage_leases("tick", 3600.0)  # each stage's entries in its own partition
         for step in range(self.ticks):
             self.step = step
             self.operator()
@@ -261,9 +296,9 @@ class History:
             try:
                 if kill is not None:
                     with failpoints.killed_at(kill):
-                        tick(self.pipeline, self.ledger, self.fleet, "tick")
+                        tick(self.pipeline, self.ledger, self.fleet, "tick", lease=leases)
                 else:
-                    tick(self.pipeline, self.ledger, self.fleet, "tick")
+                    tick(self.pipeline, self.ledger, self.fleet, "tick", lease=leases)
             except Killed:
                 self.count("ticks killed")
             self.ledger.between = None
@@ -293,9 +328,12 @@ class History:
             self.mirror.position = seq
             if entry.candidate in self.mirror.candidates and self.mirror.candidates[entry.candidate].status == "halted":
                 self.halted_at.setdefault(entry.candidate, seq)
+        if any(f not in self.mirror.refused for f in self.forged):
+            raise self.broken(f"{when}: a tick's forged entry was admitted: {self.forged} vs {self.mirror.refused}")
+        self.forged = []
         self._check_state(self.mirror, when)
         self._check_fleet(self.mirror, when)
-        last = self.ledger.store.last(STATE) if when == "after the tick" else None
+        last = self.ledger.store.last(checkpoints("prod")) if when == "after the tick" else None
         if last is not None and last.seq != self.checkpoint:
             self.checkpoint = last.seq
             if len(json.dumps(last.data)) > ENTRY_LIMIT:
@@ -351,7 +389,8 @@ class History:
 
     def check_replays(self) -> None:
         for _, entry in self.ledger.entries():
-            if entry.decision in ("wait", "enter", "soak", "promote", "halt") and not entry.inputs.get("manual"):
+            if entry.decision in ("wait", "enter", "soak", "promote", "halt") and not entry.inputs.get("manual") and \
+                    entry.id not in self.refused:
                 again = replay(entry)
                 if not again["same"]:
                     raise self.broken(f"{entry.decision} of {entry.candidate} in {entry.stage} replays differently: {again}")

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from platformctl.kernel.state import open_store
-from release_pipeline.ledger import CHECKPOINT_VERSION, LEDGER, STATE, Entry, Kind, Ledger, PipelineState, StageState
+from release_pipeline.fold import CHECKPOINT_VERSION, Entry, Kind, PipelineState, StageState
+from release_pipeline.ledger import LEDGER, Ledger, checkpoints
 from release_pipeline.rotation_result import StageRotation
 
 
@@ -33,8 +34,8 @@ def test_boots_go_to_their_own_stream_in_chunks_and_the_entry_and_checkpoint_kee
     rotated = next(e for _, e in ledger.entries() if e.decision == "rotated")
     assert rotated.inputs["result"]["booted_count"] == 5000 and "booted" not in rotated.inputs["result"]
     assert len(ledger.boots(c.id)["dev"]) == 5000
-    assert all(len(json.dumps(r.data)) < 100_000 for r in ledger.store.read(f"release/boots/{c.id}"))
-    last = ledger.store.last(STATE)
+    assert all(len(json.dumps(r.data)) < 100_000 for r in ledger.store.read(f"release/boots@dev/{c.id}"))
+    last = ledger.store.last(checkpoints("dev"))
     assert last is not None and len(json.dumps(last.data)) < 10_000 and "booted" not in last.data["state"]
 
 
@@ -44,11 +45,11 @@ def test_a_checkpoint_an_older_version_wrote_is_folded_again_from_the_start(tmp_
     ledger.append("c-1", "dev", "enter", 2.0, "in", {})
     old = ledger.state().to_dict()
     old["stages"]["dev"] = {"current": None, "step": "idle", "good": []}  # as the version before wrote it, wrong
-    ledger.store.append(STATE, {"state": old}, key="state/2/2")
-    state = ledger.state()
+    ledger.store.append(checkpoints("dev"), {"state": old}, key="state/2/2")
+    state = ledger.state(checkpoints("dev"))
     assert state.stages["dev"].current == "c-1" and state.stages["dev"].step == "deploying"
-    ledger.checkpoint(state)
-    last = ledger.store.last(STATE)
+    ledger.checkpoint(state, ["dev"])
+    last = ledger.store.last(checkpoints("dev"))
     assert last is not None and last.data["version"] == CHECKPOINT_VERSION
 
 
@@ -144,3 +145,45 @@ def test_the_deploys_that_may_have_taken_a_lock_are_found_past_the_busy_ticks_af
     ledger.deploys_before_lock("dev", since)
     assert len(read) < 1442 + 100 + DEPLOY_TO_LOCK / 3600 + 1  # never the days before: one page past the lock at most
     assert ledger.deploys_before_lock("dev", since + 10 * 86400) == []  # a lock after them all: none took it
+
+
+def test_what_a_stages_tick_forges_in_its_own_partition_is_passed_over_and_a_promotion_skips_no_stage(
+        tmp_path: Path) -> None:
+    """Dev's tick may write only its own partition (IAM), so what it forges is written there: an approval for prod, a
+    freeze, prod's step, a halt of a candidate it does not run, and a promotion of its own candidate straight to prod.
+    The fold passes over each but the promotion, which stands in dev; prod takes nothing that did not pass the stage
+    before it."""
+    from release_pipeline.reconcile import tick
+    from tests.release_pipeline.test_reconcile import STAGES, T0, Stages, candidate, pipeline, start
+
+    store = open_store(str(tmp_path / "release.db"))
+    ticks, people = Ledger(store, STAGES), Ledger(store, STAGES)
+    p = pipeline(stages=[{"name": s, "soak": "1h", "minResults": 0, "passFor": 0} for s in STAGES])
+    stages, c, other = Stages(T0), candidate(1), candidate(2)
+    start(people, c, T0)
+    leases = ticks.stage_leases("tick", 600.0)
+    while people.state().stage("dev").step != "soaking":
+        tick(p, ticks, stages, "tick", lease=leases)
+        stages.clock += 300
+    assert [e.writer for _, e in people.entries()] == [None] + ["dev"] * (len(people.entries()) - 1)
+    start(people, other, stages.clock)
+    forger = Ledger(store, STAGES)
+    forger.acting = "dev"  # as dev's lease sets it: dev's partition, all IAM lets dev's tick write
+    forged = [forger.append(c.id, "prod", Kind.APPROVE, stages.clock, "forged", by="tick").id,
+              forger.append(None, None, Kind.FREEZE, stages.clock, "forged", {"until": None}, "tick").id,
+              forger.append(c.id, "prod", Kind.ENTER, stages.clock, "forged", {}, "tick").id,
+              forger.append(other.id, "dev", Kind.HALT, stages.clock, "forged", {"rollback_to": None}, "tick").id,
+              forger.append(other.id, "staging", Kind.FORCE, stages.clock, "forged", {}, "tick").id]
+    forger.append(c.id, "dev", Kind.PROMOTE, stages.clock, "forged", {"ready_in": ["prod"]}, "tick")
+    state = people.state()
+    assert state.refused == forged
+    assert state.approvals == {} and state.freezes == [] and state.stage("prod").current is None
+    assert state.candidates[other.id].status == "queued" and state.stage("staging").forced is None
+    assert state.stage("dev").last_good == c.id and state.stage("prod").ready == [c.id]  # the promotion stands in dev
+    for _ in range(4):
+        tick(p, ticks, stages, "tick", lease=leases)
+        stages.clock += 300
+    state = people.state()
+    assert state.stage("prod").current is None and state.stage("prod").newest == -1  # never entered prod
+    assert state.stage("staging").current in (None, other.id) and c.id not in state.stage("staging").ready
+    assert ticks.state(checkpoints("prod")).to_dict() == people.state().to_dict()  # prod's checkpoint, the same fold

@@ -241,8 +241,8 @@ def test_what_an_operator_writes_during_a_tick_is_in_the_checkpoint_the_tick_lea
     start(ledger, c, T0)
     run(ledger, stages, p, 2)  # enter, then deploy (during which the freeze is written)
     assert [f.reason for f in ledger.state().freezes] == ["incident during the deploy"]
-    assert ledger.store.last("release/state") is not None
-    checkpoint = ledger.store.last("release/state").data["state"]  # type: ignore[union-attr]
+    assert ledger.store.last("release/state@prod") is not None
+    checkpoint = ledger.store.last("release/state@prod").data["state"]  # type: ignore[union-attr]
     assert [f["reason"] for f in checkpoint["freezes"]] == ["incident during the deploy"]
 
 

@@ -20,9 +20,10 @@ import yaml
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate
+from release_pipeline.fold import Entry
 from release_pipeline.gates import entry_decision, freeze_window_at, soak_decision
 from release_pipeline.held import Approval, VerdictChange
-from release_pipeline.ledger import STATE, Entry, Ledger
+from release_pipeline.ledger import Ledger, checkpoints
 from release_pipeline.pipeline import Freeze, StagePolicy, parse_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.replay import replay
@@ -531,7 +532,7 @@ def test_a_hundred_releases_keep_the_checkpoint_small(ledger: Ledger) -> None:
         start(ledger, c, stages.clock)
         run(ledger, stages, p, 7)
     run(ledger, stages, p, 10)
-    last = ledger.store.last(STATE)
+    last = ledger.store.last(checkpoints("prod"))
     assert last is not None and len(json.dumps(last.data)) < 100_000
     assert ledger.state().stage("prod").last_good == candidate(99).id
 

@@ -54,10 +54,19 @@ class StateStore(Protocol):
     location: str  # how the user named it: a path, sqlite:///..., dynamodb://...
 
     def append(self, stream: str, data: Mapping[str, Any], *, fence: Lease | None = None, key: str | None = None,
-               retain_seconds: float | None = None) -> Record:
+               retain_seconds: float | None = None, sequence: str | None = None) -> Record:
         """Add a record. ``fence``: only while that lease is the writer's (else ``LeaseLost``, nothing written);
         ``key``: the append's own name, so a retry after a lost answer is not written twice (made up when not
-        given); ``retain_seconds``: the record expires that long after it is written."""
+        given); ``retain_seconds``: the record expires that long after it is written; ``sequence``: the record's
+        number is the next of that sequence, one order shared by every stream appended under it (``read_sequence``
+        reads them merged), where without it each stream numbers its own. A sequence's first number follows the last
+        record of the stream of its own name, so a stream written before its sequence existed keeps its order."""
+        ...
+
+    def read_sequence(self, sequence: str, after: int = 0) -> list[Record]:
+        """The records numbered by ``sequence`` above ``after`` (of every stream appended under it, and of the stream
+        of its name), in the sequence's order, each with the stream it is in: every record numbered up to the
+        sequence's last number when the read began, none missed."""
         ...
 
     def append_many(self, stream: str, rows: Sequence[Mapping[str, Any]], *, fence: Lease | None = None,

@@ -15,6 +15,16 @@ One table, key ``pk`` (string, hash) and ``sk`` (number, range):
   ``rotation``, ``canary``, …), ``sk`` a hash of the name, ``n`` the name, written with a stream's
   first record; and ``pk = "i#"``, ``sk = 0``, whose set ``f`` names the segments. Listing streams is
   a key condition on those, never a scan;
+- a sequence ``Q`` (one order shared by several streams: the release ledger's partitions, one a writer) is the item
+  ``pk = "n#Q"``, ``sk = 0``, whose ``n`` is its last number and ``s`` the streams appended under it. An append under
+  it is one transaction: the counter moved from its last number to the next (conditional on the number read) with its
+  stream added, the record put at that number in its own
+  stream's partition, and the fence's condition check when fenced; so numbers are taken in the order transactions
+  commit. A reader reads the counter first (a consistent read, serializable with the transactions), then each stream
+  up to that number (consistent reads): every record numbered up to it was committed before it, none is missed
+  (IAM confines a writer to its own streams' partitions, ``dynamodb:LeadingKeys``, while all share the order). A
+  counter moved without a record (a writer allowed the counter but refused the put cannot, the transaction is one)
+  only leaves a number nobody holds;
 - a lease ``L`` is the item ``pk = "l#L"``, ``sk = 0``. Acquiring is one conditional put that
   succeeds only when no lease item exists, it has expired, or the caller already holds it; renewing
   (only while not expired) and releasing are conditional on the holder's token.
@@ -79,6 +89,11 @@ def lease_key(lease: str) -> str:
     return f"l#{lease}"
 
 
+def sequence_key(sequence: str) -> str:
+    """The partition key of the counter of ``sequence``."""
+    return f"n#{sequence}"
+
+
 def registry_keys(stream: str) -> tuple[str, str]:
     """The partition keys a stream's first record registers it under: its family's, and the list of families."""
     return f"i#{_family(stream)}", "i#"
@@ -136,12 +151,13 @@ class DynamoDBStore:
         self._region = region
         self._lease_clients: dict[float, Any] = {}
         self._ttl_of: dict[str, float] = {}  # lease -> the TTL it was last taken or renewed for
+        self._registered: set[str] = set()  # streams this process registered (a sequenced append cannot tell a first)
 
     # ---------------------------------------------------------------- streams
 
     @_store_errors
     def append(self, stream: str, data: Mapping[str, Any], *, fence: Lease | None = None, key: str | None = None,
-               retain_seconds: float | None = None) -> Record:
+               retain_seconds: float | None = None, sequence: str | None = None) -> Record:
         from botocore.exceptions import BotoCoreError, ClientError
 
         text = json.dumps(data, separators=(",", ":"), sort_keys=True)
@@ -149,19 +165,26 @@ class DynamoDBStore:
             raise ValueError(f"a record of {len(text)} bytes is over the {ITEM_LIMIT}-byte limit of one DynamoDB item")
         key = key or uuid.uuid4().hex
         for attempt in range(100):
-            last = self.last(stream)
-            if attempt and last is not None:
+            if sequence is None:
+                last = self.last(stream)
+                seq = (last.seq if last else 0) + 1
+            else:
+                counted = self._counter(sequence)
+                seq = counted + 1 if counted is not None else self._first_of(sequence)
+            if attempt:
                 mine = self._find(stream, key)
                 if mine is not None:  # the last try was written; its answer was lost
                     return mine
-            seq = (last.seq if last else 0) + 1
             now = self.clock.now()
             item = {"pk": {"S": stream_key(stream)}, "sk": {"N": str(seq)}, "t": {"N": repr(now)}, "d": {"S": text},
                     "k": {"S": key}}
             if retain_seconds is not None:
                 item[TTL_ATTRIBUTE] = {"N": str(int(now + retain_seconds))}
             try:
-                self._put(item, fence, now)
+                if sequence is None:
+                    self._put(item, fence, now)
+                else:
+                    self._put_numbered(item, fence, now, sequence, counted)
             except self._failed:
                 time.sleep(random.uniform(0, 0.01 * (attempt + 1)))  # another writer took this number: read again
                 continue
@@ -173,10 +196,58 @@ class DynamoDBStore:
             except BotoCoreError:  # the connection dropped: written or not, the next turn finds out
                 time.sleep(min(0.05 * 2 ** attempt, 2.0))
                 continue
-            if seq == 1:
+            if seq == 1 or (sequence is not None and stream not in self._registered):
                 self._register(stream)
             return Record(stream, seq, now, json.loads(text))
         raise RuntimeError(f"could not append to {stream}: 100 tries in a row failed")
+
+    def _counter(self, sequence: str) -> int | None:
+        return self._sequence(sequence)[0]
+
+    def _sequence(self, sequence: str) -> tuple[int | None, list[str]]:
+        """The sequence's last number (None: not made yet) and the streams appended under it."""
+        item = self._ddb.get_item(TableName=self.table, Key={"pk": {"S": sequence_key(sequence)}, "sk": {"N": "0"}},
+                                  ConsistentRead=True).get("Item")
+        if not item:
+            return None, []
+        return int(item["n"]["N"]), sorted(item.get("s", {}).get("SS", []))
+
+    def _first_of(self, sequence: str) -> int:
+        """A new sequence's first number: after the last record of the stream of its name (written unsequenced)."""
+        last = self.last(sequence)
+        return (last.seq if last else 0) + 1
+
+    def _put_numbered(self, item: dict[str, Any], fence: Lease | None, now: float, sequence: str,
+                      counted: int | None) -> None:
+        """The counter moved from ``counted`` (None: not made yet) to the item's number, and the item put, at once."""
+        seq = item["sk"]["N"]
+        moved: dict[str, Any] = {
+            "TableName": self.table, "Key": {"pk": {"S": sequence_key(sequence)}, "sk": {"N": "0"}},
+            "UpdateExpression": "SET n = :seq ADD s :stream",
+            "ConditionExpression": "attribute_not_exists(pk)" if counted is None else "n = :counted",
+            "ExpressionAttributeValues": {":seq": {"N": seq}, ":stream": {"SS": [item["pk"]["S"].removeprefix("s#")]},
+                                          **({} if counted is None else {":counted": {"N": str(counted)}})}}
+        items: list[dict[str, Any]] = [
+            {"Update": moved}, {"Put": {"TableName": self.table, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}}]
+        if fence is not None:
+            items.insert(0, self._fence_check(fence, now))
+        try:
+            self._ddb.transact_write_items(TransactItems=items)
+        except self._ddb.exceptions.TransactionCanceledException as exc:
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            if fence is not None and reasons and reasons[0] == "ConditionalCheckFailed":
+                raise LeaseLost(f"lease {fence.name} is no longer held by {fence.holder} (expired or taken over): "
+                                "nothing was written") from None
+            if "ConditionalCheckFailed" in reasons:  # another writer took the number
+                raise self._failed({"Error": {"Code": "ConditionalCheckFailedException", "Message": "taken"}},
+                                   "TransactWriteItems") from None
+            raise
+
+    def _fence_check(self, fence: Lease, now: float) -> dict[str, Any]:
+        return {"ConditionCheck": {"TableName": self.table, "Key": self._key(fence.name),
+                                   "ConditionExpression": "#token = :t AND expires > :now",
+                                   "ExpressionAttributeNames": {"#token": "token"},
+                                   "ExpressionAttributeValues": {":t": {"S": fence.token}, ":now": {"N": repr(now)}}}}
 
     def _put(self, item: dict[str, Any], fence: Lease | None, now: float) -> None:
         if fence is None:
@@ -184,10 +255,7 @@ class DynamoDBStore:
             return
         try:
             self._ddb.transact_write_items(TransactItems=[
-                {"ConditionCheck": {"TableName": self.table, "Key": self._key(fence.name),
-                                    "ConditionExpression": "#token = :t AND expires > :now",
-                                    "ExpressionAttributeNames": {"#token": "token"},
-                                    "ExpressionAttributeValues": {":t": {"S": fence.token}, ":now": {"N": repr(now)}}}},
+                self._fence_check(fence, now),
                 {"Put": {"TableName": self.table, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}},
             ])
         except self._ddb.exceptions.TransactionCanceledException as exc:
@@ -211,6 +279,7 @@ class DynamoDBStore:
         return None
 
     def _register(self, stream: str) -> None:
+        self._registered.add(stream)
         family, families = registry_keys(stream)
         self._ddb.put_item(TableName=self.table, Item={"pk": {"S": family}, "sk": {"N": str(_name_key(stream))},
                                                           "n": {"S": stream}})
@@ -279,6 +348,14 @@ class DynamoDBStore:
     @_store_errors
     def read(self, stream: str, after: int = 0, limit: int | None = None) -> list[Record]:
         return self._query(stream, after, limit)
+
+    @_store_errors
+    def read_sequence(self, sequence: str, after: int = 0) -> list[Record]:
+        upto, streams = self._sequence(sequence)  # first: everything numbered up to it is committed, in its streams
+        found: list[Record] = []
+        for stream in sorted({sequence, *streams}):
+            found += [r for r in self._query(stream, after, None) if upto is None or r.seq <= upto]
+        return sorted(found, key=lambda r: (r.seq, r.stream))
 
     @_store_errors
     def last(self, stream: str) -> Record | None:

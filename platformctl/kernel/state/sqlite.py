@@ -76,10 +76,12 @@ CREATE TABLE IF NOT EXISTS leases (
     expires REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS streams (name TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sequences (name TEXT NOT NULL, stream TEXT NOT NULL, n INTEGER NOT NULL,
+                                      PRIMARY KEY (name, stream)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS records_expiring ON records (expires) WHERE expires IS NOT NULL;
 """
 _COLUMNS = {"records": {"stream", "seq", "time", "data"}, "leases": {"name", "holder", "token", "acquired", "expires"},
-            "streams": {"name"}}
+            "streams": {"name"}, "sequences": {"name", "stream", "n"}}
 PRUNE_EVERY_SECONDS = 600.0  # how often a store that writes expiring records deletes the expired ones
 
 
@@ -148,12 +150,12 @@ class SQLiteStore:
     # ---------------------------------------------------------------- streams
 
     def append(self, stream: str, data: Mapping[str, Any], *, fence: Lease | None = None, key: str | None = None,
-               retain_seconds: float | None = None) -> Record:
-        return self.append_many(stream, [data], fence=fence, retain_seconds=retain_seconds)[0]
+               retain_seconds: float | None = None, sequence: str | None = None) -> Record:
+        return self.append_many(stream, [data], fence=fence, retain_seconds=retain_seconds, sequence=sequence)[0]
 
     @_store_errors
     def append_many(self, stream: str, rows: Sequence[Mapping[str, Any]], *, fence: Lease | None = None,
-                    retain_seconds: float | None = None) -> list[Record]:
+                    retain_seconds: float | None = None, sequence: str | None = None) -> list[Record]:
         texts = [json.dumps(data, separators=(",", ":"), sort_keys=True) for data in rows]
         now = self.clock.now()
         expires = now + retain_seconds if retain_seconds is not None else None
@@ -161,10 +163,17 @@ class SQLiteStore:
         with self._write() as conn:
             if fence is not None:
                 self._hold(conn, fence, now)
-            (last,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM records WHERE stream = ?", (stream,)).fetchone()
+            (first,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM records WHERE stream = ?", (stream,)).fetchone()
+            last = first
+            if sequence is not None:
+                (counted,) = conn.execute("SELECT MAX(n) FROM sequences WHERE name = ?", (sequence,)).fetchone()
+                last = counted if counted is not None else conn.execute(
+                    "SELECT COALESCE(MAX(seq), 0) FROM records WHERE stream = ?", (sequence,)).fetchone()[0]
+                conn.execute("INSERT OR REPLACE INTO sequences (name, stream, n) VALUES (?, ?, ?)",
+                             (sequence, stream, last + len(texts)))  # the sequence's last number is its streams' most
             conn.executemany("INSERT INTO records (stream, seq, time, data, expires) VALUES (?, ?, ?, ?, ?)",
                              [(stream, last + i, now, text, expires) for i, text in enumerate(texts, 1)])
-            if last == 0:
+            if first == 0:
                 conn.execute("INSERT OR IGNORE INTO streams (name) VALUES (?)", (stream,))
         out = [Record(stream, last + i, now, json.loads(text)) for i, text in enumerate(texts, 1)]
         if expires is not None and now - self._pruned >= PRUNE_EVERY_SECONDS:
@@ -201,6 +210,15 @@ class SQLiteStore:
             "SELECT seq, time, data FROM records WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?",
             (stream, after, -1 if limit is None else limit)).fetchall()
         return [Record(stream, seq, t, json.loads(d)) for seq, t, d in rows]
+
+    @_store_errors
+    def read_sequence(self, sequence: str, after: int = 0) -> list[Record]:
+        # One statement: one snapshot of the file, so every record numbered below the newest it holds is in it.
+        rows = self._conn().execute(
+            "SELECT stream, seq, time, data FROM records WHERE (stream = ? OR stream IN "
+            "(SELECT stream FROM sequences WHERE name = ?)) AND seq > ? ORDER BY seq, stream",
+            (sequence, sequence, after)).fetchall()
+        return [Record(stream, seq, t, json.loads(d)) for stream, seq, t, d in rows]
 
     @_store_errors
     def last(self, stream: str) -> Record | None:

@@ -167,11 +167,12 @@ def test_a_job_writes_its_stages_table_only(account: Account, tmp_path: Path) ->
     assert ddb.scan(TableName="platformctl-prod")["Count"] == 0
 
 
-def test_a_stages_tick_writes_the_shared_ledger_but_no_other_stages_lease_or_deploys_nor_the_candidates(
+def test_a_stages_tick_writes_its_own_partitions_of_the_ledger_and_what_it_forges_there_is_not_admitted(
         account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from platformctl.kernel.state.base import StoreUnavailable
     from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
-    from release_pipeline.ledger import CANDIDATES, DEPLOYS, Kind, Ledger, PipelineState, stage_lease
+    from release_pipeline.fold import Kind
+    from release_pipeline.ledger import CANDIDATES, DEPLOYS, LEDGER, Ledger, checkpoints, partition, stage_lease
 
     for key, value in {"AWS_ENDPOINT_URL": account.endpoint, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():
@@ -179,8 +180,10 @@ def test_a_stages_tick_writes_the_shared_ledger_but_no_other_stages_lease_or_dep
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     create_table("platformctl-release", REGION)
-    prod = Ledger(DynamoDBStore("platformctl-release", region=REGION))
-    prod_lease = prod.store.acquire(stage_lease("prod"), "prod-tick", 600.0)  # prod's tick holds prod's lease
+    stages = ("dev", "prod")
+    people = Ledger(DynamoDBStore("platformctl-release", region=REGION), stages)  # an operator's credentials
+    people.append("c-1", None, Kind.START, 0.5, "started", {"ready_in": ["dev"]}, "alice")
+    prod_lease = people.store.acquire(stage_lease("prod"), "prod-tick", 600.0)  # prod's tick holds prod's lease
     ledger_arn = f"arn:aws:dynamodb:{REGION}:123456789012:table/platformctl-release"
     role = account.role("dev-release", "platformctl-system", "platformctl-release", access.release_tick(
         "dev", REGION, f"arn:aws:dynamodb:{REGION}:123456789012:table/platformctl-dev", ledger_arn, "file:///state"))
@@ -189,26 +192,41 @@ def test_a_stages_tick_writes_the_shared_ledger_but_no_other_stages_lease_or_dep
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys.secret_key)
     monkeypatch.setenv("AWS_SESSION_TOKEN", keys.token)
     monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # boto3's default session keeps the keys it first found
-    dev = Ledger(DynamoDBStore("platformctl-release", region=REGION))
+    dev = Ledger(DynamoDBStore("platformctl-release", region=REGION), stages)
     with dev.stage_leases("dev-tick", 60.0)("dev") as held:  # its own stage: the lease, fenced entries, all of it
         assert held
         dev.append("c-1", "dev", Kind.ENTER, 1.0, "entered")
         dev.add_deploy("dev", {"at": 1.0, "candidate": "c-1", "lock_holder": "x"})
         dev.add_boots("c-1", "dev", {"ami-1": ["i-1"]})
-        dev.checkpoint(dev.state())
-    assert [e.decision for _, e in dev.entries()] == [Kind.ENTER] and isinstance(dev.state(), PipelineState)
+        dev.checkpoint(dev.state(), ["dev"])
+        # what it may write, it may not decide: an approval for prod, a freeze, prod's promotion, in its own partition
+        forged = [dev.append("c-1", "prod", Kind.APPROVE, 2.0, "forged approval", by="dev-tick").id,
+                  dev.append(None, None, Kind.FREEZE, 2.0, "forged freeze", {"until": None}, "dev-tick").id,
+                  dev.append("c-1", "prod", Kind.PROMOTE, 2.0, "forged promotion", {"ready_in": []}, "dev-tick").id]
+    assert [(e.decision, e.writer) for _, e in dev.entries()] == [(Kind.START, None), (Kind.ENTER, "dev")] + \
+        [(k, "dev") for k in (Kind.APPROVE, Kind.FREEZE, Kind.PROMOTE)]
+    state = people.state()  # prod's checkpoints (none yet) and every entry: the forgeries passed over
+    assert state.stage("dev").current == "c-1" and state.refused == forged
+    assert state.approvals == {} and state.freezes == [] and state.stage("prod").last_good is None
+    assert people.boots("c-1") == {"dev": {"ami-1/i-1"}}
     refused = []
     for attempt in (lambda: dev.stage_leases("dev-tick", 60.0)("prod").__enter__(),  # prod's lease, held or not
                     lambda: dev.store.release(prod_lease),
                     lambda: dev.store.append(DEPLOYS + "prod", {"at": 2.0, "candidate": "c-1", "cleared": "x"}),
-                    lambda: dev.store.append(CANDIDATES, {"id": "c-forged"})):
+                    lambda: dev.store.append(CANDIDATES, {"id": "c-forged"}),
+                    lambda: dev.store.append(partition("prod"), {"id": "d-x"}, sequence=LEDGER),  # prod's entries
+                    lambda: dev.store.append(LEDGER, {"id": "d-y"}, sequence=LEDGER),  # the people's
+                    lambda: dev.store.append(checkpoints("prod"), {"version": 6, "state": {}}),  # prod's checkpoints
+                    lambda: dev.add_boots("c-1", "prod", {"ami-1": ["i-2"]})):
         with pytest.raises(StoreUnavailable) as exc:
             attempt()
         refused.append(str(exc.value))
     assert all("AccessDeniedException" in r for r in refused), refused
-    assert prod.store.read(DEPLOYS + "prod") == [] and prod.store.read(CANDIDATES) == []
-    assert prod.store.lease(stage_lease("prod")) == prod_lease  # still prod's tick's, unchanged
-    assert [d["decision"] for d in account.gate.query(refused=True)] == ["implicitDeny"] * 4
+    assert people.store.read(DEPLOYS + "prod") == [] and people.store.read(CANDIDATES) == []
+    assert people.store.read(partition("prod")) == [] and people.store.last(checkpoints("prod")) is None
+    assert [e.id for _, e in people.entries()] == [e.id for _, e in dev.entries()]  # nothing else was written
+    assert people.store.lease(stage_lease("prod")) == prod_lease  # still prod's tick's, unchanged
+    assert [d["decision"] for d in account.gate.query(refused=True)] == ["implicitDeny"] * 8
 
 
 @pytest.mark.parametrize(("statement", "request_", "decision"), [

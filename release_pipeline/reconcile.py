@@ -155,7 +155,8 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
                 report.held.append(name)
                 continue
             acted.append(name)
-            state = ledger.state()  # read under the stage's lease: what another stage's tick wrote is in it
+            state = ledger.state(checkpoints(name))  # from its own checkpoints, read under the stage's lease: what
+            # another stage's tick wrote is in it
 
             def write(candidate: str | None, stage: str | None, decision: Kind, at: float, reason: str,
                       inputs: JSONMapping | None = None, salt: str = "", state: PipelineState = state) -> Entry:
@@ -327,7 +328,7 @@ def still(ledger: Ledger, name: str, read: StageState) -> None:
     candidate at the same step with the same intent, a rollback to the same target). A write that landed between the
     tick's read and its intent (a halt of the candidate, of a rollback's target) made the intent moot, and the fold
     passed over it: nothing is done, and the next tick plans from what the ledger holds (``Moved``)."""
-    now = ledger.state().stage(name)
+    now = ledger.state(checkpoints(name)).stage(name)
     if (now.step, now.current, now.intent, now.rollback_to) != (read.step, read.current, read.intent, read.rollback_to):
         raise Moved(f"{name} {read.current}: the ledger moved on since this tick read it ({read.step} -> {now.step}, "
                     f"{now.current or 'nothing'} in flight): nothing done, the next tick plans again")
@@ -353,7 +354,7 @@ def _boots(ledger: Ledger, cid: str, name: str, result: StageRotation) -> JSONOb
 def frozen_now(pipeline: Pipeline, ledger: Ledger, name: str, cid: str, now: float) -> str | None:
     """What freezes ``name`` at ``now`` for ``cid`` (read from the ledger as it is now: a freeze set by hand during a
     rotation counts), in words; None when nothing does or an override given in this freeze lets the candidate go."""
-    state = ledger.state()
+    state = ledger.state(checkpoints(name))
     frozen = freezes_in_force(pipeline.freezes, state.freezes, name, now)
     stage = state.stage(name)
     given = stage.override if stage.override and stage.override.for_candidate(cid) else None

@@ -29,7 +29,15 @@ from platformctl.kernel.jsontypes import (
     strings,
     to_int,
 )
-from release_pipeline.held import Approval, CandidateStatus, ManualFreeze, Override, StepError, VerdictChange
+from release_pipeline.held import (
+    Approval,
+    CandidateStatus,
+    FreezeInForce,
+    ManualFreeze,
+    Override,
+    StepError,
+    VerdictChange,
+)
 
 
 class Step(StrEnum):
@@ -154,6 +162,30 @@ STEP_OF: dict[Kind, tuple[Step, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class WaitHeld:
+    """What holds a closed entry gate, whatever its words: the unmet conditions' codes, when it can open, who has
+    approved, and the freeze windows in force. A tick records a new ``wait`` only when this changes."""
+
+    unmet: tuple[str, ...] = ()
+    opens_at: float | None = None
+    approved_by: tuple[str, ...] = ()
+    frozen: tuple[str, ...] = ()  # each window's key
+
+    @classmethod
+    def of(cls, inputs: JSONMapping) -> WaitHeld:
+        """From the entry gate's inputs as the ledger keeps them (``gate_inputs.EntryInputs``)."""
+        decision = mapping(inputs.get("decision"))
+        return cls(tuple(sorted(strings(decision.get("unmet")))), optional_number(decision.get("opens_at")),
+                   tuple(sorted(Approval.from_dict(mapping(a)).by for a in array(inputs.get("approvals")))),
+                   tuple(sorted(FreezeInForce.from_dict(mapping(f)).key for f in array(inputs.get("freezes")))))
+
+    @classmethod
+    def from_dict(cls, data: JSONMapping) -> WaitHeld:
+        return cls(tuple(strings(data.get("unmet"))), optional_number(data.get("opens_at")),
+                   tuple(strings(data.get("approved_by"))), tuple(strings(data.get("frozen"))))
+
+
 @dataclass
 class StageState:
     current: str | None = None  # the candidate in flight here
@@ -161,6 +193,7 @@ class StageState:
     step: Step = Step.IDLE
     since: float = 0.0  # when the step began
     waiting_for: str | None = None  # what the step waits for, in words (for people: nothing branches on it)
+    wait: WaitHeld | None = None  # what held the entry gate at the last ``wait``, as codes
     opens_at: float | None = None
     rotated_at: float | None = None  # the soak's start: the stage's last cluster finished rotating
     entered_at: float | None = None  # when the current candidate entered: the last good images' results end there
@@ -204,7 +237,8 @@ class StageState:
             soak_short=strings(get("soak_short")),
             error=StepError.from_dict(error) if isinstance(error, Mapping) and error else None,
             before={k: str(v) for k, v in before.items()} if isinstance(before, Mapping) else None,
-            paused=bool(get("paused", False)))
+            paused=bool(get("paused", False)),
+            wait=WaitHeld.from_dict(mapping(get("wait"))) if get("wait") else None)
 
 
 GOOD_KEPT = 20  # a stage's good candidates kept in the state: rollbacks by hand go back one at a time
@@ -455,6 +489,7 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         return  # older than one the stage already ran, and not sent by hand: a stage only moves forward
     if decision is Kind.WAIT:
         stage.current, stage.step, stage.waiting_for = cid, Step.WAITING, entry.reason
+        stage.wait = WaitHeld.of(inputs)
         stage.opens_at = optional_number(mapping(inputs.get("decision")).get("opens_at"))
     elif decision is Kind.ENTER:
         stage.current, stage.step, stage.since, stage.waiting_for = cid, Step.DEPLOYING, at, None

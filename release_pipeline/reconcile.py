@@ -28,7 +28,8 @@ from platformctl.kernel.jsontypes import JSONMapping, JSONObject
 from platformctl.kernel.state import LeaseLost
 from platformctl.kernel.who import person_of
 from release_pipeline.candidates import Candidate
-from release_pipeline.fold import Entry, Intent, Kind, PipelineState, RollbackPhase, StageState, Step, apply
+from release_pipeline.fold import Entry, Intent, Kind, PipelineState, RollbackPhase, StageState, Step, WaitHeld, apply
+from release_pipeline.gate_inputs import EntryInputs, RotationInputs, SoakInputs
 from release_pipeline.gates import (
     Decision,
     entry_decision,
@@ -271,17 +272,12 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
         creator = created.created_by if created is not None else ""
         creator = person_of(creator, pipeline.approvers.identity_roles) or creator  # as approvals name people
         decision = entry_decision(policy, now, frozen, approvals, override, creator)
-        inputs: JSONObject = {"decision": decision.to_dict(), "freezes": [f.to_dict() for f in frozen],
-                  "approvals": [a.to_dict() for a in approvals], "override": override.to_dict() if override else None,
-                  "creator": creator, "forced": stage.forced == cid,
-                  "thresholds": {"approvals": policy.approvals,
-                                 "approvers_other_than_creator": policy.approvers_other_than_creator},
-                  "pipeline": pipeline.digest,
-                  "freeze_definitions": [f.model_dump(mode="json", by_alias=True) for f in pipeline.freezes
-                                         if f.applies_to(name)], "manual_freezes": [f.to_dict() for f in state.freezes
-                                                                  if f.until is None or f.until > now]}
-        if decision.decision == "wait":
-            if stage.step != Step.WAITING or stage.current != cid or stage.waiting_for != decision.reason:
+        inputs = EntryInputs(decision, tuple(frozen), tuple(approvals), override, creator, stage.forced == cid,
+                             policy.approvals, policy.approvers_other_than_creator, pipeline.digest,
+                             tuple(f for f in pipeline.freezes if f.applies_to(name)),
+                             tuple(f for f in state.freezes if f.until is None or f.until > now)).to_dict()
+        if decision.decision == "wait":  # written again only when what holds it changes, never its words
+            if stage.step != Step.WAITING or stage.current != cid or stage.wait != WaitHeld.of(inputs):
                 write(cid, name, Kind.WAIT, now, decision.reason, inputs)
             return
         write(cid, name, Kind.ENTER, now, decision.reason, inputs)
@@ -405,9 +401,8 @@ def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, 
               {"result": _boots(ledger, cid, name, result)})
     else:
         decision = rotation_decision(result)
-        _halt(state, name, cid, at, decision.reason, {"result": _boots(ledger, cid, name, result),
-                                                      "decision": decision.to_dict(),
-                                                      "blocked_since": stage.blocked_since}, write, pipeline)
+        _halt(state, name, cid, at, decision.reason,
+              RotationInputs(decision, _boots(ledger, cid, name, result), stage.blocked_since).to_dict(), write, pipeline)
 
 
 def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: StageState, name: str, candidate: Candidate,
@@ -423,9 +418,8 @@ def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: Stage
         write(candidate.id, name, Kind.VERDICT, now, f"the canary verdict is {verdict.verdict}: {verdict.reason}",
               {"verdict": said, "results": results})
     decision = soak_decision(policy, stage.rotated_at, now, stage.verdicts, results)
-    inputs: JSONObject = {"decision": decision.to_dict(), "rotated_at": stage.rotated_at,
-                          "verdicts": [v.to_dict() for v in stage.verdicts], "results": results, "verdict": said,
-                          "thresholds": policy.model_dump(mode="json", by_alias=True), "pipeline": pipeline.digest}
+    inputs = SoakInputs(decision, stage.rotated_at, tuple(stage.verdicts), results, said,
+                        policy.model_dump(mode="json", by_alias=True), pipeline.digest).to_dict()
     if decision.decision == "pass":
         nxt = pipeline.next_stage(name)
         write(candidate.id, name, Kind.PROMOTE, now, decision.reason, {**inputs, "ready_in": [nxt] if nxt else []})

@@ -15,9 +15,10 @@ import pytest
 
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate
+from release_pipeline.gate_inputs import inputs_of
 from release_pipeline.ledger import Ledger
 from release_pipeline.reconcile import BLOCKED_PATIENCE, rollback_by_hand
-from release_pipeline.replay import GATED, replay
+from release_pipeline.replay import replay
 from release_pipeline.rotation_result import StageRotation
 from tests.release_pipeline import model
 from tests.release_pipeline.test_reconcile import (
@@ -124,7 +125,7 @@ def test_a_stage_left_with_no_good_candidate_goes_back_to_what_it_ran_before_the
     state = ledger.state()
     assert state.candidates[second.id].status == "halted" and state.stage("dev").step == "idle"
     assert stages.templates["dev"] == stages.nodes["dev"] == {"general": "ami-dev-initial"}
-    assert all(replay(e)["same"] for _, e in ledger.entries() if e.decision in GATED and not e.inputs.get("manual"))
+    assert all(replay(e)["same"] for _, e in ledger.entries() if inputs_of(e) is not None)
 
 
 class Blocking(Stages):

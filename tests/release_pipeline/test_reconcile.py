@@ -17,6 +17,8 @@ from e2e_canary.verdict import Verdict
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
+from release_pipeline.fold import WaitHeld
+from release_pipeline.gate_inputs import EntryInputs, inputs_of
 from release_pipeline.gates import freeze_window_at
 from release_pipeline.ledger import Ledger
 from release_pipeline.pipeline import Freeze, parse_pipeline
@@ -212,6 +214,10 @@ def test_approvals_are_waited_for_and_counted_by_distinct_people(ledger: Ledger)
     run(ledger, stages, p, 6)
     assert stages.deploys == [("dev", c.id)]
     assert_every_decision_replays(ledger)
+    # A wait is written again when what holds the gate changes (an approval), never on a tick where nothing did.
+    waits = [e for _, e in ledger.entries() if e.decision == "wait"]
+    assert [WaitHeld.of(e.inputs).approved_by for e in waits] == [(), ("alice", "alice")]
+    assert all(inputs_of(e) == EntryInputs.from_dict(e.inputs) and e.inputs["gate"] == "entry" for e in waits)
 
 
 def test_a_newer_candidate_supersedes_an_older_one_still_waiting_and_queue_keeps_both(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from e2e_canary.results import RETENTION_SECONDS, CanaryResult, Metrics, Observa
 from platformctl.kernel.clock import past, synced_now, wait_for_change
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import LABEL_IMAGE, LABEL_NODEGROUP, Container, Pod, Toleration, image_label_of
-from platformctl.kernel.errors import ApiRefused, PlatformError
+from platformctl.kernel.errors import ApiFault, ApiRefused, PlatformError
 from platformctl.kernel.state import StateStore
 
 RUNNABLE = ("node-pool", "service", "batch", "cron", "daemon")
@@ -213,7 +213,7 @@ class Runner:
                         try:
                             self.cluster.create_pod(again)
                             arms[again.name] = (arm, i, True)
-                        except (ApiRefused, PlatformError):
+                        except (ApiFault, PlatformError):
                             pass
             if len(done) == len(arms) or past(self.clock, deadline):
                 break

@@ -21,7 +21,7 @@ from e2e_canary.sli import objectives, sli_series
 from platformctl.app.approvers import local_ledger
 from platformctl.app.release import DEFAULT_LEDGER, candidate_report
 from platformctl.app.stores import store_for
-from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject, mapping, to_float
 from platformctl.kernel.state import Record, StateStore, StoreUnavailable, dynamodb_spec, open_store
 from platformctl.kernel.topology import STAGES, load_stage
@@ -64,7 +64,7 @@ class DashboardRequest:
 
 
 def _unreadable(what: str, exc: BaseException) -> str:
-    detail = str(exc) if isinstance(exc, PlatformError) else f"{type(exc).__name__}: {exc}"
+    detail = str(exc) if isinstance(exc, (PlatformError, Unavailable)) else f"{type(exc).__name__}: {exc}"
     return f"{what} cannot be read: {detail}"
 
 

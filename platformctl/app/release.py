@@ -17,7 +17,7 @@ from platformctl.app.release_source import candidate_source, infra_revision
 from platformctl.app.rotation import check_gate_windows
 from platformctl.kernel.clock import WallClock
 from platformctl.kernel.environment import AwsTarget
-from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.errors import ApiFault, PlatformError
 from platformctl.kernel.humanize import parse_duration
 from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.nodegroups import Booted, NodeGroupError, NodeGroups
@@ -212,7 +212,7 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
             if builders is not None and booted.builders:
                 builders[name] = builders.get(name, 0) + booted.builders
             out[name] = {k: list(v) for k, v in booted.by_image.items()} if by_image else booted.instances
-    except (NodeGroupError, PlatformError):
+    except (NodeGroupError, PlatformError, ApiFault):
         return None
     return out
 
@@ -506,7 +506,7 @@ class AppStages:
 
         try:
             control_rotations(ControlRequest("resume", stage=stage, infra_dir=self.infra_dir, reason=reason))
-        except PlatformError:  # nothing paused (a rotation that ended on its own): nothing to resume
+        except (PlatformError, ApiFault):  # nothing paused (a rotation that ended on its own): nothing to resume
             pass
 
     def _pause_when(self, stage: str, hold: Any, done: Any, clock: Any) -> tuple[Any, list[str]]:

@@ -18,7 +18,7 @@ from typing import Any
 from platformctl.app.clusters import connect, groups_of, launch_template_targets
 from platformctl.app.stores import store_for
 from platformctl.kernel.cluster.model import Node, Snapshot, load_snapshot
-from platformctl.kernel.errors import ApiRefused, PlatformError
+from platformctl.kernel.errors import ApiFault, ApiRefused, PlatformError
 from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.nodegroups import NodeGroupError
 from platformctl.kernel.state import StateStore
@@ -167,7 +167,7 @@ def _plan_one(request: PlanRequest, policy: RotationPolicy) -> RotationPlan:
         snap, name, now = live_snapshot(request.kubeconfig, request.context)
         try:
             group_of, described = groups_of(snap, name, None, request.infra_dir)
-        except (NodeGroupError, PlatformError) as exc:
+        except (NodeGroupError, PlatformError, ApiFault) as exc:
             if policy.targets is None:
                 raise
             group_of, described = {}, {}  # the plan goes on as from a snapshot: each pool's room unknown

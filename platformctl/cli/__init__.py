@@ -19,7 +19,7 @@ from platformctl.cli.output import OUTPUT, SKIP
 from platformctl.cli.output import console as _console
 from platformctl.cli.output import emit_json as _emit_json
 from platformctl.kernel.environment import Environment, using
-from platformctl.kernel.errors import PlatformError, Unavailable
+from platformctl.kernel.errors import ApiUnreachable, PlatformError, Unavailable
 from platformctl.kernel.topology import STAGES, HostCluster, load_stage
 
 # The subcommands whose modules are imported only when used, as click's documentation does it ("lazily loading
@@ -52,7 +52,8 @@ class _Group(click.Group):
             ctx.exit(2)
         except Unavailable as exc:  # an API's or a store's fault, not the user's: one line, exit 1
             click.echo(f"platformctl: error: {exc}", err=True)
-            ctx.exit(1)
+            # but an address in the user's kubeconfig where nothing ever answered is most likely the file's mistake
+            ctx.exit(2 if isinstance(exc, ApiUnreachable) and exc.no_connection else 1)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

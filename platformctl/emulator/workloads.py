@@ -421,7 +421,7 @@ class ObjectApi:
         return objects
 
     @staticmethod
-    def _refused(exc: ApiError) -> PlatformError:
+    def _refused(exc: ApiError) -> PlatformError | ApiRefused:
         if exc.code == 404:
             return NotFoundError(exc.message, field="metadata.name")
         return ApiRefused(f"the Kubernetes API answered {exc.code} ({exc.reason}): {exc.message}", exc.code)

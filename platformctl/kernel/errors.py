@@ -2,7 +2,9 @@
 
 ``PlatformError`` is the one error a user can cause (bad YAML, a missing field, an unknown cluster,
 a malformed snapshot). Its message names the file and the field; the CLI prints it on one line and
-exits 2. Everything else is a bug and may surface as a traceback.
+exits 2. ``Unavailable`` is an API's or a store's fault (``ApiFault``: a Kubernetes API that refused or did not
+answer; ``StoreUnavailable``: the state store), said on one line with exit 1: never the user's mistake.
+Everything else is a bug and may surface as a traceback.
 """
 
 from __future__ import annotations
@@ -23,35 +25,6 @@ class NotFoundError(PlatformError):
     """A named object (node, pod, cluster, stage) does not exist."""
 
 
-class ApiRefused(PlatformError):
-    """An API answered a request with an error other than not-found (403 RBAC, 409 conflict, 500): said on one
-    line with the API's own status, and never a traceback."""
-
-    TRANSIENT = frozenset({429, 500, 502, 503, 504})  # too many requests, the server's faults: may pass if asked again
-
-    def __init__(self, message: str, status: int, *, file: str | None = None, field: str | None = None) -> None:
-        super().__init__(message, file=file, field=field)
-        self.status = status
-        self.retry_after: float | None = None  # seconds the API asked to be left alone (a 429's or 503's Retry-After)
-
-    @property
-    def transient(self) -> bool:
-        """Whether the same request may succeed when asked again later."""
-        return self.status in self.TRANSIENT
-
-
-class ApiUnreachable(PlatformError):
-    """An API that did not answer at all (refused, reset, timed out): transient by nature. ``no_connection``: no
-    connection was made (refused, or a host name that does not resolve), as against one lost or timed out."""
-
-    transient = True
-    no_connection = False
-
-
-# What a file nested thousands of levels deep is told (the parsers recurse; Python's stack is not a user's concern).
-TOO_DEEP = "nested too deeply to read (a snapshot, a policy or a sample is a few levels deep, not thousands)"
-
-
 class Unavailable(Exception):
     """A fault of an API or a store, not the user's mistake: it did not answer, or refused for a reason of its own
     (throttled past its retries, an outage, permissions it lacks). A command says it on one line and exits 1.
@@ -60,6 +33,44 @@ class Unavailable(Exception):
     def __init__(self, message: str, *, transient: bool = True) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class ApiFault(Unavailable):
+    """A Kubernetes API's fault, not the user's input: it refused (``ApiRefused``) or did not answer
+    (``ApiUnreachable``). Said as ``<kubeconfig>: <context>: <message>``; a command exits 1 on it, as on any
+    ``Unavailable``. ``transient``: whether it may pass by itself."""
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        self.detail = message
+        super().__init__(": ".join([*(p for p in (file, field) if p), message]), transient=self.transient)
+
+    transient = True
+
+
+class ApiRefused(ApiFault):
+    """An API answered a request with an error other than not-found (403 RBAC, 409 conflict, 500): said on one
+    line with the API's own status, and never a traceback."""
+
+    TRANSIENT = frozenset({429, 500, 502, 503, 504})  # too many requests, the server's faults: may pass if asked again
+
+    def __init__(self, message: str, status: int, *, file: str | None = None, field: str | None = None) -> None:
+        self.status = status
+        self.transient = status in self.TRANSIENT  # the same request may succeed when asked again later
+        super().__init__(message, file=file, field=field)
+        self.retry_after: float | None = None  # seconds the API asked to be left alone (a 429's or 503's Retry-After)
+
+
+class ApiUnreachable(ApiFault):
+    """An API that did not answer at all (refused, reset, timed out): transient by nature. ``no_connection``: no
+    connection was made (refused, or a host name that does not resolve), as against one lost or timed out."""
+
+    no_connection = False
+
+
+# What a file nested thousands of levels deep is told (the parsers recurse; Python's stack is not a user's concern).
+TOO_DEEP = "nested too deeply to read (a snapshot, a policy or a sample is a few levels deep, not thousands)"
 
 
 def is_transient(exc: BaseException) -> bool:

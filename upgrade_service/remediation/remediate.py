@@ -39,7 +39,7 @@ from platformctl.kernel import failpoints
 from platformctl.kernel.clock import Clock
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import Node
-from platformctl.kernel.errors import NotFoundError, PlatformError
+from platformctl.kernel.errors import ApiFault, NotFoundError, PlatformError
 from platformctl.kernel.nodegroups import Member, NodeGroupError, NodeGroups
 from platformctl.kernel.state import LeaseHeld, LeaseLost, Record, StateStore
 from platformctl.kernel.state.lease import LeaseKeeper
@@ -422,7 +422,7 @@ def run(name: str, cluster: Cluster, groups: NodeGroups, policy: RemediationPoli
         return Remediator(name, cluster, groups, policy, store, keeper=keeper, progress=progress).run_once()
     except LeaseLost as exc:
         return Outcome(name, "lost-lease", EXIT_FAILED, f"stopped: {exc}")
-    except (NodeGroupError, PlatformError) as exc:
+    except (NodeGroupError, PlatformError, ApiFault) as exc:
         # An API that refuses mid-run is a fault to stop for, not a user's mistake: what was started stays
         # journalled and the next run finishes it.
         return Outcome(name, "failed", EXIT_FAILED, f"stopped by an error from "

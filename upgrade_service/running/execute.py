@@ -36,7 +36,7 @@ from platformctl.kernel.clock import past
 from platformctl.kernel.cluster.drain import drain_blocks_on
 from platformctl.kernel.cluster.informer import Informer, InformerStats
 from platformctl.kernel.cluster.model import Node, Snapshot
-from platformctl.kernel.errors import ApiRefused, NotFoundError, PlatformError
+from platformctl.kernel.errors import ApiFault, ApiRefused, NotFoundError, PlatformError
 from platformctl.kernel.nodegroups import NodeGroupError
 from platformctl.kernel.state import LeaseLost, StateStore
 from platformctl.kernel.state.lease import LeaseKeeper
@@ -247,7 +247,7 @@ class Executor:
             while outcome.status == "api-error" and self._api_fault_transient and self.api_back.wait(outcome.reason):
                 try:
                     outcome = self._run()  # the open run goes on from its journal, as the next `rotate run` would
-                except (NodeGroupError, PlatformError) as exc:  # its first read failed: still down
+                except (NodeGroupError, PlatformError, ApiFault) as exc:  # its first read failed: still down
                     self._api_fault_transient = bool(getattr(exc, "transient", False))
                     outcome = Outcome(self.target.name, "api-error", EXIT_HALTED, f"stopped by an API error: {exc}")
             return outcome
@@ -354,7 +354,7 @@ class Executor:
             return self._outcome("interrupted", EXIT_INTERRUPTED, detail)
         except LeaseLost as exc:
             return Outcome(self.target.name, "lost-lease", EXIT_HALTED, f"stopped: {exc}")
-        except (NodeGroupError, PlatformError) as exc:
+        except (NodeGroupError, PlatformError, ApiFault) as exc:
             # Mid-run, an API that refuses or stops answering is a fault to stop for, not a user's mistake:
             # halted, journalled, resumable. The call it was making stays unconfirmed and is settled on resume.
             detail = f"stopped by an error from {'AWS' if isinstance(exc, NodeGroupError) else 'the cluster'}: {exc}"

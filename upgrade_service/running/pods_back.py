@@ -15,7 +15,7 @@ from platformctl.kernel.clock import Clock, past
 from platformctl.kernel.cluster.informer import Informer
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import Pod, format_time
-from platformctl.kernel.errors import NotFoundError, PlatformError
+from platformctl.kernel.errors import ApiFault, NotFoundError, PlatformError
 from upgrade_service.journal.records import OwnerWait, Waiting
 from upgrade_service.journal.rotation import Journal
 from upgrade_service.planning.disruption import NO_ROOM
@@ -42,7 +42,7 @@ class WorkloadsBack:
             self.cluster.get_object(kind, namespace, name)
         except NotFoundError:
             return True
-        except PlatformError:  # a kind the API cannot be asked about here: keep waiting on it, as before
+        except (PlatformError, ApiFault):  # a kind the API cannot be asked about here: keep waiting on it, as before
             return False
         return False
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from platformctl.kernel.clock import Clock, real_seconds
 from platformctl.kernel.cluster.informer import Informer, WatchEvent
 from platformctl.kernel.cluster.model import parse_node, parse_pdb, parse_pod
-from platformctl.kernel.errors import ApiRefused, PlatformError
+from platformctl.kernel.errors import ApiFault, ApiRefused, PlatformError
 
 WATCH_SECONDS = 300  # the server ends each watch after this long (wall seconds); the thread opens the next
 RETRY_SECONDS = 2.0  # wall seconds between a broken watch and the list that replaces it
@@ -48,7 +48,7 @@ class WatchedApi(Protocol):
 
     def refused(self, exc: Any, what: str) -> ApiRefused: ...
 
-    def unreachable(self, exc: Exception) -> PlatformError: ...
+    def unreachable(self, exc: Exception) -> ApiFault: ...
 
     def list_versioned(self, kind: str) -> tuple[list[Any], str]: ...
 
@@ -140,7 +140,7 @@ class LiveInformer(Informer):
                     version = next((e.resource_version for e in reversed(batch) if e.resource_version), version)
             except WatchExpired:
                 listing = True
-            except PlatformError as exc:
+            except (PlatformError, ApiFault) as exc:
                 if self._stop.is_set():
                     return
                 self._queue.put(("error", str(exc)))

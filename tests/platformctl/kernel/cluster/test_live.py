@@ -18,7 +18,7 @@ from platformctl.kernel.clock import VIRTUAL_EPOCH, VirtualClock
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.live import LiveCluster
 from platformctl.kernel.cluster.model import EvictionResult
-from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.errors import ApiUnreachable, PlatformError
 
 
 def _closed_port() -> int:
@@ -49,7 +49,7 @@ def test_unreachable_server_is_a_one_line_error(tmp_path: Path) -> None:
     path = _kubeconfig(tmp_path, port)
     clock = VirtualClock()  # the adapter's backoff would wait on it
     live = LiveCluster.from_kubeconfig(str(path), context="local", clock=clock)
-    with pytest.raises(PlatformError) as err:
+    with pytest.raises(ApiUnreachable) as err:
         live.list_nodes()
     assert err.value.file == str(path) and f"cannot reach the Kubernetes API at http://127.0.0.1:{port}" in str(err.value)
     # nothing listens there and it never answered: a wrong address, said at once (test_live_paging_retry: once it

@@ -6,6 +6,12 @@ its parameters (query-protocol form fields, or the JSON body's top-level fields;
 out) and the HTTP status moto answered. ``GET /platformctl/v1/aws-calls`` serves it, so a test or an
 operator can see exactly what a command did to the region's AWS: which instances were terminated,
 and how many times.
+
+It also answers DynamoDB's calls one at a time. DynamoDB's transactions are serializable (AWS's "Isolation levels
+for DynamoDB transactions"); moto's are not isolated from another thread's: a transaction moto cancels restores a
+copy of each table it took before it began, undoing what other requests committed meanwhile (a ledger entry that
+was acknowledged, then gone, and its number taken again). One DynamoDB request at a time keeps what the region
+acknowledges written, as a real table does.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ class AwsCallLog:
         self.capacity = capacity
         self.calls: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.dynamodb = threading.Lock()  # one DynamoDB request at a time (above)
         # How many calls have changed something so far: the region's nodes need following only when it moved.
         self.generation = 0
 
@@ -45,7 +52,11 @@ class AwsCallLog:
             status.append(int(code.split()[0]))
             return start_response(code, headers, exc_info) if exc_info else start_response(code, headers)
 
-        result = self.app(environ, capture)
+        if (environ.get("HTTP_X_AMZ_TARGET") or "").startswith("DynamoDB_"):
+            with self.dynamodb:
+                result = self.app(environ, capture)
+        else:
+            result = self.app(environ, capture)
         if action and not action.startswith(READ_PREFIXES):
             record = {"time": time.time(), "service": _service(environ), "action": action, "params": params,
                       "status": status[0] if status else 0}

@@ -238,7 +238,8 @@ class DynamoDBStore:
             if fence is not None and reasons and reasons[0] == "ConditionalCheckFailed":
                 raise LeaseLost(f"lease {fence.name} is no longer held by {fence.holder} (expired or taken over): "
                                 "nothing was written") from None
-            if "ConditionalCheckFailed" in reasons:  # another writer took the number
+            if "ConditionalCheckFailed" in reasons or "TransactionConflict" in reasons:  # another writer took the
+                # number, or was moving the counter at that moment (DynamoDB cancels one of two): nothing was written
                 raise self._failed({"Error": {"Code": "ConditionalCheckFailedException", "Message": "taken"}},
                                    "TransactWriteItems") from None
             raise
@@ -263,7 +264,8 @@ class DynamoDBStore:
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 raise LeaseLost(f"lease {fence.name} is no longer held by {fence.holder} (expired or taken over): "
                                 "nothing was written") from None
-            if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+            if (len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed") or "TransactionConflict" in reasons:
+                # the number taken, or another request on one of its items at that moment: nothing was written
                 raise self._failed({"Error": {"Code": "ConditionalCheckFailedException", "Message": "taken"}},
                                    "TransactWriteItems") from None
             raise

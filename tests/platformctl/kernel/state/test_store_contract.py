@@ -14,6 +14,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -433,6 +434,43 @@ class DroppedAnswers:
 
     def transact_write_items(self, **kwargs: object) -> object:
         return self._maybe_drop("transact_write_items", **kwargs)
+
+
+class Conflicting:
+    """A DynamoDB client whose next few transactions DynamoDB cancels for a conflict (another request on one of
+    their items at that moment: two ticks moving the ledger's counter at once), writing nothing, as DynamoDB does."""
+
+    def __init__(self, client: Any, conflicts: int) -> None:
+        self._client = client
+        self.conflicts = conflicts
+        self.exceptions = client.exceptions
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+    def transact_write_items(self, **kwargs: Any) -> object:
+        if self.conflicts > 0:
+            self.conflicts -= 1
+            reasons = [{"Code": "None"}] * (len(kwargs["TransactItems"]) - 1) + [{"Code": "TransactionConflict"}]
+            raise self._client.exceptions.TransactionCanceledException(
+                {"Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+                 "CancellationReasons": reasons}, "TransactWriteItems")
+        return self._client.transact_write_items(**kwargs)
+
+
+def test_a_dynamodb_append_dynamodb_cancels_for_a_conflict_is_tried_again_and_written_once(
+        aws_env: dict[str, str]) -> None:
+    create_table("conflicts")
+    store = DynamoDBStore("conflicts")
+    lease = store.acquire("release/tick/dev", "tick", ttl=300)
+    store._ddb = Conflicting(store._ddb, conflicts=3)
+    store.append("release/ledger@dev", {"n": 1}, fence=lease, sequence="release/ledger")
+    store.append("rotation/c1", {"n": 2}, fence=lease)
+    store._ddb.conflicts = 2
+    store.append("release/ledger@dev", {"n": 3}, sequence="release/ledger")
+    assert store._ddb.conflicts == 0
+    assert [(r.seq, r.data["n"]) for r in store.read_sequence("release/ledger")] == [(1, 1), (2, 3)]
+    assert [(r.seq, r.data["n"]) for r in store.read("rotation/c1")] == [(1, 2)]
 
 
 def test_a_dynamodb_append_whose_answer_was_lost_is_not_written_twice(aws_env: dict[str, str]) -> None:

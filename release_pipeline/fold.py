@@ -501,7 +501,7 @@ def _apply_step(state: PipelineState, stage: StageState, decision: Kind, cid: st
         stage.verdicts, stage.results, stage.rotated_at, stage.entered_at = [], 0, None, at
         stage.blocked_since, stage.soak_short = None, []
         _moved(state.candidate(cid), "in flight", name, at)
-    elif decision in (Kind.DEPLOY, Kind.ROTATE, Kind.ROLLBACK_DEPLOY, Kind.ROLLBACK_ROTATE):
+    elif decision in INTENDED:
         stage.intent = Intent(decision, cid)
         before = inputs.get("before")
         if decision is Kind.DEPLOY and stage.before is None and isinstance(before, Mapping):

@@ -147,6 +147,7 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
     report = TickReport()
     moved: set[str] = set()
     acted: list[str] = []  # the stages whose lease it held: their checkpoints are its to write
+    behind = 0  # the most entries a stage's read folded past its checkpoint
 
     for name in reversed(pipeline.names):  # the last stage first: a candidate promoted here is not entered next door
         if only and name not in only:
@@ -158,6 +159,7 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
             acted.append(name)
             state = ledger.state(checkpoints(name))  # from its own checkpoints, read under the stage's lease: what
             # another stage's tick wrote is in it
+            behind = max(behind, ledger.folded)
 
             def write(candidate: str | None, stage: str | None, decision: Kind, at: float, reason: str,
                       inputs: JSONMapping | None = None, salt: str = "", state: PipelineState = state) -> Entry:
@@ -199,10 +201,8 @@ def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
     # The checkpoint is the ledger folded in its own order: what others wrote during the tick (an approval, a freeze, a
     # rollback by hand) lands where it was written, not after this tick's entries. Written when the tick decided, and
     # every CHECKPOINT_EVERY entries others wrote (people read the last stage's: its tick keeps it near).
-    if acted:
-        state = ledger.state(checkpoints(acted[0]))
-        if report.steps or ledger.folded >= CHECKPOINT_EVERY:
-            ledger.checkpoint(state, acted)
+    if acted and (report.steps or behind >= CHECKPOINT_EVERY):
+        ledger.checkpoint(ledger.state(checkpoints(acted[0])), acted)
     return report
 
 

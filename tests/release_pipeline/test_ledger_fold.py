@@ -187,3 +187,25 @@ def test_what_a_stages_tick_forges_in_its_own_partition_is_passed_over_and_a_pro
     assert state.stage("prod").current is None and state.stage("prod").newest == -1  # never entered prod
     assert state.stage("staging").current in (None, other.id) and c.id not in state.stage("staging").ready
     assert ticks.state(checkpoints("prod")).to_dict() == people.state().to_dict()  # prod's checkpoint, the same fold
+
+
+def test_a_tick_that_decides_nothing_checkpoints_once_others_wrote_200_entries_past_its_last(tmp_path: Path) -> None:
+    """People read the last stage's checkpoints: its tick keeps them near even when it has nothing to decide."""
+    from release_pipeline.ledger import CHECKPOINT_EVERY
+    from release_pipeline.reconcile import tick
+    from tests.release_pipeline.test_reconcile import T0, Stages, pipeline
+
+    store = open_store(str(tmp_path / "release.db"))
+    ticks, people = Ledger(store, ["dev"]), Ledger(store, ["dev"])
+    p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])
+    leases = ticks.stage_leases("tick", 600.0)
+    for n in range(CHECKPOINT_EVERY - 1):
+        people.append(None, "dev", Kind.UNFREEZE, T0 + n, "nothing frozen", salt=str(n))
+    assert tick(p, ticks, Stages(T0), "tick", lease=leases).steps == []
+    assert store.last(checkpoints("dev")) is None  # 199 behind: not yet
+    people.append(None, "dev", Kind.UNFREEZE, T0 + 1000, "one more")
+    assert tick(p, ticks, Stages(T0), "tick", lease=leases).steps == []
+    last = store.last(checkpoints("dev"))
+    assert last is not None and last.data["state"]["position"] == CHECKPOINT_EVERY
+    people.state()
+    assert people.folded == 0  # people fold from it, nothing after it

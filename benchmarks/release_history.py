@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,7 +31,7 @@ from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import Ledger, checkpoints
 from release_pipeline.pipeline import parse_pipeline
 from release_pipeline.reconcile import tick
-from release_pipeline.rotation_result import StageRotation
+from release_pipeline.testing import FakeStages
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 SHARE = {"dev": 0.1, "staging": 0.2, "prod-canary": 0.2, "prod": 0.5}
@@ -41,32 +40,19 @@ PIPELINE = parse_pipeline({"stages": [{"name": s, "soak": 0, "minResults": 0, "p
                                       for s in STAGES]}, "pipeline.yaml", "bench")
 
 
-class Fleet:
-    def __init__(self, nodes: int) -> None:
-        self.clock = T0
-        self.nodes = nodes
+def fleet_of(nodes: int) -> FakeStages:
+    """The stages' operations (the one fake): a rotation takes twenty minutes and boots the stage's share of ``nodes``
+    afresh; the canaries pass."""
 
-    def now(self, stage: str) -> float:
-        return self.clock
-
-    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
-        return {"images": sorted(candidate.image_ids(stage))}
-
-    def deployed(self, stage: str) -> dict[str, str]:
-        return {"general": f"ami-{stage[:3]}-before"}
-
-    def resume(self, stage: str, reason: str) -> None:
-        pass
-
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-        self.clock += 1200
-        count = int(self.nodes * SHARE[stage])
+    def boots(stage: str, candidate: Candidate) -> dict[str, list[str]]:
         image = sorted(candidate.image_ids(stage))[0]
-        return StageRotation("finished", "", {image: [f"i-{candidate.id[2:10]}{stage[:3]}{n:07d}" for n in range(count)]})
+        return {image: [f"i-{candidate.id[2:10]}{stage[:3]}{n:07d}" for n in range(int(nodes * SHARE[stage]))]}
 
-    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
-                entered: float | None = None) -> Verdict:
+    def judge(stages: FakeStages, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
+              entered: float | None) -> Verdict:
         return Verdict("pass", "canaries pass", results_since=1000)
+
+    return FakeStages(T0, initial=lambda stage: {"general": f"ami-{stage[:3]}-before"}, boots=boots, judge=judge)
 
 
 def candidate(n: int) -> Candidate:
@@ -75,8 +61,8 @@ def candidate(n: int) -> Candidate:
     return make_candidate(stages, f"rev{n}", f"release {n}", T0 + n, "bench")
 
 
-def build(path: Path, releases: int, nodes: int) -> tuple[Ledger, Fleet]:
-    ledger, fleet = Ledger(open_store(str(path)), PIPELINE.names), Fleet(nodes)
+def build(path: Path, releases: int, nodes: int) -> tuple[Ledger, FakeStages]:
+    ledger, fleet = Ledger(open_store(str(path)), PIPELINE.names), fleet_of(nodes)
     for n in range(releases):
         c = candidate(n)
         ledger.add_candidate(c)
@@ -92,7 +78,7 @@ def build(path: Path, releases: int, nodes: int) -> tuple[Ledger, Fleet]:
     return ledger, fleet
 
 
-def timed(ledger: Ledger, fleet: Fleet) -> float:
+def timed(ledger: Ledger, fleet: FakeStages) -> float:
     times = []
     for _ in range(51):
         began = time.perf_counter()

@@ -37,38 +37,31 @@ from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import Ledger, boots_stream, checkpoints
 from release_pipeline.pipeline import parse_pipeline
 from release_pipeline.reconcile import tick
-from release_pipeline.rotation_result import StageRotation
+from release_pipeline.testing import FakeStages
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 NODES = {"dev": 500, "staging": 1500, "prod-canary": 2000, "prod": 6000}  # 10,000 a release
 T0 = 1_790_000_000.0
 
 
-class Stages:
-    def __init__(self, flap: bool = False) -> None:
-        self.clock, self.flap, self.release = T0, flap, 0
+RELEASE = [0]  # the release under way: its instances are named after it
 
-    def now(self, stage: str) -> float:
-        return self.clock
 
-    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
-        return {"images": sorted(candidate.image_ids(stage))}
+def stages_of(flap: bool = False) -> FakeStages:
+    """The stages' operations (the one fake): a rotation takes no time and boots every node of the stage afresh; the
+    verdict passes, or flaps every five minutes, with a long reason."""
 
-    def deployed(self, stage: str) -> dict[str, str]:
-        return {"general": f"ami-{stage}-before"}
-
-    def resume(self, stage: str, reason: str) -> None:
-        pass
-
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
+    def boots(stage: str, candidate: Candidate) -> dict[str, list[str]]:
         image = candidate.stages[stage].images["general"]["id"]
-        ids = [f"i-{self.release:03d}{stage[:2]}{n:05d}" for n in range(NODES[stage])]
-        return StageRotation("finished", booted={image: ids})
+        return {image: [f"i-{RELEASE[0]:03d}{stage[:2]}{n:05d}" for n in range(NODES[stage])]}
 
-    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
-                entered: float | None = None) -> Verdict:
-        said = ("pass" if int(self.clock / 300) % 2 else "inconclusive") if self.flap else "pass"
+    def judge(stages: FakeStages, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
+              entered: float | None) -> Verdict:
+        said = ("pass" if int(stages.clock / 300) % 2 else "inconclusive") if flap else "pass"
         return Verdict(said, f"{said}: " + "each canary's evidence, at length; " * 20, results_since=10_000)
+
+    return FakeStages(T0, rotation_seconds=0.0, initial=lambda stage: {"general": f"ami-{stage}-before"}, boots=boots,
+                      judge=judge)
 
 
 def candidate(n: int) -> Candidate:
@@ -89,7 +82,7 @@ def sizes(ledger: Ledger) -> tuple[int, int]:
 
 
 def flapping_soak(folder: Path) -> tuple[int, int, int]:
-    ledger, stages = Ledger(open_store(str(folder / "flap.db")), ["dev"]), Stages(flap=True)
+    ledger, stages = Ledger(open_store(str(folder / "flap.db")), ["dev"]), stages_of(flap=True)
     pipeline = parse_pipeline({"stages": [{"name": "dev", "soak": "36h", "minResults": 100, "passFor": "30m",
                                            "deadline": "2h"}]}, "pipeline.yaml", "bench")
     start(ledger, candidate(1), T0)
@@ -101,7 +94,7 @@ def flapping_soak(folder: Path) -> tuple[int, int, int]:
 
 
 def lapsed_freezes(folder: Path) -> tuple[int, int]:
-    ledger, stages = Ledger(open_store(str(folder / "freezes.db")), ["dev"]), Stages()
+    ledger, stages = Ledger(open_store(str(folder / "freezes.db")), ["dev"]), stages_of()
     pipeline = parse_pipeline({"stages": [{"name": "dev", "soak": 0, "approvals": 1}]}, "pipeline.yaml", "bench")
     for n in range(1600):
         at = T0 - 600_000 + n * 300
@@ -115,11 +108,11 @@ def lapsed_freezes(folder: Path) -> tuple[int, int]:
 
 
 def releases(folder: Path, count: int) -> Ledger:
-    ledger, stages = Ledger(open_store(str(folder / f"releases-{count}.db")), STAGES), Stages()
+    ledger, stages = Ledger(open_store(str(folder / f"releases-{count}.db")), STAGES), stages_of()
     pipeline = parse_pipeline({"stages": [{"name": s, "soak": 0, "passFor": 0, "minResults": 0} for s in STAGES]},
                               "pipeline.yaml", "bench")
     for n in range(count):
-        stages.release = n
+        RELEASE[0] = n
         start(ledger, candidate(n), stages.clock)
         while ledger.state().stage("prod").last_good != candidate(n).id:
             tick(pipeline, ledger, stages, "bench")

@@ -25,19 +25,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from e2e_canary.results import ResultStream
 from e2e_canary.verdict import Verdict, soak_verdict
-from platformctl.app.release import replaced_images
 from platformctl.kernel.state import StateStore, open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import Ledger
+from release_pipeline.operations import replaced_images
 from release_pipeline.pipeline import parse_pipeline
 from release_pipeline.reconcile import tick
-from release_pipeline.rotation_result import StageRotation
+from release_pipeline.testing import FakeStages
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 CLUSTERS = ("dev-usw2-host", "dev-usw2a-01", "dev-usw2b-01")
@@ -49,36 +48,18 @@ PIPELINE = parse_pipeline({"stages": [{"name": s, "soak": "1h", "minResults": 50
                                       for s in STAGES]}, "pipeline.yaml", "bench")
 
 
-class Stages:
-    """The stages' actions on a virtual clock: deploys and rotations recorded, the verdict judged for real over the
-    results store (the application layer's own function)."""
+def stages_of(results: StateStore, clock: float) -> FakeStages:
+    """The stages' operations (the one fake) on a virtual clock: a rotation takes fifteen minutes, the verdict is judged
+    for real over the results store (the application layer's own function)."""
 
-    def __init__(self, results: StateStore, clock: float) -> None:
-        self.results = results
-        self.clock = clock
-
-    def now(self, stage: str) -> float:
-        return self.clock
-
-    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
-        return {"images": sorted(candidate.image_ids(stage))}
-
-    def deployed(self, stage: str) -> dict[str, str]:
-        return {"general": f"ami-{stage[:3]}-before"}
-
-    def resume(self, stage: str, reason: str) -> None:
-        pass
-
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-        self.clock += 900
-        return StageRotation("finished")
-
-    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
-                window: int, entered: float | None = None) -> Verdict:
+    def judge(stages: FakeStages, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
+              entered: float | None) -> Verdict:
         # every stage judged on dev's results, with the read of the last good images' results before the candidate
         # entered (the results are all of one image, so no image is compared: the read is what is measured)
-        return soak_verdict(self.results, "dev", since, self.clock, window, replaced_images(stage, candidate, baseline),
+        return soak_verdict(results, "dev", since, stages.clock, window, replaced_images(stage, candidate, baseline),
                             baseline.id if baseline else None, entered)
+
+    return FakeStages(clock, rotation_seconds=900.0, initial=lambda stage: {"general": f"ami-{stage[:3]}-before"}, judge=judge)
 
 
 def candidate(n: int, at: float) -> Candidate:
@@ -104,12 +85,12 @@ def write_results(store: StateStore, start: float, end: float) -> int:
     return written
 
 
-def build(days: float, root: Path) -> tuple[Ledger, Stages, int, int]:
+def build(days: float, root: Path) -> tuple[Ledger, FakeStages, int, int]:
     ledger = Ledger(open_store(str(root / "release.db")), PIPELINE.names)
     results = open_store(str(root / "canary.db"))
     end = T0 + days * 86400
     written = write_results(results, T0 - 6 * 3600, end + 8 * 3600)
-    stages = Stages(results, T0)
+    stages = stages_of(results, T0)
     n = 0
     while stages.clock < end:  # a candidate every six hours, a tick every fifteen minutes
         if stages.clock >= T0 + n * 6 * 3600:
@@ -137,7 +118,7 @@ def build(days: float, root: Path) -> tuple[Ledger, Stages, int, int]:
     return ledger, stages, len(ledger.entries()), written
 
 
-def timed(ledger: Ledger, stages: Stages, repeats: int = 9) -> float:
+def timed(ledger: Ledger, stages: FakeStages, repeats: int = 9) -> float:
     times = []
     for _ in range(repeats):
         began = time.perf_counter()

@@ -6,7 +6,7 @@ deployed (the ``Deployer`` seam, through the application layer), rotated (the ex
 the deadline passes), then promoted (the next stage may take it) or halted and rolled back as one unit (the stage
 deployed and rotated back to its last good candidate; no later stage ever takes the halted one).
 
-The reconciler acts only through ``StageActions``, which the application layer implements with its own functions
+The reconciler acts only through ``StageOperations``, which the application layer implements with its own functions
 (deploy a stage, rotate it, judge it): the pipeline calls what an operator would, never the command line. Every
 side effect is an intent entry before and a done entry after, fenced by the tick's lease, so a tick killed at any
 moment and run again finds the intent and finishes it: the deploy converges on the same images (no new launch
@@ -16,14 +16,13 @@ template version) and the rotation resumes its own journal (no node rotated twic
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from platformctl.kernel import failpoints
 from platformctl.kernel.errors import PlatformError, is_transient
-from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject
 from platformctl.kernel.state import LeaseLost
 from platformctl.kernel.who import person_of
@@ -39,11 +38,12 @@ from release_pipeline.gates import (
     soak_decision,
 )
 from release_pipeline.ledger import CHECKPOINT_EVERY, Ledger, StageLease, checkpoints
+from release_pipeline.operations import StageOperations
 from release_pipeline.pipeline import Pipeline
 from release_pipeline.rotation_result import StageRotation
 
 if TYPE_CHECKING:
-    from e2e_canary.verdict import Verdict
+    pass
 
 # How long, on the stage's clock from when the rotation was last recorded blocked (its first block, a block after it
 # moved on, a block after a freeze), nodes the planner leaves blocked (a budget that allows no disruption now,
@@ -53,47 +53,6 @@ BLOCKED_PATIENCE = 3600.0
 # before the tick calls the stage failing (exit 1): until then the stage is busy, tried again next tick. A transient
 # fault never halts nor rolls back a candidate.
 TRANSIENT_PATIENCE = 900.0
-
-
-class StageActions(Protocol):
-    """What the pipeline does to a stage, as the application layer does it."""
-
-    def now(self, stage: str) -> float:
-        """The stage's clock: wall time on a real account, the region's virtual clock locally."""
-        ...
-
-    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> JSONObject:
-        """Point the stage's launch templates at ``candidate``'s images, with its commit's program, Kubernetes version
-        and components (idempotent: the same candidate changes nothing); a ``rollback`` keeps a control plane's newer
-        Kubernetes version (EKS never takes one back)."""
-        ...
-
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False,
-               hold: Callable[[], str | None] | None = None) -> StageRotation:
-        """Rotate every cluster of the stage onto them (resuming a rotation a killed tick began): its ``status``
-        (``finished``, ``halted``, ``blocked``, ``busy``, ``frozen``), why, and the instances it saw booting;
-        ``busy``: a rotation of the stage holds its lease, so nothing was done and the next tick tries again;
-        ``frozen``: ``hold`` (asked while the rotation runs) said a freeze began, and the rotation paused at its next
-        step. A ``rollback`` first ends the halted rotation it undoes and is not held by the canary gate: the canaries
-        fail because of the image it takes away (Argo Rollouts' abort goes back to the stable version without
-        analysis, too)."""
-        ...
-
-    def deployed(self, stage: str) -> dict[str, str]:
-        """Each image family of the stage and the image its launch templates boot now: recorded with a candidate's
-        deploy, what a rollback goes back to when the stage has no good candidate to go back to."""
-        ...
-
-    def resume(self, stage: str, reason: str) -> None:
-        """Resume the stage's rotations a freeze paused."""
-        ...
-
-    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
-                window: int, entered: float | None = None) -> Verdict:
-        """The stage's canary verdict, with ``results_since``: how many canary results it judged since ``since``; with
-        ``baseline`` (the last good candidate), its images' results from before ``entered`` are the new images'
-        baseline."""
-        ...
 
 
 @contextmanager
@@ -138,7 +97,7 @@ class Write(Protocol):
                  inputs: JSONMapping | None = None, salt: str = "") -> Entry: ...
 
 
-def tick(pipeline: Pipeline, ledger: Ledger, actions: StageActions, by: str,
+def tick(pipeline: Pipeline, ledger: Ledger, actions: StageOperations, by: str,
          say: Callable[[str], None] = lambda message: None, only: Sequence[str] = (),
          lease: StageLease = _no_lease) -> TickReport:
     """Advance every candidate at most one step (in the stages ``only`` names, when given: each stage's own CronJob
@@ -216,7 +175,7 @@ def _same_fault(recorded: JSONMapping | None, error: dict[str, str]) -> bool:
     return recorded.get("message") == error["message"] and "fault" not in recorded
 
 
-def actions_now(actions: StageActions, name: str) -> float:
+def actions_now(actions: StageOperations, name: str) -> float:
     """The stage's clock, or the host's when the stage's clock cannot be read (the fault being recorded may be that)."""
     try:
         return actions.now(name)
@@ -252,7 +211,7 @@ def eligible(pipeline: Pipeline, state: PipelineState, name: str) -> tuple[str |
     return ahead[-1], gone + [(c, ahead[-1]) for c in ahead[:-1]]
 
 
-def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str, actions: StageActions,
+def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str, actions: StageOperations,
              write: Write, moved: set[str], held: Callable[[str], None]) -> None:
     stage = state.stage(name)
     policy = pipeline.stage(name)
@@ -305,8 +264,8 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
         still(ledger, name, stage)
         result = actions.deploy(name, candidate)
         failpoints.hit("release:call:deploy")  # deployed, not yet recorded
-        write(cid, name, Kind.DEPLOYED, actions.now(name), f"{name} deployed with {cid}'s images" + _cleared(result),
-              {"result": result})
+        write(cid, name, Kind.DEPLOYED, actions.now(name), f"{name} deployed with {cid}'s images" + result.said(),
+              {"result": result.to_dict()})
     elif stage.step == Step.ROTATING:
         _rotate(ledger, state, stage, name, candidate, actions, write, held, pipeline)
     elif stage.step == Step.SOAKING:
@@ -330,15 +289,6 @@ def still(ledger: Ledger, name: str, read: StageState) -> None:
                     f"{now.current or 'nothing'} in flight): nothing done, the next tick plans again")
 
 
-def _cleared(result: JSONMapping) -> str:
-    """What a deploy's reason says of a stack lock it cleared first (``StageActions.deploy``'s ``cleared_lock``)."""
-    cleared = result.get("cleared_lock")
-    if not isinstance(cleared, Mapping):
-        return ""
-    age = human_duration(float(str(cleared.get("age_seconds") or 0)))
-    return f"; first cleared the stack lock a killed tick left {age} before ({cleared.get('lock')})"
-
-
 def _boots(ledger: Ledger, cid: str, name: str, result: StageRotation) -> JSONObject:
     """The rotation's result as an entry keeps it: the instances it saw booting go to their own stream, the entry
     keeps how many (an entry never grows with the fleet)."""
@@ -360,7 +310,7 @@ def frozen_now(pipeline: Pipeline, ledger: Ledger, name: str, cid: str, now: flo
 
 
 def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, candidate: Candidate,
-            actions: StageActions, write: Write, held: Callable[[str], None], pipeline: Pipeline) -> None:
+            actions: StageOperations, write: Write, held: Callable[[str], None], pipeline: Pipeline) -> None:
     cid = candidate.id
     if stage.paused:  # paused for a freeze: resumed when it ends
         reason = frozen_now(pipeline, ledger, name, cid, actions.now(name))
@@ -406,7 +356,7 @@ def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, 
 
 
 def _soak(pipeline: Pipeline, ledger: Ledger, state: PipelineState, stage: StageState, name: str, candidate: Candidate,
-          actions: StageActions, write: Write) -> None:
+          actions: StageOperations, write: Write) -> None:
     policy = pipeline.stage(name)
     assert stage.rotated_at is not None
     baseline = ledger.candidate(stage.last_good) if stage.last_good else None
@@ -454,7 +404,7 @@ def _halt(state: PipelineState, name: str, cid: str, at: float, reason: str, inp
     write(cid, name, Kind.HALT, at, reason, {**inputs, "rollback_to": last_good, "pipeline": pipeline.digest})
 
 
-def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: StageActions, write: Write,
+def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: StageOperations, write: Write,
                held: Callable[[str], None]) -> None:
     """Deploy the stage's last good candidate again, then rotate every cluster back onto it: one unit. Done only when
     the rotation finished (every node on the last good images); else recorded as failed, the stage kept closed, and
@@ -473,8 +423,8 @@ def _roll_back(ledger: Ledger, stage: StageState, name: str, cid: str, actions: 
         still(ledger, name, stage)
         deployed = actions.deploy(name, target, rollback=True)
         failpoints.hit("release:call:rollback-deploy")
-        write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {to} again" + _cleared(deployed),
-              {"result": deployed, "rollback_to": stage.rollback_to})
+        write(cid, name, Kind.ROLLBACK_DEPLOYED, actions.now(name), f"{name} deployed with {to} again" + deployed.said(),
+              {"result": deployed.to_dict(), "rollback_to": stage.rollback_to})
         return
     if stage.intent != Intent(Kind.ROLLBACK_ROTATE, cid):
         write(cid, name, Kind.ROLLBACK_ROTATE, now, f"rotating every cluster of {name} back onto {to}",
@@ -515,5 +465,5 @@ def _before(ledger: Ledger, stage: StageState, name: str, cid: str) -> Candidate
                      f"what {name} ran before {cid}", halted.created_at, halted.created_by)
 
 
-__all__ = ["BLOCKED_PATIENCE", "Decision", "StageActions", "StageFault", "StageLease", "TickReport", "eligible",
+__all__ = ["BLOCKED_PATIENCE", "Decision", "StageOperations", "StageFault", "StageLease", "TickReport", "eligible",
            "rollback_by_hand", "tick"]

@@ -1,4 +1,4 @@
-"""What a stage's rotation answers the pipeline (``StageActions.rotate``): one typed value, whatever rotated it.
+"""What a stage's rotation answers the pipeline (``StageOperations.rotate``): one typed value, whatever rotated it.
 
 The application layer's adapter builds it from every cluster's run report; the reconciler's tests and benchmarks
 build it as their fakes; the reconciler and the rotation's gate read it; the ledger keeps its JSON (``to_dict``,

@@ -1,6 +1,6 @@
-"""The contract between the reconciler and whatever rotates a stage for it (``StageActions.rotate``), read where both
+"""The contract between the reconciler and whatever rotates a stage for it (``StageOperations.rotate``), read where both
 leave it: the ledger. The reconciler's tests hold it of their fake stages, the process tests of the application
-layer's adapter (``platformctl.app.release.AppStages``) rotating a local region's clusters, so the fake cannot drift
+layer's adapter (``platformctl.app.stage_operations.StageOperator``) rotating a local region's clusters, so the fake cannot drift
 from what the real adapter answers without one of them failing."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ from release_pipeline.pipeline import Pipeline, parse_pipeline
 from release_pipeline.reconcile import rollback_by_hand, tick
 from release_pipeline.replay import replay
 from release_pipeline.rotation_result import StageRotation
+from release_pipeline.testing import FakeStages
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 TICK = 300.0
@@ -63,45 +64,49 @@ def pipeline_of(rng: random.Random) -> Pipeline:
 
 @dataclass
 class Fleet:
-    """Four stages' launch templates and nodes (by the candidate whose images they boot), each call's outcome drawn
-    from the history's random source. Images are named after their candidate, so what a stage runs is a candidate's."""
+    """Four stages' launch templates and nodes, as the one stage fake (``release_pipeline.testing.FakeStages``) keeps
+    them, each rotation's and verdict's outcome drawn from the history's random source. Images are named after their
+    candidate, so what a stage runs is a candidate's."""
 
     rng: random.Random
-    clock: float = T0
-    templates: dict[str, str] = field(default_factory=lambda: dict.fromkeys(STAGES, INITIAL))
-    nodes: dict[str, str] = field(default_factory=lambda: dict.fromkeys(STAGES, INITIAL))
+    start: float = T0
     deploys: list[tuple[str, str, bool, int]] = field(default_factory=list)  # (stage, candidate, rollback, ledger seq)
     position: Callable[[], int] = lambda: 0  # the ledger's newest entry: what a side effect came after
     bad: dict[str, tuple[str, str]] = field(default_factory=dict)  # candidate -> (stage, "fail"|"unsure"|"flap")
     hold_asked: int = 0
     kill: str | None = None  # a failpoint armed for the tick under way
 
+    def __post_init__(self) -> None:
+        self.stages = FakeStages(self.start, STAGES, rotation_seconds=0.0,
+                                 initial=lambda stage: {"general": self.image(stage, INITIAL)},
+                                 before_deploy=self._deploying, before_rotate=self._draw, judge=self._judge)
+
+    @property
+    def clock(self) -> float:
+        return self.stages.clock
+
+    @clock.setter
+    def clock(self, at: float) -> None:
+        self.stages.clock = at
+
     def image(self, stage: str, cid: str) -> str:
         return f"ami-{stage}-{cid}"
 
-    def owner(self, stage: str, images: Mapping[str, Mapping[str, str]]) -> str:
-        image = images["general"]["id"]
+    def runs(self, stage: str) -> str:
+        """The candidate whose images the stage's nodes run."""
+        image = self.stages.nodes[stage]["general"]
         prefix = f"ami-{stage}-"
         assert image.startswith(prefix), image
         return image[len(prefix):]
 
-    def now(self, stage: str) -> float:
-        return self.clock
+    def _deploying(self, stages: FakeStages, stage: str, candidate: Candidate, rollback: bool) -> None:
+        image = candidate.stages[stage].images["general"]["id"]
+        prefix = f"ami-{stage}-"
+        assert image.startswith(prefix), image
+        self.deploys.append((stage, image[len(prefix):], rollback, self.position()))
 
-    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
-        runs = self.owner(stage, candidate.stages[stage].images)
-        self.deploys.append((stage, runs, rollback, self.position()))
-        self.templates[stage] = runs
-        return {"images": sorted(candidate.image_ids(stage))}
-
-    def deployed(self, stage: str) -> dict[str, str]:
-        return {"general": self.image(stage, self.templates[stage])}
-
-    def resume(self, stage: str, reason: str) -> None:
-        pass
-
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False,
-               hold: Callable[[], str | None] | None = None) -> StageRotation:
+    def _draw(self, stages: FakeStages, stage: str, candidate: Candidate, rollback: bool,
+              hold: Callable[[], str | None] | None) -> StageRotation | None:
         draw = self.rng.random()
         if draw < 0.03:
             return StageRotation("busy", "a rotation of the stage holds its lease")
@@ -114,11 +119,10 @@ class Fleet:
             return StageRotation("halted", "a node would not drain")
         if draw < 0.14 and not rollback:
             return StageRotation("blocked", "a budget allows no disruption now")
-        self.nodes[stage] = self.templates[stage]
-        return StageRotation("finished")
+        return None  # finished: the stage's nodes on its templates
 
-    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
-                entered: float | None = None) -> Verdict:
+    def _judge(self, stages: FakeStages, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
+               window: int, entered: float | None) -> Verdict:
         results = int((self.clock - since) / 3600 * 120)
         where, how = self.bad.get(candidate.id, ("", ""))
         if where != stage:
@@ -296,9 +300,9 @@ class History:
             try:
                 if kill is not None:
                     with failpoints.killed_at(kill):
-                        tick(self.pipeline, self.ledger, self.fleet, "tick", lease=leases)
+                        tick(self.pipeline, self.ledger, self.fleet.stages, "tick", lease=leases)
                 else:
-                    tick(self.pipeline, self.ledger, self.fleet, "tick", lease=leases)
+                    tick(self.pipeline, self.ledger, self.fleet.stages, "tick", lease=leases)
             except Killed:
                 self.count("ticks killed")
             self.ledger.between = None
@@ -358,7 +362,7 @@ class History:
         order = {c: n for n, c in enumerate(self.started)}
         for name in STAGES:
             stage = state.stages.get(name) or StageState()  # (read without adding it: the checkpoint is compared)
-            runs = self.fleet.nodes[name]
+            runs = self.fleet.runs(name)
             if stage.step == Step.IDLE and stage.intent is None:
                 expected = stage.last_good
                 if expected is not None and runs != expected:

@@ -81,7 +81,7 @@ def two_candidates(repo: Path, tmp_path: Path) -> tuple[str, str]:
 
 
 def test_each_candidate_deploys_its_own_commits_stack_file_whatever_the_checkout_holds(repo: Path, tmp_path: Path) -> None:
-    from platformctl.app.release import candidate_source
+    from platformctl.app.release_source import candidate_source
     from platformctl.kernel.state import open_store
     from release_pipeline.ledger import Ledger
 
@@ -107,7 +107,7 @@ def test_a_tick_whose_checkout_has_no_repository_fetches_the_candidates_commit_f
     import dataclasses
     import shutil
 
-    from platformctl.app.release import candidate_source
+    from platformctl.app.release_source import candidate_source
     from platformctl.kernel.errors import PlatformError
     from platformctl.kernel.state import open_store
     from release_pipeline.ledger import Ledger

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,14 @@ from release_pipeline.ledger import Ledger
 from release_pipeline.reconcile import BLOCKED_PATIENCE, rollback_by_hand
 from release_pipeline.replay import replay
 from release_pipeline.rotation_result import StageRotation
+from release_pipeline.testing import FakeStages
 from tests.release_pipeline import model
 from tests.release_pipeline.test_reconcile import (
     T0,
-    Stages,
     assert_every_decision_replays,
     candidate,
     decisions,
+    fake,
     pipeline,
     run,
     start,
@@ -58,7 +60,7 @@ def roll_back_by_hand(ledger: Ledger, name: str, at: float) -> str:
 
 
 def test_a_candidate_halted_between_a_ticks_read_and_its_enter_never_enters_nor_deploys(tmp_path: Path) -> None:
-    ledger, stages = Between(tmp_path / "ledger.db"), Stages(T0)
+    ledger, stages = Between(tmp_path / "ledger.db"), fake(T0)
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "minResults": 100, "passFor": "30m"},
                          {"name": "staging", "soak": "1h", "minResults": 100, "passFor": "30m"}])
     first, second = candidate(1), candidate(2)
@@ -81,7 +83,7 @@ def test_a_candidate_halted_between_a_ticks_read_and_its_enter_never_enters_nor_
 
 
 def test_a_stage_rolling_back_to_a_candidate_halted_elsewhere_goes_back_to_the_good_one_before_it(tmp_path: Path) -> None:
-    ledger, stages = Between(tmp_path / "ledger.db"), Stages(T0)
+    ledger, stages = Between(tmp_path / "ledger.db"), fake(T0)
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "minResults": 100, "passFor": "30m", "deadline": "2h"},
                          {"name": "staging", "soak": "1h", "minResults": 100, "passFor": "30m", "deadline": "2h"}])
     first, second, third = candidate(1), candidate(2), candidate(3)
@@ -108,7 +110,7 @@ def test_a_stage_rolling_back_to_a_candidate_halted_elsewhere_goes_back_to_the_g
 
 def test_a_stage_left_with_no_good_candidate_goes_back_to_what_it_ran_before_the_pipeline_never_a_halted_ones_images(
         tmp_path: Path) -> None:
-    ledger, stages = Between(tmp_path / "ledger.db"), Stages(T0)
+    ledger, stages = Between(tmp_path / "ledger.db"), fake(T0)
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "minResults": 100, "passFor": "30m", "deadline": "2h"},
                          {"name": "staging", "soak": "1h", "minResults": 100, "passFor": "30m", "deadline": "2h"}])
     first, second = candidate(1), candidate(2)
@@ -128,36 +130,36 @@ def test_a_stage_left_with_no_good_candidate_goes_back_to_what_it_ran_before_the
     assert all(replay(e)["same"] for _, e in ledger.entries() if inputs_of(e) is not None)
 
 
-class Blocking(Stages):
-    """A rotation that answers ``blocked`` each tick, booting ``moving`` more instances a tick while it moves."""
+@dataclass
+class Blocking:
+    """Rotations that answer ``blocked`` ``blocked_rotations`` times, booting ``moving`` more instances a tick while they
+    move (a ``before_rotate`` hook)."""
 
-    def __init__(self, start: float) -> None:
-        super().__init__(start)
-        self.booted = 0
-        self.moving = 0
-        self.blocked_rotations = 0
+    booted: int = 0
+    moving: int = 0
+    blocked_rotations: int = 0
 
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-        if self.blocked_rotations > 0 and not rollback:
-            self.blocked_rotations -= 1
-            if hold is not None and (why := hold()) is not None:
-                return StageRotation("frozen", why)
-            self.booted += self.moving
-            ids = [f"i-{n:05d}" for n in range(self.booted)]
-            return StageRotation("blocked", "a budget allows no disruption now", {"ami-new": ids})
-        return super().rotate(stage, candidate, rollback, hold)
+    def __call__(self, stages: FakeStages, stage: str, candidate: Candidate, rollback: bool, hold: Any) -> StageRotation | None:
+        if self.blocked_rotations <= 0 or rollback:
+            return None
+        self.blocked_rotations -= 1
+        if hold is not None and (why := hold()) is not None:
+            return StageRotation("frozen", why)
+        self.booted += self.moving
+        ids = [f"i-{n:05d}" for n in range(self.booted)]
+        return StageRotation("blocked", "a budget allows no disruption now", {"ami-new": ids})
 
 
 def test_blocked_patience_counts_from_the_last_block_after_the_rotation_moved(tmp_path: Path) -> None:
-    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), Blocking(T0)
+    blocking = Blocking(blocked_rotations=10_000, moving=3)
+    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), fake(T0, before_rotate=blocking)
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "minResults": 100, "passFor": "30m"}])
     c = candidate(1)
     start(ledger, c, T0)
-    stages.blocked_rotations, stages.moving = 10_000, 3
     run(ledger, stages, p, 2)  # enter, deploy
     run(ledger, stages, p, int(2 * 3600 / 300))  # two hours blocked each tick, but moving on each tick
     assert ledger.state().stage("dev").step == "rotating"
-    stages.moving = 0  # stuck from now on
+    blocking.moving = 0  # stuck from now on
     run(ledger, stages, p, int(BLOCKED_PATIENCE / 300) - 2)
     assert ledger.state().stage("dev").step == "rotating", decisions(ledger)[-3:]  # less than the patience since it moved
     run(ledger, stages, p, 4)
@@ -167,11 +169,10 @@ def test_blocked_patience_counts_from_the_last_block_after_the_rotation_moved(tm
 
 
 def test_blocked_patience_starts_again_after_a_freeze_paused_the_rotation(tmp_path: Path) -> None:
-    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), Blocking(T0)
+    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), fake(T0, before_rotate=Blocking(blocked_rotations=10_000))
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "minResults": 100, "passFor": "30m"}])
     c = candidate(1)
     start(ledger, c, T0)
-    stages.blocked_rotations = 10_000
     run(ledger, stages, p, 2 + 6)  # blocked for half an hour
     ledger.append(None, "dev", "freeze", stages.clock, "the weekend", {"until": stages.clock + 64 * 3600}, "oncall")
     run(ledger, stages, p, int(64 * 3600 / 300) + 1)  # paused through the freeze
@@ -191,16 +192,15 @@ def _sizes(ledger: Ledger) -> tuple[int, int]:
 
 
 def test_a_verdict_that_flaps_through_a_36_hour_soak_keeps_every_record_small_and_replays(tmp_path: Path) -> None:
-    class Flapping(Stages):
-        def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
-                    entered: float | None = None) -> Any:
-            from e2e_canary.verdict import Verdict
+    def flapping(stages: FakeStages, stage: str, candidate: Candidate, baseline: Candidate | None, since: float,
+                 window: int, entered: float | None) -> Any:
+        from e2e_canary.verdict import Verdict
 
-            said = "pass" if int(self.clock / 300) % 2 else "inconclusive"
-            reason = f"{said}: " + "every canary's evidence, at length; " * 20
-            return Verdict(said, reason, results_since=1000)
+        said = "pass" if int(stages.clock / 300) % 2 else "inconclusive"
+        reason = f"{said}: " + "every canary's evidence, at length; " * 20
+        return Verdict(said, reason, results_since=1000)
 
-    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), Flapping(T0)
+    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), fake(T0, judge=flapping)
     p = pipeline(stages=[{"name": "dev", "soak": "36h", "minResults": 100, "passFor": "30m", "deadline": "2h"}])
     c = candidate(1)
     start(ledger, c, T0)
@@ -213,7 +213,7 @@ def test_a_verdict_that_flaps_through_a_36_hour_soak_keeps_every_record_small_an
 
 
 def test_lapsed_freezes_leave_the_state_and_the_entries_that_copy_it(tmp_path: Path) -> None:
-    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), Stages(T0)
+    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), fake(T0)
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0, "approvals": 1}])
     for n in range(1600):  # a freeze by hand of a minute, every few minutes, for days
         ledger.append(None, "dev", "freeze", T0 - 600_000 + n * 300, f"freeze {n}", {"until": T0 - 600_000 + n * 300 + 60},
@@ -245,7 +245,7 @@ def test_weeks_of_random_operation_keep_every_invariant(first: int) -> None:
 def test_a_superseded_candidate_sent_by_hand_keeps_the_approvals_it_had_whatever_the_checkpoints(tmp_path: Path) -> None:
     """Found by the random model (seed 1368): a checkpoint let a superseded candidate's approvals go, so the state
     read from it differed from the ledger folded from the start, and one sent by hand later lost them."""
-    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), Stages(T0)
+    ledger, stages = Ledger(open_store(str(tmp_path / "ledger.db"))), fake(T0)
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0, "approvals": 2}])
     one, two = candidate(1), candidate(2)
     start(ledger, one, T0)

@@ -5,7 +5,6 @@ written, and a decision a newer version wrote is passed over."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -13,21 +12,15 @@ from typing import Any
 from platformctl.kernel.state import open_store
 from release_pipeline.fold import CHECKPOINT_VERSION, Entry, Kind, PipelineState, StageState
 from release_pipeline.ledger import LEDGER, Ledger, checkpoints
-from release_pipeline.rotation_result import StageRotation
 
 
 def test_boots_go_to_their_own_stream_in_chunks_and_the_entry_and_checkpoint_keep_only_counts(tmp_path: Path) -> None:
     from release_pipeline.reconcile import tick
-    from tests.release_pipeline.test_reconcile import T0, Stages, candidate, pipeline, start
-
-    class Fleet(Stages):
-        def rotate(self, stage: str, c: object, rollback: bool = False, hold: Any = None) -> StageRotation:
-            said = super().rotate(stage, c, rollback)  # type: ignore[arg-type]
-            return dataclasses.replace(said, booted={f"ami-{stage}": [f"i-{n:08x}" for n in range(5000)]})
+    from tests.release_pipeline.test_reconcile import T0, candidate, fake, pipeline, start
 
     ledger = Ledger(open_store(str(tmp_path / "release.db")))
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])
-    stages, c = Fleet(T0), candidate(1)
+    stages, c = fake(T0, boots=lambda stage, c: {f"ami-{stage}": [f"i-{n:08x}" for n in range(5000)]}), candidate(1)
     start(ledger, c, T0)
     for _ in range(6):
         tick(p, ledger, stages, "tester")
@@ -99,10 +92,10 @@ def test_a_decision_a_newer_version_wrote_is_read_and_passed_over_by_the_fold(tm
 
 def test_a_checkpoint_reads_back_as_the_state_it_keeps(tmp_path: Path) -> None:
     from release_pipeline.reconcile import tick
-    from tests.release_pipeline.test_reconcile import T0, Stages, candidate, pipeline, start
+    from tests.release_pipeline.test_reconcile import T0, candidate, fake, pipeline, start
 
     ledger = Ledger(open_store(str(tmp_path / "release.db")))
-    p, stages = pipeline(), Stages(T0)
+    p, stages = pipeline(), fake(T0)
     for n in (1, 2):
         start(ledger, candidate(n), stages.clock)
         for _ in range(12):
@@ -154,12 +147,12 @@ def test_what_a_stages_tick_forges_in_its_own_partition_is_passed_over_and_a_pro
     The fold passes over each but the promotion, which stands in dev; prod takes nothing that did not pass the stage
     before it."""
     from release_pipeline.reconcile import tick
-    from tests.release_pipeline.test_reconcile import STAGES, T0, Stages, candidate, pipeline, start
+    from tests.release_pipeline.test_reconcile import STAGES, T0, candidate, fake, pipeline, start
 
     store = open_store(str(tmp_path / "release.db"))
     ticks, people = Ledger(store, STAGES), Ledger(store, STAGES)
     p = pipeline(stages=[{"name": s, "soak": "1h", "minResults": 0, "passFor": 0} for s in STAGES])
-    stages, c, other = Stages(T0), candidate(1), candidate(2)
+    stages, c, other = fake(T0), candidate(1), candidate(2)
     start(people, c, T0)
     leases = ticks.stage_leases("tick", 600.0)
     while people.state().stage("dev").step != "soaking":
@@ -193,7 +186,7 @@ def test_a_tick_that_decides_nothing_checkpoints_once_others_wrote_200_entries_p
     """People read the last stage's checkpoints: its tick keeps them near even when it has nothing to decide."""
     from release_pipeline.ledger import CHECKPOINT_EVERY
     from release_pipeline.reconcile import tick
-    from tests.release_pipeline.test_reconcile import T0, Stages, pipeline
+    from tests.release_pipeline.test_reconcile import T0, fake, pipeline
 
     store = open_store(str(tmp_path / "release.db"))
     ticks, people = Ledger(store, ["dev"]), Ledger(store, ["dev"])
@@ -201,10 +194,10 @@ def test_a_tick_that_decides_nothing_checkpoints_once_others_wrote_200_entries_p
     leases = ticks.stage_leases("tick", 600.0)
     for n in range(CHECKPOINT_EVERY - 1):
         people.append(None, "dev", Kind.UNFREEZE, T0 + n, "nothing frozen", salt=str(n))
-    assert tick(p, ticks, Stages(T0), "tick", lease=leases).steps == []
+    assert tick(p, ticks, fake(T0), "tick", lease=leases).steps == []
     assert store.last(checkpoints("dev")) is None  # 199 behind: not yet
     people.append(None, "dev", Kind.UNFREEZE, T0 + 1000, "one more")
-    assert tick(p, ticks, Stages(T0), "tick", lease=leases).steps == []
+    assert tick(p, ticks, fake(T0), "tick", lease=leases).steps == []
     last = store.last(checkpoints("dev"))
     assert last is not None and last.data["state"]["position"] == CHECKPOINT_EVERY
     people.state()

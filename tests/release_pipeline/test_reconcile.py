@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e_canary.verdict import Verdict
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
@@ -25,62 +24,14 @@ from release_pipeline.pipeline import Freeze, parse_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.replay import replay
 from release_pipeline.rotation_result import StageRotation
+from release_pipeline.testing import FakeStages
 
 STAGES = ("dev", "staging", "prod-canary", "prod")
 
 
-class Stages:
-    """Every stage's clock, what each stage runs, and the verdict the canaries would give."""
-
-    def __init__(self, start: float) -> None:
-        self.clock = start
-        self.running: dict[str, str | None] = dict.fromkeys(STAGES)
-        # what each stage's launch templates boot, and what its nodes run (family -> image)
-        self.templates: dict[str, dict[str, str]] = {s: {"general": f"ami-{s[:3]}-initial"} for s in STAGES}
-        self.nodes: dict[str, dict[str, str]] = {s: dict(self.templates[s]) for s in STAGES}
-        self.rotation_fails: list[str] = []  # stages whose next rotations do not finish (one entry each)
-        self.deploys: list[tuple[str, str]] = []
-        self.rotations: list[tuple[str, str]] = []
-        self.verdicts: dict[str, str] = {}  # candidate -> the verdict its stages give
-        self.results_per_hour = 200
-        self.freeze_at: float | None = None  # asks ``hold`` this far into a rotation
-        self.paused: list[tuple[str, str]] = []
-        self.resumed: list[str] = []
-
-    def resume(self, stage: str, reason: str) -> None:
-        self.resumed.append(stage)
-
-    def now(self, stage: str) -> float:
-        return self.clock
-
-    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
-        self.deploys.append((stage, candidate.id))
-        self.templates[stage] = {f: i["id"] for f, i in candidate.stages[stage].images.items()}
-        return {"images": sorted(candidate.image_ids(stage))}
-
-    def deployed(self, stage: str) -> dict[str, str]:
-        return dict(self.templates[stage])
-
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-        if hold is not None and self.freeze_at is not None and self.clock <= self.freeze_at <= self.clock + 1200:
-            self.clock = self.freeze_at  # a freeze begins during the rotation: asked, it pauses at its next step
-            why = hold()
-            if why is not None:
-                self.paused.append((stage, candidate.id))
-                return StageRotation("frozen", why)
-        self.rotations.append((stage, candidate.id))
-        self.clock += 1200  # a rotation takes twenty minutes
-        if stage in self.rotation_fails:
-            self.rotation_fails.remove(stage)
-            return StageRotation("halted", "a node would not drain")
-        self.running[stage] = candidate.id
-        self.nodes[stage] = dict(self.templates[stage])
-        return StageRotation("finished")
-
-    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
-                entered: float | None = None) -> Verdict:
-        said = self.verdicts.get(candidate.id, "pass")
-        return Verdict(said, f"canaries say {said}", results_since=int((self.clock - since) / 3600 * self.results_per_hour))
+def fake(start: float, **config: Any) -> FakeStages:
+    """Every stage's actions on a clock starting at ``start``, each stage on its initial images."""
+    return FakeStages(start, STAGES, **config)
 
 
 def candidate(n: int, at: float = 0.0) -> Candidate:
@@ -100,7 +51,7 @@ def start(ledger: Ledger, c: Candidate, at: float, first: str = "dev") -> None:
     ledger.append(c.id, None, "start", at, c.note, {"ready_in": [first]}, "tester")
 
 
-def run(ledger: Ledger, stages: Stages, p: Any, ticks: int, step: float = 300) -> None:
+def run(ledger: Ledger, stages: FakeStages, p: Any, ticks: int, step: float = 300) -> None:
     for _ in range(ticks):
         tick(p, ledger, stages, "tester")
         stages.clock += step
@@ -122,7 +73,7 @@ T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC).timestamp()  # a Monday
 
 
 def test_a_good_candidate_is_promoted_through_every_stage_one_step_per_tick(ledger: Ledger) -> None:
-    stages, p, good = Stages(T0), pipeline(), candidate(1)
+    stages, p, good = fake(T0), pipeline(), candidate(1)
     start(ledger, good, T0)
     run(ledger, stages, p, 80)
     assert stages.deploys == [(s, good.id) for s in STAGES] and stages.rotations == [(s, good.id) for s in STAGES]
@@ -139,7 +90,7 @@ def test_a_good_candidate_is_promoted_through_every_stage_one_step_per_tick(ledg
 
 
 def test_inconclusive_extends_the_soak_and_a_later_pass_promotes(ledger: Ledger) -> None:
-    stages, p, c = Stages(T0), pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": "30m", "deadline": "3h"}]), candidate(2)
+    stages, p, c = fake(T0), pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": "30m", "deadline": "3h"}]), candidate(2)
     start(ledger, c, T0)
     stages.verdicts[c.id] = "inconclusive"
     run(ledger, stages, p, 20)  # 100 minutes: the soak's hour is over, the verdict still undecided
@@ -156,7 +107,7 @@ def test_inconclusive_extends_the_soak_and_a_later_pass_promotes(ledger: Ledger)
 def test_inconclusive_past_the_deadline_halts_never_a_pass_and_a_fail_rolls_back_to_the_last_good(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": "30m", "deadline": "1h"},
                          {"name": "staging", "soak": "1h", "passFor": "30m"}])
-    stages, good, unsure, bad = Stages(T0), candidate(1), candidate(2), candidate(3)
+    stages, good, unsure, bad = fake(T0), candidate(1), candidate(2), candidate(3)
     start(ledger, good, T0)
     run(ledger, stages, p, 60)
     assert ledger.state().stages["staging"].last_good == good.id
@@ -189,7 +140,7 @@ def test_a_freeze_in_another_time_zone_holds_across_a_daylight_saving_change(led
     cron = Freeze(name="nightly", timezone="America/New_York", cron="0 22 * * *", duration=8 * 3600)
     assert freeze_window_at(cron, datetime(2026, 11, 2, 4, 0, tzinfo=UTC).timestamp()) is not None  # 23:00 EST
     p = pipeline(freezes=[weekly.model_dump(mode="json", by_alias=True)])
-    stages, c = Stages(winter), candidate(4)
+    stages, c = fake(winter), candidate(4)
     start(ledger, c, winter)
     run(ledger, stages, p, 1)
     dev = ledger.state().stages["dev"]
@@ -202,7 +153,7 @@ def test_a_freeze_in_another_time_zone_holds_across_a_daylight_saving_change(led
 
 def test_approvals_are_waited_for_and_counted_by_distinct_people(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0, "approvals": 2}])
-    stages, c = Stages(T0), candidate(5)
+    stages, c = fake(T0), candidate(5)
     start(ledger, c, T0)
     run(ledger, stages, p, 2)
     assert "waits for approval: 0 of 2" in (ledger.state().stages["dev"].waiting_for or "")
@@ -224,7 +175,7 @@ def test_a_newer_candidate_supersedes_an_older_one_still_waiting_and_queue_keeps
     for mode, expected in (("supersede", ["c2"]), ("queue", ["c1", "c2"])):
         ledger = Ledger(open_store(str(tmp_path / f"{mode}.db")))
         p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0, "approvals": 1}], onNewer=mode)
-        stages, one, two = Stages(T0), candidate(1), candidate(2)
+        stages, one, two = fake(T0), candidate(1), candidate(2)
         start(ledger, one, T0)
         run(ledger, stages, p, 1)
         start(ledger, two, stages.clock)
@@ -238,12 +189,10 @@ def test_a_newer_candidate_supersedes_an_older_one_still_waiting_and_queue_keeps
 
 
 def test_what_an_operator_writes_during_a_tick_is_in_the_checkpoint_the_tick_leaves(ledger: Ledger) -> None:
-    class Busy(Stages):
-        def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
-            ledger.append(None, "prod", "freeze", self.clock, "incident during the deploy", {"until": None}, "oncall")
-            return super().deploy(stage, candidate, rollback)
+    def freeze_meanwhile(stages: FakeStages, stage: str, c: Candidate, rollback: bool) -> None:
+        ledger.append(None, "prod", "freeze", stages.clock, "incident during the deploy", {"until": None}, "oncall")
 
-    stages, p, c = Busy(T0), pipeline(), candidate(6)
+    stages, p, c = fake(T0, before_deploy=freeze_meanwhile), pipeline(), candidate(6)
     start(ledger, c, T0)
     run(ledger, stages, p, 2)  # enter, then deploy (during which the freeze is written)
     assert [f.reason for f in ledger.state().freezes] == ["incident during the deploy"]
@@ -252,7 +201,7 @@ def test_what_an_operator_writes_during_a_tick_is_in_the_checkpoint_the_tick_lea
     assert [f["reason"] for f in checkpoint["freezes"]] == ["incident during the deploy"]
 
 
-def two_good_in_dev(ledger: Ledger, stages: Stages, p: Any) -> tuple[Candidate, Candidate]:
+def two_good_in_dev(ledger: Ledger, stages: FakeStages, p: Any) -> tuple[Candidate, Candidate]:
     first, second = candidate(1), candidate(2)
     for c in (first, second):
         start(ledger, c, stages.clock)
@@ -275,7 +224,7 @@ def test_a_rollback_by_hand_takes_the_stage_back_to_the_good_candidate_before_an
     from platformctl.app.release import PromoteRequest, RollbackRequest, promote, rollback
 
     path = write_pipeline(tmp_path, DEV_STAGING)
-    p, stages = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest"), Stages(T0)
+    p, stages = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest"), fake(T0)
     first, second = two_good_in_dev(ledger, stages, p)
     assert second.id in ledger.state().stages["staging"].ready  # waiting for staging's approval
     entry = rollback(RollbackRequest("dev", "a memory leak seen in dev", path, str(tmp_path / "release.db")))
@@ -308,15 +257,13 @@ def test_a_rollback_by_hand_during_a_rotation_stands_over_the_rotation_the_tick_
     path = write_pipeline(tmp_path, DEV_STAGING)
     p = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest")
 
-    class RolledBackMeanwhile(Stages):
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-            said = super().rotate(stage, c)
-            if c.id == third.id:  # an operator rolls dev back while the tick's rotation runs
-                roll_back(RollbackRequest("dev", "pages from dev", path, str(tmp_path / "release.db")))
-            return said
+    def rolled_back_meanwhile(stages: FakeStages, stage: str, c: Candidate, said: StageRotation) -> StageRotation:
+        if c.id == third.id:  # an operator rolls dev back while the tick's rotation runs
+            roll_back(RollbackRequest("dev", "pages from dev", path, str(tmp_path / "release.db")))
+        return said
 
     third = candidate(3)
-    stages = RolledBackMeanwhile(T0)
+    stages = fake(T0, after_rotate=rolled_back_meanwhile)
     _, second = two_good_in_dev(ledger, stages, p)
     start(ledger, third, stages.clock)
     run(ledger, stages, p, 3)  # enter, deploy and deployed, rotate (the rollback is written inside it) and rotated
@@ -331,7 +278,7 @@ def test_a_rollback_by_hand_during_a_rotation_stands_over_the_rotation_the_tick_
 
 def test_an_override_lets_one_candidate_enter_during_a_freeze_and_is_recorded(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])
-    stages, one, two = Stages(T0), candidate(1), candidate(2)
+    stages, one, two = fake(T0), candidate(1), candidate(2)
     ledger.append(None, "dev", "freeze", T0 - 1, "the holidays", {"until": None}, "oncall")
     start(ledger, one, T0)
     run(ledger, stages, p, 2)
@@ -349,17 +296,13 @@ def test_an_override_lets_one_candidate_enter_during_a_freeze_and_is_recorded(le
 
 
 def test_a_rotation_whose_lease_another_holds_writes_nothing_and_the_next_tick_carries_on(ledger: Ledger) -> None:
-    class Held(Stages):
-        busy = 2
+    busy = [StageRotation("busy", "another rotation of dev-use1-az1 is running")] * 2
 
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-            if self.busy:
-                self.busy -= 1
-                return StageRotation("busy", "another rotation of dev-use1-az1 is running")
-            return super().rotate(stage, c)
+    def held(stages: FakeStages, stage: str, c: Candidate, rollback: bool, hold: Any) -> StageRotation | None:
+        return busy.pop() if busy else None
 
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])
-    stages, c = Held(T0), candidate(1)
+    stages, c = fake(T0, before_rotate=held), candidate(1)
     start(ledger, c, T0)
     reports = [tick(p, ledger, stages, "tester") for _ in range(6)]
     assert [d for _, d in decisions(ledger, c.id)][:5] == ["start", "enter", "deploy", "deployed", "rotate"]
@@ -373,18 +316,22 @@ def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only
     nodes, and the pipeline tries again next tick instead of halting; blocked for an hour, it halts."""
     from release_pipeline.reconcile import BLOCKED_PATIENCE
 
-    class Blocked(Stages):
-        blocked = 2
+    def blocked(times: int, slow_first: float = 0.0) -> Any:
+        """Rotations that answer blocked ``times`` times (the first after ``slow_first`` seconds of the clock)."""
+        left = [times]
 
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-            if self.blocked:
-                self.blocked -= 1
-                self.rotations.append((stage, c.id))
-                return StageRotation("blocked", "dev-use1-az1: incomplete: 3 outdated node(s) were not rotated: 3 blocked")
-            return super().rotate(stage, c)
+        def rotate(stages: FakeStages, stage: str, c: Candidate, rollback: bool, hold: Any) -> StageRotation | None:
+            if not stages.rotations:
+                stages.clock += slow_first
+            if not left[0]:
+                return None
+            left[0] -= 1
+            stages.rotations.append((stage, c.id))
+            return StageRotation("blocked", "dev-use1-az1: incomplete: 3 outdated node(s) were not rotated: 3 blocked")
+        return rotate
 
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0}])
-    stages, c = Blocked(T0), candidate(1)
+    stages, c = fake(T0, before_rotate=blocked(2)), candidate(1)
     start(ledger, c, T0)
     reports = [tick(p, ledger, stages, "tester") for _ in range(6)]
     assert [d for _, d in decisions(ledger, c.id)][:7] == ["start", "enter", "deploy", "deployed", "rotate", "blocked",
@@ -393,14 +340,7 @@ def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only
     assert len(stages.rotations) == 3
 
     # A rotation that ran for two hours before its last node was blocked has its full patience from the block.
-    class SlowThenBlocked(Blocked):
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-            if not self.rotations:
-                self.clock += 2 * 3600
-            return super().rotate(stage, c, rollback)
-
-    forever = SlowThenBlocked(T0 + 86400)
-    forever.blocked = 10**6
+    forever = fake(T0 + 86400, before_rotate=blocked(10**6, slow_first=2 * 3600))
     c2 = candidate(2)
     start(ledger, c2, T0 + 86400)
     for _ in range(12):
@@ -419,7 +359,7 @@ def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only
 def test_a_tick_for_one_stage_acts_in_that_stage_only(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", "soak": 0, "passFor": 0, "minResults": 0},
                          {"name": "staging", "soak": 0, "passFor": 0, "minResults": 0}])
-    stages, c = Stages(T0), candidate(1)
+    stages, c = fake(T0), candidate(1)
     start(ledger, c, T0)
     for _ in range(10):
         tick(p, ledger, stages, "staging's cronjob", only=("staging",))
@@ -438,7 +378,7 @@ def test_a_rollback_by_hand_takes_the_candidate_back_out_of_a_later_stage_it_alr
 
     text = "stages:\n  - {name: dev, soak: 1h, passFor: 30m, deadline: 2h}\n  - {name: staging, soak: 1h, deadline: 2h}\n"
     path = write_pipeline(tmp_path, text)
-    p, stages = parse_pipeline(yaml.safe_load(text), str(path), "digest"), Stages(T0)
+    p, stages = parse_pipeline(yaml.safe_load(text), str(path), "digest"), fake(T0)
     first, second = candidate(1), candidate(2)
     start(ledger, first, T0)
     run(ledger, stages, p, 60)

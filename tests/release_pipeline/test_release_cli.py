@@ -238,7 +238,7 @@ def test_an_image_builder_that_booted_a_parent_image_is_no_instance_the_candidat
     import boto3
     from moto import mock_aws
 
-    from platformctl.app.release import booted_instances
+    from platformctl.app.stage_operations import booted_instances
     from platformctl.kernel.nodegroups import BUILDER_TAG
     from release_pipeline.candidates import Candidate, StageImages
 
@@ -266,17 +266,17 @@ def test_an_image_builder_that_booted_a_parent_image_is_no_instance_the_candidat
 
 def test_a_tick_whose_stage_meets_a_transient_fault_says_busy_and_exits_0_and_a_permanent_one_exits_1(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from platformctl.app.release import AppStages
+    from platformctl.app.stage_operations import StageOperator
     from platformctl.kernel.errors import ApiRefused
 
     monkeypatch.setenv("PLATFORMCTL_HOME", str(tmp_path / "home"))  # no local region runs here
     fault: list[BaseException] = [TimeoutError("timed out")]
 
-    def unreachable(self: AppStages, *args: Any, **kwargs: Any) -> Any:
+    def unreachable(self: StageOperator, *args: Any, **kwargs: Any) -> Any:
         raise fault[0]  # the stage's account as the deploy step reaches it
 
-    monkeypatch.setattr(AppStages, "deployed", unreachable)
-    monkeypatch.setattr(AppStages, "deploy", unreachable)
+    monkeypatch.setattr(StageOperator, "deployed", unreachable)
+    monkeypatch.setattr(StageOperator, "deploy", unreachable)
     made = json.loads(release(tmp_path, "start", "--lock-file", str(lock_everywhere(tmp_path)), "-o", "json").output)
     runner = CliRunner()
     tick = ["release", "tick", "--stage", "dev", "--ledger", str(tmp_path / "ledger.db")]

@@ -11,9 +11,9 @@ from typing import Any
 from e2e_canary.judge import JudgeConfig
 from e2e_canary.results import keep
 from e2e_canary.verdict import soak_verdict as judged
-from platformctl.app.release import replaced_images
 from platformctl.kernel.state.sqlite import SQLiteStore
 from release_pipeline.candidates import StageImages, make_candidate
+from release_pipeline.operations import replaced_images
 from tests.e2e_canary.test_evidence_window import stage_results
 
 ENTERED = 5 * 3600.0  # the candidate entered the stage

@@ -28,14 +28,15 @@ from release_pipeline.pipeline import Freeze, StagePolicy, parse_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.replay import replay
 from release_pipeline.rotation_result import ClusterRotation, FirstLightSaid, StageRotation
+from release_pipeline.testing import FakeStages
 from tests.release_pipeline.contract import RESULT_OF, rotation_results_keep_the_contract
 from tests.release_pipeline.test_reconcile import (
     STAGES,
     T0,
-    Stages,
     assert_every_decision_replays,
     candidate,
     decisions,
+    fake,
     pipeline,
     run,
     start,
@@ -45,7 +46,7 @@ from tests.release_pipeline.test_reconcile import (
 FAST = {"soak": 0, "passFor": 0, "minResults": 0}
 
 
-def order_of(stages: Stages, stage: str, names: dict[str, str]) -> list[str]:
+def order_of(stages: FakeStages, stage: str, names: dict[str, str]) -> list[str]:
     return [names[c] for s, c in stages.deploys if s == stage]
 
 
@@ -58,7 +59,7 @@ def test_with_three_candidates_in_flight_no_stage_ever_deploys_an_older_one(ledg
     was dropped from staging's queue in memory only and the next fold brought it back: prod ran c2 then c1)."""
     p = pipeline(stages=[{"name": "dev", **FAST}, {"name": "staging", "soak": "3h", "passFor": 0, "minResults": 0},
                          {"name": "prod", **FAST}], onNewer=mode)
-    stages = Stages(T0)
+    stages = fake(T0)
     c0, c1, c2 = candidate(0), candidate(1), candidate(2)
     names = {c0.id: "c0", c1.id: "c1", c2.id: "c2"}
     start(ledger, c0, T0)
@@ -92,7 +93,7 @@ def test_approve_refuses_a_superseded_candidate_and_one_about_to_give_way_naming
 
     text = "stages:\n  - {name: dev, soak: 0, passFor: 0, minResults: 0, approvals: 1}\napprovers: {unauthenticated: true}\n"
     path = write_pipeline(tmp_path, text)
-    p, stages = parse_pipeline(yaml.safe_load(text), str(path), "digest"), Stages(T0)
+    p, stages = parse_pipeline(yaml.safe_load(text), str(path), "digest"), fake(T0)
     old, new = candidate(1), candidate(2)
     start(ledger, old, T0)
     start(ledger, new, T0 + 1)
@@ -108,26 +109,26 @@ def test_approve_refuses_a_superseded_candidate_and_one_about_to_give_way_naming
 # ------------------------------------------------------------------------------------------------ rollbacks
 
 
-class FailingRollback(Stages):
-    """The rollback's rotation does not finish ``failures`` times."""
+def failing_rollback(failures: int = 2) -> FakeStages:
+    """Stages whose rollback's rotation does not finish ``failures`` times."""
+    left = [failures]
 
-    failures = 2
+    def rotate(stages: FakeStages, stage: str, c: Candidate, rollback: bool, hold: Any) -> StageRotation | None:
+        if not (rollback and left[0]):
+            return None
+        left[0] -= 1
+        stages.rotations.append((stage, c.id))
+        return StageRotation("halted", f"{stage}-use1-az1: a node did not drain")
+    return fake(T0, before_rotate=rotate)
 
-    def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-        if rollback and self.failures:
-            self.failures -= 1
-            self.rotations.append((stage, c.id))
-            return StageRotation("halted", f"{stage}-use1-az1: a node did not drain")
-        return super().rotate(stage, c, rollback)
 
+def first_light_fails(bad: str) -> FakeStages:
+    """Stages whose first cluster boots one node a pool on ``bad``'s images, and the canaries fail it there."""
 
-class FirstLightFails(Stages):
-    """The stage's first cluster boots one node a pool on the candidate's images, and the canaries fail it there."""
-
-    def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-        if rollback or c.id != self.bad:
-            return super().rotate(stage, c, rollback)
-        self.rotations.append((stage, c.id))
+    def rotate(stages: FakeStages, stage: str, c: Candidate, rollback: bool, hold: Any) -> StageRotation | None:
+        if rollback or c.id != bad:
+            return None
+        stages.rotations.append((stage, c.id))
         images = sorted(c.image_ids(stage))
         lit = FirstLightSaid("fail", f"target image {images[0]}: pods CreateContainerError", 2, ["general", "system"], {},
                              240.0)
@@ -135,6 +136,7 @@ class FirstLightFails(Stages):
                              {images[0]: ["i-lit1", "i-lit2"]}, None,
                              [ClusterRotation(f"{stage}-a", "halted", halted="first-light-fail", first_light=lit),
                               ClusterRotation(f"{stage}-b", "halted")])
+    return fake(T0, before_rotate=rotate)
 
 
 def test_a_candidate_first_light_fails_is_halted_in_the_first_stage_with_its_evidence_and_its_instances_told_apart(
@@ -142,9 +144,8 @@ def test_a_candidate_first_light_fails_is_halted_in_the_first_stage_with_its_evi
     from platformctl.app.release import candidate_report
 
     p = pipeline(stages=[{"name": "dev", **FAST}, {"name": "staging", **FAST}])
-    stages = FirstLightFails(T0)
     good, bad = candidate(1), candidate(2)
-    stages.bad = bad.id
+    stages = first_light_fails(bad.id)
     start(ledger, good, T0)
     run(ledger, stages, p, 30)
     start(ledger, bad, stages.clock)
@@ -165,7 +166,7 @@ def test_a_candidate_first_light_fails_is_halted_in_the_first_stage_with_its_evi
 
 def test_a_rollback_whose_rotation_fails_is_recorded_failed_keeps_the_stage_closed_and_is_retried(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": "30m", "minResults": 0}])
-    stages = FailingRollback(T0)
+    stages = failing_rollback()
     good, bad, waiting = candidate(1), candidate(2), candidate(3)
     start(ledger, good, T0)
     run(ledger, stages, p, 30)
@@ -199,7 +200,7 @@ def test_a_stage_with_no_good_candidate_rolls_back_to_the_images_it_ran_before_t
     its launch templates booted before the deploy (recorded with it), deployed and rotated as any rollback, and is
     done only when that rotation finished."""
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": "30m", "minResults": 0}])
-    stages, first, second = Stages(T0), candidate(1), candidate(2)
+    stages, first, second = fake(T0), candidate(1), candidate(2)
     before = stages.deployed("dev")
     stages.verdicts[first.id] = "fail"
     start(ledger, first, T0)
@@ -208,7 +209,7 @@ def test_a_stage_with_no_good_candidate_rolls_back_to_the_images_it_ran_before_t
         if "halt" in [d for _, d in decisions(ledger, first.id)] and "rotate" in [d for _, d in decisions(ledger, first.id)]:
             break
     assert stages.nodes["dev"] != before  # the halted rotation had moved nodes
-    stages.rotation_fails.append("dev")  # and the rollback's first rotation does not finish: closed, tried again
+    stages.halts.append("dev")  # and the rollback's first rotation does not finish: closed, tried again
     for _ in range(30):
         run(ledger, stages, p, 1)
         if "rolled-back" in [d for _, d in decisions(ledger, first.id)]:
@@ -237,7 +238,7 @@ def test_a_rollback_by_hand_two_stages_behind_takes_the_candidate_out_of_every_s
 
     text = "stages:\n" + "".join(f"  - {{name: {s}, soak: 0, passFor: 0, minResults: 0}}\n" for s in ("dev", "staging", "prod"))
     path = write_pipeline(tmp_path, text)
-    p, stages = parse_pipeline(yaml.safe_load(text), str(path), "digest"), Stages(T0)
+    p, stages = parse_pipeline(yaml.safe_load(text), str(path), "digest"), fake(T0)
     first, second = candidate(1), candidate(2)
     for c in (first, second):
         start(ledger, c, stages.clock)
@@ -304,7 +305,7 @@ def test_a_recurrence_without_a_fixed_anchor_is_refused_in_one_line(tmp_path: Pa
 def test_an_override_ends_with_the_freeze_it_was_given_in(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "prod", **FAST}], freezes=[WEEKEND.model_dump(mode="json", by_alias=True)])
     friday = local("America/New_York", 2026, 11, 6, 17, 0)
-    stages, one, two = Stages(friday), candidate(1), candidate(2)
+    stages, one, two = fake(friday), candidate(1), candidate(2)
     start(ledger, one, friday, first="prod")
     run(ledger, stages, p, 1)
     covers = [f"weekend@{local('America/New_York', 2026, 11, 6, 16, 0):.0f}"]
@@ -349,7 +350,7 @@ def test_two_approvals_by_one_aws_identity_under_two_user_names_count_once(monke
 
 def test_a_stage_can_require_approvers_other_than_the_candidates_creator(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", **FAST, "approvals": 1, "approversOtherThanCreator": True}])
-    stages, c = Stages(T0), candidate(1)  # created by "tester"
+    stages, c = fake(T0), candidate(1)  # created by "tester"
     start(ledger, c, T0)
     ledger.append(c.id, "dev", "approve", T0, "mine", by="tester")
     run(ledger, stages, p, 2)
@@ -365,15 +366,13 @@ def test_a_stage_can_require_approvers_other_than_the_candidates_creator(ledger:
 
 def test_an_exception_in_one_stages_deploy_is_its_decision_and_another_stages_failing_candidate_is_halted(
         ledger: Ledger) -> None:
-    class StagingDown(Stages):
-        def deploy(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
-            if stage == "staging":
-                raise ConnectionResetError("staging's API went away")
-            return super().deploy(stage, c, rollback)
+    def staging_down(stages: FakeStages, stage: str, c: Candidate, rollback: bool) -> None:
+        if stage == "staging":
+            raise ConnectionResetError("staging's API went away")
 
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": 0, "minResults": 0},
                          {"name": "staging", **FAST}])
-    stages, good, bad = StagingDown(T0), candidate(1), candidate(2)
+    stages, good, bad = fake(T0, before_deploy=staging_down), candidate(1), candidate(2)
     start(ledger, good, T0)
     for _ in range(30):
         run(ledger, stages, p, 1)
@@ -398,16 +397,14 @@ def test_a_transient_fault_makes_the_stage_busy_and_only_a_lasting_or_permanent_
 
     faults: list[BaseException] = []
 
-    class Flaky(Stages):
-        def deploy(self, stage: str, c: Candidate, rollback: bool = False) -> dict[str, Any]:
-            if faults:
-                raise faults.pop(0)
-            return super().deploy(stage, c, rollback)
+    def flaky(stages: FakeStages, stage: str, c: Candidate, rollback: bool) -> None:
+        if faults:
+            raise faults.pop(0)
 
     wall = [1_000.0]
     monkeypatch.setattr(reconcile.time, "time", lambda: wall[0])
     p = pipeline(stages=[{"name": "dev", **FAST}])
-    stages, c = Flaky(T0), candidate(1)
+    stages, c = fake(T0, before_deploy=flaky), candidate(1)
     start(ledger, c, T0)
     assert [e.decision for e in tick(p, ledger, stages, "tester").steps] == ["enter"]
     # the region's clock timing out, a refused connection, a 503: the same step tried again, nothing halted
@@ -446,7 +443,7 @@ def test_a_transient_fault_makes_the_stage_busy_and_only_a_lasting_or_permanent_
 
 def test_a_tick_acts_in_dev_while_another_holds_stagings_lease(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", **FAST}, {"name": "staging", **FAST}])
-    stages, c = Stages(T0), candidate(1)
+    stages, c = fake(T0), candidate(1)
     start(ledger, c, T0)
     other = ledger.stage_leases("staging's rotation tick", 60.0)
     mine = Ledger(ledger.store).stage_leases("this tick", 60.0)
@@ -496,7 +493,7 @@ def test_the_entry_gate_at_its_boundaries() -> None:
 
 def test_a_long_soak_writes_a_soak_entry_only_when_what_holds_it_changes(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", "soak": "4h", "passFor": "1h", "minResults": 100, "deadline": "2h"}])
-    stages, c = Stages(T0), candidate(1)
+    stages, c = fake(T0), candidate(1)
     start(ledger, c, T0)
     run(ledger, stages, p, 80, step=300)  # four hours of soak, ticked every five minutes
     soaks = [e for _, e in ledger.entries() if e.decision == "soak"]
@@ -506,7 +503,7 @@ def test_a_long_soak_writes_a_soak_entry_only_when_what_holds_it_changes(ledger:
 
 def test_replay_compares_the_decision_and_what_held_it_never_the_words(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", "soak": "1h", "passFor": "30m", "minResults": 100}])
-    stages, c = Stages(T0), candidate(1)
+    stages, c = fake(T0), candidate(1)
     start(ledger, c, T0)
     run(ledger, stages, p, 30)
     soak = next(e for _, e in ledger.entries() if e.decision == "soak")
@@ -520,13 +517,11 @@ def test_replay_compares_the_decision_and_what_held_it_never_the_words(ledger: L
 
 def test_a_hundred_releases_keep_the_checkpoint_small(ledger: Ledger) -> None:
     """(The benchmark measures the tick's cost over 100 releases on a 10,000-node fleet; here: the size.)"""
-    class Fleet(Stages):
-        def rotate(self, stage: str, c: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-            said = super().rotate(stage, c, rollback)
-            return dataclasses.replace(said, booted={f"ami-{stage}-{c.id}": [f"i-{c.id[2:10]}{n:06d}" for n in range(2500)]})
+    def boots(stage: str, c: Candidate) -> dict[str, list[str]]:
+        return {f"ami-{stage}-{c.id}": [f"i-{c.id[2:10]}{n:06d}" for n in range(2500)]}
 
     p = pipeline(stages=[{"name": s, **FAST} for s in STAGES])
-    stages = Fleet(T0)
+    stages = fake(T0, boots=boots)
     for n in range(100):
         c = candidate(n)
         start(ledger, c, stages.clock)
@@ -539,7 +534,7 @@ def test_a_hundred_releases_keep_the_checkpoint_small(ledger: Ledger) -> None:
 
 def test_a_freeze_that_begins_after_the_entry_holds_the_deploy_until_it_ends(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", **FAST}])
-    stages, c = Stages(T0), candidate(1)
+    stages, c = fake(T0), candidate(1)
     start(ledger, c, T0)
     run(ledger, stages, p, 1)  # entered
     assert ledger.state().stage("dev").step == "deploying"
@@ -553,7 +548,7 @@ def test_a_freeze_that_begins_after_the_entry_holds_the_deploy_until_it_ends(led
 
 def test_a_freeze_that_begins_during_a_rotation_pauses_it_and_the_tick_resumes_it_when_it_ends(ledger: Ledger) -> None:
     p = pipeline(stages=[{"name": "dev", **FAST}])
-    stages, c = Stages(T0), candidate(1)
+    stages, c = fake(T0), candidate(1)
     start(ledger, c, T0)
     run(ledger, stages, p, 2)  # entered, deployed
     assert ledger.state().stage("dev").step == "rotating"
@@ -623,7 +618,7 @@ def test_an_approval_names_one_person_whom_aws_vouches_for(tmp_path: Path, monke
         ledger = Ledger(open_store(table))
         c = candidate(1)
         start(ledger, c, T0)
-        run(ledger, Stages(T0), parse_pipeline(yaml.safe_load(text), str(path), "digest"), 1)  # waits in dev
+        run(ledger, fake(T0), parse_pipeline(yaml.safe_load(text), str(path), "digest"), 1)  # waits in dev
 
         said = approving(alice)
         assert said["by"] == "user/alice@123456789012" and said["inputs"]["caller"].endswith(":user/alice")

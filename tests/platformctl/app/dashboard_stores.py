@@ -9,18 +9,18 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from e2e_canary.results import CanaryResult, keep
 from e2e_canary.verdict import Verdict, soak_verdict
-from platformctl.app.release import replaced_images
 from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.kernel.state.sqlite import SQLiteStore
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import Ledger
+from release_pipeline.operations import replaced_images
 from release_pipeline.pipeline import load_pipeline
 from release_pipeline.reconcile import tick
 from release_pipeline.rotation_result import StageRotation
+from release_pipeline.testing import FakeStages
 from tests.clusters import cluster
 from tests.e2e_canary.test_evidence_window import stage_results
 from tests.upgrade_service.rotation import service, serving
@@ -71,40 +71,26 @@ def canary_rows(start: float, end: float, image: str, failing: float = 0.0, seed
     return out
 
 
-class Dev:
+def dev_stages(store: SQLiteStore) -> FakeStages:
     """dev's soak verdict as the pipeline computes it (``soak_verdict``: the stage's window, and each new image against
-    the last good candidate's) over what the store holds; the other stages pass."""
+    the last good candidate's) over what the store holds; the other stages pass. Each rotation sees three instances an
+    image boot, the first of them first light's."""
 
-    def __init__(self, store: SQLiteStore, rows: list[CanaryResult]) -> None:
-        self.clock = T0 + 3 * 3600
-        self.store = store
-        self.rows = rows
-
-    def now(self, stage: str) -> float:
-        return self.clock
-
-    def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> dict[str, Any]:
-        return {"images": sorted(candidate.image_ids(stage))}
-
-    def deployed(self, stage: str) -> dict[str, str]:
-        return {"general": f"ami-{stage[:3]}-before"}
-
-    def resume(self, stage: str, reason: str) -> None:
-        pass
-
-    def rotate(self, stage: str, candidate: Candidate, rollback: bool = False, hold: Any = None) -> StageRotation:
-        self.clock += 1200
-        # three instances an image, the first of them first light's
-        return StageRotation("finished", "", {i: [f"i-{stage[:3]}{n}{i[-4:]}" for n in range(3)]
-                                              for i in candidate.image_ids(stage)},
-                             {i: [f"i-{stage[:3]}0{i[-4:]}"] for i in candidate.image_ids(stage)})
-
-    def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
-                entered: float | None = None) -> Verdict:
+    def judge(stages: FakeStages, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,
+              entered: float | None) -> Verdict:
         if stage != "dev":
             return Verdict("pass", "fine", results_since=500)
-        return soak_verdict(self.store, stage, since, self.clock, window, replaced_images(stage, candidate, baseline),
+        return soak_verdict(store, stage, since, stages.clock, window, replaced_images(stage, candidate, baseline),
                             baseline.id if baseline else None, entered)
+
+    def boots(stage: str, candidate: Candidate) -> dict[str, list[str]]:
+        return {i: [f"i-{stage[:3]}{n}{i[-4:]}" for n in range(3)] for i in candidate.image_ids(stage)}
+
+    def lit(stages: FakeStages, stage: str, candidate: Candidate, said: StageRotation) -> StageRotation:
+        return dataclasses.replace(said, first_light={i: [f"i-{stage[:3]}0{i[-4:]}"] for i in candidate.image_ids(stage)})
+
+    return FakeStages(T0 + 3 * 3600, initial=lambda stage: {"general": f"ami-{stage[:3]}-before"}, judge=judge, boots=boots,
+                      after_rotate=lit)
 
 
 def candidate(image: str, note: str, at: float) -> Candidate:
@@ -126,7 +112,7 @@ def build(tmp_path: Path) -> Stores:
     rows.sort(key=lambda r: r.at)
     for row in rows:
         keep(state, row)
-    dev = Dev(state, rows)
+    dev = dev_stages(state)
     good = candidate(GOOD_IMAGE, f"the good one {SCRIPT}", T0)
     ledger.add_candidate(good)
     ledger.append(good.id, None, "start", dev.clock, good.note, {"ready_in": ["dev"]}, "tester")

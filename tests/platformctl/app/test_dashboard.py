@@ -214,7 +214,7 @@ def test_approvals_on_a_ledger_on_the_local_disk_are_shown_as_unauthenticated(tm
     from release_pipeline.ledger import Ledger
     from release_pipeline.pipeline import load_pipeline
     from release_pipeline.reconcile import tick
-    from tests.release_pipeline.test_reconcile import Stages, candidate
+    from tests.release_pipeline.test_reconcile import candidate, fake
 
     pipeline_file = tmp_path / "pipeline.yaml"
     pipeline_file.write_text("stages:\n  - {name: dev, soak: 0, approvals: 1}\napprovers: {unauthenticated: true}\n")
@@ -223,7 +223,7 @@ def test_approvals_on_a_ledger_on_the_local_disk_are_shown_as_unauthenticated(tm
     c = candidate(1)
     ledger.add_candidate(c)
     ledger.append(c.id, None, "start", 0.0, "change", {"ready_in": ["dev"]}, "tester")
-    tick(load_pipeline(pipeline_file), ledger, Stages(0.0), "tester")  # waits for its approval
+    tick(load_pipeline(pipeline_file), ledger, fake(0.0), "tester")  # waits for its approval
     d = gather(DashboardRequest(pipeline_file, str(tmp_path / "release.db"), str(tmp_path / "state.db")))
     assert d["approvals_unauthenticated"] and d["stages"][0]["approvals_needed"][0]["candidate"] == c.id
     out = tmp_path / "page.html"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from croniter import croniter
 
-from e2e_canary.definitions import Canary
+from e2e_canary.definitions import BatchCanary, Canary, CronCanary, DaemonCanary, ServiceCanary
 from e2e_canary.measure import Startup, startup
 from e2e_canary.results import Metrics, Observation, Outcome
 from platformctl.kernel.clock import Clock, past, synced_now, wait_for_change
@@ -190,13 +190,12 @@ class Check:
 # -------------------------------------------------------------------------------------------- service
 
 
-def service(check: Check) -> list[Observation]:
+def service(check: Check, c: ServiceCanary) -> list[Observation]:
     """Its durations are the platform's, from the server's stamps only, step by step: from the Deployment's creation
     to its last pod's Ready transition; from the roll's first new pod's creation to the last one's Ready; from the
     scale's first new pod's creation to its Ready; and the spread of the deletionTimestamps its delete gave its pods;
     summed. What the check itself took to notice a step done and act, a client descheduled on a busy machine, is not
     the platform's and is left out."""
-    c = check.canary
     name = c.name
     selector = f"app={name}"
     check.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
@@ -271,15 +270,13 @@ def service(check: Check) -> list[Observation]:
 # -------------------------------------------------------------------------------------------- batch
 
 
-def _job(check: Check, name: str) -> JSONObject:
-    c = check.canary
+def _job(check: Check, c: BatchCanary | CronCanary, name: str) -> JSONObject:
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
             "spec": {"parallelism": c.parallelism, "completions": c.completions or c.parallelism, "backoffLimit": 0,
                      "template": check.template(run_seconds=c.run_seconds, restart="Never", extra_labels={"canary-job": name})}}
 
 
-def _finished(check: Check, name: str, seen: dict[str, float], until: float | None = None) -> None:
-    c = check.canary
+def _finished(check: Check, c: BatchCanary, name: str, seen: dict[str, float], until: float | None = None) -> None:
     selector = f"canary-job={name}"
     completions = c.completions or c.parallelism
 
@@ -297,11 +294,11 @@ def _finished(check: Check, name: str, seen: dict[str, float], until: float | No
     check.wait(f"Job {name}: {completions} completions", done, lambda: check.pods(selector), until)
 
 
-def batch(check: Check) -> list[Observation]:
-    name = check.canary.name
-    check.create(_job(check, name))
+def batch(check: Check, c: BatchCanary) -> list[Observation]:
+    name = c.name
+    check.create(_job(check, c, name))
     seen: dict[str, float] = {}
-    _finished(check, name, seen)
+    _finished(check, c, name, seen)
     completed = _stamp(_status(check.get("Job", name)), "completionTime", None)
     return [Observation("ok", "", {"pod_startup_seconds": sorted(seen.values()), "check_seconds": check.elapsed(completed)})]
 
@@ -309,10 +306,9 @@ def batch(check: Check) -> list[Observation]:
 # -------------------------------------------------------------------------------------------- cron
 
 
-def cron(check: Check) -> list[Observation]:
-    c = check.canary
+def cron(check: Check, c: CronCanary) -> list[Observation]:
     name = c.name
-    job = _job(check, name)
+    job = _job(check, c, name)
     # The controller deletes finished Jobs beyond successfulJobsHistoryLimit (3 by default): a check that comes back
     # late (its process descheduled, its API calls slow) must still find the runs it watches, so the CronJob keeps
     # every run that can fire within the check's deadline (a cron schedule fires at most once a minute).
@@ -381,8 +377,7 @@ def cron(check: Check) -> list[Observation]:
 # -------------------------------------------------------------------------------------------- daemon
 
 
-def daemon(check: Check) -> list[Observation]:
-    c = check.canary
+def daemon(check: Check, c: DaemonCanary) -> list[Observation]:
     name = c.name
     selector = f"app={name}"
     check.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},
@@ -447,5 +442,3 @@ def _stamp(obj: JSONValue, field_name: str, where: str | None = "metadata") -> f
     raw = mapping(part).get(field_name)
     return parse_time(raw, field_name, None) if isinstance(raw, str) else None
 
-
-CHECKS: dict[str, Callable[[Check], list[Observation]]] = {"service": service, "batch": batch, "cron": cron, "daemon": daemon}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, get_args
 
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -33,11 +33,14 @@ from platformctl.kernel.humanize import parse_duration as seconds
 from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.yamlfile import read_yaml, validate
 
+if TYPE_CHECKING:
+    from e2e_canary.checks import Check
+    from e2e_canary.results import Observation
+
 CANARY_DIR = Path(__file__).resolve().parent / "canaries"  # the canaries shipped with this package (tests read them)
 LABEL = "platformctl.io/canary"
 PAUSE = "registry.k8s.io/pause:3.10"
 BUSYBOX = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1"  # runs `sleep runSeconds` for batch and cron
-KINDS = ("service", "batch", "cron", "daemon", "node-pool")
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=50)]
 Count = Annotated[int, Field(ge=1)]
@@ -69,39 +72,26 @@ class Resources(_Value):
 
 
 class Canary(_Value):
+    """What every canary has. A kind is one subclass of it, below: its ``kind`` (a literal: the key the file's ``kind``
+    selects it by, in the order ``KINDS`` lists them), its own fields, its check (``observe``) and whether it
+    measures images side by side (``image_arms``: the runner pins its pods to each pool's images, and the verdict
+    decides an image by its arms). Nothing else names a kind."""
+
+    image_arms: ClassVar[bool] = False
+    default_image: ClassVar[str] = PAUSE  # a pause container never exits
+
     name: Name
-    kind: Literal["service", "batch", "cron", "daemon", "node-pool"]
+    kind: str
     description: str = ""
     interval: Duration = 300  # between attempts
     jitter: Duration = 30  # each attempt starts up to this much later, so canaries of many clusters do not align
     deadline: Duration = 600  # an attempt that takes longer is a timeout
-    image: str | None = None  # default: pause (it never exits), or busybox with `sleep` for batch and cron
+    image: str | None = None  # default: the kind's ``default_image``
     resources: Resources = Resources()
     clusters: tuple[str, ...] = ()  # empty: every cluster of the stage
     # How far back the verdict judges it (0: the shortest whole number of verdict windows holding its minimum
     # evidence); its results carry it, so the verdict needs no checkout
     evidence_window: Duration = 0
-
-    # service
-    replicas: Count = 3
-    min_available: int | None = None  # the budget; default replicas - 1
-    new_image: str | None = None  # what the roll goes to (default: the same image with a changed annotation)
-    max_surge: Annotated[int, Field(ge=0)] = 1
-    max_unavailable: Annotated[int, Field(ge=0)] = 0
-    scale_to: Count | None = None
-    # batch
-    parallelism: Count = 3
-    completions: Count | None = None
-    run_seconds: Duration = 10
-    # cron
-    schedule: str = "*/5 * * * *"
-    tolerance_seconds: Duration = 60
-    runs: Count = 1  # how many firings one attempt watches
-    # daemon
-    ready_deadline_seconds: Duration = 300
-    # node-pool
-    pools: tuple[str, ...] = ()  # empty: every pool
-    pods_per_arm: Count = 1
 
     source: str = Field(default="canary", exclude=True)
 
@@ -111,10 +101,94 @@ class Canary(_Value):
         attempt may take longer (the runner starts the next one an interval plus jitter after the last began)."""
         return max(self.interval + self.jitter, self.deadline)
 
-    @field_validator("interval", "jitter", "deadline", "run_seconds", "evidence_window", "tolerance_seconds", "ready_deadline_seconds",
-                     mode="before")
+    @field_validator("interval", "jitter", "deadline", "evidence_window", mode="before")
     @classmethod
     def _duration(cls, value: object) -> int:
+        return seconds(value)
+
+    def observe(self, check: Check) -> list[Observation]:
+        """One attempt's workload in its namespace, and what was seen (an image-arm kind's pods the runner places)."""
+        raise NotImplementedError(f"{self.kind} canaries are carried out by the runner's arms")
+
+    def to_dict(self) -> JSONObject:
+        """The definition as the file would spell it in full: the common fields and its own kind's."""
+        return {**self.model_dump(mode="json", by_alias=True), "image": self.pod_image, "namespace": self.namespace,
+                "source": self.source}
+
+    @property
+    def pod_image(self) -> str:
+        return self.image if self.image is not None else self.default_image
+
+    @property
+    def namespace(self) -> str:
+        return f"canary-{self.name}"
+
+
+class ServiceCanary(Canary):
+    """A Deployment of ``replicas`` with a PodDisruptionBudget: all Ready, rolled, scaled, deleted."""
+
+    kind: Literal["service"] = "service"
+    replicas: Count = 3
+    min_available: int | None = None  # the budget; default replicas - 1
+    new_image: str | None = None  # what the roll goes to (default: the same image with a changed annotation)
+    max_surge: Annotated[int, Field(ge=0)] = 1
+    max_unavailable: Annotated[int, Field(ge=0)] = 0
+    scale_to: Count | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServiceCanary:
+        if self.min_available is not None and not 0 <= self.min_available <= self.replicas:
+            raise ValueError(f"minAvailable {self.min_available} must be between 0 and replicas {self.replicas}")
+        if self.max_surge == 0 and self.max_unavailable == 0:
+            raise ValueError("maxSurge and maxUnavailable cannot both be 0: the roll could never make progress")
+        return self
+
+    @property
+    def budget(self) -> int:
+        return self.replicas - 1 if self.min_available is None else self.min_available
+
+    def observe(self, check: Check) -> list[Observation]:
+        from e2e_canary.checks import service
+
+        return service(check, self)
+
+
+class BatchCanary(Canary):
+    """A Job of ``parallelism`` pods, checked for completion and exit status."""
+
+    default_image: ClassVar[str] = BUSYBOX
+    kind: Literal["batch"] = "batch"
+    parallelism: Count = 3
+    completions: Count | None = None
+    run_seconds: Duration = 10
+
+    @field_validator("run_seconds", mode="before")
+    @classmethod
+    def _run_seconds(cls, value: object) -> int:
+        return seconds(value)
+
+    def observe(self, check: Check) -> list[Observation]:
+        from e2e_canary.checks import batch
+
+        return batch(check, self)
+
+
+class CronCanary(Canary):
+    """A CronJob on ``schedule``, checked for firing within ``toleranceSeconds``; each firing runs the batch canary's
+    default Job (its fields are not a cron canary's to set)."""
+
+    default_image: ClassVar[str] = BUSYBOX
+    parallelism: ClassVar[int] = 3
+    completions: ClassVar[int | None] = None
+    run_seconds: ClassVar[int] = 10
+    kind: Literal["cron"] = "cron"
+    schedule: str = "*/5 * * * *"
+    tolerance_seconds: Duration = 60
+    runs: Count = 1  # how many firings one attempt watches
+
+    @field_validator("tolerance_seconds", mode="before")
+    @classmethod
+    def _tolerance(cls, value: object) -> int:
         return seconds(value)
 
     @field_validator("schedule")
@@ -124,54 +198,71 @@ class Canary(_Value):
             raise ValueError(f"{value!r} is not a cron schedule (minute hour day-of-month month day-of-week)")
         return value
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Canary:
-        if self.min_available is not None and not 0 <= self.min_available <= self.replicas:
-            raise ValueError(f"minAvailable {self.min_available} must be between 0 and replicas {self.replicas}")
-        if self.max_surge == 0 and self.max_unavailable == 0:
-            raise ValueError("maxSurge and maxUnavailable cannot both be 0: the roll could never make progress")
-        return self
+    def observe(self, check: Check) -> list[Observation]:
+        from e2e_canary.checks import cron
 
-    def to_dict(self) -> JSONObject:
-        """The definition as the file would spell it in full: the common fields and its own kind's."""
-        others = {n for kind, names in OWN_FIELDS.items() if kind != self.kind for n in names}
-        return {**self.model_dump(mode="json", by_alias=True, exclude=others), "image": self.pod_image,
-                "namespace": self.namespace, "source": self.source}
-
-    @property
-    def pod_image(self) -> str:
-        if self.image is not None:
-            return self.image
-        return BUSYBOX if self.kind in ("batch", "cron") else PAUSE
-
-    @property
-    def namespace(self) -> str:
-        return f"canary-{self.name}"
-
-    @property
-    def budget(self) -> int:
-        return self.replicas - 1 if self.min_available is None else self.min_available
+        return cron(check, self)
 
 
-# Fields that belong to one kind: a canary of another kind naming one is a mistake, not a no-op.
-OWN_FIELDS = {
-    "service": ("replicas", "min_available", "new_image", "max_surge", "max_unavailable", "scale_to"),
-    "batch": ("parallelism", "completions", "run_seconds"),
-    "cron": ("schedule", "tolerance_seconds", "runs"),
-    "daemon": ("ready_deadline_seconds",),
-    "node-pool": ("pools", "pods_per_arm"),
-}
+class DaemonCanary(Canary):
+    """A DaemonSet, checked for a Ready pod on every schedulable node within ``readyDeadlineSeconds``."""
+
+    kind: Literal["daemon"] = "daemon"
+    ready_deadline_seconds: Duration = 300
+
+    @field_validator("ready_deadline_seconds", mode="before")
+    @classmethod
+    def _ready_deadline(cls, value: object) -> int:
+        return seconds(value)
+
+    def observe(self, check: Check) -> list[Observation]:
+        from e2e_canary.checks import daemon
+
+        return daemon(check, self)
+
+
+class NodePoolCanary(Canary):
+    """Pods pinned to each node pool and to each image present in it: the arms a rotation's images are judged by."""
+
+    image_arms: ClassVar[bool] = True
+    kind: Literal["node-pool"] = "node-pool"
+    pools: tuple[str, ...] = ()  # empty: every pool
+    pods_per_arm: Count = 1
+
+
+def _kinds() -> dict[str, type[Canary]]:
+    return {get_args(model.model_fields["kind"].annotation)[0]: model for model in Canary.__subclasses__()}
+
+
+KIND_MODELS = _kinds()  # kind -> its model, in the order the kinds are defined above
+KINDS = tuple(KIND_MODELS)
+IMAGE_ARM_KINDS = frozenset(kind for kind, model in KIND_MODELS.items() if model.image_arms)
+
+
+class _Kind(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kind: Literal[KINDS]  # type: ignore[valid-type]  # the kinds above, told apart as a discriminator would
+
+
+def _field_names(model: type[Canary]) -> set[str]:
+    """Each field's name and its alias (as the file spells it)."""
+    return {key for name, f in model.model_fields.items() for key in (name, f.alias) if key}
 
 
 def parse_canary(document: object, source: str) -> Canary:
-    canary = validate(Canary, document, source, "canary")
-    for kind, names in OWN_FIELDS.items():
-        if kind == canary.kind:
+    """The file's canary as its kind's model (the file's ``kind`` selects it); a field of another kind is a mistake,
+    not a no-op."""
+    kind = validate(_Kind, document, source, "canary").kind
+    model = KIND_MODELS[kind]
+    assert isinstance(document, dict)
+    own = _field_names(model)
+    for key in document:
+        if key in own:
             continue
-        for name in names:
-            alias = Canary.model_fields[name].alias or name
-            if name in canary.model_fields_set:  # named in the file
-                raise PlatformError(f"applies to {kind} canaries, not {canary.kind}", file=source, field=alias)
+        other = next((k for k, m in KIND_MODELS.items() if key in _field_names(m)), None)
+        if other is not None:
+            raise PlatformError(f"applies to {other} canaries, not {kind}", file=source, field=str(key))
+    canary = validate(model, document, source, "canary")
     stem = Path(source).stem
     if stem != canary.name and Path(source).suffix in (".yaml", ".yml"):
         raise PlatformError(f"{canary.name!r} must match the file name {stem!r}", file=source, field="name")
@@ -195,10 +286,10 @@ def load_canaries(folder: Path | None = None) -> list[Canary]:
     return canaries
 
 
-def arm_results_within(canaries: Sequence[Canary], window: float) -> tuple[Canary, int] | None:
+def arm_results_within(canaries: Sequence[Canary], window: float) -> tuple[NodePoolCanary, int] | None:
     """The node-pool canary (the one that measures an image's arm, side by side with the images it replaces) and the
     fewest results of one arm that ``window`` seconds hold at its own schedule: ``podsPerArm`` pods an attempt, each
     attempt an interval plus jitter after the last one started (its deadline, when that is longer). None when no
     node-pool canary runs: no image ever has an arm of its own to judge."""
-    arms = [(c, int(window // c.longest_period) * c.pods_per_arm) for c in canaries if c.kind == "node-pool"]
+    arms = [(c, int(window // c.longest_period) * c.pods_per_arm) for c in canaries if isinstance(c, NodePoolCanary)]
     return max(arms, key=lambda arm: arm[1]) if arms else None

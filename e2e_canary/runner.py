@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from e2e_canary.checks import LONGEST_WAIT
-from e2e_canary.definitions import LABEL, Canary
+from e2e_canary.definitions import LABEL, Canary, NodePoolCanary
 from e2e_canary.measure import NotStarted, Startup, startup
 from e2e_canary.results import RETENTION_SECONDS, CanaryResult, Metrics, Observation, Outcome, keep
 from platformctl.kernel.clock import past, synced_now, wait_for_change
@@ -31,7 +31,6 @@ from platformctl.kernel.cluster.model import LABEL_IMAGE, LABEL_NODEGROUP, Conta
 from platformctl.kernel.errors import ApiFault, ApiRefused, PlatformError
 from platformctl.kernel.state import StateStore
 
-RUNNABLE = ("node-pool", "service", "batch", "cron", "daemon")
 ATTEMPT_LABEL = "platformctl.io/canary-attempt"
 # The simulator's start time for the probe container (a real kubelet ignores the annotation): a pause
 # container starts in about a second on a warm node.
@@ -113,9 +112,6 @@ class Runner:
         attempt = uuid.uuid4().hex[:8]
         namespace = f"{canary.namespace}-{attempt}"
         report = AttemptReport(canary.name, self.name, namespace)
-        if canary.kind not in RUNNABLE:
-            report.skipped = f"kind {canary.kind} is defined but not carried out by this version"
-            return report
         if canary.clusters and self.name not in canary.clusters:
             report.skipped = f"not for this cluster (clusters: {', '.join(canary.clusters)})"
             return report
@@ -126,7 +122,7 @@ class Runner:
                                                f"creating namespace {namespace}: {exc.detail}", {}))
             return report
         try:
-            if canary.kind == "node-pool":
+            if isinstance(canary, NodePoolCanary):  # its pods placed on each pool's images, the arms
                 report.results = self._node_pool(canary, attempt, namespace)
             else:
                 report.results = self._workload(canary, attempt, namespace)
@@ -140,14 +136,14 @@ class Runner:
         return report
 
     def _workload(self, canary: Canary, attempt: str, namespace: str) -> list[CanaryResult]:
-        from e2e_canary.checks import CHECKS, Check, CheckFailed
+        from e2e_canary.checks import Check, CheckFailed
 
         check = Check(canary, namespace, self.cluster, self.poll, {LABEL: canary.name, ATTEMPT_LABEL: attempt})
         check.started = synced_now(self.clock)  # pods' Ready times are the server's
         check.deadline = check.started + canary.deadline
         self.progress(f"{self.name}: {canary.name}: {canary.kind} check in {namespace}, up to {canary.deadline} s")
         try:
-            seen = CHECKS[canary.kind](check)
+            seen = canary.observe(check)
         except CheckFailed as failed:
             seen = [Observation(failed.outcome, failed.reason)]
         except ApiRefused as exc:  # a call mid-check the API refused: the platform's failure when it is a 5xx
@@ -170,7 +166,7 @@ class Runner:
                                 Toleration(operator="Exists", effect="PreferNoSchedule")),
                    containers=(Container("probe", canary.pod_image, requests),), requests=requests, grace_seconds=0)
 
-    def _node_pool(self, canary: Canary, attempt: str, namespace: str) -> list[CanaryResult]:
+    def _node_pool(self, canary: NodePoolCanary, attempt: str, namespace: str) -> list[CanaryResult]:
         start = synced_now(self.clock)  # pods' Ready times are the server's
         deadline = start + canary.deadline
         arms = {}

@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from e2e_canary.definitions import IMAGE_ARM_KINDS
 from e2e_canary.judge import JudgeConfig, Judgement, Word, arm_of, has_evidence, judge, judge_objectives
 from e2e_canary.results import CanaryResult, results, streams_of, within
 from platformctl.kernel.humanize import human_duration
@@ -152,7 +153,7 @@ class Question(Protocol):
 
 ORDER = {"fail": 2, "inconclusive": 1, "pass": 0}
 EVIDENCE_STEPS = 12  # a canary's evidence window is at most this many verdict windows (6 h of 30 m)
-IMAGE_ARMS = ("node-pool",)  # the canaries that measure images side by side: they decide an image's pass
+IMAGE_ARMS = IMAGE_ARM_KINDS  # the canaries that measure images side by side: they decide an image's pass
 
 
 def failures(rows: Sequence[CanaryResult], limit: int = 3) -> list[Failure]:

@@ -19,7 +19,7 @@ from platformctl.kernel.topology import STAGES, load_stage
 
 if TYPE_CHECKING:
     from platformctl.kernel.cluster.live import LiveCluster
-    from platformctl.kernel.nodegroups import GroupState
+    from platformctl.kernel.nodegroups import GroupState, NodeGroups
     from upgrade_service.planning.policy import RotationPolicy
     from upgrade_service.running.run_types import Target
 
@@ -64,21 +64,20 @@ def _nodes_of(live: LiveCluster) -> Iterator[Node]:
 
 def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_dir: Path | None = None) -> dict[str, Target]:
     """A ``Target`` per cluster: the official client via kubeconfig, Auto Scaling via boto3 in the cluster's region."""
+    from platformctl.app.nodegroups import node_groups
     from platformctl.kernel.cluster.live import LiveCluster
-    from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
     from platformctl.kernel.region_client import aws_target, default_kubeconfig
     from upgrade_service.running.run_types import Target
 
     target = aws_target()
     config = default_kubeconfig(kubeconfig)
     targets = {}
-    groups: dict[str, AutoScalingNodeGroups] = {}  # one client per region
+    groups: dict[str, NodeGroups] = {}  # one client per region
     for name in names:
         live = LiveCluster.from_kubeconfig(config, name)
         where = region_for(name, _nodes_of(live), region, infra_dir)  # listed only if nothing else names the region
         if where not in groups:
-            groups[where] = AutoScalingNodeGroups(where, clock=live.clock, target=target)  # its waits on the rotation's clock
-            groups[where].probe()
+            groups[where] = node_groups(where, clock=live.clock, target=target, probe=True)  # its waits on the rotation's clock
         targets[name] = Target(name, live, groups[where])
     return targets
 
@@ -86,10 +85,10 @@ def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_
 def groups_of(snap: Snapshot, cluster: str, region: str | None,
               infra_dir: Path | None = None) -> tuple[dict[str, str], dict[str, GroupState]]:
     """Each node's auto scaling group and each group as AWS describes it (what it launches, its room)."""
-    from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
+    from platformctl.app.nodegroups import node_groups
     from platformctl.kernel.region_client import aws_target
 
-    groups = AutoScalingNodeGroups(region_for(cluster, snap.nodes, region, infra_dir), target=aws_target())
+    groups = node_groups(region_for(cluster, snap.nodes, region, infra_dir), target=aws_target())
     found = groups.instances([n.instance_id for n in snap.nodes if n.instance_id])
     group_of = {n.name: found[n.instance_id].group for n in snap.nodes if n.instance_id in found}
     return group_of, {g: groups.describe(g) for g in sorted(set(group_of.values()))}

@@ -254,8 +254,8 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
     An image build's builder boots the parent image to bake a child from it: no workload ever ran there, so it is no
     node the image reached; ``builders`` (stage -> count) hears of them. ``seams`` (region -> node groups) keeps the
     seams made here for the caller's next question; ``target`` the AWS they reach (default: ``aws_target()``)."""
+    from platformctl.app.nodegroups import node_groups
     from platformctl.kernel import region_client
-    from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
 
     target = target or region_client.aws_target()
     if not target.configured:
@@ -266,7 +266,7 @@ def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_imag
         for name, ids in images.items():
             region = candidate.stages[name].region
             if ids and region not in seams:
-                seams[region] = AutoScalingNodeGroups(region, quick=True, target=target)
+                seams[region] = node_groups(region, quick=True, target=target)
             booted = seams[region].booted(ids) if ids else Booted()
             if builders is not None and booted.builders:
                 builders[name] = builders.get(name, 0) + booted.builders

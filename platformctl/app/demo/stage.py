@@ -242,7 +242,7 @@ def _bump_patch(path: Path) -> str:
 def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Narrator) -> RotationChapter:
     """A new image, the way it reaches nodes: a manifest change, `ami build`, `stage deploy`, `rotate run --stage`."""
     from infra.deploy import LocalDeployer
-    from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
+    from platformctl.app.nodegroups import node_groups
     from platformctl.kernel.state.sqlite import SQLiteStore
     from upgrade_service.planning.policy import parse_policy
     from upgrade_service.running.run_types import Options, Target
@@ -269,7 +269,7 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Narrat
                            "healthGate": {"canary": {"window": "30m"}}}, "demo policy")
     state = SQLiteStore(folder / "state.db")
     gate, asked = _canary_gate(region, stage, state)
-    groups = AutoScalingNodeGroups(stage.region)
+    groups = node_groups(stage.region)
     began = {name: len(sim.events) for name, sim in region.clusters.items()}
     start = region.clock.now()
     say.say("`rotate run --stage dev` (no targets in its policy: each pool follows what its launch template boots now), "

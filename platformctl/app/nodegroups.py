@@ -1,0 +1,26 @@
+"""The node-group seam, chosen in one place: ``node_groups(region, …)`` is how the application layer gets whatever owns
+a region's instances (``platformctl.kernel.nodegroups.NodeGroups``). Every pool the Pulumi program builds is a
+self-managed EC2 Auto Scaling group (``infra/components/node_pool.py``), so every region's answer is
+``AutoScalingNodeGroups``; the simulator's pools (``platformctl.emulator.nodegroups.SimulatedNodeGroups``) are handed to
+the rotation engine directly by the in-process benchmarks and tests. Another backend (EKS managed node groups, Karpenter
+NodePools) is chosen here, from what the stage's program builds, and nothing above it changes."""
+
+from __future__ import annotations
+
+from platformctl.kernel.clock import Clock
+from platformctl.kernel.environment import AwsTarget
+from platformctl.kernel.nodegroups import NodeGroups
+
+
+def node_groups(region: str | None, *, clock: Clock | None = None, quick: bool = False, target: AwsTarget | None = None,
+                probe: bool = False) -> NodeGroups:
+    """The node groups of ``region`` in ``target``'s AWS (default: the command's environment's). ``clock``: the one its
+    waits and retries run on (a rotation's); ``quick``: one attempt on short timeouts, for a report that must not hang
+    on an AWS it cannot reach; ``probe``: one cheap call first, so that an AWS that cannot be reached or refuses is a
+    one-line error (exit 2) before anything changes."""
+    from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
+
+    groups = AutoScalingNodeGroups(region, quick=quick, clock=clock, target=target)
+    if probe:
+        groups.probe()
+    return groups

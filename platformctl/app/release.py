@@ -23,7 +23,7 @@ from platformctl.kernel.state import StateStore, open_store
 from platformctl.kernel.topology import load_stage, read_stack_config
 from platformctl.kernel.who import who
 from release_pipeline.candidates import Candidate, make_candidate, read_lock, stage_images
-from release_pipeline.fold import PipelineState, reported
+from release_pipeline.fold import Entry, PipelineState, reported
 from release_pipeline.held import CandidateStatus
 from release_pipeline.ledger import Ledger, stage_lease
 from release_pipeline.pipeline import Pipeline, load_pipeline
@@ -231,7 +231,7 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def freeze(request: FreezeRequest) -> dict[str, Any]:
+def freeze(request: FreezeRequest) -> Entry:
     if not request.reason.strip():
         raise PlatformError("say why", field="--reason")
     until = _until(request.until)  # read before anything is opened or written
@@ -241,13 +241,13 @@ def freeze(request: FreezeRequest) -> dict[str, Any]:
         raise PlatformError(f"{request.until} is in the past (the stage's clock says {_iso(now)})", field="--until")
     end = None if until is None else until[1] if until[0] == "at" else now + until[1]
     return ledger.append(None, request.stage, "freeze", now, request.reason, {"until": end, "pipeline": pipeline.digest},
-                         who()).to_dict()
+                         who())
 
 
-def unfreeze(request: FreezeRequest) -> dict[str, Any]:
+def unfreeze(request: FreezeRequest) -> Entry:
     pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     return ledger.append(None, request.stage, "unfreeze", stage_now(request.stage or pipeline.names[0]), request.reason or "unfrozen",
-                         {}, who()).to_dict()
+                         {}, who())
 
 
 @dataclass(frozen=True)
@@ -260,7 +260,19 @@ class ApproveRequest:
     override_freeze: str | None = None  # why the candidate may enter during a freeze (recorded)
 
 
-def approve(request: ApproveRequest) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Approved:
+    """An approval, and the override of the freeze in force that came with it."""
+
+    approval: Entry
+    override: Entry | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``release approve -o json`` prints it: the approval's entry, with the override's under ``override``."""
+        return {**self.approval.to_dict(), **({"override": self.override.to_dict()} if self.override else {})}
+
+
+def approve(request: ApproveRequest) -> Approved:
     """Approve a candidate into a stage: only one that may still enter it (waiting there, or ready and not about to
     give way to a newer one). With ``override_freeze``, let it enter during the freeze in force now, until that ends."""
     from release_pipeline.gates import freezes_in_force
@@ -299,13 +311,13 @@ def approve(request: ApproveRequest) -> dict[str, Any]:
                                 "applies to the freeze in force when it is given, and ends with it)", field="--override-freeze")
         covers = [f.key for f in frozen]
     approval = ledger.append(request.candidate, request.stage, "approve", now, request.reason or "approved",
-                             {"pipeline": pipeline.digest, "caller": caller}, by, salt=by).to_dict()
+                             {"pipeline": pipeline.digest, "caller": caller}, by, salt=by)
     if request.override_freeze is None:
-        return approval
+        return Approved(approval)
     override = ledger.append(request.candidate, request.stage, "override", now, request.override_freeze,
                              {"pipeline": pipeline.digest, "freezes": [f.to_dict() for f in state.freezes], "covers": covers,
-                              "caller": caller}, by, salt=by).to_dict()
-    return {**approval, "override": override}
+                              "caller": caller}, by, salt=by)
+    return Approved(approval, override)
 
 
 @dataclass(frozen=True)
@@ -318,7 +330,7 @@ class PromoteRequest:
     infra_dir: Path | None = None
 
 
-def promote(request: PromoteRequest) -> dict[str, Any]:
+def promote(request: PromoteRequest) -> Entry:
     """Send a candidate to a stage by hand, older than what the stage ran or superseded: it enters next (under the
     stage's freezes and approvals as any other), recorded with who and why. A halted one is refused."""
     if not request.reason.strip():
@@ -336,7 +348,7 @@ def promote(request: PromoteRequest) -> dict[str, Any]:
         raise PlatformError(f"{request.candidate} is in flight in {request.stage} already ({stage.step})", field="CANDIDATE")
     now = stage_now(request.stage)
     return ledger.append(request.candidate, request.stage, "force", now, f"sent to {request.stage} by hand: {request.reason}",
-                         {"pipeline": pipeline.digest, "newest_ran": stage.newest}, who()).to_dict()
+                         {"pipeline": pipeline.digest, "newest_ran": stage.newest}, who())
 
 
 @dataclass(frozen=True)
@@ -348,7 +360,7 @@ class RollbackRequest:
     infra_dir: Path | None = None
 
 
-def rollback(request: RollbackRequest) -> dict[str, Any]:
+def rollback(request: RollbackRequest) -> Entry:
     """Halt a stage's candidate by hand and roll the stage back as one unit: the one in flight there (back to the last
     good one), else the last good one (back to the good one before it). The next tick deploys and rotates back; the
     halted candidate never enters a later stage."""
@@ -362,7 +374,7 @@ def rollback(request: RollbackRequest) -> dict[str, Any]:
     now = stage_now(request.stage)
     return ledger.append(cid, request.stage, "halt", now, f"rolled back by hand: {request.reason}",
                          {"manual": True, "rollback_to": target, "step": stage.step, "pipeline": pipeline.digest},
-                         who()).to_dict()
+                         who())
 
 
 # ---------------------------------------------------------------------------------------------- the tick

@@ -150,9 +150,9 @@ def release_freeze(all_stages: bool, stage: str | None, reason: str, until: str 
     """Stop candidates entering a stage (or every stage) until unfrozen or --until."""
     entry = app.freeze(app.FreezeRequest(_scope(all_stages, stage), reason, until, pipeline_file, ledger))
     if output == "json":
-        emit_json(entry)
+        emit_json(entry.to_dict())
     else:
-        _print_entries([entry])
+        _print_entries([entry.to_dict()])
 
 
 @release.command("unfreeze")
@@ -167,9 +167,9 @@ def release_unfreeze(all_stages: bool, stage: str | None, reason: str, pipeline_
     """Lift the freezes set by hand on a stage (or on every stage); the pipeline file's windows stay."""
     entry = app.unfreeze(app.FreezeRequest(_scope(all_stages, stage), reason, None, pipeline_file, ledger))
     if output == "json":
-        emit_json(entry)
+        emit_json(entry.to_dict())
     else:
-        _print_entries([entry])
+        _print_entries([entry.to_dict()])
 
 
 @release.command("approve")
@@ -185,11 +185,11 @@ def release_approve(candidate: str, stage: str, reason: str, override_freeze: st
                     ledger: str | None, output: str) -> None:
     """Approve a candidate waiting to enter a stage (recorded with who and when); with --override-freeze, let it enter
     during a freeze."""
-    entry = app.approve(app.ApproveRequest(candidate, stage, reason, pipeline_file, ledger, override_freeze))
+    approved = app.approve(app.ApproveRequest(candidate, stage, reason, pipeline_file, ledger, override_freeze))
     if output == "json":
-        emit_json(entry)
+        emit_json(approved.to_dict())
     else:
-        _print_entries([entry] + ([entry["override"]] if "override" in entry else []))
+        _print_entries([e.to_dict() for e in (approved.approval, approved.override) if e is not None])
 
 
 @release.command("promote")
@@ -206,9 +206,9 @@ def release_promote(ctx: click.Context, candidate: str, stage: str, reason: str,
     it enters next, under the stage's freezes and approvals. A stage otherwise only moves forward."""
     entry = app.promote(app.PromoteRequest(candidate, stage, reason, pipeline_file, ledger, ctx.obj["infra_dir"]))
     if output == "json":
-        emit_json(entry)
+        emit_json(entry.to_dict())
     else:
-        _print_entries([entry])
+        _print_entries([entry.to_dict()])
 
 
 @release.command("rollback")
@@ -224,9 +224,9 @@ def release_rollback(ctx: click.Context, stage: str, reason: str, pipeline_file:
     rotates back): the candidate in flight there, else the last one that passed it."""
     entry = app.rollback(app.RollbackRequest(stage, reason, pipeline_file, ledger, ctx.obj["infra_dir"]))
     if output == "json":
-        emit_json(entry)
+        emit_json(entry.to_dict())
     else:
-        _print_entries([entry])
+        _print_entries([entry.to_dict()])
 
 
 @release.command("tick")

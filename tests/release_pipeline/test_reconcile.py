@@ -227,7 +227,7 @@ def test_a_rollback_by_hand_takes_the_stage_back_to_the_good_candidate_before_an
     p, stages = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest"), fake(T0)
     first, second = two_good_in_dev(ledger, stages, p)
     assert second.id in ledger.state().stages["staging"].ready  # waiting for staging's approval
-    entry = rollback(RollbackRequest("dev", "a memory leak seen in dev", path, str(tmp_path / "release.db")))
+    entry = rollback(RollbackRequest("dev", "a memory leak seen in dev", path, str(tmp_path / "release.db"))).to_dict()
     assert entry["decision"] == "halt" and entry["candidate"] == second.id and entry["inputs"]["rollback_to"] == first.id
     state = ledger.state()
     assert state.stages["dev"].step == "rolling-back" and state.candidates[second.id].status == "halted"

@@ -602,7 +602,7 @@ def test_an_approval_names_one_person_whom_aws_vouches_for(tmp_path: Path, monke
 
     def approving(keys: dict[str, str]) -> dict[str, Any]:
         acting_as(keys)
-        return approve(ApproveRequest(c.id, "dev", "ok", path, table))
+        return approve(ApproveRequest(c.id, "dev", "ok", path, table)).to_dict()
 
     with mock_aws():
         admin = {"AWS_ACCESS_KEY_ID": "AKIAADMIN", "AWS_SECRET_ACCESS_KEY": "x"}

@@ -24,6 +24,7 @@ the runner retries it once.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -187,10 +188,19 @@ class Check:
                                             LONGEST_WAIT)
 
 
+@functools.singledispatch
+def observe(canary: Canary, check: Check) -> list[Observation]:
+    """One attempt of ``canary``'s workload in ``check``'s namespace, and what it saw: the check registered for the
+    canary's kind (``@observe.register`` on a function whose first parameter is the kind's model)."""
+    raise NotImplementedError(f"{canary.kind} canaries have no workload check: the runner places their pods on each "
+                              "pool's images")
+
+
 # -------------------------------------------------------------------------------------------- service
 
 
-def service(check: Check, c: ServiceCanary) -> list[Observation]:
+@observe.register
+def service(c: ServiceCanary, check: Check) -> list[Observation]:
     """Its durations are the platform's, from the server's stamps only, step by step: from the Deployment's creation
     to its last pod's Ready transition; from the roll's first new pod's creation to the last one's Ready; from the
     scale's first new pod's creation to its Ready; and the spread of the deletionTimestamps its delete gave its pods;
@@ -294,7 +304,8 @@ def _finished(check: Check, c: BatchCanary, name: str, seen: dict[str, float], u
     check.wait(f"Job {name}: {completions} completions", done, lambda: check.pods(selector), until)
 
 
-def batch(check: Check, c: BatchCanary) -> list[Observation]:
+@observe.register
+def batch(c: BatchCanary, check: Check) -> list[Observation]:
     name = c.name
     check.create(_job(check, c, name))
     seen: dict[str, float] = {}
@@ -306,7 +317,8 @@ def batch(check: Check, c: BatchCanary) -> list[Observation]:
 # -------------------------------------------------------------------------------------------- cron
 
 
-def cron(check: Check, c: CronCanary) -> list[Observation]:
+@observe.register
+def cron(c: CronCanary, check: Check) -> list[Observation]:
     name = c.name
     job = _job(check, c, name)
     # The controller deletes finished Jobs beyond successfulJobsHistoryLimit (3 by default): a check that comes back
@@ -377,7 +389,8 @@ def cron(check: Check, c: CronCanary) -> list[Observation]:
 # -------------------------------------------------------------------------------------------- daemon
 
 
-def daemon(check: Check, c: DaemonCanary) -> list[Observation]:
+@observe.register
+def daemon(c: DaemonCanary, check: Check) -> list[Observation]:
     name = c.name
     selector = f"app={name}"
     check.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name},

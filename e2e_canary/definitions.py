@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, get_args
+from typing import Annotated, ClassVar, Literal, get_args
 
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -32,10 +32,6 @@ from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration as seconds
 from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.yamlfile import read_yaml, validate
-
-if TYPE_CHECKING:
-    from e2e_canary.checks import Check
-    from e2e_canary.results import Observation
 
 CANARY_DIR = Path(__file__).resolve().parent / "canaries"  # the canaries shipped with this package (tests read them)
 LABEL = "platformctl.io/canary"
@@ -73,9 +69,10 @@ class Resources(_Value):
 
 class Canary(_Value):
     """What every canary has. A kind is one subclass of it, below: its ``kind`` (a literal: the key the file's ``kind``
-    selects it by, in the order ``KINDS`` lists them), its own fields, its check (``observe``) and whether it
-    measures images side by side (``image_arms``: the runner pins its pods to each pool's images, and the verdict
-    decides an image by its arms). Nothing else names a kind."""
+    selects it by, in the order ``KINDS`` lists them), its own fields, and whether it measures images side by side
+    (``image_arms``: the runner pins its pods to each pool's images, and the verdict decides an image by its arms);
+    its check is registered for the class in ``e2e_canary/checks.py`` (``@observe.register``). Nothing else names a
+    kind."""
 
     image_arms: ClassVar[bool] = False
     default_image: ClassVar[str] = PAUSE  # a pause container never exits
@@ -105,10 +102,6 @@ class Canary(_Value):
     @classmethod
     def _duration(cls, value: object) -> int:
         return seconds(value)
-
-    def observe(self, check: Check) -> list[Observation]:
-        """One attempt's workload in its namespace, and what was seen (an image-arm kind's pods the runner places)."""
-        raise NotImplementedError(f"{self.kind} canaries are carried out by the runner's arms")
 
     def to_dict(self) -> JSONObject:
         """The definition as the file would spell it in full: the common fields and its own kind's."""
@@ -147,11 +140,6 @@ class ServiceCanary(Canary):
     def budget(self) -> int:
         return self.replicas - 1 if self.min_available is None else self.min_available
 
-    def observe(self, check: Check) -> list[Observation]:
-        from e2e_canary.checks import service
-
-        return service(check, self)
-
 
 class BatchCanary(Canary):
     """A Job of ``parallelism`` pods, checked for completion and exit status."""
@@ -166,11 +154,6 @@ class BatchCanary(Canary):
     @classmethod
     def _run_seconds(cls, value: object) -> int:
         return seconds(value)
-
-    def observe(self, check: Check) -> list[Observation]:
-        from e2e_canary.checks import batch
-
-        return batch(check, self)
 
 
 class CronCanary(Canary):
@@ -198,11 +181,6 @@ class CronCanary(Canary):
             raise ValueError(f"{value!r} is not a cron schedule (minute hour day-of-month month day-of-week)")
         return value
 
-    def observe(self, check: Check) -> list[Observation]:
-        from e2e_canary.checks import cron
-
-        return cron(check, self)
-
 
 class DaemonCanary(Canary):
     """A DaemonSet, checked for a Ready pod on every schedulable node within ``readyDeadlineSeconds``."""
@@ -214,11 +192,6 @@ class DaemonCanary(Canary):
     @classmethod
     def _ready_deadline(cls, value: object) -> int:
         return seconds(value)
-
-    def observe(self, check: Check) -> list[Observation]:
-        from e2e_canary.checks import daemon
-
-        return daemon(check, self)
 
 
 class NodePoolCanary(Canary):

@@ -136,14 +136,14 @@ class Runner:
         return report
 
     def _workload(self, canary: Canary, attempt: str, namespace: str) -> list[CanaryResult]:
-        from e2e_canary.checks import Check, CheckFailed
+        from e2e_canary.checks import Check, CheckFailed, observe
 
         check = Check(canary, namespace, self.cluster, self.poll, {LABEL: canary.name, ATTEMPT_LABEL: attempt})
         check.started = synced_now(self.clock)  # pods' Ready times are the server's
         check.deadline = check.started + canary.deadline
         self.progress(f"{self.name}: {canary.name}: {canary.kind} check in {namespace}, up to {canary.deadline} s")
         try:
-            seen = canary.observe(check)
+            seen = observe(canary, check)
         except CheckFailed as failed:
             seen = [Observation(failed.outcome, failed.reason)]
         except ApiRefused as exc:  # a call mid-check the API refused: the platform's failure when it is a 5xx

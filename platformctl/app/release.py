@@ -30,7 +30,7 @@ from release_pipeline.pipeline import Pipeline, load_pipeline
 from release_pipeline.replay import replay
 
 if TYPE_CHECKING:
-    pass
+    from release_pipeline.reconcile import TickReport
 
 DEFAULT_LEDGER = ".platformctl/release.db"
 
@@ -394,7 +394,22 @@ class EveryStageHeld(PlatformError):
     """Every stage the tick would act in is held by another tick: nothing was done."""
 
 
-def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Ticked:
+    """What a tick did: its report (the entries it wrote, what waited, the stages other ticks held, each stage's fault),
+    the holders of the stages it could not take, and the stages whose fault needs someone (``failing``)."""
+
+    ledger: str
+    report: TickReport
+    holders: dict[str, str]
+    failing: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``release tick -o json`` prints it."""
+        return {"ledger": self.ledger, **self.report.to_dict(), "holders": self.holders, "failing": self.failing}
+
+
+def release_tick(request: TickRequest, say: Any = lambda message: None) -> Ticked:
     """Advance every candidate at most one step, each stage under its own lease (``EveryStageHeld`` when other ticks
     hold every stage this one would act in)."""
     from platformctl.kernel.state.lease import holder_id
@@ -418,5 +433,4 @@ def release_tick(request: TickRequest, say: Any = lambda message: None) -> dict[
     if acting and set(report.held) == set(acting):
         raise EveryStageHeld("another tick holds the lease of every stage this one would act in ("
                              + ", ".join(f"{n}: {holders.get(n, '?')}" for n in acting) + "): nothing done")
-    return {"ledger": ledger.store.location, **report.to_dict(), "holders": holders,
-            "failing": [e.stage for e in report.failing(time.time())]}
+    return Ticked(ledger.store.location, report, holders, [e.stage for e in report.failing(time.time())])

@@ -250,7 +250,7 @@ def release_tick(ctx: click.Context, lease_ttl: float, stages: tuple[str, ...], 
 
     quiet = output == "json"
     try:
-        report = app.release_tick(app.TickRequest(pipeline_file, ledger, ctx.obj["infra_dir"], lease_ttl, stages, kubeconfig),
+        ticked = app.release_tick(app.TickRequest(pipeline_file, ledger, ctx.obj["infra_dir"], lease_ttl, stages, kubeconfig),
                                   say=(lambda m: None) if quiet else (lambda m: console().print(m)))
     except app.EveryStageHeld as held:
         click.echo(str(held.detail), err=True)
@@ -259,17 +259,18 @@ def release_tick(ctx: click.Context, lease_ttl: float, stages: tuple[str, ...], 
         click.echo(f"lost a stage's lease mid-tick, stopped before its next write: {str(lost).splitlines()[0]}", err=True)
         sys.exit(3)
     if quiet:
-        emit_json(report)
+        emit_json(ticked.to_dict())
     else:
-        for waiting in report["waiting"]:
+        report = ticked.report
+        for waiting in report.waiting:
             console().print(f"waiting: {waiting}")
-        for name in report["held"]:
-            console().print(f"held: {name}: another tick holds its lease ({report['holders'].get(name)})")
-        if not report["steps"] and not report["waiting"] and not report["errors"]:
+        for name in report.held:
+            console().print(f"held: {name}: another tick holds its lease ({ticked.holders.get(name)})")
+        if not report.steps and not report.waiting and not report.errors:
             console().print("nothing to do")
-    for error in report["errors"]:
-        said = f"stage {error['stage']}: {error['error']['type']}: {error['error']['message']}"
-        if error["stage"] not in report["failing"]:  # a transient fault, not yet for long: busy, tried again next tick
-            said = f"busy: {said} (transient for {time.time() - error['since']:.0f} s: tried again next tick)"
+    for error in ticked.report.errors:
+        said = f"stage {error.stage}: {error.error['type']}: {error.error['message']}"
+        if error.stage not in ticked.failing:  # a transient fault, not yet for long: busy, tried again next tick
+            said = f"busy: {said} (transient for {time.time() - error.since:.0f} s: tried again next tick)"
         click.echo(said, err=True)
-    sys.exit(1 if report["failing"] else 0)
+    sys.exit(1 if ticked.failing else 0)

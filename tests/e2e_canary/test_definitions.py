@@ -60,3 +60,14 @@ def test_the_command_lists_them_and_a_bad_one_is_one_line_exit_2(tmp_path: Path)
     result = run("--canaries", str(tmp_path))
     assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1
     assert f"{tmp_path / 'bad.yaml'}: schedule: 'every minute' is not a cron schedule" in result.stderr
+
+
+def test_every_kind_that_runs_a_workload_has_its_check_registered() -> None:
+    """A kind is a class in definitions.py and its check in checks.py: one without the other fails here, not in a
+    cluster at 3 a.m."""
+    from e2e_canary.checks import observe
+    from e2e_canary.definitions import KIND_MODELS, Canary
+
+    unchecked = observe.dispatch(Canary)
+    for kind, model in KIND_MODELS.items():
+        assert (observe.dispatch(model) is unchecked) == model.image_arms, kind  # the runner places image arms' pods

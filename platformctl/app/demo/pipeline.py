@@ -113,13 +113,13 @@ class _Operator:
         began = clock.now()
         while clock.now() - began < VIRTUAL_LIMIT:
             try:
-                report = release.release_tick(release.TickRequest(self.pipeline, self.ledger, self.infra),
-                                              say=lambda m: self.say.say(aside("  tick "), str(m)))
+                errors = release.release_tick(release.TickRequest(self.pipeline, self.ledger, self.infra),
+                                              say=lambda m: self.say.say(aside("  tick "), str(m))).report.errors
             except release.EveryStageHeld:
-                report = {}
+                errors = []
             self.ticks += 1
-            for error in report.get("errors") or []:
-                self.say.say(aside("  tick "), f"stage {error['stage']}: {error['error']['type']}: {error['error']['message']}")
+            for error in errors:
+                self.say.say(aside("  tick "), f"stage {error.stage}: {error.error['type']}: {error.error['message']}")
             # where the candidates are is the ledger's; the instances they booted (EC2's too) once, at the end
             if done(self.status(aws=False)):
                 return self.status()

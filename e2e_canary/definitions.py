@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, ClassVar, Literal, get_args
 
 from croniter import croniter
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from platformctl.kernel.cluster.model import Resources as PodResources
@@ -42,7 +42,7 @@ Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_leng
 Count = Annotated[int, Field(ge=1)]
 
 
-Duration = Annotated[int, Field(ge=0)]
+Duration = Annotated[int, BeforeValidator(seconds), Field(ge=0)]  # 90, "90s", "5m", "1h30m"
 
 
 class _Value(BaseModel):
@@ -98,11 +98,6 @@ class Canary(_Value):
         attempt may take longer (the runner starts the next one an interval plus jitter after the last began)."""
         return max(self.interval + self.jitter, self.deadline)
 
-    @field_validator("interval", "jitter", "deadline", "evidence_window", mode="before")
-    @classmethod
-    def _duration(cls, value: object) -> int:
-        return seconds(value)
-
     def to_dict(self) -> JSONObject:
         """The definition as the file would spell it in full: the common fields and its own kind's."""
         return {**self.model_dump(mode="json", by_alias=True), "image": self.pod_image, "namespace": self.namespace,
@@ -150,11 +145,6 @@ class BatchCanary(Canary):
     completions: Count | None = None
     run_seconds: Duration = 10
 
-    @field_validator("run_seconds", mode="before")
-    @classmethod
-    def _run_seconds(cls, value: object) -> int:
-        return seconds(value)
-
 
 class CronCanary(Canary):
     """A CronJob on ``schedule``, checked for firing within ``toleranceSeconds``; each firing runs the batch canary's
@@ -169,11 +159,6 @@ class CronCanary(Canary):
     tolerance_seconds: Duration = 60
     runs: Count = 1  # how many firings one attempt watches
 
-    @field_validator("tolerance_seconds", mode="before")
-    @classmethod
-    def _tolerance(cls, value: object) -> int:
-        return seconds(value)
-
     @field_validator("schedule")
     @classmethod
     def _cron(cls, value: str) -> str:
@@ -187,11 +172,6 @@ class DaemonCanary(Canary):
 
     kind: Literal["daemon"] = "daemon"
     ready_deadline_seconds: Duration = 300
-
-    @field_validator("ready_deadline_seconds", mode="before")
-    @classmethod
-    def _ready_deadline(cls, value: object) -> int:
-        return seconds(value)
 
 
 class NodePoolCanary(Canary):

@@ -35,6 +35,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from platformctl.emulator.podspec import DEFAULT_RUN_SECONDS, DEFAULT_START_SECONDS
 from platformctl.emulator.sim_watch import ChangeLog, SimulatedInformer
 from platformctl.emulator.simulation import snapshots
 from platformctl.emulator.simulation.budgets import Budget, BudgetRoom
@@ -82,7 +83,6 @@ from platformctl.emulator.workloads import ObjectApi, Workloads
 from platformctl.kernel.clock import VirtualClock
 from platformctl.kernel.cluster.budget_status import CONTROLLER_API, SCALABLE_KINDS
 from platformctl.kernel.cluster.model import EvictionResult, Node, Pod, PodDisruptionBudget, Snapshot, Taint
-from platformctl.kernel.cluster.podspec import DEFAULT_RUN_SECONDS, DEFAULT_START_SECONDS
 
 __all__ = [
     "CONDITION_TAINTS", "CONTROLLER_API", "DEFAULT_RUN_SECONDS", "DEFAULT_START_SECONDS", "DEFAULT_TOLERATION_SECONDS",

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from platformctl.emulator.controllers.cronjob import CronJobController
 from platformctl.emulator.controllers.deployment import DeploymentController
 from platformctl.emulator.controllers.objects import Workload, WorkloadHost
+from platformctl.emulator.podspec import failure_rules, int_field, selector_of, template_pod
 from platformctl.kernel.cluster.apiobjects import (
     RESOURCES,
     WORKLOADS,
@@ -33,7 +34,6 @@ from platformctl.kernel.cluster.apiobjects import (
     plural_of,
 )
 from platformctl.kernel.cluster.model import PodDisruptionBudget, format_time, parse_pdb
-from platformctl.kernel.cluster.podspec import failure_rules, int_field, selector_of, template_pod
 from platformctl.kernel.errors import ApiRefused, NotFoundError, PlatformError
 
 # Which simulator controller runs each kind's pods (a Deployment's run through its ReplicaSets).

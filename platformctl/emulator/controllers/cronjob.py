@@ -14,9 +14,9 @@ from typing import Any
 from croniter import croniter
 
 from platformctl.emulator.controllers.objects import Workload, WorkloadStore
+from platformctl.emulator.podspec import failure_rules, template_pod
 from platformctl.kernel.cluster.apiobjects import invalid
 from platformctl.kernel.cluster.model import format_time
-from platformctl.kernel.cluster.podspec import failure_rules, template_pod
 
 
 class CronJobController:

@@ -20,9 +20,9 @@ import math
 from typing import Any
 
 from platformctl.emulator.controllers.objects import Workload, WorkloadStore
+from platformctl.emulator.podspec import int_field, selector_of, template_pod
 from platformctl.kernel.cluster.apiobjects import invalid
 from platformctl.kernel.cluster.model import format_time
-from platformctl.kernel.cluster.podspec import int_field, selector_of, template_pod
 
 REVISION = "deployment.kubernetes.io/revision"
 HASH_LABEL = "pod-template-hash"

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from platformctl.emulator.podspec import DEFAULT_RUN_SECONDS, DEFAULT_START_SECONDS, annotation_code, annotation_seconds
 from platformctl.kernel.clock import VirtualClock
 from platformctl.kernel.cluster.model import ANNOTATION_RUN_SECONDS, ANNOTATION_START_SECONDS, Node, Pod
-from platformctl.kernel.cluster.podspec import DEFAULT_RUN_SECONDS, DEFAULT_START_SECONDS, annotation_code, annotation_seconds
 from platformctl.kernel.cluster.scheduling import static_key
 
 PodKey = tuple[str, str]  # (namespace, name)

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from platformctl.emulator.controllers import daemonset, job, replicaset, statefulset
 from platformctl.emulator.controllers.host import Controller, PodKey
+from platformctl.emulator.podspec import DEFAULT_START_SECONDS, annotation_seconds
 from platformctl.emulator.simulation.budgets import BudgetRoom
 from platformctl.emulator.simulation.events import (
     POD_BACK_OFF,
@@ -42,7 +43,6 @@ from platformctl.emulator.simulation.world import NodeState, World
 from platformctl.kernel.clock import VirtualClock
 from platformctl.kernel.cluster.budget_status import CONTROLLER_API, healthy
 from platformctl.kernel.cluster.model import ANNOTATION_START_SECONDS, Node, OwnerReference, Pod
-from platformctl.kernel.cluster.podspec import DEFAULT_START_SECONDS, annotation_seconds
 from platformctl.kernel.errors import NotFoundError, PlatformError
 from platformctl.kernel.instance_types import INSTANCE_TYPES
 

@@ -153,7 +153,6 @@ class Question(Protocol):
 
 ORDER = {"fail": 2, "inconclusive": 1, "pass": 0}
 EVIDENCE_STEPS = 12  # a canary's evidence window is at most this many verdict windows (6 h of 30 m)
-IMAGE_ARMS = IMAGE_ARM_KINDS  # the canaries that measure images side by side: they decide an image's pass
 
 
 def failures(rows: Sequence[CanaryResult], limit: int = 3) -> list[Failure]:
@@ -282,7 +281,7 @@ def stage_verdict(rows: Sequence[CanaryResult], now: float, window: float, basel
     if not by_image:
         return Verdict("inconclusive", f"no image other than {baseline} has results in the window", baseline=baseline,
                        arms={}, window_seconds=window)
-    arms = {image: judge_canaries(base, rows_of, config, IMAGE_ARMS) for image, rows_of in sorted(by_image.items())}
+    arms = {image: judge_canaries(base, rows_of, config, IMAGE_ARM_KINDS) for image, rows_of in sorted(by_image.items())}
     worst = _worst(arms)
     word = arms[worst].verdict
     reason = f"image {worst} against {baseline}: {arms[worst].reason}" if word != "pass" else \
@@ -332,7 +331,7 @@ def rotation_verdict(rows: Sequence[CanaryResult], now: float, window: float, cl
         if not mine:
             arms[image] = Verdict("inconclusive", f"nodes boot {image} but no canary result of it in {span} yet")
             continue
-        arm = arms[image] = judge_canaries(old, mine, config, IMAGE_ARMS)
+        arm = arms[image] = judge_canaries(old, mine, config, IMAGE_ARM_KINDS)
         arm.results = len(mine)
         counts = {pool: sum(1 for r in mine if r.pool == pool) for pool, target in sorted(targets.items())
                   if target == image}
@@ -393,12 +392,12 @@ def soak_verdict(store: StateStore, stage: str, since: float, now: float, window
     compared = ImageComparison(baseline, replaced, end)
     for image, old in sorted(replaced.items()):
         mine, theirs = [r for r in rows if r.image == image], [r for r in before if r.image == old]
-        deciding = [r for r in theirs if r.canary_kind in IMAGE_ARMS]
+        deciding = [r for r in theirs if r.canary_kind in IMAGE_ARM_KINDS]
         if not has_evidence(arm_of(deciding), config):  # nothing to compare with; a new image short of results is not
             compared.not_compared.append(f"{image} ({len(mine)} results since the rotation; {old}: {len(deciding)} "
                                          "node-pool results before)")  # skipped: inconclusive, never a pass on too little
             continue
-        arm = compared.arms[image] = judge_canaries(theirs, mine, config, IMAGE_ARMS)
+        arm = compared.arms[image] = judge_canaries(theirs, mine, config, IMAGE_ARM_KINDS)
         arm.against, arm.results = old, {"baseline": len(theirs), "experiment": len(mine)}
     verdict.images = compared
     if not compared.arms:

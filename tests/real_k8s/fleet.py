@@ -160,6 +160,16 @@ class Fleet:
     def job(self, name: str) -> dict[str, Any]:
         return dict(self.real.get(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{name}")[1]["status"])
 
+    def job_counted(self, name: str) -> dict[str, Any]:
+        """The Job's status once its controller has counted its pods' end (``succeeded`` or ``failed``): the count
+        follows the pod's by a sync of the Job controller (its pods' finalizers, ``uncountedTerminatedPods``), which a
+        loaded machine can make seconds."""
+        def counted() -> dict[str, Any] | None:
+            status = self.job(name)
+            return status if status.get("succeeded") or status.get("failed") else None
+
+        return dict(until(counted, what=f"Job {name}'s pods counted succeeded or failed"))
+
     def policy(self, folder: Path, **changes: Any) -> Path:
         """The shipped example policy, its one-at-a-time settle shortened (wall time here: kwok starts pods at once)."""
         policy = yaml.safe_load(Path("upgrade_service/examples/rotation.yaml").read_text())

@@ -37,7 +37,7 @@ def test_rotate_run_replaces_every_node_with_no_budget_broken_on_a_real_control_
     assert all(watched.lowest[app] >= fewest for app, fewest in BUDGETS.items()), watched.lowest
     assert fleet.running() == 5
     # The Job's one pod ran to its end: evicted, it would have counted failed, and backoffLimit 0 fails the Job.
-    job = fleet.job("train")
+    job = fleet.job_counted("train")
     assert job.get("succeeded") == 1 and not job.get("failed"), job
     launched = [a for a in fleet.activities() if a.startswith("Launching")]
     assert len(launched) == 2 * len(fleet.before)  # the group's first nodes, then one new node for each old one

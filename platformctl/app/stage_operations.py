@@ -27,6 +27,7 @@ from release_pipeline.rotation_result import ClusterRotation, FirstLightSaid, St
 if TYPE_CHECKING:
     from e2e_canary.verdict import Verdict
     from platformctl.app.rotation import RotationResult
+    from platformctl.kernel.deployer import DeployResult
     from upgrade_service.running.run_types import Outcome
 
 # A cluster's run that was held back, not failed: a killed tick's lease, a pause by hand, an API that would not answer
@@ -90,13 +91,11 @@ class StageOperator:
         done, cleared = self._deploy_clearing_stale_lock(
             stage, candidate.id,
             lambda: deploy_stage(stage, lock, source, over_pins=True, kubernetes_version=keep.kept if keep else None))
-        summary: dict[str, int] = {}
-        for change in done.changes:
-            summary[change.action] = summary.get(change.action, 0) + 1
-        return StageDeploy(dict(done.images), summary, candidate.infra_revision,
+        return StageDeploy(dict(done.images), done.summary(), candidate.infra_revision,
                            "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}", keep, cleared)
 
-    def _deploy_clearing_stale_lock(self, stage: str, candidate: str, deploy: Callable[[], Any]) -> tuple[Any, ClearedLock | None]:
+    def _deploy_clearing_stale_lock(self, stage: str, candidate: str,
+                                    deploy: Callable[[], DeployResult]) -> tuple[DeployResult, ClearedLock | None]:
         """``deploy()``, recorded in the ledger (the lock holder its stack lock will name) before it begins. A stack
         lock that a tick's deploy took, by a lease that is not this tick's (the stage's lease is this tick's now: that
         tick's is gone) and older than ``STALE_LOCK_SECONDS`` (past the deploy's own limit: its update is over) is

@@ -63,12 +63,16 @@ class DeployResult:
     images: dict[str, str]  # cluster/pool -> the image its launch template boots now
     changes: list[ResourceChange] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, int]:
+        """How many resources each action touched (``create``, ``update``, ``unchanged``, ...)."""
         counts: dict[str, int] = {}
         for change in self.changes:
             counts[change.action] = counts.get(change.action, 0) + 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "target": self.target, "lock_file": self.lock_file, "images": self.images,
-                "summary": counts, "changes": [c.to_dict() for c in self.changes if c.action != "unchanged"]}
+                "summary": self.summary(), "changes": [c.to_dict() for c in self.changes if c.action != "unchanged"]}
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from werkzeug.test import Client
 
 from e2e_canary.results import ResultStream
 from platformctl.app.dashboard import DashboardRequest, Reader
+from platformctl.app.platform import Platform
 from platformctl.cli import dashboard as command
 from platformctl.kernel.state import open_store
 
@@ -100,11 +101,11 @@ def main() -> None:
             print(f"{label}: {days:g} day(s) of history built in {time.perf_counter() - began:.0f} s: {entries} ledger "
                   f"entries, {results} canary results over {len(STAGES)} stages")
             request = DashboardRequest(root / "pipeline.yaml", str(root / "release.db"), str(root / "state.db"))
-            client = Client(command.Dashboard(Reader(request).read))  # as the server keeps it: stores opened once
+            client = Client(command.Dashboard(Reader(Platform.from_os(), request).read))  # as the server keeps it: stores opened once
             page = client.get("/")
             assert page.status_code == 200 and b"cannot be read" not in page.data, page.data[:2000]
             took[label] = {"served": timed(lambda client=client: client.get("/")),  # type: ignore[misc]
-                           "export": timed(lambda request=request, root=root: command.export(request, root / "x.html"))}  # type: ignore[misc]
+                           "export": timed(lambda request=request, root=root: command.export(Platform.from_os(), request, root / "x.html"))}  # type: ignore[misc]
             print(f"  GET / (served): {took[label]['served'] * 1000:.0f} ms; export: {took[label]['export'] * 1000:.0f} ms "
                   f"({(root / 'x.html').stat().st_size / 1e6:.1f} MB) (medians of 5)")
         for kind in ("served", "export"):

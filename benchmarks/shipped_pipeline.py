@@ -37,6 +37,7 @@ from platformctl.app.demo.pipeline import (  # noqa: E402
     _stage,
     story_environment,
 )
+from platformctl.app.platform import Platform  # noqa: E402
 from platformctl.kernel import region_client  # noqa: E402
 from platformctl.kernel.environment import using  # noqa: E402
 from platformctl.kernel.topology import STAGES  # noqa: E402
@@ -50,14 +51,16 @@ VIRTUAL_LIMIT = 7 * 86400.0
 def one_run(candidate: str, to: str, members: int | None, version: str) -> dict[str, object]:
     home = Path(tempfile.mkdtemp(prefix="platformctl-shipped-"))
     started = time.monotonic()
-    with using(story_environment(home)):
+    environment = story_environment(home)
+    with using(environment):
         infra = shrink_stacks(ROOT / "infra", home / "infra", pool_size=2, members=members)
-        region, _ = region_client.up(list(STAGES), float(SPEED), infra, workloads=False, canaries=True)
+        region, _ = region_client.up(environment, list(STAGES), float(SPEED), infra, workloads=False, canaries=True)
+        platform = Platform(environment, infra)
         try:
             region_client.take_part()
             clock = _region_clock(region)
             began = clock.now()
-            op = _Operator(home, infra, Silent())
+            op = _Operator(platform, Silent())
             # the shipped file, its policies in the checkout, approvals on this local ledger allowed (an operator
             # approves at once below)
             op.pipeline = home / "pipeline.yaml"
@@ -68,14 +71,14 @@ def one_run(candidate: str, to: str, members: int | None, version: str) -> dict[
             cid = started_candidate.id
             if candidate == "bad":
                 for ami in sorted(set().union(*(_images(started_candidate, s) for s in STAGES))):
-                    region_client.faults("POST", {"kind": "bad-image", "image": ami})
+                    region_client.faults(home, "POST", {"kind": "bad-image", "image": ami})
             pipeline = load_pipeline(op.pipeline)
             approved: set[str] = set()
             entered: list[str] = []
             done, ticks = False, 0
             while clock.now() - began < VIRTUAL_LIMIT:
                 try:
-                    release.release_tick(release.TickRequest(op.pipeline, op.ledger, infra), say=lambda m: None)
+                    release.release_tick(platform, release.TickRequest(op.pipeline, op.ledger), say=lambda m: None)
                 except release.EveryStageHeld:
                     pass
                 ticks += 1
@@ -89,7 +92,7 @@ def one_run(candidate: str, to: str, members: int | None, version: str) -> dict[
                 for stage, st in stages.items():  # an operator approves what waits for an approval, at once
                     if st.get("current") == cid and st.get("step") == "waiting" and stage not in approved and \
                             pipeline.stage(stage).approvals:
-                        release.approve(release.ApproveRequest(cid, stage, "benchmark", op.pipeline, op.ledger))
+                        release.approve(platform, release.ApproveRequest(cid, stage, "benchmark", op.pipeline, op.ledger))
                         approved.add(stage)
                 clock.sleep(TICK_SECONDS)
             halt = next((e for e in op.history() if e["candidate"] == cid and e["decision"] == "halt"), None)
@@ -98,7 +101,7 @@ def one_run(candidate: str, to: str, members: int | None, version: str) -> dict[
                     "reached": entered, "done": done, "ticks": ticks, "virtual_hours": round((clock.now() - began) / 3600, 1),
                     "wall_seconds": round(time.monotonic() - started)}
         finally:
-            region_client.down()
+            region_client.down(home)
 
 
 def main() -> None:

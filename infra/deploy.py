@@ -39,7 +39,7 @@ from infra.mocked import run_stage
 from platformctl.kernel import failpoints
 from platformctl.kernel.clock import Clock
 from platformctl.kernel.deployer import DEPLOY_LIMIT_SECONDS, Deployed, DeployLocked, DeployResult, ResourceChange
-from platformctl.kernel.environment import AwsTarget, current
+from platformctl.kernel.environment import AwsTarget, Environment
 from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.topology import Stage
@@ -336,14 +336,15 @@ def within(up: Any, limit: float, stage: str, grace: float = 120.0) -> Any:
 class PulumiDeployer:
     """``stage deploy`` on a real account: ``pulumi up`` on the stage's stack through the Automation API."""
 
-    def __init__(self, infra_dir: Path) -> None:
+    def __init__(self, infra_dir: Path, environment: Environment) -> None:
         self.infra_dir = infra_dir
+        self.environment = environment  # the command's: the Pulumi CLI's PYTHONPATH starts from it
 
     def _stack(self, stage: Stage) -> Any:
         from pulumi import automation as auto
 
         # The program of this checkout (a release candidate's commit, extracted), not the package installed beside it.
-        given = current().get("PYTHONPATH")
+        given = self.environment.get("PYTHONPATH")
         env = {"PYTHONPATH": os.pathsep.join(p for p in (str(self.infra_dir.resolve().parent), given) if p)}
         try:
             stack = auto.select_stack(stack_name=stage.name, work_dir=str(self.infra_dir),

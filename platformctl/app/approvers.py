@@ -4,6 +4,7 @@ allows them unauthenticated (docs/release.md, "An approval is a person's")."""
 
 from __future__ import annotations
 
+from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.who import caller_arn, person_of, who
 from release_pipeline.ledger import Ledger
@@ -15,10 +16,10 @@ def local_ledger(ledger: Ledger) -> bool:
     return not ledger.store.location.startswith("dynamodb://")
 
 
-def approver(pipeline: Pipeline, ledger: Ledger) -> tuple[str, str | None]:
+def approver(target: AwsTarget, pipeline: Pipeline, ledger: Ledger) -> tuple[str, str | None]:
     """Who approves, as the approval counts them (one person, under whatever role), and the caller's ARN. On a ledger
     on the local disk: only when the pipeline file allows approvals nobody vouches for (``approvers.unauthenticated``),
-    as ``who()`` names them; else the STS caller, who must name a person (``person_of``): never a role anyone can
+    as ``who`` names them; else the STS caller of ``target`` (the command's AWS), who must name a person (``person_of``): never a role anyone can
     assume under any session name, never a role of the platform's own jobs, never ``(local)``."""
     if local_ledger(ledger):
         if not pipeline.approvers.unauthenticated:
@@ -26,8 +27,8 @@ def approver(pipeline: Pipeline, ledger: Ledger) -> tuple[str, str | None]:
                                 "anyone: approvals there need `approvers: {unauthenticated: true}` (for trying the "
                                 "pipeline out); a real pipeline's ledger is dynamodb://TABLE", file=pipeline.source,
                                 field="approvers.unauthenticated")
-        return who(), None
-    arn = caller_arn()
+        return who(target), None
+    arn = caller_arn(target)
     person = person_of(arn, pipeline.approvers.identity_roles)
     if person is None:
         raise PlatformError(f"{arn} names no one person (a role's session name is its caller's to choose, a job's role "

@@ -22,6 +22,7 @@ from e2e_canary.metrics import CanaryMetrics, check_address, serve
 from e2e_canary.results import CanaryResult, ResultStream, newest_at, results
 from e2e_canary.runner import AttemptReport, Runner
 from e2e_canary.verdict import EVIDENCE_STEPS, Verdict, canary_verdicts, stage_verdict
+from platformctl.app.platform import Platform
 from platformctl.app.stores import store_for
 from platformctl.kernel.clock import Clock, parked
 from platformctl.kernel.cluster.interface import Cluster
@@ -30,7 +31,6 @@ from platformctl.kernel.humanize import parse_duration
 from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.state import LeaseHeld, StateStore
 from platformctl.kernel.state.lease import LeaseKeeper, holder_id
-from platformctl.kernel.topology import load_stage
 
 EXIT_OK, EXIT_FAILED, EXIT_LEASE_HELD = 0, 1, 3
 VERDICT_WINDOW = 1800.0  # the metrics' verdict: each canary's evidence window, in steps of 30 minutes
@@ -59,7 +59,6 @@ class CanaryRunRequest:
     retention: str = "90d"
     metrics_port: int = 9464  # 0: none; never with ``once``
     metrics_address: str = "127.0.0.1"
-    infra_dir: Path | None = None
 
 
 @dataclass
@@ -101,13 +100,12 @@ class CanaryRunReport:
         return {"stage": self.stage, "clusters": [c.to_dict() for c in self.clusters], "exit_code": self.exit_code}
 
 
-def prepare_canaries(request: CanaryRunRequest) -> CanaryRun:
+def prepare_canaries(platform: Platform, request: CanaryRunRequest) -> CanaryRun:
     """Check every input and reach every cluster; change nothing."""
     from platformctl.kernel.cluster.live import LiveCluster
-    from platformctl.kernel.region_client import default_kubeconfig
 
     keep = duration(request.retention, "--retention")
-    stage = load_stage(request.stage, request.infra_dir)
+    stage = platform.stage(request.stage)
     names = [c.name for c in stage.clusters()]
     if request.cluster is not None and request.cluster not in names:
         raise PlatformError(f"no cluster {request.cluster!r} in stage {request.stage} (clusters: {', '.join(names)})",
@@ -116,8 +114,8 @@ def prepare_canaries(request: CanaryRunRequest) -> CanaryRun:
     serving = request.metrics_port != 0 and not request.once
     if serving:
         check_address(request.metrics_address, request.metrics_port)
-    store = store_for(request.state, stage=request.stage, infra_dir=request.infra_dir)
-    config = default_kubeconfig(request.kubeconfig)
+    store = store_for(platform, request.state, stage=request.stage)
+    config = platform.kubeconfig(request.kubeconfig)
     from platformctl.kernel.retry import NEVER
 
     # one call each, never asked again: a canary measures the API as its users meet it
@@ -336,14 +334,13 @@ class VerdictRequest:
     canaries: tuple[str, ...] = ()  # only these canaries' results
     config: Path | None = None
     state: str | None = None
-    infra_dir: Path | None = None
 
 
-def judge_stage(request: VerdictRequest) -> Verdict:
+def judge_stage(platform: Platform, request: VerdictRequest) -> Verdict:
     """The stage's verdict from its canaries' stored results: ``verdict`` is pass, fail or inconclusive, with why."""
     span = duration(request.window, "--window")
     config = load_config(request.config)
-    store = store_for(request.state, stage=request.stage, infra_dir=request.infra_dir, existing=True)
+    store = store_for(platform, request.state, stage=request.stage, existing=True)
     # The window ends now, or at the newest result when that is later (a local region's clock runs ahead of the wall).
     now = max(time.time(), newest_at(store, request.stage) or 0.0)
     # What can be judged and nothing older: each canary's longest evidence window and the same span before it (the

@@ -9,13 +9,11 @@ given, else the stage's (the stack file that declares the cluster), else what th
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from platformctl.app.platform import Platform
 from platformctl.kernel.cluster.model import Node, Snapshot
-from platformctl.kernel.environment import current
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.topology import STAGES, load_stage
 
 if TYPE_CHECKING:
     from platformctl.kernel.cluster.live import LiveCluster
@@ -26,32 +24,20 @@ if TYPE_CHECKING:
 LABEL_REGION = "topology.kubernetes.io/region"
 
 
-def stage_region_of(cluster: str, infra_dir: Path | None = None) -> str | None:
-    """The region of the stage whose stack file declares ``cluster``, if one of the checkout's does."""
-    for name in STAGES:
-        try:
-            stage = load_stage(name, infra_dir)
-        except PlatformError:
-            continue  # a stack file that does not load names no cluster here; its own commands say why
-        if cluster in {c.name for c in stage.clusters()}:
-            return stage.region
-    return None
-
-
-def region_for(cluster: str, nodes: Iterable[Node], given: str | None = None, infra_dir: Path | None = None) -> str:
+def region_for(platform: Platform, cluster: str, nodes: Iterable[Node], given: str | None = None) -> str:
     """Where ``cluster``'s Auto Scaling groups are: see the module's docstring for the order."""
     if given:
         return given
-    declared = stage_region_of(cluster, infra_dir)
-    if declared:
-        return declared
+    declared = platform.stage_of(cluster)
+    if declared is not None:
+        return declared.region
     labelled = sorted({n.labels[LABEL_REGION] for n in nodes if n.labels.get(LABEL_REGION)})
     if len(labelled) == 1:
         return labelled[0]
     if len(labelled) > 1:
         raise PlatformError(f"the nodes of {cluster} say they are in {', '.join(labelled)}: name the region of its "
                             "auto scaling groups", field="--region")
-    default = current().aws.region
+    default = platform.environment.aws.region
     if default:
         return default
     raise PlatformError(f"no stage of this checkout declares {cluster}, its nodes carry no {LABEL_REGION} label, and "
@@ -62,42 +48,39 @@ def _nodes_of(live: LiveCluster) -> Iterator[Node]:
     yield from live.list_nodes()
 
 
-def connect(names: list[str], kubeconfig: str | None, region: str | None, infra_dir: Path | None = None) -> dict[str, Target]:
+def connect(platform: Platform, names: list[str], kubeconfig: str | None, region: str | None) -> dict[str, Target]:
     """A ``Target`` per cluster: the official client via kubeconfig, Auto Scaling via boto3 in the cluster's region."""
     from platformctl.app.nodegroups import node_groups
     from platformctl.kernel.cluster.live import LiveCluster
-    from platformctl.kernel.region_client import aws_target, default_kubeconfig
     from upgrade_service.running.run_types import Target
 
-    target = aws_target()
-    config = default_kubeconfig(kubeconfig)
+    target = platform.aws
+    config = platform.kubeconfig(kubeconfig)
     targets = {}
     groups: dict[str, NodeGroups] = {}  # one client per region
     for name in names:
         live = LiveCluster.from_kubeconfig(config, name)
-        where = region_for(name, _nodes_of(live), region, infra_dir)  # listed only if nothing else names the region
+        where = region_for(platform, name, _nodes_of(live), region)  # listed only if nothing else names the region
         if where not in groups:
             groups[where] = node_groups(where, clock=live.clock, target=target, probe=True)  # its waits on the rotation's clock
         targets[name] = Target(name, live, groups[where])
     return targets
 
 
-def groups_of(snap: Snapshot, cluster: str, region: str | None,
-              infra_dir: Path | None = None) -> tuple[dict[str, str], dict[str, GroupState]]:
+def groups_of(platform: Platform, snap: Snapshot, cluster: str,
+              region: str | None) -> tuple[dict[str, str], dict[str, GroupState]]:
     """Each node's auto scaling group and each group as AWS describes it (what it launches, its room)."""
     from platformctl.app.nodegroups import node_groups
-    from platformctl.kernel.region_client import aws_target
-
-    groups = node_groups(region_for(cluster, snap.nodes, region, infra_dir), target=aws_target())
+    groups = node_groups(region_for(platform, cluster, snap.nodes, region), target=platform.aws)
     found = groups.instances([n.instance_id for n in snap.nodes if n.instance_id])
     group_of = {n.name: found[n.instance_id].group for n in snap.nodes if n.instance_id in found}
     return group_of, {g: groups.describe(g) for g in sorted(set(group_of.values()))}
 
 
-def launch_template_targets(snap: Snapshot, cluster: str, policy: RotationPolicy, region: str | None,
-                            infra_dir: Path | None = None) -> dict[str, str]:
+def launch_template_targets(platform: Platform, snap: Snapshot, cluster: str, policy: RotationPolicy,
+                            region: str | None) -> dict[str, str]:
     """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets."""
     from upgrade_service.planning.targets import resolve
 
-    group_of, described = groups_of(snap, cluster, region, infra_dir)
+    group_of, described = groups_of(platform, snap, cluster, region)
     return resolve(policy, list(snap.nodes), group_of, {g: d.image for g, d in described.items()}).images

@@ -19,12 +19,13 @@ from typing import Protocol, TypeVar
 from e2e_canary.results import newest_at, results
 from e2e_canary.sli import objectives, sli_series
 from platformctl.app.approvers import local_ledger
+from platformctl.app.platform import Platform
 from platformctl.app.release import DEFAULT_LEDGER, candidate_report
 from platformctl.app.stores import store_for
 from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject, mapping, to_float
 from platformctl.kernel.state import Record, StateStore, StoreUnavailable, dynamodb_spec, open_store
-from platformctl.kernel.topology import STAGES, load_stage
+from platformctl.kernel.topology import STAGES
 from release_pipeline.fold import Entry
 from release_pipeline.gates import freezes_in_force
 from release_pipeline.ledger import Ledger
@@ -59,7 +60,6 @@ class DashboardRequest:
     pipeline_file: Path | None = None
     ledger: str | None = None
     state: str | None = None  # one store for every stage (``--state``), else each stage's own
-    infra_dir: Path | None = None
     window: float = 6 * 3600.0  # how far back the charts reach from each stage's newest result
 
 
@@ -82,7 +82,8 @@ def must_exist(spec: str, field: str, file: str | None = None, hint: str = "noth
 class Reader:
     """The stores the page reads, opened once, and the journals folded so far (see the module docstring)."""
 
-    def __init__(self, request: DashboardRequest) -> None:
+    def __init__(self, platform: Platform, request: DashboardRequest) -> None:
+        self.platform = platform
         self.request = request
         self.pipeline: Pipeline = load_pipeline(request.pipeline_file)  # a bad pipeline file: exit 2
         if request.ledger:
@@ -100,15 +101,15 @@ class Reader:
         # (store, cluster) -> its journal's fold so far
         self.rotations: dict[tuple[str, str], RunState] = {}
         self.remediations: dict[tuple[str, str], RemediationState] = {}
-        self.owner = _stage_clusters(request.infra_dir)
+        self.owner = _stage_clusters(platform)
 
     def store(self, stage: str) -> StateStore:
         if stage not in self.stores:
             if self.request.state:
                 store = next((s for s in self.stores.values() if s.location == self.request.state), None)
-                self.stores[stage] = store or open_store(self.request.state)
+                self.stores[stage] = store or open_store(self.request.state, target=self.platform.environment.aws)
             else:
-                opened = store_for(None, stage=stage, infra_dir=self.request.infra_dir)
+                opened = store_for(self.platform, None, stage=stage)
                 self.stores[stage] = next((s for s in self.stores.values() if s.location == opened.location), opened)
         return self.stores[stage]
 
@@ -121,12 +122,13 @@ class Reader:
         out: JSONObject = {"generated_at": now, "pipeline_file": pipeline.source, "ledger": self.ledger_spec,
                            "errors": errors, "window_seconds": self.request.window, "objectives": objectives()}
         if self.ledger is None:
-            self.ledger = _guarded(where, errors, lambda: Ledger(open_store(self.ledger_spec), pipeline.names), None)
+            self.ledger = _guarded(where, errors, lambda: Ledger(open_store(self.ledger_spec, target=self.platform.environment.aws),
+                                                                   pipeline.names), None)
         ledger = self.ledger
         state = _guarded(where, errors, ledger.state, None) if ledger else None
         newest = _guarded(where, errors, lambda: ledger.newest(DECISIONS), []) if ledger else []
         out["decisions"] = [e.as_stored() for e in newest]
-        report = _guarded(where, errors, lambda: candidate_report(ledger, state, aws=False), {}) \
+        report = _guarded(where, errors, lambda: candidate_report(ledger, state, None), {}) \
             if ledger is not None and state is not None else {}
         canaries, rotations, remediation = self._stages(newest, errors)
         out["canaries"], out["rotations"], out["remediation"] = canaries, rotations, remediation
@@ -257,9 +259,9 @@ class Reader:
                 "in_progress": len(current.open), "recent": current.recent[-5:]}
 
 
-def gather(request: DashboardRequest) -> JSONObject:
+def gather(platform: Platform, request: DashboardRequest) -> JSONObject:
     """One read of every store (the export's)."""
-    return Reader(request).read()
+    return Reader(platform, request).read()
 
 
 def _guarded(what: str, errors: list[str], read: Callable[[], T], default: D) -> T | D:
@@ -270,12 +272,12 @@ def _guarded(what: str, errors: list[str], read: Callable[[], T], default: D) ->
         return default
 
 
-def _stage_clusters(infra_dir: Path | None) -> dict[str, str]:
+def _stage_clusters(platform: Platform) -> dict[str, str]:
     """Cluster -> stage, from the checkout's stack files (a stage whose file cannot be read is left out)."""
     out: dict[str, str] = {}
     for stage in STAGES:
         try:
-            out.update({c.name: stage for c in load_stage(stage, infra_dir).clusters()})
+            out.update({c.name: stage for c in platform.stage(stage).clusters()})
         except PlatformError:
             continue
     return out

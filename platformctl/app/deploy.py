@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from platformctl.kernel import region_client
+from platformctl.app.platform import Platform
 from platformctl.kernel.deployer import Deployer, DeployResult
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.topology import Stage, load_stage, read_stack_config
+from platformctl.kernel.topology import Stage
 
 
 def check_lock_file(lock_file: Path) -> None:
@@ -26,12 +26,12 @@ def check_lock_file(lock_file: Path) -> None:
         raise PlatformError("not valid JSON", file=str(lock_file), field="--lock-file") from None
 
 
-def deployer_for(stage: Stage, lock_file: Path | None) -> tuple[Deployer, Path]:
+def deployer_for(platform: Platform, stage: Stage, lock_file: Path | None) -> tuple[Deployer, Path]:
     """The deployer of ``stage`` and the lock file it deploys (the given one, else the region's or the stack's)."""
-    running = region_client.running()
-    info = region_client.for_stage(running, stage.name)
+    running = platform.region
+    info = running.for_stage(stage.name) if running is not None else None
     if running is not None and info is None:
-        raise PlatformError(f"the local region running here holds {', '.join(region_client.stages_of(running))}, not "
+        raise PlatformError(f"the local region running here holds {', '.join(running.stages)}, not "
                             f"{stage.name}: stop it (`platformctl local down`) or start a region that holds this stage",
                             field="--stage")
     if lock_file is not None:
@@ -39,45 +39,44 @@ def deployer_for(stage: Stage, lock_file: Path | None) -> tuple[Deployer, Path]:
     if info is not None:
         from infra.deploy import LocalDeployer
 
-        clock = region_client.ServerClock(f"{info['kubernetes_endpoint']}/platformctl/v1/time")
         local = LocalDeployer(Path(info["checkpoint"]), f"the local region (AWS {info['aws_endpoint']})",
-                              region_client.local_aws(info), clock)
+                              platform.aws if platform.aws.local else None, platform.clock(stage.name))
         return local, lock_file or Path(info["image_lock"])
     from infra.deploy import PulumiDeployer
     from infra.settings import parse_settings
 
-    infra_dir = Path(stage.source).parent
-    lock = lock_file or infra_dir / parse_settings(read_stack_config(Path(stage.source)), stage.name, stage.source).image_lock
-    return PulumiDeployer(infra_dir), lock
+    lock = lock_file or platform.infra_dir / parse_settings(dict(platform.stack_config(stage.name)), stage.name,
+                                                            stage.source).image_lock
+    return PulumiDeployer(platform.infra_dir, platform.environment), lock
 
 
-def deploy_stage(stage_name: str, lock_file: Path | None = None, infra_dir: Path | None = None,
+def deploy_stage(platform: Platform, stage_name: str, lock_file: Path | None = None,
                  over_pins: bool = False, kubernetes_version: str | None = None) -> DeployResult:
     """Deploy ``stage_name`` with ``lock_file``'s images (default: the region's or the stack's lock file); with
     ``over_pins`` (a release candidate's deploy) those images win over the stage's pinned ones; ``kubernetes_version``
     over the stack file's (a rollback keeps its control planes' version: EKS never takes one back)."""
-    stage = load_stage(stage_name, infra_dir)
-    deployer, lock = deployer_for(stage, lock_file)
+    stage = platform.stage(stage_name)
+    deployer, lock = deployer_for(platform, stage, lock_file)
     return deployer.deploy(stage, lock, over_pins=over_pins, kubernetes_version=kubernetes_version)
 
 
-def stage_deployer(stage_name: str, infra_dir: Path | None = None) -> tuple[Deployer, Stage]:
+def stage_deployer(platform: Platform, stage_name: str) -> tuple[Deployer, Stage]:
     """The deployer of ``stage_name`` (its stack's lock holder, its ``cancel``) and the stage."""
-    stage = load_stage(stage_name, infra_dir)
-    return deployer_for(stage, None)[0], stage
+    stage = platform.stage(stage_name)
+    return deployer_for(platform, stage, None)[0], stage
 
 
-def cancel_stack_lock(stage_name: str, infra_dir: Path | None = None) -> None:
+def cancel_stack_lock(platform: Platform, stage_name: str) -> None:
     """Clear ``stage_name``'s stack lock, as ``pulumi cancel`` does (``platformctl stage cancel``)."""
-    deployer, stage = stage_deployer(stage_name, infra_dir)
+    deployer, stage = stage_deployer(platform, stage_name)
     deployer.cancel(stage)
 
 
-def deployed_now(stage_name: str, infra_dir: Path | None = None) -> tuple[dict[str, str], dict[str, str]]:
+def deployed_now(platform: Platform, stage_name: str) -> tuple[dict[str, str], dict[str, str]]:
     """What ``stage_name`` runs as its last deploy left it: each image family and the image its launch templates boot,
     and each cluster's control plane version."""
-    stage = load_stage(stage_name, infra_dir)
-    deployer, _ = deployer_for(stage, None)
+    stage = platform.stage(stage_name)
+    deployer, _ = deployer_for(platform, stage, None)
     now = deployer.deployed(stage)
     families = {f"{c.name}/{p.name}": p.image_family for c in stage.clusters() for p in c.node_pools}
     return {families[key]: image for key, image in sorted(now.images.items()) if key in families}, now.kubernetes_versions

@@ -10,39 +10,37 @@ from pathlib import Path
 
 from ami.build import BuildPlan, BuildReport, ImageStore, aws_errors, build_images, plan_builds, write_lock
 from ami.manifest import default_manifest_dir, load_manifests
-from platformctl.kernel import region_client
+from platformctl.app.platform import Platform
 from platformctl.kernel.checkout import root
-from platformctl.kernel.environment import current
 
 
-def image_store(region: str | None, copy_to: tuple[str, ...] = ()) -> ImageStore:
-    """The images of the account (or local region) the environment names, in ``region`` and copied to ``copy_to``
+def image_store(platform: Platform, region: str | None, copy_to: tuple[str, ...] = ()) -> ImageStore:
+    """The images of the account (or local region) the command reaches, in ``region`` and copied to ``copy_to``
     (building into a local region of several stages: every stage's AWS region gets them)."""
-    local = region_client.reached()
+    local = platform.reached
     if local is not None and not copy_to:
-        copy_to = tuple(dict.fromkeys(str((region_client.for_stage(local, s) or local)["region"])
-                                      for s in region_client.stages_of(local)))
-    return ImageStore(region or current().aws.region or "us-west-2", copy_to)
+        copy_to = tuple(dict.fromkeys(str((local.for_stage(s) or local.status)["region"]) for s in local.stages))
+    return ImageStore(region or platform.aws.region or "us-west-2", copy_to)
 
 
-def default_lock_file() -> Path:
+def default_lock_file(platform: Platform) -> Path:
     """Where ``ami build`` records its images: the running local region's own lock file when building into it, else
     the checkout's ``ami/images.lock.json``."""
-    local = region_client.reached()
-    return Path(local["image_lock"]) if local else root("--lock-file") / "ami" / "images.lock.json"
+    local = platform.reached
+    return local.image_lock if local else root("--lock-file") / "ami" / "images.lock.json"
 
 
-def target_of(region: str) -> str:
+def target_of(platform: Platform, region: str) -> str:
     """Where AWS calls go, for people: the local region, another endpoint, or an account (asked of STS)."""
-    local = region_client.reached()
+    local = platform.reached
     if local is not None:
-        return f"the local region of stage {local['stage']} (AWS endpoint {local['aws_endpoint']}), region {region}"
-    if current().aws.endpoint:
-        return f"AWS endpoint {current().aws.endpoint}, region {region}"
+        return f"the local region of stage {local.status['stage']} (AWS endpoint {local.aws_endpoint}), region {region}"
+    if platform.aws.endpoint:
+        return f"AWS endpoint {platform.aws.endpoint}, region {region}"
     from platformctl.kernel import aws
 
     with aws_errors():
-        account = aws.client("sts", region).get_caller_identity()["Account"]
+        account = aws.client("sts", region, target=platform.aws).get_caller_identity()["Account"]
     return f"AWS account {account}, region {region}"
 
 

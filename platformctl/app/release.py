@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra.settings import parse_settings
+from platformctl.app.platform import Platform
 from platformctl.app.release_source import infra_revision
 from platformctl.app.rotation import check_gate_windows
-from platformctl.app.stage_operations import StageOperator, booted_instances, stage_now
+from platformctl.app.stage_operations import StageOperator, booted_instances
+from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
 from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.nodegroups import NodeGroups
 from platformctl.kernel.state import StateStore, open_store
-from platformctl.kernel.topology import load_stage, read_stack_config
 from platformctl.kernel.who import who
 from release_pipeline.candidates import Candidate, make_candidate, read_lock, stage_images
 from release_pipeline.fold import Entry, PipelineState, reported
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 DEFAULT_LEDGER = ".platformctl/release.db"
 
 
-def ledger_of(pipeline: Pipeline, spec: str | None, existing: bool = True) -> Ledger:
+def ledger_of(platform: Platform, pipeline: Pipeline, spec: str | None, existing: bool = True) -> Ledger:
     """The ledger's store: ``--ledger``, else the pipeline file's ``ledger``, else ``.platformctl/release.db`` in the
     checkout the pipeline file is in. ``existing`` (every command but ``release start``, which makes the first one):
     a ledger that is not there is exit 2, never a new empty one that a mistyped path would freeze or tick instead."""
@@ -45,19 +46,17 @@ def ledger_of(pipeline: Pipeline, spec: str | None, existing: bool = True) -> Le
         if not existing:
             Path(chosen).parent.mkdir(parents=True, exist_ok=True)
     try:
-        store: StateStore = open_store(chosen, existing)
+        store: StateStore = open_store(chosen, existing, target=platform.environment.aws)
     except PlatformError as exc:  # the ledger is named by --ledger or the pipeline file, not --state
         where = {"file": pipeline.source, "field": "ledger"} if spec is None and pipeline.ledger else {"field": "--ledger"}
         raise PlatformError(exc.detail, **where) from None
     return Ledger(store, pipeline.names)
 
 
-def _default_lock(infra_dir: Path, relative: str) -> Path:
+def _default_lock(platform: Platform, relative: str) -> Path:
     """The lock file ``ami build`` writes: the local region's while one runs here, else the stack file's."""
-    from platformctl.kernel import region_client
-
-    info = region_client.running()
-    return Path(info["image_lock"]) if info is not None else (infra_dir / relative).resolve()
+    region = platform.region
+    return region.image_lock if region is not None else (platform.infra_dir / relative).resolve()
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,6 @@ class StartRequest:
     lock_file: Path | None = None
     note: str = ""
     ledger: str | None = None
-    infra_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -76,20 +74,19 @@ class Started:
     ledger: str
 
 
-def start_candidate(request: StartRequest) -> Started:
+def start_candidate(platform: Platform, request: StartRequest) -> Started:
     """Record the lock file's images, for every stage of the pipeline, as one immutable candidate."""
     pipeline = load_pipeline(request.pipeline_file)
     check_gate_windows(pipeline)  # a gate that could never pass: exit 2 before anything is touched
-    stages = [load_stage(name, request.infra_dir) for name in pipeline.names]
-    infra_dir = Path(stages[0].source).parent
-    settings = {s.name: parse_settings(read_stack_config(Path(s.source)), s.name, s.source) for s in stages}
-    lock_path = request.lock_file or _default_lock(infra_dir, settings[stages[0].name].image_lock)
+    stages = [platform.stage(name) for name in pipeline.names]
+    settings = {s.name: parse_settings(dict(platform.stack_config(s.name)), s.name, s.source) for s in stages}
+    lock_path = request.lock_file or _default_lock(platform, settings[stages[0].name].image_lock)
     lock = read_lock(lock_path)
     images = [stage_images(s, settings[s.name], lock, str(lock_path)) for s in stages]
-    revision = infra_revision(infra_dir, lock_path)  # checked before the ledger is opened: a refusal writes nothing
-    ledger = ledger_of(pipeline, request.ledger, existing=False)  # the first start makes it
-    at = stage_now(pipeline.names[0])  # the first stage's clock
-    candidate = make_candidate(images, revision, request.note, at, who())
+    revision = infra_revision(platform.infra_dir, lock_path)  # checked before the ledger is opened: a refusal writes nothing
+    ledger = ledger_of(platform, pipeline, request.ledger, existing=False)  # the first start makes it
+    at = platform.now(pipeline.names[0])  # the first stage's clock
+    candidate = make_candidate(images, revision, request.note, at, who(platform.aws))
     new = ledger.add_candidate(candidate)
     if new:  # keyed by the candidate: two starts of the same content at once make one entry (and the fold one candidate)
         ledger.append(candidate.id, None, "start", at, request.note or "started", {"ready_in": [pipeline.names[0]],
@@ -105,18 +102,18 @@ class LedgerRequest:
     stage: str | None = None
 
 
-def open_pipeline(request: LedgerRequest, existing: bool = True) -> tuple[Pipeline, Ledger]:
+def open_pipeline(platform: Platform, request: LedgerRequest, existing: bool = True) -> tuple[Pipeline, Ledger]:
     """The pipeline file and its ledger, which must exist (only ``release start`` makes one)."""
     pipeline = load_pipeline(request.pipeline_file)
     if request.stage is not None:
         pipeline.stage(request.stage)  # an unknown stage is exit 2 before anything is read
-    return pipeline, ledger_of(pipeline, request.ledger, existing)
+    return pipeline, ledger_of(platform, pipeline, request.ledger, existing)
 
 
-def pipeline_status(request: LedgerRequest, aws: bool = True) -> dict[str, Any]:
+def pipeline_status(platform: Platform, request: LedgerRequest, aws: bool = True) -> dict[str, Any]:
     """Where every candidate is: per stage the one in flight, the last good one, the step and what it waits for;
     ``aws`` False: the instances each candidate booted from the ledger alone (``candidate_report``)."""
-    pipeline, ledger = open_pipeline(request, existing=True)
+    pipeline, ledger = open_pipeline(platform, request, existing=True)
     state = ledger.state()
     stages: dict[str, JSONObject] = {}
     for name in pipeline.names:
@@ -133,20 +130,18 @@ def pipeline_status(request: LedgerRequest, aws: bool = True) -> dict[str, Any]:
                         "tick_lease": {"holder": lease.holder, "expires": lease.expires,
                                        "live": not lease.expired(time.time())} if lease else None}
     return {"ledger": ledger.store.location, "pipeline": pipeline.source, "stages": stages,
-            "candidates": candidate_report(ledger, state, aws), "freezes": [f.to_dict() for f in state.freezes],
+            "candidates": candidate_report(ledger, state, platform.aws if aws else None), "freezes": [f.to_dict() for f in state.freezes],
             "refused": state.refused}
 
 
-def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> dict[str, Any]:
-    """Each candidate: where it is, why, and how many instances ever booted its new images (asking EC2 too, unless
-    ``aws`` is False: then from what the ledger recorded alone)."""
+def candidate_report(ledger: Ledger, state: PipelineState, target: AwsTarget | None) -> dict[str, Any]:
+    """Each candidate: where it is, why, and how many instances ever booted its new images (asking EC2 in ``target``
+    too; None: from what the ledger recorded alone)."""
     out = {}
     seen: set[str] = set()  # the images of every earlier candidate
+    aws = target is not None
     aws_reachable = aws
     seams: dict[str, NodeGroups] = {}  # one per region for the whole report, not three clients per candidate
-    from platformctl.kernel import region_client
-
-    target = region_client.aws_target() if aws else None  # asked once (a local region's status is a request)
     counted = reported(state)
     for c in sorted(ledger.recorded(state.candidates).values(), key=lambda c: (state.order(c.id), c.created_at)):
         where = state.candidates.get(c.id) or CandidateStatus("finished")
@@ -164,7 +159,7 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
             continue
         recorded, lit = ledger.boots_and_first_light(c.id)
         builders: dict[str, int] = {}
-        asked = booted_instances(c, new, builders=builders, seams=seams, target=target) if aws_reachable else None
+        asked = booted_instances(c, new, target, builders=builders, seams=seams) if target and aws_reachable else None
         aws_reachable = aws_reachable and asked is not None  # one failure: the rest of the report from the ledger only
         # What AWS still shows, and what the ledger saw booting the new images at the end of each rotation.
         booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get(n, set())
@@ -182,14 +177,14 @@ def candidate_report(ledger: Ledger, state: PipelineState, aws: bool = True) -> 
     return out
 
 
-def pipeline_history(request: LedgerRequest) -> list[dict[str, Any]]:
+def pipeline_history(platform: Platform, request: LedgerRequest) -> list[dict[str, Any]]:
     """Every entry of the ledger, oldest first (of one stage, when given)."""
-    _, ledger = open_pipeline(request, existing=True)
+    _, ledger = open_pipeline(platform, request, existing=True)
     return [e.as_stored() for _, e in ledger.entries() if request.stage is None or e.stage == request.stage]
 
 
-def replay_decision(request: LedgerRequest, decision_id: str) -> dict[str, Any]:
-    _, ledger = open_pipeline(request, existing=True)
+def replay_decision(platform: Platform, request: LedgerRequest, decision_id: str) -> dict[str, Any]:
+    _, ledger = open_pipeline(platform, request, existing=True)
     entry = ledger.entry(decision_id)
     if entry is None:
         raise PlatformError(f"no decision {decision_id!r} in the ledger {ledger.store.location}", field="DECISION")
@@ -231,23 +226,23 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def freeze(request: FreezeRequest) -> Entry:
+def freeze(platform: Platform, request: FreezeRequest) -> Entry:
     if not request.reason.strip():
         raise PlatformError("say why", field="--reason")
     until = _until(request.until)  # read before anything is opened or written
-    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
-    now = stage_now(request.stage or pipeline.names[0])
+    pipeline, ledger = open_pipeline(platform, LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    now = platform.now(request.stage or pipeline.names[0])
     if until is not None and until[0] == "at" and until[1] <= now:
         raise PlatformError(f"{request.until} is in the past (the stage's clock says {_iso(now)})", field="--until")
     end = None if until is None else until[1] if until[0] == "at" else now + until[1]
     return ledger.append(None, request.stage, "freeze", now, request.reason, {"until": end, "pipeline": pipeline.digest},
-                         who())
+                         who(platform.aws))
 
 
-def unfreeze(request: FreezeRequest) -> Entry:
-    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
-    return ledger.append(None, request.stage, "unfreeze", stage_now(request.stage or pipeline.names[0]), request.reason or "unfrozen",
-                         {}, who())
+def unfreeze(platform: Platform, request: FreezeRequest) -> Entry:
+    pipeline, ledger = open_pipeline(platform, LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    return ledger.append(None, request.stage, "unfreeze", platform.now(request.stage or pipeline.names[0]), request.reason or "unfrozen",
+                         {}, who(platform.aws))
 
 
 @dataclass(frozen=True)
@@ -272,18 +267,18 @@ class Approved:
         return {**self.approval.to_dict(), **({"override": self.override.to_dict()} if self.override else {})}
 
 
-def approve(request: ApproveRequest) -> Approved:
+def approve(platform: Platform, request: ApproveRequest) -> Approved:
     """Approve a candidate into a stage: only one that may still enter it (waiting there, or ready and not about to
     give way to a newer one). With ``override_freeze``, let it enter during the freeze in force now, until that ends."""
     from release_pipeline.gates import freezes_in_force
     from release_pipeline.reconcile import eligible
 
-    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    pipeline, ledger = open_pipeline(platform, LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     if request.override_freeze is not None and not request.override_freeze.strip():
         raise PlatformError("say why the freeze is overridden", field="--override-freeze")
     from platformctl.app.approvers import approver
 
-    by, caller = approver(pipeline, ledger)  # who, before anything else is read
+    by, caller = approver(platform.aws, pipeline, ledger)  # who, before anything else is read
     state = ledger.state()
     stage = state.stage(request.stage)
     if ledger.candidate(request.candidate) is None:
@@ -302,7 +297,7 @@ def approve(request: ApproveRequest) -> Approved:
     if newer is not None:
         raise PlatformError(f"{request.candidate} gives way to the newer {newer} in {request.stage} (onNewer: "
                             f"{pipeline.on_newer}; a stage only moves forward): approve {newer} instead", field="CANDIDATE")
-    now = stage_now(request.stage or pipeline.names[0])
+    now = platform.now(request.stage or pipeline.names[0])
     covers: list[str] = []
     if request.override_freeze is not None:
         frozen = freezes_in_force(pipeline.freezes, state.freezes, request.stage, now)
@@ -327,15 +322,14 @@ class PromoteRequest:
     reason: str
     pipeline_file: Path | None = None
     ledger: str | None = None
-    infra_dir: Path | None = None
 
 
-def promote(request: PromoteRequest) -> Entry:
+def promote(platform: Platform, request: PromoteRequest) -> Entry:
     """Send a candidate to a stage by hand, older than what the stage ran or superseded: it enters next (under the
     stage's freezes and approvals as any other), recorded with who and why. A halted one is refused."""
     if not request.reason.strip():
         raise PlatformError("say why", field="--reason")
-    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    pipeline, ledger = open_pipeline(platform, LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     if ledger.candidate(request.candidate) is None:
         raise PlatformError(f"no candidate {request.candidate!r} in the ledger {ledger.store.location}", field="CANDIDATE")
     state = ledger.state()
@@ -346,9 +340,9 @@ def promote(request: PromoteRequest) -> Entry:
     stage = state.stage(request.stage)
     if stage.current == request.candidate and stage.step not in ("idle", "waiting"):
         raise PlatformError(f"{request.candidate} is in flight in {request.stage} already ({stage.step})", field="CANDIDATE")
-    now = stage_now(request.stage)
+    now = platform.now(request.stage)
     return ledger.append(request.candidate, request.stage, "force", now, f"sent to {request.stage} by hand: {request.reason}",
-                         {"pipeline": pipeline.digest, "newest_ran": stage.newest}, who())
+                         {"pipeline": pipeline.digest, "newest_ran": stage.newest}, who(platform.aws))
 
 
 @dataclass(frozen=True)
@@ -357,24 +351,23 @@ class RollbackRequest:
     reason: str
     pipeline_file: Path | None = None
     ledger: str | None = None
-    infra_dir: Path | None = None
 
 
-def rollback(request: RollbackRequest) -> Entry:
+def rollback(platform: Platform, request: RollbackRequest) -> Entry:
     """Halt a stage's candidate by hand and roll the stage back as one unit: the one in flight there (back to the last
     good one), else the last good one (back to the good one before it). The next tick deploys and rotates back; the
     halted candidate never enters a later stage."""
     if not request.reason.strip():
         raise PlatformError("say why", field="--reason")
-    pipeline, ledger = open_pipeline(LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    pipeline, ledger = open_pipeline(platform, LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     from release_pipeline.reconcile import rollback_by_hand
 
     stage = ledger.state().stage(request.stage)
     cid, target = rollback_by_hand(stage, request.stage)
-    now = stage_now(request.stage)
+    now = platform.now(request.stage)
     return ledger.append(cid, request.stage, "halt", now, f"rolled back by hand: {request.reason}",
                          {"manual": True, "rollback_to": target, "step": stage.step, "pipeline": pipeline.digest},
-                         who())
+                         who(platform.aws))
 
 
 # ---------------------------------------------------------------------------------------------- the tick
@@ -384,7 +377,6 @@ def rollback(request: RollbackRequest) -> Entry:
 class TickRequest:
     pipeline_file: Path | None = None
     ledger: str | None = None
-    infra_dir: Path | None = None
     lease_ttl: float = 60.0
     stages: tuple[str, ...] = ()  # only these stages (default: every stage)
     kubeconfig: str | None = None  # the clusters' contexts (default: the local region's, or $KUBECONFIG)
@@ -409,7 +401,7 @@ class Ticked:
         return {"ledger": self.ledger, **self.report.to_dict(), "holders": self.holders, "failing": self.failing}
 
 
-def release_tick(request: TickRequest, say: Any = lambda message: None) -> Ticked:
+def release_tick(platform: Platform, request: TickRequest, say: Any = lambda message: None) -> Ticked:
     """Advance every candidate at most one step, each stage under its own lease (``EveryStageHeld`` when other ticks
     hold every stage this one would act in)."""
     from platformctl.kernel.state.lease import holder_id
@@ -419,16 +411,13 @@ def release_tick(request: TickRequest, say: Any = lambda message: None) -> Ticke
     check_gate_windows(pipeline)  # a gate that could never pass: exit 2 before anything is touched
     for name in request.stages:
         pipeline.stage(name)  # a stage the pipeline does not hold is exit 2 before any lease is taken
-    ledger = ledger_of(pipeline, request.ledger)
+    ledger = ledger_of(platform, pipeline, request.ledger)
     holders: dict[str, str] = {}
     holder = holder_id()
     hold = ledger.stage_leases(holder, request.lease_ttl, holders)
-
-    from platformctl.kernel.region_client import home
-
-    work = home() / "candidates"  # the lock files deploys read: $PLATFORMCTL_HOME, else the checkout's .platformctl
-    actions = StageOperator(pipeline, request.infra_dir, work, request.lease_ttl, request.kubeconfig, ledger, holder)
-    report = tick(pipeline, ledger, actions, who(), say, request.stages, hold)
+    work = platform.home / "candidates"  # the lock files deploys read: $PLATFORMCTL_HOME, else the checkout's .platformctl
+    actions = StageOperator(platform, pipeline, work, request.lease_ttl, request.kubeconfig, ledger, holder)
+    report = tick(pipeline, ledger, actions, who(platform.aws), say, request.stages, hold)
     acting = [n for n in pipeline.names if not request.stages or n in request.stages]
     if acting and set(report.held) == set(acting):
         raise EveryStageHeld("another tick holds the lease of every stage this one would act in ("

@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from platformctl.app.clusters import connect
+from platformctl.app.platform import Platform
 from platformctl.app.rotation import ActRequest, Scope, scope_of, store_of
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.jsontypes import JSONObject
@@ -64,17 +64,17 @@ class Pass:
         return {"exit_code": self.exit_code, "dry_run": self.dry_run, "clusters": [o.to_dict() for o in self.outcomes]}
 
 
-def prepare(request: RemediationRequest) -> Remediation:
+def prepare(platform: Platform, request: RemediationRequest) -> Remediation:
     policy = load_remediation_policy(request.policy_file)
-    scope = scope_of(request.context, request.stage, request.infra_dir, "remediate run")
+    scope = scope_of(platform, request.context, request.stage, "remediate run")
     if scope.stage is not None and policy.cluster is not None:
         raise PlatformError(f"names cluster {policy.cluster!r}, but --stage applies the policy to every cluster: remove "
                             "`cluster`", file=policy.source, field="cluster")
     if policy.cluster is not None and request.context is not None and policy.cluster != request.context:
         raise PlatformError(f"is for cluster {policy.cluster!r}, not {request.context!r}", file=policy.source, field="cluster")
-    store = store_of(request.state, scope, request.infra_dir)
-    targets = connect(scope.names, request.kubeconfig, request.region or (scope.stage.region if scope.stage else None),
-                      request.infra_dir)
+    store = store_of(platform, request.state, scope)
+    targets = connect(platform, scope.names, request.kubeconfig,
+                      request.region or (scope.stage.region if scope.stage else None))
     return Remediation(policy, scope, store, targets, request.lease_ttl, request.dry_run, holder_id())
 
 
@@ -85,11 +85,11 @@ def remediate_pass(remediation: Remediation, say: Callable[[str], None] | None =
                  for name, t in r.targets.items()], r.dry_run)
 
 
-def remediation_status(context: str | None, stage_name: str | None, state: str | None, infra_dir: Path | None,
+def remediation_status(platform: Platform, context: str | None, stage_name: str | None, state: str | None,
                        last: int = 10) -> tuple[StateStore, list[dict[str, Any]]]:
     """What remediation did and why, from the store alone: the breaker, the hourly limit, the newest decisions."""
-    scope = scope_of(context, stage_name, infra_dir, "remediate status")
-    store = store_of(state, scope, infra_dir, existing=True)
+    scope = scope_of(platform, context, stage_name, "remediate status")
+    store = store_of(platform, state, scope, existing=True)
     clusters: list[dict[str, Any]] = []
     for name in scope.names:
         current = read_state(store, name)

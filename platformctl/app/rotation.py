@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from platformctl.app.clusters import connect, groups_of, launch_template_targets
+from platformctl.app.platform import Platform
 from platformctl.app.stores import store_for
 from platformctl.kernel.cluster.model import Node, Snapshot, load_snapshot
 from platformctl.kernel.errors import ApiFault, ApiRefused, PlatformError
@@ -23,7 +24,7 @@ from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.nodegroups import NodeGroupError
 from platformctl.kernel.state import StateStore
 from platformctl.kernel.state.lease import holder_id
-from platformctl.kernel.topology import HostCluster, Stage, load_stage
+from platformctl.kernel.topology import HostCluster, Stage
 from platformctl.kernel.who import who
 from release_pipeline.pipeline import Pipeline
 from upgrade_service.journal.rotation import control, read_state, stream_of
@@ -52,20 +53,20 @@ class Scope:
         return f"stage {self.stage.name}" if self.stage else f"cluster {self.names[0]}"
 
 
-def scope_of(context: str | None, stage_name: str | None, infra_dir: Path | None, command: str) -> Scope:
+def scope_of(platform: Platform, context: str | None, stage_name: str | None, command: str) -> Scope:
     """One context or one stage, never both nor neither (``command`` names the command in the error)."""
     if (context is None) == (stage_name is None):
         raise PlatformError("give exactly one of --context NAME or --stage NAME", field=command)
     if context is not None:
         return Scope([context])
-    stage = load_stage(stage_name or "", infra_dir)
+    stage = platform.stage(stage_name or "")
     return Scope([c.name for c in stage.clusters()], stage)
 
 
-def store_of(spec: str | None, scope: Scope, infra_dir: Path | None, existing: bool = False) -> StateStore:
+def store_of(platform: Platform, spec: str | None, scope: Scope, existing: bool = False) -> StateStore:
     """The store these clusters journal in: ``spec``, else the stage's own (``platformctl.app.stores``)."""
-    return store_for(spec, stage=scope.stage.name if scope.stage else None, cluster=scope.names[0] if scope.names else None,
-                     infra_dir=infra_dir, existing=existing)
+    return store_for(platform, spec, stage=scope.stage.name if scope.stage else None,
+                     cluster=scope.names[0] if scope.names else None, existing=existing)
 
 
 def places_of(stage: Stage) -> list[ClusterPlace]:
@@ -86,7 +87,6 @@ class PlanRequest:
     stage: str | None = None
     snapshot_dir: Path | None = None  # with ``stage``: <cluster>.json files instead of the live contexts
     kubeconfig: str | None = None
-    infra_dir: Path | None = None
 
 
 def snapshot_time(snapshot: Snapshot) -> float:
@@ -96,12 +96,11 @@ def snapshot_time(snapshot: Snapshot) -> float:
     return max(stamps, default=0.0)
 
 
-def live_snapshot(kubeconfig: str | None, context: str | None) -> tuple[Snapshot, str, float]:
+def live_snapshot(platform: Platform, kubeconfig: str | None, context: str | None) -> tuple[Snapshot, str, float]:
     """A live cluster as the planner reads it: its nodes, pods and budgets, its name and its clock."""
     from platformctl.kernel.cluster.live import LiveCluster
-    from platformctl.kernel.region_client import default_kubeconfig
 
-    live = LiveCluster.from_kubeconfig(default_kubeconfig(kubeconfig), context)
+    live = LiveCluster.from_kubeconfig(platform.kubeconfig(kubeconfig), context)
     snap = Snapshot(tuple(live.list_nodes()), tuple(live.list_pods()), tuple(live.list_pdbs()),
                     source=f"context {live.name}")
     return snap, live.name, live.clock.now()
@@ -118,7 +117,7 @@ def check_plan_request(request: PlanRequest) -> None:
         raise PlatformError("--snapshot-dir goes with --stage", field="--snapshot-dir")
 
 
-def plan_rotation(request: PlanRequest) -> RotationPlan | RegionPlan:
+def plan_rotation(platform: Platform, request: PlanRequest) -> RotationPlan | RegionPlan:
     """The plan of a cluster or a stage onto the images its policy targets (or what its launch templates boot, read
     from AWS, when it names none). Changes nothing."""
     check_plan_request(request)
@@ -128,15 +127,15 @@ def plan_rotation(request: PlanRequest) -> RotationPlan | RegionPlan:
                             "show: name targets, or plan the live cluster (--context or --stage)", file=policy.source,
                             field="targets")
     if request.stage is not None:
-        return _plan_stage(request, policy)
-    return _plan_one(request, policy)
+        return _plan_stage(platform, request, policy)
+    return _plan_one(platform, request, policy)
 
 
-def _plan_stage(request: PlanRequest, policy: RotationPolicy) -> RegionPlan:
+def _plan_stage(platform: Platform, request: PlanRequest, policy: RotationPolicy) -> RegionPlan:
     if policy.cluster is not None:
         raise PlatformError(f"names cluster {policy.cluster!r}, but a stage plan applies the policy to every cluster "
                             "of the stage: remove `cluster`", file=policy.source, field="cluster")
-    stage = load_stage(request.stage or "", request.infra_dir)
+    stage = platform.stage(request.stage or "")
     places = places_of(stage)
     snapshots: dict[str, Snapshot] = {}
     now = 0.0
@@ -145,11 +144,11 @@ def _plan_stage(request: PlanRequest, policy: RotationPolicy) -> RegionPlan:
             snapshots[place.name] = load_snapshot(request.snapshot_dir / f"{place.name}.json")
             now = max(now, snapshot_time(snapshots[place.name]))
         else:
-            snapshots[place.name], _, now = live_snapshot(request.kubeconfig, place.name)
+            snapshots[place.name], _, now = live_snapshot(platform, request.kubeconfig, place.name)
     if policy.targets is None:
         targets: dict[str, str] = {}
         for cluster_name, snap in snapshots.items():
-            targets.update(launch_template_targets(snap, cluster_name, policy, stage.region, request.infra_dir))
+            targets.update(launch_template_targets(platform, snap, cluster_name, policy, stage.region))
         policy = policy.with_targets(targets)
     result = plan_region(stage.name, stage.region, places, snapshots, policy, now)
     present = {n.labels[policy.pool_label] for s in snapshots.values() for n in s.nodes if policy.pool_label in n.labels}
@@ -157,16 +156,16 @@ def _plan_stage(request: PlanRequest, policy: RotationPolicy) -> RegionPlan:
     return result
 
 
-def _plan_one(request: PlanRequest, policy: RotationPolicy) -> RotationPlan:
+def _plan_one(platform: Platform, request: PlanRequest, policy: RotationPolicy) -> RotationPlan:
     aws_note = ""
     capacity = None  # a snapshot shows no group: new nodes are read from the pool's nodes, their room unknown
     if request.snapshot is not None:
         snap = load_snapshot(request.snapshot)
         name, now = policy.cluster or request.snapshot.stem, snapshot_time(snap)
     else:
-        snap, name, now = live_snapshot(request.kubeconfig, request.context)
+        snap, name, now = live_snapshot(platform, request.kubeconfig, request.context)
         try:
-            group_of, described = groups_of(snap, name, None, request.infra_dir)
+            group_of, described = groups_of(platform, snap, name, None)
         except (NodeGroupError, PlatformError, ApiFault) as exc:
             if policy.targets is None:
                 raise
@@ -198,7 +197,6 @@ class ActRequest:
     state: str | None = None
     region: str | None = None
     lease_ttl: float = 60.0
-    infra_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -299,10 +297,10 @@ def check_gate_windows(pipeline: Pipeline) -> None:
             check_gate_window(load_policy(path))
 
 
-def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotation:
+def prepare(platform: Platform, request: RunRequest, stop: threading.Event | None = None) -> Rotation:
     """Read and check everything a rotation needs and reach its clusters and their groups; change nothing."""
     policy = load_policy(request.policy_file)
-    scope = scope_of(request.context, request.stage, request.infra_dir, "rotate run")
+    scope = scope_of(platform, request.context, request.stage, "rotate run")
     if scope.stage is not None and policy.cluster is not None:
         raise PlatformError(f"names cluster {policy.cluster!r}, but a stage rotation applies the policy to every cluster "
                             "of the stage: remove `cluster`", file=policy.source, field="cluster")
@@ -311,22 +309,22 @@ def prepare(request: RunRequest, stop: threading.Event | None = None) -> Rotatio
         check_gate_exists(policy.health_gate, policy.source)
         config = canary_config(policy)
         check_gate_window(policy, config)
-    targets = connect(scope.names, request.kubeconfig, request.region or (scope.stage.region if scope.stage else None),
-                      request.infra_dir)
+    targets = connect(platform, scope.names, request.kubeconfig,
+                      request.region or (scope.stage.region if scope.stage else None))
     if policy.targets:  # pools the policy names must exist (a policy that follows the launch templates names none)
         nodes = {name: _nodes_when_answered(t, policy) for name, t in targets.items()}
         check_pools(policy, {n.labels[policy.pool_label] for ns in nodes.values() for n in ns if policy.pool_label in n.labels},
                     scope.where)
         for name, t in targets.items():
             _check_targets_launch(policy, t, nodes[name])
-    store = store_of(request.state, scope, request.infra_dir)  # made (a new SQLite file) once every input is checked
+    store = store_of(platform, request.state, scope)  # made (a new SQLite file) once every input is checked
     canary = None
     if policy.health_gate is not None and policy.health_gate.canary is not None:
         from e2e_canary.verdict import canary_gate
 
         canary = canary_gate(store, policy.health_gate.canary.window, config)
     options = Options(lease_ttl=request.lease_ttl, stage=scope.stage.name if scope.stage else None,
-                      max_waves=request.max_waves, canary=canary, stop=stop)
+                      max_waves=request.max_waves, canary=canary, stop=stop, environment=platform.environment)
     return Rotation(policy, scope, store, targets, options)
 
 
@@ -399,11 +397,11 @@ def dry_run(rotation: Rotation) -> list[DryRun]:
 # ---------------------------------------------------------------------------------------------------- the store's view
 
 
-def rotation_status(context: str | None, stage_name: str | None, state: str | None,
-                    infra_dir: Path | None) -> tuple[StateStore, list[RunReport]]:
+def rotation_status(platform: Platform, context: str | None, stage_name: str | None,
+                    state: str | None) -> tuple[StateStore, list[RunReport]]:
     """What the rotations of a cluster or stage are doing, from the state store alone: each cluster's report and lease."""
-    scope = scope_of(context, stage_name, infra_dir, "rotate status")
-    store = store_of(state, scope, infra_dir, existing=True)
+    scope = scope_of(platform, context, stage_name, "rotate status")
+    store = store_of(platform, state, scope, existing=True)
     clusters = []
     for name in scope.names:
         report = build_report(read_state(store, name))
@@ -423,7 +421,6 @@ class ControlRequest:
     stage: str | None = None
     state: str | None = None
     reason: str = ""
-    infra_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -436,17 +433,17 @@ class Controlled:
         return {"cluster": self.cluster, "action": self.action, "by": self.by}
 
 
-def control_rotations(request: ControlRequest) -> tuple[StateStore, list[Controlled]]:
+def control_rotations(platform: Platform, request: ControlRequest) -> tuple[StateStore, list[Controlled]]:
     """Journal the request for every cluster it applies to (a running rotation reads it at its next step)."""
     action = request.action
-    scope = scope_of(request.context, request.stage, request.infra_dir, f"rotate {action}")
-    store = store_of(request.state, scope, request.infra_dir, existing=True)
+    scope = scope_of(platform, request.context, request.stage, f"rotate {action}")
+    store = store_of(platform, request.state, scope, existing=True)
     states = {name: read_state(store, name) for name in scope.names}
     if action == "resume" and not any(s.paused for s in states.values()):
         raise PlatformError(f"nothing is paused ({', '.join(scope.names)})", field="rotate resume")
     if action == "abort" and not any(s.open for s in states.values()):
         raise PlatformError(f"no rotation is in progress to abort ({', '.join(scope.names)})", field="rotate abort")
-    by = who()
+    by = who(platform.aws)
     done = []
     for name, run in states.items():
         if (action == "resume" and not run.paused) or (action == "abort" and not run.open):
@@ -465,14 +462,14 @@ class Abort:
         return {**self.controlled.to_dict(), **self.outcome.to_dict()}
 
 
-def abort_rotations(request: ControlRequest, kubeconfig: str | None, wait: bool = True,
+def abort_rotations(platform: Platform, request: ControlRequest, kubeconfig: str | None, wait: bool = True,
                     say: Callable[[str], None] | None = None) -> list[Abort]:
     """End the rotations: a running one puts back at its next step; a dead one's lease is waited out (unless not
     ``wait``) and this puts back what it held, after settling what it left unconfirmed."""
-    store, done = control_rotations(replace(request, action="abort"))
+    store, done = control_rotations(platform, replace(request, action="abort"))
 
     def reach(name: str) -> Target:
-        return connect([name], kubeconfig, None, request.infra_dir)[name]
+        return connect(platform, [name], kubeconfig, None)[name]
 
     return [Abort(d, abort_cluster(store, d.cluster, functools.partial(reach, d.cluster), holder_id(), wait=wait, say=say))
             for d in done]

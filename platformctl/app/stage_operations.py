@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from platformctl.app.platform import Platform
 from platformctl.kernel.clock import WallClock
 from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.errors import ApiFault, PlatformError
@@ -35,16 +35,6 @@ if TYPE_CHECKING:
 HELD = ("lease-held", "lost-lease", "paused", "api-error")
 
 
-def stage_now(stage: str) -> float:
-    """The stage's clock: the local region's virtual clock while one holds the stage, else the wall's."""
-    from platformctl.kernel import region_client
-
-    info = region_client.for_stage(region_client.running(), stage)
-    if info is not None:
-        return region_client.ServerClock(f"{info['kubernetes_endpoint']}/platformctl/v1/time").sync()
-    return time.time()
-
-
 def minor_version(version: str) -> tuple[int, int]:
     major, _, minor = version.partition(".")
     return int(major), int(minor.split(".")[0] or 0)
@@ -54,10 +44,10 @@ class StageOperator:
     """``StageOperations`` as an operator would act on the stages of ``pipeline``: a tick's (``ledger``, the lease
     holder) records each deploy before it begins and clears the stack locks killed ticks left."""
 
-    def __init__(self, pipeline: Pipeline, infra_dir: Path | None, work_dir: Path, lease_ttl: float = 60.0,
+    def __init__(self, platform: Platform, pipeline: Pipeline, work_dir: Path, lease_ttl: float = 60.0,
                  kubeconfig: str | None = None, ledger: Ledger | None = None, lease_holder: str | None = None) -> None:
+        self.platform = platform
         self.pipeline = pipeline
-        self.infra_dir = infra_dir
         self.work_dir = work_dir
         self.lease_ttl = lease_ttl  # the rotation's leases last as long as the tick's
         self.kubeconfig = kubeconfig
@@ -65,14 +55,13 @@ class StageOperator:
         self.lease_holder = lease_holder  # the tick's lease holder (``holder_id``)
 
     def now(self, stage: str) -> float:
-        return stage_now(stage)
+        return self.platform.now(stage)
 
     # ------------------------------------------------------------------------------------------------ deploy
 
     def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> StageDeploy:
         from platformctl.app.deploy import deploy_stage, deployed_now
         from platformctl.app.release_source import candidate_source
-        from platformctl.kernel.topology import load_stage
 
         lock = self.work_dir / f"{candidate.id}.lock.json"
         try:
@@ -82,15 +71,16 @@ class StageOperator:
             raise PlatformError(f"cannot write the candidate's lock file {lock}: {exc.strerror}", field="PLATFORMCTL_HOME") from None
         # The candidate's own commit (its program, stack file, Kubernetes version and components) with its images: never
         # the checkout the tick runs in.
-        checkout = Path(load_stage(stage, self.infra_dir).source).parent
+        checkout = self.platform.infra_dir
         source = candidate_source(candidate, checkout, self.work_dir, self.pipeline.repository)
         # EKS never takes a control plane back: a rollback past a version bump keeps the version the clusters have
         wanted = candidate.stages[stage].kubernetes_version if stage in candidate.stages else None
-        have = max(deployed_now(stage, self.infra_dir)[1].values(), key=minor_version, default=None) if rollback else None
+        have = max(deployed_now(self.platform, stage)[1].values(), key=minor_version, default=None) if rollback else None
         keep = KeptVersion(have, wanted) if wanted and have and minor_version(have) > minor_version(wanted) else None
         done, cleared = self._deploy_clearing_stale_lock(
             stage, candidate.id,
-            lambda: deploy_stage(stage, lock, source, over_pins=True, kubernetes_version=keep.kept if keep else None))
+            lambda: deploy_stage(self.platform.with_infra_dir(source) if source != checkout else self.platform, stage, lock,
+                                 over_pins=True, kubernetes_version=keep.kept if keep else None))
         return StageDeploy(dict(done.images), done.summary(), candidate.infra_revision,
                            "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}", keep, cleared)
 
@@ -105,7 +95,7 @@ class StageOperator:
 
         if self.ledger is None:
             return deploy(), None
-        deployer, spec = stage_deployer(stage, self.infra_dir)
+        deployer, spec = stage_deployer(self.platform, stage)
         self.ledger.add_deploy(stage, {"lock_holder": deployer.lock_holder(), "lease_holder": self.lease_holder,
                                        "at": self.now(stage), "candidate": candidate})
         try:
@@ -127,7 +117,7 @@ class StageOperator:
     def deployed(self, stage: str) -> dict[str, str]:
         from platformctl.app.deploy import deployed_now
 
-        return deployed_now(stage, self.infra_dir)[0]
+        return deployed_now(self.platform, stage)[0]
 
     # ---------------------------------------------------------------------------------------------- rotate
 
@@ -135,7 +125,7 @@ class StageOperator:
         from platformctl.app.rotation import ControlRequest, control_rotations
 
         try:
-            control_rotations(ControlRequest("resume", stage=stage, infra_dir=self.infra_dir, reason=reason))
+            control_rotations(self.platform, ControlRequest("resume", stage=stage, reason=reason))
         except (PlatformError, ApiFault):  # nothing paused (a rotation that ended on its own): nothing to resume
             pass
 
@@ -159,8 +149,8 @@ class StageOperator:
                 except Exception:  # the ledger unreachable for a moment: asked again at the next beat
                     continue
                 if why is not None:
-                    control_rotations(ControlRequest("pause", stage=stage, infra_dir=self.infra_dir,
-                                                     reason=f"the release pipeline's freeze: {why}"))
+                    control_rotations(self.platform, ControlRequest("pause", stage=stage,
+                                                                    reason=f"the release pipeline's freeze: {why}"))
                     said.append(why)
                     return
 
@@ -178,8 +168,7 @@ class StageOperator:
                                 field=f"stages[{self.pipeline.names.index(stage)}].rotationPolicy")
         if rollback:
             self._end_halted(stage, candidate)
-        rotation = prepare(RunRequest(policy, stage=stage, kubeconfig=self.kubeconfig, infra_dir=self.infra_dir,
-                                      lease_ttl=self.lease_ttl))
+        rotation = prepare(self.platform, RunRequest(policy, stage=stage, kubeconfig=self.kubeconfig, lease_ttl=self.lease_ttl))
         if rollback:  # back to what passed: not held by the canaries the taken-away image fails
             rotation.policy = rotation.policy.model_copy(update={"health_gate": None, "first_light": None})
             rotation.options = replace(rotation.options, canary=None)
@@ -194,7 +183,8 @@ class StageOperator:
             done.set()
             if watcher is not None:
                 watcher.join(timeout=30)
-        booted = (booted_instances(candidate, {stage: sorted(candidate.image_ids(stage))}, by_image=True) or {}).get(stage, {})
+        booted = (booted_instances(candidate, {stage: sorted(candidate.image_ids(stage))}, self.platform.aws,
+                                   by_image=True) or {}).get(stage, {})
         if frozen:
             if any(o.status == "paused" for o in result.outcomes):
                 return StageRotation("frozen", frozen[0], booted)
@@ -221,13 +211,13 @@ class StageOperator:
         from platformctl.app.rotation import ControlRequest, abort_rotations, scope_of, store_of
         from upgrade_service.journal.rotation import read_state
 
-        scope = scope_of(None, stage, self.infra_dir, "release rollback")
-        store = store_of(None, scope, self.infra_dir)
+        scope = scope_of(self.platform, None, stage, "release rollback")
+        store = store_of(self.platform, None, scope)
         for name in scope.names:
             run = read_state(store, name)
             if run.status == "halted" or (run.status == "running" and run.paused is not None):
-                abort_rotations(ControlRequest("abort", context=name, infra_dir=self.infra_dir,
-                                               reason=f"the release pipeline rolls {stage} back to {target.id}"),
+                abort_rotations(self.platform, ControlRequest("abort", context=name,
+                                                              reason=f"the release pipeline rolls {stage} back to {target.id}"),
                                 self.kubeconfig, wait=False)
 
     # ---------------------------------------------------------------------------------------------- judge
@@ -238,25 +228,23 @@ class StageOperator:
         from e2e_canary.verdict import soak_verdict  # its judge's imports only when a soak is judged
         from platformctl.app.stores import store_for
 
-        return soak_verdict(store_for(None, stage=stage, infra_dir=self.infra_dir), stage, since, self.now(stage), window,
+        return soak_verdict(store_for(self.platform, None, stage=stage), stage, since, self.now(stage), window,
                             replaced_images(stage, candidate, baseline), baseline.id if baseline else None, entered,
                             load_config(self.pipeline.judge_path(stage)))
 
 
-def booted_instances(candidate: Candidate, images: dict[str, list[str]], by_image: bool = False,
+def booted_instances(candidate: Candidate, images: dict[str, list[str]], target: AwsTarget, by_image: bool = False,
                      builders: dict[str, int] | None = None,
-                     seams: dict[str, NodeGroups] | None = None, target: AwsTarget | None = None) -> dict[str, Any] | None:
+                     seams: dict[str, NodeGroups] | None = None) -> dict[str, Any] | None:
     """Per stage, the instances (in any state, terminated ones too) that booted ``images`` in the stage's region as
     nodes (``by_image``: per image id), asked of the node-group seam; None when AWS cannot be asked (no credentials,
     nothing reachable, a refusal).
 
     An image build's builder boots the parent image to bake a child from it: no workload ever ran there, so it is no
     node the image reached; ``builders`` (stage -> count) hears of them. ``seams`` (region -> node groups) keeps the
-    seams made here for the caller's next question; ``target`` the AWS they reach (default: ``aws_target()``)."""
+    seams made here for the caller's next question; ``target`` the AWS they reach (the command's)."""
     from platformctl.app.nodegroups import node_groups
-    from platformctl.kernel import region_client
 
-    target = target or region_client.aws_target()
     if not target.configured:
         return None
     out: dict[str, Any] = {}

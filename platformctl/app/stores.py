@@ -17,46 +17,30 @@ Every command that reads a store says which (``state`` in its JSON, a line on a 
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from platformctl.kernel.environment import current
+from platformctl.app.platform import Platform
+from platformctl.kernel.environment import STATE_VARIABLE as ENV
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.region_client import state_dir
 from platformctl.kernel.state import StateStore, open_store
-from platformctl.kernel.topology import STAGES, stage_table
 
 
-def stage_of(cluster: str, infra_dir: Path | None) -> str | None:
-    """The stage whose stack file declares ``cluster`` (None outside a checkout, or for a cluster of no stage)."""
-    from platformctl.kernel.topology import load_stage
-
-    for stage in STAGES:
-        try:
-            if cluster in {c.name for c in load_stage(stage, infra_dir).clusters()}:
-                return stage
-        except PlatformError:
-            return None
-    return None
-
-
-def store_for(spec: str | None, *, stage: str | None = None, cluster: str | None = None,
-              infra_dir: Path | None = None, existing: bool = False) -> StateStore:
+def store_for(platform: Platform, spec: str | None, *, stage: str | None = None, cluster: str | None = None,
+              existing: bool = False) -> StateStore:
     """The store a command on ``stage`` (or ``cluster``) uses; see the module docstring. ``existing``: one named by
     ``--state`` or ``$PLATFORMCTL_STATE`` must exist (``open_store``)."""
-    if spec or current().state:
-        return open_store(spec, existing)
-    from platformctl.kernel.region_client import for_stage, running, state_dir
-
-    region = for_stage(running(), stage, cluster)
+    if spec or platform.environment.state:
+        return open_store(spec or platform.environment.state, existing, where="--state" if spec else ENV,
+                          target=platform.environment.aws)
+    region = platform.region.for_stage(stage, cluster) if platform.region is not None else None
     if region is not None:
-        path = Path(region.get("state") or state_dir() / "state.db")
-        return open_store(str(path))
+        return open_store(str(region.get("state") or state_dir(platform.home) / "state.db"))
     if stage is None and cluster is not None:
-        stage = stage_of(cluster, infra_dir)
+        found = platform.stage_of(cluster)
+        stage = found.name if found is not None else None
     if stage is not None:
         try:
-            table = stage_table(stage, infra_dir)
+            table = platform.stage_table(stage)
         except PlatformError:
             table = f"platformctl-state-{stage}"
-        return open_store(f"dynamodb://{table}")
-    return open_store(None)
-
+        return open_store(f"dynamodb://{table}", target=platform.environment.aws)
+    return open_store(None, home=platform.home)

@@ -15,12 +15,15 @@ import click
 from rich.table import Table
 
 from platformctl import __version__
+from platformctl.app.platform import Platform
+from platformctl.cli.context import platform
 from platformctl.cli.output import OUTPUT, SKIP
 from platformctl.cli.output import console as _console
 from platformctl.cli.output import emit_json as _emit_json
+from platformctl.kernel import failpoints
 from platformctl.kernel.environment import Environment, using
 from platformctl.kernel.errors import ApiUnreachable, PlatformError, Unavailable
-from platformctl.kernel.topology import STAGES, HostCluster, load_stage
+from platformctl.kernel.topology import STAGES, HostCluster
 
 # The subcommands whose modules are imported only when used, as click's documentation does it ("lazily loading
 # subcommands"): every scheduled job and test starts a process, and `rotate run` has no need of scipy or plotly.
@@ -63,9 +66,12 @@ class _Group(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, infra_dir: Path | None) -> None:
     """Run the lifecycle of a Kubernetes compute platform on AWS."""
-    # The process environment, read once here: below the command, code asks `environment.current()`.
-    ctx.with_resource(using(Environment.from_os()))
-    ctx.obj = {"infra_dir": infra_dir}
+    # The process environment, read once here into the platform every application call is handed (`platform()`); the
+    # failpoint a crash test names is armed here, and the environment installed for the adapters' defaults.
+    environment = Environment.from_os()
+    failpoints.arm(environment.failpoint)
+    ctx.with_resource(using(environment))
+    ctx.obj = Platform(environment, infra_dir)
 
 
 # ---------------------------------------------------------------------------------------- stage
@@ -82,7 +88,7 @@ def stage() -> None:
 @click.pass_context
 def stage_show(ctx: click.Context, name: str, output: str) -> None:
     """Show a stage's region, clusters and node pools."""
-    st = load_stage(name, ctx.obj["infra_dir"])
+    st = platform().stage(name)
     if output == "json":
         _emit_json({
             "stage": st.name, "region": st.region, "zones": list(st.zones), "source": st.source,
@@ -115,7 +121,7 @@ def stage_deploy(ctx: click.Context, stage_name: str, lock_file: Path | None, ou
     """Run the stage's Pulumi program again with the lock file's images: new launch template versions, no node moved."""
     from platformctl.app.deploy import deploy_stage
 
-    result = deploy_stage(stage_name, lock_file, ctx.obj["infra_dir"])
+    result = deploy_stage(platform(), stage_name, lock_file)
     if output == "json":
         _emit_json(result.to_dict())
         return
@@ -143,7 +149,7 @@ def stage_cancel(ctx: click.Context, stage_name: str, yes: bool) -> None:
 
     if not yes:
         click.confirm(f"Clear {stage_name}'s stack lock? An update still running would go on beside the next one", abort=True)
-    cancel_stack_lock(stage_name, ctx.obj["infra_dir"])
+    cancel_stack_lock(platform(), stage_name)
     click.echo(f"{stage_name}: its stack lock is cleared")
 
 
@@ -249,9 +255,8 @@ def demo_pipeline(ctx: click.Context, keep: bool, skip: bool, output: str) -> No
     from platformctl.cli.dashboard import export
     from platformctl.cli.demo import RichNarrator
     from platformctl.kernel.checkout import root
-    from platformctl.kernel.topology import default_infra_dir
 
-    infra = ctx.obj["infra_dir"] or default_infra_dir()
+    infra = platform().infra_dir
     manifests = root("--manifests") / "ami" / "manifests"
     quiet = output == "json"
     narrator: Narrator = Silent() if quiet else RichNarrator(_console())
@@ -276,7 +281,7 @@ def demo(ctx: click.Context, stage_name: str, minutes: int, save_snapshots: Path
     from platformctl.cli.demo import RichNarrator, print_ending
     from platformctl.cli.output import writable_folder
 
-    st = load_stage(stage_name, ctx.obj["infra_dir"])
+    st = platform().stage(stage_name)
     if save_snapshots is not None:
         writable_folder(save_snapshots, "--save-snapshots")
     quiet = output == "json"

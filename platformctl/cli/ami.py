@@ -15,6 +15,7 @@ import click
 from rich.table import Table
 from rich.tree import Tree
 
+from platformctl.cli.context import platform
 from platformctl.cli.output import OUTPUT, console, emit_json, writable_file
 from platformctl.kernel.environment import current, using
 
@@ -37,10 +38,9 @@ def _regions(fn: Any) -> Any:
 @click.pass_context
 def ami(ctx: click.Context) -> None:
     """Machine images: manifests with inheritance, and the builds they drive."""
-    from platformctl.kernel.region_client import local_aws
-
     # The running local region's AWS, unless the environment names another: for every call of the command.
-    ctx.with_resource(using(current().with_aws(local_aws())))
+    aws = platform().aws
+    ctx.with_resource(using(current().with_aws(aws if aws.local else None)))
 
 
 @ami.command("resolve")
@@ -118,7 +118,7 @@ def ami_plan(names: tuple[str, ...], manifest_dir: Path | None, region: str | No
     from platformctl.app import images
 
     with aws_errors():
-        plan = plan_builds(manifests, images.image_store(region, copy_to), names)
+        plan = plan_builds(manifests, images.image_store(platform(), region, copy_to), names)
     if output == "json":
         emit_json({"manifests": str(folder), **plan.to_dict()})
         return
@@ -146,13 +146,13 @@ def ami_build(names: tuple[str, ...], manifest_dir: Path | None, region: str | N
     """Build what the plan says (parents first, independent branches at once), publish, and write the lock file."""
     from platformctl.app import images
 
-    lock_file = lock_file or images.default_lock_file()
+    lock_file = lock_file or images.default_lock_file(platform())
     writable_file(lock_file, "--lock-file")
-    store = images.image_store(region, copy_to)
+    store = images.image_store(platform(), region, copy_to)
     quiet = output == "json"
     out = console()
     if not quiet:
-        out.print(f"building {manifest_dir or images.default_manifest_dir()} into {images.target_of(store.region)}")
+        out.print(f"building {manifest_dir or images.default_manifest_dir()} into {images.target_of(platform(), store.region)}")
     built = images.build(images.BuildRequest(store, lock_file, manifest_dir, names, workers),
                          progress=(lambda _: None) if quiet else out.print)
     report = built.report
@@ -202,7 +202,6 @@ def ami_prune(ctx: click.Context, names: tuple[str, ...], region: str | None, co
     from datetime import datetime
 
     from ami.prune import prune_images
-    from platformctl.kernel.topology import default_infra_dir
 
     if not lock_files:
         from platformctl.kernel.checkout import root
@@ -210,12 +209,11 @@ def ami_prune(ctx: click.Context, names: tuple[str, ...], region: str | None, co
         default = root("--lock-file") / "ami" / "images.lock.json"
         lock_files = (default,) if default.exists() else ()
     if not stack_files:
-        infra_dir = (ctx.find_root().obj or {}).get("infra_dir") or default_infra_dir()
-        stack_files = tuple(sorted(Path(infra_dir).glob("Pulumi.*.yaml")))
+        stack_files = tuple(sorted(platform().infra_dir.glob("Pulumi.*.yaml")))
     from ami.build import aws_errors
     from platformctl.app import images
 
-    store = images.image_store(region, copy_to)
+    store = images.image_store(platform(), region, copy_to)
     with aws_errors():
         report = prune_images(store, keep=keep, grace=grace, now=datetime.now(UTC), names=names,
                               lock_files=lock_files, stack_files=stack_files, dry_run=dry_run)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from e2e_canary.runner import AttemptReport
 from platformctl.app.canaries import CanaryRunRequest, VerdictRequest, judge_stage, prepare_canaries, run_canaries
+from platformctl.cli.context import platform
 from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json
 from platformctl.kernel.region_client import take_part
 from platformctl.kernel.topology import STAGES
@@ -91,8 +92,8 @@ def canary_run(ctx: click.Context, stage_name: str, only: str | None, once: bool
     take_part()  # a job of the local region's: it holds the region's time while it works
     import signal
 
-    run = prepare_canaries(CanaryRunRequest(stage_name, only, once, folder, kubeconfig, state_spec, lease_ttl, retention,
-                                            metrics_port, metrics_address, ctx.obj["infra_dir"]))
+    run = prepare_canaries(platform(), CanaryRunRequest(stage_name, only, once, folder, kubeconfig, state_spec, lease_ttl,
+                                                        retention, metrics_port, metrics_address))
     quiet = output == "json"
 
     def stop(signum: int, frame: Any) -> None:  # a Deployment's pod is stopped with SIGTERM: clean up as on ^C
@@ -136,6 +137,6 @@ def _print_attempt(cluster: str, attempt: AttemptReport) -> None:
 def canary_verdict(ctx: click.Context, stage_name: str, window: str, baseline: str | None, only: tuple[str, ...],
                    config_file: Path | None, state_spec: str | None) -> None:
     """The stage's verdict from the canaries' stored results, as JSON."""
-    verdict = judge_stage(VerdictRequest(stage_name, window, baseline, only, config_file, state_spec, ctx.obj["infra_dir"]))
+    verdict = judge_stage(platform(), VerdictRequest(stage_name, window, baseline, only, config_file, state_spec))
     emit_json(verdict.to_dict())
     sys.exit({"pass": EXIT_PASS, "fail": EXIT_FAIL}.get(verdict.verdict, EXIT_INCONCLUSIVE))

@@ -13,7 +13,9 @@ from typing import Any
 import click
 
 from platformctl.app.dashboard import DashboardRequest, Reader, gather
+from platformctl.app.platform import Platform
 from platformctl.cli import dashboard_page as view
+from platformctl.cli.context import platform
 from platformctl.cli.output import writable_file
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
@@ -83,7 +85,7 @@ def _empty() -> dict[str, Any]:
             "rotations": {}, "remediation": {}}
 
 
-def export(request: DashboardRequest, path: Path) -> Path:
+def export(platform: Platform, request: DashboardRequest, path: Path) -> Path:
     """Write the page, scripts and data inlined, to ``path`` (its folder must exist)."""
     writable_file(path, "--export")
     tmp = path.with_name(f".{path.name}.tmp")
@@ -93,7 +95,7 @@ def export(request: DashboardRequest, path: Path) -> Path:
         raise PlatformError(f"cannot write there: {exc.strerror or exc}", file=str(path), field="--export") from None
     try:
         with out:
-            out.write(view.page(gather(request), served=False))
+            out.write(view.page(gather(platform, request), served=False))
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -121,12 +123,12 @@ def dashboard(ctx: click.Context, port: int, address: str, export_to: Path | Non
         raise PlatformError(str(exc), field="--window") from None
     if seconds <= 0:
         raise PlatformError("must be longer than 0 s", field="--window")
-    request = DashboardRequest(pipeline_file, ledger, state, ctx.obj["infra_dir"], seconds)
+    request = DashboardRequest(pipeline_file, ledger, state, seconds)
     if export_to is not None:
         writable_file(export_to, "--export")
-        click.echo(str(export(request, export_to).resolve()))
+        click.echo(str(export(platform(), request, export_to).resolve()))
         return
-    reader = Reader(request)  # a bad pipeline file, or a store that does not exist, is exit 2 before the server starts
+    reader = Reader(platform(), request)  # a bad pipeline file, or a store that does not exist, is exit 2 before the server starts
     from werkzeug.serving import make_server
 
     try:

@@ -15,9 +15,10 @@ from typing import Any
 import click
 from rich.table import Table
 
+from platformctl.cli.context import platform
 from platformctl.cli.output import OUTPUT, SKIP, console, emit_json
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.topology import STAGES, load_stage
+from platformctl.kernel.topology import STAGES
 
 
 def _print_status(info: dict[str, Any], headline: str) -> None:
@@ -97,7 +98,7 @@ def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, ski
     names: set[str] = set()
     for name in stages:
         # a broken stack file fails here, in one line, not in the server log
-        names |= {c.name for c in load_stage(name, ctx.obj["infra_dir"]).clusters()}
+        names |= {c.name for c in platform().stage(name).clusters()}
     if (control_plane == "real") != bool(real_clusters):
         raise PlatformError("--control-plane real and --cluster NAME go together", field="--cluster")
     unknown = sorted(set(real_clusters) - names)
@@ -108,7 +109,7 @@ def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, ski
         from platformctl.emulator.realk8s import binaries
 
         binaries()  # built here (once per machine, minutes), before the region starts and waits for it
-    info, started = control.up(stages, speed, ctx.obj["infra_dir"], workloads, canaries, skip=skip, run_jobs=run_jobs,
+    info, started = control.up(platform().environment, stages, speed, platform().infra_dir_given, workloads, canaries, skip=skip, run_jobs=run_jobs,
                                pods_per_node=pods_per_node, real_clusters=tuple(dict.fromkeys(real_clusters)))
     if output == "json":
         emit_json({**info, "started": started})
@@ -122,7 +123,7 @@ def local_status(output: str) -> None:
     """Endpoints, clusters and virtual time of the running local region (exit 1 when none runs)."""
     from platformctl.kernel import region_client as control
 
-    info = control.running()
+    info = control.running(platform().home)
     if output == "json":
         emit_json(info or {"running": False})
     elif info is None:
@@ -139,7 +140,7 @@ def local_down(output: str) -> None:
     """Stop the running local region. Its state goes with it."""
     from platformctl.kernel import region_client as control
 
-    info = control.down()
+    info = control.down(platform().home)
     if output == "json":
         emit_json({"stopped": info is not None, **({"pid": info["pid"], "stage": info["stage"],
                                                     "stages": control.stages_of(info)} if info else {})})
@@ -166,7 +167,7 @@ def _show_faults(answer: dict[str, Any], output: str, headline: str) -> None:
 def _inject(body: dict[str, Any], output: str, headline: str) -> None:
     from platformctl.kernel import region_client as control
 
-    _show_faults(control.faults("POST", body), output, headline)
+    _show_faults(control.faults(platform().home, "POST", body), output, headline)
 
 
 @local.group("fault")
@@ -252,7 +253,7 @@ def fault_clear(output: str) -> None:
     """End every fault: nodes recover, instances that never joined register."""
     from platformctl.kernel import region_client as control
 
-    answer = control.faults("DELETE")
+    answer = control.faults(platform().home, "DELETE")
     if output == "json":
         emit_json(answer)
     else:
@@ -265,5 +266,5 @@ def fault_list(output: str) -> None:
     """The faults in force."""
     from platformctl.kernel import region_client as control
 
-    answer = control.faults("GET")
+    answer = control.faults(platform().home, "GET")
     _show_faults(answer, output, f"{len(answer.get('faults', []))} fault(s) in force")

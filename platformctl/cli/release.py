@@ -11,6 +11,7 @@ import click
 from rich.table import Table
 
 from platformctl.app import release as app
+from platformctl.cli.context import platform
 from platformctl.cli.output import LEASE_TTL, OUTPUT, console, emit_json
 from platformctl.kernel.cluster.model import format_time
 from platformctl.kernel.region_client import take_part
@@ -38,7 +39,7 @@ def release() -> None:
 def release_start(ctx: click.Context, lock_file: Path | None, note: str, pipeline_file: Path | None, ledger: str | None,
                   output: str) -> None:
     """Record the lock file's images for every stage as one immutable candidate (the same content is the same one)."""
-    started = app.start_candidate(app.StartRequest(pipeline_file, lock_file, note, ledger, ctx.obj["infra_dir"]))
+    started = app.start_candidate(platform(), app.StartRequest(pipeline_file, lock_file, note, ledger))
     record = {**started.candidate.to_record(), "new": started.new, "ledger": started.ledger}
     if output == "json":
         emit_json(record)
@@ -56,7 +57,7 @@ def release_start(ctx: click.Context, lock_file: Path | None, note: str, pipelin
 @OUTPUT
 def release_status(pipeline_file: Path | None, ledger: str | None, output: str) -> None:
     """Per stage: the candidate in flight, the last good one, the step and what it waits for."""
-    status = app.pipeline_status(app.LedgerRequest(pipeline_file, ledger))
+    status = app.pipeline_status(platform(), app.LedgerRequest(pipeline_file, ledger))
     if output == "json":
         emit_json(status)
         return
@@ -107,7 +108,7 @@ def _print_entries(entries: list[dict[str, Any]]) -> None:
 @OUTPUT
 def release_history(stage: str | None, pipeline_file: Path | None, ledger: str | None, output: str) -> None:
     """Every step and decision, oldest first, with who, when, why and its inputs (never pruned)."""
-    entries = app.pipeline_history(app.LedgerRequest(pipeline_file, ledger, stage))
+    entries = app.pipeline_history(platform(), app.LedgerRequest(pipeline_file, ledger, stage))
     if output == "json":
         emit_json(entries)
     else:
@@ -121,7 +122,7 @@ def release_history(stage: str | None, pipeline_file: Path | None, ledger: str |
 @OUTPUT
 def release_replay(decision_id: str, pipeline_file: Path | None, ledger: str | None, output: str) -> None:
     """Take a stored decision again from its stored inputs with today's code: exit 0 the same, 1 different."""
-    result = app.replay_decision(app.LedgerRequest(pipeline_file, ledger), decision_id)
+    result = app.replay_decision(platform(), app.LedgerRequest(pipeline_file, ledger), decision_id)
     if output == "json":
         emit_json(result)
     else:
@@ -148,7 +149,7 @@ def _scope(all_stages: bool, stage: str | None) -> str | None:
 def release_freeze(all_stages: bool, stage: str | None, reason: str, until: str | None, pipeline_file: Path | None,
                    ledger: str | None, output: str) -> None:
     """Stop candidates entering a stage (or every stage) until unfrozen or --until."""
-    entry = app.freeze(app.FreezeRequest(_scope(all_stages, stage), reason, until, pipeline_file, ledger))
+    entry = app.freeze(platform(), app.FreezeRequest(_scope(all_stages, stage), reason, until, pipeline_file, ledger))
     if output == "json":
         emit_json(entry.to_dict())
     else:
@@ -165,7 +166,7 @@ def release_freeze(all_stages: bool, stage: str | None, reason: str, until: str 
 def release_unfreeze(all_stages: bool, stage: str | None, reason: str, pipeline_file: Path | None, ledger: str | None,
                      output: str) -> None:
     """Lift the freezes set by hand on a stage (or on every stage); the pipeline file's windows stay."""
-    entry = app.unfreeze(app.FreezeRequest(_scope(all_stages, stage), reason, None, pipeline_file, ledger))
+    entry = app.unfreeze(platform(), app.FreezeRequest(_scope(all_stages, stage), reason, None, pipeline_file, ledger))
     if output == "json":
         emit_json(entry.to_dict())
     else:
@@ -185,7 +186,7 @@ def release_approve(candidate: str, stage: str, reason: str, override_freeze: st
                     ledger: str | None, output: str) -> None:
     """Approve a candidate waiting to enter a stage (recorded with who and when); with --override-freeze, let it enter
     during a freeze."""
-    approved = app.approve(app.ApproveRequest(candidate, stage, reason, pipeline_file, ledger, override_freeze))
+    approved = app.approve(platform(), app.ApproveRequest(candidate, stage, reason, pipeline_file, ledger, override_freeze))
     if output == "json":
         emit_json(approved.to_dict())
     else:
@@ -204,7 +205,7 @@ def release_promote(ctx: click.Context, candidate: str, stage: str, reason: str,
                     ledger: str | None, output: str) -> None:
     """Send a candidate to a stage by hand, even one older than the stage ran or superseded (recorded with who and why):
     it enters next, under the stage's freezes and approvals. A stage otherwise only moves forward."""
-    entry = app.promote(app.PromoteRequest(candidate, stage, reason, pipeline_file, ledger, ctx.obj["infra_dir"]))
+    entry = app.promote(platform(), app.PromoteRequest(candidate, stage, reason, pipeline_file, ledger))
     if output == "json":
         emit_json(entry.to_dict())
     else:
@@ -222,7 +223,7 @@ def release_rollback(ctx: click.Context, stage: str, reason: str, pipeline_file:
                      output: str) -> None:
     """Halt the stage's candidate and roll the stage back to the last good one as one unit (the next tick deploys and
     rotates back): the candidate in flight there, else the last one that passed it."""
-    entry = app.rollback(app.RollbackRequest(stage, reason, pipeline_file, ledger, ctx.obj["infra_dir"]))
+    entry = app.rollback(platform(), app.RollbackRequest(stage, reason, pipeline_file, ledger))
     if output == "json":
         emit_json(entry.to_dict())
     else:
@@ -250,7 +251,7 @@ def release_tick(ctx: click.Context, lease_ttl: float, stages: tuple[str, ...], 
 
     quiet = output == "json"
     try:
-        ticked = app.release_tick(app.TickRequest(pipeline_file, ledger, ctx.obj["infra_dir"], lease_ttl, stages, kubeconfig),
+        ticked = app.release_tick(platform(), app.TickRequest(pipeline_file, ledger, lease_ttl, stages, kubeconfig),
                                   say=(lambda m: None) if quiet else (lambda m: console().print(m)))
     except app.EveryStageHeld as held:
         click.echo(str(held.detail), err=True)

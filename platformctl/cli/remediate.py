@@ -9,6 +9,7 @@ import click
 from rich.table import Table
 
 from platformctl.app import remediation as app
+from platformctl.cli.context import platform
 from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json
 from platformctl.kernel.cluster.model import format_time
 from platformctl.kernel.errors import PlatformError
@@ -65,9 +66,9 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
         return
     if policy_file is None:
         raise PlatformError("missing option --policy FILE (the remediation policy)", field="remediate")
-    remediation = app.prepare(app.RemediationRequest(policy_file, context=context, stage=stage_name, kubeconfig=kubeconfig,
+    remediation = app.prepare(platform(), app.RemediationRequest(policy_file, context=context, stage=stage_name, kubeconfig=kubeconfig,
                                                      state=state_spec, region=region, lease_ttl=lease_ttl,
-                                                     infra_dir=ctx.obj["infra_dir"], dry_run=dry_run))
+                                                     dry_run=dry_run))
     quiet = output == "json"
 
     def say(message: str) -> None:
@@ -102,7 +103,7 @@ def remediate(ctx: click.Context, policy_file: Path | None, context: str | None,
 def remediate_status(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, last: int,
                      output: str) -> None:
     """What remediation did and why, from the state store: the breaker, the hourly limit, the newest decisions."""
-    store, clusters = app.remediation_status(context, stage_name, state_spec, ctx.obj["infra_dir"], last)
+    store, clusters = app.remediation_status(platform(), context, stage_name, state_spec, last)
     if output == "json":
         emit_json({"state": store.location, "clusters": clusters})
         return

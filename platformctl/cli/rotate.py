@@ -21,6 +21,7 @@ import click
 from rich.table import Table
 
 from platformctl.app import rotation as app
+from platformctl.cli.context import platform
 from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json, writable_file
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import hms
@@ -83,7 +84,7 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
                 kubeconfig: str | None, stage_name: str | None, snapshot_dir: Path | None, explain_node: str | None,
                 output: str | None) -> None:
     """Plan the rotation of a cluster (or a stage) onto the images its policy targets. Changes nothing."""
-    request = app.PlanRequest(policy_file, snapshot_file, context, stage_name, snapshot_dir, kubeconfig, ctx.obj["infra_dir"])
+    request = app.PlanRequest(policy_file, snapshot_file, context, stage_name, snapshot_dir, kubeconfig)
     app.check_plan_request(request)
     if explain_node is not None and stage_name is not None:
         raise PlatformError("--explain takes one cluster's plan (--snapshot or --context)", field="--explain")
@@ -91,7 +92,7 @@ def rotate_plan(ctx: click.Context, policy_file: Path, snapshot_file: Path | Non
         output = "text" if sys.stdout.isatty() else "json"
     if output not in ("text", "json"):
         writable_file(Path(output), "--output")
-    result = app.plan_rotation(request)
+    result = app.plan_rotation(platform(), request)
     if explain_node is not None and isinstance(result, RotationPlan):
         lines = result.explain(explain_node)
         if output == "json":
@@ -250,8 +251,8 @@ def rotate_run(ctx: click.Context, policy_file: Path, context: str | None, kubec
     """Carry a rotation out: wave by wave, journalled, resumable, halted by health gates."""
     take_part()  # a job of the local region's: it holds the region's time while it works
     request = app.RunRequest(policy_file, context=context, stage=stage_name, kubeconfig=kubeconfig, state=state_spec,
-                             region=region, lease_ttl=lease_ttl, infra_dir=ctx.obj["infra_dir"], max_waves=max_waves)
-    rotation = app.prepare(request)
+                             region=region, lease_ttl=lease_ttl, max_waves=max_waves)
+    rotation = app.prepare(platform(), request)
     rotation.options = replace(rotation.options, stop=_stop_on_signals())
     if dry_run:
         _print_dry_run(app.dry_run(rotation), output)
@@ -311,7 +312,7 @@ def _print_dry_run(runs: list[app.DryRun], output: str) -> None:
 @click.pass_context
 def rotate_status(ctx: click.Context, context: str | None, stage_name: str | None, state_spec: str | None, output: str) -> None:
     """What the rotations of a cluster or stage are doing, from the state store (no cluster access needed)."""
-    store, clusters = app.rotation_status(context, stage_name, state_spec, ctx.obj["infra_dir"])
+    store, clusters = app.rotation_status(platform(), context, stage_name, state_spec)
     if output == "json":
         emit_json({"state": store.location, "clusters": clusters})
         return
@@ -334,7 +335,7 @@ def rotate_status(ctx: click.Context, context: str | None, stage_name: str | Non
 
 def _control(ctx: click.Context, action: str, context: str | None, stage_name: str | None, state_spec: str | None,
              reason: str) -> list[app.Controlled]:
-    _, done = app.control_rotations(app.ControlRequest(action, context, stage_name, state_spec, reason, ctx.obj["infra_dir"]))
+    _, done = app.control_rotations(platform(), app.ControlRequest(action, context, stage_name, state_spec, reason))
     return done
 
 
@@ -391,8 +392,8 @@ def rotate_abort(ctx: click.Context, kubeconfig: str | None, no_wait: bool, cont
     what the dead run left unconfirmed. Exit 0 only when nothing is left held."""
     take_part()  # a job of the local region's: it holds the region's time while it works
     say = None if output == "json" else (lambda text: console().print(text))
-    request = app.ControlRequest("abort", context, stage_name, state_spec, reason, ctx.obj["infra_dir"])
-    results = app.abort_rotations(request, kubeconfig, wait=not no_wait, say=say)
+    request = app.ControlRequest("abort", context, stage_name, state_spec, reason)
+    results = app.abort_rotations(platform(), request, kubeconfig, wait=not no_wait, say=say)
     if output == "json":
         emit_json({"aborted": [r.to_dict() for r in results]})
     else:

@@ -1,6 +1,6 @@
 """Failpoints: named places where a crash test may have the process killed, as etcd's gofail and TiKV's fail-rs do.
 
-``PLATFORMCTL_FAILPOINT=NAME#N`` makes the process SIGKILL itself the N-th time it passes ``NAME``
+``PLATFORMCTL_FAILPOINT=NAME#N`` (armed by ``platformctl``'s root command) makes the process SIGKILL itself the N-th time it passes ``NAME``
 (N defaults to 1). Unset — always, outside crash tests — ``hit()`` is a comparison or two. Killing at a
 named place, rather than after a timer, is what lets a test hit the narrow windows that matter (an
 instance terminated and the journal not yet told) every time instead of by luck; the kill is a real
@@ -19,23 +19,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from platformctl.kernel.environment import current
-
-_armed: tuple[str, int] | None = None  # the failpoint and the pass to die at, read from the environment at the first hit
-_read = False
+_armed: tuple[str, int] | None = None  # the failpoint and the pass to die at
 _hits = 0
 
 
-def _arm() -> tuple[str, int] | None:
-    """The environment's failpoint, read once, when the first failpoint is passed (not when this module is imported:
-    a process forked from a preloaded interpreter has its own environment by then)."""
-    global _armed, _read
-    if not _read:
-        spec = current().failpoint
-        name, _, count = spec.partition("#")
-        _armed = (name, int(count or 1)) if spec else None
-        _read = True
-    return _armed
+def arm(spec: str) -> None:
+    """Arm the failpoint ``spec`` (``NAME#N``; "" disarms): ``platformctl``'s root command arms the one its environment
+    names, where the command starts (a process forked from a preloaded interpreter has its own environment by then)."""
+    global _armed, _hits
+    name, _, count = spec.partition("#")
+    _armed = (name, int(count or 1)) if spec else None
+    _hits = 0
 
 
 class Killed(BaseException):
@@ -49,7 +43,7 @@ def hit(name: str) -> None:
         _raise_at[1] -= 1
         if _raise_at[1] == 0:
             raise Killed(name)
-    armed = _armed if _read else _arm()
+    armed = _armed
     if armed is None or name != armed[0]:
         return
     _hits += 1

@@ -5,9 +5,10 @@ The server's state lives in ``$PLATFORMCTL_HOME/local/`` (default ``./.platformc
 and ``server.log``. A region counts as running when ``server.json`` names a live process that
 answers on its endpoint; anything else is stale and is cleaned up.
 
-Commands given no live target use the running region: AWS calls go to its moto endpoint (unless
-``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` or ``AWS_ACCESS_KEY_ID`` is set) and Kubernetes calls use its
-kubeconfig (unless ``--kubeconfig`` or ``$KUBECONFIG`` is given). Clients of a local cluster take
+Commands given no live target use the running region (``platformctl.app.platform.Platform`` looks once): AWS calls
+go to its moto endpoint (unless ``AWS_ENDPOINT_URL``, ``AWS_PROFILE`` or ``AWS_ACCESS_KEY_ID`` is set) and Kubernetes
+calls use its kubeconfig (unless ``--kubeconfig`` or ``$KUBECONFIG`` is given). Every function here is given the
+toolkit's home (``$PLATFORMCTL_HOME``) by its caller; none reads the environment. Clients of a local cluster take
 their time from the server (``ServerClock``), so their waits pass in the cluster's time.
 """
 
@@ -32,19 +33,16 @@ from typing import Any
 import yaml
 
 from platformctl.kernel.clock import Clock
-from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, current
+from platformctl.kernel.environment import Environment
 from platformctl.kernel.errors import PlatformError, Unavailable
 
 EXTENSION = "platformctl.io/local-region"
 CLIENT_HEADER = "X-Platformctl-Client"  # which registered client of the region's clock a request comes from
 
 
-def home() -> Path:
-    return current().home
-
-
-def state_dir() -> Path:
-    return home() / "local"
+def state_dir(home: Path) -> Path:
+    """The local region's folder in the toolkit's ``home`` (``$PLATFORMCTL_HOME``)."""
+    return home / "local"
 
 
 def _get_json(url: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -72,12 +70,12 @@ GONE_SECONDS = 60.0  # wall seconds of a server's silence after which a client's
 ANSWER_SECONDS = 60.0  # wall seconds a running region's server, busy with every stage and its canaries, may take to answer
 
 
-def running() -> dict[str, Any] | None:
+def running(home: Path) -> dict[str, Any] | None:
     """The running region's status (as ``local status -o json`` prints it), or None when none runs (no server file,
     its process gone, or not listening yet). A server that runs and is slow to answer is waited for: on two busy cores
     it can take seconds, and a command that took it for gone would fall back to ``~/.kube/config`` or to real AWS.
     One that does not answer within ``ANSWER_SECONDS`` is ``Unavailable``."""
-    path = state_dir() / "server.json"
+    path = state_dir(home) / "server.json"
     try:
         info = json.loads(path.read_text())
         pid, url = int(info.get("pid", 0)), f"{info['kubernetes_endpoint']}/platformctl/v1/status"
@@ -95,11 +93,6 @@ def running() -> dict[str, Any] | None:
                 raise Unavailable(f"the local region (pid {pid}, {path}) did not answer at {url} within "
                                   f"{ANSWER_SECONDS:.0f} s") from None
     return None
-
-
-def reached() -> dict[str, Any] | None:
-    """The running region, when the environment's AWS calls reach it (no other endpoint or account named)."""
-    return running() if current().aws.local else None
 
 
 def stages_of(info: dict[str, Any]) -> list[str]:
@@ -338,9 +331,9 @@ def _post_json(url: str, body: dict[str, Any], timeout: float = 10.0) -> dict[st
     return _request_json(url, body, "POST", timeout)
 
 
-def clock_for_context(kubeconfig: str | None, context: str | None) -> Clock | None:
+def clock_for_context(kubeconfig: Path, context: str | None) -> Clock | None:
     """The server clock of a kubeconfig context that names a local region cluster, else None."""
-    path = Path(kubeconfig) if kubeconfig else current().kubeconfig_path
+    path = kubeconfig
     try:
         config = yaml.safe_load(path.read_text()) or {}
         context = context or config.get("current-context")
@@ -355,43 +348,15 @@ def clock_for_context(kubeconfig: str | None, context: str | None) -> Clock | No
         return None
 
 
-def default_kubeconfig(given: str | None) -> str | None:
-    """The kubeconfig a command uses: the one given, else ``$KUBECONFIG``, else the running local region's."""
-    if given:
-        return given
-    if current().kubeconfig:
-        return current().kubeconfig
-    info = running()
-    return info["kubeconfig"] if info else None
-
-
-def local_aws(info: dict[str, Any] | None = None) -> AwsTarget | None:
-    """The running local region's AWS (its moto, its fake keys, its region) when the command's environment names no
-    other AWS target, else None: what a command's AWS adapters are given to reach this checkout's region. ``info``:
-    the region's status when the caller already read it."""
-    if current().aws.configured:
-        return None
-    info = info if info is not None else running()
-    if info is None:
-        return None
-    return AwsTarget(endpoint=info["aws_endpoint"], region=current().aws.region or info["region"],
-                     credentials=dict(FAKE_CREDENTIALS),
-                     configured=True, local=True)
-
-
-def aws_target() -> AwsTarget:
-    """The AWS a command's adapters reach: the running local region's when nothing else is named, else the
-    environment's."""
-    return local_aws() or current().aws
-
-
-def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool = True, canaries: bool = False,
+def up(environment: Environment, stages: list[str], speed: float, infra_dir: Path | None, workloads: bool = True,
+       canaries: bool = False,
        timeout: float | None = None, skip: bool = True, run_jobs: bool = False,
        pods_per_node: float = 30.0, real_clusters: tuple[str, ...] = ()) -> tuple[dict[str, Any], bool]:
     """Start the region of ``stages`` detached, or return the running one when it holds them. Returns (status, started).
     ``run_jobs``: the pods of the toolkit's own Jobs run as processes (``platformctl.emulator.server.kubelet``);
-    ``pods_per_node``: how densely the synthetic workloads fill the member clusters."""
-    folder = state_dir()
+    ``pods_per_node``: how densely the synthetic workloads fill the member clusters. ``environment``: the command's (its
+    home holds the region's folder; the server process gets it)."""
+    folder = state_dir(environment.home)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # an unwritable PLATFORMCTL_HOME (or checkout): one line, before anything starts
@@ -400,7 +365,7 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
     timeout = timeout if timeout is not None else 180.0 * len(stages)
     with open(folder / "up.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two `up`s at once start one server
-        info = running()
+        info = running(environment.home)
         if info is not None:
             if not set(stages) <= set(stages_of(info)):
                 held = stages_of(info)
@@ -433,14 +398,14 @@ def up(stages: list[str], speed: float, infra_dir: Path | None, workloads: bool 
             command.append("--run-jobs")
         command += [a for c in real_clusters for a in ("--real-cluster", c)]
         with open(folder / "server.log", "ab") as out:
-            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, env=current().child(),
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, env=environment.child(),
                                      close_fds=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if child.poll() is not None:
                 raise PlatformError(f"the local region server exited with code {child.returncode}: {_last_error(folder)}",
                                     file=str(folder / "server.log"), field="local up")
-            info = running()
+            info = running(environment.home)
             # ready once it answers, and each cluster's canary runner pod (started once it answers) has its process
             runners = (info or {}).get("canary_runners") or []
             if info is not None and info["pid"] == child.pid and (not canaries or (runners and all(r["pid"] for r in runners))):
@@ -477,9 +442,10 @@ def _terminate(pid: int, timeout: float = 20.0) -> bool:
     return False
 
 
-def down() -> dict[str, Any] | None:
-    """Stop the running region; returns what was stopped (None when nothing ran). Leaves no process behind."""
-    folder = state_dir()
+def down(home: Path) -> dict[str, Any] | None:
+    """Stop the region running from ``home``; returns what was stopped (None when nothing ran). Leaves no process
+    behind."""
+    folder = state_dir(home)
     try:
         info = json.loads((folder / "server.json").read_text())
     except (OSError, ValueError):
@@ -491,10 +457,10 @@ def down() -> dict[str, Any] | None:
     return info
 
 
-def faults(method: str = "GET", body: dict[str, Any] | None = None) -> dict[str, Any]:
+def faults(home: Path, method: str = "GET", body: dict[str, Any] | None = None) -> dict[str, Any]:
     """Inject (POST), list (GET) or clear (DELETE) the running region's faults. A fault the region refuses
     (an unknown node or pool) is a ``PlatformError`` with the region's own words."""
-    info = running()
+    info = running(home)
     if info is None:
         raise PlatformError("no local region is running (start one with `platformctl local up`)", field="local fault")
     data = json.dumps(body or {}).encode() if method == "POST" else None

@@ -10,13 +10,13 @@ import getpass
 import socket
 from collections.abc import Collection
 
-from platformctl.kernel.environment import current
+from platformctl.kernel.environment import AwsTarget
 
 LOCAL = " (local)"  # marks an identity no credential vouches for
 
 
-def who() -> str:
-    target = current().aws
+def who(target: AwsTarget) -> str:
+    """Who acts, for the records: the STS caller of ``target`` (the command's AWS), else this user on this host."""
     if target.local:
         return _local()
     try:
@@ -83,12 +83,11 @@ def person_of(arn: str, identity_roles: Collection[str] = ()) -> str | None:
     return None
 
 
-def caller_arn() -> str:
+def caller_arn(target: AwsTarget) -> str:
     """The STS caller's ARN, or a ``PlatformError`` saying why there is none: no credential resolves, the local
     region's keys (which vouch for nobody), or STS did not answer (never a silent fall back to ``$USER``)."""
     from platformctl.kernel.errors import PlatformError
 
-    target = current().aws
     if target.local:
         raise PlatformError("the local region's keys vouch for nobody: no identity to approve as", field="identity")
     import boto3

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from platformctl.app.platform import Platform
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
@@ -227,7 +228,7 @@ def test_a_rollback_by_hand_takes_the_stage_back_to_the_good_candidate_before_an
     p, stages = parse_pipeline(yaml.safe_load(DEV_STAGING), str(path), "digest"), fake(T0)
     first, second = two_good_in_dev(ledger, stages, p)
     assert second.id in ledger.state().stages["staging"].ready  # waiting for staging's approval
-    entry = rollback(RollbackRequest("dev", "a memory leak seen in dev", path, str(tmp_path / "release.db"))).to_dict()
+    entry = rollback(Platform.from_os(), RollbackRequest("dev", "a memory leak seen in dev", path, str(tmp_path / "release.db"))).to_dict()
     assert entry["decision"] == "halt" and entry["candidate"] == second.id and entry["inputs"]["rollback_to"] == first.id
     state = ledger.state()
     assert state.stages["dev"].step == "rolling-back" and state.candidates[second.id].status == "halted"
@@ -238,12 +239,12 @@ def test_a_rollback_by_hand_takes_the_stage_back_to_the_good_candidate_before_an
     assert state.stages["dev"].last_good == first.id and state.stages["dev"].step == "idle"
     # The first candidate is now the only good one: nothing earlier to roll back to; a second rollback is exit 2.
     with pytest.raises(PlatformError, match="no earlier one"):
-        rollback(RollbackRequest("dev", "again", path, str(tmp_path / "release.db")))
+        rollback(Platform.from_os(), RollbackRequest("dev", "again", path, str(tmp_path / "release.db")))
     # The first was superseded in staging by the second: never eligible again unless an operator sends it by hand.
     assert ledger.state().candidates[first.id].status == "superseded"
     run(ledger, stages, p, 5)
     assert not [d for d in stages.deploys if d[0] == "staging"]
-    promote(PromoteRequest(first.id, "staging", "the second was rolled back", path, str(tmp_path / "release.db")))
+    promote(Platform.from_os(), PromoteRequest(first.id, "staging", "the second was rolled back", path, str(tmp_path / "release.db")))
     ledger.append(first.id, "staging", "approve", stages.clock, "ok", by="alice")
     run(ledger, stages, p, 30)
     assert ("staging", first.id) in stages.deploys and ("staging", second.id) not in stages.deploys
@@ -259,7 +260,7 @@ def test_a_rollback_by_hand_during_a_rotation_stands_over_the_rotation_the_tick_
 
     def rolled_back_meanwhile(stages: FakeStages, stage: str, c: Candidate, said: StageRotation) -> StageRotation:
         if c.id == third.id:  # an operator rolls dev back while the tick's rotation runs
-            roll_back(RollbackRequest("dev", "pages from dev", path, str(tmp_path / "release.db")))
+            roll_back(Platform.from_os(), RollbackRequest("dev", "pages from dev", path, str(tmp_path / "release.db")))
         return said
 
     third = candidate(3)
@@ -389,7 +390,7 @@ def test_a_rollback_by_hand_takes_the_candidate_back_out_of_a_later_stage_it_alr
         if ledger.state().stages["staging"].step == "soaking":
             break
     assert ledger.state().stages["staging"].current == second.id
-    rollback(RollbackRequest("dev", "a leak found in dev", path, str(tmp_path / "release.db")))
+    rollback(Platform.from_os(), RollbackRequest("dev", "a leak found in dev", path, str(tmp_path / "release.db")))
     run(ledger, stages, p, 12)
     state = ledger.state()
     assert stages.running["dev"] == first.id and stages.running["staging"] == first.id  # both stages back on the first

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from platformctl.app.platform import Platform
 from platformctl.cli import cli
 from platformctl.kernel.state import open_store
 from release_pipeline.pipeline import load_pipeline
@@ -260,7 +261,7 @@ def test_an_image_builder_that_booted_a_parent_image_is_no_instance_the_candidat
         candidate = Candidate("c-1", {"dev": StageImages("dev", "us-west-2", {"base": {"version": "9", "id": image}},
                                                          "1.31", {})}, "rev")
         builders: dict[str, int] = {}
-        assert booted_instances(candidate, {"dev": [image]}, builders=builders) == {"dev": [node]}
+        assert booted_instances(candidate, {"dev": [image]}, Platform.from_os().aws, builders=builders) == {"dev": [node]}
         assert builders == {"dev": 1}
 
 

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from platformctl.app.platform import Platform
+from platformctl.kernel.environment import Environment
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate
@@ -98,11 +100,11 @@ def test_approve_refuses_a_superseded_candidate_and_one_about_to_give_way_naming
     start(ledger, old, T0)
     start(ledger, new, T0 + 1)
     with pytest.raises(PlatformError, match=f"gives way to the newer {new.id}"):  # not yet recorded: still refused
-        approve(ApproveRequest(old.id, "dev", "ok", path, str(tmp_path / "release.db")))
+        approve(Platform.from_os(), ApproveRequest(old.id, "dev", "ok", path, str(tmp_path / "release.db")))
     run(ledger, stages, p, 1)
     assert ledger.state().candidates[old.id].status == "superseded"
     with pytest.raises(PlatformError, match=f"superseded by {new.id}"):
-        approve(ApproveRequest(old.id, "dev", "ok", path, str(tmp_path / "release.db")))
+        approve(Platform.from_os(), ApproveRequest(old.id, "dev", "ok", path, str(tmp_path / "release.db")))
     assert not [e for _, e in ledger.entries() if e.decision == "approve"]  # nothing written
 
 
@@ -156,7 +158,7 @@ def test_a_candidate_first_light_fails_is_halted_in_the_first_stage_with_its_evi
     said = halt.inputs["result"]
     assert said["first_light_count"] == 2 and said["clusters"][0]["first_light"]["verdict"] == "fail"
     assert ("staging", bad.id) not in stages.deploys
-    report = candidate_report(ledger, ledger.state(), aws=False)[bad.id]
+    report = candidate_report(ledger, ledger.state(), None)[bad.id]
     assert report["status"] == "halted" and report["instances_booted"] == 2
     assert report["instances_booted_first_light_by_stage"]["dev"] == 2 and report["instances_booted_first_light"] == 2
     assert set(report["instances_booted_in_waves_by_stage"].values()) == {0}
@@ -245,7 +247,7 @@ def test_a_rollback_by_hand_two_stages_behind_takes_the_candidate_out_of_every_s
         run(ledger, stages, p, 40)
     state = ledger.state()
     assert all(state.stages[s].last_good == second.id for s in ("dev", "staging", "prod"))
-    rollback(RollbackRequest("dev", "a leak found late", path, str(tmp_path / "release.db")))
+    rollback(Platform.from_os(), RollbackRequest("dev", "a leak found late", path, str(tmp_path / "release.db")))
     state = ledger.state()
     for name in ("dev", "staging", "prod"):  # no stage keeps it as its last good
         assert state.stage(name).last_good == first.id and second.id not in state.stage(name).good, name
@@ -339,9 +341,9 @@ def test_two_approvals_by_one_aws_identity_under_two_user_names_count_once(monke
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with mock_aws():
         monkeypatch.setenv("USER", "alice")
-        first = who()
+        first = who(Environment.from_os().aws)
         monkeypatch.setenv("USER", "bob")
-        second = who()
+        second = who(Environment.from_os().aws)
     assert first == second and first.startswith("arn:aws:") and "(local)" not in first
     approvals = [Approval(first, T0, "ok"), Approval(second, T0 + 1, "ok")]
     said = entry_decision(StagePolicy(name="prod", approvals=2), T0 + 2, [], approvals, None)
@@ -602,7 +604,7 @@ def test_an_approval_names_one_person_whom_aws_vouches_for(tmp_path: Path, monke
 
     def approving(keys: dict[str, str]) -> dict[str, Any]:
         acting_as(keys)
-        return approve(ApproveRequest(c.id, "dev", "ok", path, table)).to_dict()
+        return approve(Platform.from_os(), ApproveRequest(c.id, "dev", "ok", path, table)).to_dict()
 
     with mock_aws():
         admin = {"AWS_ACCESS_KEY_ID": "AKIAADMIN", "AWS_SECRET_ACCESS_KEY": "x"}

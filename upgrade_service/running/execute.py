@@ -408,7 +408,7 @@ class Executor:
         while True:
             self._check()
             question = Question(self.target.name, self.options.stage or "", number, self.clock.now(), dict(read.targets), present)
-            verdict = ask(gate, context, self.options.canary, question)
+            verdict = ask(gate, context, self.options.canary, question, self.options.environment)
             if (verdict.verdict, verdict.reason) != said:
                 said = (verdict.verdict, verdict.reason)
                 self.journal.append(Gate(number, verdict.verdict, verdict.reason))

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from platformctl.kernel.environment import current
+from platformctl.kernel.environment import Environment
 from platformctl.kernel.errors import PlatformError
 from upgrade_service.planning.policy import HealthGate
 
@@ -85,7 +85,9 @@ def _read(text: str, what: str) -> Verdict:
 
 
 def ask(gate: HealthGate | None, context: dict[str, str], canary: CanaryVerdict | None = None,
-        question: Question | None = None) -> Verdict:
+        question: Question | None = None, environment: Environment | None = None) -> Verdict:
+    """The gate's verdict. A command gate runs in ``environment`` (the command's; None: this process's as it is now),
+    with the ``context`` as ``PLATFORMCTL_*`` variables."""
     if gate is None:
         return Verdict("pass", "no health gate in the policy")
     if gate.canary is not None:
@@ -95,7 +97,7 @@ def ask(gate: HealthGate | None, context: dict[str, str], canary: CanaryVerdict 
         answer = canary(question)
         return Verdict(answer.verdict, answer.reason)
     if gate.command is not None:
-        env = current().child(**{f"PLATFORMCTL_{k.upper()}": v for k, v in context.items()})
+        env = (environment or Environment.from_os()).child(**{f"PLATFORMCTL_{k.upper()}": v for k, v in context.items()})
         what = f"health gate command {gate.command[0]}"
         try:
             done = subprocess.run(list(gate.command), capture_output=True, text=True, timeout=CHECK_TIMEOUT_SECONDS,

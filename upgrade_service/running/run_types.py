@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import Node, Pod, Snapshot, Taint
+from platformctl.kernel.environment import Environment
 from platformctl.kernel.nodegroups import GroupState, NodeGroups
 from upgrade_service.running.report import RunReport
 from upgrade_service.running.wave_drain import DrainStatus
@@ -45,6 +46,8 @@ class Options:
     first_light_proven: bool = False
     # Set (by a first Ctrl-C or SIGTERM) to stop every cluster at its next safe point: no new side effect starts.
     stop: threading.Event | None = None
+    # The environment a health gate's command runs in: the command's own (None: this process's).
+    environment: Environment | None = None
 
 
 @dataclass

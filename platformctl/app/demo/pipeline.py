@@ -29,11 +29,12 @@ from platformctl.app.dashboard import DashboardRequest
 from platformctl.app.demo.checkout import SPEED, new_tree, shrink_stacks, write_files
 from platformctl.app.demo.narration import Narrator, Tabular, aside, heading
 from platformctl.app.images import BuildRequest, build, default_lock_file, image_store
+from platformctl.app.platform import Platform
 from platformctl.kernel import region_client
 from platformctl.kernel.clock import Clock
-from platformctl.kernel.environment import Environment, current, using
+from platformctl.kernel.environment import Environment, using
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.topology import STAGES, load_stage
+from platformctl.kernel.topology import STAGES
 from release_pipeline.candidates import Candidate
 
 TICK_SECONDS = 60.0  # the release CronJob's schedule: every minute
@@ -72,48 +73,45 @@ class PipelineStory:
 
 
 def story_environment(home: Path) -> Environment:
-    """The environment the story's commands run in: the operator's, without an AWS, a store or a kubeconfig of their
-    own, with ``home`` as the toolkit's folder (where the region's files and every stage's store are)."""
-    kept = {k: v for k, v in current().variables.items()
+    """The environment the story's commands run in: the operator's (read where the story starts: it is a command of
+    its own), without an AWS, a store or a kubeconfig of their own, with ``home`` as the toolkit's folder (where the
+    region's files and every stage's store are)."""
+    kept = {k: v for k, v in Environment.from_os().variables.items()
             if not k.startswith(("AWS_", "PLATFORMCTL_")) and k != "KUBECONFIG"}
     return Environment({**kept, "PLATFORMCTL_HOME": str(home)})
 
 
-@contextmanager
-def _aws_of_region() -> Iterator[None]:
-    """What the ``ami`` commands do: reach the running local region's AWS."""
-    with using(current().with_aws(region_client.local_aws())):
-        yield
-
-
 class _Operator:
-    """The operator's commands, called as the commands call them, and the pipeline's CronJob."""
+    """The operator's commands, called as the commands call them (each with the story's platform), and the pipeline's
+    CronJob."""
 
-    def __init__(self, home: Path, infra: Path, say: Narrator) -> None:
-        self.home, self.infra, self.say = home, infra, say
+    def __init__(self, platform: Platform, say: Narrator) -> None:
+        self.platform, self.say = platform, say
+        home = self.home = platform.home
         self.pipeline, self.ledger = home / "pipeline.yaml", str(home / "ledger.db")
         self.ticks = 0
         self.clock: Clock | None = None
 
     def build(self, manifests: Path) -> None:
-        with _aws_of_region():
-            build(BuildRequest(image_store(None), default_lock_file(), manifests, workers=2))
+        aws = self.platform.aws  # what the ``ami`` commands do: reach the running local region's AWS
+        with using(self.platform.environment.with_aws(aws if aws.local else None)):
+            build(BuildRequest(image_store(self.platform, None), default_lock_file(self.platform), manifests, workers=2))
 
     def start(self, note: str) -> Candidate:
-        return release.start_candidate(release.StartRequest(self.pipeline, None, note, self.ledger, self.infra)).candidate
+        return release.start_candidate(self.platform, release.StartRequest(self.pipeline, None, note, self.ledger)).candidate
 
     def status(self, aws: bool = True) -> dict[str, object]:
-        return release.pipeline_status(release.LedgerRequest(self.pipeline, self.ledger), aws)
+        return release.pipeline_status(self.platform, release.LedgerRequest(self.pipeline, self.ledger), aws)
 
     def history(self) -> list[dict[str, object]]:
-        return list(release.pipeline_history(release.LedgerRequest(self.pipeline, self.ledger)))
+        return list(release.pipeline_history(self.platform, release.LedgerRequest(self.pipeline, self.ledger)))
 
     def tick_until(self, done: Callable[[dict[str, object]], bool], clock: Clock) -> dict[str, object]:
         """``release tick`` once a virtual minute until ``done`` says so of ``release status``."""
         began = clock.now()
         while clock.now() - began < VIRTUAL_LIMIT:
             try:
-                errors = release.release_tick(release.TickRequest(self.pipeline, self.ledger, self.infra),
+                errors = release.release_tick(self.platform, release.TickRequest(self.pipeline, self.ledger),
                                               say=lambda m: self.say.say(aside("  tick "), str(m))).report.errors
             except release.EveryStageHeld:
                 errors = []
@@ -150,39 +148,43 @@ def _images(candidate: Candidate, stage: str) -> set[str]:
 
 @contextmanager
 def every_stage(home: Path, infra_dir: Path, say: Narrator, skip: bool = True,
-                keep: bool = False) -> Iterator[tuple[Path, dict[str, object]]]:
+                keep: bool = False) -> Iterator[tuple[Platform, dict[str, object]]]:
     """``local up --stage all`` on ``infra_dir``'s stacks shrunk by ``shrink_stacks`` (one member cluster a stage, one
     node a pool) in ``home``, with the demo's rotation policy, judge and pipeline written beside them, in the story's
-    environment: yields the shrunk stacks' folder and the region, and stops the region (unless ``keep``)."""
-    with using(story_environment(home)):
+    environment: yields the story's platform (the shrunk stacks, the region) and the region's status, and stops the
+    region (unless ``keep``)."""
+    environment = story_environment(home)
+    with using(environment):
         infra = shrink_stacks(infra_dir, home / "infra")
         write_files(home)
         stages = list(STAGES)
+        before = Platform(environment, infra)
         for name in stages:
-            load_stage(name, infra)
+            before.stage(name)
         say.say(heading("1. Every stage at once"), ": `local up --stage all` on the checkout's stacks shrunk to one member "
                 f"cluster a stage and one node a pool (in {home})")
-        region, _ = region_client.up(stages, float(SPEED), infra, workloads=False, canaries=True, skip=skip)
+        region, _ = region_client.up(environment, stages, float(SPEED), infra, workloads=False, canaries=True, skip=skip)
         try:
-            yield infra, region
+            yield before.with_region_looked_again(), region
         finally:
             if not keep:
-                region_client.down()
+                region_client.down(environment.home)
 
 
 def run_story(infra_dir: Path, manifests: Path, say: Narrator, keep: bool = False,
-              export: Callable[[DashboardRequest, Path], object] | None = None, skip: bool = True) -> PipelineStory:
+              export: Callable[[Platform, DashboardRequest, Path], object] | None = None,
+              skip: bool = True) -> PipelineStory:
     """Tell it through ``say``; ``export`` writes the dashboard's page (the command's renderer) before the region
     stops; ``skip`` is ``local up``'s (``benchmarks/local_time.py`` times the story both ways). Returns what a test
     or a person checks."""
     home = Path(tempfile.mkdtemp(prefix="platformctl-pipeline-demo-"))
     story = PipelineStory(home)
     started = time.monotonic()
-    with every_stage(home, infra_dir, say, skip, keep) as (infra, region):
-        _tell(story, _Operator(home, infra, say), region, manifests, say)
+    with every_stage(home, infra_dir, say, skip, keep) as (platform, region):
+        _tell(story, _Operator(platform, say), region, manifests, say)
         if export is not None:
             page = home / "dashboard.html"
-            export(DashboardRequest(home / "pipeline.yaml", str(home / "ledger.db"), None, infra), page)
+            export(platform, DashboardRequest(home / "pipeline.yaml", str(home / "ledger.db"), None), page)
             story.dashboard = str(page)
             say.say(heading("5. The dashboard"), f" (one self-contained file, to attach to a change review): {page}")
     story.wall_seconds = time.monotonic() - started
@@ -211,12 +213,12 @@ def release_one(infra_dir: Path, manifests: Path, pipeline: str, say: Narrator, 
     the CronJob ticks: promoted to ``prod``, or where it halted and why (an A/A run: a halt is a false alarm)."""
     home = Path(tempfile.mkdtemp(prefix="platformctl-release-"))
     started = time.monotonic()
-    with every_stage(home, infra_dir, say, skip) as (infra, region):
+    with every_stage(home, infra_dir, say, skip) as (platform, region):
         (home / "pipeline.yaml").write_text(pipeline)
         region_client.take_part()
         clock = _region_clock(region)
         began = clock.now()
-        op = _Operator(home, infra, say)
+        op = _Operator(platform, say)
         op.build(new_tree(manifests, home / f"tree-{version}", version))
         cid = op.start(f"base {version}").id
 
@@ -233,7 +235,7 @@ def release_one(infra_dir: Path, manifests: Path, pipeline: str, say: Narrator, 
 def _region_clock(region: dict[str, object]) -> Clock:
     first = _list(region["clusters"])[0]
     assert isinstance(first, dict)
-    clock = region_client.clock_for_context(str(region["kubeconfig"]), str(first["name"]))
+    clock = region_client.clock_for_context(Path(str(region["kubeconfig"])), str(first["name"]))
     if clock is None:
         raise PlatformError("the local region's clock does not answer", field="demo-pipeline")
     return clock
@@ -267,7 +269,7 @@ def _tell(story: PipelineStory, op: _Operator, region: dict[str, object], manife
     bad = op.start("base 9.2.0, broken")
     story.bad = bad.id
     for ami in sorted(set().union(*(_images(bad, s) for s in names))):
-        region_client.faults("POST", {"kind": "bad-image", "image": ami})
+        region_client.faults(op.home, "POST", {"kind": "bad-image", "image": ami})
     now = op.tick_until(lambda s: _candidate(s, bad.id).get("status") == "halted" and _stage(s, "dev").get("step") == "idle",
                         clock)
     _the_bad_one(story, op, region, now, good, bad, names, say)

@@ -8,8 +8,10 @@ refusals come back as the API's ``Status`` body, turned into an ``EvictionResult
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from platformctl.kernel.clock import Clock, WallClock
@@ -25,7 +27,6 @@ from platformctl.kernel.cluster.model import (
     parse_pod,
     snapshot_document,
 )
-from platformctl.kernel.environment import current
 from platformctl.kernel.errors import ApiRefused, ApiUnreachable, NotFoundError, PlatformError
 from platformctl.kernel.retry import NOT_ACTED, TRANSIENT, Backoff, retrying
 
@@ -56,7 +57,8 @@ class LiveCluster:
         from kubernetes import config
         from kubernetes.config.config_exception import ConfigException
 
-        path = path or current().kubeconfig
+        # No path: the official client's own default ($KUBECONFIG, else ~/.kube/config), which the caller (the command's
+        # platform) found set to nothing.
         where = path or "~/.kube/config"
         try:
             contexts = [c["name"] for c in config.list_kube_config_contexts(config_file=path)[0]]
@@ -76,7 +78,8 @@ class LiveCluster:
             # A context of the local region carries where its virtual clock is read.
             from platformctl.kernel.region_client import clock_for_context
 
-            clock = clock_for_context(path, context)
+            clock = clock_for_context(Path(path.split(os.pathsep)[0]).expanduser() if path
+                                      else Path(config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION).expanduser(), context)
             client_id = getattr(clock, "client_id", None)
             if client_id:  # the region counts this process's requests as its clock's, not a stranger's
                 from platformctl.kernel.region_client import CLIENT_HEADER

@@ -20,7 +20,8 @@ canaries' results, the release pipeline's ledger. What it offers is deliberately
 ``SQLiteStore`` (a file; WAL mode, so readers never wait for the writer) is the default, at
 ``$PLATFORMCTL_HOME/state.db`` or ``.platformctl/kernel/state.db``; ``DynamoDBStore`` (a table shared by
 operators, conditional writes) is reached through the project's boto3 factory. ``open_store`` picks
-one from ``--state PATH | sqlite:///PATH | dynamodb://TABLE`` or ``$PLATFORMCTL_STATE``. Lease times
+one from ``--state PATH | sqlite:///PATH | dynamodb://TABLE`` (the application layer's ``store_for`` adds
+``$PLATFORMCTL_STATE`` and the stage's own). Lease times
 are wall-clock seconds: a lease is about whether a process is alive, which only wall time tells.
 """
 
@@ -28,15 +29,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from platformctl.kernel.environment import STATE_VARIABLE, current
+from platformctl.kernel.environment import STATE_VARIABLE, AwsTarget, Environment
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record, StateStore, StoreUnavailable
 
 ENV = STATE_VARIABLE
 
 
-def default_path() -> Path:
-    return current().home / "state.db"
+def default_path(home: Path | None = None) -> Path:
+    """The default store: ``state.db`` in the toolkit's home (``$PLATFORMCTL_HOME``, which the caller read)."""
+    return (home or Environment().home) / "state.db"
 
 
 def dynamodb_spec(given: str, where: str) -> tuple[str, str | None]:
@@ -54,21 +56,22 @@ def dynamodb_spec(given: str, where: str) -> tuple[str, str | None]:
     return table, region
 
 
-def open_store(spec: str | None = None, existing: bool = False) -> StateStore:
-    """The store ``spec`` names (else ``$PLATFORMCTL_STATE``, else the default SQLite file). ``existing``: a command
-    that only reads (a status, a verdict) or acts on what a store holds (a pause) is given a store that exists, never
-    makes one: a mistyped path is one line and exit 2, not an empty store that answers "nothing here"."""
-    given = spec or current().state
-    where = "--state" if spec else ENV
+def open_store(spec: str | None = None, existing: bool = False, *, where: str = "--state", home: Path | None = None,
+               target: AwsTarget | None = None) -> StateStore:
+    """The store ``spec`` names (``where``: the flag or variable it came from), else the default SQLite file in
+    ``home``. ``existing``: a command that only reads (a status, a verdict) or acts on what a store holds (a pause) is
+    given a store that exists, never makes one: a mistyped path is one line and exit 2, not an empty store that answers
+    "nothing here". ``target``: the AWS a DynamoDB table is in."""
+    given = spec or ""
     if given.startswith("dynamodb://"):
         from platformctl.kernel.state.dynamodb import DynamoDBStore
 
         table, region = dynamodb_spec(given, where)
-        return DynamoDBStore(table, location=given, region=region)
+        return DynamoDBStore(table, location=given, region=region, target=target)
     from platformctl.kernel.state.sqlite import SQLiteStore
 
     if not given:
-        path = default_path()
+        path = default_path(home)
         path.parent.mkdir(parents=True, exist_ok=True)
         return SQLiteStore(path, location=str(path))
     if "://" in given and not given.startswith("sqlite:///"):

@@ -50,6 +50,7 @@ from typing import Any, TypeVar, cast
 
 from platformctl.kernel import aws
 from platformctl.kernel.clock import Clock, WallClock
+from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record, StoreUnavailable
 from platformctl.kernel.state.lease import lease_call_timeout
@@ -129,13 +130,15 @@ def _store_errors(method: F) -> F:
 
 
 class DynamoDBStore:
-    def __init__(self, table: str, location: str | None = None, region: str | None = None, clock: Clock | None = None) -> None:
+    def __init__(self, table: str, location: str | None = None, region: str | None = None, clock: Clock | None = None,
+                 target: AwsTarget | None = None) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
         self.table = table
         self.location = location or f"dynamodb://{table}"
         self.clock = clock or WallClock()
-        self._ddb = aws.client("dynamodb", region)
+        self._target = target  # which AWS (None: the command's environment's)
+        self._ddb = aws.client("dynamodb", region, target=target)
         try:
             self._ddb.describe_table(TableName=table)
         except ClientError as exc:
@@ -403,7 +406,7 @@ class DynamoDBStore:
         found = self._lease_clients.get(timeout)
         if found is None:
             config = Config(connect_timeout=timeout, read_timeout=timeout, retries={"mode": "standard", "max_attempts": 2})
-            found = self._lease_clients[timeout] = aws.client("dynamodb", self._region, config)
+            found = self._lease_clients[timeout] = aws.client("dynamodb", self._region, config, self._target)
         return found
 
     def _conflicted(self, call: Any, **kwargs: Any) -> Any:

@@ -19,6 +19,7 @@ from werkzeug.test import Client
 
 from platformctl.app import dashboard as reading
 from platformctl.app.dashboard import DashboardRequest, Reader, gather
+from platformctl.app.platform import Platform
 from platformctl.cli import dashboard as command
 from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
 from platformctl.kernel.state.sqlite import SQLiteStore
@@ -45,7 +46,7 @@ def figures_of(html: str) -> dict[str, Any]:
 
 
 def test_it_shows_each_stage_the_candidates_with_their_boots_and_the_halted_ones_reason(stores: Stores) -> None:
-    d = gather(request(stores))
+    d = gather(Platform.from_os(), request(stores))
     assert [s["name"] for s in d["stages"]] == ["dev", "staging", "prod-canary", "prod"]
     dev = d["stages"][0]
     assert dev["last_good"] == stores.good.id and dev["current"] == stores.bad.id  # halted and rolling back to the good one
@@ -67,7 +68,7 @@ def test_it_shows_each_stage_the_candidates_with_their_boots_and_the_halted_ones
 
 
 def test_the_charts_carry_each_images_points_as_the_store_holds_them(stores: Stores) -> None:
-    d = gather(request(stores, window=4 * 3600.0))
+    d = gather(Platform.from_os(), request(stores, window=4 * 3600.0))
     dev = d["canaries"]["dev"]
     lines = {line["image"]: line for line in dev["lines"]}
     assert set(lines) == {GOOD_IMAGE, BAD_IMAGE}  # a bad image is its own line
@@ -111,7 +112,7 @@ def test_the_export_is_one_file_with_its_scripts_and_data_inlined_and_markup_sho
 def test_a_store_that_cannot_be_read_is_shown_as_such_and_the_page_keeps_serving(stores: Stores, tmp_path: Path) -> None:
     broken = tmp_path / "broken.db"
     broken.write_bytes(b"this is not a database" * 100)
-    app = command.Dashboard(lambda: gather(DashboardRequest(stores.pipeline, str(stores.ledger), str(broken))))
+    app = command.Dashboard(lambda: gather(Platform.from_os(), DashboardRequest(stores.pipeline, str(stores.ledger), str(broken))))
     client = Client(app)
     page = client.get("/")
     assert page.status_code == 200
@@ -119,7 +120,7 @@ def test_a_store_that_cannot_be_read_is_shown_as_such_and_the_page_keeps_serving
     assert "cannot be read" in text and str(broken) in text
     assert stores.bad.id in text  # the ledger still read: the rest is shown
     assert client.get("/data.json").status_code == 200
-    no_ledger = Client(command.Dashboard(Reader(DashboardRequest(stores.pipeline, str(broken), str(stores.state))).read))
+    no_ledger = Client(command.Dashboard(Reader(Platform.from_os(), DashboardRequest(stores.pipeline, str(broken), str(stores.state))).read))
     page = no_ledger.get("/")
     assert page.status_code == 200 and f"the ledger {broken} cannot be read" in page.get_data(as_text=True)
 
@@ -137,7 +138,7 @@ def test_the_served_page_says_what_changed_when_a_new_result_is_stored(stores: S
     mine = copied(stores, tmp_path)
     monkeypatch.setattr(command, "CACHE_SECONDS", 0.0)
     monkeypatch.setattr(reading, "time", SimpleNamespace(time=lambda: 1_800_000_000.0))  # one minute throughout
-    app = command.Dashboard(Reader(request(mine)).read)
+    app = command.Dashboard(Reader(Platform.from_os(), request(mine)).read)
     client = Client(app)
     page = client.get("/")
     assert page.status_code == 200
@@ -198,8 +199,8 @@ def test_it_reads_shared_dynamodb_tables_as_it_reads_sqlite(stores: Stores, moto
             target.bulk_load(stream, [r.data for r in source.read(stream)])
         source.close()
         tables[name] = f"dynamodb://{table}"
-    on_sqlite = gather(request(stores))
-    on_dynamodb = gather(DashboardRequest(stores.pipeline, tables["ledger"], tables["state"]))
+    on_sqlite = gather(Platform.from_os(), request(stores))
+    on_dynamodb = gather(Platform.from_os(), DashboardRequest(stores.pipeline, tables["ledger"], tables["state"]))
     assert on_dynamodb["errors"] == [] and on_dynamodb["ledger"] == tables["ledger"]
     assert on_dynamodb["candidates"] == on_sqlite["candidates"] and on_dynamodb["rotations"] == on_sqlite["rotations"]
     assert [d["id"] for d in on_dynamodb["decisions"]] == [d["id"] for d in on_sqlite["decisions"]]
@@ -224,7 +225,7 @@ def test_approvals_on_a_ledger_on_the_local_disk_are_shown_as_unauthenticated(tm
     ledger.add_candidate(c)
     ledger.append(c.id, None, "start", 0.0, "change", {"ready_in": ["dev"]}, "tester")
     tick(load_pipeline(pipeline_file), ledger, fake(0.0), "tester")  # waits for its approval
-    d = gather(DashboardRequest(pipeline_file, str(tmp_path / "release.db"), str(tmp_path / "state.db")))
+    d = gather(Platform.from_os(), DashboardRequest(pipeline_file, str(tmp_path / "release.db"), str(tmp_path / "state.db")))
     assert d["approvals_unauthenticated"] and d["stages"][0]["approvals_needed"][0]["candidate"] == c.id
     out = tmp_path / "page.html"
     done = platformctl("dashboard", "--export", str(out), "--pipeline", str(pipeline_file), "--ledger",

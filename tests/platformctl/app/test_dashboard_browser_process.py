@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 
 from platformctl.app.dashboard import DashboardRequest, gather
+from platformctl.app.platform import Platform
 from tests.platformctl.app.dashboard_stores import BAD_IMAGE, ONERROR, SCRIPT, Stores, build, store_newer_result
 
 REPO = Path(__file__).resolve().parents[3]
@@ -103,7 +104,7 @@ def check_shown(watched: Watched, stores: Stores) -> None:
     bad = page.locator(f'tr.candidate[data-candidate="{stores.bad.id}"]')
     assert "halted" in bad.inner_text() and stores.halt_reason.split(";")[0] in bad.locator(".reason").inner_text()
     # The charts carry what the stores hold: each image's points as the store gives them.
-    lines = {line["image"]: line for line in gather(DashboardRequest(stores.pipeline, str(stores.ledger),
+    lines = {line["image"]: line for line in gather(Platform.from_os(), DashboardRequest(stores.pipeline, str(stores.ledger),
                                                                      str(stores.state)))["canaries"]["dev"]["lines"]}
     traces = watched.traces("dev-latency")
     for image, line in lines.items():

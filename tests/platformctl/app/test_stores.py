@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from moto import mock_aws
 
-from platformctl.app.stores import stage_of, stage_table, store_for
+from platformctl.app.platform import Platform
+from platformctl.app.stores import store_for
 from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
 from platformctl.kernel.state.sqlite import SQLiteStore
 
@@ -27,15 +28,16 @@ def no_region(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_a_stage_of_a_real_account_reads_and_writes_the_table_its_program_creates(no_region: None) -> None:
     with mock_aws():
         create_table("platformctl-state-prod")
-        store = store_for(None, stage="prod")
+        platform = Platform.from_os()
+        store = store_for(platform, None, stage="prod")
         assert isinstance(store, DynamoDBStore) and store.location == "dynamodb://platformctl-state-prod"
-        assert stage_table("prod", None) == "platformctl-state-prod"
+        assert platform.stage_table("prod") == "platformctl-state-prod"
         # A cluster of that stage, named by its context, finds the same table through the stage's stack file.
         from platformctl.kernel.topology import load_stage
 
         member = next(c.name for c in load_stage("prod").clusters())
-        assert stage_of(member, None) == "prod"
-        assert store_for(None, cluster=member).location == "dynamodb://platformctl-state-prod"
+        assert platform.stage_of(member).name == "prod"  # type: ignore[union-attr]
+        assert store_for(platform, None, cluster=member).location == "dynamodb://platformctl-state-prod"
 
 
 def test_the_table_a_stage_names_is_the_one_used(no_region: None, tmp_path: Path) -> None:
@@ -51,18 +53,18 @@ def test_the_table_a_stage_names_is_the_one_used(no_region: None, tmp_path: Path
     stack.write_text(text.replace("  platformctl:rotation:\n", "  platformctl:rotation:\n    stateTable: team-state-staging\n", 1))
     with mock_aws():
         create_table("team-state-staging")
-        assert store_for(None, stage="staging", infra_dir=infra).location == "dynamodb://team-state-staging"
+        assert store_for(Platform.from_os(infra), None, stage="staging").location == "dynamodb://team-state-staging"
 
 
 def test_state_or_the_environment_overrides_and_an_unknown_cluster_keeps_the_local_file(no_region: None,
                                                                                          tmp_path: Path,
                                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    given = store_for(str(tmp_path / "mine.db"), stage="prod")
+    given = store_for(Platform.from_os(), str(tmp_path / "mine.db"), stage="prod")
     assert isinstance(given, SQLiteStore) and given.path == tmp_path / "mine.db"
     monkeypatch.setenv("PLATFORMCTL_STATE", f"sqlite:///{tmp_path / 'env.db'}")
-    assert store_for(None, stage="prod").location == f"sqlite:///{tmp_path / 'env.db'}"
+    assert store_for(Platform.from_os(), None, stage="prod").location == f"sqlite:///{tmp_path / 'env.db'}"
     monkeypatch.delenv("PLATFORMCTL_STATE")
-    local = store_for(None, cluster="a-cluster-no-stage-has")
+    local = store_for(Platform.from_os(), None, cluster="a-cluster-no-stage-has")
     assert isinstance(local, SQLiteStore) and local.path == Path(os.environ["PLATFORMCTL_HOME"]) / "state.db"
 
 

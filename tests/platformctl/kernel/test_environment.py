@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from moto import mock_aws
 
 from platformctl.kernel import environment
-from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, Environment, current, using
+from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, Environment
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("platformctl", "e2e_canary", "release_pipeline", "upgrade_service", "ami", "infra")
@@ -80,8 +80,28 @@ def test_the_local_regions_keys_vouch_for_nobody_and_a_configured_account_is_ask
 
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     with mock_aws():
-        assert who().startswith("arn:aws:") and not who().endswith("(local)")  # STS answers for the keys moto set
+        own = Environment.from_os().aws
+        assert who(own).startswith("arn:aws:") and not who(own).endswith("(local)")  # STS answers for the keys moto set
         local = AwsTarget(region="us-east-1", credentials=FAKE_CREDENTIALS, configured=True, local=True)
-        with using(current().with_aws(local)):
-            assert who().endswith("(local)")
-        assert not who().endswith("(local)")
+        assert who(local).endswith("(local)")
+        assert not who(own).endswith("(local)")
+
+
+# Where `environment.current()` may still be asked: the commands, the local region's own process, and the one default
+# left below them (the AWS client factory's, for a caller that names no target: the `ami` commands' image store).
+CURRENT_READERS = ("platformctl/cli/", "platformctl/emulator/", "platformctl/kernel/environment.py",
+                   "platformctl/kernel/aws.py")
+
+
+def test_the_application_layer_and_the_subsystems_are_handed_their_platform_never_ask_for_it() -> None:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith(CURRENT_READERS):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module == "platformctl.kernel.environment" and \
+                        any(a.name == "current" for a in node.names):
+                    found.append(f"{relative}:{node.lineno}")
+    assert found == []

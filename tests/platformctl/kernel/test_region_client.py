@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from platformctl.app.platform import Platform
 from platformctl.kernel import region_client
 from platformctl.kernel.clock import past
 from platformctl.kernel.errors import Unavailable
-from platformctl.kernel.region_client import ServerClock, default_kubeconfig
+from platformctl.kernel.region_client import ServerClock
 
 
 @pytest.fixture
@@ -92,11 +93,11 @@ def test_a_running_region_slow_to_answer_is_waited_for_and_one_that_never_answer
     server.update(kubeconfig=str(tmp_path / "local" / "kubeconfig"))
     (tmp_path / "local" / "server.json").write_text(json.dumps({"pid": os.getpid(), "kubernetes_endpoint": server["base"]}))
     server["delay"] = 2.5  # longer than one look used to wait: the command then took ~/.kube/config for the region's
-    assert default_kubeconfig(None) == server["kubeconfig"]
+    assert Platform.from_os().kubeconfig(None) == server["kubeconfig"]
     monkeypatch.setattr(region_client, "ANSWER_SECONDS", 1.0)
     with pytest.raises(Unavailable, match="did not answer"):
-        default_kubeconfig(None)
+        Platform.from_os().kubeconfig(None)
     server["delay"] = 0.0
-    assert region_client.running() is not None
+    assert region_client.running(tmp_path) is not None
     (tmp_path / "local" / "server.json").write_text(json.dumps({"pid": os.getpid(), "kubernetes_endpoint": "http://127.0.0.1:9"}))
-    assert region_client.running() is None  # nothing listens there: no region
+    assert region_client.running(tmp_path) is None  # nothing listens there: no region

@@ -11,6 +11,7 @@ import pytest
 
 
 def test_a_uid_with_no_passwd_entry_and_no_user_variable_is_named_by_its_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    from platformctl.kernel.environment import Environment
     from platformctl.kernel.who import who
 
     for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
@@ -25,4 +26,4 @@ def test_a_uid_with_no_passwd_entry_and_no_user_variable_is_named_by_its_number(
         raise KeyError(f"getpwuid(): uid not found: {uid}")  # what the C library answers for a UID it does not know
 
     monkeypatch.setattr(pwd, "getpwuid", unknown)
-    assert who() == f"uid-{os.getuid()}@{socket.gethostname()} (local)"
+    assert who(Environment.from_os().aws) == f"uid-{os.getuid()}@{socket.gethostname()} (local)"

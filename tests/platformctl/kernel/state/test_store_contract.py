@@ -321,13 +321,17 @@ def test_a_sqlite_store_another_process_holds_locked_is_the_stores_fault_on_one_
 def test_the_default_store_is_a_file_under_platformctl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLATFORMCTL_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("PLATFORMCTL_STATE", raising=False)
-    store = open_store()
+    from platformctl.app.platform import Platform
+    from platformctl.app.stores import store_for
+
+    store = store_for(Platform.from_os(), None)
     assert isinstance(store, SQLiteStore) and store.path == tmp_path / "home" / "state.db"
     store.append("x", {})
     conn_mode = store._conn().execute("PRAGMA journal_mode").fetchone()[0]
     assert conn_mode == "wal"
     monkeypatch.setenv("PLATFORMCTL_STATE", f"sqlite:///{tmp_path / 'env.db'}")
-    assert isinstance(open_store(), SQLiteStore) and open_store().path == tmp_path / "env.db"
+    again = store_for(Platform.from_os(), None)
+    assert isinstance(again, SQLiteStore) and again.path == tmp_path / "env.db"
 
 
 def test_dynamodb_store_is_named_by_its_table(aws_env: dict[str, str]) -> None:

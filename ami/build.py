@@ -34,6 +34,7 @@ from typing import Any
 from ami.lock import newest_in_lock
 from ami.manifest import ImageManifest, ManifestSet, Source
 from platformctl.kernel import aws
+from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.nodegroups import BUILDER_TAG
 
@@ -78,8 +79,9 @@ class BuiltImage:
 class ImageStore:
     """The images and parameters of one account, through the project's boto3 clients."""
 
-    def __init__(self, region: str, extra_regions: Iterable[str] = ()) -> None:
+    def __init__(self, region: str, extra_regions: Iterable[str] = (), target: AwsTarget | None = None) -> None:
         self.region = region
+        self.target = target  # which AWS (the command's: the local region's, or an account); None: the environment's
         self.extra_regions = tuple(r for r in extra_regions if r != region)
         self._local = threading.local()
 
@@ -87,13 +89,13 @@ class ImageStore:
         clients = self._local.__dict__.setdefault("clients", {})  # boto3 clients are made per thread
         key = ("ec2", region or self.region)
         if key not in clients:
-            clients[key] = aws.client("ec2", key[1])
+            clients[key] = aws.client("ec2", key[1], target=self.target)
         return clients[key]
 
     def ssm(self) -> Any:
         clients = self._local.__dict__.setdefault("clients", {})
         if "ssm" not in clients:
-            clients["ssm"] = aws.client("ssm", self.region)
+            clients["ssm"] = aws.client("ssm", self.region, target=self.target)
         return clients["ssm"]
 
     def resolve_source(self, source: Source, where: str) -> str:

@@ -36,6 +36,7 @@ import semver
 
 from ami.build import TAG, ImageStore, tags_of
 from platformctl.kernel import aws
+from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.topology import parse_stage_file
@@ -122,15 +123,15 @@ def file_references(lock_files: Iterable[Path], stack_files: Iterable[Path], ref
             refs.add(image_id, f"stack file {path} (topology.images.{family})")
 
 
-def account_references(region: str, refs: References) -> None:
+def account_references(region: str, refs: References, target: AwsTarget | None = None) -> None:
     """What the account's launch templates, auto scaling groups, instances and parameters use in ``region``."""
-    ec2 = aws.client("ec2", region)
+    ec2 = aws.client("ec2", region, target=target)
     for page in ec2.get_paginator("describe_launch_template_versions").paginate(Versions=["$Latest", "$Default"]):
         for v in page["LaunchTemplateVersions"]:
             which = "$Default" if v.get("DefaultVersion") else "$Latest"
             refs.add(v.get("LaunchTemplateData", {}).get("ImageId"),
                      f"launch template {v['LaunchTemplateName']} version {v['VersionNumber']} ({which})")
-    autoscaling = aws.client("autoscaling", region)
+    autoscaling = aws.client("autoscaling", region, target=target)
     configurations: set[str] = set()
     for page in autoscaling.get_paginator("describe_auto_scaling_groups").paginate():
         for group in page["AutoScalingGroups"]:
@@ -254,7 +255,7 @@ def prune_images(store: ImageStore, *, keep: int, grace: timedelta, now: datetim
     regions = (store.region, *store.extra_regions)
     found: dict[str, list[dict[str, Any]]] = {}
     for region in regions:
-        account_references(region, refs)
+        account_references(region, refs, store.target)
         found[region] = store.ec2(region).describe_images(
             Owners=["self"], Filters=[{"Name": "tag-key", "Values": [f"{TAG}name"]}])["Images"]
     # An image and its copies in other regions share a fate: a reference to one keeps them all.

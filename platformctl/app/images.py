@@ -20,7 +20,7 @@ def image_store(platform: Platform, region: str | None, copy_to: tuple[str, ...]
     local = platform.reached
     if local is not None and not copy_to:
         copy_to = tuple(dict.fromkeys(str((local.for_stage(s) or local.status)["region"]) for s in local.stages))
-    return ImageStore(region or platform.aws.region or "us-west-2", copy_to)
+    return ImageStore(region or platform.aws.region or "us-west-2", copy_to, platform.aws)
 
 
 def default_lock_file(platform: Platform) -> Path:

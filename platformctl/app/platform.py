@@ -29,7 +29,15 @@ from platformctl.kernel import region_client
 from platformctl.kernel.clock import Clock, WallClock, synced_now
 from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, Environment
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.topology import STAGES, Stage, default_infra_dir, parse_stage_config, read_stack_config, stage_file
+from platformctl.kernel.topology import (
+    STAGES,
+    Stage,
+    default_infra_dir,
+    parse_stage_config,
+    read_stack_config,
+    stage_file,
+    table_of,
+)
 
 
 @dataclass(frozen=True)
@@ -108,9 +116,7 @@ class Platform:
 
     def stage_table(self, name: str) -> str:
         """The stage's state table as its Pulumi program names it (``platformctl:rotation.stateTable``)."""
-        rotation = self.stack_config(name).get("platformctl:rotation")
-        table = rotation.get("stateTable") if isinstance(rotation, dict) else None
-        return str(table) if table else f"platformctl-state-{name}"
+        return table_of(self.stack_config(name), name)
 
     def stage_of(self, cluster: str) -> Stage | None:
         """The stage whose stack file declares ``cluster`` (None outside a checkout, or for a cluster of no stage); a

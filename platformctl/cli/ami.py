@@ -17,7 +17,6 @@ from rich.tree import Tree
 
 from platformctl.cli.context import platform
 from platformctl.cli.output import OUTPUT, console, emit_json, writable_file
-from platformctl.kernel.environment import current, using
 
 MANIFESTS = click.option("--manifests", "manifest_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                          help="folder of image manifests (default: ami/manifests of the checkout the current directory is in)")
@@ -38,9 +37,8 @@ def _regions(fn: Any) -> Any:
 @click.pass_context
 def ami(ctx: click.Context) -> None:
     """Machine images: manifests with inheritance, and the builds they drive."""
-    # The running local region's AWS, unless the environment names another: for every call of the command.
-    aws = platform().aws
-    ctx.with_resource(using(current().with_aws(aws if aws.local else None)))
+    # Every AWS call of these commands goes to the platform's target (the running local region's, unless the
+    # environment names another), handed to the image store.
 
 
 @ami.command("resolve")

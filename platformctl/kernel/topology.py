@@ -145,7 +145,11 @@ def load_stage(stage: str, infra_dir: Path | None = None) -> Stage:
 
 def stage_table(stage: str, infra_dir: Path | None) -> str:
     """The stage's state table as its Pulumi program names it (``platformctl:rotation.stateTable``)."""
-    config = read_stack_config(stage_file(stage, infra_dir or default_infra_dir()))
+    return table_of(read_stack_config(stage_file(stage, infra_dir or default_infra_dir())), stage)
+
+
+def table_of(config: Mapping[str, Any], stage: str) -> str:
+    """The state table a stack's ``config:`` names (``platformctl:rotation.stateTable``), else the program's default."""
     rotation = config.get("platformctl:rotation")
     table = rotation.get("stateTable") if isinstance(rotation, dict) else None
     return str(table) if table else f"platformctl-state-{stage}"

@@ -7,7 +7,7 @@ virtual clock):
    then its deadline): the last checkpoint's size and the largest entry's, against the 100 kB each must stay under
    (DynamoDB's item is 400 kB).
 2. 1,600 freezes by hand that lapsed before a candidate waits for its approval: the same two sizes.
-3. `release status`'s candidate report (`platformctl.app.release.candidate_report`, from the ledger alone) after 1
+3. `release status`'s candidate report (`platformctl.app.release_status.candidate_report`, from the ledger alone) after 1
    release and after 100 of a 10,000-node fleet (each rotation of each stage records the instances it saw booting,
    10,000 a release), median of 7, side by side: the ratio (target: within 2x), and for contrast what reading every
    boot of every candidate ever (what it read before 2026-11-29) costs after 100.
@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from e2e_canary.verdict import Verdict
-from platformctl.app.release import candidate_report
+from platformctl.app.release_status import candidate_report
 from platformctl.kernel.state import open_store
 from release_pipeline.candidates import Candidate, StageImages, make_candidate
 from release_pipeline.ledger import Ledger, boots_stream, checkpoints

@@ -30,11 +30,9 @@ from platformctl.app import release  # noqa: E402
 from platformctl.app.demo.checkout import SPEED, new_tree, shrink_stacks  # noqa: E402
 from platformctl.app.demo.narration import Silent  # noqa: E402
 from platformctl.app.demo.pipeline import (  # noqa: E402
-    _candidate,
     _images,
     _Operator,
     _region_clock,
-    _stage,
     story_environment,
 )
 from platformctl.app.platform import Platform  # noqa: E402
@@ -83,14 +81,14 @@ def one_run(candidate: str, to: str, members: int | None, version: str) -> dict[
                     pass
                 ticks += 1
                 status = op.status(aws=False)
-                stages = {s: _stage(status, s) for s in STAGES}
-                entered = [s for s, st in stages.items() if st.get("last_good") == cid or
-                           (st.get("current") == cid and st.get("step") != "waiting")]
-                done = stages[to].get("last_good") == cid if to == STAGES[-1] else to in entered  # prod: rotated there
-                if _candidate(status, cid).get("status") == "halted" or done or (candidate == "bad" and "staging" in entered):
+                stages = status.stages
+                entered = [s for s, st in stages.items() if st.last_good == cid or
+                           (st.current == cid and st.step != "waiting")]
+                done = stages[to].last_good == cid if to == STAGES[-1] else to in entered  # prod: rotated there
+                if status.candidates[cid].status == "halted" or done or (candidate == "bad" and "staging" in entered):
                     break
                 for stage, st in stages.items():  # an operator approves what waits for an approval, at once
-                    if st.get("current") == cid and st.get("step") == "waiting" and stage not in approved and \
+                    if st.current == cid and st.step == "waiting" and stage not in approved and \
                             pipeline.stage(stage).approvals:
                         release.approve(platform, release.ApproveRequest(cid, stage, "benchmark", op.pipeline, op.ledger))
                         approved.add(stage)

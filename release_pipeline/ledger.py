@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
+from typing import NamedTuple
 
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject, to_int
 from platformctl.kernel.state import Lease, StateStore
@@ -75,6 +76,23 @@ DEPLOY_TO_LOCK = 600.0  # seconds: the most a deploy's record may come before th
 
 def boots_stream(stage: str, candidate: str) -> str:
     return f"{BOOTS}{stage}/{candidate}"
+
+
+class Boot(NamedTuple):
+    """An instance seen booting an image, as a boots record keeps it (one ``image/instance`` row: the ids alone, so a
+    record of 2,000 stays far below an item's limit)."""
+
+    image: str
+    instance: str
+
+    @classmethod
+    def parse(cls, row: str) -> Boot:
+        image, _, instance = row.partition("/")
+        return cls(image, instance)
+
+    @property
+    def row(self) -> str:
+        return f"{self.image}/{self.instance}"
 
 
 # A stage's lease for the tick: a context that yields whether this tick holds it (and fences the ledger's writes
@@ -177,11 +195,11 @@ class Ledger:
         """Record the instances a rotation of ``stage`` saw booting ``candidate``'s images ({image: instance ids}), in
         chunks of their own stream, and which of them its first light booted (one a pool, before any workload moved);
         how many."""
-        rows = [f"{image}/{i}" for image, ids in sorted(booted.items()) for i in ids]
+        rows = [Boot(image, i).row for image, ids in sorted(booted.items()) for i in ids]
         stream = boots_stream(stage, candidate)
         for n in range(0, len(rows), BOOT_CHUNK):
             self.store.append(stream, {"stage": stage, "instances": rows[n:n + BOOT_CHUNK]}, fence=self.fence)
-        lit = [f"{image}/{i}" for image, ids in sorted((first_light or {}).items()) for i in ids]
+        lit = [Boot(image, i).row for image, ids in sorted((first_light or {}).items()) for i in ids]
         for n in range(0, len(lit), BOOT_CHUNK):
             self.store.append(stream, {"stage": stage, "instances": lit[n:n + BOOT_CHUNK], "first_light": True},
                               fence=self.fence)

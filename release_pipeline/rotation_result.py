@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from enum import StrEnum
 
 from platformctl.kernel.jsontypes import (
     JSONMapping,
@@ -23,11 +23,19 @@ from platformctl.kernel.jsontypes import (
     to_int,
 )
 
+
 # finished: every cluster rotated; halted: a cluster halted (the gate halts the candidate); blocked: nodes a budget
 # holds, nothing failed (planned again next tick, for a while); busy: a rotation holds the stage's lease or an API
 # would not answer (nothing done; the next tick tries again); frozen: a freeze began and the rotation paused.
-Status = Literal["finished", "halted", "blocked", "busy", "frozen"]
-STATUSES: tuple[Status, ...] = ("finished", "halted", "blocked", "busy", "frozen")
+class Status(StrEnum):
+    FINISHED = "finished"
+    HALTED = "halted"
+    BLOCKED = "blocked"
+    BUSY = "busy"
+    FROZEN = "frozen"
+
+
+STATUSES: tuple[Status, ...] = tuple(Status)
 
 
 @dataclass(frozen=True)
@@ -93,9 +101,12 @@ class StageRotation:
     exit_code: int | None = None
     clusters: list[ClusterRotation] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))  # a fake's "finished" is the enum's too
+
     def to_dict(self) -> JSONObject:
         """Its JSON as a ledger entry's ``result`` holds it, before the boots go to their own stream."""
-        out: JSONObject = {"status": self.status, "reason": self.reason}
+        out: JSONObject = {"status": self.status.value, "reason": self.reason}
         if self.booted:
             out["booted"] = self.booted
         if self.first_light:
@@ -109,7 +120,7 @@ class StageRotation:
     @classmethod
     def from_dict(cls, data: JSONMapping) -> StageRotation:
         """A result as a ledger entry keeps it (``release replay`` judges it again)."""
-        status: Status = next((s for s in STATUSES if s == data.get("status")), "halted")
+        status = next((s for s in STATUSES if s == data.get("status")), Status.HALTED)
         exit_code = data.get("exit_code")
         return cls(status, str(data.get("reason") or ""),
                    exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from release_pipeline.candidates import Candidate
 from release_pipeline.operations import StageDeploy
-from release_pipeline.rotation_result import StageRotation
+from release_pipeline.rotation_result import StageRotation, Status
 
 if TYPE_CHECKING:
     from e2e_canary.judge import Word
@@ -96,16 +96,16 @@ class FakeStages:
             why = hold()
             if why is not None:
                 self.paused.append((stage, candidate.id))
-                return StageRotation("frozen", why)
+                return StageRotation(Status.FROZEN, why)
         self.rotations.append((stage, candidate.id))
         self.clock += self.rotation_seconds
         if stage in self.halts:
             self.halts.remove(stage)
-            said = StageRotation("halted", "a node would not drain")
+            said = StageRotation(Status.HALTED, "a node would not drain")
         else:
             self.running[stage] = candidate.id
             self.nodes[stage] = dict(self.template(stage))
-            said = StageRotation("finished", booted=self.boots(stage, candidate) if self.boots else {})
+            said = StageRotation(Status.FINISHED, booted=self.boots(stage, candidate) if self.boots else {})
         return self.after_rotate(self, stage, candidate, said) if self.after_rotate is not None else said
 
     def verdict(self, stage: str, candidate: Candidate, baseline: Candidate | None, since: float, window: int,

@@ -20,7 +20,8 @@ from e2e_canary.results import newest_at, results
 from e2e_canary.sli import objectives, sli_series
 from platformctl.app.approvers import local_ledger
 from platformctl.app.platform import Platform
-from platformctl.app.release import DEFAULT_LEDGER, candidate_report
+from platformctl.app.release import DEFAULT_LEDGER
+from platformctl.app.release_status import CandidateReport, candidate_report
 from platformctl.app.stores import store_for
 from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject, mapping, to_float
@@ -128,7 +129,7 @@ class Reader:
         state = _guarded(where, errors, ledger.state, None) if ledger else None
         newest = _guarded(where, errors, lambda: ledger.newest(DECISIONS), []) if ledger else []
         out["decisions"] = [e.as_stored() for e in newest]
-        report = _guarded(where, errors, lambda: candidate_report(ledger, state, None), {}) \
+        report: dict[str, CandidateReport] = _guarded(where, errors, lambda: candidate_report(ledger, state, None), {}) \
             if ledger is not None and state is not None else {}
         canaries, rotations, remediation = self._stages(newest, errors)
         out["canaries"], out["rotations"], out["remediation"] = canaries, rotations, remediation
@@ -164,8 +165,8 @@ class Reader:
         out["freezes"] = [f.to_dict() for f in state.freezes] if state else []
         rotating = {st.current for st in (state.stages.values() if state else []) if st.step == "rotating"}
         # its count grows when the rotation ends (the ledger records it then)
-        newest_first: list[JSONObject] = [{"id": cid, **c, "rotating": cid in rotating} for cid, c in
-                                          sorted(report.items(), key=lambda item: item[1]["created_at"], reverse=True)]
+        newest_first: list[JSONObject] = [{"id": cid, **c.to_dict(), "rotating": cid in rotating} for cid, c in
+                                          sorted(report.items(), key=lambda item: item[1].created_at, reverse=True)]
         out["candidates"], out["candidates_total"] = newest_first[:CANDIDATES], len(newest_first)
         return out
 

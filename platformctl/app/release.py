@@ -14,19 +14,17 @@ from typing import TYPE_CHECKING, Any
 from infra.settings import parse_settings
 from platformctl.app.platform import Platform
 from platformctl.app.release_source import infra_revision
+from platformctl.app.release_status import PipelineStatus, status_of
 from platformctl.app.rotation import check_gate_windows
-from platformctl.app.stage_operations import StageOperator, booted_instances
-from platformctl.kernel.environment import AwsTarget
+from platformctl.app.stage_operations import StageOperator
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
-from platformctl.kernel.jsontypes import JSONObject
-from platformctl.kernel.nodegroups import NodeGroups
 from platformctl.kernel.state import StateStore, open_store
 from platformctl.kernel.who import who
 from release_pipeline.candidates import Candidate, make_candidate, read_lock, stage_images
-from release_pipeline.fold import Entry, PipelineState, reported
+from release_pipeline.fold import Entry
 from release_pipeline.held import CandidateStatus
-from release_pipeline.ledger import Ledger, stage_lease
+from release_pipeline.ledger import Ledger
 from release_pipeline.pipeline import Pipeline, load_pipeline
 from release_pipeline.replay import replay
 
@@ -110,71 +108,11 @@ def open_pipeline(platform: Platform, request: LedgerRequest, existing: bool = T
     return pipeline, ledger_of(platform, pipeline, request.ledger, existing)
 
 
-def pipeline_status(platform: Platform, request: LedgerRequest, aws: bool = True) -> dict[str, Any]:
-    """Where every candidate is: per stage the one in flight, the last good one, the step and what it waits for;
-    ``aws`` False: the instances each candidate booted from the ledger alone (``candidate_report``)."""
+def pipeline_status(platform: Platform, request: LedgerRequest, aws: bool = True) -> PipelineStatus:
+    """Where every candidate is (``release status``); ``aws`` False: the instances each candidate booted from the ledger
+    alone."""
     pipeline, ledger = open_pipeline(platform, request, existing=True)
-    state = ledger.state()
-    stages: dict[str, JSONObject] = {}
-    for name in pipeline.names:
-        s = state.stage(name)
-        lease = ledger.store.lease(stage_lease(name))
-        stages[name] = {"current": s.current, "last_good": s.last_good, "step": s.step, "waiting_for": s.waiting_for,
-                        "opens_at": s.opens_at, "since": s.since, "soak_started": s.rotated_at, "ready": s.ready,
-                        "rollback": {"to": s.rollback_to, "phase": s.rollback_phase, "failures": s.rollback_failures,
-                                     "left": s.waiting_for,
-                                     # no good candidate here: back to the images it ran before the halted one's deploy
-                                     "before": s.before if s.rollback_to is None else None}
-                        if s.step == "rolling-back" else None,
-                        "error": s.error.to_dict() if s.error else None, "blocked_since": s.blocked_since,
-                        "tick_lease": {"holder": lease.holder, "expires": lease.expires,
-                                       "live": not lease.expired(time.time())} if lease else None}
-    return {"ledger": ledger.store.location, "pipeline": pipeline.source, "stages": stages,
-            "candidates": candidate_report(ledger, state, platform.aws if aws else None), "freezes": [f.to_dict() for f in state.freezes],
-            "refused": state.refused}
-
-
-def candidate_report(ledger: Ledger, state: PipelineState, target: AwsTarget | None) -> dict[str, Any]:
-    """Each candidate: where it is, why, and how many instances ever booted its new images (asking EC2 in ``target``
-    too; None: from what the ledger recorded alone)."""
-    out = {}
-    seen: set[str] = set()  # the images of every earlier candidate
-    aws = target is not None
-    aws_reachable = aws
-    seams: dict[str, NodeGroups] = {}  # one per region for the whole report, not three clients per candidate
-    counted = reported(state)
-    for c in sorted(ledger.recorded(state.candidates).values(), key=lambda c: (state.order(c.id), c.created_at)):
-        where = state.candidates.get(c.id) or CandidateStatus("finished")
-        new = {n: sorted(s.image_ids - seen) for n, s in c.stages.items()}
-        seen |= c.image_ids()
-        said: dict[str, Any] = {"status": where.status, "stage": where.stage, "reason": where.reason or None,
-                "superseded_by": where.by_candidate, "note": c.note, "created_at": c.created_at,
-                "created_by": c.created_by, "infra_revision": c.infra_revision,
-                "images": {n: s.images for n, s in c.stages.items()}, "new_images": new}
-        if c.id not in counted:  # finished, and no stage runs it: its boots stay in the ledger, not counted again
-            out[c.id] = {**said, "instances_booted": None, "instances_booted_by_stage": {},
-                         "instances_booted_first_light": None, "instances_booted_first_light_by_stage": {},
-                         "instances_booted_in_waves_by_stage": {}, "image_builders_booted_by_stage": {},
-                         "instances_booted_from": "not counted: finished, and no stage runs it"}
-            continue
-        recorded, lit = ledger.boots_and_first_light(c.id)
-        builders: dict[str, int] = {}
-        asked = booted_instances(c, new, target, builders=builders, seams=seams) if target and aws_reachable else None
-        aws_reachable = aws_reachable and asked is not None  # one failure: the rest of the report from the ledger only
-        # What AWS still shows, and what the ledger saw booting the new images at the end of each rotation.
-        booted = {n: sorted(set((asked or {}).get(n, [])) | {r.split("/")[1] for r in recorded.get(n, set())
-                                                             if r.split("/")[0] in new[n]}) for n in new}
-        first = {n: len(set(ids) & {r.split("/")[1] for r in lit.get(n, set())}) for n, ids in booted.items()}
-        out[c.id] = {**said, "instances_booted": sum(len(ids) for ids in booted.values()),
-                     "instances_booted_by_stage": {n: len(ids) for n, ids in booted.items()},
-                     # of which first light's (one a pool, judged before any workload moved) and the waves'
-                     "instances_booted_first_light": sum(first.values()),
-                     "instances_booted_first_light_by_stage": first,
-                     "instances_booted_in_waves_by_stage": {n: len(ids) - first[n] for n, ids in booted.items()},
-                     "image_builders_booted_by_stage": {n: builders.get(n, 0) for n in new},
-                     "instances_booted_from": "ec2 and the ledger" if asked is not None else "the ledger (AWS not reachable)"
-                     if aws else "the ledger"}
-    return out
+    return status_of(pipeline, ledger, platform.aws if aws else None)
 
 
 def pipeline_history(platform: Platform, request: LedgerRequest) -> list[dict[str, Any]]:

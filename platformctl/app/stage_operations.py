@@ -23,16 +23,16 @@ from release_pipeline.ledger import Ledger
 from release_pipeline.operations import ClearedLock, KeptVersion, StageDeploy, replaced_images
 from release_pipeline.pipeline import Pipeline
 from release_pipeline.rotation_result import ClusterRotation, FirstLightSaid, StageRotation, Status
+from upgrade_service.running.run_types import Outcome, RunStatus
 
 if TYPE_CHECKING:
     from e2e_canary.verdict import Verdict
     from platformctl.app.rotation import RotationResult
     from platformctl.kernel.deployer import DeployResult
-    from upgrade_service.running.run_types import Outcome
 
 # A cluster's run that was held back, not failed: a killed tick's lease, a pause by hand, an API that would not answer
 # (the next tick tries again).
-HELD = ("lease-held", "lost-lease", "paused", "api-error")
+HELD = (RunStatus.LEASE_HELD, RunStatus.LOST_LEASE, RunStatus.PAUSED, RunStatus.API_ERROR)
 
 
 def minor_version(version: str) -> tuple[int, int]:
@@ -186,8 +186,8 @@ class StageOperator:
         booted = (booted_instances(candidate, {stage: sorted(candidate.image_ids(stage))}, self.platform.aws,
                                    by_image=True) or {}).get(stage, {})
         if frozen:
-            if any(o.status == "paused" for o in result.outcomes):
-                return StageRotation("frozen", frozen[0], booted)
+            if any(o.status == RunStatus.PAUSED for o in result.outcomes):
+                return StageRotation(Status.FROZEN, frozen[0], booted)
             # the rotation ended before the pause reached it: no pause may wait in the journal for the next run
             self.resume(stage, "the rotation ended before the freeze's pause reached it")
         return stage_rotation(result, booted)
@@ -273,16 +273,16 @@ def stage_rotation(result: RotationResult, booted: dict[str, list[str]]) -> Stag
     failed = [o for o in result.outcomes if o.exit_code and o.status not in HELD]
     busy = [o for o in result.outcomes if o.status in HELD]
     if busy and not failed:  # a killed tick's rotation until its lease lapses (the next tick resumes its journal), or paused by hand
-        return StageRotation("busy", "; ".join(o.reason for o in busy))
+        return StageRotation(Status.BUSY, "; ".join(o.reason for o in busy))
     reasons = [f"{o.cluster}: {o.status}: {o.reason}" for o in failed or result.outcomes if o.exit_code]
-    blocked = bool(failed) and all(o.status == "incomplete" and o.report and o.report.get("nodes_blocked")
+    blocked = bool(failed) and all(o.status == RunStatus.INCOMPLETE and o.report and o.report.get("nodes_blocked")
                                    and not o.report.get("nodes_failed") for o in failed)
     lit: dict[str, list[str]] = {}
     for outcome in result.outcomes:
         first: dict[str, Any] = (outcome.report.get("first_light") if outcome.report else None) or {}
         for pool, instance in (first.get("instances") or {}).items():
             lit.setdefault(first["images"].get(pool, ""), []).append(instance)
-    status: Status = "finished" if result.exit_code == 0 else "blocked" if blocked else "halted"
+    status = Status.FINISHED if result.exit_code == 0 else Status.BLOCKED if blocked else Status.HALTED
     return StageRotation(status, "; ".join(reasons), booted, lit, result.exit_code,
                          [_cluster_rotation(o) for o in result.outcomes])
 

@@ -59,38 +59,39 @@ def release_status(pipeline_file: Path | None, ledger: str | None, output: str) 
     """Per stage: the candidate in flight, the last good one, the step and what it waits for."""
     status = app.pipeline_status(platform(), app.LedgerRequest(pipeline_file, ledger))
     if output == "json":
-        emit_json(status)
+        emit_json(status.to_dict())
         return
     table = Table("stage", "current", "last good", "step", "waiting for")
-    for name, s in status["stages"].items():
-        waits = s["waiting_for"] or ""
-        if s["opens_at"]:
-            waits += f" (can open {format_time(s['opens_at'])})"
-        if s.get("rollback") and s["rollback"]["failures"]:
-            waits = (f"[red]rollback to {s['rollback']['to'] or 'what it ran before'} failed {s['rollback']['failures']} time(s)[/]: the stage stays "
-                     "closed; the next tick tries again (docs/release.md: a failed rollback)")
-        if s.get("error"):
-            waits += f" [red]error at {format_time(s['error']['at'])}: {s['error']['error']['type']}: " \
-                     f"{s['error']['error']['message']}[/]"
-        table.add_row(name, s["current"] or "-", s["last_good"] or "-", s["step"], waits)
+    for name, s in status.stages.items():
+        waits = s.waiting_for or ""
+        if s.opens_at:
+            waits += f" (can open {format_time(s.opens_at)})"
+        if s.rollback and s.rollback.failures:
+            waits = (f"[red]rollback to {s.rollback.to or 'what it ran before'} failed {s.rollback.failures} time(s)[/]: "
+                     "the stage stays closed; the next tick tries again (docs/release.md: a failed rollback)")
+        if s.error:
+            error = s.error.error or {}
+            waits += f" [red]error at {format_time(s.error.at)}: {error.get('type')}: {error.get('message')}[/]"
+        table.add_row(name, s.current or "-", s.last_good or "-", s.step, waits)
     console().print(table)
-    if status["candidates"]:
+    if status.candidates:
         booted = Table("candidate", "status", "stage", "instances that booted its images", "of which first light",
                        "by stage (first light + waves)", title="Candidates")
-        for cid, c in status["candidates"].items():
-            stages = ", ".join(f"{n} {c['instances_booted_first_light_by_stage'][n]}+{c['instances_booted_in_waves_by_stage'][n]}"
-                               for n, count in c["instances_booted_by_stage"].items() if count)
-            counted = c["instances_booted"] is not None  # a finished one no stage runs: not counted again
-            booted.add_row(cid, c["status"], c["stage"] or "-", str(c["instances_booted"]) if counted else "-",
-                           str(c["instances_booted_first_light"]) if counted else "-", stages or "-")
+        for cid, c in status.candidates.items():
+            b = c.boots
+            stages = ", ".join(f"{n} {b.first_light_by_stage[n]}+{b.in_waves_by_stage[n]}"
+                               for n, count in b.by_stage.items() if count)
+            counted = b.total is not None  # a finished one no stage runs: not counted again
+            booted.add_row(cid, c.status, c.stage or "-", str(b.total) if counted else "-",
+                           str(b.first_light) if counted else "-", stages or "-")
         console().print(booted)
-    for f in status["freezes"]:
-        until = format_time(f["until"]) if f.get("until") else "unfrozen by hand"
-        console().print(f"[yellow]frozen[/] {'every stage' if f['stage'] == '*' else f['stage']}: {f['reason']} "
-                        f"(by {f['by']}, until {until})")
-    if status["refused"]:
-        console().print(f"[red]not admitted[/]: {len(status['refused'])} entries a stage's tick wrote that only people or "
-                        f"another stage decide (`release history` shows them): {', '.join(status['refused'])}")
+    for f in status.freezes:
+        until = format_time(f.until) if f.until else "unfrozen by hand"
+        console().print(f"[yellow]frozen[/] {'every stage' if f.stage == '*' else f.stage}: {f.reason} "
+                        f"(by {f.by}, until {until})")
+    if status.refused:
+        console().print(f"[red]not admitted[/]: {len(status.refused)} entries a stage's tick wrote that only people or "
+                        f"another stage decide (`release history` shows them): {', '.join(status.refused)}")
 
 
 def _print_entries(entries: list[dict[str, Any]]) -> None:

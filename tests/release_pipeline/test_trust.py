@@ -143,7 +143,7 @@ def first_light_fails(bad: str) -> FakeStages:
 
 def test_a_candidate_first_light_fails_is_halted_in_the_first_stage_with_its_evidence_and_its_instances_told_apart(
         ledger: Ledger) -> None:
-    from platformctl.app.release import candidate_report
+    from platformctl.app.release_status import candidate_report
 
     p = pipeline(stages=[{"name": "dev", **FAST}, {"name": "staging", **FAST}])
     good, bad = candidate(1), candidate(2)
@@ -158,7 +158,7 @@ def test_a_candidate_first_light_fails_is_halted_in_the_first_stage_with_its_evi
     said = halt.inputs["result"]
     assert said["first_light_count"] == 2 and said["clusters"][0]["first_light"]["verdict"] == "fail"
     assert ("staging", bad.id) not in stages.deploys
-    report = candidate_report(ledger, ledger.state(), None)[bad.id]
+    report = candidate_report(ledger, ledger.state(), None)[bad.id].to_dict()
     assert report["status"] == "halted" and report["instances_booted"] == 2
     assert report["instances_booted_first_light_by_stage"]["dev"] == 2 and report["instances_booted_first_light"] == 2
     assert set(report["instances_booted_in_waves_by_stage"].values()) == {0}

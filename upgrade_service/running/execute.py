@@ -85,6 +85,7 @@ from upgrade_service.running.run_types import (
     Options,
     Outcome,
     Progress,
+    RunStatus,
     Target,
 )
 from upgrade_service.running.unstick import Unstick
@@ -243,16 +244,16 @@ class Executor:
                 if not exc.transient:  # (one that does not answer at all may be a wrong kubeconfig: said at once)
                     raise
                 self._api_fault_transient = True
-                outcome = Outcome(self.target.name, "api-error", EXIT_HALTED, f"stopped by an API error: {exc}")
-            while outcome.status == "api-error" and self._api_fault_transient and self.api_back.wait(outcome.reason):
+                outcome = Outcome(self.target.name, RunStatus.API_ERROR, EXIT_HALTED, f"stopped by an API error: {exc}")
+            while outcome.status == RunStatus.API_ERROR and self._api_fault_transient and self.api_back.wait(outcome.reason):
                 try:
                     outcome = self._run()  # the open run goes on from its journal, as the next `rotate run` would
                 except (NodeGroupError, PlatformError, ApiFault) as exc:  # its first read failed: still down
                     self._api_fault_transient = bool(getattr(exc, "transient", False))
-                    outcome = Outcome(self.target.name, "api-error", EXIT_HALTED, f"stopped by an API error: {exc}")
+                    outcome = Outcome(self.target.name, RunStatus.API_ERROR, EXIT_HALTED, f"stopped by an API error: {exc}")
             return outcome
         except LeaseLost as exc:  # lost while writing what stopped it: nothing more is written
-            return Outcome(self.target.name, "lost-lease", EXIT_HALTED, f"stopped: {exc}")
+            return Outcome(self.target.name, RunStatus.LOST_LEASE, EXIT_HALTED, f"stopped: {exc}")
         finally:
             for informer in (self.nodes_watch, self.pods_watch, self.pdbs_watch):
                 informer.close()
@@ -269,7 +270,7 @@ class Executor:
         state = self.journal.refresh()
         if state.paused is not None:
             p = state.paused
-            return self._outcome("paused", EXIT_PAUSED, f"rotations of {self.target.name} are paused by {p.by}"
+            return self._outcome(RunStatus.PAUSED, EXIT_PAUSED, f"rotations of {self.target.name} are paused by {p.by}"
                                  f"{': ' + p.reason if p.reason else ''}; `platformctl rotate resume` lets them go on")
         holder = self.keeper.holder if self.keeper else "local"
         if state.open and state.abort is not None:
@@ -299,7 +300,7 @@ class Executor:
                 if self.state.paused is not None:
                     self._finish_open()
                     self.journal.append(Paused(self.state.paused.by))
-                    return self._outcome("paused", EXIT_PAUSED, f"paused by {self.state.paused.by} after wave "
+                    return self._outcome(RunStatus.PAUSED, EXIT_PAUSED, f"paused by {self.state.paused.by} after wave "
                                          f"{len(self.state.waves)}; `platformctl rotate resume` lets it go on")
                 if len(self.state.failed) > self.policy.max_failed_nodes:
                     raise Halt("circuit-breaker", f"{len(self.state.failed)} nodes failed, more than maxFailedNodes "
@@ -333,7 +334,7 @@ class Executor:
                     self._finish_open()
                     waves_started = f"{self._started} wave{'s' if self._started != 1 else ''}"
                     self.journal.append(Halted("max-waves", f"started {waves_started} (--max-waves)"))
-                    return self._outcome("partial", EXIT_DONE, f"stopped after {waves_started} as --max-waves asked; "
+                    return self._outcome(RunStatus.PARTIAL, EXIT_DONE, f"stopped after {waves_started} as --max-waves asked; "
                                          f"{len(waves)} to go: the next `rotate run` goes on")
                 self._started += 1
                 self._gate(read)
@@ -344,16 +345,16 @@ class Executor:
         except Halt as halt:
             self.journal.append(Halted(halt.reason, halt.detail))
             self._show("halted", halt.detail)
-            return self._outcome("halted", EXIT_HALTED, halt.detail)
+            return self._outcome(RunStatus.HALTED, EXIT_HALTED, halt.detail)
         except Aborted:
             return self._abort()
         except Interrupted:
             detail = f"interrupted after wave {len(self.state.waves)}: stopped before its next step; `rotate run` goes on"
             self.journal.append(Halted("interrupted", detail))
             self._show("interrupted", detail)
-            return self._outcome("interrupted", EXIT_INTERRUPTED, detail)
+            return self._outcome(RunStatus.INTERRUPTED, EXIT_INTERRUPTED, detail)
         except LeaseLost as exc:
-            return Outcome(self.target.name, "lost-lease", EXIT_HALTED, f"stopped: {exc}")
+            return Outcome(self.target.name, RunStatus.LOST_LEASE, EXIT_HALTED, f"stopped: {exc}")
         except (NodeGroupError, PlatformError, ApiFault) as exc:
             # Mid-run, an API that refuses or stops answering is a fault to stop for, not a user's mistake:
             # halted, journalled, resumable. The call it was making stays unconfirmed and is settled on resume.
@@ -362,9 +363,9 @@ class Executor:
             self.journal.append(Halted("api-error", detail))
             self._show("halted", detail)
             # its own status: an API that would not answer (after the seams' retries) is no verdict on the rotation
-            return self._outcome("api-error", EXIT_HALTED, detail)
+            return self._outcome(RunStatus.API_ERROR, EXIT_HALTED, detail)
 
-    def _outcome(self, status: str, code: int, reason: str) -> Outcome:
+    def _outcome(self, status: RunStatus, code: int, reason: str) -> Outcome:
         return Outcome(self.target.name, status, code, reason, build_report(self.journal.refresh()))
 
     def _record_plan(self, plan: RotationPlan, read: ClusterRead) -> None:
@@ -668,7 +669,7 @@ class Executor:
             self._record_plan(plan, read)
         self._untaint_all()
         left = len(plan.blocked) + len(read.unmanaged) + len(self.state.failed)
-        status = "done" if left == 0 else "incomplete"
+        status = RunStatus.DONE if left == 0 else RunStatus.INCOMPLETE
         reason = "every outdated node was rotated" if left == 0 else (
             f"{left} outdated node(s) were not rotated: {len(plan.blocked)} blocked, {len(self.state.failed)} failed, "
             f"{len(read.unmanaged)} in no auto scaling group")
@@ -680,4 +681,4 @@ class Executor:
     def _abort(self) -> Outcome:
         self._show("abort", "aborting: uncordoning and untainting what this run touched")
         reason, held = put_back(self.journal, self.cluster, self.groups)
-        return self._outcome("aborted", EXIT_HALTED, reason + (f"; still held: {', '.join(held)}" if held else ""))
+        return self._outcome(RunStatus.ABORTED, EXIT_HALTED, reason + (f"; still held: {', '.join(held)}" if held else ""))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from platformctl.kernel.cluster.interface import Cluster
@@ -63,16 +64,34 @@ class Progress:
     message: str = ""
 
 
+class RunStatus(StrEnum):
+    """How one cluster's run ended."""
+
+    DONE = "done"  # every outdated node rotated
+    PARTIAL = "partial"  # stopped after --max-waves; the next run goes on
+    INCOMPLETE = "incomplete"  # ended with nodes not rotated (blocked by a budget, failed, in no group)
+    HALTED = "halted"  # a gate, first light or a drain stopped it
+    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: stopped before its next step
+    PAUSED = "paused"  # a pause by hand (or a freeze's) holds it
+    ABORTED = "aborted"
+    LEASE_HELD = "lease-held"  # another run holds the cluster
+    LOST_LEASE = "lost-lease"  # its lease was taken over: it stopped before its next side effect
+    API_ERROR = "api-error"  # an API would not answer or refused (no verdict on the rotation)
+
+
 @dataclass
 class Outcome:
     cluster: str
-    status: str  # done | partial (--max-waves) | incomplete | halted | paused | aborted | lease-held | lost-lease
+    status: RunStatus
     exit_code: int
     reason: str
     report: RunReport | None = None  # the journal's report once the run has read it
 
+    def __post_init__(self) -> None:
+        self.status = RunStatus(self.status)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "status": self.status, "exit_code": self.exit_code, "reason": self.reason,
+        return {"cluster": self.cluster, "status": self.status.value, "exit_code": self.exit_code, "reason": self.reason,
                 "report": self.report or {}}
 
 

@@ -20,7 +20,7 @@ from upgrade_service.journal.rotation import Journal
 from upgrade_service.planning.policy import RotationPolicy
 from upgrade_service.running.abort import put_back
 from upgrade_service.running.execute import Executor
-from upgrade_service.running.run_types import EXIT_DONE, EXIT_HALTED, EXIT_LEASE_HELD, Options, Outcome, Progress, Target
+from upgrade_service.running.run_types import EXIT_DONE, EXIT_HALTED, EXIT_LEASE_HELD, Options, Outcome, Progress, RunStatus, Target
 
 
 @dataclass
@@ -101,7 +101,7 @@ def run_cluster(target: Target, policy: RotationPolicy, store: StateStore, optio
 
 def lease_held(cluster: str, held: LeaseHeld) -> Outcome:
     lease = held.lease
-    return Outcome(cluster, "lease-held", EXIT_LEASE_HELD,
+    return Outcome(cluster, RunStatus.LEASE_HELD, EXIT_LEASE_HELD,
                    f"another rotation of {cluster} is running (lease held by {lease.holder}, good until "
                    f"{_iso(lease.expires)}): not starting a second one")
 

@@ -30,10 +30,12 @@ from platformctl.app.demo.checkout import SPEED, new_tree, shrink_stacks, write_
 from platformctl.app.demo.narration import Narrator, Tabular, aside, heading
 from platformctl.app.images import BuildRequest, build, default_lock_file, image_store
 from platformctl.app.platform import Platform
+from platformctl.app.release_status import PipelineStatus
 from platformctl.kernel import region_client
 from platformctl.kernel.clock import Clock
 from platformctl.kernel.environment import Environment, using
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.topology import STAGES
 from release_pipeline.candidates import Candidate
 
@@ -48,7 +50,7 @@ class PipelineStory:
     home: Path
     good: str = ""
     bad: str = ""
-    stages: dict[str, dict[str, object]] = field(default_factory=dict)
+    stages: dict[str, JSONObject] = field(default_factory=dict)
     bad_reached: list[str] = field(default_factory=list)
     bad_booted: dict[str, int] = field(default_factory=dict)
     bad_first_light: dict[str, int] = field(default_factory=dict)
@@ -93,20 +95,19 @@ class _Operator:
         self.clock: Clock | None = None
 
     def build(self, manifests: Path) -> None:
-        aws = self.platform.aws  # what the ``ami`` commands do: reach the running local region's AWS
-        with using(self.platform.environment.with_aws(aws if aws.local else None)):
-            build(BuildRequest(image_store(self.platform, None), default_lock_file(self.platform), manifests, workers=2))
+        # what `ami build` does: reach the running local region's AWS (the platform's target, handed to the image store)
+        build(BuildRequest(image_store(self.platform, None), default_lock_file(self.platform), manifests, workers=2))
 
     def start(self, note: str) -> Candidate:
         return release.start_candidate(self.platform, release.StartRequest(self.pipeline, None, note, self.ledger)).candidate
 
-    def status(self, aws: bool = True) -> dict[str, object]:
+    def status(self, aws: bool = True) -> PipelineStatus:
         return release.pipeline_status(self.platform, release.LedgerRequest(self.pipeline, self.ledger), aws)
 
     def history(self) -> list[dict[str, object]]:
         return list(release.pipeline_history(self.platform, release.LedgerRequest(self.pipeline, self.ledger)))
 
-    def tick_until(self, done: Callable[[dict[str, object]], bool], clock: Clock) -> dict[str, object]:
+    def tick_until(self, done: Callable[[PipelineStatus], bool], clock: Clock) -> PipelineStatus:
         """``release tick`` once a virtual minute until ``done`` says so of ``release status``."""
         began = clock.now()
         while clock.now() - began < VIRTUAL_LIMIT:
@@ -222,13 +223,13 @@ def release_one(infra_dir: Path, manifests: Path, pipeline: str, say: Narrator, 
         op.build(new_tree(manifests, home / f"tree-{version}", version))
         cid = op.start(f"base {version}").id
 
-        def settled(status: dict[str, object]) -> bool:
-            return _stage(status, "prod").get("last_good") == cid or _candidate(status, cid).get("status") == "halted"
+        def settled(status: PipelineStatus) -> bool:
+            return status.stages["prod"].last_good == cid or status.candidates[cid].status == "halted"
 
         now = op.tick_until(settled, clock)
         halt = next((e for e in op.history() if e["candidate"] == cid and e["decision"] == "halt"), None)
         virtual_hours = (clock.now() - began) / 3600
-    return Release(cid, _stage(now, "prod").get("last_good") == cid, None if halt is None else str(halt["stage"]),
+    return Release(cid, now.stages["prod"].last_good == cid, None if halt is None else str(halt["stage"]),
                    "" if halt is None else str(halt["reason"]), op.ticks, virtual_hours, time.monotonic() - started)
 
 
@@ -257,7 +258,7 @@ def _tell(story: PipelineStory, op: _Operator, region: dict[str, object], manife
     good = op.start("base 9.1.0")
     story.good = good.id
     say.say(heading(f"3. Candidate {good.id}"), f" through {' -> '.join(names)}, one tick a virtual minute")
-    op.tick_until(lambda s: _stage(s, "prod").get("last_good") == good.id, clock)
+    op.tick_until(lambda s: s.stages["prod"].last_good == good.id, clock)
     nodes = op.nodes(region)
     table = Tabular(("stage", "nodes", f"on {good.id}'s images"), "after the good candidate")
     for stage in names:
@@ -270,26 +271,14 @@ def _tell(story: PipelineStory, op: _Operator, region: dict[str, object], manife
     story.bad = bad.id
     for ami in sorted(set().union(*(_images(bad, s) for s in names))):
         region_client.faults(op.home, "POST", {"kind": "bad-image", "image": ami})
-    now = op.tick_until(lambda s: _candidate(s, bad.id).get("status") == "halted" and _stage(s, "dev").get("step") == "idle",
+    now = op.tick_until(lambda s: s.candidates[bad.id].status == "halted" and s.stages["dev"].step == "idle",
                         clock)
     _the_bad_one(story, op, region, now, good, bad, names, say)
-    story.stages = {n: _stage(now, n) for n in names}
+    story.stages = {n: now.stages[n].to_dict() for n in names}
     story.ticks, story.virtual_hours = op.ticks, (clock.now() - began) / 3600
 
 
-def _stage(status: Mapping[str, object], name: str) -> dict[str, object]:
-    stages = status["stages"]
-    assert isinstance(stages, dict)
-    return dict(stages[name])
-
-
-def _candidate(status: Mapping[str, object], cid: str) -> dict[str, object]:
-    candidates = status["candidates"]
-    assert isinstance(candidates, dict)
-    return dict(candidates[cid])
-
-
-def _the_bad_one(story: PipelineStory, op: _Operator, region: dict[str, object], now: dict[str, object], good: Candidate,
+def _the_bad_one(story: PipelineStory, op: _Operator, region: dict[str, object], now: PipelineStatus, good: Candidate,
                  bad: Candidate, names: list[str], say: Narrator) -> None:
     """Where the bad candidate got, and how many instances ever booted its images."""
     history = op.history()
@@ -300,9 +289,8 @@ def _the_bad_one(story: PipelineStory, op: _Operator, region: dict[str, object],
     lit = [c for c in clusters if c.get("first_light")]
     story.first_wave = max((int(c.get("planned_first_wave") or 0) for c in lit), default=0)
     story.bad_evictions = sum(int(c.get("evictions") or 0) for c in clusters)
-    mine = _candidate(now, bad.id)
-    booted, by_first_light = mine["instances_booted_by_stage"], mine["instances_booted_first_light_by_stage"]
-    assert isinstance(booted, dict) and isinstance(by_first_light, dict)
+    mine = now.candidates[bad.id].boots
+    booted, by_first_light = mine.by_stage, mine.first_light_by_stage
     story.bad_booted, story.bad_first_light = dict(booted), dict(by_first_light)
     story.bad_reached = sorted({str(e["stage"]) for e in history if e["candidate"] == bad.id and e["stage"]})
     nodes = op.nodes(region)
@@ -316,5 +304,5 @@ def _the_bad_one(story: PipelineStory, op: _Operator, region: dict[str, object],
     say.say(f"  the bad images reached {sum(booted.values())} instance(s), all in dev, {sum(by_first_light.values())} of "
             f"them first light's: one a pool of {where}, where only the canaries' pods ran; the first wave would have been "
             f"{story.first_wave} node(s) (maxInFlight 2) with the workloads evicted onto them; {story.bad_evictions} "
-            f"eviction(s); dev rolled back to {_stage(now, 'dev').get('last_good')}")
+            f"eviction(s); dev rolled back to {now.stages['dev'].last_good}")
     say.say(f"  `platformctl release history`, `status` and `replay` read it all from {op.ledger}")

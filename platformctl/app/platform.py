@@ -29,6 +29,7 @@ from platformctl.kernel import region_client
 from platformctl.kernel.clock import Clock, WallClock, synced_now
 from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, Environment
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.memo import remembered
 from platformctl.kernel.topology import (
     STAGES,
     Stage,
@@ -78,7 +79,7 @@ class Platform:
 
     environment: Environment
     infra_dir_given: Path | None = None  # --infra-dir; None: the checkout's infra/ (found when first needed)
-    _stacks: dict[str, Mapping[str, Any] | PlatformError] = field(default_factory=dict, init=False, repr=False)
+    _stacks: dict[str, Mapping[str, Any] | Exception] = field(default_factory=dict, init=False, repr=False)
     _stages: dict[str, Stage] = field(default_factory=dict, init=False, repr=False)
     _clocks: dict[str, Clock] = field(default_factory=dict, init=False, repr=False)
 
@@ -98,15 +99,7 @@ class Platform:
         """The ``config:`` of stage ``name``'s stack file, read once."""
         if name not in STAGES:
             raise PlatformError(f"unknown stage {name!r} (stages: {', '.join(STAGES)})", field="stage")
-        if name not in self._stacks:
-            try:
-                self._stacks[name] = read_stack_config(stage_file(name, self.infra_dir))
-            except PlatformError as exc:
-                self._stacks[name] = exc
-        found = self._stacks[name]
-        if isinstance(found, PlatformError):
-            raise found
-        return found
+        return remembered(self._stacks, name, lambda: read_stack_config(stage_file(name, self.infra_dir)), PlatformError)
 
     def stage(self, name: str) -> Stage:
         """Stage ``name`` as its stack file describes it (``PlatformError`` when the file does not load)."""

@@ -34,6 +34,7 @@ from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, current,
 from platformctl.kernel.errors import NotFoundError, PlatformError
 from platformctl.kernel.humanize import parse_duration
 from platformctl.kernel.instance_types import INSTANCE_TYPES
+from platformctl.kernel.memo import remembered
 from platformctl.kernel.nodeadm import NodeConfig, WontJoin, read_user_data
 from platformctl.kernel.topology import HostCluster, NodePool, Stage
 
@@ -101,7 +102,7 @@ class LocalRegion:
         self.kubernetes_versions: dict[str, str] = {}
         # Instances that booted and never registered a node -> why (their user data, their image, a fault).
         self._never_joined: dict[str, str] = {}
-        self._configs: dict[str, NodeConfig | WontJoin] = {}  # user data -> what nodeadm makes of it
+        self._configs: dict[str, NodeConfig | Exception] = {}  # user data -> what nodeadm makes of it
         self._kubelets: dict[str, str | None] = {}  # image -> the kubelet version it runs (None: it has none)
         self._reach: dict[tuple[str, str], str | None] = {}  # (node, cluster) -> why it cannot reach it, at:
         self._reach_generation: int | None = None  # the AWS calls that changed something, counted when it was read
@@ -272,15 +273,7 @@ class LocalRegion:
         version gave it); parsed once per distinct user data."""
         raw = self.ec2().describe_instance_attribute(InstanceId=instance_id, Attribute="userData").get("UserData", {})
         data = str(raw.get("Value") or "")
-        if data not in self._configs:
-            try:
-                self._configs[data] = read_user_data(data)
-            except WontJoin as exc:
-                self._configs[data] = exc
-        found = self._configs[data]
-        if isinstance(found, WontJoin):
-            raise found
-        return found
+        return remembered(self._configs, data, lambda: read_user_data(data), WontJoin)
 
     # ------------------------------------------------------------------ the network
 

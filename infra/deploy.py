@@ -38,7 +38,7 @@ from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend,
 from infra.mocked import run_stage
 from platformctl.kernel import failpoints
 from platformctl.kernel.clock import Clock
-from platformctl.kernel.deployer import DEPLOY_LIMIT_SECONDS, Action, Deployed, DeployLocked, DeployResult, ResourceChange
+from platformctl.kernel.deployer import DEPLOY_LIMIT_SECONDS, Deployed, DeployLocked, DeployResult, ResourceChange
 from platformctl.kernel.environment import AwsTarget, Environment
 from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.humanize import human_duration
@@ -94,38 +94,38 @@ class DeployBackend:
         old = self.previous.get((type_, name))
         if old is None:
             if type_.startswith("kubernetes:"):
-                self.changes.append(ResourceChange(Action.NOT_APPLIED, type_, name, "new Kubernetes object: apply it with kubectl"))
+                self.changes.append(ResourceChange("not-applied", type_, name, "new Kubernetes object: apply it with kubectl"))
                 meta = new.get("metadata") or {}
                 return (f"{meta.get('namespace')}/{meta['name']}" if meta.get("namespace") else str(meta.get("name"))), {}
             made = self.moto.create(type_, name, inputs, provider)
-            self.changes.append(ResourceChange(Action.CREATE, type_, name))
+            self.changes.append(ResourceChange("create", type_, name))
             return made
         keys = _changed_keys(old["inputs"], new)
         if type_ == GROUP:
             keys = [k for k in keys if k not in IGNORED_GROUP_INPUTS]
         if not keys:
-            self.changes.append(ResourceChange(Action.UNCHANGED, type_, name))
+            self.changes.append(ResourceChange("unchanged", type_, name))
             return old["id"], old["state"]
         if type_ == LAUNCH_TEMPLATE and "name" not in keys:
             outputs = self.moto.update_launch_template(old["id"], inputs)
             detail = ", ".join(f"{k}: {old['inputs'].get(k)} -> {new.get(k)}" if k == "imageId" else k for k in keys)
-            self.changes.append(ResourceChange(Action.UPDATE, type_, name, f"version {outputs['latestVersion']} ({detail})"))
+            self.changes.append(ResourceChange("update", type_, name, f"version {outputs['latestVersion']} ({detail})"))
             return old["id"], outputs
         if type_ == GROUP and "name" not in keys:
             self.moto.update_auto_scaling_group(old["id"], inputs)
-            self.changes.append(ResourceChange(Action.UPDATE, type_, name, ", ".join(keys)))
+            self.changes.append(ResourceChange("update", type_, name, ", ".join(keys)))
             return old["id"], old["state"]
         if type_ == EKS_CLUSTER and keys == ["version"]:  # EKS upgrades a control plane in place, one minor at a time
             self.moto.clients["eks"].update_cluster_version(name=old["state"].get("name") or name, version=new["version"])
-            self.changes.append(ResourceChange(Action.UPDATE, type_, name, f"version {old['inputs'].get('version')} -> {new['version']}"))
+            self.changes.append(ResourceChange("update", type_, name, f"version {old['inputs'].get('version')} -> {new['version']}"))
             return old["id"], {**old["state"], "version": new["version"]}
         if type_ == ROLE_POLICY and set(keys) <= {"policy"}:
             self.moto.clients["iam"].put_role_policy(RoleName=new["role"], PolicyName=old["state"].get("name") or name,
                                                      PolicyDocument=new["policy"])
-            self.changes.append(ResourceChange(Action.UPDATE, type_, name, "policy"))
+            self.changes.append(ResourceChange("update", type_, name, "policy"))
             return old["id"], {**old["state"], "policy": new["policy"]}
         if type_.startswith("kubernetes:"):
-            self.changes.append(ResourceChange(Action.NOT_APPLIED, type_, name, f"changed ({', '.join(keys)}): apply it with kubectl"))
+            self.changes.append(ResourceChange("not-applied", type_, name, f"changed ({', '.join(keys)}): apply it with kubectl"))
             return old["id"], old["state"]
         if type_.startswith(("platformctl:infra:", "pulumi:providers:")):
             return old["id"], old["state"]

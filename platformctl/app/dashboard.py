@@ -110,7 +110,12 @@ class Reader:
                 store = next((s for s in self.stores.values() if s.location == self.request.state), None)
                 self.stores[stage] = store or open_store(self.request.state, target=self.platform.environment.aws)
             else:
-                opened = store_for(self.platform, None, stage=stage)
+                try:
+                    opened = store_for(self.platform, None, stage=stage)
+                except Exception:
+                    # the page runs for long: the next read looks for the local region again (it may have started)
+                    self.platform = self.platform.with_region_looked_again()
+                    raise
                 self.stores[stage] = next((s for s in self.stores.values() if s.location == opened.location), opened)
         return self.stores[stage]
 

@@ -159,6 +159,12 @@ class Platform:
                          credentials=dict(FAKE_CREDENTIALS), configured=True, local=True)
 
     @property
+    def identity_target(self) -> AwsTarget:
+        """The AWS asked who acts (``who``, an approver's ARN): the environment's, the one the ledger and the stores
+        named by ``dynamodb://`` are in, never the local region's, whose keys vouch for nobody (no look at the region)."""
+        return self.environment.aws
+
+    @property
     def reached(self) -> LocalRegion | None:
         """The running local region, when the command's AWS calls reach it (no other endpoint or account named)."""
         return self.region if self.aws.local else None

@@ -84,7 +84,7 @@ def start_candidate(platform: Platform, request: StartRequest) -> Started:
     revision = infra_revision(platform.infra_dir, lock_path)  # checked before the ledger is opened: a refusal writes nothing
     ledger = ledger_of(platform, pipeline, request.ledger, existing=False)  # the first start makes it
     at = platform.now(pipeline.names[0])  # the first stage's clock
-    candidate = make_candidate(images, revision, request.note, at, who(platform.aws))
+    candidate = make_candidate(images, revision, request.note, at, who(platform.identity_target))
     new = ledger.add_candidate(candidate)
     if new:  # keyed by the candidate: two starts of the same content at once make one entry (and the fold one candidate)
         ledger.append(candidate.id, None, "start", at, request.note or "started", {"ready_in": [pipeline.names[0]],
@@ -174,13 +174,13 @@ def freeze(platform: Platform, request: FreezeRequest) -> Entry:
         raise PlatformError(f"{request.until} is in the past (the stage's clock says {_iso(now)})", field="--until")
     end = None if until is None else until[1] if until[0] == "at" else now + until[1]
     return ledger.append(None, request.stage, "freeze", now, request.reason, {"until": end, "pipeline": pipeline.digest},
-                         who(platform.aws))
+                         who(platform.identity_target))
 
 
 def unfreeze(platform: Platform, request: FreezeRequest) -> Entry:
     pipeline, ledger = open_pipeline(platform, LedgerRequest(request.pipeline_file, request.ledger, request.stage))
     return ledger.append(None, request.stage, "unfreeze", platform.now(request.stage or pipeline.names[0]), request.reason or "unfrozen",
-                         {}, who(platform.aws))
+                         {}, who(platform.identity_target))
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def approve(platform: Platform, request: ApproveRequest) -> Approved:
         raise PlatformError("say why the freeze is overridden", field="--override-freeze")
     from platformctl.app.approvers import approver
 
-    by, caller = approver(platform.aws, pipeline, ledger)  # who, before anything else is read
+    by, caller = approver(platform.identity_target, pipeline, ledger)  # who, before anything else is read
     state = ledger.state()
     stage = state.stage(request.stage)
     if ledger.candidate(request.candidate) is None:
@@ -280,7 +280,7 @@ def promote(platform: Platform, request: PromoteRequest) -> Entry:
         raise PlatformError(f"{request.candidate} is in flight in {request.stage} already ({stage.step})", field="CANDIDATE")
     now = platform.now(request.stage)
     return ledger.append(request.candidate, request.stage, "force", now, f"sent to {request.stage} by hand: {request.reason}",
-                         {"pipeline": pipeline.digest, "newest_ran": stage.newest}, who(platform.aws))
+                         {"pipeline": pipeline.digest, "newest_ran": stage.newest}, who(platform.identity_target))
 
 
 @dataclass(frozen=True)
@@ -305,7 +305,7 @@ def rollback(platform: Platform, request: RollbackRequest) -> Entry:
     now = platform.now(request.stage)
     return ledger.append(cid, request.stage, "halt", now, f"rolled back by hand: {request.reason}",
                          {"manual": True, "rollback_to": target, "step": stage.step, "pipeline": pipeline.digest},
-                         who(platform.aws))
+                         who(platform.identity_target))
 
 
 # ---------------------------------------------------------------------------------------------- the tick
@@ -355,7 +355,7 @@ def release_tick(platform: Platform, request: TickRequest, say: Any = lambda mes
     hold = ledger.stage_leases(holder, request.lease_ttl, holders)
     work = platform.home / "candidates"  # the lock files deploys read: $PLATFORMCTL_HOME, else the checkout's .platformctl
     actions = StageOperator(platform, pipeline, work, request.lease_ttl, request.kubeconfig, ledger, holder)
-    report = tick(pipeline, ledger, actions, who(platform.aws), say, request.stages, hold)
+    report = tick(pipeline, ledger, actions, who(platform.identity_target), say, request.stages, hold)
     acting = [n for n in pipeline.names if not request.stages or n in request.stages]
     if acting and set(report.held) == set(acting):
         raise EveryStageHeld("another tick holds the lease of every stage this one would act in ("

@@ -443,7 +443,7 @@ def control_rotations(platform: Platform, request: ControlRequest) -> tuple[Stat
         raise PlatformError(f"nothing is paused ({', '.join(scope.names)})", field="rotate resume")
     if action == "abort" and not any(s.open for s in states.values()):
         raise PlatformError(f"no rotation is in progress to abort ({', '.join(scope.names)})", field="rotate abort")
-    by = who(platform.aws)
+    by = who(platform.identity_target)
     done = []
     for name, run in states.items():
         if (action == "resume" and not run.paused) or (action == "abort" and not run.open):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,27 +44,17 @@ class DeployLocked(Unavailable):
         return re.search(r"created by " + re.escape(lock_holder) + r"(\s|$)", self.holder) is not None
 
 
-class Action(StrEnum):
-    """What a deploy did to one resource."""
-
-    CREATE = "create"
-    UPDATE = "update"
-    UNCHANGED = "unchanged"
-    NOT_APPLIED = "not-applied"  # a Kubernetes object the program declares: kubectl applies it, not the deploy
-
-
 @dataclass(frozen=True)
 class ResourceChange:
-    action: Action
+    # create | update | unchanged | not-applied from the local deployer; Pulumi's own operation words (same, create,
+    # update, delete, replace, ...: the Automation API's OpType) from a real account's
+    action: str
     type: str
     name: str
     detail: str = ""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "action", Action(self.action))
-
     def to_dict(self) -> dict[str, str]:
-        return {"action": self.action.value, "type": self.type, "name": self.name, "detail": self.detail}
+        return {"action": self.action, "type": self.type, "name": self.name, "detail": self.detail}
 
 
 @dataclass
@@ -80,12 +69,12 @@ class DeployResult:
         """How many resources each action touched (``create``, ``update``, ``unchanged``, ...)."""
         counts: dict[str, int] = {}
         for change in self.changes:
-            counts[change.action.value] = counts.get(change.action.value, 0) + 1
+            counts[change.action] = counts.get(change.action, 0) + 1
         return counts
 
     def to_dict(self) -> dict[str, Any]:
         return {"stage": self.stage, "target": self.target, "lock_file": self.lock_file, "images": self.images,
-                "summary": self.summary(), "changes": [c.to_dict() for c in self.changes if c.action != Action.UNCHANGED]}
+                "summary": self.summary(), "changes": [c.to_dict() for c in self.changes if c.action != "unchanged"]}
 
 
 @dataclass(frozen=True)

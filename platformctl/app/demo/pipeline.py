@@ -31,7 +31,7 @@ from platformctl.app.demo.narration import Narrator, Tabular, aside, heading
 from platformctl.app.images import BuildRequest, build, default_lock_file, image_store
 from platformctl.app.platform import Platform
 from platformctl.app.release_status import PipelineStatus
-from platformctl.kernel import region_client
+from platformctl.kernel import failpoints, region_client
 from platformctl.kernel.clock import Clock
 from platformctl.kernel.environment import Environment, using
 from platformctl.kernel.errors import PlatformError
@@ -155,6 +155,7 @@ def every_stage(home: Path, infra_dir: Path, say: Narrator, skip: bool = True,
     environment: yields the story's platform (the shrunk stacks, the region) and the region's status, and stops the
     region (unless ``keep``)."""
     environment = story_environment(home)
+    failpoints.arm(environment.failpoint)  # the story's own environment names none, whatever the operator's shell does
     with using(environment):
         infra = shrink_stacks(infra_dir, home / "infra")
         write_files(home)

@@ -47,7 +47,6 @@ from platformctl.kernel.cluster.model import (
     format_time,
     save_snapshot,
 )
-from platformctl.kernel.deployer import Action
 from platformctl.kernel.topology import HostCluster, Stage
 
 if TYPE_CHECKING:
@@ -260,9 +259,9 @@ def _rotation_chapter(region: LocalRegion, stage: Stage, lock: Path, say: Narrat
     checkpoint = folder / "stack.json"
     checkpoint.write_text(json.dumps({"stage": stage.name, "resources": region.checkpoint}))
     deployed = LocalDeployer(checkpoint, "the local region").deploy(stage, lock)
-    updates = [c for c in deployed.changes if c.action == Action.UPDATE]
+    updates = [c for c in deployed.changes if c.action == "update"]
     say.say(f"`stage deploy` runs the Pulumi program again: {len(updates)} launch templates get a new version booting "
-            f"the new images ({sum(1 for c in deployed.changes if c.action == Action.UNCHANGED)} resources unchanged); no node "
+            f"the new images ({sum(1 for c in deployed.changes if c.action == 'unchanged')} resources unchanged); no node "
             "moves yet.")
 
     boot = {p.name: p.boot_seconds for c in stage.clusters() for p in c.node_pools}

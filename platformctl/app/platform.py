@@ -188,7 +188,4 @@ class Platform:
         """The stage's time now, asked of its source (the local region's server, else the wall)."""
         return synced_now(self.clock(stage))
 
-    def child_environment(self, **overrides: str | None) -> dict[str, str]:
-        """The environment of a child process: this command's, reaching the same AWS."""
-        return self.environment.with_aws(self.aws if self.aws.local else None).child(**overrides)
 

@@ -22,6 +22,7 @@ from platformctl.kernel.environment import STATE_VARIABLE as ENV
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.region_client import state_dir
 from platformctl.kernel.state import StateStore, open_store
+from platformctl.kernel.topology import table_of
 
 
 def store_for(platform: Platform, spec: str | None, *, stage: str | None = None, cluster: str | None = None,
@@ -41,6 +42,6 @@ def store_for(platform: Platform, spec: str | None, *, stage: str | None = None,
         try:
             table = platform.stage_table(stage)
         except PlatformError:
-            table = f"platformctl-state-{stage}"
+            table = table_of({}, stage)  # the program's default name
         return open_store(f"dynamodb://{table}", target=platform.environment.aws)
     return open_store(None, home=platform.home)

@@ -34,11 +34,9 @@ def _regions(fn: Any) -> Any:
 
 
 @click.group()
-@click.pass_context
-def ami(ctx: click.Context) -> None:
-    """Machine images: manifests with inheritance, and the builds they drive."""
-    # Every AWS call of these commands goes to the platform's target (the running local region's, unless the
-    # environment names another), handed to the image store.
+def ami() -> None:
+    """Machine images: manifests with inheritance, and the builds they drive (every AWS call to the command's target:
+    the running local region's, unless the environment names another, handed to the image store)."""
 
 
 @ami.command("resolve")
@@ -193,8 +191,7 @@ def _duration(ctx: click.Context | None, param: click.Parameter | None, value: s
               help="a stack file whose pinned images are never pruned (repeatable; default: every Pulumi.*.yaml of --infra-dir)")
 @click.option("--dry-run", is_flag=True, help="decide and print, change nothing")
 @OUTPUT
-@click.pass_context
-def ami_prune(ctx: click.Context, names: tuple[str, ...], region: str | None, copy_to: tuple[str, ...], keep: int, grace: Any,
+def ami_prune(names: tuple[str, ...], region: str | None, copy_to: tuple[str, ...], keep: int, grace: Any,
               lock_files: tuple[Path, ...], stack_files: tuple[Path, ...], dry_run: bool, output: str) -> None:
     """Retire old images: deprecate what retention and references let go, deregister it after the grace period."""
     from datetime import datetime

@@ -27,6 +27,9 @@ EKS's ``UpdateClusterVersion`` (``POST /clusters/{name}/updates``) is not in mot
 calls it when a stack file's ``kubernetesVersion`` goes up. As EKS does, it takes a control plane one minor
 version up and refuses anything else (a skip, the same version, a downgrade) with
 ``InvalidParameterException``; the update is ``Successful`` at once (EKS takes minutes).
+
+EKS managed node groups, which moto stores without the Auto Scaling group and instances EKS makes for them, are
+``platformctl.emulator.moto_eks``'s; ``install()`` installs it too.
 """
 
 from __future__ import annotations
@@ -392,6 +395,9 @@ def install() -> None:
     if not hasattr(EKSResponse, "update_cluster_version"):
         EKSResponse.update_cluster_version = _update_cluster_version
     eks_urls.url_paths.setdefault("{0}/clusters/(?P<name>[^/]+)/updates$", eks_urls.response.dispatch)
+    from platformctl.emulator import moto_eks
+
+    moto_eks.install()  # managed node groups backed by Auto Scaling groups, as EKS backs them
 
     from moto.ec2.models.tags import TagBackend
 

@@ -40,22 +40,22 @@ class SimulatedNodeGroups:
         ceiling = spec.max_size if spec.max_size is not None else 1_000_000
         return GroupState(group, spec.desired, 0, ceiling, members, spec.image, spec.instance_type)
 
-    def set_desired(self, group: str, desired: int) -> None:
+    def add_capacity(self, group: str, to: int) -> None:
         spec = self._pool(group)
-        if spec.max_size is not None and desired > spec.max_size:  # Auto Scaling's own words
-            raise NodeGroupError(f"SetDesiredCapacity: ValidationError: New SetDesiredCapacity value {desired} is above "
+        if spec.max_size is not None and to > spec.max_size:  # Auto Scaling's own words
+            raise NodeGroupError(f"SetDesiredCapacity: ValidationError: New SetDesiredCapacity value {to} is above "
                                  f"max value {spec.max_size} for the AutoScalingGroup.", "ValidationError")
-        if desired < 0:
-            raise NodeGroupError(f"SetDesiredCapacity: ValidationError: New SetDesiredCapacity value {desired} is below "
+        if to < 0:
+            raise NodeGroupError(f"SetDesiredCapacity: ValidationError: New SetDesiredCapacity value {to} is below "
                                  "min value 0 for the AutoScalingGroup.", "ValidationError")
-        self.sim.scale_pool(group, desired)
+        self.sim.scale_pool(group, to)
 
-    def terminate(self, instance_id: str, decrement: bool) -> None:
+    def retire(self, instance_id: str, replace: bool) -> None:
         node = self.sim.node_of_instance(instance_id)
         if node is None:
             raise NodeGroupError(f"TerminateInstanceInAutoScalingGroup: ValidationError: Instance Id not found - No managed "
                                  f"instance found for instance ID: {instance_id}", "ValidationError")
-        self.sim.terminate_instance(node, decrement_desired=decrement)
+        self.sim.terminate_instance(node, decrement_desired=not replace)
 
     def cluster_groups(self, cluster: str) -> list[str]:
         return sorted(self.sim.pool_names())

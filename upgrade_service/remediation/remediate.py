@@ -371,7 +371,7 @@ class Remediator:
         if state.room <= 0:
             return  # no room to surge: the drain goes ahead, and the group replaces the node after it
         self.progress(f"{self.name}: raising {group} from {state.desired} to {state.desired + 1} so the replacement boots first")
-        self.replacer.set_desired(group, state.desired + 1, state.desired)
+        self.replacer.add_capacity(group, state.desired + 1, state.desired)
         self.log.refresh()
 
     def _terminate(self, instance: str, group: str | None, subject: str, decrement: bool = False) -> None:

@@ -60,7 +60,7 @@ def put_back(journal: Journal, cluster: Cluster, groups: NodeGroups | None = Non
                 continue  # pods that would not leave: kept (cordoned, and said below)
             key = journal.intent("terminate", node=lit_node, instance=instance, group=group, decrement=True,
                                  first_light=pool)
-            groups.terminate(instance, True)
+            groups.retire(instance, replace=False)
             journal.done(key)
         state = journal.refresh()
     request = state.abort or Control("abort", None)

@@ -527,7 +527,7 @@ class Executor:
                     current = self.groups.describe(g).desired
                     if current < want:
                         self._show("surge", f"wave {number}: raising {g} from {current} to {want}")
-                        self.replacer.set_desired(g, want, current, wave=number)
+                        self.replacer.add_capacity(g, want, current, wave=number)
             self.journal.append(Phase(number, j.SURGED))
         if any(gi.surge or gi.absorb for gi in groups.values()) and j.NEW_NODES_READY not in wave.phases:
             missing = self._wait_new_nodes(wave, {g: gi.surge for g, gi in groups.items() if gi.surge or gi.absorb})

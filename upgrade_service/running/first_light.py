@@ -164,7 +164,7 @@ class FirstLight:
             state = self.groups.describe(group)
             self.show("first-light", f"first light: raising {group} from {state.desired} to {state.desired + 1} for "
                       f"one node of pool {pool} on {lit.started.images[pool]}")
-            self.replacer.set_desired(group, state.desired + 1, state.desired, first_light=pool)
+            self.replacer.add_capacity(group, state.desired + 1, state.desired, first_light=pool)
 
     def _replace(self, pool: str, group: str, node: str, instance: str) -> None:
         """Make room in a full group: its node drained (budgets, protocols) and terminated with no decrement."""

@@ -129,8 +129,9 @@ class NodeReplacer:
             return False
         return True
 
-    def set_desired(self, group: str, want: int, before: int, **context: Any) -> None:
-        self.op("set-desired", lambda: self.groups.set_desired(group, want), group=group, desired=want, before=before,
+    def add_capacity(self, group: str, want: int, before: int, **context: Any) -> None:
+        """Raise the group's capacity to ``want`` (from ``before``), journalled as a ``set-desired`` intent."""
+        self.op("set-desired", lambda: self.groups.add_capacity(group, want), group=group, desired=want, before=before,
                 **context)
 
     def surge(self, group: str, **context: Any) -> bool:
@@ -138,7 +139,7 @@ class NodeReplacer:
         state = self.groups.describe(group)
         if state.room <= 0:
             return False
-        self.set_desired(group, state.desired + 1, state.desired, **context)
+        self.add_capacity(group, state.desired + 1, state.desired, **context)
         return True
 
     def terminate(self, node: str | None, instance: str, group: str | None, decrement: bool,
@@ -152,7 +153,7 @@ class NodeReplacer:
         self.pacer.take()
         if announce is not None:
             announce()
-        self.op("terminate", lambda: self.groups.terminate(instance, decrement), node=node, instance=instance, group=group,
+        self.op("terminate", lambda: self.groups.retire(instance, replace=not decrement), node=node, instance=instance, group=group,
                 decrement=decrement, **context)
         return True
 

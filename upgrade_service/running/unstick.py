@@ -67,7 +67,7 @@ class Unstick:
             if gs.room > 0 and spare:
                 want = gs.desired + 1
                 self.show(f"wave {wave.number}: {stuck.message}; adding a surge node to {g}")
-                self.replacer.op("set-desired", partial(self.groups.set_desired, g, want), group=g, desired=want,
+                self.replacer.op("set-desired", partial(self.groups.add_capacity, g, want), group=g, desired=want,
                          before=gs.desired, wave=wave.number, stands_in_for=spare[0],
                          reason=f"stuck drain: {pod.namespace}/{pod.name} Unschedulable")
                 self._since[g] = self.clock.now()

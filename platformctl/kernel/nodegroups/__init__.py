@@ -1,8 +1,9 @@
 """Node groups: the seam to whatever owns a cluster's instances (capacity, termination, what new ones boot).
 
-``NodeGroups`` is the Protocol; ``AutoScalingNodeGroups`` implements it with EC2 Auto Scaling
-through the project's boto3 clients (moto locally), and ``SimulatedNodeGroups`` with the
-simulator's own pools (what the 3,000-node benchmark rotates). Nothing above it knows which.
+``NodeGroups`` is the Protocol, in capacity verbs; ``AutoScalingNodeGroups`` implements it with EC2 Auto Scaling
+through the project's boto3 clients (moto locally), ``ManagedNodeGroups`` with EKS managed node groups (capacity
+through EKS, each group's instances through the Auto Scaling group EKS made for it), and ``SimulatedNodeGroups`` with
+the simulator's own pools (what the 3,000-node benchmark rotates). Nothing above it knows which.
 
 A node maps to its instance by ``spec.providerID`` (``Node.instance_id``) and an instance to its
 group by asking the owner (``DescribeAutoScalingInstances``), never by a naming convention.
@@ -76,7 +77,9 @@ class NodeGroupError(Exception):
 
     TRANSIENT = frozenset({"Throttling", "ThrottlingException", "RequestLimitExceeded", "ServiceUnavailable",
                            "InternalFailure", "RequestTimeout", "ScalingActivityInProgress", "ResourceContention",
-                           "Unreachable"})
+                           "Unreachable",
+                           # EKS: another update of the node group in progress; its service failing for a moment
+                           "ResourceInUseException", "ServerException", "ServiceUnavailableException"})
 
     def __init__(self, message: str, code: str = "") -> None:
         super().__init__(message)
@@ -90,25 +93,38 @@ class NodeGroupError(Exception):
 
 @runtime_checkable
 class NodeGroups(Protocol):
+    """Whatever owns a region's node instances, in the verbs a rotation and a remediation use: how much capacity a
+    group has and what it boots (``describe``), add capacity (``add_capacity``), retire one node's instance
+    (``retire``), and where instances come from (``instances``, ``members``, ``booted``, ``failed_launches``). An
+    Auto Scaling group (``AutoScalingNodeGroups``), an EKS managed node group (``ManagedNodeGroups``) and the
+    simulator's pools stand behind it; a group's name is whatever its owner calls it (opaque above the seam)."""
+
     def instances(self, instance_ids: Sequence[str]) -> dict[str, InstanceState]:
         """The group and lifecycle of each instance that belongs to a group; others are left out."""
         ...
 
-    def describe(self, group: str) -> GroupState: ...
+    def describe(self, group: str) -> GroupState:
+        """The group's capacity (desired, bounds, the members not on their way out) and the image, and instance type,
+        a node it adds now boots."""
+        ...
 
-    def set_desired(self, group: str, desired: int) -> None: ...
+    def add_capacity(self, group: str, to: int) -> None:
+        """Raise the group's capacity to ``to`` nodes, which boot what ``describe(group).image`` says. A count, not an
+        increment: an intent journalled and asked again after a crash asks for the same. Refused (``NodeGroupError``)
+        above the group's maximum, with nothing changed."""
+        ...
 
     def cluster_groups(self, cluster: str) -> list[str]:
-        """The groups whose instances join ``cluster`` (EKS's ``eks:cluster-name`` tag), sorted."""
+        """The groups whose instances join ``cluster``, sorted."""
         ...
 
     def members(self, group: str) -> list[Member]:
         """The group's instances not on their way out, with their launch times."""
         ...
 
-    def terminate(self, instance_id: str, decrement: bool) -> None:
-        """Terminate one instance of a group; ``decrement`` lowers the desired capacity with it, else
-        the group launches a replacement from its launch template."""
+    def retire(self, instance_id: str, replace: bool) -> None:
+        """End one instance of a group. ``replace``: the group boots another in its place (its capacity stays); else
+        its capacity goes down by one with it (after ``add_capacity`` stood a new node in for it)."""
         ...
 
     def booted(self, images: Sequence[str]) -> Booted:

@@ -20,8 +20,9 @@ from platformctl.kernel.nodegroups import BUILDER_TAG, Booted, GroupState, Insta
 from platformctl.kernel.retry import NEVER, Backoff, retrying
 
 # What botocore's standard retries leave to the caller: the group busy with a scaling activity or another caller (AWS
-# did nothing: asked again even for a termination), and no answer after botocore's own attempts.
-BUSY = frozenset({"ScalingActivityInProgress", "ResourceContention"})
+# did nothing: asked again even for a termination; EKS's ResourceInUseException is a managed node group busy with
+# another update), and no answer after botocore's own attempts.
+BUSY = frozenset({"ScalingActivityInProgress", "ResourceContention", "ResourceInUseException"})
 CLUSTER_TAG = "eks:cluster-name"  # on every group of an EKS cluster's nodes, as EKS and the stage's program tag them
 
 
@@ -149,12 +150,14 @@ class AutoScalingNodeGroups:
         return image, instance_type
 
 
-    def set_desired(self, group: str, desired: int) -> None:
-        self._call(self._asg.set_desired_capacity, AutoScalingGroupName=group, DesiredCapacity=desired, HonorCooldown=False)
+    def add_capacity(self, group: str, to: int) -> None:
+        """``SetDesiredCapacity``: idempotent, so asked again on any transient answer."""
+        self._call(self._asg.set_desired_capacity, AutoScalingGroupName=group, DesiredCapacity=to, HonorCooldown=False)
 
-    def terminate(self, instance_id: str, decrement: bool) -> None:
+    def retire(self, instance_id: str, replace: bool) -> None:
+        """``TerminateInstanceInAutoScalingGroup``, its desired capacity lowered with it unless ``replace``."""
         self._call(self._asg.terminate_instance_in_auto_scaling_group, acts=True, InstanceId=instance_id,
-                   ShouldDecrementDesiredCapacity=decrement)
+                   ShouldDecrementDesiredCapacity=not replace)
 
     def cluster_groups(self, cluster: str) -> list[str]:
         names: list[str] = []

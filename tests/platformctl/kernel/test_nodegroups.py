@@ -56,13 +56,13 @@ def test_both_implementations_describe_a_group_and_refuse_the_same_calls_the_sam
     assert unknown.value.code == "ValidationError" and "no-such-group" in str(unknown.value)
     assert not unknown.value.transient
     with pytest.raises(NodeGroupError) as above:
-        seam.set_desired(name, 4)
+        seam.add_capacity(name, 4)
     assert above.value.code == "ValidationError" and "above max value 3" in str(above.value)
     assert seam.describe(name).desired == 2  # refused: nothing changed
     with pytest.raises(NodeGroupError) as gone:
-        seam.terminate("i-0000000000000dead", decrement=False)
+        seam.retire("i-0000000000000dead", replace=True)
     assert gone.value.code == "ValidationError" and "i-0000000000000dead" in str(gone.value)
-    seam.set_desired(name, 3)
+    seam.add_capacity(name, 3)
     assert seam.describe(name).desired == 3
 
 
@@ -89,7 +89,7 @@ def test_ec2_counts_an_ended_instance_and_a_builder_apart(aws_groups: tuple[Node
     spec = [{"ResourceType": "instance", "Tags": [{"Key": BUILDER_TAG, "Value": "general"}]}]
     builder = ec2.run_instances(ImageId=state.image, MinCount=1, MaxCount=1, TagSpecifications=spec)["Instances"][0]["InstanceId"]
     ended = state.instances[0]
-    seam.terminate(ended, decrement=True)
+    seam.retire(ended, replace=False)
     ec2.terminate_instances(InstanceIds=[builder])
     booted = seam.booted([state.image])
     assert ended in booted.instances and builder not in booted.instances and booted.builders == 1
@@ -117,7 +117,7 @@ def test_a_group_busy_with_a_scaling_activity_is_asked_again_on_the_rotations_cl
             stub.add_client_error("set_desired_capacity", service_error_code=code, http_status_code=400)
         stub.add_response("set_desired_capacity", {}, {"AutoScalingGroupName": "general", "DesiredCapacity": 3,
                                                        "HonorCooldown": False})
-        seam.set_desired("general", 3)
+        seam.add_capacity("general", 3)
         stub.assert_no_pending_responses()
         assert seam.retried == 2 and 1000.0 < clock.now() <= 1000.0 + 2.0 + 4.0  # full jitter: at most 2 s, then 4 s
 
@@ -126,20 +126,20 @@ def test_a_group_busy_with_a_scaling_activity_is_asked_again_on_the_rotations_cl
         stub.add_response("terminate_instance_in_auto_scaling_group", {"Activity": {
             "ActivityId": "a", "AutoScalingGroupName": "general", "Cause": "c", "StartTime": "2026-11-27T00:00:00Z",
             "StatusCode": "InProgress"}})
-        seam.terminate("i-0123456789abcdef0", decrement=False)
+        seam.retire("i-0123456789abcdef0", replace=True)
         stub.assert_no_pending_responses()
         assert seam.retried == 3
 
         stub.add_client_error("set_desired_capacity", service_error_code="Throttling", http_status_code=400)
         with pytest.raises(NodeGroupError) as throttled:  # botocore asked again already (its standard mode): not again
-            seam.set_desired("general", 3)
+            seam.add_capacity("general", 3)
         assert throttled.value.code == "Throttling" and throttled.value.transient and seam.retried == 3
 
         for _ in range(4):  # busy on every attempt: the last answer is raised, typed and transient
             stub.add_client_error("set_desired_capacity", service_error_code="ScalingActivityInProgress",
                                   http_status_code=400)
         with pytest.raises(NodeGroupError) as busy:
-            seam.set_desired("general", 3)
+            seam.add_capacity("general", 3)
         stub.assert_no_pending_responses()
         assert busy.value.code == "ScalingActivityInProgress" and busy.value.transient and seam.retried == 6
 
@@ -163,10 +163,10 @@ def test_a_termination_whose_answer_was_lost_is_not_asked_again_and_a_read_is(mo
 
     monkeypatch.setattr(seam._asg, "terminate_instance_in_auto_scaling_group", lost("terminate"))
     with pytest.raises(NodeGroupError) as unreachable:
-        seam.terminate("i-0123456789abcdef0", decrement=False)
+        seam.retire("i-0123456789abcdef0", replace=True)
     assert unreachable.value.code == "Unreachable" and calls == ["terminate"]  # it may have acted: not again
     monkeypatch.setattr(seam._asg, "set_desired_capacity", lost("set", {}))
-    seam.set_desired("general", 3)  # idempotent: asked again
+    seam.add_capacity("general", 3)  # idempotent: asked again
     assert calls == ["terminate", "set", "set"] and seam.retried == 1
 
 
@@ -186,7 +186,7 @@ def test_an_aws_that_does_not_answer_is_a_transient_fault_mid_rotation_and_a_one
     with pytest.raises(PlatformError, match="AWS_ENDPOINT_URL: cannot reach AWS Auto Scaling"):
         seam.probe()
     with pytest.raises(NodeGroupError) as lost:
-        seam.terminate("i-0123456789abcdef0", decrement=False)
+        seam.retire("i-0123456789abcdef0", replace=True)
     assert lost.value.code == "Unreachable" and is_transient(lost.value)
 
 

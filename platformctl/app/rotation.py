@@ -27,6 +27,7 @@ from platformctl.kernel.state.lease import holder_id
 from platformctl.kernel.topology import HostCluster, Stage
 from platformctl.kernel.who import who
 from release_pipeline.pipeline import Pipeline
+from upgrade_service.journal.records import ControlAction
 from upgrade_service.journal.rotation import control, read_state, stream_of
 from upgrade_service.planning.fit import pool_capacity
 from upgrade_service.planning.order import ClusterPlace, cluster_steps
@@ -416,7 +417,7 @@ def rotation_status(platform: Platform, context: str | None, stage_name: str | N
 class ControlRequest:
     """Pause, resume or abort the rotations of one cluster or a stage."""
 
-    action: str  # pause | resume | abort
+    action: ControlAction
     context: str | None = None
     stage: str | None = None
     state: str | None = None
@@ -426,7 +427,7 @@ class ControlRequest:
 @dataclass(frozen=True)
 class Controlled:
     cluster: str
-    action: str
+    action: ControlAction
     by: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -439,14 +440,14 @@ def control_rotations(platform: Platform, request: ControlRequest) -> tuple[Stat
     scope = scope_of(platform, request.context, request.stage, f"rotate {action}")
     store = store_of(platform, request.state, scope, existing=True)
     states = {name: read_state(store, name) for name in scope.names}
-    if action == "resume" and not any(s.paused for s in states.values()):
+    if action is ControlAction.RESUME and not any(s.paused for s in states.values()):
         raise PlatformError(f"nothing is paused ({', '.join(scope.names)})", field="rotate resume")
-    if action == "abort" and not any(s.open for s in states.values()):
+    if action is ControlAction.ABORT and not any(s.open for s in states.values()):
         raise PlatformError(f"no rotation is in progress to abort ({', '.join(scope.names)})", field="rotate abort")
     by = who(platform.identity_target)
     done = []
     for name, run in states.items():
-        if (action == "resume" and not run.paused) or (action == "abort" and not run.open):
+        if (action is ControlAction.RESUME and not run.paused) or (action is ControlAction.ABORT and not run.open):
             continue
         control(store, name, action, by, request.reason, time.time())
         done.append(Controlled(name, action, by))
@@ -466,7 +467,7 @@ def abort_rotations(platform: Platform, request: ControlRequest, kubeconfig: str
                     say: Callable[[str], None] | None = None) -> list[Abort]:
     """End the rotations: a running one puts back at its next step; a dead one's lease is waited out (unless not
     ``wait``) and this puts back what it held, after settling what it left unconfirmed."""
-    store, done = control_rotations(platform, replace(request, action="abort"))
+    store, done = control_rotations(platform, replace(request, action=ControlAction.ABORT))
 
     def reach(name: str) -> Target:
         return connect(platform, [name], kubeconfig, None)[name]

@@ -122,10 +122,10 @@ class StageOperator:
     # ---------------------------------------------------------------------------------------------- rotate
 
     def resume(self, stage: str, reason: str) -> None:
-        from platformctl.app.rotation import ControlRequest, control_rotations
+        from platformctl.app.rotation import ControlAction, ControlRequest, control_rotations
 
         try:
-            control_rotations(self.platform, ControlRequest("resume", stage=stage, reason=reason))
+            control_rotations(self.platform, ControlRequest(ControlAction.RESUME, stage=stage, reason=reason))
         except (PlatformError, ApiFault):  # nothing paused (a rotation that ended on its own): nothing to resume
             pass
 
@@ -134,7 +134,7 @@ class StageOperator:
         """A watcher that, while the rotation runs, asks ``hold`` every few seconds of the clusters' clock (a minute of
         a local region's, whose time runs faster than the wall's) and, the moment a freeze holds the stage, journals a
         pause of its rotations (each stops at its next step, as ``rotate pause`` stops it)."""
-        from platformctl.app.rotation import ControlRequest, control_rotations
+        from platformctl.app.rotation import ControlAction, ControlRequest, control_rotations
 
         said: list[str] = []
         beat = 60.0 if getattr(clock, "speed", 1.0) > 1 else 3.0
@@ -149,7 +149,7 @@ class StageOperator:
                 except Exception:  # the ledger unreachable for a moment: asked again at the next beat
                     continue
                 if why is not None:
-                    control_rotations(self.platform, ControlRequest("pause", stage=stage,
+                    control_rotations(self.platform, ControlRequest(ControlAction.PAUSE, stage=stage,
                                                                     reason=f"the release pipeline's freeze: {why}"))
                     said.append(why)
                     return
@@ -208,7 +208,7 @@ class StageOperator:
         by hand during the freeze): a new run rotates every node back, where continuing the halted one would wait again
         for the pods the bad image cannot start, and a paused one would only answer ``paused``. A rotation still
         running (a killed tick's, whose lease has not lapsed) is left to be resumed."""
-        from platformctl.app.rotation import ControlRequest, abort_rotations, scope_of, store_of
+        from platformctl.app.rotation import ControlAction, ControlRequest, abort_rotations, scope_of, store_of
         from upgrade_service.journal.rotation import read_state
 
         scope = scope_of(self.platform, None, stage, "release rollback")
@@ -216,7 +216,7 @@ class StageOperator:
         for name in scope.names:
             run = read_state(store, name)
             if run.status == "halted" or (run.status == "running" and run.paused is not None):
-                abort_rotations(self.platform, ControlRequest("abort", context=name,
+                abort_rotations(self.platform, ControlRequest(ControlAction.ABORT, context=name,
                                                               reason=f"the release pipeline rolls {stage} back to {target.id}"),
                                 self.kubeconfig, wait=False)
 

@@ -27,6 +27,7 @@ from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import hms
 from platformctl.kernel.region_client import take_part
 from platformctl.kernel.topology import STAGES
+from upgrade_service.journal.records import ControlAction
 from upgrade_service.planning.plan import RegionPlan, RotationPlan
 from upgrade_service.running.run_types import Outcome, Progress
 
@@ -335,7 +336,7 @@ def rotate_status(ctx: click.Context, context: str | None, stage_name: str | Non
 
 def _control(ctx: click.Context, action: str, context: str | None, stage_name: str | None, state_spec: str | None,
              reason: str) -> list[app.Controlled]:
-    _, done = app.control_rotations(platform(), app.ControlRequest(action, context, stage_name, state_spec, reason))
+    _, done = app.control_rotations(platform(), app.ControlRequest(ControlAction(action), context, stage_name, state_spec, reason))
     return done
 
 
@@ -392,7 +393,7 @@ def rotate_abort(ctx: click.Context, kubeconfig: str | None, no_wait: bool, cont
     what the dead run left unconfirmed. Exit 0 only when nothing is left held."""
     take_part()  # a job of the local region's: it holds the region's time while it works
     say = None if output == "json" else (lambda text: console().print(text))
-    request = app.ControlRequest("abort", context, stage_name, state_spec, reason)
+    request = app.ControlRequest(ControlAction.ABORT, context, stage_name, state_spec, reason)
     results = app.abort_rotations(platform(), request, kubeconfig, wait=not no_wait, say=say)
     if output == "json":
         emit_json({"aborted": [r.to_dict() for r in results]})

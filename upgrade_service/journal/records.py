@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
 # Record kinds.
@@ -255,13 +256,25 @@ class AbortedRecord(JournalRecord):
 
 
 @dataclass(frozen=True)
+class ControlAction(StrEnum):
+    """What another process may ask of a cluster's rotation."""
+
+    PAUSE = "pause"
+    RESUME = "resume"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True)
 class Control(JournalRecord):
     """A pause, resume or abort another process asked for."""
 
     KIND: ClassVar[str] = CONTROL
-    action: str = ""
+    action: ControlAction = ControlAction.PAUSE
     by: str | None = None
     reason: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "action", ControlAction(self.action))  # as read back from the store: its word
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from upgrade_service.journal.records import (
     WAVE_STARTED,
     AbortedRecord,
     Control,
+    ControlAction,
     Drained,
     Finished,
     FirstLightJudged,
@@ -201,11 +202,11 @@ def apply(state: RunState, record: Record) -> None:
     state.last_seq = record.seq
     if kind == CONTROL:
         control = Control.from_record(d)
-        if control.action == "pause":
+        if control.action is ControlAction.PAUSE:
             state.paused = control
-        elif control.action == "resume":
+        elif control.action is ControlAction.RESUME:
             state.paused = None
-        elif control.action == "abort" and state.open:
+        elif control.action is ControlAction.ABORT and state.open:
             state.abort = control
         return
     if kind == RUN_STARTED:
@@ -387,7 +388,7 @@ class Journal(IntentLog):
 
 
 
-def control(store: StateStore, cluster: str, action: str, by: str, reason: str, at: float) -> Record:
+def control(store: StateStore, cluster: str, action: ControlAction, by: str, reason: str, at: float) -> Record:
     """A pause, resume or abort request, written by another process."""
     return store.append(stream_of(cluster), {"kind": CONTROL, "at": at, **Control(action, by, reason).to_record()})
 

@@ -12,7 +12,7 @@ from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.errors import NotFoundError
 from platformctl.kernel.nodegroups import NodeGroups
 from upgrade_service.journal.intents import settle_eviction, settle_with_groups
-from upgrade_service.journal.records import AbortedRecord, Control
+from upgrade_service.journal.records import AbortedRecord, Control, ControlAction
 from upgrade_service.journal.rotation import FIRST_LIGHT_KEY, Journal
 from upgrade_service.running.first_light import clear_node, first_light_instances, node_of
 from upgrade_service.running.run_types import TAINT
@@ -63,7 +63,7 @@ def put_back(journal: Journal, cluster: Cluster, groups: NodeGroups | None = Non
             groups.retire(instance, replace=False)
             journal.done(key)
         state = journal.refresh()
-    request = state.abort or Control("abort", None)
+    request = state.abort or Control(ControlAction.ABORT, None)
     undoings: tuple[tuple[str, set[str], Callable[[str], Any]], ...] = (
         ("uncordon", state.cordoned, lambda n: cluster.cordon(n, False)),
         ("untaint", state.tainted, lambda n: cluster.untaint(n, TAINT.key)))

@@ -149,6 +149,14 @@ def _back(backend: Any, nodegroup: Any, ami_type_given: str | None, version_give
         data["UserData"] = parse_user_data(str(data["UserData"]))
     template = ec2.create_launch_template(f"eks-{nodegroup.uuid}", f"EKS managed node group {nodegroup.nodegroup_name}",
                                           data, {})
+    try:
+        _group(autoscaling, nodegroup, template)
+    except Exception:
+        ec2.delete_launch_template(template.name, None)  # refused: nothing of it is left
+        raise
+
+
+def _group(autoscaling: Any, nodegroup: Any, template: Any) -> None:
     nodegroup.scaling_config = dict(nodegroup.scaling_config)  # moto shares its default's dict between groups
     sizes = nodegroup.scaling_config
     group = f"eks-{nodegroup.nodegroup_name}-{nodegroup.uuid}"
@@ -241,6 +249,9 @@ def _deleting(delete: Any) -> Any:
             group.set_desired_capacity(0)
             group.min_size = 0
             autoscaling.delete_auto_scaling_group(group.name)
+        ec2, _, _ = _backends(self.account_id, self.region_name)
+        if f"eks-{nodegroup.uuid}" in ec2.launch_template_name_to_ids:  # EKS deletes the launch template it made
+            ec2.delete_launch_template(f"eks-{nodegroup.uuid}", None)
         return nodegroup
 
     deleting.platformctl_patched = True  # type: ignore[attr-defined]

@@ -255,7 +255,6 @@ class AbortedRecord(JournalRecord):
     still_held: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
 class ControlAction(StrEnum):
     """What another process may ask of a cluster's rotation."""
 
@@ -269,12 +268,13 @@ class Control(JournalRecord):
     """A pause, resume or abort another process asked for."""
 
     KIND: ClassVar[str] = CONTROL
-    action: ControlAction = ControlAction.PAUSE
+    action: ControlAction
     by: str | None = None
     reason: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "action", ControlAction(self.action))  # as read back from the store: its word
+        # As read back from the store: its word, which must be one of the three (``ValueError`` otherwise).
+        object.__setattr__(self, "action", ControlAction(self.action))
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,10 @@ def apply(state: RunState, record: Record) -> None:
     kind = d.get("kind")
     state.last_seq = record.seq
     if kind == CONTROL:
-        control = Control.from_record(d)
+        try:
+            control = Control.from_record(d)
+        except (TypeError, ValueError):  # no action, or one this version does not know: nothing to act on
+            return
         if control.action is ControlAction.PAUSE:
             state.paused = control
         elif control.action is ControlAction.RESUME:

@@ -23,6 +23,7 @@ from typing import Any
 
 from platformctl.kernel import aws
 from platformctl.kernel.clock import Clock
+from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.nodegroups import Booted, GroupState, InstanceState, Member, NodeGroupError
 from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
 from platformctl.kernel.retry import Backoff
@@ -59,9 +60,10 @@ class ManagedNodeGroups:
         cluster, name = self._split(group)
         found: dict[str, Any] = self._call(self._eks.describe_nodegroup, clusterName=cluster, nodegroupName=name)["nodegroup"]
         names = [g["name"] for g in (found.get("resources") or {}).get("autoScalingGroups") or []]
-        if not names:  # still CREATING: EKS has not made its group yet
-            raise NodeGroupError(f"managed node group {group} has no Auto Scaling group yet (status "
-                                 f"{found.get('status')})", "ResourceInUseException")
+        if not names:  # still CREATING (may pass), or failed to be made (will not)
+            status = str(found.get("status") or "")
+            raise NodeGroupError(f"managed node group {group} has no Auto Scaling group (status {status})",
+                                 "ResourceInUseException" if status in ("CREATING", "UPDATING") else "InvalidRequestException")
         self._behind[group] = names[0]
         self._owner[names[0]] = group
         return found
@@ -72,18 +74,29 @@ class ManagedNodeGroups:
         return self._behind[group]
 
     def probe(self) -> None:
+        """Auto Scaling's probe, then one EKS call: either unreachable or refusing is a one-line error at the start."""
         self._asgs.probe()
+        try:
+            self._asgs._once(self._eks.list_clusters, maxResults=1)
+        except NodeGroupError as exc:
+            raise PlatformError(f"EKS refused the first call ({exc})", field="AWS credentials") from None
 
     def describe(self, group: str) -> GroupState:
         found = self._nodegroup(group)
         sizes = found.get("scalingConfig") or {}
         behind = self._asgs.describe(self._behind[group])
         instance_type = behind.instance_type or next(iter(found.get("instanceTypes") or []), None)
-        return GroupState(group, int(sizes.get("desiredSize", behind.desired)), int(sizes.get("minSize", behind.min_size)),
+        # The desired capacity in force is the Auto Scaling group's: a retired node lowers it at once, and EKS's
+        # scalingConfig follows ("can be out-of-date for short periods of time"); the bounds are EKS's, which it enforces.
+        return GroupState(group, behind.desired, int(sizes.get("minSize", behind.min_size)),
                           int(sizes.get("maxSize", behind.max_size)), behind.instances, behind.image, instance_type)
 
     def add_capacity(self, group: str, to: int) -> None:
+        """Nothing when the group already has ``to`` (an intent asked again after a lost answer: EKS's update is
+        asynchronous, and another one of the same size is not asked for)."""
         cluster, name = self._split(group)
+        if self._asgs.describe(self._asg(group)).desired >= to:
+            return
         self._call(self._eks.update_nodegroup_config, clusterName=cluster, nodegroupName=name,
                    scalingConfig={"desiredSize": to})
 

@@ -121,3 +121,22 @@ def test_abort_while_a_dead_runs_lease_is_live_says_when_or_waits_for_it(tmp_pat
     assert told.exit_code == 1 and sum(n.unschedulable for n in sim.list_nodes()) == 1
     waited = abort_cluster(store, "test", connect, "tester", wait=True, poll=0.05)
     assert waited.done and not any(n.unschedulable or TAINT in n.taints for n in sim.list_nodes())
+
+
+def test_a_control_is_told_by_its_typed_action_and_a_word_this_version_does_not_know_is_not_acted_on(
+        tmp_path: Path) -> None:
+    """Pause, resume and abort are three actions (each its own, in a set or a comparison); a control record whose action
+    is missing or unknown (a newer writer's) leaves the run as it was instead of stopping the journal's readers."""
+    from upgrade_service.journal.records import ControlAction
+
+    assert len({ControlAction.PAUSE, ControlAction.RESUME, ControlAction.ABORT}) == 3
+    assert ControlAction.PAUSE != ControlAction.ABORT and ControlAction("abort") is ControlAction.ABORT
+    store = SQLiteStore(tmp_path / "state.db")
+    j.control(store, "test", ControlAction.PAUSE, "tester", "look first", 1.0)
+    paused = j.read_state(store, "test").paused
+    assert paused is not None and paused.action is ControlAction.PAUSE and paused.by == "tester"
+    store.append(j.stream_of("test"), {"kind": "control", "at": 2.0, "action": "hibernate", "by": "newer"})
+    store.append(j.stream_of("test"), {"kind": "control", "at": 3.0, "by": "older"})
+    assert j.read_state(store, "test").paused == paused
+    j.control(store, "test", ControlAction.RESUME, "tester", "", 4.0)
+    assert j.read_state(store, "test").paused is None

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-
-from croniter import croniter
-from dateutil import rrule
+from datetime import UTC, datetime
 
 from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.jsontypes import JSONMapping, JSONObject, optional_number, strings
@@ -60,30 +57,9 @@ def _iso(ts: float) -> str:
 
 def freeze_window_at(freeze: Freeze, at: float) -> tuple[float, float] | None:
     """The window of ``freeze`` that holds instant ``at`` (UTC seconds), as (start, end) UTC seconds, else None.
-    Recurrences are wall times in the freeze's zone: 18:00 Friday in Europe/Berlin is 17:00 UTC in winter and 16:00
-    in summer."""
-    zone = freeze.zone
-    local = _utc(at).astimezone(zone)
-    if freeze.rrule is None and freeze.cron is None:
-        assert freeze.start is not None and freeze.end is not None
-        start = freeze.start.replace(tzinfo=zone).timestamp()
-        end = freeze.end.replace(tzinfo=zone).timestamp()
-        return (start, end) if start <= at < end else None
-    # The latest start at or before ``at`` (a wall time in the zone); the window ends ``duration`` later on the
-    # zone's wall clock, not in elapsed seconds: Friday 16:00 + 64 h is Monday 08:00 in New York in every season,
-    # though a window across a daylight-saving change lasts 63 or 65 hours.
-    naive = local.replace(tzinfo=None)
-    if freeze.rrule is not None:
-        rule = rrule.rrulestr(freeze.rrule, dtstart=freeze.start) if freeze.start is not None else rrule.rrulestr(freeze.rrule)
-        begun = rule.before(naive, inc=True)
-    else:
-        assert freeze.cron is not None
-        begun = croniter(freeze.cron, naive + timedelta(seconds=1)).get_prev(datetime)
-    if begun is None:
-        return None
-    start = begun.replace(tzinfo=zone).timestamp()
-    end = (begun + timedelta(seconds=freeze.duration)).replace(tzinfo=zone).timestamp()
-    return (start, end) if start <= at < end else None
+    Recurrences are wall times in the freeze's zone (``platformctl.kernel.windows``): 18:00 Friday in Europe/Berlin is
+    17:00 UTC in winter and 16:00 in summer."""
+    return freeze.at(at)
 
 
 def freezes_in_force(freezes: Sequence[Freeze], manual: Sequence[ManualFreeze], stage: str,

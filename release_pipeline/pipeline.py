@@ -11,19 +11,15 @@ the ledger lives. Every mistake is one line naming the file and the key, exit 2.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Annotated, ClassVar, Literal
 
-from croniter import croniter
-from dateutil import rrule
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.humanize import parse_duration
 from platformctl.kernel.topology import STAGES
+from platformctl.kernel.windows import Window, seconds_of
 from platformctl.kernel.yamlfile import read_yaml, validate
 
 PIPELINE_FILE = "release_pipeline/pipeline.yaml"
@@ -36,9 +32,7 @@ class _Value(BaseModel):
 
 
 def _seconds(value: object) -> int:
-    if isinstance(value, str) and value.strip().lower() == "none":
-        return 0
-    return parse_duration(value)
+    return seconds_of(value)
 
 
 class StagePolicy(_Value):
@@ -65,33 +59,16 @@ class StagePolicy(_Value):
         return self
 
 
-class Freeze(_Value):
+class Freeze(Window):
     """A window no candidate enters a stage in: recurring (``rrule`` or ``cron``, each start lasting ``duration``) or
     one-off (``start`` to ``end``), in ``timezone`` (wall time there, daylight saving included)."""
 
+    model_config = ConfigDict(use_attribute_docstrings=False)
+    NOUN: ClassVar[str] = "freeze"
+
     name: str
-    timezone: str
     stages: tuple[str, ...] = ()  # empty: every stage
-    rrule: str | None = None
-    cron: str | None = None
-    duration: Seconds = 0
-    start: datetime | None = None  # a one-off window, or the first instant an RRULE counts from
-    end: datetime | None = None
     reason: str = ""
-
-    @field_validator("duration", mode="before")
-    @classmethod
-    def _duration(cls, value: object) -> int:
-        return _seconds(value)
-
-    @field_validator("timezone")
-    @classmethod
-    def _zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"{value!r} is not an IANA time zone (such as Europe/Berlin or America/New_York)") from None
-        return value
 
     @field_validator("stages")
     @classmethod
@@ -100,49 +77,6 @@ class Freeze(_Value):
         if unknown:
             raise ValueError(f"unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})")
         return value
-
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, value: str | None) -> str | None:
-        if value is not None and not croniter.is_valid(value):
-            raise ValueError(f"{value!r} is not a cron schedule (minute hour day-of-month month day-of-week)")
-        return value
-
-    @field_validator("rrule")
-    @classmethod
-    def _rrule(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                rrule.rrulestr(value, dtstart=datetime(2000, 1, 1))
-            except (ValueError, TypeError) as exc:
-                raise ValueError(f"{value!r} is not an RRULE (RFC 5545, such as FREQ=WEEKLY;BYDAY=FR;BYHOUR=18): {exc}") from None
-        return value
-
-    @model_validator(mode="after")
-    def _shape(self) -> Freeze:
-        recurring = [k for k in ("rrule", "cron") if getattr(self, k)]
-        if len(recurring) > 1:
-            raise ValueError("give one of rrule and cron, not both")
-        if recurring:
-            if self.rrule is not None and self.start is None and "DTSTART" not in self.rrule.upper():
-                raise ValueError("an rrule needs a fixed anchor: give start (the first window's local start, such as "
-                                 "2026-01-02T16:00:00), else its windows would count from whenever it is read")
-            if not self.duration:
-                raise ValueError(f"a recurring freeze ({recurring[0]}) needs a duration")
-            if self.end is not None:
-                raise ValueError(f"a recurring freeze ({recurring[0]}) lasts its duration: remove end")
-        elif self.start is None or self.end is None:
-            raise ValueError("a freeze is recurring (rrule or cron, with a duration) or one-off (start and end)")
-        elif self.end <= self.start:
-            raise ValueError("end must be after start")
-        for instant in (self.start, self.end):
-            if instant is not None and instant.tzinfo is not None:
-                raise ValueError("start and end are wall times in the freeze's timezone: leave the offset out")
-        return self
-
-    @property
-    def zone(self) -> ZoneInfo:
-        return ZoneInfo(self.timezone)
 
     def applies_to(self, stage: str) -> bool:
         return not self.stages or stage in self.stages

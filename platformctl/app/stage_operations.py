@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 # A cluster's run that was held back, not failed: a killed tick's lease, a pause by hand, an API that would not answer
 # (the next tick tries again).
-HELD = (RunStatus.LEASE_HELD, RunStatus.LOST_LEASE, RunStatus.PAUSED, RunStatus.API_ERROR)
+HELD = (RunStatus.LEASE_HELD, RunStatus.LOST_LEASE, RunStatus.PAUSED, RunStatus.API_ERROR, RunStatus.OUTSIDE_WINDOW)
 
 
 def minor_version(version: str) -> tuple[int, int]:

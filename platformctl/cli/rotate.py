@@ -180,7 +180,7 @@ def _progress_printer(output: str) -> tuple[Callable[[Progress], None], Any]:
 def _print_outcome(outcome: Outcome) -> None:
     out = console()
     report = outcome.report
-    colour = {"done": "green", "paused": "yellow", "partial": "yellow"}.get(outcome.status, "red")
+    colour = {"done": "green", "paused": "yellow", "partial": "yellow", "outside-window": "yellow"}.get(outcome.status, "red")
     out.print(f"[bold]{outcome.cluster}[/]: [{colour}]{outcome.status}[/] — {outcome.reason}")
     if not report or report.get("status") == "never-run":
         return

@@ -56,6 +56,8 @@ from upgrade_service.journal.records import (
 )
 from upgrade_service.journal.records import Phase as PhaseRecord
 
+OUTSIDE_WINDOW = "outside-window"  # a run stopped at its maintenance window's end: the halt's reason, and the run's status
+
 # Wave phases, in order.
 SURGED = "surged"
 NEW_NODES_READY = "new-nodes-ready"
@@ -184,8 +186,8 @@ class RunState:
             return "never-run"
         if self.ended is not None:
             return self.ended.KIND
-        if self.halted is not None:  # a run that stopped where --max-waves asked is not a fault
-            return "partial" if self.halted.reason == "max-waves" else "halted"
+        if self.halted is not None:  # a run that stopped where --max-waves asked, or at a window's end, is not a fault
+            return {"max-waves": "partial", OUTSIDE_WINDOW: OUTSIDE_WINDOW}.get(self.halted.reason, "halted")
         return "running"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -22,6 +22,7 @@ from platformctl.kernel.cluster.model import IMAGE_LABELS, LABEL_NODEGROUP, Pod,
 from platformctl.kernel.cluster.selectors import LabelSelector
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
+from platformctl.kernel.windows import Schedule, Window
 from platformctl.kernel.yamlfile import read_yaml, validate
 
 Mode = Literal["one-at-a-time", "wait-for-completion", "skip"]
@@ -120,6 +121,13 @@ class HealthGate(_Value):
     """A URL whose GET answers the verdict as JSON."""
 
 
+class MaintenanceWindow(Window):
+    NOUN: ClassVar[str] = "maintenance window"
+
+    name: str = ""
+    """What it is called where a run or a plan names it."""
+
+
 class RotationPolicy(_Value):
     cluster: str | None = None
     """Names the plan; a stage plan needs none."""
@@ -180,6 +188,13 @@ class RotationPolicy(_Value):
     """Before wave 1: one node per pool on its new image, only the canaries' pods on it, until the health gate
     judges the image (``pass``: it joins its pool and wave 1 starts; ``fail``: it is terminated and the run halts).
     Needs ``healthGate``. Left out: no first light."""
+    maintenance_windows: tuple[MaintenanceWindow, ...] = ()
+    """When a wave may start: windows of wall time in their IANA zones, each recurring (``cron`` or ``rrule``, with a
+    ``duration``) or one-off (``start``, ``end``), as the pipeline's freezes are written. A wave started inside one
+    runs to its end; at a window's end the run stops as ``outside-window`` (not a halt, exit 0) and the next run, in
+    the next window, goes on. Left out: at any time."""
+    exclusions: tuple[MaintenanceWindow, ...] = ()
+    """When no wave may start, even inside a maintenance window (a launch, the year's end): windows as above."""
 
     # Set by ``load_policy``: where the policy came from, and its rules' selectors, parsed.
     source: str = Field(default="policy", exclude=True)
@@ -201,6 +216,11 @@ class RotationPolicy(_Value):
     @property
     def follows_launch_templates(self) -> bool:
         return self.targets is None
+
+    @property
+    def schedule(self) -> Schedule:
+        """When a wave may start (``maintenanceWindows`` less ``exclusions``)."""
+        return Schedule(self.maintenance_windows, self.exclusions)
 
     def with_targets(self, targets: dict[str, str]) -> RotationPolicy:
         """This policy rotating exactly ``targets`` (the executor resolves them from launch templates)."""

@@ -58,7 +58,7 @@ from upgrade_service.journal.records import (
     WaveStarted,
 )
 from upgrade_service.journal.remediation import remediation_holds
-from upgrade_service.journal.rotation import Journal, RunState, WaveState
+from upgrade_service.journal.rotation import OUTSIDE_WINDOW, Journal, RunState, WaveState
 from upgrade_service.planning.disruption import view_cluster
 from upgrade_service.planning.fit import PoolCapacity, pool_capacity
 from upgrade_service.planning.plan import RotationPlan, Wave, plan_cluster
@@ -275,6 +275,9 @@ class Executor:
         holder = self.keeper.holder if self.keeper else "local"
         if state.open and state.abort is not None:
             return self._abort()
+        closed = self.policy.schedule.closed(self.clock.now())
+        if closed is not None and not state.open_waves:  # nothing in flight to finish: nothing is written
+            return self._outcome(RunStatus.OUTSIDE_WINDOW, EXIT_DONE, closed)
         first = not state.open
         read: ClusterRead | None = self.read(first=True)  # a policy that cannot work fails here, before anything is touched
         if first:
@@ -315,6 +318,11 @@ class Executor:
                         self._tail(self.state.open_waves[0])  # what the open waves bring back may be what the rest needs
                     read = None
                     continue
+                if (closed := self.policy.schedule.closed(self.clock.now())) is not None:  # no wave nor first light
+                    self._finish_open()
+                    self.journal.append(Halted(OUTSIDE_WINDOW, closed))
+                    self._show(OUTSIDE_WINDOW, closed)
+                    return self._outcome(RunStatus.OUTSIDE_WINDOW, EXIT_DONE, closed)
                 if self.first_light.due(read):  # before wave 1: the new images on one node a pool, judged
                     self.first_light.run(read, plan)
                     read = None

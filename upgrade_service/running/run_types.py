@@ -69,6 +69,7 @@ class RunStatus(StrEnum):
 
     DONE = "done"  # every outdated node rotated
     PARTIAL = "partial"  # stopped after --max-waves; the next run goes on
+    OUTSIDE_WINDOW = "outside-window"  # no maintenance window open (or an exclusion): the next run, in one, goes on
     INCOMPLETE = "incomplete"  # ended with nodes not rotated (blocked by a budget, failed, in no group)
     HALTED = "halted"  # a gate, first light or a drain stopped it
     INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: stopped before its next step

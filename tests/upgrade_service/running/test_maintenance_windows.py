@@ -1,0 +1,57 @@
+"""A rotation under maintenance windows: no wave (nor first light) starts outside one, a run at a window's end stops as
+``outside-window`` (exit 0, not a halt), the next run in the next window goes on, and the pipeline reads it as waiting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from platformctl.app.stage_operations import stage_rotation
+from platformctl.kernel.state.sqlite import SQLiteStore
+from release_pipeline.rotation_result import Status
+from tests.clusters import NEW
+from tests.upgrade_service.rotation import NO_HARM, executor, harm, serving
+from upgrade_service.journal.records import WAVE_STARTED
+from upgrade_service.journal.rotation import read_state, stream_of
+from upgrade_service.planning.policy import parse_policy
+from upgrade_service.running.run_types import EXIT_DONE, RunStatus
+
+# The first 4 minutes of every second hour, in UTC: a wave of one node takes a minute or two, so a window holds few.
+POLICY = {"maxInFlight": 1, "overlapWaves": False,
+          "maintenanceWindows": [{"name": "short", "cron": "0 */2 * * *", "duration": "4m", "timezone": "UTC"}]}
+
+
+def test_no_wave_starts_outside_a_window_and_each_run_goes_on_in_the_next(tmp_path: Path) -> None:
+    sim = serving(nodes=6)
+    schedule = parse_policy(POLICY, "policy.yaml").schedule
+    sim.advance(3600 - sim.now() % 7200 + 600)  # an hour into the two: outside
+    assert not schedule.open(sim.now())
+    outside = executor(sim, tmp_path, POLICY).run()
+    assert (outside.status, outside.exit_code) == (RunStatus.OUTSIDE_WINDOW, EXIT_DONE)
+    assert "the next opens at" in outside.reason
+    store = SQLiteStore(tmp_path / "state.db")
+    assert store.read(stream_of("test")) == []  # nothing written: nothing was started
+    runs = []
+    while len(runs) < 20:
+        opens = schedule.next_opening(sim.now())
+        assert opens is not None
+        sim.advance(opens - sim.now())
+        outcome = executor(sim, tmp_path, POLICY).run()
+        runs.append(outcome.status)
+        if outcome.status is RunStatus.DONE:
+            break
+        assert (outcome.status, outcome.exit_code) == (RunStatus.OUTSIDE_WINDOW, EXIT_DONE), outcome.reason
+    assert runs[-1] is RunStatus.DONE and len(runs) >= 3, runs  # six nodes take several windows
+    assert {n.image for n in sim.list_nodes()} == {NEW} and harm(sim) == NO_HARM
+    started = [r.data["at"] for r in store.read(stream_of("test")) if r.data.get("kind") == WAVE_STARTED]
+    assert len(started) == 6 and all(schedule.open(at) for at in started), started
+    assert read_state(store, "test").status == "finished"
+
+
+def test_the_pipeline_reads_a_rotation_outside_its_window_as_waiting_not_as_failed(tmp_path: Path) -> None:
+    from platformctl.app.rotation import RotationResult
+
+    sim = serving(nodes=2)
+    sim.advance(3600 - sim.now() % 7200 + 600)
+    outcome = executor(sim, tmp_path, POLICY).run()
+    said = stage_rotation(RotationResult([outcome]), {})
+    assert said.status is Status.BUSY and "outside the policy's maintenance windows" in said.reason

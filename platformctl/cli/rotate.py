@@ -23,6 +23,7 @@ from rich.table import Table
 from platformctl.app import rotation as app
 from platformctl.cli.context import platform
 from platformctl.cli.output import LEASE_TTL, OUTPUT, STATE_HELP, console, emit_json, writable_file
+from platformctl.kernel.cluster.model import format_time
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import hms
 from platformctl.kernel.region_client import take_part
@@ -38,6 +39,10 @@ def _print_cluster_plan(plan: RotationPlan, show_waves: bool = True) -> None:
     out.print(f"[bold]{plan.cluster}[/] ({plan.source}): {nodes} nodes in {len(plan.waves)} waves, "
               f"{len(plan.blocked)} blocked; estimated {hms(plan.estimated_seconds)} "
               f"(strategy {plan.policy.strategy}, policy {plan.policy.source})")
+    if plan.windows is not None:
+        needed, ends = plan.windows
+        out.print(f"  in its maintenance windows: {needed} window{'s' if needed != 1 else ''}, ending about "
+                  f"{format_time(ends)}")
     if show_waves and plan.waves:
         table = Table("wave", "zone", "pools", "nodes", "first node", "boot", "drain", "settle", "wait", "estimate",
                       "starts", "ends")

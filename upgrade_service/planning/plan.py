@@ -23,7 +23,7 @@ from typing import Any
 
 import networkx as nx
 
-from platformctl.kernel.cluster.model import Snapshot
+from platformctl.kernel.cluster.model import Snapshot, format_time
 from platformctl.kernel.errors import NotFoundError
 from upgrade_service.planning.disruption import RECOVERING, Cause, ClusterView, NodeDisruption, view_cluster
 from upgrade_service.planning.fit import PoolCapacity, WaveFit, fit_waves, held_drain_seconds
@@ -110,6 +110,22 @@ class RotationPlan:
     planned_nodes: dict[str, str] = field(repr=False, default_factory=dict)  # surge/replacement node -> what it is
     ends_seconds: int | None = None  # when the last wave ends, waves overlapping as the executor overlaps them
     spans: dict[int, Span] = field(repr=False, default_factory=dict)  # wave index -> when it starts and ends
+    planned_at: float | None = None  # the cluster's time the plan was made at (what its windows count from)
+
+    @property
+    def windows(self) -> tuple[int, float] | None:
+        """Under the policy's maintenance windows: how many the rotation needs and when it ends (a wave starts only in
+        one; waves overlap as the spans say); None without windows, or when none opens."""
+        schedule = self.policy.schedule
+        if not schedule or self.planned_at is None or not self.waves:
+            return None
+        starts = [self.spans[w.index].start if w.index in self.spans else None for w in self.waves]
+        if all(s is not None for s in starts):
+            last = self.spans[self.waves[-1].index]
+            steps = [float(b - a) for a, b in zip(starts, starts[1:], strict=False)] + [float(last.end - last.start)]  # type: ignore[operator]
+        else:
+            steps = [float(w.estimated_seconds) for w in self.waves]
+        return schedule.forecast(self.planned_at, steps)
 
     @property
     def estimated_seconds(self) -> int:
@@ -133,6 +149,8 @@ class RotationPlan:
             "strategy": self.policy.strategy,
             "nodes_to_rotate": sum(len(w.nodes) for w in self.waves) + len(self.blocked),
             "estimated_seconds": self.estimated_seconds,
+            **({"maintenance_windows": {"needed": self.windows[0], "ends_at": format_time(self.windows[1])}}
+               if self.windows is not None else {}),
             "waves": [{**w.to_dict(), **self._span(w.index)} for w in self.waves],
             "blocked": [b.to_dict() for b in self.blocked],
             "warnings": self.warnings,
@@ -421,7 +439,7 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
         warnings.append(f"{len(stuck)} wave(s) cannot be drained without pods waiting for nodes that only the drain's end "
                         f"brings (first: wave {stuck[0].index}, node {stuck[0].nodes[0]}): {stuck[0].stuck}")
     return RotationPlan(cluster or policy.cluster or "cluster", snapshot.source or "live", policy, waves, blocked,
-                        warnings, view, segments, limits, drafts, by_index, planned_nodes, schedule.ends, spans)
+                        warnings, view, segments, limits, drafts, by_index, planned_nodes, schedule.ends, spans, now)
 
 
 @dataclass

@@ -6,17 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from platformctl.app.stage_operations import stage_rotation
+from platformctl.kernel.cluster.model import Snapshot
 from platformctl.kernel.state.sqlite import SQLiteStore
 from release_pipeline.rotation_result import Status
 from tests.clusters import NEW
 from tests.upgrade_service.rotation import NO_HARM, executor, harm, serving
 from upgrade_service.journal.records import WAVE_STARTED
 from upgrade_service.journal.rotation import read_state, stream_of
+from upgrade_service.planning.plan import plan_cluster
 from upgrade_service.planning.policy import parse_policy
 from upgrade_service.running.run_types import EXIT_DONE, RunStatus
 
 # The first 4 minutes of every second hour, in UTC: a wave of one node takes a minute or two, so a window holds few.
-POLICY = {"maxInFlight": 1, "overlapWaves": False,
+POLICY = {"maxInFlight": 1, "overlapWaves": False, "durations": {"nodeBootSeconds": 120},  # the pool boots in 120 s
           "maintenanceWindows": [{"name": "short", "cron": "0 */2 * * *", "duration": "4m", "timezone": "UTC"}]}
 
 
@@ -30,6 +32,10 @@ def test_no_wave_starts_outside_a_window_and_each_run_goes_on_in_the_next(tmp_pa
     assert "the next opens at" in outside.reason
     store = SQLiteStore(tmp_path / "state.db")
     assert store.read(stream_of("test")) == []  # nothing written: nothing was started
+    policy = parse_policy(POLICY, "policy.yaml").with_targets({"general": NEW})
+    now = Snapshot(tuple(sim.list_nodes()), tuple(sim.list_pods()), tuple(sim.list_pdbs()))
+    predicted = plan_cluster(now, policy, sim.now()).windows  # what `rotate plan` says
+    assert predicted is not None
     runs = []
     while len(runs) < 20:
         opens = schedule.next_opening(sim.now())
@@ -41,6 +47,7 @@ def test_no_wave_starts_outside_a_window_and_each_run_goes_on_in_the_next(tmp_pa
             break
         assert (outcome.status, outcome.exit_code) == (RunStatus.OUTSIDE_WINDOW, EXIT_DONE), outcome.reason
     assert runs[-1] is RunStatus.DONE and len(runs) >= 3, runs  # six nodes take several windows
+    assert abs(len(runs) - predicted[0]) <= 1 and abs(sim.now() - predicted[1]) <= 2 * 3600, (runs, predicted)
     assert {n.image for n in sim.list_nodes()} == {NEW} and harm(sim) == NO_HARM
     started = [r.data["at"] for r in store.read(stream_of("test")) if r.data.get("kind") == WAVE_STARTED]
     assert len(started) == 6 and all(schedule.open(at) for at in started), started

@@ -57,7 +57,7 @@ def main() -> int:
     plan = plan_cluster(snapshot, policy.with_targets(dict.fromkeys(sim.pool_names(), NEW_IMAGE)), begun)
     predicted = plan.windows
     assert predicted is not None
-    print(f"{args.nodes} nodes, {len(plan.waves)} waves planned, {plan.estimated_seconds / 3600:.1f} h of work; "
+    print(f"{args.nodes} nodes, {len(plan.waves)} waves planned, to end {plan.estimated_seconds / 3600:.1f} h from now; "
           f"predicted: {predicted[0]} windows of {args.hours:g} h, ending {format_time(predicted[1])}", flush=True)
 
     with tempfile.TemporaryDirectory() as folder:

@@ -212,23 +212,3 @@ class Schedule:
         if excluded and (closes is None or min(excluded) < closes):
             closes = min(excluded)
         return closes
-
-    def forecast(self, at: float, steps: Sequence[float]) -> tuple[int, float] | None:
-        """How many openings work of ``steps`` (each a duration that must start while open, and runs on to its end)
-        needs from ``at``, and when it ends; None when an opening is never found. No windows and no exclusions: 0."""
-        if not self:
-            return 0, at + sum(steps)
-        openings = 0
-        t = at
-        opened: float | None = None  # when the opening the last step started in began
-        closes: float | None = None  # and when it closes (None: never)
-        for seconds in steps:
-            if opened is None or (closes is not None and t >= closes) or not self.open(t):
-                start = self.next_opening(t)
-                if start is None:
-                    return None
-                if opened is None or closes is None or start >= closes:
-                    openings += 1
-                opened, t, closes = start, start, self.closes(start)
-            t += seconds
-        return openings, t

@@ -25,6 +25,7 @@ import networkx as nx
 
 from platformctl.kernel.cluster.model import Snapshot, format_time
 from platformctl.kernel.errors import NotFoundError
+from platformctl.kernel.windows import Schedule as Windows
 from upgrade_service.planning.disruption import RECOVERING, Cause, ClusterView, NodeDisruption, view_cluster
 from upgrade_service.planning.fit import PoolCapacity, WaveFit, fit_waves, held_drain_seconds
 from upgrade_service.planning.order import ClusterPlace, Segment, cluster_steps, ordered_segments, segment_graph, why_segment_waits
@@ -111,21 +112,15 @@ class RotationPlan:
     ends_seconds: int | None = None  # when the last wave ends, waves overlapping as the executor overlaps them
     spans: dict[int, Span] = field(repr=False, default_factory=dict)  # wave index -> when it starts and ends
     planned_at: float | None = None  # the cluster's time the plan was made at (what its windows count from)
+    openings: int = 0  # under maintenance windows: how many the waves start in (their spans wait for them)
 
     @property
     def windows(self) -> tuple[int, float] | None:
-        """Under the policy's maintenance windows: how many the rotation needs and when it ends (a wave starts only in
-        one; waves overlap as the spans say); None without windows, or when none opens."""
-        schedule = self.policy.schedule
-        if not schedule or self.planned_at is None or not self.waves:
+        """Under the policy's maintenance windows: how many the rotation needs and when it ends (the estimate, which
+        then counts the time between windows); None without windows."""
+        if not self.policy.schedule or self.planned_at is None or not self.waves:
             return None
-        starts = [self.spans[w.index].start if w.index in self.spans else None for w in self.waves]
-        if all(s is not None for s in starts):
-            last = self.spans[self.waves[-1].index]
-            steps = [float(b - a) for a, b in zip(starts, starts[1:], strict=False)] + [float(last.end - last.start)]  # type: ignore[operator]
-        else:
-            steps = [float(w.estimated_seconds) for w in self.waves]
-        return schedule.forecast(self.planned_at, steps)
+        return self.openings, self.planned_at + self.estimated_seconds
 
     @property
     def estimated_seconds(self) -> int:
@@ -410,11 +405,14 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
     by_index: dict[int, WaveFit] = {}
     schedule = Schedule(policy.overlap_waves, policy.max_in_flight, policy.max_in_flight_per_pool, policy.strategy == "surge")
     spans: dict[int, Span] = {}
+    openings: list[tuple[float, float | None]] = []  # the maintenance windows' openings the waves start in, and ends
     for fit in fits:
         draft = rebuild(fit.nodes, limits)
         until = max((n.wait_until for n in draft.nodes if n.wait_until is not None), default=None)
         in_pools = Counter(n.pool for n in draft.nodes)
         begins = schedule.start_of(fit.segment.pools, in_pools)
+        if policy.schedule:
+            begins = _in_a_window(schedule, policy.schedule, now, begins, fit.segment.pools, in_pools, openings)
         surge_first = policy.strategy == "surge" or fit.planned_surge  # its new nodes boot before the drain
         # Its wait-for-completion pods run on while its new nodes boot: the drain waits only for what is left then.
         drains = schedule.drains_from(fit.segment.pools, begins, draft.boot if surge_first else 0)
@@ -439,7 +437,27 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
         warnings.append(f"{len(stuck)} wave(s) cannot be drained without pods waiting for nodes that only the drain's end "
                         f"brings (first: wave {stuck[0].index}, node {stuck[0].nodes[0]}): {stuck[0].stuck}")
     return RotationPlan(cluster or policy.cluster or "cluster", snapshot.source or "live", policy, waves, blocked,
-                        warnings, view, segments, limits, drafts, by_index, planned_nodes, schedule.ends, spans, now)
+                        warnings, view, segments, limits, drafts, by_index, planned_nodes, schedule.ends, spans, now,
+                        len(openings))
+
+
+def _in_a_window(schedule: Schedule, windows: Windows, now: float, begins: int, pools: tuple[str, ...],
+                 nodes: Counter[str], openings: list[tuple[float, float | None]]) -> int:
+    """When a wave that may start ``begins`` seconds into the plan starts under the policy's maintenance windows (the
+    executor's rule): then, if a window is open; else the run stops and the next starts the wave at the next opening,
+    its open waves finished. Counts the openings the waves start in."""
+    for _ in range(1000):
+        at = now + begins
+        if windows.open(at):
+            if not openings or (openings[-1][1] is not None and at >= openings[-1][1]):
+                openings.append((at, windows.closes(at)))  # a new opening (waiting for tails may reach one)
+            return begins
+        opens = windows.next_opening(at)
+        if opens is None:
+            return begins  # none opens within the horizon: the plan says so in its windows (and the run will)
+        schedule.stopped_until(int(opens - now))
+        begins = schedule.start_of(pools, nodes)
+    return begins
 
 
 @dataclass

@@ -78,6 +78,14 @@ class Schedule:
             self.now = max(self.now, oldest.end)
         return self.now
 
+    def stopped_until(self, at: int) -> None:
+        """The run stops before the next wave (a maintenance window closed) and the next run starts at ``at``: the
+        stopped run finished its open waves first, so nothing is open then (nor raised ahead across the stop)."""
+        self.proven.update(s.pools for s in self.open)
+        self.now = max([self.now, at, *(s.end for s in self.open)])
+        self.open.clear()
+        self.last = None
+
     def drains_from(self, pools: Iterable[str], start: int, boot: int) -> int:
         """When a wave starting at ``start`` may drain: once its surge nodes have booted (``boot`` seconds), from its
         start or, raised ahead under surge by the wave before (proven, of the same pools), from that wave's start."""

@@ -275,9 +275,8 @@ class Executor:
         holder = self.keeper.holder if self.keeper else "local"
         if state.open and state.abort is not None:
             return self._abort()
-        closed = self.policy.schedule.closed(self.clock.now())
-        if closed is not None and not state.open_waves:  # nothing in flight to finish: nothing is written
-            return self._outcome(RunStatus.OUTSIDE_WINDOW, EXIT_DONE, closed)
+        if (closed := self.policy.schedule.closed(self.clock.now())) is not None and not state.open_waves:
+            return self._outcome(RunStatus.OUTSIDE_WINDOW, EXIT_DONE, closed)  # nothing in flight: nothing is written
         first = not state.open
         read: ClusterRead | None = self.read(first=True)  # a policy that cannot work fails here, before anything is touched
         if first:
@@ -319,10 +318,7 @@ class Executor:
                     read = None
                     continue
                 if (closed := self.policy.schedule.closed(self.clock.now())) is not None:  # no wave nor first light
-                    self._finish_open()
-                    self.journal.append(Halted(OUTSIDE_WINDOW, closed))
-                    self._show(OUTSIDE_WINDOW, closed)
-                    return self._outcome(RunStatus.OUTSIDE_WINDOW, EXIT_DONE, closed)
+                    return self._stop(OUTSIDE_WINDOW, RunStatus.OUTSIDE_WINDOW, closed, closed)
                 if self.first_light.due(read):  # before wave 1: the new images on one node a pool, judged
                     self.first_light.run(read, plan)
                     read = None
@@ -339,11 +335,10 @@ class Executor:
                     read = None
                     continue
                 if self.options.max_waves is not None and self._started >= self.options.max_waves:
-                    self._finish_open()
-                    waves_started = f"{self._started} wave{'s' if self._started != 1 else ''}"
-                    self.journal.append(Halted("max-waves", f"started {waves_started} (--max-waves)"))
-                    return self._outcome(RunStatus.PARTIAL, EXIT_DONE, f"stopped after {waves_started} as --max-waves asked; "
-                                         f"{len(waves)} to go: the next `rotate run` goes on")
+                    started = f"{self._started} wave{'s' if self._started != 1 else ''}"
+                    return self._stop("max-waves", RunStatus.PARTIAL, f"started {started} (--max-waves)",
+                                      f"stopped after {started} as --max-waves asked; {len(waves)} to go: the next "
+                                      "`rotate run` goes on")
                 self._started += 1
                 self._gate(read)
                 self._pace(waves[0], read)
@@ -372,6 +367,13 @@ class Executor:
             self._show("halted", detail)
             # its own status: an API that would not answer (after the seams' retries) is no verdict on the rotation
             return self._outcome(RunStatus.API_ERROR, EXIT_HALTED, detail)
+
+    def _stop(self, code: str, status: RunStatus, detail: str, reason: str) -> Outcome:
+        """Stop before the next wave, not as a fault (the next run goes on): the open waves finish first."""
+        self._finish_open()
+        self.journal.append(Halted(code, detail))
+        self._show(code, reason)
+        return self._outcome(status, EXIT_DONE, reason)
 
     def _outcome(self, status: RunStatus, code: int, reason: str) -> Outcome:
         return Outcome(self.target.name, status, code, reason, build_report(self.journal.refresh()))

@@ -47,14 +47,6 @@ def test_a_schedule_opens_in_a_window_and_never_in_an_exclusion() -> None:
     assert not Schedule() and Schedule().open(0) and Schedule().closes(0) is None
 
 
-def test_a_forecast_counts_the_windows_a_run_of_waves_needs_and_when_it_ends() -> None:
-    schedule = Schedule([Window(cron="0 1 * * *", duration=4 * 3600, timezone="UTC")])
-    # Ten waves of an hour each, from noon: a wave starts only inside the 01:00-05:00 window and runs to its end, so a
-    # night starts four (01, 02, 03, 04); three nights, the tenth ending at 03:00 on the third.
-    assert schedule.forecast(utc("2026-01-01T12:00:00"), [3600.0] * 10) == (3, utc("2026-01-04T03:00:00"))
-    assert Schedule().forecast(0.0, [10.0, 20.0]) == (0, 30.0)  # no windows: none needed
-
-
 @pytest.mark.parametrize(("window", "said"), [
     ({"cron": "0 1 * * *", "timezone": "UTC"}, "a recurring window (cron) needs a duration"),
     ({"cron": "0 1 * * *", "duration": 60, "timezone": "Mars/Olympus"}, "is not an IANA time zone"),

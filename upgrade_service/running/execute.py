@@ -279,13 +279,12 @@ class Executor:
             return self._outcome(RunStatus.OUTSIDE_WINDOW, EXIT_DONE, closed)  # nothing in flight: nothing is written
         first = not state.open
         read: ClusterRead | None = self.read(first=True)  # a policy that cannot work fails here, before anything is touched
-        if first:
-            run_id = f"{self.target.name}-{int(self.clock.now())}"
-            # Capacity an earlier run added and never gave back (it was aborted, or a node failed) is spent first.
+        if first:  # capacity an earlier run added and never gave back (aborted, a node failed) is spent first
             inherited = {g: n for g, n in state.capacity.items() if n > 0}
             self.journal.append(RunStarted(holder, inherited, self.policy.source, self.policy.strategy,
                                            (read.targets if read is not None else None) or None,
-                                           self.policy.follows_launch_templates, self.options.stage, run=run_id))
+                                           self.policy.follows_launch_templates, self.options.stage,
+                                           run=f"{self.target.name}-{int(self.clock.now())}"))
         else:
             self.journal.append(RunContinued(holder, state.status))
         try:

@@ -169,8 +169,9 @@ class StageOperator:
         if rollback:
             self._end_halted(stage, candidate)
         rotation = prepare(self.platform, RunRequest(policy, stage=stage, kubeconfig=self.kubeconfig, lease_ttl=self.lease_ttl))
-        if rollback:  # back to what passed: not held by the canaries the taken-away image fails
-            rotation.policy = rotation.policy.model_copy(update={"health_gate": None, "first_light": None})
+        if rollback:  # back to what passed: not held by the canaries the taken-away image fails, nor by its windows
+            rotation.policy = rotation.policy.model_copy(update={"health_gate": None, "first_light": None,
+                                                                 "maintenance_windows": (), "exclusions": ()})
             rotation.options = replace(rotation.options, canary=None)
         elif self._proven(stage):  # its first light passed in the first stage: one canary period here will do
             rotation.options = replace(rotation.options, first_light_proven=True)

@@ -9,6 +9,7 @@ night clocks change, though that night it lasts 3 or 5 hours). Instants are UTC 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, ClassVar
@@ -22,7 +23,8 @@ from pydantic.alias_generators import to_camel
 from platformctl.kernel.humanize import hms, parse_duration
 
 Seconds = Annotated[int, Field(ge=0)]
-HORIZON_SECONDS = 400 * 86400  # how far ahead an opening is looked for (a yearly window is found)
+HORIZON_SECONDS = 400 * 86400
+SLACK = timedelta(hours=3)  # more than any zone's daylight-saving shift  # how far ahead an opening is looked for (a yearly window is found)
 
 
 def seconds_of(value: object) -> int:
@@ -117,9 +119,19 @@ class Window(BaseModel):
         return (begun.replace(tzinfo=zone).timestamp(),
                 (begun + timedelta(seconds=self.duration)).replace(tzinfo=zone).timestamp())
 
-    def _rule(self) -> Any:  # dateutil's rrule or rruleset
-        assert self.rrule is not None
-        return rrule.rrulestr(self.rrule, dtstart=self.start) if self.start is not None else rrule.rrulestr(self.rrule)
+    def _before(self, naive: datetime, inc: bool) -> datetime | None:
+        """The latest local start at (``inc``) or before ``naive``."""
+        if self.rrule is not None:
+            return _rule(self.rrule, self.start).before(naive, inc=inc)
+        assert self.cron is not None
+        return croniter(self.cron, naive + timedelta(seconds=1 if inc else 0)).get_prev(datetime)
+
+    def _after(self, naive: datetime) -> datetime | None:
+        """The first local start after ``naive``."""
+        if self.rrule is not None:
+            return _rule(self.rrule, self.start).after(naive, inc=False)
+        assert self.cron is not None
+        return croniter(self.cron, naive).get_next(datetime)
 
     def at(self, at: float) -> tuple[float, float] | None:
         """The window that holds instant ``at``, as (start, end), else None."""
@@ -127,17 +139,16 @@ class Window(BaseModel):
             assert self.start is not None and self.end is not None
             start, end = self.start.replace(tzinfo=self.zone).timestamp(), self.end.replace(tzinfo=self.zone).timestamp()
             return (start, end) if start <= at < end else None
-        # The latest local start at or before ``at``; the window ends ``duration`` later on the zone's wall clock.
-        naive = _utc(at).astimezone(self.zone).replace(tzinfo=None)
-        if self.rrule is not None:
-            begun = self._rule().before(naive, inc=True)
-        else:
-            assert self.cron is not None
-            begun = croniter(self.cron, naive + timedelta(seconds=1)).get_prev(datetime)
-        if begun is None:
-            return None
-        start, end = self._span(begun)
-        return (start, end) if start <= at < end else None
+        # The latest start at or before ``at``, in real time: local starts are looked for from a few hours past ``at``'s
+        # wall time back (in the hour a fall-back repeats, a later instant reads earlier on the wall); the window ends
+        # ``duration`` later on the zone's wall clock.
+        begun = self._before(_utc(at).astimezone(self.zone).replace(tzinfo=None) + SLACK, inc=True)
+        while begun is not None:
+            start, end = self._span(begun)
+            if start <= at:
+                return (start, end) if at < end else None
+            begun = self._before(begun, inc=False)
+        return None
 
     def following(self, at: float) -> tuple[float, float] | None:
         """The first window that starts after ``at``, else None (a one-off one that has begun, an RRULE that ended)."""
@@ -145,19 +156,20 @@ class Window(BaseModel):
             assert self.start is not None and self.end is not None
             start = self.start.replace(tzinfo=self.zone).timestamp()
             return (start, self.end.replace(tzinfo=self.zone).timestamp()) if start > at else None
-        naive = _utc(at).astimezone(self.zone).replace(tzinfo=None)
-        if self.rrule is not None:
-            begun = self._rule().after(naive, inc=False)
-        else:
-            assert self.cron is not None
-            begun = croniter(self.cron, naive).get_next(datetime)
-        while begun is not None:  # a local start that a spring-forward gap skips reads as later: past ``at`` at last
+        # From a few hours before ``at``'s wall time: a start in a spring-forward gap reads as later than it is.
+        begun = self._after(_utc(at).astimezone(self.zone).replace(tzinfo=None) - SLACK)
+        while begun is not None:
             span = self._span(begun)
             if span[0] > at:
                 return span
-            begun = self._rule().after(begun, inc=False) if self.rrule is not None else \
-                croniter(self.cron, begun).get_next(datetime)
+            begun = self._after(begun)
         return None
+
+
+@functools.lru_cache(maxsize=64)
+def _rule(text: str, start: datetime | None) -> Any:
+    """An RRULE parsed once (dateutil's rrule or rruleset)."""
+    return rrule.rrulestr(text, dtstart=start) if start is not None else rrule.rrulestr(text)
 
 
 def in_force(windows: Sequence[Window], at: float) -> list[tuple[float, float]]:

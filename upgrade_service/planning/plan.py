@@ -16,6 +16,7 @@ plan JSON operators and automation read.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -455,7 +456,7 @@ def _in_a_window(schedule: Schedule, windows: Windows, now: float, begins: int, 
         opens = windows.next_opening(at)
         if opens is None:
             return begins  # none opens within the horizon: the plan says so in its windows (and the run will)
-        schedule.stopped_until(int(opens - now))
+        schedule.stopped_until(math.ceil(opens - now))  # at the opening, not a fraction of a second before it
         begins = schedule.start_of(pools, nodes)
     return begins
 

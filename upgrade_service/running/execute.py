@@ -339,8 +339,8 @@ class Executor:
                                       f"stopped after {started} as --max-waves asked; {len(waves)} to go: the next "
                                       "`rotate run` goes on")
                 self._started += 1
-                self._gate(read)
-                self._pace(waves[0], read)
+                if (closed := self._gate_and_pace(waves[0], read)) is not None:  # the gate may hold past the window
+                    return self._stop(OUTSIDE_WINDOW, RunStatus.OUTSIDE_WINDOW, closed, closed)
                 self._next_wave += 1
                 self._head(self._start_wave(waves[0], plan, read))  # its tail runs beside the next waves' heads
                 read = None
@@ -366,6 +366,12 @@ class Executor:
             self._show("halted", detail)
             # its own status: an API that would not answer (after the seams' retries) is no verdict on the rotation
             return self._outcome(RunStatus.API_ERROR, EXIT_HALTED, detail)
+
+    def _gate_and_pace(self, wave: Wave, read: ClusterRead) -> str | None:
+        """The health gate and the pace before a wave, which may take a while: then whether a window is still open."""
+        self._gate(read)
+        self._pace(wave, read)
+        return self.policy.schedule.closed(self.clock.now())
 
     def _stop(self, code: str, status: RunStatus, detail: str, reason: str) -> Outcome:
         """Stop before the next wave, not as a fault (the next run goes on): the open waves finish first."""

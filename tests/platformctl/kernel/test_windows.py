@@ -32,6 +32,16 @@ def test_a_nightly_window_keeps_local_wall_time_across_both_daylight_saving_chan
     assert NIGHTLY_BERLIN.following(utc(opens) - 3600) == (utc(opens), utc(closes))
 
 
+def test_a_window_that_starts_in_the_hour_a_change_skips_or_repeats_is_found_in_real_time() -> None:
+    """02:30 Berlin: the night clocks go back it happens twice (the window starts at the first, 00:30 UTC, and an
+    instant of the repeated hour's second pass, earlier on the wall, is inside it); the night they go forward it does
+    not happen at all (the window starts at 03:30 CEST, 01:30 UTC, and is the next one from a moment before)."""
+    window = Window(cron="30 2 * * *", duration=4 * 3600, timezone="Europe/Berlin")
+    assert window.at(utc("2026-10-25T01:15:00")) == (utc("2026-10-25T00:30:00"), utc("2026-10-25T05:30:00"))
+    assert window.following(utc("2026-03-29T01:15:00")) == (utc("2026-03-29T01:30:00"), utc("2026-03-29T04:30:00"))
+    assert Schedule([window]).next_opening(utc("2026-03-29T01:15:00")) == utc("2026-03-29T01:30:00")
+
+
 def test_a_schedule_opens_in_a_window_and_never_in_an_exclusion() -> None:
     year_end = Window(start=datetime(2026, 12, 20, 3), end=datetime(2027, 1, 4), timezone="Europe/Berlin")
     schedule = Schedule([NIGHTLY_BERLIN], [year_end])

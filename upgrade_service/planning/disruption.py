@@ -135,6 +135,7 @@ class NodeDisruption:
     causes: list[Cause] = field(default_factory=list)  # why it cannot be rotated now
     moving: list[Moving] = field(default_factory=list)  # pods that must find another node when it drains
     sequence_seconds: int = 0  # its one-at-a-time workloads' pods leaving one after the other (packing.node_sequence_seconds)
+    due: str = "image"  # why it is rotated: another image, or its age (``RotationPolicy.due``)
 
     @property
     def name(self) -> str:
@@ -365,10 +366,10 @@ def view_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float) -> Clus
             continue
         pools_present.add(pool)
         target = policy.target_for(pool)
-        current = policy.image_of(node.labels)
-        if target is None or current == target:
+        if target is None or (due := policy.due(node, target, now)) is None:
             continue
-        outdated[node.name] = NodeDisruption(node, pool, zone, current, target, policy.boot_seconds(pool))
+        outdated[node.name] = NodeDisruption(node, pool, zone, policy.image_of(node.labels), target,
+                                             policy.boot_seconds(pool), due=due)
 
     workloads: dict[str, str] = {}
     starts = observed_starts(snapshot.pods)

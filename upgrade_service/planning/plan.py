@@ -159,8 +159,9 @@ class RotationPlan:
             if node in self.view.all_nodes:
                 return [f"node {node} needs no rotation: its pool is not in targets or it already runs the target image"]
             raise NotFoundError(f"no node {node!r} in cluster {self.cluster}", file=self.source, field="--explain")
-        lines = [f"node {node} (pool {facts.pool}, zone {facts.zone or '-'}) needs rotation: "
-                 f"image {facts.current_image or '(none)'} -> {facts.target_image}"]
+        why = f"image {facts.current_image or '(none)'} -> {facts.target_image}" if facts.due == "image" else \
+            f"created {format_time(facts.node.created)}, older than maxNodeAge {self.policy.max_node_age} s"
+        lines = [f"node {node} (pool {facts.pool}, zone {facts.zone or '-'}) needs rotation: {why}"]
         blocked = next((b for b in self.blocked if b.node == node), None)
         if blocked is not None:
             lines.append("waiting: a budget it spends is at its floor while its pods come back; a run waits for it"

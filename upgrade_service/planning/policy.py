@@ -18,7 +18,7 @@ import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from platformctl.kernel.cluster.model import IMAGE_LABELS, LABEL_NODEGROUP, Pod, image_of
+from platformctl.kernel.cluster.model import IMAGE_LABELS, LABEL_NODEGROUP, Node, Pod, image_of
 from platformctl.kernel.cluster.selectors import LabelSelector
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.humanize import parse_duration
@@ -29,6 +29,9 @@ Mode = Literal["one-at-a-time", "wait-for-completion", "skip"]
 MODES: tuple[str, ...] = ("one-at-a-time", "wait-for-completion", "skip")
 
 DEFAULT_BOOT_SECONDS = 300
+# Why a node is rotated (``RotationPolicy.due``).
+IMAGE = "image"
+MAX_NODE_AGE = "max-node-age"
 DEFAULT_MAX_WAIT_SECONDS = 3600
 
 Seconds = Annotated[int, Field(ge=0)]
@@ -195,10 +198,18 @@ class RotationPolicy(_Value):
     the next window, goes on. Left out: at any time."""
     exclusions: tuple[MaintenanceWindow, ...] = ()
     """When no wave may start, even inside a maintenance window (a launch, the year's end): windows as above."""
+    max_node_age: Annotated[int, Field(ge=3600)] | None = None
+    """A node older than this (``30d``, ``720h``; from its creation) is rotated too, onto its pool's target, under the
+    same budgets and gates, as Karpenter's ``expireAfter`` retires one. Left out: a node's age never rotates it."""
 
     # Set by ``load_policy``: where the policy came from, and its rules' selectors, parsed.
     source: str = Field(default="policy", exclude=True)
     selectors: tuple[LabelSelector, ...] = Field(default=(), exclude=True)
+
+    @field_validator("max_node_age", mode="before")
+    @classmethod
+    def _age(cls, value: object) -> object:
+        return parse_duration(value) if isinstance(value, str) else value
 
     @field_validator("targets")
     @classmethod
@@ -237,6 +248,15 @@ class RotationPolicy(_Value):
 
     def target_for(self, pool: str) -> str | None:
         return (self.targets or {}).get(pool)
+
+    def due(self, node: Node, target: str, now: float) -> str | None:
+        """Why ``node`` of a pool whose target is ``target`` is rotated: ``image`` (it boots another), ``max-node-age``
+        (older than ``maxNodeAge``); None: it stays."""
+        if self.image_of(node.labels) != target:
+            return IMAGE
+        if self.max_node_age is not None and now - node.created >= self.max_node_age:
+            return MAX_NODE_AGE
+        return None
 
     def boot_seconds(self, pool: str) -> int:
         return self.durations.boot_seconds(pool)

@@ -187,7 +187,7 @@ class Executor:
                 warnings.append(f"{node.name} is left to remediation: {held[node.name]}")
                 continue
             pool = node.labels.get(policy.pool_label)
-            if pool in targets and policy.image_of(node.labels) != targets[pool]:
+            if pool in targets and policy.due(node, targets[pool], self.clock.now()) is not None:
                 if node.name not in group_of:
                     unmanaged.append(node.name)
                     continue

@@ -1,5 +1,6 @@
-"""A rotation under maintenance windows: no wave (nor first light) starts outside one, a run at a window's end stops as
-``outside-window`` (exit 0, not a halt), the next run in the next window goes on, and the pipeline reads it as waiting."""
+"""When a rotation may start and what it rotates beyond a new image. Under maintenance windows: no wave (nor first
+light) starts outside one, a run at a window's end stops as ``outside-window`` (exit 0, not a halt), the next run in the
+next window goes on, and the pipeline reads it as waiting. Under ``maxNodeAge``: exactly the older nodes."""
 
 from __future__ import annotations
 
@@ -64,3 +65,30 @@ def test_the_pipeline_reads_a_rotation_outside_its_window_as_waiting_not_as_fail
     outcome = executor(sim, tmp_path, POLICY).run()
     said = stage_rotation(RotationResult([outcome]), {})
     assert said.status is Status.BUSY and "outside the policy's maintenance windows" in said.reason
+
+
+def test_max_node_age_rotates_exactly_the_older_nodes_onto_the_same_image_without_harm(tmp_path: Path) -> None:
+    """Drift beyond the image: a node older than ``maxNodeAge`` is rotated though it runs its pool's image, the younger
+    ones are not, under the same budgets (Karpenter's ``expireAfter``)."""
+    from tests.clusters import cluster
+    from tests.upgrade_service.rotation import service
+
+    sim = cluster({"general": 3})
+    sim.advance(3 * 86400)
+    sim.scale_pool("general", 5)  # two nodes three days younger than the first three
+    service(sim, "web", 5, min_available=4)
+    sim.run_until_settled()
+    old = {n.name for n in sim.list_nodes() if sim.now() - n.created > 2 * 86400}
+    young = {n.name for n in sim.list_nodes()} - old
+    assert len(old) == 3 and len(young) == 2
+    image = {n.image for n in sim.list_nodes()}.pop()
+    policy = {"maxNodeAge": "2d", "durations": {"nodeBootSeconds": 120}}
+    snapshot = Snapshot(tuple(sim.list_nodes()), tuple(sim.list_pods()), tuple(sim.list_pdbs()))
+    plan = plan_cluster(snapshot, parse_policy(policy, "policy.yaml").with_targets({"general": str(image)}), sim.now())
+    assert {n for w in plan.waves for n in w.nodes} == old
+    assert "older than maxNodeAge 172800 s" in plan.explain(sorted(old)[0])[0]
+    outcome = executor(sim, tmp_path, policy).run()
+    assert outcome.status is RunStatus.DONE, outcome.reason
+    after = {n.name for n in sim.list_nodes()}
+    assert not (old & after) and young <= after and len(after) == 5
+    assert {n.image for n in sim.list_nodes()} == {image} and harm(sim) == NO_HARM

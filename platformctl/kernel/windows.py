@@ -23,8 +23,8 @@ from pydantic.alias_generators import to_camel
 from platformctl.kernel.humanize import hms, parse_duration
 
 Seconds = Annotated[int, Field(ge=0)]
-HORIZON_SECONDS = 400 * 86400
-SLACK = timedelta(hours=3)  # more than any zone's daylight-saving shift  # how far ahead an opening is looked for (a yearly window is found)
+HORIZON_SECONDS = 400 * 86400  # how far ahead an opening is looked for (a yearly window is found)
+SLACK = timedelta(hours=3)  # more than any zone's daylight-saving shift
 
 
 def seconds_of(value: object) -> int:

@@ -40,7 +40,7 @@ from platformctl.kernel.cluster.model import (
     Snapshot,
     eviction_decision,
 )
-from upgrade_service.planning.policy import DEFAULT_MAX_WAIT_SECONDS, MODES, RotationPolicy
+from upgrade_service.planning.policy import DEFAULT_MAX_WAIT_SECONDS, MODES, Due, RotationPolicy
 from upgrade_service.planning.recovery import Recovery, budget_recovery
 
 BudgetKey = tuple[str, str]
@@ -135,7 +135,7 @@ class NodeDisruption:
     causes: list[Cause] = field(default_factory=list)  # why it cannot be rotated now
     moving: list[Moving] = field(default_factory=list)  # pods that must find another node when it drains
     sequence_seconds: int = 0  # its one-at-a-time workloads' pods leaving one after the other (packing.node_sequence_seconds)
-    due: str = "image"  # why it is rotated: another image, or its age (``RotationPolicy.due``)
+    due: Due = Due.IMAGE  # why it is rotated: another image, or its age
 
     @property
     def name(self) -> str:

@@ -31,7 +31,7 @@ from upgrade_service.planning.disruption import RECOVERING, Cause, ClusterView, 
 from upgrade_service.planning.fit import PoolCapacity, WaveFit, fit_waves, held_drain_seconds
 from upgrade_service.planning.order import ClusterPlace, Segment, cluster_steps, ordered_segments, segment_graph, why_segment_waits
 from upgrade_service.planning.packing import Limits, WaveDraft, move_gain, pack, pack_in_name_order, rebuild
-from upgrade_service.planning.policy import RotationPolicy
+from upgrade_service.planning.policy import Due, RotationPolicy
 from upgrade_service.planning.schedule import Schedule, Span
 
 
@@ -159,7 +159,7 @@ class RotationPlan:
             if node in self.view.all_nodes:
                 return [f"node {node} needs no rotation: its pool is not in targets or it already runs the target image"]
             raise NotFoundError(f"no node {node!r} in cluster {self.cluster}", file=self.source, field="--explain")
-        why = f"image {facts.current_image or '(none)'} -> {facts.target_image}" if facts.due == "image" else \
+        why = f"image {facts.current_image or '(none)'} -> {facts.target_image}" if facts.due is Due.IMAGE else \
             f"created {format_time(facts.node.created)}, older than maxNodeAge {self.policy.max_node_age} s"
         lines = [f"node {node} (pool {facts.pool}, zone {facts.zone or '-'}) needs rotation: {why}"]
         blocked = next((b for b in self.blocked if b.node == node), None)

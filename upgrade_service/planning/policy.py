@@ -11,6 +11,7 @@ an operator's ``workloadRules`` entry that matches a pod takes precedence over t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -29,9 +30,13 @@ Mode = Literal["one-at-a-time", "wait-for-completion", "skip"]
 MODES: tuple[str, ...] = ("one-at-a-time", "wait-for-completion", "skip")
 
 DEFAULT_BOOT_SECONDS = 300
-# Why a node is rotated (``RotationPolicy.due``).
-IMAGE = "image"
-MAX_NODE_AGE = "max-node-age"
+
+
+class Due(StrEnum):
+    """Why a node is rotated (``RotationPolicy.due``)."""
+
+    IMAGE = "image"  # it boots another image than its pool's target
+    MAX_NODE_AGE = "max-node-age"  # it is older than maxNodeAge
 DEFAULT_MAX_WAIT_SECONDS = 3600
 
 Seconds = Annotated[int, Field(ge=0)]
@@ -249,13 +254,13 @@ class RotationPolicy(_Value):
     def target_for(self, pool: str) -> str | None:
         return (self.targets or {}).get(pool)
 
-    def due(self, node: Node, target: str, now: float) -> str | None:
+    def due(self, node: Node, target: str, now: float) -> Due | None:
         """Why ``node`` of a pool whose target is ``target`` is rotated: ``image`` (it boots another), ``max-node-age``
         (older than ``maxNodeAge``); None: it stays."""
         if self.image_of(node.labels) != target:
-            return IMAGE
+            return Due.IMAGE
         if self.max_node_age is not None and now - node.created >= self.max_node_age:
-            return MAX_NODE_AGE
+            return Due.MAX_NODE_AGE
         return None
 
     def boot_seconds(self, pool: str) -> int:

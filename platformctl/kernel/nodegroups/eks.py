@@ -18,6 +18,7 @@ backend rotates, remediates and lights what a group runs, and does not change wh
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,13 +93,16 @@ class ManagedNodeGroups:
                           int(sizes.get("maxSize", behind.max_size)), behind.instances, behind.image, instance_type)
 
     def add_capacity(self, group: str, to: int) -> None:
-        """Nothing when the group already has ``to`` (an intent asked again after a lost answer: EKS's update is
-        asynchronous, and another one of the same size is not asked for)."""
+        """Nothing when the group already has ``to`` (an intent asked again after a crash: EKS's update is asynchronous,
+        and another one of the same size is not asked for). The call asked again after a lost answer carries the same
+        ``clientRequestToken``, EKS's idempotency token: it is one update, not two."""
         cluster, name = self._split(group)
-        if self._asgs.describe(self._asg(group)).desired >= to:
+        found = self._call(self._asgs._asg.describe_auto_scaling_groups,
+                           AutoScalingGroupNames=[self._asg(group)])["AutoScalingGroups"]
+        if found and found[0]["DesiredCapacity"] >= to:
             return
         self._call(self._eks.update_nodegroup_config, clusterName=cluster, nodegroupName=name,
-                   scalingConfig={"desiredSize": to})
+                   scalingConfig={"desiredSize": to}, clientRequestToken=str(uuid.uuid4()))
 
     def retire(self, instance_id: str, replace: bool) -> None:
         self._asgs.retire(instance_id, replace)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from platformctl.app.stage_operations import stage_rotation
 from platformctl.kernel.cluster.model import Snapshot
 from platformctl.kernel.state.sqlite import SQLiteStore
@@ -67,7 +69,9 @@ def test_the_pipeline_reads_a_rotation_outside_its_window_as_waiting_not_as_fail
     assert said.status is Status.BUSY and "outside the policy's maintenance windows" in said.reason
 
 
-def test_max_node_age_rotates_exactly_the_older_nodes_onto_the_same_image_without_harm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["surge", "replace"])
+def test_max_node_age_rotates_exactly_the_older_nodes_onto_the_same_image_without_harm(tmp_path: Path,
+                                                                                      strategy: str) -> None:
     """Drift beyond the image: a node older than ``maxNodeAge`` is rotated though it runs its pool's image, the younger
     ones are not, under the same budgets (Karpenter's ``expireAfter``)."""
     from tests.clusters import cluster
@@ -82,7 +86,8 @@ def test_max_node_age_rotates_exactly_the_older_nodes_onto_the_same_image_withou
     young = {n.name for n in sim.list_nodes()} - old
     assert len(old) == 3 and len(young) == 2
     image = {n.image for n in sim.list_nodes()}.pop()
-    policy = {"maxNodeAge": "2d", "durations": {"nodeBootSeconds": 120}}
+    policy = {"maxNodeAge": "2d", "durations": {"nodeBootSeconds": 120}, "strategy": strategy,
+              "minZoneCapacityPercent": 60}  # replace: one of five nodes out at a time
     snapshot = Snapshot(tuple(sim.list_nodes()), tuple(sim.list_pods()), tuple(sim.list_pdbs()))
     plan = plan_cluster(snapshot, parse_policy(policy, "policy.yaml").with_targets({"general": str(image)}), sim.now())
     assert {n for w in plan.waves for n in w.nodes} == old

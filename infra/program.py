@@ -54,7 +54,15 @@ from infra.components.kubernetes import (
 )
 from infra.components.network import Network
 from infra.components.state import StateTable
-from infra.settings import InfraSettings, node_images, parse_settings, release_config, state_table, with_canaries
+from infra.settings import (
+    InfraSettings,
+    node_images,
+    parse_settings,
+    release_config,
+    scheduled_policy,
+    state_table,
+    with_canaries,
+)
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import REGION_KEY, Stage, parse_stage_config
 
@@ -92,6 +100,8 @@ def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path =
                             f"{stage.region}: set ownsLedger on a stack of {release.ledger_region}", file=source,
                             field="config.platformctl:release.ownsLedger")
     images = node_images(stage, settings, infra_dir)
+    scheduled = scheduled_policy(settings, stage_name, source, infra_dir)
+    settings = settings.model_copy(update={"rotation": settings.rotation.model_copy(update={"policy": scheduled})})
     return stage, settings, images
 
 
@@ -145,7 +155,7 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
     contexts = [Context(stage.host_cluster.name, host.endpoint, host.certificate_authority),
                 *[Context(spec.name, member.endpoint, member.certificate_authority)
                   for spec, member in zip(stage.member_clusters, members, strict=True)]]
-    rotation = Rotation(settings.rotation.image, settings.rotation.schedule, role.arn, settings.rotation.policy,
+    rotation = Rotation(settings.rotation.image, settings.rotation.schedule, role.arn, settings.rotation.policy or {},
                         table.name, stage.region, contexts)
     release = None
     if release_files is not None:

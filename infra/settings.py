@@ -85,9 +85,11 @@ class Rotation(BaseModel):
 
     image: Annotated[str, Field(min_length=1)] = DEFAULT_ROTATION_IMAGE
     schedule: Schedule = "0 3 * * 1-5"
-    # The rotation policy the scheduled job runs with (the YAML `rotate run --policy` reads, as a mapping).
-    # Empty: every pool follows what its launch template boots, with the policy's defaults.
-    policy: dict[str, Any] = Field(default_factory=dict)
+    # The rotation policy the scheduled job runs with (the YAML `rotate run --policy` reads, as a mapping). Left out:
+    # the one the release pipeline rotates the stage with (its stage's ``rotationPolicy``), so a scheduled rotation
+    # is gated as the pipeline's is. Either way every freeze of the pipeline file that binds the stage is added to its
+    # ``exclusions`` (``scheduled_policy``).
+    policy: dict[str, Any] | None = None
     # The DynamoDB table of the state store the job journals in (default platformctl-state-<stage>).
     state_table: Annotated[str | None, Field(alias="stateTable", pattern=r"^[A-Za-z0-9_.-]{3,255}$")] = None
 
@@ -174,7 +176,7 @@ def parse_settings(config: Mapping[str, Any], stage: str, source: str) -> InfraS
     from upgrade_service.planning.policy import parse_policy
 
     try:
-        parse_policy(settings.rotation.policy, source)
+        parse_policy(settings.rotation.policy or {}, source)
     except PlatformError as exc:
         raise PlatformError(exc.detail, file=source,
                             field=f"config.{PREFIX}rotation.policy" + (f".{exc.field}" if exc.field else "")) from None
@@ -209,10 +211,10 @@ def with_canaries(settings: InfraSettings, source: str, infra_dir: Path) -> Infr
     return settings.model_copy(update={"canary": settings.canary.model_copy(update={"canaries": documents})})
 
 
-def release_config(settings: InfraSettings, source: str, infra_dir: Path) -> dict[str, str]:
-    """The files of the tick's ConfigMap: the pipeline file with each stage's rotation policy beside it as
-    ``policy-<stage>.yaml``, and no ledger (the job names it). The stack cannot reach the pipeline's own parser (it
-    lives a layer above); what the job would trip on first is checked here: the file, its stages, their policies."""
+def read_pipeline(settings: InfraSettings, source: str, infra_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """The pipeline file the stack names, as a mapping with a list of named stages; a file that is missing, not YAML or
+    lists no stages names the stack's key. The stack cannot reach the pipeline's own parser (it lives a layer above):
+    what the jobs would trip on first is checked here."""
     import yaml
 
     path = (infra_dir / settings.release.pipeline).resolve()
@@ -226,17 +228,82 @@ def release_config(settings: InfraSettings, source: str, infra_dir: Path) -> dic
     stages = document.get("stages") if isinstance(document, dict) else None
     if not isinstance(stages, list) or not all(isinstance(st, dict) and "name" in st for st in stages):
         raise PlatformError(f"{path} lists no stages (stages: [{{name: dev, ...}}, ...])", file=source, field=field)
+    return path, document
+
+
+def _stage_policy(path: Path, stage: dict[str, Any], source: str) -> Path | None:
+    if not stage.get("rotationPolicy"):
+        return None
+    policy = path.parent / str(stage["rotationPolicy"])
+    if not policy.is_file():
+        raise PlatformError(f"{path}: stage {stage['name']}'s rotationPolicy {policy} does not exist",
+                            file=source, field=f"config.{PREFIX}release.pipeline")
+    return policy
+
+
+def release_config(settings: InfraSettings, source: str, infra_dir: Path) -> dict[str, str]:
+    """The files of the tick's ConfigMap: the pipeline file with each stage's rotation policy beside it as
+    ``policy-<stage>.yaml``, and no ledger (the job names it)."""
+    import yaml
+
+    path, document = read_pipeline(settings, source, infra_dir)
     document.pop("ledger", None)
     files: dict[str, str] = {}
-    for stage in stages:
-        if stage.get("rotationPolicy"):
-            policy = path.parent / str(stage["rotationPolicy"])
-            if not policy.is_file():
-                raise PlatformError(f"{path}: stage {stage['name']}'s rotationPolicy {policy} does not exist",
-                                    file=source, field=field)
+    for stage in document["stages"]:
+        policy = _stage_policy(path, stage, source)
+        if policy is not None:
             stage["rotationPolicy"] = f"policy-{stage['name']}.yaml"
             files[stage["rotationPolicy"]] = policy.read_text()
     return {"pipeline.yaml": yaml.safe_dump(document, sort_keys=False), **files}
+
+
+FREEZE_WINDOW_KEYS = ("timezone", "rrule", "cron", "duration", "start", "end")
+
+
+def _plain_json(value: Any) -> Any:
+    """YAML's timestamps as the ISO text they were written as: the policy travels as JSON in the job's ConfigMap."""
+    if isinstance(value, dict):
+        return {k: _plain_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_json(v) for v in value]
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def scheduled_policy(settings: InfraSettings, stage_name: str, source: str, infra_dir: Path) -> dict[str, Any]:
+    """The policy the stage's scheduled rotation (the ``platformctl-rotate`` CronJob) runs under: the stack's
+    ``rotation.policy`` when it gives one, else the one the pipeline rotates the stage with (its ``rotationPolicy``:
+    canary-gated, first light in the first stage), and either way every freeze of the pipeline file that binds the
+    stage among its ``exclusions``: no wave starts in one, as no candidate enters the stage in one. Checked by the
+    parser ``rotate run`` uses, a mistake naming the file it came from."""
+    import yaml
+
+    from upgrade_service.planning.policy import parse_policy
+
+    path, document = read_pipeline(settings, source, infra_dir)
+    stage = next((st for st in document["stages"] if st["name"] == stage_name), None)
+    where, field = source, f"config.{PREFIX}rotation.policy"
+    policy: dict[str, Any] = dict(settings.rotation.policy or {})
+    if settings.rotation.policy is None and stage is not None and (policy_file := _stage_policy(path, stage, source)):
+        where, field = str(policy_file), ""
+        try:
+            loaded = yaml.safe_load(policy_file.read_text())
+        except yaml.YAMLError as exc:
+            raise PlatformError(f"not YAML: {str(exc).splitlines()[0]}", file=where) from None
+        policy = dict(loaded) if isinstance(loaded, dict) else {}
+    freezes = [f for f in document.get("freezes") or () if isinstance(f, dict)
+               and (not f.get("stages") or stage_name in (f.get("stages") or ()))]
+    if freezes:
+        policy["exclusions"] = [*(policy.get("exclusions") or ()),
+                                *({"name": f"freeze {f.get('name', '')}".strip(),
+                                   **{k: f[k] for k in FREEZE_WINDOW_KEYS if k in f}} for f in freezes)]
+    policy = _plain_json(policy)
+    try:
+        parse_policy(policy, where)
+    except PlatformError as exc:
+        if exc.field is not None and exc.field.startswith("exclusions"):
+            where, field = str(path), "freezes"
+        raise PlatformError(exc.detail, file=where, field=".".join(x for x in (field, exc.field) if x) or None) from None
+    return policy
 
 
 def state_table(settings: InfraSettings, stage: str) -> str:

@@ -27,6 +27,7 @@ from platformctl.kernel.state.lease import holder_id
 from platformctl.kernel.topology import HostCluster, Stage
 from platformctl.kernel.who import who
 from release_pipeline.pipeline import Pipeline
+from upgrade_service.journal.promoted import promoted_in
 from upgrade_service.journal.records import ControlAction
 from upgrade_service.journal.rotation import control, read_state, stream_of
 from upgrade_service.planning.fit import pool_capacity
@@ -324,8 +325,10 @@ def prepare(platform: Platform, request: RunRequest, stop: threading.Event | Non
         from e2e_canary.verdict import canary_gate
 
         canary = canary_gate(store, policy.health_gate.canary.window, config)
+    promoted = promoted_in(store, scope.stage.name) if scope.stage is not None else None
     options = Options(lease_ttl=request.lease_ttl, stage=scope.stage.name if scope.stage else None,
-                      max_waves=request.max_waves, canary=canary, stop=stop, environment=platform.environment)
+                      max_waves=request.max_waves, canary=canary, stop=stop, environment=platform.environment,
+                      promoted=promoted.image_ids if promoted is not None else None)
     return Rotation(policy, scope, store, targets, options)
 
 

@@ -77,12 +77,28 @@ class StageOperator:
         wanted = candidate.stages[stage].kubernetes_version if stage in candidate.stages else None
         have = max(deployed_now(self.platform, stage)[1].values(), key=minor_version, default=None) if rollback else None
         keep = KeptVersion(have, wanted) if wanted and have and minor_version(have) > minor_version(wanted) else None
+        self._promote(stage, candidate, rollback)
         done, cleared = self._deploy_clearing_stale_lock(
             stage, candidate.id,
             lambda: deploy_stage(self.platform.with_infra_dir(source) if source != checkout else self.platform, stage, lock,
                                  over_pins=True, kubernetes_version=keep.kept if keep else None))
         return StageDeploy(dict(done.images), done.summary(), candidate.infra_revision,
                            "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}", keep, cleared)
+
+    def _promote(self, stage: str, candidate: Candidate, rollback: bool) -> None:
+        """Before the deploy: the candidate's images are what the stage runs from now, recorded where the stage's own
+        jobs read it (``upgrade_service.journal.promoted``), so its scheduled rotation rotates onto nothing else."""
+        from platformctl.app.stores import store_for
+        from upgrade_service.journal.promoted import Promoted, promote
+
+        if stage not in candidate.stages:
+            return
+        images = {family: image["id"] for family, image in candidate.stages[stage].images.items()}
+        store = store_for(self.platform, None, stage=stage)
+        try:
+            promote(store, Promoted(stage, images, candidate.id, self.now(stage), self.lease_holder or "", rollback))
+        finally:
+            store.close()
 
     def _deploy_clearing_stale_lock(self, stage: str, candidate: str,
                                     deploy: Callable[[], DeployResult]) -> tuple[DeployResult, ClearedLock | None]:

@@ -197,7 +197,9 @@ class Schedule:
         opens = self.next_opening(at)
         when = f"the next opens at {_utc(opens):%Y-%m-%dT%H:%M:%SZ} (in {hms(opens - at)})" if opens is not None else \
             "none opens within a year"
-        return f"outside the policy's maintenance windows (or inside an exclusion): {when}; the next run goes on"
+        held = [str(getattr(w, "name", "") or "unnamed") for w in self.exclusions if w.at(at) is not None]
+        why = f"inside the policy's exclusion {', '.join(held)}" if held else "outside the policy's maintenance windows"
+        return f"{why}: {when}; the next run goes on"
 
     def next_opening(self, at: float) -> float | None:
         """The first instant at or after ``at`` when work may start; None: not within a year and a month."""

@@ -204,10 +204,24 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
     run_command = cli.get_command(None, "rotate").get_command(None, "run")  # type: ignore[union-attr]
     assert run_command.make_context("run", container["args"][2:]).params["state_spec"] == f"dynamodb://{table}"
     [configmap] = [o for o in k8s_objects(run, host, "ConfigMap") if o["metadata"]["name"] == "platformctl-rotation"]
-    from upgrade_service.planning.policy import parse_policy
+    from release_pipeline.pipeline import load_pipeline
+    from upgrade_service.planning.policy import load_policy, parse_policy
 
-    assert parse_policy(json.loads(configmap["data"]["policy.yaml"]), "policy.yaml").model_dump() == \
-        parse_policy(rotation.get("policy", {}), "policy.yaml").model_dump()
+    # The policy the pipeline rotates the stage with (no stack file gives one), under the pipeline file's freezes: a
+    # scheduled rotation is gated, lit and frozen as the pipeline's own (issue 66, item 3).
+    assert "policy" not in rotation
+    policy = parse_policy(json.loads(configmap["data"]["policy.yaml"]), "policy.yaml")
+    pipeline = load_pipeline(Path("release_pipeline/pipeline.yaml"))
+    shipped = pipeline.policy_path(stage_name)
+    assert shipped is not None
+    assert policy.model_dump(exclude={"exclusions"}) == load_policy(shipped).model_dump(exclude={"exclusions"})
+    assert policy.health_gate is not None and policy.health_gate.canary is not None
+    assert policy.first_light is not None and policy.first_light.proven is (stage_name != pipeline.names[0])
+    freezes = {f"freeze {f.name}": f for f in pipeline.freezes if f.applies_to(stage_name)}
+    assert {e.name for e in policy.exclusions} == set(freezes) and "freeze year-end" in freezes
+    windows = ("timezone", "rrule", "cron", "duration", "start", "end")
+    for exclusion in policy.exclusions:
+        assert exclusion.model_dump(include=set(windows)) == freezes[exclusion.name].model_dump(include=set(windows))
     kubeconfig = yaml.safe_load(configmap["data"]["kubeconfig"])
     assert sorted(c["name"] for c in kubeconfig["contexts"]) == sorted(c.name for c in stage.clusters())
     servers = {c["name"]: c["cluster"]["server"] for c in kubeconfig["clusters"]}
@@ -449,6 +463,37 @@ def test_a_pipeline_file_the_tick_would_trip_on_is_named_at_pulumi_up(tmp_path: 
     with pytest.raises(PlatformError) as raised:
         release_config(settings, "Pulumi.dev.yaml", tmp_path)
     assert str(raised.value).startswith("Pulumi.dev.yaml: config.platformctl:release.pipeline") and said in str(raised.value)
+
+
+def test_a_stack_that_gives_its_scheduled_rotation_a_policy_keeps_it_under_the_pipelines_freezes(tmp_path: Path) -> None:
+    from infra.settings import parse_settings, scheduled_policy
+    from platformctl.kernel.errors import PlatformError
+
+    (tmp_path / "pipeline.yaml").write_text(
+        "stages:\n  - {name: dev, rotationPolicy: dev.yaml}\n  - {name: prod}\n"
+        "freezes:\n  - {name: launch, stages: [prod], start: 2026-12-01T00:00:00, end: 2026-12-02T00:00:00,"
+        " timezone: UTC}\n  - {name: all-hands, start: 2026-12-10T09:00:00, end: 2026-12-10T12:00:00, timezone: UTC}\n")
+    (tmp_path / "dev.yaml").write_text("maxInFlight: 2\nexclusions: [{name: own, start: 2026-12-24T00:00:00, "
+                                       "end: 2026-12-27T00:00:00, timezone: UTC}]\n")
+
+    def scheduled(config: dict[str, Any], stage: str) -> dict[str, Any]:
+        settings = parse_settings({"platformctl:release": {"pipeline": "pipeline.yaml"}, **config}, stage, "Pulumi.x.yaml")
+        return scheduled_policy(settings, stage, "Pulumi.x.yaml", tmp_path)
+
+    # the stage's pipeline policy: its own exclusions and the freezes that bind the stage, not the others
+    assert scheduled({}, "dev")["maxInFlight"] == 2
+    assert [e["name"] for e in scheduled({}, "dev")["exclusions"]] == ["own", "freeze all-hands"]
+    # the stack's own policy wins over the pipeline's, the freezes still bind it; a stage with no policy: the defaults
+    own = scheduled({"platformctl:rotation": {"policy": {"maxInFlight": 7}}}, "prod")
+    assert own["maxInFlight"] == 7 and [e["name"] for e in own["exclusions"]] == ["freeze launch", "freeze all-hands"]
+    assert [e["name"] for e in scheduled({}, "prod")["exclusions"]] == ["freeze launch", "freeze all-hands"]
+    assert "maxInFlight" not in scheduled({}, "prod")
+    # a freeze a rotation policy cannot keep is named in the pipeline file, at `pulumi up`
+    (tmp_path / "pipeline.yaml").write_text("stages: [{name: dev}]\nfreezes: [{name: x, start: 2026-12-01T00:00:00, "
+                                            "end: 2026-12-02T00:00:00, timezone: Mars/Olympus}]\n")
+    with pytest.raises(PlatformError) as raised:
+        scheduled({}, "dev")
+    assert str(raised.value).startswith(f"{tmp_path / 'pipeline.yaml'}: freezes") and "Mars/Olympus" in str(raised.value)
 
 
 @stages

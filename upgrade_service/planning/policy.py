@@ -107,6 +107,10 @@ class FirstLight(_Value):
     """Canary results of the new image a pool's first-light node must hold before the gate's pass counts."""
     timeout: Annotated[int, Field(ge=60)] = 1800
     """Seconds (``30m``) from the first-light nodes Ready until an inconclusive judgement halts the run."""
+    proven: bool = False
+    """The images were lit and judged in an earlier stage (the release pipeline's first): one canary period of
+    results on each first-light node, every one a success, lets it in; this stage's hardware is still tried, not
+    soaked again. The pipeline's rotations of a later stage are proven either way."""
 
     @field_validator("timeout", mode="before")
     @classmethod

@@ -8,7 +8,7 @@ caller reads the groups (through the node-group seam) and passes what it read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from platformctl.kernel.cluster.model import Node
@@ -21,11 +21,16 @@ class Targets:
     images: dict[str, str]  # pool -> image
     warnings: list[str] = field(default_factory=list)
     mismatches: dict[str, str] = field(default_factory=dict)  # pool -> why its groups cannot bring its target
+    drifted: dict[str, str] = field(default_factory=dict)  # pool -> the image its groups launch, which is not promoted
 
 
 def resolve(policy: RotationPolicy, nodes: Sequence[Node], group_of: Mapping[str, str],
-            group_images: Mapping[str, str | None]) -> Targets:
-    """``group_of``: node -> its auto scaling group; ``group_images``: group -> what it launches now."""
+            group_images: Mapping[str, str | None], promoted: Collection[str] | None = None) -> Targets:
+    """``group_of``: node -> its auto scaling group; ``group_images``: group -> what it launches now. ``promoted``:
+    the images the release pipeline says the stage runs (``upgrade_service.journal.promoted``; None: no record): a pool
+    that follows its launch template is rotated only onto one of them; one whose template boots another image has
+    drifted from what was promoted, and none of its nodes is rotated (a policy's own ``targets`` are the operator's
+    explicit ask, not held to it)."""
     pool_groups: dict[str, set[str]] = {}
     for node in nodes:
         pool = node.labels.get(policy.pool_label)
@@ -35,7 +40,12 @@ def resolve(policy: RotationPolicy, nodes: Sequence[Node], group_of: Mapping[str
         out = Targets({})
         for pool, groups in sorted(pool_groups.items()):
             booting = {image for g in groups if (image := group_images.get(g))}
-            if len(booting) == 1:
+            if len(booting) == 1 and promoted is not None and (launched := str(next(iter(booting)))) not in promoted:
+                out.drifted[pool] = launched
+                out.warnings.append(f"pool {pool}: its launch template boots {launched}, which the release pipeline has "
+                                    f"not promoted to this stage (it runs {', '.join(sorted(promoted)) or 'none'}): "
+                                    "not rotated (drift: `platformctl release status`)")
+            elif len(booting) == 1:
                 out.images[pool] = booting.pop()
             elif len(booting) > 1:
                 out.warnings.append(f"pool {pool}: its auto scaling groups launch different images "

@@ -172,7 +172,7 @@ class Executor:
         group_of = self.replacer.groups_of(nodes)
         described = {g: self.groups.describe(g) for g in sorted(set(group_of.values()))}
         images = {g: d.image for g, d in described.items()}
-        resolved = resolve_targets(policy, nodes, group_of, images)
+        resolved = resolve_targets(policy, nodes, group_of, images, self.options.promoted)
         for mismatched, message in resolved.mismatches.items():
             if first:
                 raise PlatformError(message, file=policy.source, field=f"targets.{mismatched}")
@@ -197,7 +197,7 @@ class Executor:
         kept = {n.name for n in keep}
         snapshot = Snapshot(tuple(keep), tuple(p for p in pods if p.node_name is None or p.node_name in kept), tuple(pdbs),
                             source=f"cluster {self.target.name}")
-        return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings, outdated, described)
+        return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings, outdated, described, resolved.drifted)
 
     def capacity(self, read: ClusterRead, policy: RotationPolicy) -> PoolCapacity:
         """What new nodes each pool gets and how many its groups may add above their desired capacity now."""
@@ -685,9 +685,9 @@ class Executor:
         self._untaint_all()
         left = len(plan.blocked) + len(read.unmanaged) + len(self.state.failed)
         status = RunStatus.DONE if left == 0 else RunStatus.INCOMPLETE
-        reason = "every outdated node was rotated" if left == 0 else (
+        reason = ("every outdated node was rotated" if left == 0 else (
             f"{left} outdated node(s) were not rotated: {len(plan.blocked)} blocked, {len(self.state.failed)} failed, "
-            f"{len(read.unmanaged)} in no auto scaling group")
+            f"{len(read.unmanaged)} in no auto scaling group")) + read.drift_said
         self.journal.append(Finished(status, reason))
         report = build_report(self.journal.refresh())
         self._show("done", reason)

@@ -245,7 +245,8 @@ class FirstLight:
             self.replacer.check()
             present = frozenset(n.image for n in self.nodes.nodes() if n.image)
             question = Question(self.cluster_name, self.options.stage or "", 0, clock.now(), targets, present,
-                                min_results=first_light.min_results, proven=self.options.first_light_proven)
+                                min_results=first_light.min_results,
+                                proven=self.options.first_light_proven or first_light.proven)
             verdict = ask(gate, context, self.options.canary, question, self.options.environment)
             if (verdict.verdict, verdict.reason) != said:
                 said = (verdict.verdict, verdict.reason)

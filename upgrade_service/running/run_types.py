@@ -45,6 +45,9 @@ class Options:
     # The images passed first light in an earlier stage of the release pipeline: here, one canary period of results
     # on each first-light node that all succeed lets it in (a region's own hardware is still tried, not soaked again).
     first_light_proven: bool = False
+    # The images the release pipeline promoted to the stage (its ``promoted/<stage>`` record; None: it never deployed
+    # there): a pool whose launch template boots another image has drifted, and is not rotated.
+    promoted: frozenset[str] | None = None
     # Set (by a first Ctrl-C or SIGTERM) to stop every cluster at its next safe point: no new side effect starts.
     stop: threading.Event | None = None
     # The environment a health gate's command runs in: the command's own (None: this process's).
@@ -124,3 +127,13 @@ class ClusterRead:
     warnings: list[str]
     outdated: set[str]  # nodes not on their pool's target that a group owns: what the plan must cover
     described: dict[str, GroupState] = field(default_factory=dict)  # the groups, as read this turn
+    drifted: dict[str, str] = field(default_factory=dict)  # pool -> the unpromoted image its groups launch: not rotated
+
+    @property
+    def drift_said(self) -> str:
+        """What a finished run adds to its reason when pools were held back as drifted ("" when none was)."""
+        if not self.drifted:
+            return ""
+        pools = ", ".join(f"{pool} ({image})" for pool, image in sorted(self.drifted.items()))
+        return (f"; not rotated, their launch templates boot images the release pipeline did not promote to the stage "
+                f"(drift: `platformctl release status`): {pools}")

@@ -5,6 +5,7 @@ next window goes on, and the pipeline reads it as waiting. Under ``maxNodeAge``:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,60 @@ def test_max_node_age_rotates_exactly_the_older_nodes_onto_the_same_image_withou
     after = {n.name for n in sim.list_nodes()}
     assert not (old & after) and young <= after and len(after) == 5
     assert {n.image for n in sim.list_nodes()} == {image} and harm(sim) == NO_HARM
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+def test_the_scheduled_rotation_keeps_the_pipelines_freezes_and_gates_and_lights_as_the_pipeline_does(
+        tmp_path: Path, stage: str) -> None:
+    """The policy the program gives the stage's ``platformctl-rotate`` CronJob, run as the job runs it: in the pipeline
+    file's year-end freeze no node moves (the run waits as ``outside-window``); a week before it the same run lights
+    each pool first (proven after the first stage), gates every wave on the canaries and rotates every node."""
+    import dataclasses
+    import json
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from e2e_canary.runner import Runner
+    from e2e_canary.verdict import canary_gate
+    from infra.mocked import run_stage
+    from platformctl.emulator.nodegroups import SimulatedNodeGroups
+    from platformctl.kernel.state.sqlite import SQLiteStore
+    from tests.infra.images import stack_config
+    from tests.upgrade_service.running.test_first_light import CANARY, POLL
+    from upgrade_service.running.execute import Executor
+    from upgrade_service.running.run_types import Options, Target
+
+    run = run_stage(stage, config=stack_config(stage), release=True)
+    [configmap] = [r.inputs for r in run.resources if r.type == "kubernetes:core/v1:ConfigMap"
+                   and r.inputs["metadata"]["name"] == "platformctl-rotation"]
+    policy = json.loads(configmap["data"]["policy.yaml"])
+
+    def scheduled(sim: Any, folder: Path) -> Any:
+        store = SQLiteStore(folder / "state.db")
+        runner, judge = Runner(stage, "test", sim, store), canary_gate(store, 1800.0)
+
+        def canaries(question: Any) -> Any:  # the cluster's canary runner, a period between two asks
+            runner.run(CANARY)
+            return judge(dataclasses.replace(question, now=sim.now()))
+
+        return Executor(Target("test", sim, SimulatedNodeGroups(sim)), parse_policy(policy, "policy.yaml"), store,
+                        Options(stage=stage, canary=canaries, gate_poll_seconds=POLL)).run(), store
+
+    berlin = ZoneInfo("Europe/Berlin")
+    sim = serving(nodes=3)
+    sim.advance(datetime(2026, 12, 29, 4, 0, tzinfo=berlin).timestamp() - sim.now())  # a Tuesday, in the year-end freeze
+    frozen, store = scheduled(sim, tmp_path)
+    assert (frozen.status, frozen.exit_code) == (RunStatus.OUTSIDE_WINDOW, EXIT_DONE), frozen.reason
+    assert "freeze year-end" in frozen.reason
+    assert store.read(stream_of("test")) == [] and {n.image for n in sim.list_nodes()} != {NEW}
+
+    sim = serving(nodes=3)
+    sim.advance(datetime(2026, 12, 16, 4, 0, tzinfo=berlin).timestamp() - sim.now())  # a Wednesday a week before
+    (tmp_path / "before").mkdir()
+    done, store = scheduled(sim, tmp_path / "before")
+    assert done.status is RunStatus.DONE, done.reason
+    assert {n.image for n in sim.list_nodes()} == {NEW} and harm(sim) == NO_HARM
+    kinds = [r.data.get("kind") for r in store.read(stream_of("test"))]
+    assert "first-light" in " ".join(str(k) for k in kinds), kinds
+    gates = [r.data for r in store.read(stream_of("test")) if r.data.get("kind") == "gate"]
+    assert gates and all(g.get("verdict") == "pass" for g in gates[-1:]), gates

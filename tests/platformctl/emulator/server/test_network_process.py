@@ -18,7 +18,7 @@ import boto3
 
 from platformctl.kernel.cluster.live import LiveCluster
 from tests.process import new_images, region_fixture
-from tests.upgrade_service.running.test_own_eviction_process import NAMESPACE, host, kubectl
+from tests.upgrade_service.running.test_own_eviction_process import NAMESPACE, host, kubectl, ungated
 
 region = region_fixture("--no-workloads", "--run-jobs")
 
@@ -41,6 +41,7 @@ def test_a_member_whose_security_group_does_not_admit_the_host_is_out_of_the_rot
     ec2(region).revoke_security_group_ingress(GroupId=member_group["GroupId"], IpPermissions=[
         {"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "UserIdGroupPairs": [{"GroupId": host_group["GroupId"]}]}])
     new_images(region, "8.0.0")
+    ungated(region)
     before = {n.name: n.unschedulable for n in LiveCluster.from_kubeconfig(region["kubeconfig"], context=member).list_nodes()}
     # the schedule's own run (weekdays at 03:00 UTC, which the region's fast clock may reach) is not what is tried
     kubectl(region, "patch", "cronjob", "platformctl-rotate", "-n", NAMESPACE, "-p", '{"spec":{"suspend":true}}')

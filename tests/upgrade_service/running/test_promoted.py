@@ -1,0 +1,38 @@
+"""A stage's rotation rotates only onto what the release pipeline promoted there (``promoted/<stage>`` in the stage's
+store): a pool whose launch template boots anything else has drifted, and none of its nodes moves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from platformctl.kernel.state.sqlite import SQLiteStore
+from tests.clusters import NEW, OLD
+from tests.upgrade_service.rotation import NO_HARM, harm, rotate, serving
+from upgrade_service.journal.promoted import Promoted, promote, promoted_in
+from upgrade_service.running.run_types import RunStatus
+
+
+def test_a_pool_whose_launch_template_boots_an_image_the_pipeline_did_not_promote_is_not_rotated(tmp_path: Path) -> None:
+    sim = serving(nodes=3)  # its group launches NEW; the pipeline promoted OLD (an operator's deploy pointed it at NEW)
+    before = {n.name: n.image for n in sim.list_nodes()}
+    outcome = rotate(sim, tmp_path, promoted=frozenset({OLD}))
+    assert outcome.status is RunStatus.DONE, outcome.reason
+    assert {n.name: n.image for n in sim.list_nodes()} == before and harm(sim) == NO_HARM  # 0 nodes moved
+    assert outcome.reason.endswith(f"did not promote to the stage (drift: `platformctl release status`): general ({NEW})")
+
+    (tmp_path / "promoted").mkdir()
+    done = rotate(sim, tmp_path / "promoted", promoted=frozenset({NEW}))  # once promoted, the same run rotates it all
+    assert done.status is RunStatus.DONE and {n.image for n in sim.list_nodes()} == {NEW} and harm(sim) == NO_HARM
+
+
+def test_the_promoted_record_is_the_last_one_written_and_a_repeated_deploy_writes_none(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "state.db")
+    assert promoted_in(store, "dev") is None  # never deployed by the pipeline: its rotations follow the templates
+    promote(store, Promoted("dev", {"general": "ami-1"}, "c1", 10.0))
+    promote(store, Promoted("dev", {"general": "ami-1"}, "c1", 20.0))  # a killed tick's deploy asked again
+    promote(store, Promoted("dev", {"general": "ami-2"}, "c2", 30.0))
+    promote(store, Promoted("dev", {"general": "ami-1"}, "c1", 40.0, rollback=True))
+    assert len(store.read("promoted/dev")) == 3
+    last = promoted_in(store, "dev")
+    assert last is not None and last.image_ids == {"ami-1"} and last.candidate == "c1" and last.rollback
+    assert promoted_in(store, "prod") is None

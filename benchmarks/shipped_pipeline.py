@@ -1,5 +1,6 @@
 """The shipped pipeline as it ships: `release_pipeline/pipeline.yaml` and the rotation policies it names
-(`upgrade_service/examples/dev.yaml`: canary-gated, with first light; `rotation.yaml` for the later stages), the
+(`upgrade_service/examples/dev.yaml`: canary-gated, with first light; `proven.yaml` for the later stages: canary-gated,
+first light in its proven mode), the
 shipped canaries and judge defaults, its freezes and approvals, on `local up --stage all` of the checkout's stacks
 shrunk to two nodes a pool, every cluster's canary runner pod run as the program deploys it.
 

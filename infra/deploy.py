@@ -103,6 +103,13 @@ class DeployBackend:
         keys = _changed_keys(old["inputs"], new)
         if type_ == GROUP:
             keys = [k for k in keys if k not in IGNORED_GROUP_INPUTS]
+        if not keys and type_ == LAUNCH_TEMPLATE and (drifted := self.moto.launch_template_drift(old["id"], inputs)):
+            # `pulumi up --refresh`: the template changed in EC2 since the stack's last deploy (a version made by hand,
+            # the group on $Latest launches it); the program's data becomes the newest version again
+            outputs = self.moto.update_launch_template(old["id"], inputs)
+            self.changes.append(ResourceChange("update", type_, name, f"version {outputs['latestVersion']} (changed in "
+                                               f"EC2 since the last deploy: {drifted}; put back)"))
+            return old["id"], {**old["state"], **outputs}
         if not keys:
             self.changes.append(ResourceChange("unchanged", type_, name))
             return old["id"], old["state"]
@@ -389,7 +396,7 @@ class PulumiDeployer:
         for key, value in for_run.items():
             stack.set_config(key, auto.ConfigValue(value))
         try:
-            result = within(lambda: stack.up(on_output=_to_stderr), DEPLOY_LIMIT_SECONDS, stage.name)  # stdout: `-o json`'s
+            result = within(lambda: stack.up(on_output=_to_stderr, refresh=True), DEPLOY_LIMIT_SECONDS, stage.name)  # stdout: `-o json`'s
         except auto.errors.CommandError as exc:
             raise pulumi_failure(stage.name, exc, time.time()) from None
         finally:  # the stack file as it was: these hold for this run only

@@ -217,6 +217,18 @@ class MotoBackend:
                                               "defaultVersion": template["DefaultVersionNumber"],
                                               "arn": f"arn:aws:ec2:{self.region}:123456789012:launch-template/{template['LaunchTemplateId']}"}
 
+    def launch_template_drift(self, template_id: str, i: dict[str, Any]) -> str | None:
+        """What the template's newest version (what a group on ``$Latest`` launches) boots that the program's data
+        does not: its image, instance type or user data changed in EC2 since the last deploy; None when it is the
+        program's."""
+        ec2 = self.clients["ec2"]
+        versions = ec2.describe_launch_template_versions(LaunchTemplateId=template_id, Versions=["$Latest"])
+        have = versions["LaunchTemplateVersions"][0]["LaunchTemplateData"] if versions["LaunchTemplateVersions"] else {}
+        want = launch_template_data(i)
+        changed = [f"{key} {have.get(key)} -> {want.get(key)}" if key != "UserData" else "UserData"
+                   for key in ("ImageId", "InstanceType", "UserData") if have.get(key) != want.get(key)]
+        return ", ".join(changed) or None
+
     def update_launch_template(self, template_id: str, i: dict[str, Any]) -> dict[str, Any]:
         """A changed template is a new version, made the default when the program asks (as pulumi-aws updates one)."""
         ec2 = self.clients["ec2"]

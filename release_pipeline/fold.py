@@ -32,6 +32,7 @@ from platformctl.kernel.jsontypes import (
 from release_pipeline.held import (
     Approval,
     CandidateStatus,
+    Drift,
     FreezeInForce,
     ManualFreeze,
     Override,
@@ -89,6 +90,7 @@ class Kind(StrEnum):
     RESUMED = "resumed"  # the freeze ended: the paused rotation goes on
     ERROR = "error"  # a stage's step raised (an API fault): recorded, the other stages go on
     RECOVERED = "recovered"  # the stage's step that raised went through again
+    DRIFT = "drift"  # what the stage's launch templates boot differs from what the pipeline says it runs ([]: no more)
 
 
 KINDS = frozenset(k.value for k in Kind)
@@ -214,6 +216,7 @@ class StageState:
     error: StepError | None = None  # the last step that raised here and has not gone through since
     before: dict[str, str] | None = None  # what the stage ran before the pipeline's first deploy there (recorded then)
     paused: bool = False  # its rotation paused for a freeze (the tick resumes it when the freeze ends)
+    drift: list[Drift] = field(default_factory=list)  # pools that launch another image than the stage should run
 
     @classmethod
     def from_dict(cls, data: JSONMapping) -> StageState:
@@ -238,7 +241,8 @@ class StageState:
             error=StepError.from_dict(error) if isinstance(error, Mapping) and error else None,
             before={k: str(v) for k, v in before.items()} if isinstance(before, Mapping) else None,
             paused=bool(get("paused", False)),
-            wait=WaitHeld.from_dict(mapping(get("wait"))) if get("wait") else None)
+            wait=WaitHeld.from_dict(mapping(get("wait"))) if get("wait") else None,
+            drift=[Drift.from_dict(mapping(d)) for d in array(get("drift"))])
 
 
 GOOD_KEPT = 20  # a stage's good candidates kept in the state: rollbacks by hand go back one at a time
@@ -409,6 +413,9 @@ def apply(state: PipelineState, entry: Entry) -> None:
     elif decision is Kind.RECOVERED:
         if stage is not None:
             stage.error = None
+    elif decision is Kind.DRIFT:
+        if stage is not None:
+            stage.drift = [Drift.from_dict(mapping(d)) for d in array(inputs.get("drift"))]
     elif stage is not None:
         _apply_step(state, stage, decision, cid, str(name), at, entry)
 

@@ -24,6 +24,30 @@ from platformctl.kernel.jsontypes import (
 
 
 @dataclass(frozen=True, slots=True)
+class Drift:
+    """A pool whose launch template boots another image than the pipeline says its stage runs: found in AWS by a tick
+    (a ``pulumi up`` with another lock, a template version made by hand in EC2)."""
+
+    cluster: str
+    pool: str
+    family: str
+    found: str | None  # what the pool's auto scaling group launches now (None: it launches nothing it could tell)
+    expected: str  # the image of the candidate the stage runs (or ran before the pipeline)
+
+    def to_dict(self) -> JSONObject:
+        return {"cluster": self.cluster, "pool": self.pool, "family": self.family, "found": self.found,
+                "expected": self.expected}
+
+    @classmethod
+    def from_dict(cls, data: JSONMapping) -> Drift:
+        return cls(str(data.get("cluster", "")), str(data.get("pool", "")), str(data.get("family", "")),
+                   optional_str(data.get("found")), str(data.get("expected", "")))
+
+    def said(self) -> str:
+        return f"{self.cluster}/{self.pool} launches {self.found or 'nothing'}, not {self.expected} ({self.family})"
+
+
+@dataclass(frozen=True, slots=True)
 class ManualFreeze:
     """``release freeze``: a stage (``*``: every stage) held until unfrozen by hand or ``until``."""
 

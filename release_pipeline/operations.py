@@ -76,6 +76,17 @@ class StageDeploy:
         return f"; {self.cleared_lock.said()}" if self.cleared_lock is not None else ""
 
 
+@dataclass(frozen=True)
+class Launching:
+    """One pool of a stage as AWS has it now: the image its auto scaling group launches a new node from (its launch
+    template's version in force, read from EC2, not from the deployer's record), and the image family it boots."""
+
+    cluster: str
+    pool: str
+    family: str
+    image: str | None
+
+
 class StageOperations(Protocol):
     """What the pipeline does to a stage, as the application layer does it."""
 
@@ -103,6 +114,12 @@ class StageOperations(Protocol):
     def deployed(self, stage: str) -> dict[str, str]:
         """Each image family of the stage and the image its launch templates boot now: recorded with a candidate's
         deploy, what a rollback goes back to when the stage has no good candidate to go back to."""
+        ...
+
+    def launching(self, stage: str) -> list[Launching]:
+        """Every pool of the stage and what its group launches now, read from AWS each time (a template changed by
+        hand in EC2, or by a ``pulumi up`` with another lock, shows at once): what the tick compares with what the
+        stage should run."""
         ...
 
     def resume(self, stage: str, reason: str) -> None:

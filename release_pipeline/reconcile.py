@@ -37,6 +37,7 @@ from release_pipeline.gates import (
     rotation_decision,
     soak_decision,
 )
+from release_pipeline.held import Drift
 from release_pipeline.ledger import CHECKPOINT_EVERY, Ledger, StageLease, checkpoints
 from release_pipeline.operations import StageOperations
 from release_pipeline.pipeline import Pipeline
@@ -211,11 +212,51 @@ def eligible(pipeline: Pipeline, state: PipelineState, name: str) -> tuple[str |
     return ahead[-1], gone + [(c, ahead[-1]) for c in ahead[:-1]]
 
 
+def expected_images(ledger: Ledger, stage: StageState, name: str) -> dict[str, str] | None:
+    """Each image family of ``name`` and the image the ledger says its launch templates boot now: the candidate in
+    flight once it is deployed (rotating, soaking), else the last good one, else what the stage ran before the
+    pipeline's first deploy there. None while the stage is between two (deploying, rolling back) or when the pipeline
+    never deployed it."""
+    if stage.step in (Step.ROTATING, Step.SOAKING):
+        cid = stage.current
+    elif stage.step in (Step.IDLE, Step.WAITING):
+        if stage.last_good is None:
+            return dict(stage.before) if stage.before else None
+        cid = stage.last_good
+    else:
+        return None
+    candidate = ledger.candidate(cid) if cid is not None else None
+    if candidate is None or name not in candidate.stages:
+        return None
+    return {family: image["id"] for family, image in candidate.stages[name].images.items()}
+
+
+def _drifted(ledger: Ledger, stage: StageState, name: str, actions: StageOperations, write: Write, now: float) -> bool:
+    """Compare what every pool of the stage launches (read from AWS) with what the ledger says it runs; record a
+    ``drift`` entry when that changes (one naming each drifted pool, or an empty one when none is left). A drifted stage
+    takes no step: no candidate enters it, its rotation does not rotate onto the drifted image, its soak does not
+    promote; someone puts the template back (docs/release.md: drift)."""
+    expected = expected_images(ledger, stage, name)
+    if expected is None:
+        return False
+    drift = [Drift(pool.cluster, pool.pool, pool.family, pool.image, expected[pool.family])
+             for pool in actions.launching(name) if pool.family in expected and pool.image != expected[pool.family]]
+    if drift != stage.drift:
+        reason = (f"{name} drifted from what the pipeline says it runs: " + "; ".join(d.said() for d in drift)
+                  if drift else f"{name} launches what the pipeline says it runs again")
+        write(stage.current, name, Kind.DRIFT, now, reason, {"drift": [d.to_dict() for d in drift], "expected": expected})
+    return bool(drift)
+
+
 def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str, actions: StageOperations,
              write: Write, moved: set[str], held: Callable[[str], None]) -> None:
     stage = state.stage(name)
     policy = pipeline.stage(name)
     now = actions.now(name)
+    if _drifted(ledger, stage, name, actions, write, now):
+        held(f"{name}: drifted ({len(stage.drift)} pool(s)): no step until its launch templates boot what the "
+             "pipeline says it runs (`platformctl release status`)")
+        return
     if stage.step in (Step.IDLE, Step.WAITING):
         cid, gone = eligible(pipeline, state, name)
         for older, newer in gone:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from release_pipeline.candidates import Candidate
-from release_pipeline.operations import StageDeploy
+from release_pipeline.operations import Launching, StageDeploy
 from release_pipeline.rotation_result import StageRotation, Status
 
 if TYPE_CHECKING:
@@ -84,6 +84,10 @@ class FakeStages:
 
     def deployed(self, stage: str) -> dict[str, str]:
         return dict(self.template(stage))
+
+    def launching(self, stage: str) -> list[Launching]:
+        """One pool a family, in one cluster of the stage, launching what its template boots."""
+        return [Launching(f"{stage}-1", family, family, image) for family, image in sorted(self.template(stage).items())]
 
     def resume(self, stage: str, reason: str) -> None:
         self.resumed.append(stage)

@@ -162,6 +162,7 @@ class Reader:
                 "soak_started": s.rotated_at if s else None, "soak_seconds": policy.soak, "soak_ends_at": soak_ends,
                 "deadline_at": soak_ends + policy.deadline if soak_ends else None, "clock": clock,
                 "freezes": [f.to_dict() for f in frozen], "approvals_needed": approvals_needed, "ready": waiting,
+                "drift": [d.to_dict() for d in s.drift] if s else [],
             })
         out["stages"] = stages_out
         # a ledger on the local disk: whoever can write the file approves as anyone (allowed by the pipeline file, for

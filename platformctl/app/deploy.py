@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from platformctl.app.platform import Platform
 from platformctl.kernel.deployer import Deployer, DeployResult
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import Stage
+
+if TYPE_CHECKING:
+    from upgrade_service.journal.promoted import Promoted
 
 
 def check_lock_file(lock_file: Path) -> None:
@@ -58,6 +62,48 @@ def deploy_stage(platform: Platform, stage_name: str, lock_file: Path | None = N
     stage = platform.stage(stage_name)
     deployer, lock = deployer_for(platform, stage, lock_file)
     return deployer.deploy(stage, lock, over_pins=over_pins, kubernetes_version=kubernetes_version)
+
+
+def promoted_to(platform: Platform, stage_name: str) -> Promoted | None:
+    """What the release pipeline last deployed to ``stage_name`` (its ``promoted/<stage>`` record in the stage's store);
+    None when it never did (no record, or no store yet: the stage's table comes with its first deploy)."""
+    from platformctl.app.stores import store_for
+    from platformctl.kernel.state import NoSuchStore
+    from upgrade_service.journal.promoted import promoted_in
+
+    try:
+        store = store_for(platform, None, stage=stage_name)
+    except NoSuchStore:
+        return None
+    try:
+        return promoted_in(store, stage_name)
+    finally:
+        store.close()
+
+
+def deploy_by_hand(platform: Platform, stage_name: str, lock_file: Path | None = None) -> tuple[DeployResult, Promoted | None]:
+    """``stage deploy``: the stage's program run again. A stage the release pipeline has deployed runs what it promoted
+    there: a deploy by hand deploys exactly those images (and so puts back a launch template someone changed, as
+    ``pulumi up --refresh`` does), and another lock file is refused before anything: another image reaches a stage of
+    the pipeline through the pipeline (``release start``; ``release rollback`` to go back). A stage it never deployed
+    takes the lock file's newest images, as before. Answers the result and the record it deployed (None: the lock's)."""
+    stage = platform.stage(stage_name)
+    record = promoted_to(platform, stage_name)
+    if record is None:
+        return deploy_stage(platform, stage_name, lock_file), None
+    if lock_file is not None:
+        raise PlatformError(f"{stage_name} runs what the release pipeline promoted there (candidate {record.candidate}: "
+                            f"{record.said()}), and a deploy by hand deploys exactly that: another image reaches the "
+                            "stage through the pipeline (`platformctl release start`), an earlier one through "
+                            "`release rollback`", field="--lock-file")
+    images = {family: {"0.0.0-promoted": {stage.region: image}} for family, image in sorted(record.images.items())}
+    lock = platform.home / "deploys" / f"{stage_name}-promoted.lock.json"
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text(json.dumps({"images": images}, indent=2, sort_keys=True))
+    except OSError as exc:
+        raise PlatformError(f"cannot write {lock}: {exc.strerror}", field="PLATFORMCTL_HOME") from None
+    return deploy_stage(platform, stage_name, lock, over_pins=True), record
 
 
 def stage_deployer(platform: Platform, stage_name: str) -> tuple[Deployer, Stage]:

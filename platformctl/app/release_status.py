@@ -12,7 +12,7 @@ from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.jsontypes import JSONObject
 from platformctl.kernel.nodegroups import NodeGroups
 from release_pipeline.fold import PipelineState, StageState, reported
-from release_pipeline.held import CandidateStatus, ManualFreeze, StepError
+from release_pipeline.held import CandidateStatus, Drift, ManualFreeze, StepError
 from release_pipeline.ledger import Boot, Ledger, stage_lease
 from release_pipeline.pipeline import Pipeline
 
@@ -58,6 +58,7 @@ class StageStatus:
     error: StepError | None
     blocked_since: float | None
     tick_lease: TickLease | None
+    drift: list[Drift] = field(default_factory=list)  # pools launching another image than the stage should run
 
     @classmethod
     def of(cls, s: StageState, lease: TickLease | None) -> StageStatus:
@@ -65,14 +66,15 @@ class StageStatus:
                                   # no good candidate here: back to the images it ran before the halted one's deploy
                                   s.before if s.rollback_to is None else None) if s.step == "rolling-back" else None
         return cls(s.current, s.last_good, s.step, s.waiting_for, s.opens_at, s.since, s.rotated_at, list(s.ready),
-                   rollback, s.error, s.blocked_since, lease)
+                   rollback, s.error, s.blocked_since, lease, list(s.drift))
 
     def to_dict(self) -> JSONObject:
         return {"current": self.current, "last_good": self.last_good, "step": self.step, "waiting_for": self.waiting_for,
                 "opens_at": self.opens_at, "since": self.since, "soak_started": self.soak_started, "ready": self.ready,
                 "rollback": self.rollback.to_dict() if self.rollback else None,
                 "error": self.error.to_dict() if self.error else None, "blocked_since": self.blocked_since,
-                "tick_lease": self.tick_lease.to_dict() if self.tick_lease else None}
+                "tick_lease": self.tick_lease.to_dict() if self.tick_lease else None,
+                "drift": [d.to_dict() for d in self.drift]}
 
 
 NOT_COUNTED = "not counted: finished, and no stage runs it"

@@ -20,7 +20,7 @@ from platformctl.kernel.jsontypes import number, optional_str
 from platformctl.kernel.nodegroups import Booted, NodeGroupError, NodeGroups
 from release_pipeline.candidates import Candidate
 from release_pipeline.ledger import Ledger
-from release_pipeline.operations import ClearedLock, KeptVersion, StageDeploy, replaced_images
+from release_pipeline.operations import ClearedLock, KeptVersion, Launching, StageDeploy, replaced_images
 from release_pipeline.pipeline import Pipeline
 from release_pipeline.rotation_result import ClusterRotation, FirstLightSaid, StageRotation, Status
 from upgrade_service.running.run_types import Outcome, RunStatus
@@ -134,6 +134,25 @@ class StageOperator:
         from platformctl.app.deploy import deployed_now
 
         return deployed_now(self.platform, stage)[0]
+
+    def launching(self, stage: str) -> list[Launching]:
+        """Each pool's group as EC2 and Auto Scaling have it now (the program names a pool's group ``<cluster>-<pool>``),
+        through the node-group seam: a version made by hand whose user data labels another image still says the image
+        it boots."""
+        from platformctl.app.nodegroups import node_groups
+        from platformctl.kernel.nodegroups import LabelledOtherwise
+
+        spec = self.platform.stage(stage)
+        groups = node_groups(spec.region, target=self.platform.aws)
+        found: list[Launching] = []
+        for cluster in spec.clusters():
+            for pool in cluster.node_pools:
+                try:
+                    image = groups.describe(f"{cluster.name}-{pool.name}").image
+                except LabelledOtherwise as other:
+                    image = other.image
+                found.append(Launching(cluster.name, pool.name, pool.image_family, image))
+        return found
 
     # ---------------------------------------------------------------------------------------------- rotate
 

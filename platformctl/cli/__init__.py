@@ -118,16 +118,20 @@ def stage_show(ctx: click.Context, name: str, output: str) -> None:
 @OUTPUT
 @click.pass_context
 def stage_deploy(ctx: click.Context, stage_name: str, lock_file: Path | None, output: str) -> None:
-    """Run the stage's Pulumi program again with the lock file's images: new launch template versions, no node moved."""
-    from platformctl.app.deploy import deploy_stage
+    """Run the stage's Pulumi program again: new launch template versions, no node moved. A stage the release pipeline
+    has deployed gets what it promoted there (a template changed since is put back); another lock file is refused
+    (exit 2): images reach a pipeline stage through `release start`. Any other stage: the lock file's images."""
+    from platformctl.app.deploy import deploy_by_hand
 
-    result = deploy_stage(platform(), stage_name, lock_file)
+    result, promoted = deploy_by_hand(platform(), stage_name, lock_file)
     if output == "json":
-        _emit_json(result.to_dict())
+        _emit_json({**result.to_dict(), "promoted": promoted.to_record() if promoted is not None else None})
         return
     out = _console()
     data = result.to_dict()
-    out.print(f"[bold]{stage_name}[/] deployed to {result.target} with {result.lock_file}: "
+    what = (f"the images the release pipeline promoted there (candidate {promoted.candidate})" if promoted is not None
+            else str(result.lock_file))
+    out.print(f"[bold]{stage_name}[/] deployed to {result.target} with {what}: "
               + ", ".join(f"{n} {a}" for a, n in sorted(data["summary"].items())))
     for change in data["changes"]:
         out.print(f"  {change['action']:<11} {change['type']} {change['name']}  {change['detail']}")

@@ -51,16 +51,22 @@ def release_start(ctx: click.Context, lock_file: Path | None, note: str, pipelin
         console().print(f"  {name} ({stage.region}): {images}")
 
 
+EXIT_DRIFT = 4  # `release status`: a stage launches what the pipeline did not put there
+
+
 @release.command("status")
 @PIPELINE
 @LEDGER
 @OUTPUT
 def release_status(pipeline_file: Path | None, ledger: str | None, output: str) -> None:
-    """Per stage: the candidate in flight, the last good one, the step and what it waits for."""
+    """Per stage: the candidate in flight, the last good one, the step and what it waits for. Exit 0; 4 when a stage
+    has drifted (a pool's launch template boots another image than the pipeline says the stage runs: the last tick's
+    reading, named pool by pool); 2 bad input."""
     status = app.pipeline_status(platform(), app.LedgerRequest(pipeline_file, ledger))
+    drifted = [(name, d) for name, s in status.stages.items() for d in s.drift]
     if output == "json":
         emit_json(status.to_dict())
-        return
+        sys.exit(EXIT_DRIFT if drifted else 0)
     table = Table("stage", "current", "last good", "step", "waiting for")
     for name, s in status.stages.items():
         waits = s.waiting_for or ""
@@ -92,6 +98,12 @@ def release_status(pipeline_file: Path | None, ledger: str | None, output: str) 
     if status.refused:
         console().print(f"[red]not admitted[/]: {len(status.refused)} entries a stage's tick wrote that only people or "
                         f"another stage decide (`release history` shows them): {', '.join(status.refused)}")
+    if drifted:
+        table = Table("stage", "cluster", "pool", "launches", "should launch", title="[red]Drift[/]: no step there until put back")
+        for name, d in drifted:
+            table.add_row(name, d.cluster, d.pool, f"[red]{d.found or 'nothing'}[/]", d.expected)
+        console().print(table)
+        sys.exit(EXIT_DRIFT)
 
 
 def _print_entries(entries: list[dict[str, Any]]) -> None:

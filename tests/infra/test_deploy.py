@@ -54,6 +54,23 @@ def test_deploying_the_same_images_changes_nothing(region: tuple[LocalDeployer, 
     assert len(versions("dev-usw2a-01-general")) == 1
 
 
+def test_a_launch_template_version_made_by_hand_in_ec2_is_put_back_by_the_next_deploy(region: tuple[LocalDeployer, Path]) -> None:
+    """As ``pulumi up --refresh`` would: the stack's record says the template is unchanged, EC2 says its newest version
+    (what the group, on $Latest, launches) boots another image; the deploy makes the program's data newest again."""
+    deployer, lock = region
+    ec2 = aws.client("ec2", STAGE.region)
+    [first] = versions("dev-usw2a-01-general")
+    ec2.create_launch_template_version(LaunchTemplateName="dev-usw2a-01-general", SourceVersion="1",
+                                       LaunchTemplateData={"ImageId": "ami-0ge0000000000220"})  # by hand
+    result = deployer.deploy(STAGE, lock)
+    [put_back] = [c for c in result.changes if c.action == "update"]
+    assert put_back.name == "dev-usw2a-01-general" and "ImageId ami-0ge0000000000220 -> ami-0ge0000000000210" in put_back.detail
+    newest = versions("dev-usw2a-01-general")[-1]
+    assert newest["VersionNumber"] == 3 and newest["LaunchTemplateData"]["ImageId"] == first["LaunchTemplateData"]["ImageId"]
+    assert newest["LaunchTemplateData"]["UserData"] == first["LaunchTemplateData"]["UserData"]
+    assert {c.action for c in deployer.deploy(STAGE, lock).changes} == {"unchanged"}  # and then nothing to put back
+
+
 def test_a_stack_lock_left_behind_makes_a_deploy_busy_and_a_deploy_gives_back_only_its_own(
         region: tuple[LocalDeployer, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """The local region's stack lock, as Pulumi's self-managed backends keep one: a lock a killed deploy left makes the

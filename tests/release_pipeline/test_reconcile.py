@@ -342,6 +342,7 @@ def test_nodes_a_budget_blocks_for_now_are_planned_again_next_tick_and_halt_only
 
     # A rotation that ran for two hours before its last node was blocked has its full patience from the block.
     forever = fake(T0 + 86400, before_rotate=blocked(10**6, slow_first=2 * 3600))
+    forever.templates["dev"] = dict(stages.templates["dev"])  # the same fleet, as the first rotation left it
     c2 = candidate(2)
     start(ledger, c2, T0 + 86400)
     for _ in range(12):

@@ -196,3 +196,55 @@ def test_a_tick_killed_at_every_step_of_a_rollback_finishes_it_once(region: dict
         assert {n.image for n in live.list_nodes()} <= good_images, cluster["name"]  # every node back on the good ones
     status = json.loads(release(home, "status", "-o", "json").stdout)
     assert status["stages"]["dev"]["step"] == "idle" and status["candidates"][bad["id"]]["status"] == "halted"
+
+
+def test_a_template_changed_outside_the_pipeline_is_drift_within_a_tick_nothing_boots_it_and_a_deploy_puts_it_back(
+        region: dict[str, Any]) -> None:
+    """An operator's ``pulumi up`` with another lock, as EC2 keeps it: a new launch template version of one pool whose
+    image (and the image its user data labels the nodes) is not the one dev's last good candidate carries."""
+    import base64
+
+    import boto3
+
+    home = region["home"]
+    tick_until(region, lambda h: json.loads(release(home, "status", "-o", "json").stdout)["stages"]["dev"]["step"] == "idle", [])
+    status = json.loads(release(home, "status", "-o", "json").stdout)
+    good = status["stages"]["dev"]["last_good"]
+    expected = {family: image["id"] for family, image in status["candidates"][good]["images"]["dev"].items()}
+    # Another lock's images are refused by a deploy by hand, before anything: the stage runs what was promoted.
+    (home / "other.lock.json").write_text('{"images": {}}')
+    versions_before = len(calls(region, "CreateLaunchTemplateVersion"))
+    refused = run(home, "stage", "deploy", "--stage", "dev", "--lock-file", str(home / "other.lock.json"), check=False)
+    assert refused.returncode == 2 and "--lock-file" in refused.stderr and good in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and len(calls(region, "CreateLaunchTemplateVersion")) == versions_before
+
+    ec2 = boto3.client("ec2", region_name="us-west-2", endpoint_url=region["aws_endpoint"],
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    member = next(c["name"] for c in region["clusters"] if c["name"].startswith("dev-usw2"))
+    template = f"{member}-general"
+    latest = ec2.describe_launch_template_versions(LaunchTemplateName=template, Versions=["$Latest"])["LaunchTemplateVersions"][0]
+    own = {i["ImageId"] for i in ec2.describe_images(Owners=["self"])["Images"]}
+    other = sorted(own - set(expected.values()))[0]  # an image the region holds (an earlier build)
+    was = latest["LaunchTemplateData"]["ImageId"]
+    data = base64.b64decode(latest["LaunchTemplateData"]["UserData"]).decode().replace(was, other)
+    ec2.create_launch_template_version(LaunchTemplateName=template, SourceVersion=str(latest["VersionNumber"]),
+                                       LaunchTemplateData={"ImageId": other, "UserData": base64.b64encode(data.encode()).decode()})
+    out = release(home, "tick", "--lease-ttl", TTL, "-o", "json")  # one tick
+    drift = [e for e in json.loads(release(home, "history", "-o", "json").stdout) if e["decision"] == "drift"][-1]
+    assert drift["stage"] == "dev" and drift["inputs"]["drift"] == [
+        {"cluster": member, "pool": "general", "family": "general", "found": other, "expected": expected["general"]}], out.stdout
+    said = release(home, "status", check=False)
+    assert said.returncode == 4 and template.removesuffix("-general") in said.stdout and other in said.stdout, said.stdout
+    # The stage's rotation (as its CronJob runs it) rotates nothing onto the drifted image: 0 instances boot it.
+    rotated = run(home, "rotate", "run", "--stage", "dev", "--policy", str(home / "rotation.yaml"), "-o", "json")
+    assert "did not promote to the stage" in rotated.stdout, rotated.stdout
+    booted = ec2.describe_instances(Filters=[{"Name": "image-id", "Values": [other]}])["Reservations"]
+    assert [i["InstanceId"] for r in booted for i in r["Instances"]] == []
+    # A deploy by hand puts back what was promoted; the next tick says the drift is over.
+    put_back = json.loads(run(home, "stage", "deploy", "--stage", "dev", "-o", "json").stdout)
+    assert put_back["promoted"]["candidate"] == good and put_back["images"][f"{member}/general"] == expected["general"]
+    newest = ec2.describe_launch_template_versions(LaunchTemplateName=template, Versions=["$Latest"])["LaunchTemplateVersions"][0]
+    assert newest["LaunchTemplateData"]["ImageId"] == expected["general"]
+    release(home, "tick", "--lease-ttl", TTL, "-o", "json")
+    drift = [e for e in json.loads(release(home, "history", "-o", "json").stdout) if e["decision"] == "drift"][-1]
+    assert drift["inputs"]["drift"] == [] and release(home, "status", check=False).returncode == 0

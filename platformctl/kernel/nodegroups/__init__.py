@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from platformctl.kernel.errors import PlatformError
+
 
 @dataclass(frozen=True)
 class InstanceState:
@@ -69,6 +71,16 @@ class Booted:
     @property
     def instances(self) -> list[str]:
         return sorted({i for ids in self.by_image.values() for i in ids})
+
+
+class LabelledOtherwise(PlatformError):
+    """A group whose launch template boots ``image`` while its user data labels the nodes ``labelled``: a version made by
+    hand (a new ``ImageId``, the old user data). Its nodes would register as the other image."""
+
+    def __init__(self, message: str, *, image: str, labelled: str, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.image = image
+        self.labelled = labelled
 
 
 class NodeGroupError(Exception):

@@ -16,7 +16,15 @@ from platformctl.kernel.clock import Clock, WallClock
 from platformctl.kernel.cluster.model import LABEL_IMAGE
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.nodeadm import WontJoin, read_user_data
-from platformctl.kernel.nodegroups import BUILDER_TAG, Booted, GroupState, InstanceState, Member, NodeGroupError
+from platformctl.kernel.nodegroups import (
+    BUILDER_TAG,
+    Booted,
+    GroupState,
+    InstanceState,
+    LabelledOtherwise,
+    Member,
+    NodeGroupError,
+)
 from platformctl.kernel.retry import NEVER, Backoff, retrying
 
 # What botocore's standard retries leave to the caller: the group busy with a scaling activity or another caller (AWS
@@ -143,10 +151,10 @@ class AutoScalingNodeGroups:
             image = self._call(self._ssm.get_parameter, Name=name)["Parameter"]["Value"]
         if labelled is not None and labelled != image:
             # Its nodes would register as the other image: a rotation would wait for new nodes "on the image" forever.
-            raise PlatformError(
+            raise LabelledOtherwise(
                 f"auto scaling group {group['AutoScalingGroupName']} launches {image}, but its launch template's user "
                 f"data labels the nodes {LABEL_IMAGE}={labelled} (a version made by hand? make versions with the "
-                "stage's program, which writes both)", field="LaunchTemplateData.UserData")
+                "stage's program, which writes both)", image=str(image), labelled=labelled, field="LaunchTemplateData.UserData")
         return image, instance_type
 
 

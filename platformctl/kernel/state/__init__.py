@@ -31,7 +31,7 @@ from pathlib import Path
 
 from platformctl.kernel.environment import STATE_VARIABLE, AwsTarget, Environment
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record, StateStore, StoreUnavailable
+from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, NoSuchStore, Record, StateStore, StoreUnavailable
 
 ENV = STATE_VARIABLE
 
@@ -84,4 +84,5 @@ def open_store(spec: str | None = None, existing: bool = False, *, where: str = 
     return SQLiteStore(path, location=given)
 
 
-__all__ = ["ENV", "Lease", "LeaseHeld", "LeaseLost", "Record", "StateStore", "StoreUnavailable", "default_path", "dynamodb_spec", "open_store"]
+__all__ = ["ENV", "Lease", "LeaseHeld", "LeaseLost", "NoSuchStore", "Record", "StateStore", "StoreUnavailable", "default_path",
+           "dynamodb_spec", "open_store"]

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from platformctl.kernel.errors import Unavailable
+from platformctl.kernel.errors import PlatformError, Unavailable
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,11 @@ class LeaseHeld(Exception):
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
         super().__init__(f"lease {lease.name} is held by {lease.holder} until {lease.expires:.0f}")
+
+
+class NoSuchStore(PlatformError):
+    """The store named is not there (a DynamoDB table that does not exist): the user's mistake for a command that reads
+    one, and for one that asks whether something was ever recorded, a sign that nothing was."""
 
 
 class StoreUnavailable(Unavailable):

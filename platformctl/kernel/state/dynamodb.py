@@ -52,7 +52,7 @@ from platformctl.kernel import aws
 from platformctl.kernel.clock import Clock, WallClock
 from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, Record, StoreUnavailable
+from platformctl.kernel.state.base import Lease, LeaseHeld, LeaseLost, NoSuchStore, Record, StoreUnavailable
 from platformctl.kernel.state.lease import lease_call_timeout
 
 ITEM_LIMIT = 350_000  # bytes of JSON per record, under DynamoDB's 400 KB item limit
@@ -144,7 +144,7 @@ class DynamoDBStore:
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code == "ResourceNotFoundException":
-                raise PlatformError(f"no DynamoDB table {table!r} in {self._ddb.meta.region_name} (create it with key pk "
+                raise NoSuchStore(f"no DynamoDB table {table!r} in {self._ddb.meta.region_name} (create it with key pk "
                                     "string hash, sk number range)", file=self.location, field="--state") from None
             raise PlatformError(f"cannot open the state store ({code}: {exc.response.get('Error', {}).get('Message', '')})",
                                 file=self.location, field="--state") from None

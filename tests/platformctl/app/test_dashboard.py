@@ -232,3 +232,33 @@ def test_approvals_on_a_ledger_on_the_local_disk_are_shown_as_unauthenticated(tm
                        str(tmp_path / "release.db"), "--state", str(tmp_path / "state.db"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "approval 0/1 <span class=\"fail\">(unauthenticated: a ledger on the local disk" in out.read_text()
+
+
+def test_a_drifted_stage_is_shown_in_red_naming_the_pool_and_both_images(tmp_path: Path) -> None:
+    from release_pipeline.ledger import Ledger
+    from release_pipeline.pipeline import load_pipeline
+    from release_pipeline.reconcile import tick
+    from tests.release_pipeline.test_reconcile import candidate, fake
+
+    pipeline_file = tmp_path / "pipeline.yaml"
+    pipeline_file.write_text("stages:\n  - {name: dev, soak: 0, minResults: 0, passFor: 0}\n")
+    pipeline = load_pipeline(pipeline_file)
+    ledger = Ledger(SQLiteStore(tmp_path / "release.db"))
+    SQLiteStore(tmp_path / "state.db")
+    c = candidate(1)
+    ledger.add_candidate(c)
+    ledger.append(c.id, None, "start", 0.0, "change", {"ready_in": ["dev"]}, "tester")
+    stages = fake(0.0)
+    for _ in range(12):
+        tick(pipeline, ledger, stages, "tester")
+        stages.clock += 300
+    assert ledger.state().stage("dev").last_good == c.id
+    stages.templates["dev"]["general"] = "ami-by-hand"
+    tick(pipeline, ledger, stages, "tester")
+    out = tmp_path / "page.html"
+    done = platformctl("dashboard", "--export", str(out), "--pipeline", str(pipeline_file), "--ledger",
+                       str(tmp_path / "release.db"), "--state", str(tmp_path / "state.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    expected = c.stages["dev"].images["general"]["id"]
+    assert (f'<div class="fail drift">drift: dev-1/general launches <code>ami-by-hand</code>, not <code>{expected}</code>'
+            in out.read_text())

@@ -206,6 +206,8 @@ def test_a_template_changed_outside_the_pipeline_is_drift_within_a_tick_nothing_
 
     import boto3
 
+    from tests.upgrade_service.running.test_own_eviction_process import host
+
     home = region["home"]
     tick_until(region, lambda h: json.loads(release(home, "status", "-o", "json").stdout)["stages"]["dev"]["step"] == "idle", [])
     status = json.loads(release(home, "status", "-o", "json").stdout)
@@ -220,7 +222,7 @@ def test_a_template_changed_outside_the_pipeline_is_drift_within_a_tick_nothing_
 
     ec2 = boto3.client("ec2", region_name="us-west-2", endpoint_url=region["aws_endpoint"],
                        aws_access_key_id="testing", aws_secret_access_key="testing")
-    member = next(c["name"] for c in region["clusters"] if c["name"].startswith("dev-usw2"))
+    member = next(c["name"] for c in region["clusters"] if c["name"] != host(region))  # a member, with a general pool
     template = f"{member}-general"
     latest = ec2.describe_launch_template_versions(LaunchTemplateName=template, Versions=["$Latest"])["LaunchTemplateVersions"][0]
     own = {i["ImageId"] for i in ec2.describe_images(Owners=["self"])["Images"]}

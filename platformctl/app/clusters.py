@@ -68,19 +68,24 @@ def connect(platform: Platform, names: list[str], kubeconfig: str | None, region
 
 
 def groups_of(platform: Platform, snap: Snapshot, cluster: str,
-              region: str | None) -> tuple[dict[str, str], dict[str, GroupState]]:
-    """Each node's auto scaling group and each group as AWS describes it (what it launches, its room)."""
+              region: str | None) -> tuple[dict[str, str], dict[str, GroupState], dict[str, str]]:
+    """Each node's auto scaling group, each group as AWS describes it (what it launches, its room), and each node its
+    group would launch otherwise now (``launch-template``: ``upgrade_service.running.launches``)."""
     from platformctl.app.nodegroups import node_groups
+    from upgrade_service.running.launches import launch_drift
+
     groups = node_groups(region_for(platform, cluster, snap.nodes, region), target=platform.aws)
     found = groups.instances([n.instance_id for n in snap.nodes if n.instance_id])
     group_of = {n.name: found[n.instance_id].group for n in snap.nodes if n.instance_id in found}
-    return group_of, {g: groups.describe(g) for g in sorted(set(group_of.values()))}
+    described = {g: groups.describe(g) for g in sorted(set(group_of.values()))}
+    return group_of, described, launch_drift(groups.launched_with, list(snap.nodes), group_of, described)
 
 
 def launch_template_targets(platform: Platform, snap: Snapshot, cluster: str, policy: RotationPolicy,
-                            region: str | None) -> dict[str, str]:
-    """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets."""
+                            region: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets; and each node
+    its group would launch otherwise now."""
     from upgrade_service.planning.targets import resolve
 
-    group_of, described = groups_of(platform, snap, cluster, region)
-    return resolve(policy, list(snap.nodes), group_of, {g: d.image for g, d in described.items()}).images
+    group_of, described, drift = groups_of(platform, snap, cluster, region)
+    return resolve(policy, list(snap.nodes), group_of, {g: d.image for g, d in described.items()}).images, drift

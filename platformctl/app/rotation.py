@@ -149,9 +149,12 @@ def _plan_stage(platform: Platform, request: PlanRequest, policy: RotationPolicy
             snapshots[place.name], _, now = live_snapshot(platform, request.kubeconfig, place.name)
     if policy.targets is None:
         targets: dict[str, str] = {}
+        drift: dict[str, str] = {}
         for cluster_name, snap in snapshots.items():
-            targets.update(launch_template_targets(platform, snap, cluster_name, policy, stage.region))
-        policy = policy.with_targets(targets)
+            found, drifted = launch_template_targets(platform, snap, cluster_name, policy, stage.region)
+            targets.update(found)
+            drift.update(drifted)
+        policy = policy.with_targets(targets).with_launch_drift(drift)
     result = plan_region(stage.name, stage.region, places, snapshots, policy, now)
     present = {n.labels[policy.pool_label] for s in snapshots.values() for n in s.nodes if policy.pool_label in n.labels}
     check_pools(policy, present, f"stage {stage.name}")
@@ -167,15 +170,16 @@ def _plan_one(platform: Platform, request: PlanRequest, policy: RotationPolicy) 
     else:
         snap, name, now = live_snapshot(platform, request.kubeconfig, request.context)
         try:
-            group_of, described = groups_of(platform, snap, name, None)
+            group_of, described, drift = groups_of(platform, snap, name, None)
         except (NodeGroupError, PlatformError, ApiFault) as exc:
             if policy.targets is None:
                 raise
-            group_of, described = {}, {}  # the plan goes on as from a snapshot: each pool's room unknown
+            group_of, described, drift = {}, {}, {}  # the plan goes on as from a snapshot: each pool's room unknown
             aws_note = f"the auto scaling groups could not be read ({str(exc).splitlines()[0]}): each pool's room to surge is unknown"
         if policy.targets is None:
             policy = policy.with_targets(resolve(policy, list(snap.nodes), group_of,
                                                  {g: d.image for g, d in described.items()}).images)
+        policy = policy.with_launch_drift(drift)
         capacity = pool_capacity(snap, policy, group_of, described)
     result = plan_cluster(snap, policy, now, cluster=name, capacity=capacity)
     if aws_note:

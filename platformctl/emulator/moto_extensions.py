@@ -189,8 +189,8 @@ def _record(group: Any, activity: dict[str, Any]) -> None:
 
 
 def _launching_held_images(replace: Any) -> Any:
-    """Auto Scaling launches only an image EC2 holds: a launch template whose image does not exist fails each launch
-    as a *scaling activity* (``StatusCode: Failed``, ``StatusMessage: The image id '[ami-…]' does not exist. Launching
+    """Auto Scaling launches only an image EC2 holds, and from its launch template version: a launch template whose
+    image does not exist fails each launch as a *scaling activity* (``StatusCode: Failed``, ``StatusMessage: The image id '[ami-…]' does not exist. Launching
     EC2 instance failed.``) while the API call that asked for capacity succeeds; moto launches whatever id it is given.
     Each launch, failed or successful, is an activity ``DescribeScalingActivities`` answers, newest first."""
 
@@ -207,7 +207,14 @@ def _launching_held_images(replace: Any) -> Any:
                            "Progress": 100, "Details": "{}"})
             return None
         out = replace(self, count_needed, propagated_tags)
+        # EC2 tags an instance with the launch template version it was launched from (aws:ec2launchtemplate:version):
+        # the group's ($Latest, $Default or a number, resolved now); moto names the template's default version whatever
+        # the group launched (it launched the image and user data of the group's version all the same).
+        template = self.ec2_launch_template
+        launched = str(template.get_version(self.launch_template_version).number) if template is not None else None
         for state in self.instance_states:
+            if state.instance.id not in before and launched is not None:
+                state.instance.add_tags({"aws:ec2launchtemplate:id": template.id, "aws:ec2launchtemplate:version": launched})
             if state.instance.id not in before:
                 _record(self, {"ActivityId": str(uuid.uuid4()), "AutoScalingGroupName": self.name,
                                "Description": f"Launching a new EC2 instance: {state.instance.id}", "Cause": cause,

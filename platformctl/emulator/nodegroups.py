@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from platformctl.emulator.simulator import NodePoolSpec, SimulatedCluster
 from platformctl.kernel.errors import NotFoundError
-from platformctl.kernel.nodegroups import Booted, GroupState, InstanceState, Member, NodeGroupError
+from platformctl.kernel.nodegroups import Booted, GroupState, InstanceState, LaunchSpec, Member, NodeGroupError
 
 
 class SimulatedNodeGroups:
@@ -69,6 +69,11 @@ class SimulatedNodeGroups:
         ``AutoScalingNodeGroups``, refuses an image EC2 does not hold)."""
         self._pool(group)
         return []
+
+    def launched_with(self, instance_ids: Sequence[str]) -> dict[str, LaunchSpec]:
+        """None: a pure simulation's pool has an image and no launch template (the local region's groups, behind
+        ``AutoScalingNodeGroups``, have EC2's)."""
+        return {}
 
     def booted(self, images: Sequence[str]) -> Booted:
         """The simulator's nodes on those images. A pure simulation forgets a node once its instance is gone, so this

@@ -159,8 +159,10 @@ class RotationPlan:
             if node in self.view.all_nodes:
                 return [f"node {node} needs no rotation: its pool is not in targets or it already runs the target image"]
             raise NotFoundError(f"no node {node!r} in cluster {self.cluster}", file=self.source, field="--explain")
-        why = f"image {facts.current_image or '(none)'} -> {facts.target_image}" if facts.due is Due.IMAGE else \
-            f"created {format_time(facts.node.created)}, older than maxNodeAge {self.policy.max_node_age} s"
+        why = {Due.IMAGE: f"image {facts.current_image or '(none)'} -> {facts.target_image}",
+               Due.LAUNCH_TEMPLATE: f"launch template: {self.policy.launch_drift.get(node, '')}",
+               Due.MAX_NODE_AGE: f"created {format_time(facts.node.created)}, older than maxNodeAge {self.policy.max_node_age} s",
+               }[facts.due]
         lines = [f"node {node} (pool {facts.pool}, zone {facts.zone or '-'}) needs rotation: {why}"]
         blocked = next((b for b in self.blocked if b.node == node), None)
         if blocked is not None:

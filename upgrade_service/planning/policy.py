@@ -37,6 +37,7 @@ class Due(StrEnum):
 
     IMAGE = "image"  # it boots another image than its pool's target
     MAX_NODE_AGE = "max-node-age"  # it is older than maxNodeAge
+    LAUNCH_TEMPLATE = "launch-template"  # its group launches the same image with other settings than it was launched with
 DEFAULT_MAX_WAIT_SECONDS = 3600
 
 Seconds = Annotated[int, Field(ge=0)]
@@ -214,6 +215,10 @@ class RotationPolicy(_Value):
     # Set by ``load_policy``: where the policy came from, and its rules' selectors, parsed.
     source: str = Field(default="policy", exclude=True)
     selectors: tuple[LabelSelector, ...] = Field(default=(), exclude=True)
+    # Set by whoever read the node groups (``with_launch_drift``): node -> how its group's launch template now differs
+    # from the version it was launched with, for a node on its pool's image (a new instance type, user data: labels,
+    # taints, kubelet flags).
+    launch_drift: dict[str, str] = Field(default_factory=dict, exclude=True)
 
     @field_validator("max_node_age", mode="before")
     @classmethod
@@ -246,6 +251,10 @@ class RotationPolicy(_Value):
         """This policy rotating exactly ``targets`` (the executor resolves them from launch templates)."""
         return self.model_copy(update={"targets": dict(targets)})
 
+    def with_launch_drift(self, drift: Mapping[str, str]) -> RotationPolicy:
+        """This policy knowing which nodes their group would launch otherwise now (``Due.LAUNCH_TEMPLATE``)."""
+        return self.model_copy(update={"launch_drift": dict(drift)}) if drift or self.launch_drift else self
+
     @property
     def image_labels(self) -> tuple[str, ...]:
         """Where a node's image is read, first found wins."""
@@ -259,10 +268,13 @@ class RotationPolicy(_Value):
         return (self.targets or {}).get(pool)
 
     def due(self, node: Node, target: str, now: float) -> Due | None:
-        """Why ``node`` of a pool whose target is ``target`` is rotated: ``image`` (it boots another), ``max-node-age``
-        (older than ``maxNodeAge``); None: it stays."""
+        """Why ``node`` of a pool whose target is ``target`` is rotated: ``image`` (it boots another),
+        ``launch-template`` (its group launches the image with other settings now), ``max-node-age`` (older than
+        ``maxNodeAge``); None: it stays."""
         if self.image_of(node.labels) != target:
             return Due.IMAGE
+        if node.name in self.launch_drift:
+            return Due.LAUNCH_TEMPLATE
         if self.max_node_age is not None and now - node.created >= self.max_node_age:
             return Due.MAX_NODE_AGE
         return None

@@ -172,6 +172,7 @@ class Executor:
         group_of = self.replacer.groups_of(nodes)
         described = {g: self.groups.describe(g) for g in sorted(set(group_of.values()))}
         images = {g: d.image for g, d in described.items()}
+        policy = policy.with_launch_drift(drift := self.replacer.launch_drift(nodes, group_of, described))
         resolved = resolve_targets(policy, nodes, group_of, images, self.options.promoted)
         for mismatched, message in resolved.mismatches.items():
             if first:
@@ -197,14 +198,14 @@ class Executor:
         kept = {n.name for n in keep}
         snapshot = Snapshot(tuple(keep), tuple(p for p in pods if p.node_name is None or p.node_name in kept), tuple(pdbs),
                             source=f"cluster {self.target.name}")
-        return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings, outdated, described, resolved.drifted)
+        return ClusterRead(keep, pods, snapshot, targets, group_of, unmanaged, warnings, outdated, described, resolved.drifted, drift)
 
     def capacity(self, read: ClusterRead, policy: RotationPolicy) -> PoolCapacity:
         """What new nodes each pool gets and how many its groups may add above their desired capacity now."""
         return pool_capacity(read.snapshot, policy, read.group_of, read.described)
 
     def plan(self, read: ClusterRead) -> RotationPlan:
-        policy = self.policy.with_targets(read.targets)
+        policy = self.policy.with_targets(read.targets).with_launch_drift(read.launch_drift)
         return plan_cluster(read.snapshot, policy, self.clock.now(), cluster=self.target.name,
                             capacity=self.capacity(read, policy))
 
@@ -229,7 +230,7 @@ class Executor:
         nodes = set(wave.nodes)
         snapshot = Snapshot(tuple(n for n in read.nodes if n.name in nodes),
                             tuple(p for p in read.snapshot.pods if p.node_name in nodes), read.snapshot.pdbs)
-        view = view_cluster(snapshot, self.policy.with_targets(read.targets), self.clock.now())
+        view = view_cluster(snapshot, self.policy.with_targets(read.targets).with_launch_drift(read.launch_drift), self.clock.now())
         # A budget at its floor while its pods come back (as they do while an earlier wave's tail runs) is no reason to
         # plan again: the drain waits for it on 429 as it would for any budget.
         return any(n.blocked and not n.recovering for n in view.nodes) or {n.name for n in view.nodes} != nodes

@@ -26,8 +26,9 @@ from platformctl.kernel.cluster.informer import Informer
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import Node, image_of
 from platformctl.kernel.errors import NotFoundError
-from platformctl.kernel.nodegroups import NodeGroups
+from platformctl.kernel.nodegroups import GroupState, LaunchSpec, NodeGroups
 from upgrade_service.journal.intents import Writes, journalled
+from upgrade_service.running.launches import launch_drift
 from upgrade_service.running.pacing import MutationPacer
 
 
@@ -65,6 +66,7 @@ class NodeReplacer:
         self._group_of_node: dict[str, str] = {}  # a node's instance never changes
         self._instance_of_node: dict[str, str | None] = {}
         self._no_group: set[str] = set()
+        self._launched: dict[str, LaunchSpec | None] = {}  # instance -> what it was launched with (None: unknown)
 
     @property
     def nodes(self) -> Informer:
@@ -80,6 +82,18 @@ class NodeReplacer:
             self._nodes = None
 
     # ---------------------------------------------------------------- which group
+
+    def launch_drift(self, nodes: Sequence[Node], group_of: Mapping[str, str],
+                     described: Mapping[str, GroupState]) -> dict[str, str]:
+        """``launches.launch_drift``, each instance's launch asked about once a run (it never changes)."""
+        return launch_drift(self._launched_with, nodes, group_of, described)
+
+    def _launched_with(self, instance_ids: Sequence[str]) -> dict[str, LaunchSpec]:
+        ids = [i for i in instance_ids if i not in self._launched]
+        if ids:
+            found = self.groups.launched_with(ids)
+            self._launched.update({i: found.get(i) for i in ids})
+        return {i: spec for i in instance_ids if (spec := self._launched.get(i)) is not None}
 
     def groups_of(self, nodes: Sequence[Node]) -> dict[str, str]:
         """Node name -> its auto scaling group, for the nodes some group owns (each instance asked about once)."""

@@ -128,6 +128,7 @@ class ClusterRead:
     outdated: set[str]  # nodes not on their pool's target that a group owns: what the plan must cover
     described: dict[str, GroupState] = field(default_factory=dict)  # the groups, as read this turn
     drifted: dict[str, str] = field(default_factory=dict)  # pool -> the unpromoted image its groups launch: not rotated
+    launch_drift: dict[str, str] = field(default_factory=dict)  # node -> how its group launches otherwise now
 
     @property
     def drift_said(self) -> str:

@@ -11,6 +11,8 @@ group by asking the owner (``DescribeAutoScalingInstances``), never by a naming 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -29,6 +31,36 @@ class InstanceState:
         return self.lifecycle.startswith("Terminat") or self.lifecycle.startswith("Detach")
 
 
+# A launch template version's settings that a node does not carry: tags land on the instance, not in what it runs.
+NOT_CARRIED = frozenset({"ImageId", "TagSpecifications"})
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What an instance is launched with beyond its image: its launch template version, and a digest of each of that
+    version's settings a node carries but the image (the instance type, the user data: the node's labels, taints and
+    kubelet flags; its disks, security groups, instance profile, metadata options). Versions never change: a spec read
+    once stands."""
+
+    template: str
+    version: str
+    settings: tuple[tuple[str, str], ...] = ()  # (setting, digest of its value), sorted
+
+    @classmethod
+    def of(cls, template: str, version: str, data: Mapping[str, object]) -> LaunchSpec:
+        digest = {key: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+                  for key, value in data.items() if key not in NOT_CARRIED}
+        return cls(template, version, tuple(sorted(digest.items())))
+
+    def changed(self, now: LaunchSpec) -> list[str]:
+        """The settings ``now`` (what the group launches today) has otherwise than this one: a node launched with this
+        one would not get them until it is replaced."""
+        if now.template != self.template:
+            return ["LaunchTemplate"]
+        mine, theirs = dict(self.settings), dict(now.settings)
+        return sorted(key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key))
+
+
 @dataclass(frozen=True)
 class GroupState:
     name: str
@@ -38,6 +70,7 @@ class GroupState:
     instances: tuple[str, ...]  # members not on their way out
     image: str | None  # the image the group's launch template boots new instances from, now
     instance_type: str | None = None  # the instance type its launch template asks for (None: not said there)
+    launch: LaunchSpec | None = None  # what else a node it adds now gets: its launch template version (None: unknown)
 
     @property
     def room(self) -> int:
@@ -150,5 +183,12 @@ class NodeGroups(Protocol):
         successful launch: empty when none failed, or when it launched an instance after they did."""
         ...
 
+    def launched_with(self, instance_ids: Sequence[str]) -> dict[str, LaunchSpec]:
+        """Each instance's launch template version, as EC2 tagged the instance when it launched it
+        (``aws:ec2launchtemplate:id`` and ``:version``), and that version's settings; an instance launched otherwise
+        (no template, or one this account cannot read) is left out."""
+        ...
 
-__all__ = ["BUILDER_TAG", "Booted", "GroupState", "InstanceState", "Member", "NodeGroupError", "NodeGroups"]
+
+__all__ = ["BUILDER_TAG", "Booted", "GroupState", "InstanceState", "LabelledOtherwise", "LaunchSpec", "Member", "NodeGroupError",
+           "NodeGroups"]

@@ -22,6 +22,7 @@ from platformctl.kernel.nodegroups import (
     GroupState,
     InstanceState,
     LabelledOtherwise,
+    LaunchSpec,
     Member,
     NodeGroupError,
 )
@@ -32,6 +33,8 @@ from platformctl.kernel.retry import NEVER, Backoff, retrying
 # another update), and no answer after botocore's own attempts.
 BUSY = frozenset({"ScalingActivityInProgress", "ResourceContention", "ResourceInUseException"})
 CLUSTER_TAG = "eks:cluster-name"  # on every group of an EKS cluster's nodes, as EKS and the stage's program tag them
+# What EC2 tags an instance it launches from a launch template with (the "aws:" prefix is EC2's own: nobody else's).
+TEMPLATE_ID_TAG, TEMPLATE_VERSION_TAG = "aws:ec2launchtemplate:id", "aws:ec2launchtemplate:version"
 
 
 class AutoScalingNodeGroups:
@@ -47,6 +50,7 @@ class AutoScalingNodeGroups:
         config = aws.QUICK if quick else None
         self._asg = aws.client("autoscaling", region, config, target)
         self._ec2 = aws.client("ec2", region, config, target)
+        self._versions: dict[tuple[str, str], LaunchSpec | None] = {}  # a version never changes: read once
         self._ssm = aws.client("ssm", region, config, target)
         self.backoff = NEVER if quick else (backoff or Backoff())
         self._clock: Clock = clock or WallClock()
@@ -120,12 +124,14 @@ class AutoScalingNodeGroups:
         g = found[0]
         members = tuple(i["InstanceId"] for i in g.get("Instances", [])
                         if not i["LifecycleState"].startswith(("Terminat", "Detach")))
-        image, instance_type = self._launch_data(g)
+        image, instance_type, launch = self._launch_data(g)
         return GroupState(g["AutoScalingGroupName"], g["DesiredCapacity"], g["MinSize"], g["MaxSize"], members, image,
-                          instance_type)
+                          instance_type, launch)
 
-    def _launch_data(self, group: dict[str, Any]) -> tuple[str | None, str | None]:
-        """(image, instance type) of what the group launches now, from its launch template or configuration."""
+    def _launch_data(self, group: dict[str, Any]) -> tuple[str | None, str | None, LaunchSpec | None]:
+        """(image, instance type, launch template version) of what the group launches now, from its launch template or
+        configuration."""
+        launch = None
         spec = group.get("LaunchTemplate") or \
             ((group.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}).get("LaunchTemplateSpecification")
         if spec:
@@ -134,6 +140,8 @@ class AutoScalingNodeGroups:
             versions = self._call(self._ec2.describe_launch_template_versions, **ref,
                                   Versions=[str(spec.get("Version") or "$Default")])["LaunchTemplateVersions"]
             data = versions[0]["LaunchTemplateData"] if versions else {}
+            if versions:
+                launch = LaunchSpec.of(versions[0]["LaunchTemplateId"], str(versions[0]["VersionNumber"]), data)
             image, instance_type = data.get("ImageId"), data.get("InstanceType")
             labelled = _image_label(data.get("UserData"))
             overrides = ((group.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}).get("Overrides") or []
@@ -145,7 +153,7 @@ class AutoScalingNodeGroups:
             image, instance_type = (configs[0]["ImageId"], configs[0].get("InstanceType")) if configs else (None, None)
             labelled = None
         else:
-            return None, None
+            return None, None, None
         if image and image.startswith("resolve:ssm:"):
             name = image.removeprefix("resolve:ssm:")
             image = self._call(self._ssm.get_parameter, Name=name)["Parameter"]["Value"]
@@ -155,7 +163,39 @@ class AutoScalingNodeGroups:
                 f"auto scaling group {group['AutoScalingGroupName']} launches {image}, but its launch template's user "
                 f"data labels the nodes {LABEL_IMAGE}={labelled} (a version made by hand? make versions with the "
                 "stage's program, which writes both)", image=str(image), labelled=labelled, field="LaunchTemplateData.UserData")
-        return image, instance_type
+        return image, instance_type, launch
+
+    def launched_with(self, instance_ids: Sequence[str]) -> dict[str, LaunchSpec]:
+        """From the ``aws:ec2launchtemplate:id``/``:version`` tags EC2 puts on an instance it launches from a template,
+        each version read once (a version never changes) by ``DescribeLaunchTemplateVersions``."""
+        launched: dict[str, tuple[str, str]] = {}
+        ids = sorted(set(instance_ids))
+        for start in range(0, len(ids), 200):  # the most values one filter takes
+            kwargs: dict[str, Any] = {"Filters": [{"Name": "instance-id", "Values": ids[start:start + 200]}]}
+            while True:
+                answer = self._call(self._ec2.describe_instances, **kwargs)
+                for reservation in answer["Reservations"]:
+                    for inst in reservation["Instances"]:
+                        tags = {t["Key"]: t["Value"] for t in inst.get("Tags") or []}
+                        if tags.get(TEMPLATE_ID_TAG) and tags.get(TEMPLATE_VERSION_TAG):
+                            launched[inst["InstanceId"]] = (tags[TEMPLATE_ID_TAG], tags[TEMPLATE_VERSION_TAG])
+                if not answer.get("NextToken"):
+                    break
+                kwargs["NextToken"] = answer["NextToken"]
+        out: dict[str, LaunchSpec] = {}
+        for instance, (template, version) in launched.items():
+            if (template, version) not in self._versions:
+                try:
+                    found = self._call(self._ec2.describe_launch_template_versions, LaunchTemplateId=template,
+                                       Versions=[version])["LaunchTemplateVersions"]
+                except NodeGroupError:  # a template since deleted (or another account's): nothing to compare with
+                    found = []
+                self._versions[(template, version)] = \
+                    LaunchSpec.of(template, version, found[0]["LaunchTemplateData"]) if found else None
+            spec = self._versions[(template, version)]
+            if spec is not None:
+                out[instance] = spec
+        return out
 
 
     def add_capacity(self, group: str, to: int) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from platformctl.kernel import aws
 from platformctl.kernel.clock import Clock
 from platformctl.kernel.errors import PlatformError
-from platformctl.kernel.nodegroups import Booted, GroupState, InstanceState, Member, NodeGroupError
+from platformctl.kernel.nodegroups import Booted, GroupState, InstanceState, LaunchSpec, Member, NodeGroupError
 from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
 from platformctl.kernel.retry import Backoff
 
@@ -90,7 +90,8 @@ class ManagedNodeGroups:
         # The desired capacity in force is the Auto Scaling group's: a retired node lowers it at once, and EKS's
         # scalingConfig follows ("can be out-of-date for short periods of time"); the bounds are EKS's, which it enforces.
         return GroupState(group, behind.desired, int(sizes.get("minSize", behind.min_size)),
-                          int(sizes.get("maxSize", behind.max_size)), behind.instances, behind.image, instance_type)
+                          int(sizes.get("maxSize", behind.max_size)), behind.instances, behind.image, instance_type,
+                          behind.launch)
 
     def add_capacity(self, group: str, to: int) -> None:
         """Nothing when the group already has ``to`` (an intent asked again after a crash: EKS's update is asynchronous,
@@ -144,3 +145,8 @@ class ManagedNodeGroups:
 
     def failed_launches(self, group: str, since: float) -> list[str]:
         return self._asgs.failed_launches(self._asg(group), since)
+
+    def launched_with(self, instance_ids: Sequence[str]) -> dict[str, LaunchSpec]:
+        """EKS launches a managed group's nodes through its Auto Scaling group and the launch template it made: the same
+        tags, the same versions (a new AMI release or a changed template is a new version, as EKS's own update makes)."""
+        return self._asgs.launched_with(instance_ids)

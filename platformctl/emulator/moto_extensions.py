@@ -190,9 +190,10 @@ def _record(group: Any, activity: dict[str, Any]) -> None:
 
 def _launching_held_images(replace: Any) -> Any:
     """Auto Scaling launches only an image EC2 holds, and from its launch template version: a launch template whose
-    image does not exist fails each launch as a *scaling activity* (``StatusCode: Failed``, ``StatusMessage: The image id '[ami-…]' does not exist. Launching
-    EC2 instance failed.``) while the API call that asked for capacity succeeds; moto launches whatever id it is given.
-    Each launch, failed or successful, is an activity ``DescribeScalingActivities`` answers, newest first."""
+    image does not exist fails each launch as a *scaling activity* (``StatusCode: Failed``, ``StatusMessage: The image
+    id '[ami-…]' does not exist. Launching EC2 instance failed.``) while the API call that asked for capacity
+    succeeds; moto launches whatever id it is given. Each launch, failed or successful, is an activity
+    ``DescribeScalingActivities`` answers, newest first."""
 
     def launching(self: Any, count_needed: int, propagated_tags: dict[str, str]) -> Any:
         image = self.image_id

@@ -286,7 +286,7 @@ class PipelineState:
 
 # 3: start orders, rollback phases, boots in their own streams; 4: ``before`` kept from the first deploy; 5: an intent
 # as a record of its action and candidate; 6: the ledger in partitions, a tick's entries admitted by ``admitted``
-CHECKPOINT_VERSION = 6
+CHECKPOINT_VERSION = 7  # 7: each stage's drift
 
 
 def entry_id(candidate: str | None, stage: str | None, decision: str, at: float, salt: str = "") -> str:
@@ -427,7 +427,7 @@ def _moved(candidate: CandidateStatus, status: str, stage: str | None, at: float
 
 
 def _roll_back_stage(stage: StageState, cid: str, at: float, target: str | None) -> None:
-    stage.paused = False
+    stage.paused, stage.drift = False, []  # what it runs is the rollback's to say now: the next tick reads it again
     stage.current, stage.step, stage.since, stage.rollback_to = cid, Step.ROLLING_BACK, at, target
     stage.waiting_for, stage.intent, stage.rollback_phase, stage.rollback_failures = None, None, RollbackPhase.DEPLOY, 0
     stage.blocked_since = None

@@ -253,7 +253,15 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
     stage = state.stage(name)
     policy = pipeline.stage(name)
     now = actions.now(name)
-    if _drifted(ledger, stage, name, actions, write, now):
+    try:
+        drifted = _drifted(ledger, stage, name, actions, write, now)
+    except (LeaseLost, Moved):
+        raise
+    except Exception as exc:  # AWS did not say what the groups launch: the step goes on, the next tick reads again
+        drifted = False
+        held(f"{name}: what its groups launch could not be read this tick ({type(exc).__name__}: "
+             f"{str(exc).splitlines()[0] if str(exc) else ''}): drift not judged")
+    if drifted:
         held(f"{name}: drifted ({len(stage.drift)} pool(s)): no step until its launch templates boot what the "
              "pipeline says it runs (`platformctl release status`)")
         return
@@ -387,6 +395,11 @@ def _rotate(ledger: Ledger, state: PipelineState, stage: StageState, name: str, 
             held(f"{name} {cid}: waiting: {result.reason} (halts {BLOCKED_PATIENCE / 60:.0f} min after it was "
                  "blocked if it stays so without moving)")
             return
+    if status == "finished" and _drifted(ledger, stage, name, actions, write, at):
+        # a template changed while it rotated: its pools were passed over, so the stage did not finish; the next
+        # tick holds it until the template is put back, and its rotation then finishes them
+        held(f"{name} {cid}: drifted while it rotated: not finished until its launch templates are put back")
+        return
     if status == "finished":
         write(cid, name, Kind.ROTATED, at, f"{name}'s last cluster finished rotating: the soak begins",
               {"result": _boots(ledger, cid, name, result)})

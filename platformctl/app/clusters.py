@@ -82,10 +82,12 @@ def groups_of(platform: Platform, snap: Snapshot, cluster: str,
 
 
 def launch_template_targets(platform: Platform, snap: Snapshot, cluster: str, policy: RotationPolicy,
-                            region: str | None) -> tuple[dict[str, str], dict[str, str]]:
-    """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets; and each node
-    its group would launch otherwise now."""
+                            region: str | None, promoted: frozenset[str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets (only the
+    ``promoted`` images, in a stage the release pipeline drives, as a run takes them); and each node its group would
+    launch otherwise now (none in such a stage, as a run)."""
     from upgrade_service.planning.targets import resolve
 
     group_of, described, drift = groups_of(platform, snap, cluster, region)
-    return resolve(policy, list(snap.nodes), group_of, {g: d.image for g, d in described.items()}).images, drift
+    images = {g: d.image for g, d in described.items()}
+    return resolve(policy, list(snap.nodes), group_of, images, promoted).images, {} if promoted is not None else drift

@@ -97,13 +97,23 @@ def deploy_by_hand(platform: Platform, stage_name: str, lock_file: Path | None =
                             "stage through the pipeline (`platformctl release start`), an earlier one through "
                             "`release rollback`", field="--lock-file")
     images = {family: {"0.0.0-promoted": {stage.region: image}} for family, image in sorted(record.images.items())}
-    lock = platform.home / "deploys" / f"{stage_name}-promoted.lock.json"
+    work = platform.home / "deploys"
+    lock = work / f"{stage_name}-promoted.lock.json"
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
         lock.write_text(json.dumps({"images": images}, indent=2, sort_keys=True))
     except OSError as exc:
         raise PlatformError(f"cannot write {lock}: {exc.strerror}", field="PLATFORMCTL_HOME") from None
-    return deploy_stage(platform, stage_name, lock, over_pins=True), record
+    # The candidate's own commit (its program, stack file, user data) and the control planes' version its deploy kept,
+    # as the tick deploys it: never the checkout's newer program nor a version bump the pipeline has not carried.
+    source = platform.infra_dir
+    if record.infra_revision:
+        from platformctl.app.release_source import candidate_source
+        from release_pipeline.candidates import Candidate
+
+        source = candidate_source(Candidate(record.candidate, {}, record.infra_revision), platform.infra_dir, work)
+    on = platform.with_infra_dir(source) if source != platform.infra_dir else platform
+    return deploy_stage(on, stage_name, lock, over_pins=True, kubernetes_version=record.kubernetes_version or None), record
 
 
 def stage_deployer(platform: Platform, stage_name: str) -> tuple[Deployer, Stage]:

@@ -150,8 +150,12 @@ def _plan_stage(platform: Platform, request: PlanRequest, policy: RotationPolicy
     if policy.targets is None:
         targets: dict[str, str] = {}
         drift: dict[str, str] = {}
+        from platformctl.app.deploy import promoted_to
+
+        record = promoted_to(platform, stage.name)  # what the pipeline promoted there: what a run rotates onto
         for cluster_name, snap in snapshots.items():
-            found, drifted = launch_template_targets(platform, snap, cluster_name, policy, stage.region)
+            found, drifted = launch_template_targets(platform, snap, cluster_name, policy, stage.region,
+                                                     record.image_ids if record is not None else None)
             targets.update(found)
             drift.update(drifted)
         policy = policy.with_targets(targets).with_launch_drift(drift)

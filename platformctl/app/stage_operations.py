@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from e2e_canary.verdict import Verdict
     from platformctl.app.rotation import RotationResult
     from platformctl.kernel.deployer import DeployResult
+    from upgrade_service.journal.promoted import Promoted
 
 # A cluster's run that was held back, not failed: a killed tick's lease, a pause by hand, an API that would not answer
 # (the next tick tries again).
@@ -77,30 +78,38 @@ class StageOperator:
         wanted = candidate.stages[stage].kubernetes_version if stage in candidate.stages else None
         have = max(deployed_now(self.platform, stage)[1].values(), key=minor_version, default=None) if rollback else None
         keep = KeptVersion(have, wanted) if wanted and have and minor_version(have) > minor_version(wanted) else None
-        self._promote(stage, candidate, rollback)
+        promoted = self._promoted(stage, candidate, rollback, keep.kept if keep else wanted)
         done, cleared = self._deploy_clearing_stale_lock(
-            stage, candidate.id,
+            stage, candidate.id, promoted,
             lambda: deploy_stage(self.platform.with_infra_dir(source) if source != checkout else self.platform, stage, lock,
                                  over_pins=True, kubernetes_version=keep.kept if keep else None))
         return StageDeploy(dict(done.images), done.summary(), candidate.infra_revision,
                            "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}", keep, cleared)
 
-    def _promote(self, stage: str, candidate: Candidate, rollback: bool) -> None:
-        """Before the deploy: the candidate's images are what the stage runs from now, recorded where the stage's own
-        jobs read it (``upgrade_service.journal.promoted``), so its scheduled rotation rotates onto nothing else."""
-        from platformctl.app.stores import store_for
-        from upgrade_service.journal.promoted import Promoted, promote
+    def _promoted(self, stage: str, candidate: Candidate, rollback: bool, kubernetes: str | None) -> Promoted | None:
+        """What the stage runs from this deploy on: the candidate's images, its commit and the control planes' version,
+        recorded where the stage's own jobs read it (``upgrade_service.journal.promoted``)."""
+        from upgrade_service.journal.promoted import Promoted
 
         if stage not in candidate.stages:
-            return
+            return None
         images = {family: image["id"] for family, image in candidate.stages[stage].images.items()}
-        store = store_for(self.platform, None, stage=stage)
+        return Promoted(stage, images, candidate.id, self.now(stage), self.lease_holder or "", rollback,
+                        candidate.infra_revision, kubernetes or "")
+
+    def _promote(self, promoted: Promoted | None) -> None:
+        from platformctl.app.stores import store_for
+        from upgrade_service.journal.promoted import promote
+
+        if promoted is None:
+            return
+        store = store_for(self.platform, None, stage=promoted.stage)
         try:
-            promote(store, Promoted(stage, images, candidate.id, self.now(stage), self.lease_holder or "", rollback))
+            promote(store, promoted)
         finally:
             store.close()
 
-    def _deploy_clearing_stale_lock(self, stage: str, candidate: str,
+    def _deploy_clearing_stale_lock(self, stage: str, candidate: str, promoted: Promoted | None,
                                     deploy: Callable[[], DeployResult]) -> tuple[DeployResult, ClearedLock | None]:
         """``deploy()``, recorded in the ledger (the lock holder its stack lock will name) before it begins. A stack
         lock that a tick's deploy took, by a lease that is not this tick's (the stage's lease is this tick's now: that
@@ -110,10 +119,12 @@ class StageOperator:
         from platformctl.kernel.deployer import STALE_LOCK_SECONDS, DeployLocked
 
         if self.ledger is None:
+            self._promote(promoted)
             return deploy(), None
         deployer, spec = stage_deployer(self.platform, stage)
         self.ledger.add_deploy(stage, {"lock_holder": deployer.lock_holder(), "lease_holder": self.lease_holder,
-                                       "at": self.now(stage), "candidate": candidate})
+                                       "at": self.now(stage), "candidate": candidate})  # fenced by the stage's lease
+        self._promote(promoted)  # right after: a tick that lost its lease stopped at the line above
         try:
             return deploy(), None
         except DeployLocked as locked:
@@ -151,6 +162,10 @@ class StageOperator:
                     image = groups.describe(f"{cluster.name}-{pool.name}").image
                 except LabelledOtherwise as other:
                     image = other.image
+                except NodeGroupError as missing:
+                    if missing.code != "ValidationError":  # AWS's answer for a group that does not exist
+                        raise
+                    continue  # a pool this checkout names and the stage has not deployed (yet, or any more)
                 found.append(Launching(cluster.name, pool.name, pool.image_family, image))
         return found
 

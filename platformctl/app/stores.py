@@ -43,5 +43,6 @@ def store_for(platform: Platform, spec: str | None, *, stage: str | None = None,
             table = platform.stage_table(stage)
         except PlatformError:
             table = table_of({}, stage)  # the program's default name
-        return open_store(f"dynamodb://{table}", target=platform.environment.aws)
+        # in the stage's own region (the program makes it there), whatever region the caller's shell names
+        return open_store(f"dynamodb://{table}?region={platform.stage(stage).region}", target=platform.environment.aws)
     return open_store(None, home=platform.home)

@@ -75,10 +75,34 @@ def test_a_drift_between_the_deploy_and_the_rotation_is_never_rotated_onto(ledge
 
 
 def test_a_stage_the_pipeline_never_deployed_has_nothing_to_drift_from(ledger: Ledger) -> None:
-    stages, p = fake(T0), pipeline()
+    stages, p, good = fake(T0), pipeline(), candidate(1)
+    start(ledger, good, T0)
+    until(ledger, stages, p, lambda: ledger.state().stage("dev").last_good == good.id)
     stages.templates["prod"] = {"general": "ami-whatever-it-ran"}  # the ledger says nothing of prod yet
-    run(ledger, stages, p, 3)
-    assert drift_entries(ledger) == [] and all(ledger.state().stage(s).drift == [] for s in STAGES)
+    stages.templates["dev"]["general"] = "ami-by-hand"  # dev it does
+    tick(p, ledger, stages, "tester")
+    assert [e.stage for _, e in ledger.entries() if e.decision == Kind.DRIFT] == ["dev"]
+    assert ledger.state().stage("prod").drift == []
+
+
+def test_a_template_changed_while_the_stage_rotates_is_never_called_rotated(ledger: Ledger) -> None:
+    """The rotation passes over the drifted pool and ends; the tick reads the templates again before it records the
+    rotation finished: the soak never starts on a stage whose pool was not rotated."""
+    p, good = pipeline(), candidate(1)
+
+    def changed_by_hand_meanwhile(s: FakeStages, stage: str, c: object, rollback: bool, hold: object) -> None:
+        if stage == "dev" and not rollback:
+            s.templates["dev"]["general"] = "ami-by-hand"
+        return None
+
+    stages = fake(T0, before_rotate=changed_by_hand_meanwhile)  # type: ignore[arg-type]
+    start(ledger, good, T0)
+    until(ledger, stages, p, lambda: any(e.decision == Kind.DRIFT for _, e in ledger.entries()))
+    run(ledger, stages, p, 5)
+    assert ("dev", "rotated") not in decisions(ledger, good.id) and ledger.state().stage("dev").step == Step.ROTATING
+    stages.before_rotate = None
+    stages.templates["dev"]["general"] = good.stages["dev"].images["general"]["id"]  # put back
+    until(ledger, stages, p, lambda: ("dev", "rotated") in decisions(ledger, good.id))
 
 
 def test_release_status_names_each_drifted_pool_and_exits_4_until_it_is_put_back(ledger: Ledger, tmp_path: Path) -> None:

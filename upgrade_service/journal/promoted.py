@@ -32,6 +32,8 @@ class Promoted:
     at: float
     by: str = ""
     rollback: bool = False
+    infra_revision: str = ""  # the candidate's commit: its program, stack files and user data
+    kubernetes_version: str = ""  # the control planes' version the deploy kept (EKS never takes one back)
 
     @property
     def image_ids(self) -> frozenset[str]:
@@ -39,7 +41,8 @@ class Promoted:
 
     def to_record(self) -> JSONObject:
         return {"stage": self.stage, "images": dict(self.images), "candidate": self.candidate, "at": self.at,
-                "by": self.by, "rollback": self.rollback}
+                "by": self.by, "rollback": self.rollback, "infra_revision": self.infra_revision,
+                "kubernetes_version": self.kubernetes_version}
 
     def said(self) -> str:
         return ", ".join(f"{family} {image}" for family, image in sorted(self.images.items()))
@@ -62,7 +65,8 @@ def promoted_in(store: StateStore, stage: str) -> Promoted | None:
     data = last.data
     images = {str(k): str(v) for k, v in mapping(data.get("images") or {}).items()}
     return Promoted(str(data.get("stage", stage)), images, str(data.get("candidate", "")), float(data.get("at", 0.0)),
-                    str(data.get("by", "")), bool(data.get("rollback", False)))
+                    str(data.get("by", "")), bool(data.get("rollback", False)), str(data.get("infra_revision", "")),
+                    str(data.get("kubernetes_version", "")))
 
 
 __all__ = ["Promoted", "promote", "promoted_in", "stream_of"]

@@ -27,17 +27,17 @@ def no_region(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def test_a_stage_of_a_real_account_reads_and_writes_the_table_its_program_creates(no_region: None) -> None:
     with mock_aws():
-        create_table("platformctl-state-prod")
+        create_table("platformctl-state-prod", "us-east-1")  # in prod's region, not the shell's (us-west-2)
         platform = Platform.from_os()
         store = store_for(platform, None, stage="prod")
-        assert isinstance(store, DynamoDBStore) and store.location == "dynamodb://platformctl-state-prod"
+        assert isinstance(store, DynamoDBStore) and store.location == "dynamodb://platformctl-state-prod?region=us-east-1"
         assert platform.stage_table("prod") == "platformctl-state-prod"
         # A cluster of that stage, named by its context, finds the same table through the stage's stack file.
         from platformctl.kernel.topology import load_stage
 
         member = next(c.name for c in load_stage("prod").clusters())
         assert platform.stage_of(member).name == "prod"  # type: ignore[union-attr]
-        assert store_for(platform, None, cluster=member).location == "dynamodb://platformctl-state-prod"
+        assert store_for(platform, None, cluster=member).location == "dynamodb://platformctl-state-prod?region=us-east-1"
 
 
 def test_the_table_a_stage_names_is_the_one_used(no_region: None, tmp_path: Path) -> None:
@@ -52,8 +52,8 @@ def test_the_table_a_stage_names_is_the_one_used(no_region: None, tmp_path: Path
     assert "  platformctl:rotation:\n" in text and "stateTable" not in text
     stack.write_text(text.replace("  platformctl:rotation:\n", "  platformctl:rotation:\n    stateTable: team-state-staging\n", 1))
     with mock_aws():
-        create_table("team-state-staging")
-        assert store_for(Platform.from_os(infra), None, stage="staging").location == "dynamodb://team-state-staging"
+        create_table("team-state-staging", "us-east-2")
+        assert store_for(Platform.from_os(infra), None, stage="staging").location == "dynamodb://team-state-staging?region=us-east-2"
 
 
 def test_state_or_the_environment_overrides_and_an_unknown_cluster_keeps_the_local_file(no_region: None,

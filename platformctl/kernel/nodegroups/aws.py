@@ -8,7 +8,7 @@ What a group boots now is read from AWS, not assumed: its launch template versio
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from platformctl.kernel import aws
@@ -165,23 +165,28 @@ class AutoScalingNodeGroups:
                 "stage's program, which writes both)", image=str(image), labelled=labelled, field="LaunchTemplateData.UserData")
         return image, instance_type, launch
 
-    def launched_with(self, instance_ids: Sequence[str]) -> dict[str, LaunchSpec]:
-        """From the ``aws:ec2launchtemplate:id``/``:version`` tags EC2 puts on an instance it launches from a template,
-        each version read once (a version never changes) by ``DescribeLaunchTemplateVersions``."""
-        launched: dict[str, tuple[str, str]] = {}
+    def _described(self, instance_ids: Sequence[str]) -> Iterator[dict[str, Any]]:
+        """EC2's instances of ``instance_ids`` it shows now, asked with an ``instance-id`` filter (200 ids a call, the
+        most one filter takes; by id, one EC2 does not show yet would fail the whole call)."""
         ids = sorted(set(instance_ids))
-        for start in range(0, len(ids), 200):  # the most values one filter takes
+        for start in range(0, len(ids), 200):
             kwargs: dict[str, Any] = {"Filters": [{"Name": "instance-id", "Values": ids[start:start + 200]}]}
             while True:
                 answer = self._call(self._ec2.describe_instances, **kwargs)
                 for reservation in answer["Reservations"]:
-                    for inst in reservation["Instances"]:
-                        tags = {t["Key"]: t["Value"] for t in inst.get("Tags") or []}
-                        if tags.get(TEMPLATE_ID_TAG) and tags.get(TEMPLATE_VERSION_TAG):
-                            launched[inst["InstanceId"]] = (tags[TEMPLATE_ID_TAG], tags[TEMPLATE_VERSION_TAG])
+                    yield from reservation["Instances"]
                 if not answer.get("NextToken"):
                     break
                 kwargs["NextToken"] = answer["NextToken"]
+
+    def launched_with(self, instance_ids: Sequence[str]) -> dict[str, LaunchSpec]:
+        """From the ``aws:ec2launchtemplate:id``/``:version`` tags EC2 puts on an instance it launches from a template,
+        each version read once (a version never changes) by ``DescribeLaunchTemplateVersions``."""
+        launched: dict[str, tuple[str, str]] = {}
+        for inst in self._described(instance_ids):
+            tags = {t["Key"]: t["Value"] for t in inst.get("Tags") or []}
+            if tags.get(TEMPLATE_ID_TAG) and tags.get(TEMPLATE_VERSION_TAG):
+                launched[inst["InstanceId"]] = (tags[TEMPLATE_ID_TAG], tags[TEMPLATE_VERSION_TAG])
         out: dict[str, LaunchSpec] = {}
         for instance, (template, version) in launched.items():
             if (template, version) not in self._versions:
@@ -230,20 +235,10 @@ class AutoScalingNodeGroups:
         live = [i for i in found[0].get("Instances", []) if not i["LifecycleState"].startswith(("Terminat", "Detach"))]
         lifecycle = {i["InstanceId"]: i["LifecycleState"] for i in live}
         out: dict[str, Member] = {}
-        ids = sorted(lifecycle)
-        for start in range(0, len(ids), 200):  # the most values one filter takes
-            kwargs: dict[str, Any] = {"Filters": [{"Name": "instance-id", "Values": ids[start:start + 200]}]}
-            while True:
-                answer = self._call(self._ec2.describe_instances, **kwargs)
-                for reservation in answer["Reservations"]:
-                    for inst in reservation["Instances"]:
-                        if inst["InstanceId"] in lifecycle:
-                            out[inst["InstanceId"]] = Member(inst["InstanceId"], lifecycle[inst["InstanceId"]],
-                                                             inst["LaunchTime"].timestamp(),
-                                                             (inst.get("Placement") or {}).get("AvailabilityZone"))
-                if not answer.get("NextToken"):
-                    break
-                kwargs["NextToken"] = answer["NextToken"]
+        for inst in self._described(sorted(lifecycle)):
+            if inst["InstanceId"] in lifecycle:
+                out[inst["InstanceId"]] = Member(inst["InstanceId"], lifecycle[inst["InstanceId"]], inst["LaunchTime"].timestamp(),
+                                                 (inst.get("Placement") or {}).get("AvailabilityZone"))
         now = time.time()
         for i in live:
             if i["InstanceId"] not in out:  # not in EC2's answer yet: launched a moment ago

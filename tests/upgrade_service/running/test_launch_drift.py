@@ -5,19 +5,13 @@ with the cause ``launch-template``, and a rotation replaces exactly them, withou
 from __future__ import annotations
 
 import base64
-import functools
 from pathlib import Path
 
-import pytest
-
-from ami.build import ImageStore
-from infra.materialize import materialize
-from platformctl.app.images import BuildRequest, build
 from platformctl.emulator.local_region import LocalRegion
 from platformctl.kernel.cluster.model import Snapshot
 from platformctl.kernel.nodegroups.aws import AutoScalingNodeGroups
 from platformctl.kernel.state.sqlite import SQLiteStore
-from platformctl.kernel.topology import Stage, load_stage
+from tests.platformctl.emulator import test_local_region
 from tests.upgrade_service.rotation import NO_HARM, harm
 from upgrade_service.planning.plan import plan_cluster
 from upgrade_service.planning.policy import Due, parse_policy
@@ -26,18 +20,7 @@ from upgrade_service.running.execute import Executor
 from upgrade_service.running.launches import launch_drift
 from upgrade_service.running.run_types import Options, RunStatus, Target
 
-
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    lock = tmp_path_factory.mktemp("images") / "images.lock.json"
-
-    def build_tree(stage: Stage) -> None:
-        build(BuildRequest(ImageStore(stage.region), lock, workers=2))
-
-    with LocalRegion(load_stage("dev"), provisioner=functools.partial(materialize, image_lock=lock),
-                     prepare=build_tree) as r:
-        r.wait_until_ready()
-        yield r
+region, built_lock = test_local_region.region, test_local_region.built_lock  # dev's region, its images built first
 
 
 def test_a_template_version_with_a_new_label_and_the_same_image_rotates_exactly_its_pools_nodes(

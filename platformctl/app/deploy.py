@@ -75,6 +75,9 @@ def promoted_to(platform: Platform, stage_name: str) -> Promoted | None:
         store = store_for(platform, None, stage=stage_name)
     except NoSuchStore:
         return None
+    except PlatformError as exc:  # the stage's table cannot be read (no credentials, no network)
+        raise PlatformError(f"cannot read what the release pipeline promoted to {stage_name} ({exc.detail}): a deploy of "
+                            "a stage the pipeline may drive needs it", file=exc.file, field="stage deploy") from None
     try:
         return promoted_in(store, stage_name)
     finally:
@@ -88,6 +91,8 @@ def deploy_by_hand(platform: Platform, stage_name: str, lock_file: Path | None =
     the pipeline through the pipeline (``release start``; ``release rollback`` to go back). A stage it never deployed
     takes the lock file's newest images, as before. Answers the result and the record it deployed (None: the lock's)."""
     stage = platform.stage(stage_name)
+    if lock_file is not None:
+        check_lock_file(lock_file)  # the operator's input first, before any store is read
     record = promoted_to(platform, stage_name)
     if record is None:
         return deploy_stage(platform, stage_name, lock_file), None

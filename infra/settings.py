@@ -289,7 +289,9 @@ def scheduled_policy(settings: InfraSettings, stage_name: str, source: str, infr
             loaded = yaml.safe_load(policy_file.read_text())
         except yaml.YAMLError as exc:
             raise PlatformError(f"not YAML: {str(exc).splitlines()[0]}", file=where) from None
-        policy = dict(loaded) if isinstance(loaded, dict) else {}
+        if not isinstance(loaded, dict):  # an empty or non-mapping file would leave the job ungated, silently
+            raise PlatformError("expected a rotation policy (a mapping of its fields)", file=where)
+        policy = dict(loaded)
     freezes = [f for f in document.get("freezes") or () if isinstance(f, dict)
                and (not f.get("stages") or stage_name in (f.get("stages") or ()))]
     if freezes:

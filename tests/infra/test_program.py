@@ -488,6 +488,10 @@ def test_a_stack_that_gives_its_scheduled_rotation_a_policy_keeps_it_under_the_p
     assert own["maxInFlight"] == 7 and [e["name"] for e in own["exclusions"]] == ["freeze launch", "freeze all-hands"]
     assert [e["name"] for e in scheduled({}, "prod")["exclusions"]] == ["freeze launch", "freeze all-hands"]
     assert "maxInFlight" not in scheduled({}, "prod")
+    (tmp_path / "dev.yaml").write_text("- not a policy\n")  # never an ungated job in its place
+    with pytest.raises(PlatformError) as raised:
+        scheduled({}, "dev")
+    assert str(raised.value).startswith(f"{tmp_path / 'dev.yaml'}: expected a rotation policy")
     # a freeze a rotation policy cannot keep is named in the pipeline file, at `pulumi up`
     (tmp_path / "pipeline.yaml").write_text("stages: [{name: dev}]\nfreezes: [{name: x, start: 2026-12-01T00:00:00, "
                                             "end: 2026-12-02T00:00:00, timezone: Mars/Olympus}]\n")

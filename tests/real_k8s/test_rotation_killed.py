@@ -34,9 +34,9 @@ def test_a_rotation_killed_at_each_step_and_run_again_does_nothing_twice(
                 killed.append(point)
                 time.sleep(LEASE + 0.3)  # the dead run's lease runs out
             else:
-                assert run.returncode == 0, run.stderr[-2000:]
+                assert run.returncode == 0, (point, run.stdout[-3000:], run.stderr[-2000:])
         final = fleet.platformctl(*args)
-    assert final.returncode == 0, final.stderr[-2000:]
+    assert final.returncode == 0, (killed, final.stdout[-3000:], final.stderr[-2000:])
     assert len(killed) >= 7, killed
     after = ready_nodes(real)
     assert not set(fleet.before) & {n["metadata"]["name"] for n in after} and len(after) == len(fleet.before)

@@ -28,6 +28,7 @@ import pulumi
 
 from infra.program import INFRA_DIR, load, main, provision, stack_config
 from infra.settings import release_config
+from platformctl.kernel.state.promoted import Promoted
 from platformctl.kernel.topology import read_stack_config
 
 ACCOUNT = "123456789012"
@@ -97,17 +98,20 @@ class _Mocks(pulumi.runtime.Mocks):
 
 
 def run_stage(stage_name: str, backend: Backend | None = None, *, config: Mapping[str, Any] | None = None,
-              source: Path | None = None, infra_dir: Path = INFRA_DIR, release: bool = False) -> StageRun:
+              source: Path | None = None, infra_dir: Path = INFRA_DIR, release: bool = False,
+              promoted: Promoted | None = None) -> StageRun:
     """Run the program for ``stage_name`` under mocks. ``config`` defaults to the stack file's. ``release``: with the
     ``release tick`` job, as ``pulumi up`` declares it (the local region leaves it out: there an operator, or a test,
-    runs the tick)."""
+    runs the tick). ``promoted``: what the release pipeline promoted to the stage, as ``pulumi up`` reads it from the
+    stage's table (``infra.settings.read_promoted``; ``run_main`` reads it for real)."""
     path = source or infra_dir / f"Pulumi.{stage_name}.yaml"
     values = dict(config) if config is not None else read_stack_config(path)
     run = StageRun()
     mocks = _Mocks(backend or Synthetic(str(values.get("aws:region") or "us-west-2")), run)
 
     def program() -> pulumi.Output[Any]:
-        stage, settings, images = load(stack_config(), stage_name, str(path), infra_dir)
+        stage, settings, images = load(stack_config(), stage_name, str(path), infra_dir,
+                                       promoted=(lambda _stage, _settings: promoted) if promoted is not None else None)
         files = release_config(settings, str(path), infra_dir) if release else None
         return pulumi.Output.from_input(provision(stage, settings, images, files)).apply(run.outputs.update)
 

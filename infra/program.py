@@ -25,6 +25,7 @@ issuer) and every node pool's auto scaling group and launch template. The same p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,15 @@ from infra.settings import (
     InfraSettings,
     node_images,
     parse_settings,
+    read_promoted,
     release_config,
     scheduled_policy,
     state_table,
     with_canaries,
+    with_promoted,
 )
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state.promoted import Promoted
 from platformctl.kernel.topology import REGION_KEY, Stage, parse_stage_config
 
 INFRA_DIR = Path(__file__).resolve().parent
@@ -90,8 +94,11 @@ def stack_config() -> dict[str, Any]:
     return config
 
 
-def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path = INFRA_DIR) -> tuple[Stage, InfraSettings, dict[str, str]]:
-    """The stage, its settings and its node images, or a ``PlatformError`` naming the file and key."""
+def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path = INFRA_DIR,
+         promoted: Callable[[Stage, InfraSettings], Promoted | None] | None = None) -> tuple[Stage, InfraSettings, dict[str, str]]:
+    """The stage, its settings and its node images, or a ``PlatformError`` naming the file and key. ``promoted`` reads
+    what the release pipeline promoted to the stage (``pulumi up`` reads the stage's state table: ``main``); its images
+    and Kubernetes version win over the checkout's (``infra.settings.with_promoted``), and the program says so."""
     stage = parse_stage_config(config, stage_name, source)
     settings = with_canaries(parse_settings(config, stage_name, source), source, infra_dir)
     release = settings.release
@@ -100,6 +107,10 @@ def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path =
                             f"{stage.region}: set ownsLedger on a stack of {release.ledger_region}", file=source,
                             field="config.platformctl:release.ownsLedger")
     images = node_images(stage, settings, infra_dir)
+    if promoted is not None and not settings.images_from_lock:
+        settings, images, said = with_promoted(stage, settings, images, promoted(stage, settings))
+        for line in said:
+            pulumi.log.warn(line)
     scheduled = scheduled_policy(settings, stage_name, source, infra_dir)
     settings = settings.model_copy(update={"rotation": settings.rotation.model_copy(update={"policy": scheduled})})
     return stage, settings, images
@@ -214,7 +225,7 @@ def main() -> None:
     stack = pulumi.get_stack()
     source = str(INFRA_DIR / f"Pulumi.{stack}.yaml")
     try:
-        stage, settings, images = load(stack_config(), stack, source)
+        stage, settings, images = load(stack_config(), stack, source, promoted=read_promoted)
         release_files = release_config(settings, source, INFRA_DIR)
     except PlatformError as exc:
         raise pulumi.RunError(str(exc)) from None  # one line, no traceback

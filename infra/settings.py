@@ -36,6 +36,13 @@ model of ``platformctl.kernel.topology``):
     sets it, otherwise the newest version of the image named after its family in the lock file
     for the stage's region.
 
+A stage the release pipeline has deployed is the exception (``read_promoted``): outside the pipeline's own deploys
+(``imagesFromLock``), its pools boot the images the pipeline last promoted there and its control planes keep the
+version that deploy kept, from the ``promoted/<stage>`` record in the stage's state table. An operator's
+``pulumi up -s prod`` from a checkout with a newer lock file, an older one or pins then deploys what prod runs, not
+what the checkout says; another image reaches the stage through the pipeline (``platformctl release start``, ``release
+rollback``). Pins and the lock's newest image mean "before the first candidate".
+
 Every mistake is a ``PlatformError`` naming the file and the key.
 """
 
@@ -52,6 +59,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from ami.lock import newest_in_lock
 from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.state.promoted import Promoted, promoted_in
 from platformctl.kernel.topology import TOPOLOGY_KEY, Stage
 from platformctl.kernel.yamlfile import validation_error
 
@@ -310,6 +318,55 @@ def scheduled_policy(settings: InfraSettings, stage_name: str, source: str, infr
 
 def state_table(settings: InfraSettings, stage: str) -> str:
     return settings.rotation.state_table or f"platformctl-state-{stage}"
+
+
+def read_promoted(stage: Stage, settings: InfraSettings) -> Promoted | None:
+    """What the release pipeline last promoted to ``stage``, from the stage's state table in its own region; None when
+    it never deployed there (no record, or no table yet: a stage's first ``pulumi up`` makes it). A table that exists
+    but cannot be read stops the program (one line): deploying the checkout's images instead could undo a release."""
+    from platformctl.kernel.state import NoSuchStore, open_store
+
+    table = state_table(settings, stage.name)
+    try:
+        store = open_store(f"dynamodb://{table}?region={stage.region}")
+        try:
+            return promoted_in(store, stage.name)
+        finally:
+            store.close()
+    except NoSuchStore:
+        return None
+    except PlatformError as exc:
+        raise PlatformError(f"cannot read what the release pipeline promoted to {stage.name} from the DynamoDB table "
+                            f"{table} in {stage.region} ({exc.detail}): a deploy of a stage the pipeline may drive "
+                            "deploys what it promoted there", file=stage.source,
+                            field=f"config.{PREFIX}rotation.stateTable") from None
+
+
+def with_promoted(stage: Stage, settings: InfraSettings, images: dict[str, str],
+                  promoted: Promoted | None) -> tuple[InfraSettings, dict[str, str], list[str]]:
+    """The images and Kubernetes version a deploy of ``stage`` applies once the pipeline has ``promoted`` images there:
+    each family it carried boots its promoted image (a family it never carried, a pool the checkout adds, boots what the
+    checkout says), and the control planes keep the version its deploy kept. The release pipeline's own deploys
+    (``imagesFromLock``) already carry what they promote. Also answers what the checkout asked that this deploy does not
+    do, one line each, for the program to say."""
+    if promoted is None or settings.images_from_lock:
+        return settings, images, []
+    said = []
+    out = dict(images)
+    for family, image in sorted(images.items()):
+        kept = promoted.images.get(family)
+        if kept is not None and kept != image:
+            out[family] = kept
+            said.append(f"{family}: {stage.name} runs {kept}, promoted by the release pipeline (candidate "
+                        f"{promoted.candidate}); the checkout names {image}, which reaches {stage.name} through "
+                        "`platformctl release start`")
+    version = promoted.kubernetes_version
+    if version and version != settings.kubernetes_version:
+        said.append(f"Kubernetes {version}: the version {stage.name}'s control planes run since the release pipeline's "
+                    f"deploy of candidate {promoted.candidate}; the checkout's {PREFIX}kubernetesVersion "
+                    f"{settings.kubernetes_version} reaches {stage.name} with a candidate")
+        settings = settings.model_copy(update={"kubernetes_version": version})
+    return settings, out, said
 
 
 def node_images(stage: Stage, settings: InfraSettings, infra_dir: Path) -> dict[str, str]:

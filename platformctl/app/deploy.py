@@ -17,7 +17,7 @@ from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import Stage
 
 if TYPE_CHECKING:
-    from upgrade_service.journal.promoted import Promoted
+    from platformctl.kernel.state.promoted import Promoted
 
 
 def check_lock_file(lock_file: Path) -> None:
@@ -69,7 +69,7 @@ def promoted_to(platform: Platform, stage_name: str) -> Promoted | None:
     None when it never did (no record, or no store yet: the stage's table comes with its first deploy)."""
     from platformctl.app.stores import store_for
     from platformctl.kernel.state import NoSuchStore
-    from upgrade_service.journal.promoted import promoted_in
+    from platformctl.kernel.state.promoted import promoted_in
 
     try:
         store = store_for(platform, None, stage=stage_name)

@@ -24,10 +24,10 @@ from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.nodegroups import NodeGroupError
 from platformctl.kernel.state import StateStore
 from platformctl.kernel.state.lease import holder_id
+from platformctl.kernel.state.promoted import promoted_in
 from platformctl.kernel.topology import HostCluster, Stage
 from platformctl.kernel.who import who
 from release_pipeline.pipeline import Pipeline
-from upgrade_service.journal.promoted import promoted_in
 from upgrade_service.journal.records import ControlAction
 from upgrade_service.journal.rotation import control, read_state, stream_of
 from upgrade_service.planning.fit import pool_capacity

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from e2e_canary.verdict import Verdict
     from platformctl.app.rotation import RotationResult
     from platformctl.kernel.deployer import DeployResult
-    from upgrade_service.journal.promoted import Promoted
+    from platformctl.kernel.state.promoted import Promoted
 
 # A cluster's run that was held back, not failed: a killed tick's lease, a pause by hand, an API that would not answer
 # (the next tick tries again).
@@ -88,8 +88,8 @@ class StageOperator:
 
     def _promoted(self, stage: str, candidate: Candidate, rollback: bool, kubernetes: str | None) -> Promoted | None:
         """What the stage runs from this deploy on: the candidate's images, its commit and the control planes' version,
-        recorded where the stage's own jobs read it (``upgrade_service.journal.promoted``)."""
-        from upgrade_service.journal.promoted import Promoted
+        recorded where the stage's own jobs read it (``platformctl.kernel.state.promoted``)."""
+        from platformctl.kernel.state.promoted import Promoted
 
         if stage not in candidate.stages:
             return None
@@ -99,7 +99,7 @@ class StageOperator:
 
     def _promote(self, promoted: Promoted | None) -> None:
         from platformctl.app.stores import store_for
-        from upgrade_service.journal.promoted import promote
+        from platformctl.kernel.state.promoted import promote
 
         if promoted is None:
             return

@@ -546,7 +546,7 @@ def test_subnets_are_disjoint_and_inside_the_vpc() -> None:
         assert {tier_of_subnet(run, n.inputs["subnetId"]) for n in nats} == {"public"}
 
 
-def test_pulumi_entry_point_reports_a_bad_stack_file_in_one_line() -> None:
+def test_pulumi_entry_point_reports_a_bad_stack_file_in_one_line(account: None) -> None:
     config = stack_config("dev")
     config["platformctl:topology"]["memberClusters"][0]["zone"] = "us-west-2z"
     with pytest.raises(pulumi.RunError) as err:
@@ -557,7 +557,7 @@ def test_pulumi_entry_point_reports_a_bad_stack_file_in_one_line() -> None:
     assert "config.platformctl:topology.memberClusters[0].zone" in message and "us-west-2z" in message
 
 
-def test_pulumi_entry_point_declares_the_stage() -> None:
+def test_pulumi_entry_point_declares_the_stage(account: None) -> None:
     run = run_main("dev", stack_config("dev"))
     assert len(run.of_type(ASG)) == sum(len(c.node_pools) for c in load_stage("dev").clusters())
 

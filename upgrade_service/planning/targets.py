@@ -27,7 +27,7 @@ class Targets:
 def resolve(policy: RotationPolicy, nodes: Sequence[Node], group_of: Mapping[str, str],
             group_images: Mapping[str, str | None], promoted: Collection[str] | None = None) -> Targets:
     """``group_of``: node -> its auto scaling group; ``group_images``: group -> what it launches now. ``promoted``:
-    the images the release pipeline says the stage runs (``upgrade_service.journal.promoted``; None: no record): a pool
+    the images the release pipeline says the stage runs (``platformctl.kernel.state.promoted``; None: no record): a pool
     that follows its launch template is rotated only onto one of them; one whose template boots another image has
     drifted from what was promoted, and none of its nodes is rotated (a policy's own ``targets`` are the operator's
     explicit ask, not held to it)."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from platformctl.kernel.state.promoted import Promoted, promote, promoted_in
 from platformctl.kernel.state.sqlite import SQLiteStore
 from tests.clusters import NEW, OLD
 from tests.upgrade_service.rotation import NO_HARM, harm, rotate, serving
-from upgrade_service.journal.promoted import Promoted, promote, promoted_in
 from upgrade_service.running.run_types import RunStatus
 
 

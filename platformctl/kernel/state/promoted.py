@@ -6,6 +6,8 @@ good one): the images of every family the stage boots, and the candidate. A rota
 only onto one of those images: a launch template that boots anything else (an operator's ``pulumi up`` with another
 lock, a version made by hand in EC2) is drift, and its pool is not rotated (``upgrade_service.planning.targets``).
 A stage the pipeline has never deployed has no record, and its rotations follow their launch templates as before.
+The stage's Pulumi program reads it too (``infra.settings.read_promoted``): an operator's ``pulumi up -s <stage>`` deploys
+these images and this Kubernetes version, whatever the checkout's lock file and stack file say.
 The ledger stays the one record of decisions; this stream is what a stage's jobs may know of them (they cannot read
 the ledger, and need not).
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from platformctl.kernel.jsontypes import JSONObject, mapping
-from platformctl.kernel.state import StateStore
+from platformctl.kernel.state.base import StateStore
 
 
 def stream_of(stage: str) -> str:

@@ -1,0 +1,84 @@
+"""``pulumi up -s <stage>`` by hand on a stage the release pipeline drives deploys what the pipeline promoted there (its
+``promoted/<stage>`` record in the stage's state table), never the checkout's lock file or its Kubernetes version: the
+program run as ``infra/__main__.py`` runs it (``run_main``), reading the table through boto3 from moto's DynamoDB."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pytest
+
+from ami.lock import newest_in_lock
+from infra.mocked import run_main
+from platformctl.kernel.environment import FAKE_CREDENTIALS
+from platformctl.kernel.state import open_store
+from platformctl.kernel.state.dynamodb import create_table
+from platformctl.kernel.state.promoted import Promoted, promote
+from platformctl.kernel.topology import load_stage
+from tests.infra.images import LOCK, stack_config
+
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+EKS = "aws:eks/cluster:Cluster"
+PROD = load_stage("prod")
+TABLE = "platformctl-state-prod"
+PROMOTED = {"general": "ami-0feed0000000000a1", "ml": "ami-0feed0000000000a2"}  # not custom: never carried yet
+
+
+def promoted_once(kubernetes_version: str = "1.31") -> Promoted:
+    create_table(TABLE, PROD.region)
+    record = Promoted("prod", dict(PROMOTED), "c-0042", 1.0e9, "arn:aws:sts::123456789012:assumed-role/release/tick",
+                      infra_revision="0" * 40, kubernetes_version=kubernetes_version)
+    store = open_store(f"dynamodb://{TABLE}?region={PROD.region}")
+    promote(store, record)
+    store.close()
+    return record
+
+
+def booted(run: object) -> set[str]:
+    return {t.inputs["imageId"] for t in run.of_type(LT)}  # type: ignore[attr-defined]
+
+
+def lock_images(*families: str) -> set[str]:
+    lock = json.loads(LOCK.read_text())
+    return {newest_in_lock(lock, p.image_family, PROD.region) or "" for c in PROD.clusters() for p in c.node_pools
+            if not families or p.image_family in families}
+
+
+def test_pulumi_up_by_hand_on_a_promoted_stage_deploys_the_promoted_images_and_version(account: None) -> None:
+    promoted_once()
+    assert lock_images().isdisjoint(PROMOTED.values())  # the checkout's lock says otherwise
+    run = run_main("prod", stack_config("prod"))
+    # each family the pipeline carried boots its promoted image; custom, which it never carried, the lock's newest
+    assert booted(run) == set(PROMOTED.values()) | lock_images("custom")
+    assert {c.inputs["version"] for c in run.of_type(EKS)} == {"1.31"}  # the stack file says 1.32
+
+
+def test_pulumi_up_on_a_stage_the_pipeline_never_deployed_boots_the_lock_files_newest(account: None) -> None:
+    create_table(TABLE, PROD.region)  # a table with no record in it
+    run = run_main("prod", stack_config("prod"))
+    assert booted(run) == lock_images()
+    assert {c.inputs["version"] for c in run.of_type(EKS)} == {"1.32"}
+
+
+def test_a_first_pulumi_up_before_the_stages_table_exists_boots_the_lock_files_newest(account: None) -> None:
+    assert booted(run_main("prod", stack_config("prod"))) == lock_images()
+
+
+def test_the_pipelines_own_deploy_carries_its_candidates_images_over_the_record(account: None) -> None:
+    promoted_once()
+    config = {**stack_config("prod"), "platformctl:imagesFromLock": True}
+    assert booted(run_main("prod", config)) == lock_images()
+
+
+def test_a_table_that_cannot_be_read_stops_pulumi_up_in_one_line_naming_the_stack_file(
+        account: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in FAKE_CREDENTIALS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    with pytest.raises(pulumi.RunError) as err:
+        run_main("prod", stack_config("prod"))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(PROD.source), message
+    assert "config.platformctl:rotation.stateTable" in message and TABLE in message, message

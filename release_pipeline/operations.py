@@ -5,13 +5,14 @@ is the one configurable fake every reconciler test and benchmark uses."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.jsontypes import JSONObject
 from release_pipeline.candidates import Candidate
+from release_pipeline.held import ManualFreeze
 from release_pipeline.rotation_result import StageRotation
 
 if TYPE_CHECKING:
@@ -120,6 +121,12 @@ class StageOperations(Protocol):
         """Every pool of the stage and what its group launches now, read from AWS each time (a template changed by
         hand in EC2, or by a ``pulumi up`` with another lock, shows at once): what the tick compares with what the
         stage should run."""
+        ...
+
+    def hold_by_hand(self, stage: str, freezes: Sequence[ManualFreeze]) -> None:
+        """Tell the stage's own jobs the freezes set by hand that bind it now or later (none: there are none), where they
+        read them (the stage's state store): its scheduled rotation starts no wave while one holds. Writes only a
+        change; a tick that may have lost its lease writes nothing."""
         ...
 
     def resume(self, stage: str, reason: str) -> None:

@@ -253,6 +253,13 @@ def _advance(pipeline: Pipeline, ledger: Ledger, state: PipelineState, name: str
     stage = state.stage(name)
     policy = pipeline.stage(name)
     now = actions.now(name)
+    try:  # the freezes by hand, where the stage's scheduled rotation reads them (it cannot read the ledger)
+        actions.hold_by_hand(name, [f for f in state.freezes if f.stage in ("*", name) and (f.until is None or f.until > now)])
+    except (LeaseLost, Moved):
+        raise
+    except Exception as exc:  # the store did not answer: the step goes on, the next tick writes again
+        held(f"{name}: its freezes by hand could not be written where its scheduled rotation reads them "
+             f"({type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''})")
     try:
         drifted = _drifted(ledger, stage, name, actions, write, now)
     except (LeaseLost, Moved):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from release_pipeline.candidates import Candidate
+from release_pipeline.held import ManualFreeze
 from release_pipeline.operations import Launching, StageDeploy
 from release_pipeline.rotation_result import StageRotation, Status
 
@@ -62,6 +63,7 @@ class FakeStages:
     deploys: list[tuple[str, str]] = field(default_factory=list)
     rotations: list[tuple[str, str]] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
+    held_by_hand: dict[str, list[ManualFreeze]] = field(default_factory=dict)  # stage -> the freezes by hand told it
     paused: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -88,6 +90,9 @@ class FakeStages:
     def launching(self, stage: str) -> list[Launching]:
         """One pool a family, in one cluster of the stage, launching what its template boots."""
         return [Launching(f"{stage}-1", family, family, image) for family, image in sorted(self.template(stage).items())]
+
+    def hold_by_hand(self, stage: str, freezes: Sequence[ManualFreeze]) -> None:
+        self.held_by_hand[stage] = list(freezes)
 
     def resume(self, stage: str, reason: str) -> None:
         self.resumed.append(stage)

@@ -10,19 +10,21 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from platformctl.app.clusters import connect, groups_of, launch_template_targets
 from platformctl.app.platform import Platform
 from platformctl.app.stores import store_for
-from platformctl.kernel.cluster.model import Node, Snapshot, load_snapshot
+from platformctl.kernel.cluster.model import Node, Snapshot, format_time, load_snapshot
 from platformctl.kernel.errors import ApiFault, ApiRefused, PlatformError
 from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.nodegroups import NodeGroupError
 from platformctl.kernel.state import StateStore
+from platformctl.kernel.state.frozen import HandFreeze, frozen_in
 from platformctl.kernel.state.lease import holder_id
 from platformctl.kernel.state.promoted import promoted_in
 from platformctl.kernel.topology import HostCluster, Stage
@@ -33,7 +35,7 @@ from upgrade_service.journal.rotation import control, read_state, stream_of
 from upgrade_service.planning.fit import pool_capacity
 from upgrade_service.planning.order import ClusterPlace, cluster_steps
 from upgrade_service.planning.plan import RegionPlan, RotationPlan, plan_cluster, plan_region
-from upgrade_service.planning.policy import RotationPolicy, load_policy
+from upgrade_service.planning.policy import MaintenanceWindow, RotationPolicy, load_policy
 from upgrade_service.planning.targets import check_pools, resolve
 from upgrade_service.running.execute import Executor
 from upgrade_service.running.gate import check_gate_exists
@@ -214,6 +216,7 @@ class RunRequest(ActRequest):
     """Carry a rotation out on one cluster (``context``) or a whole stage, at most ``max_waves`` waves."""
 
     max_waves: int | None = None
+    by_pipeline: bool = False  # the release tick's own: its freezes are the ledger's, not the stage's frozen record
 
 
 @dataclass
@@ -334,10 +337,28 @@ def prepare(platform: Platform, request: RunRequest, stop: threading.Event | Non
 
         canary = canary_gate(store, policy.health_gate.canary.window, config)
     promoted = promoted_in(store, scope.stage.name) if scope.stage is not None else None
+    if scope.stage is not None and not request.by_pipeline:
+        policy = policy.with_exclusions(hand_freeze_windows(frozen_in(store, scope.stage.name)))
     options = Options(lease_ttl=request.lease_ttl, stage=scope.stage.name if scope.stage else None,
                       max_waves=request.max_waves, canary=canary, stop=stop, environment=platform.environment,
                       promoted=promoted.image_ids if promoted is not None else None)
     return Rotation(policy, scope, store, targets, options)
+
+
+FOREVER = datetime(9000, 1, 1)  # a freeze by hand with no end: until someone unfreezes it
+
+
+def hand_freeze_windows(freezes: Sequence[HandFreeze]) -> list[MaintenanceWindow]:
+    """The freezes set by hand on a stage (``release freeze``, as its tick last recorded them) as exclusions of its
+    rotations outside the pipeline: no wave starts while one holds."""
+    out = []
+    for f in freezes:
+        until = f"until {format_time(f.until)}" if f.until is not None else "until unfrozen by hand"
+        out.append(MaintenanceWindow(name=f"freeze by hand ({f.by or 'someone'}: {f.reason}; {until})", timezone="UTC",
+                                     start=datetime.fromtimestamp(f.at, UTC).replace(tzinfo=None),
+                                     end=datetime.fromtimestamp(f.until, UTC).replace(tzinfo=None) if f.until is not None
+                                     else FOREVER))
+    return out
 
 
 def _check_targets_launch(policy: RotationPolicy, target: Target, nodes: list[Node]) -> None:

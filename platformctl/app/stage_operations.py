@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +19,7 @@ from platformctl.kernel.errors import ApiFault, PlatformError
 from platformctl.kernel.jsontypes import number, optional_str
 from platformctl.kernel.nodegroups import Booted, NodeGroupError, NodeGroups
 from release_pipeline.candidates import Candidate
+from release_pipeline.held import ManualFreeze
 from release_pipeline.ledger import Ledger
 from release_pipeline.operations import ClearedLock, KeptVersion, Launching, StageDeploy, replaced_images
 from release_pipeline.pipeline import Pipeline
@@ -169,6 +170,20 @@ class StageOperator:
                 found.append(Launching(cluster.name, pool.name, pool.image_family, image))
         return found
 
+    def hold_by_hand(self, stage: str, freezes: Sequence[ManualFreeze]) -> None:
+        """``frozen/<stage>`` in the stage's own store (``platformctl.kernel.state.frozen``), fenced as the tick's
+        writes are: a tick that may have lost the stage's lease writes nothing."""
+        from platformctl.app.stores import store_for
+        from platformctl.kernel.state.frozen import HandFreeze, record_frozen
+
+        if self.ledger is not None:
+            self.ledger.fence  # noqa: B018 - raises LeaseLost when the stage's lease may be gone
+        store = store_for(self.platform, None, stage=stage)
+        try:
+            record_frozen(store, stage, [HandFreeze(f.reason, f.at, f.until, f.by) for f in freezes], self.now(stage))
+        finally:
+            store.close()
+
     # ---------------------------------------------------------------------------------------------- rotate
 
     def resume(self, stage: str, reason: str) -> None:
@@ -218,7 +233,8 @@ class StageOperator:
                                 field=f"stages[{self.pipeline.names.index(stage)}].rotationPolicy")
         if rollback:
             self._end_halted(stage, candidate)
-        rotation = prepare(self.platform, RunRequest(policy, stage=stage, kubeconfig=self.kubeconfig, lease_ttl=self.lease_ttl))
+        rotation = prepare(self.platform, RunRequest(policy, stage=stage, kubeconfig=self.kubeconfig, lease_ttl=self.lease_ttl,
+                                                        by_pipeline=True))
         if rollback:  # back to what passed: not held by the canaries the taken-away image fails, nor by its windows
             rotation.policy = rotation.policy.model_copy(update={"health_gate": None, "first_light": None,
                                                                  "maintenance_windows": (), "exclusions": ()})

@@ -10,7 +10,7 @@ an operator's ``workloadRules`` entry that matches a pod takes precedence over t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -250,6 +250,10 @@ class RotationPolicy(_Value):
     def with_targets(self, targets: dict[str, str]) -> RotationPolicy:
         """This policy rotating exactly ``targets`` (the executor resolves them from launch templates)."""
         return self.model_copy(update={"targets": dict(targets)})
+
+    def with_exclusions(self, more: Sequence[MaintenanceWindow]) -> RotationPolicy:
+        """This policy with ``more`` exclusions (a stage's freezes set by hand) after its own."""
+        return self.model_copy(update={"exclusions": (*self.exclusions, *more)}) if more else self
 
     def with_launch_drift(self, drift: Mapping[str, str]) -> RotationPolicy:
         """This policy knowing which nodes their group would launch otherwise now (``Due.LAUNCH_TEMPLATE``)."""

@@ -24,6 +24,8 @@ import boto3
 import pytest
 
 from platformctl.kernel.cluster.live import LiveCluster
+from platformctl.kernel.state import open_store
+from platformctl.kernel.state.frozen import HandFreeze, record_frozen
 from platformctl.kernel.state.sqlite import SQLiteStore
 from platformctl.kernel.topology import load_stage
 from tests.process import get, new_images, region_fixture, run, start
@@ -91,6 +93,17 @@ def assert_rotated_without_harm(region: dict[str, Any], images: dict[str, str], 
 def test_a_stage_rotation_moves_every_node_onto_its_template_with_no_harm_and_one_run_at_a_time(region: dict[str, Any]) -> None:
     images = new_images(region, "1.5.0")
     before = world(region)
+    # A freeze set by hand on dev (`release freeze`: its tick writes it where the stage's jobs read it): the scheduled
+    # job, and a run by hand, start no wave and move nothing; they wait as outside-window (exit 0) and name it.
+    store = open_store(json.loads(run(region["home"], "rotate", "status", "--stage", "dev", "-o", "json").stdout)["state"])
+    record_frozen(store, "dev", [HandFreeze("incident 4711", 0.0, None, "alice")], 0.0)
+    held = rotate(region, "-o", "json")
+    first = json.loads(held.stdout)["clusters"][0]
+    assert held.returncode == 0 and first["status"] == "outside-window", held.stdout[-2000:]
+    assert "freeze by hand (alice: incident 4711; until unfrozen by hand)" in first["reason"], first["reason"]
+    assert world(region)["terminated"] == before["terminated"] and desired(region) == region["groups"]
+    record_frozen(store, "dev", [], 1.0)  # unfrozen: the next tick says none is left
+    store.close()
     # A policy with no targets follows the launch templates: a dry run and a plan read them from AWS, change nothing.
     dry = json.loads(rotate(region, "--dry-run", "-o", "json").stdout)
     for cluster in dry["clusters"]:

@@ -8,8 +8,9 @@ stage runs, else Pulumi's Automation API on the stage's stack in the checkout's 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from platformctl.app.platform import Platform
 from platformctl.kernel.deployer import Deployer, DeployResult
@@ -17,7 +18,11 @@ from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import Stage
 
 if TYPE_CHECKING:
+    from platformctl.kernel.state import StateStore
+    from platformctl.kernel.state.frozen import HandFreeze
     from platformctl.kernel.state.promoted import Promoted
+
+T = TypeVar("T")
 
 
 def check_lock_file(lock_file: Path) -> None:
@@ -67,19 +72,33 @@ def deploy_stage(platform: Platform, stage_name: str, lock_file: Path | None = N
 def promoted_to(platform: Platform, stage_name: str) -> Promoted | None:
     """What the release pipeline last deployed to ``stage_name`` (its ``promoted/<stage>`` record in the stage's store);
     None when it never did (no record, or no store yet: the stage's table comes with its first deploy)."""
+    from platformctl.kernel.state.promoted import promoted_in
+
+    return _in_stage_store(platform, stage_name, lambda store: promoted_in(store, stage_name), None)
+
+
+def frozen_to(platform: Platform, stage_name: str) -> list[HandFreeze]:
+    """The freezes set by hand that bind ``stage_name``, as its tick last wrote them in the stage's store."""
+    from platformctl.kernel.state.frozen import frozen_in
+
+    return _in_stage_store(platform, stage_name, lambda store: frozen_in(store, stage_name), [])
+
+
+def _in_stage_store(platform: Platform, stage_name: str, read: Callable[[StateStore], T], none: T) -> T:
+    """``read`` of the stage's own store; ``none`` when it has none yet."""
     from platformctl.app.stores import store_for
     from platformctl.kernel.state import NoSuchStore
-    from platformctl.kernel.state.promoted import promoted_in
 
     try:
         store = store_for(platform, None, stage=stage_name)
     except NoSuchStore:
-        return None
+        return none
     except PlatformError as exc:  # the stage's table cannot be read (no credentials, no network)
-        raise PlatformError(f"cannot read what the release pipeline promoted to {stage_name} ({exc.detail}): a deploy of "
-                            "a stage the pipeline may drive needs it", file=exc.file, field="stage deploy") from None
+        raise PlatformError(f"cannot read {stage_name}'s own store, where its tick records what the release pipeline "
+                            f"promoted there and the freezes by hand ({exc.detail}): a deploy or rotation of a stage the "
+                            "pipeline may drive needs them", file=exc.file, field="--stage") from None
     try:
-        return promoted_in(store, stage_name)
+        return read(store)
     finally:
         store.close()
 

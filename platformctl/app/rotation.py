@@ -161,6 +161,10 @@ def _plan_stage(platform: Platform, request: PlanRequest, policy: RotationPolicy
             targets.update(found)
             drift.update(drifted)
         policy = policy.with_targets(targets).with_launch_drift(drift)
+    if request.snapshot_dir is None:  # a live stage: its freezes by hand bind its rotations (``prepare``)
+        from platformctl.app.deploy import frozen_to
+
+        policy = policy.with_exclusions(hand_freeze_windows(frozen_to(platform, stage.name)))
     result = plan_region(stage.name, stage.region, places, snapshots, policy, now)
     present = {n.labels[policy.pool_label] for s in snapshots.values() for n in s.nodes if policy.pool_label in n.labels}
     check_pools(policy, present, f"stage {stage.name}")

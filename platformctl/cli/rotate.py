@@ -43,6 +43,8 @@ def _print_cluster_plan(plan: RotationPlan, show_waves: bool = True) -> None:
         needed, ends = plan.windows
         out.print(f"  in its maintenance windows: {needed} window{'s' if needed != 1 else ''}, ending about "
                   f"{format_time(ends)}")
+    if plan.closed_now is not None:
+        out.print(f"  [yellow]no wave may start now[/]: {plan.closed_now}")
     if show_waves and plan.waves:
         table = Table("wave", "zone", "pools", "nodes", "first node", "boot", "drain", "settle", "wait", "estimate",
                       "starts", "ends")

@@ -124,6 +124,14 @@ class RotationPlan:
         return self.openings, self.planned_at + self.estimated_seconds
 
     @property
+    def closed_now(self) -> str | None:
+        """Why no wave may start when the plan was made (a window closed, an exclusion such as a freeze by hand holding),
+        and when one may; None when one may."""
+        if not self.policy.schedule or self.planned_at is None:
+            return None
+        return self.policy.schedule.closed(self.planned_at)
+
+    @property
     def estimated_seconds(self) -> int:
         return self.ends_seconds if self.ends_seconds is not None else sum(w.estimated_seconds for w in self.waves)
 
@@ -147,6 +155,7 @@ class RotationPlan:
             "estimated_seconds": self.estimated_seconds,
             **({"maintenance_windows": {"needed": self.windows[0], "ends_at": format_time(self.windows[1])}}
                if self.windows is not None else {}),
+            **({"closed_now": closed} if (closed := self.closed_now) is not None else {}),
             "waves": [{**w.to_dict(), **self._span(w.index)} for w in self.waves],
             "blocked": [b.to_dict() for b in self.blocked],
             "warnings": self.warnings,

@@ -102,6 +102,8 @@ def test_a_stage_rotation_moves_every_node_onto_its_template_with_no_harm_and_on
     assert held.returncode == 0 and first["status"] == "outside-window", held.stdout[-2000:]
     assert "freeze by hand (alice: incident 4711; until unfrozen by hand)" in first["reason"], first["reason"]
     assert world(region)["terminated"] == before["terminated"] and desired(region) == region["groups"]
+    planned = json.loads(run(region["home"], "rotate", "plan", "--stage", "dev", "--policy", region["policy"], "-o", "json").stdout)
+    assert all("freeze by hand (alice: incident 4711" in c["closed_now"] for c in planned["clusters"].values()), planned
     record_frozen(store, "dev", [], 1.0)  # unfrozen: the next tick says none is left
     store.close()
     # A policy with no targets follows the launch templates: a dry run and a plan read them from AWS, change nothing.

@@ -225,7 +225,7 @@ def main() -> None:
     stack = pulumi.get_stack()
     source = str(INFRA_DIR / f"Pulumi.{stack}.yaml")
     try:
-        stage, settings, images = load(stack_config(), stack, source, promoted=read_promoted)
+        stage, settings, images = load(stack_config(), stack, source, promoted=lambda st, se: read_promoted(st, se, pulumi.log.warn))
         release_files = release_config(settings, source, INFRA_DIR)
     except PlatformError as exc:
         raise pulumi.RunError(str(exc)) from None  # one line, no traceback

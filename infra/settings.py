@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -58,7 +58,7 @@ from croniter import croniter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ami.lock import newest_in_lock
-from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.state.promoted import Promoted, promoted_in
 from platformctl.kernel.topology import TOPOLOGY_KEY, Stage
 from platformctl.kernel.yamlfile import validation_error
@@ -320,10 +320,11 @@ def state_table(settings: InfraSettings, stage: str) -> str:
     return settings.rotation.state_table or f"platformctl-state-{stage}"
 
 
-def read_promoted(stage: Stage, settings: InfraSettings) -> Promoted | None:
+def read_promoted(stage: Stage, settings: InfraSettings, say: Callable[[str], None] = lambda line: None) -> Promoted | None:
     """What the release pipeline last promoted to ``stage``, from the stage's state table in its own region; None when
-    it never deployed there (no record, or no table yet: a stage's first ``pulumi up`` makes it). A table that exists
-    but cannot be read stops the program (one line): deploying the checkout's images instead could undo a release."""
+    it never deployed there (no record, or no table yet: a stage's first ``pulumi up`` makes it, and ``say`` tells so,
+    naming the table: a renamed table or another account's credentials look the same). A table that exists but cannot
+    be read stops the program (one line): deploying the checkout's images instead could undo a release."""
     from platformctl.kernel.state import NoSuchStore, open_store
 
     table = state_table(settings, stage.name)
@@ -334,10 +335,13 @@ def read_promoted(stage: Stage, settings: InfraSettings) -> Promoted | None:
         finally:
             store.close()
     except NoSuchStore:
+        say(f"no state table {table} in {stage.region} for these credentials: {stage.name} has no record of a release "
+            "pipeline deploy, so its pools boot what the checkout names (a stage's first `pulumi up` makes the table)")
         return None
-    except PlatformError as exc:
+    except (PlatformError, Unavailable) as exc:
+        detail = exc.detail if isinstance(exc, PlatformError) else str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PlatformError(f"cannot read what the release pipeline promoted to {stage.name} from the DynamoDB table "
-                            f"{table} in {stage.region} ({exc.detail}): a deploy of a stage the pipeline may drive "
+                            f"{table} in {stage.region} ({detail}): a deploy of a stage the pipeline may drive "
                             "deploys what it promoted there", file=stage.source,
                             field=f"config.{PREFIX}rotation.stateTable") from None
 

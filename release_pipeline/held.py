@@ -26,7 +26,7 @@ from platformctl.kernel.jsontypes import (
 @dataclass(frozen=True, slots=True)
 class Drift:
     """A pool whose launch template boots another image than the pipeline says its stage runs: found in AWS by a tick
-    (a ``pulumi up`` with another lock, a template version made by hand in EC2)."""
+    (a template version made by hand in EC2, a ``pulumi up`` from an older checkout)."""
 
     cluster: str
     pool: str

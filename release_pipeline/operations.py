@@ -119,14 +119,15 @@ class StageOperations(Protocol):
 
     def launching(self, stage: str) -> list[Launching]:
         """Every pool of the stage and what its group launches now, read from AWS each time (a template changed by
-        hand in EC2, or by a ``pulumi up`` with another lock, shows at once): what the tick compares with what the
+        hand in EC2, or by a ``pulumi up`` from an older checkout, shows at once): what the tick compares with what the
         stage should run."""
         ...
 
     def hold_by_hand(self, stage: str, freezes: Sequence[ManualFreeze]) -> None:
         """Tell the stage's own jobs the freezes set by hand that bind it now or later (none: there are none), where they
         read them (the stage's state store): its scheduled rotation starts no wave while one holds. Writes only a
-        change; a tick that may have lost its lease writes nothing."""
+        change, after checking the tick still holds the stage's lease (the record is in another table, so the check
+        is not a fenced write: a write that lands late is put right by the next tick, which compares)."""
         ...
 
     def resume(self, stage: str, reason: str) -> None:

@@ -17,7 +17,7 @@ from platformctl.app.release_source import infra_revision
 from platformctl.app.release_status import PipelineStatus, status_of
 from platformctl.app.rotation import check_gate_windows
 from platformctl.app.stage_operations import StageOperator
-from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.errors import PlatformError, Unavailable
 from platformctl.kernel.humanize import parse_duration
 from platformctl.kernel.state import StateStore, open_store
 from platformctl.kernel.who import who
@@ -143,9 +143,14 @@ def _until(text: str | None) -> tuple[str, float] | None:
     if text is None:
         return None
     try:
-        return "after", float(parse_duration(text))
+        seconds: float | None = float(parse_duration(text))
     except ValueError:
-        pass
+        seconds = None
+    if seconds is not None:
+        if seconds <= 0:
+            raise PlatformError(f"{text!r} is no time: a freeze lasts a while (4h), or until unfrozen (leave --until out)",
+                                field="--until")
+        return "after", seconds
     from datetime import datetime
 
     try:
@@ -175,6 +180,32 @@ def freeze(platform: Platform, request: FreezeRequest) -> Entry:
     end = None if until is None else until[1] if until[0] == "at" else now + until[1]
     return ledger.append(None, request.stage, "freeze", now, request.reason, {"until": end, "pipeline": pipeline.digest},
                          who(platform.identity_target))
+
+
+def tell_stages(platform: Platform, request: FreezeRequest) -> list[str]:
+    """After a ``freeze`` or ``unfreeze``: write the freezes by hand that now bind each stage it names to the stage's own
+    store (``frozen/<stage>``) at once, as the stage's next tick would, so the stage's scheduled rotation sees them even
+    when no tick runs there. Best effort: a store that does not answer is said (one line each), and its tick writes
+    the record within a minute."""
+    from platformctl.app.stores import store_for
+    from platformctl.kernel.state.frozen import HandFreeze, record_frozen
+
+    pipeline, ledger = open_pipeline(platform, LedgerRequest(request.pipeline_file, request.ledger, request.stage))
+    state = ledger.state()
+    said = []
+    for name in [request.stage] if request.stage is not None else list(pipeline.names):
+        now = platform.now(name)
+        freezes = [HandFreeze(f.reason, f.at, f.until, f.by) for f in state.freezes
+                   if f.stage in ("*", name) and (f.until is None or f.until > now)]
+        try:
+            store = store_for(platform, None, stage=name)
+            try:
+                record_frozen(store, name, freezes, now)
+            finally:
+                store.close()
+        except (PlatformError, Unavailable) as exc:
+            said.append(f"{name}: its own store did not take the freeze ({exc}); its next tick writes it there")
+    return said
 
 
 def unfreeze(platform: Platform, request: FreezeRequest) -> Entry:

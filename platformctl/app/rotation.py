@@ -20,7 +20,7 @@ from platformctl.app.clusters import connect, groups_of, launch_template_targets
 from platformctl.app.platform import Platform
 from platformctl.app.stores import store_for
 from platformctl.kernel.cluster.model import Node, Snapshot, format_time, load_snapshot
-from platformctl.kernel.errors import ApiFault, ApiRefused, PlatformError
+from platformctl.kernel.errors import ApiFault, ApiRefused, PlatformError, Unavailable
 from platformctl.kernel.humanize import human_duration
 from platformctl.kernel.nodegroups import NodeGroupError
 from platformctl.kernel.state import StateStore
@@ -341,12 +341,30 @@ def prepare(platform: Platform, request: RunRequest, stop: threading.Event | Non
 
         canary = canary_gate(store, policy.health_gate.canary.window, config)
     promoted = promoted_in(store, scope.stage.name) if scope.stage is not None else None
-    if scope.stage is not None and not request.by_pipeline:
-        policy = policy.with_exclusions(hand_freeze_windows(frozen_in(store, scope.stage.name)))
+    # The stage's freezes by hand bind every rotation of its clusters but the tick's own (the ledger holds that one),
+    # read again before each wave: a freeze set while the run goes on stops it at its next wave.
+    held = scope.stage or platform.stage_of(scope.names[0])
+    freezes = HandFreezes(store, held.name) if held is not None and not request.by_pipeline else None
     options = Options(lease_ttl=request.lease_ttl, stage=scope.stage.name if scope.stage else None,
                       max_waves=request.max_waves, canary=canary, stop=stop, environment=platform.environment,
-                      promoted=promoted.image_ids if promoted is not None else None)
+                      promoted=promoted.image_ids if promoted is not None else None, exclusions=freezes)
     return Rotation(policy, scope, store, targets, options)
+
+
+class HandFreezes:
+    """A stage's freezes set by hand as exclusions, read from its store each time a wave may start (the last answer
+    kept while the store does not answer: one missed read never lets a wave through a freeze already seen)."""
+
+    def __init__(self, store: StateStore, stage: str) -> None:
+        self.store, self.stage = store, stage
+        self.last: list[MaintenanceWindow] = []
+
+    def __call__(self) -> list[MaintenanceWindow]:
+        try:
+            self.last = hand_freeze_windows(frozen_in(self.store, self.stage))
+        except Unavailable:
+            pass
+        return self.last
 
 
 FOREVER = datetime(9000, 1, 1)  # a freeze by hand with no end: until someone unfreezes it
@@ -357,6 +375,8 @@ def hand_freeze_windows(freezes: Sequence[HandFreeze]) -> list[MaintenanceWindow
     rotations outside the pipeline: no wave starts while one holds."""
     out = []
     for f in freezes:
+        if f.until is not None and f.until <= f.at:
+            continue  # over as it began (``--until 0``): holds nothing
         until = f"until {format_time(f.until)}" if f.until is not None else "until unfrozen by hand"
         out.append(MaintenanceWindow(name=f"freeze by hand ({f.by or 'someone'}: {f.reason}; {until})", timezone="UTC",
                                      start=datetime.fromtimestamp(f.at, UTC).replace(tzinfo=None),

@@ -171,8 +171,8 @@ class StageOperator:
         return found
 
     def hold_by_hand(self, stage: str, freezes: Sequence[ManualFreeze]) -> None:
-        """``frozen/<stage>`` in the stage's own store (``platformctl.kernel.state.frozen``), fenced as the tick's
-        writes are: a tick that may have lost the stage's lease writes nothing."""
+        """``frozen/<stage>`` in the stage's own store (``platformctl.kernel.state.frozen``), after the lease check the
+        tick's own writes make (a tick that may have lost the stage's lease writes nothing new)."""
         from platformctl.app.stores import store_for
         from platformctl.kernel.state.frozen import HandFreeze, record_frozen
 

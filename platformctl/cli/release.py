@@ -162,11 +162,14 @@ def _scope(all_stages: bool, stage: str | None) -> str | None:
 def release_freeze(all_stages: bool, stage: str | None, reason: str, until: str | None, pipeline_file: Path | None,
                    ledger: str | None, output: str) -> None:
     """Stop candidates entering a stage (or every stage) until unfrozen or --until."""
-    entry = app.freeze(platform(), app.FreezeRequest(_scope(all_stages, stage), reason, until, pipeline_file, ledger))
+    request = app.FreezeRequest(_scope(all_stages, stage), reason, until, pipeline_file, ledger)
+    entry = app.freeze(platform(), request)
     if output == "json":
         emit_json(entry.to_dict())
     else:
         _print_entries([entry.to_dict()])
+    for line in app.tell_stages(platform(), request):  # the stages' scheduled rotations read it there
+        click.echo(f"warning: {line}", err=True)
 
 
 @release.command("unfreeze")
@@ -179,11 +182,14 @@ def release_freeze(all_stages: bool, stage: str | None, reason: str, until: str 
 def release_unfreeze(all_stages: bool, stage: str | None, reason: str, pipeline_file: Path | None, ledger: str | None,
                      output: str) -> None:
     """Lift the freezes set by hand on a stage (or on every stage); the pipeline file's windows stay."""
-    entry = app.unfreeze(platform(), app.FreezeRequest(_scope(all_stages, stage), reason, None, pipeline_file, ledger))
+    request = app.FreezeRequest(_scope(all_stages, stage), reason, None, pipeline_file, ledger)
+    entry = app.unfreeze(platform(), request)
     if output == "json":
         emit_json(entry.to_dict())
     else:
         _print_entries([entry.to_dict()])
+    for line in app.tell_stages(platform(), request):  # the stages' scheduled rotations read it there
+        click.echo(f"warning: {line}", err=True)
 
 
 @release.command("approve")

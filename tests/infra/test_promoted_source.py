@@ -82,3 +82,20 @@ def test_a_table_that_cannot_be_read_stops_pulumi_up_in_one_line_naming_the_stac
     message = str(err.value)
     assert "\n" not in message and message.startswith(PROD.source), message
     assert "config.platformctl:rotation.stateTable" in message and TABLE in message, message
+
+
+def test_a_table_that_answers_describe_but_refuses_the_read_stops_pulumi_up_in_one_line(
+        account: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from platformctl.kernel.state.base import StoreUnavailable
+    from platformctl.kernel.state.dynamodb import DynamoDBStore
+
+    promoted_once()
+
+    def refused(self: object, stream: str) -> None:
+        raise StoreUnavailable("dynamodb://platformctl-state-prod: AccessDeniedException: not authorized", transient=False)
+
+    monkeypatch.setattr(DynamoDBStore, "last", refused)
+    with pytest.raises(pulumi.RunError) as err:
+        run_main("prod", stack_config("prod"))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(PROD.source) and "AccessDeniedException" in message, message

@@ -65,3 +65,29 @@ def test_a_rotation_outside_the_pipeline_starts_no_wave_while_a_freeze_by_hand_h
     sim.advance(7300)
     done = Executor(Target("test", sim, SimulatedNodeGroups(sim)), policy, store, Options(stage="prod")).run()
     assert done.status is RunStatus.DONE and {n.image for n in sim.list_nodes()} == {NEW}, done.reason
+
+
+def test_a_freeze_by_hand_written_while_a_scheduled_rotation_runs_stops_it_at_its_next_wave(tmp_path: Path) -> None:
+    """The run reads the stage's record again each time a wave may start (``HandFreezes``, as ``prepare`` gives it):
+    the tick writes a freeze after the first wave began, and no second wave starts."""
+    from platformctl.app.rotation import HandFreezes
+    from platformctl.emulator.nodegroups import SimulatedNodeGroups
+    from upgrade_service.journal.records import WAVE_STARTED
+    from upgrade_service.running.execute import Executor
+    from upgrade_service.running.run_types import Options, Target
+
+    sim = serving(nodes=3)
+    store = SQLiteStore(tmp_path / "state.db")
+
+    class TickWritesMidRun(HandFreezes):
+        def __call__(self) -> list:  # type: ignore[type-arg]
+            if any(r.data.get("kind") == WAVE_STARTED for r in store.read(rotation_stream("test"))):
+                record_frozen(store, "prod", [HandFreeze("incident 4711", sim.now(), None, "alice")], sim.now())
+            return super().__call__()
+
+    policy = parse_policy({"strategy": "surge", "maxInFlight": 1}, "policy.yaml")
+    held = Executor(Target("test", sim, SimulatedNodeGroups(sim)), policy, store,
+                    Options(stage="prod", exclusions=TickWritesMidRun(store, "prod"))).run()
+    assert held.status is RunStatus.OUTSIDE_WINDOW and "freeze by hand (alice: incident 4711" in held.reason, held.reason
+    started = [r for r in store.read(rotation_stream("test")) if r.data.get("kind") == WAVE_STARTED]
+    assert len(started) == 1 and sum(n.image == NEW for n in sim.list_nodes()) == 1

@@ -293,3 +293,26 @@ def test_a_tick_whose_stage_meets_a_transient_fault_says_busy_and_exits_0_and_a_
     status = json.loads(release(tmp_path, "status", "-o", "json").output)
     assert status["candidates"][made["id"]]["status"] != "halted"
     assert status["stages"]["dev"]["error"]["transient"] is False
+
+
+def test_a_freeze_by_hand_reaches_the_stages_own_store_at_once_for_its_scheduled_rotation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``release freeze`` writes the stage's ``frozen/<stage>`` record itself (its next tick would too), so the stage's
+    CronJob sees it even when no tick runs there; ``unfreeze`` clears it. A duration of no time is refused."""
+    from platformctl.kernel.state import open_store
+    from platformctl.kernel.state.frozen import frozen_in
+
+    state = tmp_path / "stage-state.db"
+    monkeypatch.setenv("PLATFORMCTL_STATE", str(state))  # every stage's own store, here
+    release(tmp_path, "start", "--lock-file", str(lock_everywhere(tmp_path)))
+    frozen = release(tmp_path, "freeze", "--stage", "prod", "--reason", "incident 42", "-o", "json")
+    assert frozen.exit_code == 0, frozen.output
+    store = open_store(str(state))
+    [held] = frozen_in(store, "prod")
+    assert (held.reason, held.until) == ("incident 42", None) and held.by.endswith("(local)")
+    assert frozen_in(store, "dev") == []
+    assert release(tmp_path, "unfreeze", "--stage", "prod").exit_code == 0
+    assert frozen_in(store, "prod") == []
+    nothing = release(tmp_path, "freeze", "--stage", "prod", "--reason", "x", "--until", "0s")
+    assert nothing.exit_code == 2 and "--until: '0s' is no time" in nothing.output, nothing.output
+    assert frozen_in(store, "prod") == []

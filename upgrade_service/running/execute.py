@@ -276,7 +276,7 @@ class Executor:
         holder = self.keeper.holder if self.keeper else "local"
         if state.open and state.abort is not None:
             return self._abort()
-        if (closed := self.policy.schedule.closed(self.clock.now())) is not None and not state.open_waves:
+        if (closed := self.options.closed(self.policy, self.clock.now())) is not None and not state.open_waves:
             return self._outcome(RunStatus.OUTSIDE_WINDOW, EXIT_DONE, closed)  # nothing in flight: nothing is written
         first = not state.open
         read: ClusterRead | None = self.read(first=True)  # a policy that cannot work fails here, before anything is touched
@@ -317,7 +317,7 @@ class Executor:
                         self._tail(self.state.open_waves[0])  # what the open waves bring back may be what the rest needs
                     read = None
                     continue
-                if (closed := self.policy.schedule.closed(self.clock.now())) is not None:  # no wave nor first light
+                if (closed := self.options.closed(self.policy, self.clock.now())) is not None:  # no wave nor first light
                     return self._stop(OUTSIDE_WINDOW, RunStatus.OUTSIDE_WINDOW, closed, closed)
                 if self.first_light.due(read):  # before wave 1: the new images on one node a pool, judged
                     self.first_light.run(read, plan)
@@ -372,7 +372,7 @@ class Executor:
         """The health gate and the pace before a wave, which may take a while: then whether a window is still open."""
         self._gate(read)
         self._pace(wave, read)
-        return self.policy.schedule.closed(self.clock.now())
+        return self.options.closed(self.policy, self.clock.now())
 
     def _stop(self, code: str, status: RunStatus, detail: str, reason: str) -> Outcome:
         """Stop before the next wave, not as a fault (the next run goes on): the open waves finish first."""

@@ -4,6 +4,7 @@ shows, the ``Outcome`` it ends with and ``rotate run``'s exit codes; and the tai
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -12,10 +13,12 @@ from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import Node, Pod, Snapshot, Taint
 from platformctl.kernel.environment import Environment
 from platformctl.kernel.nodegroups import GroupState, NodeGroups
+from platformctl.kernel.windows import Schedule, Window
 from upgrade_service.running.report import RunReport
 from upgrade_service.running.wave_drain import DrainStatus
 
 if TYPE_CHECKING:
+    from upgrade_service.planning.policy import RotationPolicy
     from upgrade_service.running.gate import CanaryVerdict
 
 TAINT = Taint("platformctl.io/rotation", "outdated", "PreferNoSchedule")
@@ -52,6 +55,15 @@ class Options:
     stop: threading.Event | None = None
     # The environment a health gate's command runs in: the command's own (None: this process's).
     environment: Environment | None = None
+    # More exclusions, read again each time a wave may start (a stage's freezes set by hand, ``frozen/<stage>``: a
+    # tick may write one while the run goes on).
+    exclusions: Callable[[], Sequence[Window]] | None = None
+
+    def closed(self, policy: RotationPolicy, now: float) -> str | None:
+        """Why no wave may start at ``now`` (the policy's windows and exclusions, and ``exclusions``); None: one may."""
+        more = tuple(self.exclusions()) if self.exclusions is not None else ()
+        schedule = policy.schedule
+        return (Schedule(schedule.windows, (*schedule.exclusions, *more)) if more else schedule).closed(now)
 
 
 @dataclass

@@ -3,8 +3,8 @@ of the stage's state store (the table its scheduled rotation, remediation and ca
 
 The pipeline's tick writes a record before each deploy it makes there (a candidate's, or a rollback's to the last
 good one): the images of every family the stage boots, and the candidate. A rotation of the stage then rotates a pool
-only onto one of those images: a launch template that boots anything else (an operator's ``pulumi up`` with another
-lock, a version made by hand in EC2) is drift, and its pool is not rotated (``upgrade_service.planning.targets``).
+only onto one of those images: a launch template that boots anything else (a version made by hand in EC2, a
+``pulumi up`` from a checkout whose program does not read this record) is drift, and its pool is not rotated (``upgrade_service.planning.targets``).
 A stage the pipeline has never deployed has no record, and its rotations follow their launch templates as before.
 The stage's Pulumi program reads it too (``infra.settings.read_promoted``): an operator's ``pulumi up -s <stage>`` deploys
 these images and this Kubernetes version, whatever the checkout's lock file and stack file say.

@@ -97,15 +97,18 @@ def test_a_stage_rotation_moves_every_node_onto_its_template_with_no_harm_and_on
     # job, and a run by hand, start no wave and move nothing; they wait as outside-window (exit 0) and name it.
     store = open_store(json.loads(run(region["home"], "rotate", "status", "--stage", "dev", "-o", "json").stdout)["state"])
     record_frozen(store, "dev", [HandFreeze("incident 4711", 0.0, None, "alice")], 0.0)
-    held = rotate(region, "-o", "json")
-    first = json.loads(held.stdout)["clusters"][0]
-    assert held.returncode == 0 and first["status"] == "outside-window", held.stdout[-2000:]
-    assert "freeze by hand (alice: incident 4711; until unfrozen by hand)" in first["reason"], first["reason"]
-    assert world(region)["terminated"] == before["terminated"] and desired(region) == region["groups"]
-    planned = json.loads(run(region["home"], "rotate", "plan", "--stage", "dev", "--policy", region["policy"], "-o", "json").stdout)
-    assert all("freeze by hand (alice: incident 4711" in c["closed_now"] for c in planned["clusters"].values()), planned
-    record_frozen(store, "dev", [], 1.0)  # unfrozen: the next tick says none is left
-    store.close()
+    try:
+        held = rotate(region, "-o", "json")
+        first = json.loads(held.stdout)["clusters"][0]
+        assert held.returncode == 0 and first["status"] == "outside-window", held.stdout[-2000:]
+        assert "freeze by hand (alice: incident 4711; until unfrozen by hand)" in first["reason"], first["reason"]
+        assert world(region)["terminated"] == before["terminated"] and desired(region) == region["groups"]
+        planned = json.loads(run(region["home"], "rotate", "plan", "--stage", "dev", "--policy", region["policy"],
+                                 "-o", "json").stdout)
+        assert all("freeze by hand (alice: incident 4711" in c["closed_now"] for c in planned["clusters"].values()), planned
+    finally:
+        record_frozen(store, "dev", [], 1.0)  # unfrozen: the next tick says none is left
+        store.close()
     # A policy with no targets follows the launch templates: a dry run and a plan read them from AWS, change nothing.
     dry = json.loads(rotate(region, "--dry-run", "-o", "json").stdout)
     for cluster in dry["clusters"]:

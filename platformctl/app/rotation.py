@@ -172,7 +172,7 @@ def _plan_stage(platform: Platform, request: PlanRequest, policy: RotationPolicy
 
 
 def _plan_one(platform: Platform, request: PlanRequest, policy: RotationPolicy) -> RotationPlan:
-    aws_note = ""
+    notes: list[str] = []
     capacity = None  # a snapshot shows no group: new nodes are read from the pool's nodes, their room unknown
     if request.snapshot is not None:
         snap = load_snapshot(request.snapshot)
@@ -185,15 +185,26 @@ def _plan_one(platform: Platform, request: PlanRequest, policy: RotationPolicy) 
             if policy.targets is None:
                 raise
             group_of, described, drift = {}, {}, {}  # the plan goes on as from a snapshot: each pool's room unknown
-            aws_note = f"the auto scaling groups could not be read ({str(exc).splitlines()[0]}): each pool's room to surge is unknown"
+            notes.append(f"the auto scaling groups could not be read ({str(exc).splitlines()[0]}): each pool's room to surge is unknown")
+        held = platform.stage_of(name)  # a cluster of a stage the pipeline drives: only what it promoted, as a run
+        promoted = None
+        if held is not None:
+            from platformctl.app.deploy import frozen_to, promoted_to
+
+            try:
+                record = promoted_to(platform, held.name)
+                promoted, drift = (record.image_ids, {}) if record is not None else (None, drift)
+                policy = policy.with_exclusions(hand_freeze_windows(frozen_to(platform, held.name)))
+            except (PlatformError, Unavailable) as exc:  # a plan reads: it says what it could not, and goes on
+                notes.append(f"{held.name}'s own store could not be read ({str(exc).splitlines()[0]}): neither what the "
+                             "release pipeline promoted there nor its freezes by hand are in this plan")
         if policy.targets is None:
-            policy = policy.with_targets(resolve(policy, list(snap.nodes), group_of,
-                                                 {g: d.image for g, d in described.items()}).images)
+            policy = policy.with_targets(resolve(policy, list(snap.nodes), group_of, {g: d.image for g, d in described.items()},
+                                                 promoted).images)
         policy = policy.with_launch_drift(drift)
         capacity = pool_capacity(snap, policy, group_of, described)
     result = plan_cluster(snap, policy, now, cluster=name, capacity=capacity)
-    if aws_note:
-        result.warnings.append(aws_note)
+    result.warnings.extend(notes)
     check_pools(policy, result.view.pools_present, f"cluster {result.cluster}")
     return result
 
@@ -340,10 +351,11 @@ def prepare(platform: Platform, request: RunRequest, stop: threading.Event | Non
         from e2e_canary.verdict import canary_gate
 
         canary = canary_gate(store, policy.health_gate.canary.window, config)
-    promoted = promoted_in(store, scope.stage.name) if scope.stage is not None else None
-    # The stage's freezes by hand bind every rotation of its clusters but the tick's own (the ledger holds that one),
-    # read again before each wave: a freeze set while the run goes on stops it at its next wave.
+    # What the pipeline promoted to the stage, and its freezes by hand, bind every rotation of its clusters (a stage's
+    # or one of its clusters'); the freezes not the tick's own (the ledger holds that one), and read again before each
+    # wave: a freeze set while the run goes on stops it at its next wave.
     held = scope.stage or platform.stage_of(scope.names[0])
+    promoted = promoted_in(store, held.name) if held is not None else None
     freezes = HandFreezes(store, held.name) if held is not None and not request.by_pipeline else None
     options = Options(lease_ttl=request.lease_ttl, stage=scope.stage.name if scope.stage else None,
                       max_waves=request.max_waves, canary=canary, stop=stop, environment=platform.environment,

@@ -106,6 +106,9 @@ def test_a_stage_rotation_moves_every_node_onto_its_template_with_no_harm_and_on
         planned = json.loads(run(region["home"], "rotate", "plan", "--stage", "dev", "--policy", region["policy"],
                                  "-o", "json").stdout)
         assert all("freeze by hand (alice: incident 4711" in c["closed_now"] for c in planned["clusters"].values()), planned
+        one = json.loads(run(region["home"], "rotate", "plan", "--context", "dev-usw2a-01", "--policy", region["policy"],
+                             "-o", "json").stdout)  # one cluster of the stage: its freezes too
+        assert "freeze by hand (alice: incident 4711" in one["closed_now"], one
     finally:
         record_frozen(store, "dev", [], 1.0)  # unfrozen: the next tick says none is left
         store.close()

@@ -6,7 +6,9 @@ new ``rotate run`` (a fresh executor on the same journal) at each window's openi
 when its window ends, until one finishes. Printed, side by side: the windows the plan predicted and the windows used
 (issue 66's target: within ±15%), the waves started and how many started outside a window (counted from the journal:
 the target is 0), the virtual days it took and the invariants of the event log (a budget broken, a pod lost, a node left
-on the old image: the script exits non-zero on any of them, or on a target missed).
+on the old image: the script exits non-zero on any of them, or on a target missed). And where a miss comes from: the
+nodes each window holds in the plan and in the run (of them, those in waves with a one-at-a-time workload's settle
+time), and the mean time between two waves' starts inside a window, planned and run, for each kind of wave.
 
 Not part of the test run.
 
@@ -30,6 +32,7 @@ from platformctl.emulator.nodegroups import SimulatedNodeGroups
 from platformctl.emulator.synthetic import synthetic_cluster
 from platformctl.kernel.cluster.model import Snapshot, format_time
 from platformctl.kernel.state.sqlite import SQLiteStore
+from platformctl.kernel.windows import Schedule
 from upgrade_service.journal.records import WAVE_STARTED
 from upgrade_service.journal.rotation import stream_of
 from upgrade_service.planning.plan import plan_cluster
@@ -59,6 +62,7 @@ def main() -> int:
     assert predicted is not None
     print(f"{args.nodes} nodes, {len(plan.waves)} waves planned, to end {plan.estimated_seconds / 3600:.1f} h from now; "
           f"predicted: {predicted[0]} windows of {args.hours:g} h, ending {format_time(predicted[1])}", flush=True)
+    planned = [(begun + plan.spans[w.index].start, len(w.nodes), w.settle_seconds > 0) for w in plan.waves]
 
     with tempfile.TemporaryDirectory() as folder:
         store = SQLiteStore(Path(folder) / "state.db")
@@ -75,7 +79,17 @@ def main() -> int:
             if outcome.status is not RunStatus.OUTSIDE_WINDOW:
                 break
         wall = time.perf_counter() - wall
-        started = [r.data["at"] for r in store.read(stream_of("synthetic")) if r.data.get("kind") == WAVE_STARTED]
+        records = [r.data for r in store.read(stream_of("synthetic")) if r.data.get("kind") == WAVE_STARTED]
+        started = [d["at"] for d in records]
+    ran = [(d["at"], len(d["nodes"]), bool((d.get("estimate") or {}).get("settle"))) for d in records]
+    print("  nodes by window, planned | rotated (of them in waves with a settle time):")
+    windows = _openings(schedule, begun, max(max(a for a, _, _ in planned), max(a for a, _, _ in ran)))
+    for k, (opens, closes) in enumerate(windows):
+        print(f"    window {k + 1} ({format_time(opens)}): {_count(planned, opens, closes)} "
+              f"({_count(planned, opens, closes, True)}) | {_count(ran, opens, closes)} ({_count(ran, opens, closes, True)})")
+    print(f"  seconds between wave starts inside a window, planned | run: without a settle time "
+          f"{_pace(planned, False, windows):.0f} | {_pace(ran, False, windows):.0f}; with one "
+          f"{_pace(planned, True, windows):.0f} | {_pace(ran, True, windows):.0f}")
     outside = sum(1 for at in started if not schedule.open(at))
     old = sum(1 for n in sim.list_nodes() if n.image != NEW_IMAGE)
     broken = len(eviction_budget_violations(sim.events)) + len(lost_pods(sim.events)) + len(deleted_without_eviction(sim.events))
@@ -86,6 +100,30 @@ def main() -> int:
           f"{broken} budget breaks, lost or deleted pods")
     failed = runs[-1] is not RunStatus.DONE or outside or old or broken or not 0.85 <= ratio <= 1.15
     return 1 if failed else 0
+
+
+def _openings(schedule: Schedule, since: float, until: float) -> list[tuple[float, float]]:
+    """The schedule's openings from ``since`` until one opens past ``until``: (opens, closes)."""
+    out: list[tuple[float, float]] = []
+    at = since
+    while (opens := schedule.next_opening(at)) is not None and opens <= until:
+        closes = schedule.closes(opens) or until + 1
+        out.append((opens, closes))
+        at = closes + 1
+    return out
+
+
+def _count(waves: list[tuple[float, int, bool]], opens: float, closes: float, settling: bool | None = None) -> int:
+    """The nodes of the waves that start in [opens, closes) (of one kind, when ``settling`` is given)."""
+    return sum(n for at, n, s in waves if opens <= at < closes and (settling is None or s == settling))
+
+
+def _pace(waves: list[tuple[float, int, bool]], settling: bool, windows: list[tuple[float, float]]) -> float:
+    """The mean time between one wave's start and the next's, for waves of one kind that follow one another inside
+    one window (0 when there are none)."""
+    gaps = [b[0] - a[0] for a, b in zip(waves, waves[1:], strict=False)
+            if a[2] == b[2] == settling and any(o <= a[0] and b[0] < c for o, c in windows)]
+    return sum(gaps) / len(gaps) if gaps else 0.0
 
 
 if __name__ == "__main__":

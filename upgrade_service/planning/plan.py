@@ -337,14 +337,16 @@ def chain_steps(node: NodeDisruption, limits: Limits) -> dict[str, int]:
     return out
 
 
-def chain_tails(nodes: Iterable[NodeDisruption], limits: Limits) -> dict[str, int]:
+def chain_tails(nodes: Iterable[NodeDisruption], limits: Limits, gone: bool = True) -> dict[str, int]:
     """Each one-at-a-time workload on ``nodes`` -> how long from its first pod's leaving a node until its last there is
-    gone: one after the other, each a step after the last (``chain_steps``), the last its grace."""
+    gone: one after the other, each a step after the last (``chain_steps``), the last its grace (``gone``; else until
+    the last leaves)."""
     out: dict[str, int] = {}
     for node in nodes:
         steps = chain_steps(node, limits)
         for workload, graces in node.one_at_a_time_pods.items():
-            out[workload] = max(out.get(workload, 0), (len(graces) - 1) * steps[workload] + max(graces, default=0))
+            out[workload] = max(out.get(workload, 0), (len(graces) - 1) * steps[workload] +
+                                (max(graces, default=0) if gone else 0))
     return out
 
 
@@ -443,7 +445,8 @@ def plan_cluster(snapshot: Snapshot, policy: RotationPolicy, now: float, cluster
         spans[index] = schedule.add(fit.segment.pools, in_pools, 0 if boot_after else wave.boot_seconds,
                                     wave.wait_seconds + wave.drain_seconds, boot_after + wave.start_seconds + wave.settle_seconds,
                                     boot_after, {w: step for n in draft.nodes for w, step in chain_steps(n, limits).items()},
-                                    wave.settle_seconds, chain_tails(draft.nodes, limits))
+                                    wave.settle_seconds, chain_tails(draft.nodes, limits),
+                                    chain_tails(draft.nodes, limits, gone=False))
     warnings = [] if in_stage else pool_warnings(policy, view.pools_present, "this cluster")
     stuck = [w for w in waves if w.stuck]
     if stuck:

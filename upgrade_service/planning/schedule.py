@@ -12,7 +12,8 @@ in their tails (``upgrade_service.running.overlap``), when:
 
 Otherwise it waits for the open waves' pods to be back, then for the oldest one's end. A one-at-a-time workload
 that the next wave moves again cannot have its pod evicted before its last move has settled, so that wave's drain
-ends no sooner than the settle does.
+ends no sooner than the settle does; the settle counts from when the moved pod left (early in its wave's drain), not
+from when that wave's whole drain ended.
 ``Schedule`` replays those rules over the plan's waves; the plan's estimate is when the last wave ends.
 """
 
@@ -94,21 +95,28 @@ class Schedule:
         return max(start, (self.last.start if ahead and self.last is not None else start) + boot)
 
     def add(self, pools: Iterable[str], nodes: Counter[str], boot: int, head: int, tail: int, out: int,
-            steps: Mapping[str, int], settle: int = 0, tails: Mapping[str, int] | None = None) -> Span:
+            steps: Mapping[str, int], settle: int = 0, tails: Mapping[str, int] | None = None,
+            leaving: Mapping[str, int] | None = None) -> Span:
         """Schedule the next wave (it starts when ``start_of`` says): ``boot`` seconds for its surge nodes, then ``head``
         until drained and terminated, ``tail`` more until it ends, the last ``settle`` of it settling; its nodes out
         of service ``out`` seconds past its head (its replacements' boot); each one-at-a-time workload it moves (-> its
         step: its successor's start, the grace first when a StatefulSet makes it only once the pod is gone, and its
         settle time) lets its next pod leave a step past its head, and its own pods of it leave over ``tails`` (-> from
-        its first leaving until its last is gone) once an open wave's move of it lets them. Under surge, the wave before, if proven and of the
+        its first leaving until its last is gone; ``leaving``: until its last leaves) once an open wave's move of it lets
+        them. Under surge, the wave before, if proven and of the
         same pools, raised this one's nodes: they boot from its start."""
         start = self.start_of(pools, nodes)
         key = frozenset(pools)
-        head_end = self.drains_from(key, start, boot) + head
-        for s in self.open:  # its pod of a workload an open wave moved goes once that one is back and has settled
-            head_end = max([head_end, *(s.chains[w] + (tails or {}).get(w, 0) for w in steps if w in s.chains)])
+        drain = self.drains_from(key, start, boot)
+        head_end = drain + head
+        first: dict[str, int] = {}
+        for w in steps:  # its pod of a workload an open wave moved goes once that one is back and has settled
+            first[w] = max([drain, *(s.chains[w] for s in self.open if w in s.chains)])
+            head_end = max(head_end, first[w] + (tails or {}).get(w, 0))
+        # Its next pod may leave a step after this wave's last one left, which is not when the whole head ends.
+        chains = {w: first[w] + (leaving or {}).get(w, 0) + step for w, step in steps.items()}
         span = Span(key, nodes, start, head_end, head_end + out, head_end + tail, head_end + tail - min(settle, tail),
-                    {w: head_end + step for w, step in steps.items()}, key in self.proven)
+                    chains, key in self.proven)
         self.open.append(span)
         self.last = span
         self.now = head_end

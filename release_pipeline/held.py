@@ -25,26 +25,37 @@ from platformctl.kernel.jsontypes import (
 
 @dataclass(frozen=True, slots=True)
 class Drift:
-    """A pool whose launch template boots another image than the pipeline says its stage runs: found in AWS by a tick
-    (a template version made by hand in EC2, a ``pulumi up`` from an older checkout)."""
+    """A pool whose launch template boots another image than the pipeline says its stage runs, or boots it with other
+    settings than the pipeline's last deploy there left (``settings``: another user data, instance type...): found in
+    AWS by a tick (a template version made by hand in EC2, a ``pulumi up`` from an older checkout)."""
 
     cluster: str
     pool: str
     family: str
     found: str | None  # what the pool's auto scaling group launches now (None: it launches nothing it could tell)
     expected: str  # the image of the candidate the stage runs (or ran before the pipeline)
+    settings: tuple[str, ...] = ()  # the launch template's settings beyond the image that no deploy of the pipeline made
 
     def to_dict(self) -> JSONObject:
-        return {"cluster": self.cluster, "pool": self.pool, "family": self.family, "found": self.found,
-                "expected": self.expected}
+        out: JSONObject = {"cluster": self.cluster, "pool": self.pool, "family": self.family, "found": self.found,
+                           "expected": self.expected}
+        if self.settings:
+            out["settings"] = list(self.settings)
+        return out
 
     @classmethod
     def from_dict(cls, data: JSONMapping) -> Drift:
         return cls(str(data.get("cluster", "")), str(data.get("pool", "")), str(data.get("family", "")),
-                   optional_str(data.get("found")), str(data.get("expected", "")))
+                   optional_str(data.get("found")), str(data.get("expected", "")),
+                   tuple(strings(data.get("settings"))))
 
     def said(self) -> str:
-        return f"{self.cluster}/{self.pool} launches {self.found or 'nothing'}, not {self.expected} ({self.family})"
+        where = f"{self.cluster}/{self.pool}"
+        other = f"other {', '.join(self.settings)} than the pipeline deployed ({self.family})"
+        if self.found == self.expected:
+            return f"{where} launches {self.found} with {other}"
+        image = f"{where} launches {self.found or 'nothing'}, not {self.expected} ({self.family})"
+        return f"{image}, with {other}" if self.settings else image
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,9 @@ class Launching:
     pool: str
     family: str
     image: str | None
+    # The settings beyond the image its group launches otherwise than the pipeline's last deploy there left it (its
+    # ``promoted/<stage>`` record's launches; none when that record does not say)
+    settings: tuple[str, ...] = ()
 
 
 class StageOperations(Protocol):

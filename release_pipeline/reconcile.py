@@ -232,15 +232,19 @@ def expected_images(ledger: Ledger, stage: StageState, name: str) -> dict[str, s
 
 
 def _drifted(ledger: Ledger, stage: StageState, name: str, actions: StageOperations, write: Write, now: float) -> bool:
-    """Compare what every pool of the stage launches (read from AWS) with what the ledger says it runs; record a
+    """Compare what every pool of the stage launches (read from AWS) with what the ledger says it runs (and with the
+    settings the pipeline's last deploy there left its launch templates launching); record a
     ``drift`` entry when that changes (one naming each drifted pool, or an empty one when none is left). A drifted stage
     takes no step: no candidate enters it, its rotation does not rotate onto the drifted image, its soak does not
     promote; someone puts the template back (docs/release.md: drift)."""
     expected = expected_images(ledger, stage, name)
     if expected is None:
         return False
-    drift = [Drift(pool.cluster, pool.pool, pool.family, pool.image, expected[pool.family])
-             for pool in actions.launching(name) if pool.family in expected and pool.image != expected[pool.family]]
+    # settings are named only with the image expected: another image labels its nodes otherwise in the user data too
+    drift = [Drift(pool.cluster, pool.pool, pool.family, pool.image, expected[pool.family],
+                   () if pool.image != expected[pool.family] else pool.settings)
+             for pool in actions.launching(name)
+             if pool.family in expected and (pool.image != expected[pool.family] or pool.settings)]
     if drift != stage.drift:
         reason = (f"{name} drifted from what the pipeline says it runs: " + "; ".join(d.said() for d in drift)
                   if drift else f"{name} launches what the pipeline says it runs again")

@@ -58,6 +58,8 @@ class FakeStages:
     judge: Judge | None = None
     boots: Boots | None = None
     templates: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> family -> the image it boots
+    # stage -> family -> the settings beyond the image its template launches otherwise than the last deploy left it
+    settings: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> family -> the image its nodes run
     running: dict[str, str | None] = field(default_factory=dict)  # stage -> the candidate its nodes run
     deploys: list[tuple[str, str]] = field(default_factory=list)
@@ -82,6 +84,7 @@ class FakeStages:
             self.before_deploy(self, stage, candidate, rollback)
         self.deploys.append((stage, candidate.id))
         self.templates[stage] = {f: i["id"] for f, i in candidate.stages[stage].images.items()}
+        self.settings.pop(stage, None)  # what a deploy makes is what its record says
         return StageDeploy({f"{stage}/{f}": image for f, image in sorted(self.templates[stage].items())})
 
     def deployed(self, stage: str) -> dict[str, str]:
@@ -89,7 +92,9 @@ class FakeStages:
 
     def launching(self, stage: str) -> list[Launching]:
         """One pool a family, in one cluster of the stage, launching what its template boots."""
-        return [Launching(f"{stage}-1", family, family, image) for family, image in sorted(self.template(stage).items())]
+        other = self.settings.get(stage, {})
+        return [Launching(f"{stage}-1", family, family, image, other.get(family, ()))
+                for family, image in sorted(self.template(stage).items())]
 
     def hold_by_hand(self, stage: str, freezes: Sequence[ManualFreeze]) -> None:
         self.held_by_hand[stage] = list(freezes)

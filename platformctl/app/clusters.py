@@ -18,6 +18,7 @@ from platformctl.kernel.errors import PlatformError
 if TYPE_CHECKING:
     from platformctl.kernel.cluster.live import LiveCluster
     from platformctl.kernel.nodegroups import GroupState, NodeGroups
+    from platformctl.kernel.state.promoted import Promoted
     from upgrade_service.planning.policy import RotationPolicy
     from upgrade_service.running.run_types import Target
 
@@ -82,12 +83,17 @@ def groups_of(platform: Platform, snap: Snapshot, cluster: str,
 
 
 def launch_template_targets(platform: Platform, snap: Snapshot, cluster: str, policy: RotationPolicy,
-                            region: str | None, promoted: frozenset[str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+                            region: str | None, promoted: Promoted | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """Pool -> what its auto scaling groups launch now, read from AWS, for a policy that names no targets (only the
     ``promoted`` images, in a stage the release pipeline drives, as a run takes them); and each node its group would
-    launch otherwise now (none in such a stage, as a run)."""
+    launch otherwise now (in such a stage, only where its group launches what the pipeline's last deploy made, as a
+    run)."""
     from upgrade_service.planning.targets import resolve
+    from upgrade_service.running.launches import as_deployed
 
     group_of, described, drift = groups_of(platform, snap, cluster, region)
     images = {g: d.image for g, d in described.items()}
-    return resolve(policy, list(snap.nodes), group_of, images, promoted).images, {} if promoted is not None else drift
+    if promoted is None:
+        return resolve(policy, list(snap.nodes), group_of, images).images, drift
+    return (resolve(policy, list(snap.nodes), group_of, images, promoted.image_ids).images,
+            as_deployed(drift, group_of, described, promoted.launches))

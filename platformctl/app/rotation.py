@@ -39,6 +39,7 @@ from upgrade_service.planning.policy import MaintenanceWindow, RotationPolicy, l
 from upgrade_service.planning.targets import check_pools, resolve
 from upgrade_service.running.execute import Executor
 from upgrade_service.running.gate import check_gate_exists
+from upgrade_service.running.launches import as_deployed
 from upgrade_service.running.pods_back import API_PROBE_SECONDS
 from upgrade_service.running.report import RunReport, build_report
 from upgrade_service.running.run_types import EXIT_HALTED, EXIT_INTERRUPTED, EXIT_LEASE_HELD, EXIT_PAUSED, Options, Outcome, Progress, Target
@@ -156,8 +157,7 @@ def _plan_stage(platform: Platform, request: PlanRequest, policy: RotationPolicy
 
         record = promoted_to(platform, stage.name)  # what the pipeline promoted there: what a run rotates onto
         for cluster_name, snap in snapshots.items():
-            found, drifted = launch_template_targets(platform, snap, cluster_name, policy, stage.region,
-                                                     record.image_ids if record is not None else None)
+            found, drifted = launch_template_targets(platform, snap, cluster_name, policy, stage.region, record)
             targets.update(found)
             drift.update(drifted)
         policy = policy.with_targets(targets).with_launch_drift(drift)
@@ -193,7 +193,8 @@ def _plan_one(platform: Platform, request: PlanRequest, policy: RotationPolicy) 
 
             try:
                 record = promoted_to(platform, held.name)
-                promoted, drift = (record.image_ids, {}) if record is not None else (None, drift)
+                if record is not None:  # only the settings its own last deploy there made are rolled out
+                    promoted, drift = record.image_ids, as_deployed(drift, group_of, described, record.launches)
                 policy = policy.with_exclusions(hand_freeze_windows(frozen_to(platform, held.name)))
             except (PlatformError, Unavailable) as exc:  # a plan reads: it says what it could not, and goes on
                 notes.append(f"{held.name}'s own store could not be read ({str(exc).splitlines()[0]}): neither what the "
@@ -359,7 +360,8 @@ def prepare(platform: Platform, request: RunRequest, stop: threading.Event | Non
     freezes = HandFreezes(store, held.name) if held is not None and not request.by_pipeline else None
     options = Options(lease_ttl=request.lease_ttl, stage=scope.stage.name if scope.stage else None,
                       max_waves=request.max_waves, canary=canary, stop=stop, environment=platform.environment,
-                      promoted=promoted.image_ids if promoted is not None else None, exclusions=freezes)
+                      promoted=promoted.image_ids if promoted is not None else None,
+                      deployed=promoted.launches if promoted is not None else None, exclusions=freezes)
     return Rotation(policy, scope, store, targets, options)
 
 

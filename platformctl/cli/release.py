@@ -60,8 +60,8 @@ EXIT_DRIFT = 4  # `release status`: a stage launches what the pipeline did not p
 @OUTPUT
 def release_status(pipeline_file: Path | None, ledger: str | None, output: str) -> None:
     """Per stage: the candidate in flight, the last good one, the step and what it waits for. Exit 0; 4 when a stage
-    has drifted (a pool's launch template boots another image than the pipeline says the stage runs: the last tick's
-    reading, named pool by pool); 2 bad input."""
+    has drifted (a pool's launch template boots another image than the pipeline says the stage runs, or with settings
+    its deploys did not make: the last tick's reading, named pool by pool); 2 bad input."""
     status = app.pipeline_status(platform(), app.LedgerRequest(pipeline_file, ledger))
     drifted = [(name, d) for name, s in status.stages.items() for d in s.drift]
     if output == "json":
@@ -99,9 +99,12 @@ def release_status(pipeline_file: Path | None, ledger: str | None, output: str) 
         console().print(f"[red]not admitted[/]: {len(status.refused)} entries a stage's tick wrote that only people or "
                         f"another stage decide (`release history` shows them): {', '.join(status.refused)}")
     if drifted:
-        table = Table("stage", "cluster", "pool", "launches", "should launch", title="[red]Drift[/]: no step there until put back")
+        table = Table("stage", "cluster", "pool", "launches", "should launch", "settings the pipeline did not deploy",
+                      title="[red]Drift[/]: no step there until put back")
         for name, d in drifted:
-            table.add_row(name, d.cluster, d.pool, f"[red]{d.found or 'nothing'}[/]", d.expected)
+            found = d.found or "nothing"
+            table.add_row(name, d.cluster, d.pool, found if found == d.expected else f"[red]{found}[/]", d.expected,
+                          f"[red]{', '.join(d.settings)}[/]" if d.settings else "-")
         console().print(table)
         sys.exit(EXIT_DRIFT)
 

@@ -52,6 +52,28 @@ def test_a_template_changed_by_hand_in_an_idle_stage_is_reported_within_one_tick
     until(ledger, stages, p, lambda: ("dev", newer.id) in stages.deploys)
 
 
+def test_a_template_with_the_promoted_image_and_settings_no_deploy_made_is_drift_naming_them(ledger: Ledger) -> None:
+    """A version made by hand with the same image and another user data (a label, a taint, a kubelet flag): the tick
+    names the settings, the stage takes no step, and a deploy of the pipeline's puts it back."""
+    stages, p, good = fake(T0), pipeline(), candidate(1)
+    start(ledger, good, T0)
+    until(ledger, stages, p, lambda: ledger.state().stage("dev").last_good == good.id)
+    expected = good.stages["dev"].images["general"]["id"]
+    stages.settings["dev"] = {"general": ("UserData",)}
+    tick(p, ledger, stages, "tester")
+    [drift] = drift_entries(ledger)
+    assert drift == [Drift("dev-1", "general", "general", expected, expected, ("UserData",))]
+    assert drift[0].said() == f"dev-1/general launches {expected} with other UserData than the pipeline deployed (general)"
+    newer = candidate(2)
+    start(ledger, newer, stages.clock)
+    run(ledger, stages, p, 5)
+    assert ("dev", newer.id) not in stages.deploys
+    stages.settings.pop("dev")  # `platformctl stage deploy`: the candidate's own program again
+    tick(p, ledger, stages, "tester")
+    assert drift_entries(ledger)[-1] == []
+    until(ledger, stages, p, lambda: ("dev", newer.id) in stages.deploys)
+
+
 def test_a_drift_while_a_candidate_soaks_is_never_promoted(ledger: Ledger) -> None:
     stages, p, good = fake(T0), pipeline(), candidate(1)
     start(ledger, good, T0)

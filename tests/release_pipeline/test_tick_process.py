@@ -255,3 +255,28 @@ def test_a_template_changed_outside_the_pipeline_is_drift_within_a_tick_nothing_
     release(home, "tick", "--lease-ttl", TTL, "-o", "json")
     drift = [e for e in json.loads(release(home, "history", "-o", "json").stdout) if e["decision"] == "drift"][-1]
     assert drift["inputs"]["drift"] == [] and release(home, "status", check=False).returncode == 0
+
+    # The tick's deploy recorded what each group launched once it was made: its launch template and that version's
+    # settings. A version made by hand with the same image and another label in its user data is drift too, named with
+    # the settings that differ, and the stage's rotation rolls none of it out.
+    launches = put_back["promoted"]["launches"]
+    assert template in launches and launches[template]["settings"].get("UserData"), launches
+    latest = ec2.describe_launch_template_versions(LaunchTemplateName=template, Versions=["$Latest"])["LaunchTemplateVersions"][0]
+    data = base64.b64decode(latest["LaunchTemplateData"]["UserData"]).replace(b"--node-labels=", b"--node-labels=team=search,")
+    ec2.create_launch_template_version(LaunchTemplateName=template, SourceVersion=str(latest["VersionNumber"]),
+                                       LaunchTemplateData={"UserData": base64.b64encode(data).decode()})
+    release(home, "tick", "--lease-ttl", TTL, "-o", "json")
+    drift = [e for e in json.loads(release(home, "history", "-o", "json").stdout) if e["decision"] == "drift"][-1]
+    assert drift["inputs"]["drift"] == [{"cluster": member, "pool": "general", "family": "general", "found": expected["general"],
+                                         "expected": expected["general"], "settings": ["UserData"]}], drift
+    said = release(home, "status", check=False)
+    assert said.returncode == 4 and "UserData" in said.stdout, said.stdout
+    terminated = len(calls(region, "TerminateInstanceInAutoScalingGroup"))
+    rotated = json.loads(run(home, "rotate", "run", "--stage", "dev", "--policy", str(home / "rotation.yaml"), "-o", "json").stdout)
+    assert len(calls(region, "TerminateInstanceInAutoScalingGroup")) == terminated, rotated  # 0 nodes moved
+    live = LiveCluster.from_kubeconfig(region["kubeconfig"], context=member)
+    assert not any(n.labels.get("team") == "search" for n in live.list_nodes())
+    run(home, "stage", "deploy", "--stage", "dev", "-o", "json")  # put back: the candidate's own user data
+    release(home, "tick", "--lease-ttl", TTL, "-o", "json")
+    drift = [e for e in json.loads(release(home, "history", "-o", "json").stdout) if e["decision"] == "drift"][-1]
+    assert drift["inputs"]["drift"] == [] and release(home, "status", check=False).returncode == 0

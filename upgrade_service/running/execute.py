@@ -172,7 +172,7 @@ class Executor:
         group_of = self.replacer.groups_of(nodes)
         described = {g: self.groups.describe(g) for g in sorted(set(group_of.values()))}
         images = {g: d.image for g, d in described.items()}
-        policy = policy.with_launch_drift(drift := self.replacer.launch_drift(nodes, group_of, described, self.options.promoted is not None))
+        policy = policy.with_launch_drift(drift := self.replacer.launch_drift(nodes, group_of, described, self.options.as_deployed))
         resolved = resolve_targets(policy, nodes, group_of, images, self.options.promoted)
         for mismatched, message in resolved.mismatches.items():
             if first:

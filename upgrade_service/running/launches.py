@@ -33,3 +33,22 @@ def launch_drift(launched_with: Callable[[Sequence[str]], Mapping[str, LaunchSpe
             out[node.name] = (f"launched from {was.template} version {was.version}; its group launches version "
                               f"{now.version}, whose {', '.join(changed)} differ")
     return out
+
+
+def as_deployed(drift: Mapping[str, str], group_of: Mapping[str, str], described: Mapping[str, GroupState],
+                deployed: Mapping[str, LaunchSpec] | None) -> dict[str, str]:
+    """``drift`` in a stage the release pipeline drives: only the nodes of a group that launches what the pipeline's own
+    last deploy there left it launching (``deployed``: group -> its launch then, from the stage's ``promoted/<stage>``
+    record; compared by template and settings, not by version number). A group that launches settings no deploy of
+    the pipeline made (a version made by hand in EC2, a ``pulumi up`` of another program) has drifted: none of its nodes
+    is rotated for them (the tick reports it). ``deployed`` None: not such a stage, all of ``drift``."""
+    if deployed is None:
+        return dict(drift)
+    out: dict[str, str] = {}
+    for node, why in drift.items():
+        group = group_of.get(node, "")
+        now = described[group].launch if group in described else None
+        was = deployed.get(group)
+        if now is not None and was is not None and not was.changed(now):
+            out[node] = why
+    return out

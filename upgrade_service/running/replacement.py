@@ -28,7 +28,7 @@ from platformctl.kernel.cluster.model import Node, image_of
 from platformctl.kernel.errors import NotFoundError
 from platformctl.kernel.nodegroups import GroupState, LaunchSpec, NodeGroups
 from upgrade_service.journal.intents import Writes, journalled
-from upgrade_service.running.launches import launch_drift
+from upgrade_service.running.launches import as_deployed, launch_drift
 from upgrade_service.running.pacing import MutationPacer
 
 
@@ -84,11 +84,13 @@ class NodeReplacer:
     # ---------------------------------------------------------------- which group
 
     def launch_drift(self, nodes: Sequence[Node], group_of: Mapping[str, str], described: Mapping[str, GroupState],
-                     promoted: bool = False) -> dict[str, str]:
-        """``launches.launch_drift``, each instance's launch asked about once a run (it never changes). None in a stage
-        the release pipeline drives (``promoted``): what it promoted there is images, not launch template versions yet,
-        so a version made by hand with the same image would be rolled out to every node (a known gap)."""
-        return {} if promoted else launch_drift(self._launched_with, nodes, group_of, described)
+                     deployed: Mapping[str, LaunchSpec] | None = None) -> dict[str, str]:
+        """``launches.launch_drift``, each instance's launch asked about once a run (it never changes); in a stage the
+        release pipeline drives, only the groups that launch what its last deploy there left them launching
+        (``launches.as_deployed``; ``deployed`` empty: none, and nothing is asked)."""
+        if deployed is not None and not deployed:
+            return {}
+        return as_deployed(launch_drift(self._launched_with, nodes, group_of, described), group_of, described, deployed)
 
     def _launched_with(self, instance_ids: Sequence[str]) -> dict[str, LaunchSpec]:
         ids = [i for i in instance_ids if i not in self._launched]

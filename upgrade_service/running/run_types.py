@@ -4,7 +4,7 @@ shows, the ``Outcome`` it ends with and ``rotate run``'s exit codes; and the tai
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from platformctl.kernel.cluster.interface import Cluster
 from platformctl.kernel.cluster.model import Node, Pod, Snapshot, Taint
 from platformctl.kernel.environment import Environment
-from platformctl.kernel.nodegroups import GroupState, NodeGroups
+from platformctl.kernel.nodegroups import GroupState, LaunchSpec, NodeGroups
 from platformctl.kernel.windows import Schedule, Window
 from upgrade_service.running.report import RunReport
 from upgrade_service.running.wave_drain import DrainStatus
@@ -51,6 +51,9 @@ class Options:
     # The images the release pipeline promoted to the stage (its ``promoted/<stage>`` record; None: it never deployed
     # there): a pool whose launch template boots another image has drifted, and is not rotated.
     promoted: frozenset[str] | None = None
+    # With ``promoted``: what each auto scaling group launched when the pipeline last deployed the stage (the same
+    # record): only those settings are rolled out as the cause ``launch-template`` (None or empty: none are).
+    deployed: Mapping[str, LaunchSpec] | None = None
     # Set (by a first Ctrl-C or SIGTERM) to stop every cluster at its next safe point: no new side effect starts.
     stop: threading.Event | None = None
     # The environment a health gate's command runs in: the command's own (None: this process's).
@@ -58,6 +61,12 @@ class Options:
     # More exclusions, read again each time a wave may start (a stage's freezes set by hand, ``frozen/<stage>``: a
     # tick may write one while the run goes on).
     exclusions: Callable[[], Sequence[Window]] | None = None
+
+    @property
+    def as_deployed(self) -> Mapping[str, LaunchSpec] | None:
+        """The launches a ``launch-template`` cause may roll out in a stage the pipeline drives (None: any, not such a
+        stage; empty: none, the record does not say)."""
+        return None if self.promoted is None else dict(self.deployed or {})
 
     def closed(self, policy: RotationPolicy, now: float) -> str | None:
         """Why no wave may start at ``now`` (the policy's windows and exclusions, and ``exclusions``); None: one may."""

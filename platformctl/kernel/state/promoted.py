@@ -5,6 +5,10 @@ The pipeline's tick writes a record before each deploy it makes there (a candida
 good one): the images of every family the stage boots, and the candidate. A rotation of the stage then rotates a pool
 only onto one of those images: a launch template that boots anything else (a version made by hand in EC2, a
 ``pulumi up`` from a checkout whose program does not read this record) is drift, and its pool is not rotated (``upgrade_service.planning.targets``).
+Once the deploy is made, the tick records what each of the stage's auto scaling groups launches then (its launch
+template and that version's settings, ``record_launches``): a node launched otherwise is rotated with the cause
+``launch-template`` only while its group launches those settings, so a version made by hand with the same image is
+never rolled out (``upgrade_service.running.launches.as_deployed``).
 A stage the pipeline has never deployed has no record, and its rotations follow their launch templates as before.
 The stage's Pulumi program reads it too (``infra.settings.read_promoted``): an operator's ``pulumi up -s <stage>`` deploys
 these images and this Kubernetes version, whatever the checkout's lock file and stack file say.
@@ -14,9 +18,11 @@ the ledger, and need not).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
-from platformctl.kernel.jsontypes import JSONObject, mapping
+from platformctl.kernel.jsontypes import JSONObject, JSONValue, mapping
+from platformctl.kernel.nodegroups import LaunchSpec
 from platformctl.kernel.state.base import StateStore
 
 
@@ -36,6 +42,8 @@ class Promoted:
     rollback: bool = False
     infra_revision: str = ""  # the candidate's commit: its program, stack files and user data
     kubernetes_version: str = ""  # the control planes' version the deploy kept (EKS never takes one back)
+    # group -> what it launched once the deploy was made (empty until then, and in records written before 2026-11-30)
+    launches: dict[str, LaunchSpec] = field(default_factory=dict)
 
     @property
     def image_ids(self) -> frozenset[str]:
@@ -44,7 +52,9 @@ class Promoted:
     def to_record(self) -> JSONObject:
         return {"stage": self.stage, "images": dict(self.images), "candidate": self.candidate, "at": self.at,
                 "by": self.by, "rollback": self.rollback, "infra_revision": self.infra_revision,
-                "kubernetes_version": self.kubernetes_version}
+                "kubernetes_version": self.kubernetes_version,
+                "launches": {group: {"template": spec.template, "version": spec.version, "settings": dict(spec.settings)}
+                             for group, spec in sorted(self.launches.items())}}
 
     def said(self) -> str:
         return ", ".join(f"{family} {image}" for family, image in sorted(self.images.items()))
@@ -59,6 +69,22 @@ def promote(store: StateStore, promoted: Promoted) -> None:
     store.append(stream_of(promoted.stage), promoted.to_record())
 
 
+def record_launches(store: StateStore, stage: str, candidate: str, launches: dict[str, LaunchSpec], at: float) -> bool:
+    """Add to the stage's record of ``candidate`` what its groups launch now that its deploy is made; False (nothing
+    written) when the record is of another candidate or says so already."""
+    last = promoted_in(store, stage)
+    if last is None or last.candidate != candidate or last.launches == launches:
+        return False
+    store.append(stream_of(stage), replace(last, launches=dict(launches), at=at).to_record())
+    return True
+
+
+def _launch(data: Mapping[str, JSONValue]) -> LaunchSpec:
+    settings = mapping(data.get("settings") or {})
+    return LaunchSpec(str(data.get("template", "")), str(data.get("version", "")),
+                      tuple(sorted((str(k), str(v)) for k, v in settings.items())))
+
+
 def promoted_in(store: StateStore, stage: str) -> Promoted | None:
     """The stage's promoted images as last recorded; None when the pipeline never deployed it."""
     last = store.last(stream_of(stage))
@@ -68,7 +94,8 @@ def promoted_in(store: StateStore, stage: str) -> Promoted | None:
     images = {str(k): str(v) for k, v in mapping(data.get("images") or {}).items()}
     return Promoted(str(data.get("stage", stage)), images, str(data.get("candidate", "")), float(data.get("at", 0.0)),
                     str(data.get("by", "")), bool(data.get("rollback", False)), str(data.get("infra_revision", "")),
-                    str(data.get("kubernetes_version", "")))
+                    str(data.get("kubernetes_version", "")),
+                    {str(g): _launch(mapping(spec)) for g, spec in mapping(data.get("launches") or {}).items()})
 
 
-__all__ = ["Promoted", "promote", "promoted_in", "stream_of"]
+__all__ = ["Promoted", "promote", "promoted_in", "record_launches", "stream_of"]

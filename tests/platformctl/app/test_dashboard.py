@@ -262,3 +262,32 @@ def test_a_drifted_stage_is_shown_in_red_naming_the_pool_and_both_images(tmp_pat
     expected = c.stages["dev"].images["general"]["id"]
     assert (f'<div class="fail drift">drift: dev-1/general launches <code>ami-by-hand</code>, not <code>{expected}</code>'
             in out.read_text())
+
+
+def test_a_template_with_settings_no_deploy_made_is_shown_in_red_naming_them(tmp_path: Path) -> None:
+    from release_pipeline.ledger import Ledger
+    from release_pipeline.pipeline import load_pipeline
+    from release_pipeline.reconcile import tick
+    from tests.release_pipeline.test_reconcile import candidate, fake
+
+    pipeline_file = tmp_path / "pipeline.yaml"
+    pipeline_file.write_text("stages:\n  - {name: dev, soak: 0, minResults: 0, passFor: 0}\n")
+    pipeline = load_pipeline(pipeline_file)
+    ledger = Ledger(SQLiteStore(tmp_path / "release.db"))
+    SQLiteStore(tmp_path / "state.db")
+    c = candidate(1)
+    ledger.add_candidate(c)
+    ledger.append(c.id, None, "start", 0.0, "change", {"ready_in": ["dev"]}, "tester")
+    stages = fake(0.0)
+    for _ in range(12):
+        tick(pipeline, ledger, stages, "tester")
+        stages.clock += 300
+    stages.settings["dev"] = {"general": ("InstanceType", "UserData")}
+    tick(pipeline, ledger, stages, "tester")
+    out = tmp_path / "page.html"
+    done = platformctl("dashboard", "--export", str(out), "--pipeline", str(pipeline_file), "--ledger",
+                       str(tmp_path / "release.db"), "--state", str(tmp_path / "state.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    expected = c.stages["dev"].images["general"]["id"]
+    assert (f'<div class="fail drift">drift: dev-1/general launches <code>{expected}</code> (general), with other '
+            "InstanceType, UserData than the pipeline deployed: no step until it is put back</div>" in out.read_text())

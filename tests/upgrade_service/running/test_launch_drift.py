@@ -66,3 +66,52 @@ def test_a_template_version_with_a_new_label_and_the_same_image_rotates_exactly_
     new = [n for name, n in after.items() if name not in before]
     assert len(new) == len(general) and all(n.labels.get("team") == "search" for n in new)
     assert {n.image for n in new} == {before[name].image for name in general} and harm(sim) == NO_HARM
+
+
+def test_in_a_stage_the_pipeline_drives_only_the_settings_its_own_deploy_made_are_rolled_out(
+        region: LocalRegion, tmp_path: Path) -> None:
+    """A version made by hand in EC2 with the same image and a new label moves no node (its group launches what no
+    deploy of the pipeline made: the tick calls it drift); once the pipeline's deploy has made it (the stage's record
+    says its group launches it), exactly that pool's nodes are rotated onto it."""
+    member = region.stage.member_clusters[0].name
+    sim = region.cluster(member)
+    groups = AutoScalingNodeGroups(region.stage.region)
+    before = {n.name: n for n in sim.list_nodes()}
+    general = {name for name, n in before.items() if n.labels.get("eks.amazonaws.com/nodegroup") == "general"}
+    found = groups.instances([n.instance_id for n in before.values() if n.instance_id])
+    names = sorted({found[n.instance_id].group for n in before.values() if n.instance_id in found})
+    deployed = {g: spec for g in names if (spec := groups.describe(g).launch) is not None}  # the pipeline's last deploy
+    promoted = frozenset(n.image for n in before.values() if n.image)
+    assert len(deployed) == len(names) and len(names) > 1
+
+    ec2 = region.ec2()
+    template = f"{member}-general"
+    latest = ec2.describe_launch_template_versions(LaunchTemplateName=template, Versions=["$Latest"])["LaunchTemplateVersions"][0]
+    user_data = base64.b64decode(latest["LaunchTemplateData"]["UserData"]).replace(b"--node-labels=", b"--node-labels=team=search,")
+    ec2.create_launch_template_version(LaunchTemplateName=template, SourceVersion=str(latest["VersionNumber"]),
+                                       LaunchTemplateData={"UserData": base64.b64encode(user_data).decode()})
+
+    def members() -> set[str]:  # every instance of the cluster's groups, as Auto Scaling has them
+        return {i["InstanceId"] for g in region.autoscaling().describe_auto_scaling_groups(AutoScalingGroupNames=names)
+                ["AutoScalingGroups"] for i in g["Instances"]}
+
+    instances = members()
+
+    policy = parse_policy({"maxInFlight": 1}, "policy.yaml")
+    by_hand = Executor(Target(member, sim, groups), policy, SQLiteStore(tmp_path / "by-hand.db"),
+                       Options(promoted=promoted, deployed=deployed)).run()
+    assert by_hand.status is RunStatus.DONE, by_hand.reason
+    assert set(n.name for n in sim.list_nodes()) == set(before) and harm(sim) == NO_HARM  # 0 nodes moved
+    assert members() == instances  # none terminated, none launched
+    no_record = Executor(Target(member, sim, groups), policy, SQLiteStore(tmp_path / "no-record.db"),
+                         Options(promoted=promoted)).run()  # a record written before it said what groups launch
+    assert no_record.status is RunStatus.DONE and set(n.name for n in sim.list_nodes()) == set(before)
+
+    deployed[template] = groups.describe(template).launch  # the pipeline's deploy made it: its record says so
+    outcome = Executor(Target(member, sim, groups), policy, SQLiteStore(tmp_path / "deployed.db"),
+                       Options(promoted=promoted, deployed=deployed)).run()
+    assert outcome.status is RunStatus.DONE, outcome.reason
+    after = {n.name: n for n in sim.list_nodes()}
+    assert not (general & set(after)) and set(before) - general <= set(after)  # exactly that pool's nodes
+    new = [n for name, n in after.items() if name not in before]
+    assert len(new) == len(general) and all(n.labels.get("team") == "search" for n in new) and harm(sim) == NO_HARM

@@ -86,21 +86,29 @@ def frozen_to(platform: Platform, stage_name: str) -> list[HandFreeze]:
 
 def _in_stage_store(platform: Platform, stage_name: str, read: Callable[[StateStore], T], none: T) -> T:
     """``read`` of the stage's own store; ``none`` when it has none yet."""
-    from platformctl.app.stores import store_for
-    from platformctl.kernel.state import NoSuchStore
-
-    try:
-        store = store_for(platform, None, stage=stage_name)
-    except NoSuchStore:
+    store = stage_store(platform, stage_name)
+    if store is None:
         return none
-    except PlatformError as exc:  # the stage's table cannot be read (no credentials, no network)
-        raise PlatformError(f"cannot read {stage_name}'s own store, where its tick records what the release pipeline "
-                            f"promoted there and the freezes by hand ({exc.detail}): a deploy or rotation of a stage the "
-                            "pipeline may drive needs them", file=exc.file, field="--stage") from None
     try:
         return read(store)
     finally:
         store.close()
+
+
+def stage_store(platform: Platform, stage_name: str) -> StateStore | None:
+    """The stage's own store, where its tick records what the release pipeline promoted there and the freezes by hand
+    (whatever store a command journals in); None when it has none yet. The caller closes it."""
+    from platformctl.app.stores import store_for
+    from platformctl.kernel.state import NoSuchStore
+
+    try:
+        return store_for(platform, None, stage=stage_name)
+    except NoSuchStore:
+        return None
+    except PlatformError as exc:  # the stage's table cannot be read (no credentials, no network)
+        raise PlatformError(f"cannot read {stage_name}'s own store, where its tick records what the release pipeline "
+                            f"promoted there and the freezes by hand ({exc.detail}): a deploy or rotation of a stage the "
+                            "pipeline may drive needs them", file=exc.file, field="--stage") from None
 
 
 def deploy_by_hand(platform: Platform, stage_name: str, lock_file: Path | None = None) -> tuple[DeployResult, Promoted | None]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from platformctl.app.clusters import connect, groups_of, launch_template_targets
+from platformctl.app.deploy import stage_store
 from platformctl.app.platform import Platform
 from platformctl.app.stores import store_for
 from platformctl.kernel.cluster.model import Node, Snapshot, format_time, load_snapshot
@@ -354,10 +355,12 @@ def prepare(platform: Platform, request: RunRequest, stop: threading.Event | Non
         canary = canary_gate(store, policy.health_gate.canary.window, config)
     # What the pipeline promoted to the stage, and its freezes by hand, bind every rotation of its clusters (a stage's
     # or one of its clusters'); the freezes not the tick's own (the ledger holds that one), and read again before each
-    # wave: a freeze set while the run goes on stops it at its next wave.
+    # wave: a freeze set while the run goes on stops it at its next wave. Read from the stage's own store, whatever
+    # store ``--state`` journals the run in: another store does not escape them.
     held = scope.stage or platform.stage_of(scope.names[0])
-    promoted = promoted_in(store, held.name) if held is not None else None
-    freezes = HandFreezes(store, held.name) if held is not None and not request.by_pipeline else None
+    own = store if held is None or request.state is None else stage_store(platform, held.name)
+    promoted = promoted_in(own, held.name) if held is not None and own is not None else None
+    freezes = HandFreezes(own, held.name) if held is not None and own is not None and not request.by_pipeline else None
     options = Options(lease_ttl=request.lease_ttl, stage=scope.stage.name if scope.stage else None,
                       max_waves=request.max_waves, canary=canary, stop=stop, environment=platform.environment,
                       promoted=promoted.image_ids if promoted is not None else None,

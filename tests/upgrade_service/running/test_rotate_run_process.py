@@ -103,6 +103,10 @@ def test_a_stage_rotation_moves_every_node_onto_its_template_with_no_harm_and_on
         assert held.returncode == 0 and first["status"] == "outside-window", held.stdout[-2000:]
         assert "freeze by hand (alice: incident 4711; until unfrozen by hand)" in first["reason"], first["reason"]
         assert world(region)["terminated"] == before["terminated"] and desired(region) == region["groups"]
+        other = rotate(region, "--state", str(region["home"] / "elsewhere.db"), "-o", "json")  # journalled elsewhere
+        said = json.loads(other.stdout)["clusters"][0]
+        assert other.returncode == 0 and said["status"] == "outside-window", other.stdout[-2000:]
+        assert "freeze by hand (alice: incident 4711" in said["reason"] and world(region)["terminated"] == before["terminated"]
         planned = json.loads(run(region["home"], "rotate", "plan", "--stage", "dev", "--policy", region["policy"],
                                  "-o", "json").stdout)
         assert all("freeze by hand (alice: incident 4711" in c["closed_now"] for c in planned["clusters"].values()), planned

@@ -44,8 +44,9 @@ STATE_ACTIONS = ("dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem
 STATE_READS = ("dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:Query")
 STATE_WRITES = tuple(a for a in STATE_ACTIONS if a not in STATE_READS)
 # What the tick's deploy of a candidate changes (infra/deploy.py): a launch template's new default version, its group
-# on it, the control plane's version; and the reads Pulumi makes of what it changed.
-DEPLOY_READS = ("ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions",
+# on it, the control plane's version; and the reads Pulumi makes of what it changed, and the deploy's own check that
+# each image exists and runs a kubelet that may join (``infra.materialize.check_images``: DescribeImages).
+DEPLOY_READS = ("ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeImages",
                 "autoscaling:DescribeAutoScalingGroups")
 TEMPLATE_WRITES = ("ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate")
 GROUP_UPDATE = ("autoscaling:UpdateAutoScalingGroup",)
@@ -117,7 +118,7 @@ def release_tick(stage: str, region: str, table: Any, ledger: str, backend: str)
               Grant(STATE_READS, (ledger,), what="read the release ledger's table, which every stage's tick shares"),
               Grant(STATE_WRITES, (ledger,), {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ledger_keys(stage)}},
                     what="write there, its own stage's only: entries, checkpoints, boots, deploy records and lease"),
-              Grant(DEPLOY_READS, what="describe launch templates and groups (the deploy's reads)"),
+              Grant(DEPLOY_READS, what="describe launch templates, images and groups (the deploy's reads)"),
               Grant(TEMPLATE_WRITES, (f"arn:aws:ec2:{region}:*:launch-template/*",), tagged(STAGE_TAG, stage),
                     what="a new launch template version, made the default, in templates tagged with the stage"),
               Grant(GROUP_UPDATE, (group_arn(region),), tagged(STAGE_TAG, stage),

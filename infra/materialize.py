@@ -346,15 +346,6 @@ def stage_config(stage: Stage, image_lock: Path | None = None) -> dict[str, Any]
     return config
 
 
-# A kubelet may be up to three minor versions older than kube-apiserver, never newer (Kubernetes' version skew policy,
-# kubernetes.io/releases/version-skew-policy, since 1.28).
-KUBELET_SKEW = 3
-
-
-def _minor(version: str) -> int:
-    return int(version.split(".")[1])
-
-
 def check_images(stage: Stage, image_lock: Path | None, over_pins: bool, target: aws.AwsTarget | None = None,
                  kubernetes_version: str | None = None) -> None:
     """Refuse, before anything changes, a deploy whose nodes could not boot or join: an image its region does not
@@ -363,7 +354,7 @@ def check_images(stage: Stage, image_lock: Path | None, over_pins: bool, target:
     than the stage's control planes or more than ``KUBELET_SKEW`` minor versions older. ``over_pins``: a candidate's
     deploy, which boots the lock file's images whatever the stage pins."""
     from ami.lock import newest_in_lock
-    from infra.settings import parse_settings
+    from infra.settings import KUBELET_SKEW, kubelet_skew, parse_settings
 
     control_plane = kubernetes_version or parse_settings(read_stack_config(Path(stage.source)), stage.name,
                                                          stage.source).kubernetes_version
@@ -391,7 +382,7 @@ def check_images(stage: Stage, image_lock: Path | None, over_pins: bool, target:
             raise PlatformError(f"{image} does not exist in {stage.region} (a placeholder, or an image of another "
                                 "region or account): every instance launched from it would fail", file=file, field=field)
         kubelet = {t["Key"]: t["Value"] for t in found[0].get("Tags", [])}.get("platformctl:kubernetes-version")
-        if kubelet and not 0 <= _minor(control_plane) - _minor(kubelet) <= KUBELET_SKEW:
+        if kubelet and not kubelet_skew(kubelet, control_plane):
             raise PlatformError(
                 f"{image} ({family}) runs kubelet {kubelet}, and {stage.name}'s control planes run {control_plane}: a "
                 f"kubelet may be up to {KUBELET_SKEW} minor versions older than its API server, never newer",

@@ -57,6 +57,8 @@ from infra.components.network import Network
 from infra.components.state import StateTable
 from infra.settings import (
     InfraSettings,
+    check_new_families,
+    image_kubelets,
     node_images,
     parse_settings,
     read_promoted,
@@ -95,10 +97,12 @@ def stack_config() -> dict[str, Any]:
 
 
 def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path = INFRA_DIR,
-         promoted: Callable[[Stage, InfraSettings], Promoted | None] | None = None) -> tuple[Stage, InfraSettings, dict[str, str]]:
+         promoted: Callable[[Stage, InfraSettings], Promoted | None] | None = None,
+         kubelets: Callable[[str, list[str]], dict[str, str]] | None = None) -> tuple[Stage, InfraSettings, dict[str, str]]:
     """The stage, its settings and its node images, or a ``PlatformError`` naming the file and key. ``promoted`` reads
     what the release pipeline promoted to the stage (``pulumi up`` reads the stage's state table: ``main``); its images
-    and Kubernetes version win over the checkout's (``infra.settings.with_promoted``), and the program says so."""
+    and Kubernetes version win over the checkout's (``infra.settings.with_promoted``), and the program says so; each
+    image the checkout still adds must run a kubelet that may join them (``kubelets`` reads an image's: EC2's tags)."""
     stage = parse_stage_config(config, stage_name, source)
     settings = with_canaries(parse_settings(config, stage_name, source), source, infra_dir)
     release = settings.release
@@ -108,9 +112,12 @@ def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path =
                             field="config.platformctl:release.ownsLedger")
     images = node_images(stage, settings, infra_dir)
     if promoted is not None and not settings.images_from_lock:
-        settings, images, said = with_promoted(stage, settings, images, promoted(stage, settings))
+        record = promoted(stage, settings)
+        settings, images, said = with_promoted(stage, settings, images, record)
         for line in said:
             pulumi.log.warn(line)
+        if kubelets is not None:  # what the checkout's lock file adds must join the control planes kept
+            check_new_families(stage, settings, images, record, kubelets, str((infra_dir / settings.image_lock).resolve()))
     scheduled = scheduled_policy(settings, stage_name, source, infra_dir)
     settings = settings.model_copy(update={"rotation": settings.rotation.model_copy(update={"policy": scheduled})})
     return stage, settings, images
@@ -225,7 +232,8 @@ def main() -> None:
     stack = pulumi.get_stack()
     source = str(INFRA_DIR / f"Pulumi.{stack}.yaml")
     try:
-        stage, settings, images = load(stack_config(), stack, source, promoted=lambda st, se: read_promoted(st, se, pulumi.log.warn))
+        stage, settings, images = load(stack_config(), stack, source, promoted=lambda st, se: read_promoted(st, se, pulumi.log.warn),
+                                       kubelets=image_kubelets)
         release_files = release_config(settings, source, INFRA_DIR)
     except PlatformError as exc:
         raise pulumi.RunError(str(exc)) from None  # one line, no traceback

@@ -373,6 +373,46 @@ def with_promoted(stage: Stage, settings: InfraSettings, images: dict[str, str],
     return settings, out, said
 
 
+# A kubelet may be up to three minor versions older than kube-apiserver, never newer (Kubernetes' version skew policy,
+# kubernetes.io/releases/version-skew-policy, since 1.28).
+KUBELET_SKEW = 3
+
+
+def kubelet_skew(kubelet: str, control_plane: str) -> bool:
+    """Whether a kubelet of ``kubelet``'s minor version may join control planes of ``control_plane``'s."""
+    minor = lambda version: int(version.split(".")[1])  # noqa: E731
+    return 0 <= minor(control_plane) - minor(kubelet) <= KUBELET_SKEW
+
+
+def image_kubelets(region: str, images: list[str]) -> dict[str, str]:
+    """Image id -> the kubelet version it runs (its ``platformctl:kubernetes-version`` tag, as ``platformctl ami build``
+    tags it), read from EC2 in ``region`` through boto3 when the program runs; an image not found or not tagged is not
+    in it."""
+    from platformctl.kernel import aws
+
+    found = aws.client("ec2", region).describe_images(Filters=[{"Name": "image-id", "Values": images}])["Images"]
+    return {i["ImageId"]: tag["Value"] for i in found for tag in i.get("Tags", []) if tag["Key"] == "platformctl:kubernetes-version"}
+
+
+def check_new_families(stage: Stage, settings: InfraSettings, images: dict[str, str], promoted: Promoted | None,
+                       kubelets: Callable[[str, list[str]], dict[str, str]], lock: str) -> None:
+    """A deploy by hand boots a family the release pipeline never carried (every family, on a stage it never deployed)
+    from the checkout's lock file; its image must run a kubelet that may join the control planes the deploy keeps
+    (the pipeline's own deploys check theirs, ``infra.materialize.check_images``). An image that does not say its
+    kubelet is not judged here."""
+    new = {family: image for family, image in images.items() if promoted is None or family not in promoted.images}
+    if not new:
+        return
+    said = kubelets(stage.region, sorted(set(new.values())))
+    for family, image in sorted(new.items()):
+        kubelet = said.get(image)
+        if kubelet and not kubelet_skew(kubelet, settings.kubernetes_version):
+            kept = f" (kept by the release pipeline's deploy of candidate {promoted.candidate})" if promoted else ""
+            raise PlatformError(f"{image} ({family}) runs kubelet {kubelet}, and {stage.name}'s control planes run "
+                                f"{settings.kubernetes_version}{kept}: a kubelet may be up to {KUBELET_SKEW} minor "
+                                "versions older than its API server, never newer", file=lock, field=f"images.{family}")
+
+
 def node_images(stage: Stage, settings: InfraSettings, infra_dir: Path) -> dict[str, str]:
     """Image family -> AMI id for every family a node pool of the stage boots."""
     families = sorted({p.image_family for c in stage.clusters() for p in c.node_pools})

@@ -5,6 +5,7 @@ program run as ``infra/__main__.py`` runs it (``run_main``), reading the table t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pulumi
 import pytest
@@ -99,3 +100,28 @@ def test_a_table_that_answers_describe_but_refuses_the_read_stops_pulumi_up_in_o
         run_main("prod", stack_config("prod"))
     message = str(err.value)
     assert "\n" not in message and message.startswith(PROD.source) and "AccessDeniedException" in message, message
+
+
+def test_pulumi_up_by_hand_refuses_a_new_familys_image_whose_kubelet_is_newer_than_the_kept_control_planes(
+        account: None, tmp_path: Path) -> None:
+    """custom, a family the pipeline never carried, boots the lock file's newest: an image built for 1.32 cannot join
+    control planes the pipeline kept at 1.31 (a kubelet is never newer than its API server), so the program stops on
+    one line naming the lock file's field, before any resource; built for 1.31, it deploys."""
+    import boto3
+
+    promoted_once("1.31")
+    ec2 = boto3.client("ec2", region_name=PROD.region)
+    image = ec2.register_image(Name="custom-2.0.0", RootDeviceName="/dev/xvda", Architecture="x86_64")["ImageId"]
+    ec2.create_tags(Resources=[image], Tags=[{"Key": "platformctl:kubernetes-version", "Value": "1.32"}])
+    lock = json.loads(LOCK.read_text())
+    lock["images"]["custom"]["2.0.0"] = {PROD.region: image}
+    (tmp_path / "images.lock.json").write_text(json.dumps(lock))
+    config = {**stack_config("prod"), "platformctl:imageLock": str(tmp_path / "images.lock.json")}
+    with pytest.raises(pulumi.RunError) as err:
+        run_main("prod", config)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(str(tmp_path / "images.lock.json")), message
+    assert "images.custom" in message and "kubelet 1.32" in message and "1.31" in message and "c-0042" in message, message
+
+    ec2.create_tags(Resources=[image], Tags=[{"Key": "platformctl:kubernetes-version", "Value": "1.31"}])
+    assert image in booted(run_main("prod", config))

@@ -77,11 +77,15 @@ def promoted_to(platform: Platform, stage_name: str) -> Promoted | None:
     return _in_stage_store(platform, stage_name, lambda store: promoted_in(store, stage_name), None)
 
 
-def frozen_to(platform: Platform, stage_name: str) -> list[HandFreeze]:
-    """The freezes set by hand that bind ``stage_name``, as its tick last wrote them in the stage's store."""
+def held_to(platform: Platform, stage_name: str) -> tuple[Promoted | None, list[HandFreeze]]:
+    """What the release pipeline last deployed to ``stage_name`` and the freezes set by hand that bind it, as its tick
+    last wrote them in the stage's store: one read of it (None and none when it has no store yet)."""
     from platformctl.kernel.state.frozen import frozen_in
+    from platformctl.kernel.state.promoted import promoted_in
 
-    return _in_stage_store(platform, stage_name, lambda store: frozen_in(store, stage_name), [])
+    none: tuple[Promoted | None, list[HandFreeze]] = (None, [])
+    return _in_stage_store(platform, stage_name, lambda store: (promoted_in(store, stage_name), frozen_in(store, stage_name)),
+                           none)
 
 
 def _in_stage_store(platform: Platform, stage_name: str, read: Callable[[StateStore], T], none: T) -> T:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from platformctl.app.clusters import connect, groups_of, launch_template_targets
-from platformctl.app.deploy import stage_store
+from platformctl.app.deploy import held_to, stage_store
 from platformctl.app.platform import Platform
 from platformctl.app.stores import store_for
 from platformctl.kernel.cluster.model import Node, Snapshot, format_time, load_snapshot
@@ -151,21 +151,18 @@ def _plan_stage(platform: Platform, request: PlanRequest, policy: RotationPolicy
             now = max(now, snapshot_time(snapshots[place.name]))
         else:
             snapshots[place.name], _, now = live_snapshot(platform, request.kubeconfig, place.name)
+    # What the pipeline promoted there (what a run rotates onto) and, for a live stage, its freezes by hand: one read
+    record, freezes = held_to(platform, stage.name) if policy.targets is None or request.snapshot_dir is None else (None, [])
     if policy.targets is None:
         targets: dict[str, str] = {}
         drift: dict[str, str] = {}
-        from platformctl.app.deploy import promoted_to
-
-        record = promoted_to(platform, stage.name)  # what the pipeline promoted there: what a run rotates onto
         for cluster_name, snap in snapshots.items():
             found, drifted = launch_template_targets(platform, snap, cluster_name, policy, stage.region, record)
             targets.update(found)
             drift.update(drifted)
         policy = policy.with_targets(targets).with_launch_drift(drift)
     if request.snapshot_dir is None:  # a live stage: its freezes by hand bind its rotations (``prepare``)
-        from platformctl.app.deploy import frozen_to
-
-        policy = policy.with_exclusions(hand_freeze_windows(frozen_to(platform, stage.name)))
+        policy = policy.with_exclusions(hand_freeze_windows(freezes))
     result = plan_region(stage.name, stage.region, places, snapshots, policy, now)
     present = {n.labels[policy.pool_label] for s in snapshots.values() for n in s.nodes if policy.pool_label in n.labels}
     check_pools(policy, present, f"stage {stage.name}")
@@ -190,13 +187,11 @@ def _plan_one(platform: Platform, request: PlanRequest, policy: RotationPolicy) 
         held = platform.stage_of(name)  # a cluster of a stage the pipeline drives: only what it promoted, as a run
         promoted = None
         if held is not None:
-            from platformctl.app.deploy import frozen_to, promoted_to
-
             try:
-                record = promoted_to(platform, held.name)
+                record, freezes = held_to(platform, held.name)
                 if record is not None:  # only the settings its own last deploy there made are rolled out
                     promoted, drift = record.image_ids, as_deployed(drift, group_of, described, record.launches)
-                policy = policy.with_exclusions(hand_freeze_windows(frozen_to(platform, held.name)))
+                policy = policy.with_exclusions(hand_freeze_windows(freezes))
             except (PlatformError, Unavailable) as exc:  # a plan reads: it says what it could not, and goes on
                 notes.append(f"{held.name}'s own store could not be read ({str(exc).splitlines()[0]}): neither what the "
                              "release pipeline promoted there nor its freezes by hand are in this plan")

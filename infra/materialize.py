@@ -219,14 +219,17 @@ class MotoBackend:
 
     def launch_template_drift(self, template_id: str, i: dict[str, Any]) -> str | None:
         """What the template's newest version (what a group on ``$Latest`` launches) boots that the program's data
-        does not: its image, instance type or user data changed in EC2 since the last deploy; None when it is the
-        program's."""
+        does not: its image, or any setting a node carries (instance type, user data, disks, metadata options...),
+        changed in EC2 since the last deploy, as ``pulumi up --refresh`` sees it; None when it is the program's."""
+        from platformctl.kernel.nodegroups import NOT_CARRIED
+
         ec2 = self.clients["ec2"]
         versions = ec2.describe_launch_template_versions(LaunchTemplateId=template_id, Versions=["$Latest"])
         have = versions["LaunchTemplateVersions"][0]["LaunchTemplateData"] if versions["LaunchTemplateVersions"] else {}
         want = launch_template_data(i)
-        changed = [f"{key} {have.get(key)} -> {want.get(key)}" if key != "UserData" else "UserData"
-                   for key in ("ImageId", "InstanceType", "UserData") if have.get(key) != want.get(key)]
+        keys = sorted((set(have) | set(want)) - (NOT_CARRIED - {"ImageId"}))
+        changed = [f"{key} {have.get(key)} -> {want.get(key)}" if key in ("ImageId", "InstanceType") else key
+                   for key in keys if have.get(key) != want.get(key)]
         return ", ".join(changed) or None
 
     def update_launch_template(self, template_id: str, i: dict[str, Any]) -> dict[str, Any]:

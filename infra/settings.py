@@ -379,18 +379,27 @@ KUBELET_SKEW = 3
 
 
 def kubelet_skew(kubelet: str, control_plane: str) -> bool:
-    """Whether a kubelet of ``kubelet``'s minor version may join control planes of ``control_plane``'s."""
-    minor = lambda version: int(version.split(".")[1])  # noqa: E731
-    return 0 <= minor(control_plane) - minor(kubelet) <= KUBELET_SKEW
+    """Whether a kubelet of ``kubelet``'s minor version may join control planes of ``control_plane``'s (a version
+    that does not say its minor one, ``v1.32`` or ``1``, is not judged: True)."""
+    try:
+        have, want = int(kubelet.removeprefix("v").split(".")[1]), int(control_plane.removeprefix("v").split(".")[1])
+    except (IndexError, ValueError):
+        return True
+    return 0 <= want - have <= KUBELET_SKEW
 
 
 def image_kubelets(region: str, images: list[str]) -> dict[str, str]:
     """Image id -> the kubelet version it runs (its ``platformctl:kubernetes-version`` tag, as ``platformctl ami build``
     tags it), read from EC2 in ``region`` through boto3 when the program runs; an image not found or not tagged is not
     in it."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from platformctl.kernel import aws
 
-    found = aws.client("ec2", region).describe_images(Filters=[{"Name": "image-id", "Values": images}])["Images"]
+    try:
+        found = aws.client("ec2", region).describe_images(Filters=[{"Name": "image-id", "Values": images}])["Images"]
+    except (BotoCoreError, ClientError) as exc:
+        raise Unavailable(f"ec2:DescribeImages in {region}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     return {i["ImageId"]: tag["Value"] for i in found for tag in i.get("Tags", []) if tag["Key"] == "platformctl:kubernetes-version"}
 
 
@@ -403,7 +412,12 @@ def check_new_families(stage: Stage, settings: InfraSettings, images: dict[str, 
     new = {family: image for family, image in images.items() if promoted is None or family not in promoted.images}
     if not new:
         return
-    said = kubelets(stage.region, sorted(set(new.values())))
+    try:
+        said = kubelets(stage.region, sorted(set(new.values())))
+    except Unavailable as exc:
+        raise PlatformError(f"cannot read the kubelet version of {', '.join(sorted(set(new.values())))} ({exc}): a deploy by "
+                            "hand checks that the images the checkout adds can join the control planes it keeps",
+                            file=stage.source, field=f"config.{TOPOLOGY_KEY}") from None
     for family, image in sorted(new.items()):
         kubelet = said.get(image)
         if kubelet and not kubelet_skew(kubelet, settings.kubernetes_version):

@@ -18,6 +18,7 @@ from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.topology import Stage
 
 if TYPE_CHECKING:
+    from platformctl.kernel.nodegroups import GroupState
     from platformctl.kernel.state import StateStore
     from platformctl.kernel.state.frozen import HandFreeze
     from platformctl.kernel.state.promoted import Promoted
@@ -115,6 +116,57 @@ def stage_store(platform: Platform, stage_name: str) -> StateStore | None:
                             "pipeline may drive needs them", file=exc.file, field="--stage") from None
 
 
+def pool_groups(platform: Platform, stage_name: str) -> list[tuple[str, str, str, GroupState | None, str | None]]:
+    """(cluster, pool, image family, its group as AWS describes it, the image it boots) for each pool of the stage whose
+    group exists (the program names a pool's group ``<cluster>-<pool>``); the group None when its launch template's
+    user data labels another image than it boots."""
+    from platformctl.app.nodegroups import node_groups
+    from platformctl.kernel.nodegroups import LabelledOtherwise, NodeGroupError
+
+    spec = platform.stage(stage_name)
+    groups = node_groups(spec.region, target=platform.aws)
+    found: list[tuple[str, str, str, GroupState | None, str | None]] = []
+    for cluster in spec.clusters():
+        for pool in cluster.node_pools:
+            state: GroupState | None
+            try:
+                described = groups.describe(f"{cluster.name}-{pool.name}")
+                state, image = described, described.image
+            except LabelledOtherwise as other:
+                state, image = None, other.image
+            except NodeGroupError as missing:
+                if missing.code != "ValidationError":  # AWS's answer for a group that does not exist
+                    raise
+                continue  # a pool this checkout names and the stage has not deployed (yet, or any more)
+            found.append((cluster.name, pool.name, pool.image_family, state, image))
+    return found
+
+
+def record_launches_now(platform: Platform, stage_name: str, promoted: Promoted, fence: Callable[[], object]) -> bool:
+    """Once the deploy of ``promoted`` is made: what each of the stage's groups launches now, in the stage's store
+    (``platformctl.kernel.state.promoted.record_launches``), each group only while it boots the record's image of its
+    family (a read that lags the deploy records nothing of it). The settings a rotation there may roll out come from
+    it; a record that could not be written leaves them out until the next deploy (answers False), as a write fenced
+    off (``fence`` raises) does."""
+    from platformctl.kernel.state.base import LeaseLost
+    from platformctl.kernel.state.promoted import record_launches
+
+    try:
+        launches = {state.name: state.launch for _, _, family, state, image in pool_groups(platform, stage_name)
+                    if state is not None and state.launch is not None and image == promoted.images.get(family)}
+        store = stage_store(platform, stage_name)
+        if store is None:
+            return False
+        try:
+            return record_launches(store, stage_name, promoted.candidate, launches, promoted.at, fence)
+        finally:
+            store.close()
+    except LeaseLost:
+        raise
+    except Exception:
+        return False
+
+
 def deploy_by_hand(platform: Platform, stage_name: str, lock_file: Path | None = None) -> tuple[DeployResult, Promoted | None]:
     """``stage deploy``: the stage's program run again. A stage the release pipeline has deployed runs what it promoted
     there: a deploy by hand deploys exactly those images (and so puts back a launch template someone changed, as
@@ -149,7 +201,9 @@ def deploy_by_hand(platform: Platform, stage_name: str, lock_file: Path | None =
 
         source = candidate_source(Candidate(record.candidate, {}, record.infra_revision), platform.infra_dir, work)
     on = platform.with_infra_dir(source) if source != platform.infra_dir else platform
-    return deploy_stage(on, stage_name, lock, over_pins=True, kubernetes_version=record.kubernetes_version or None), record
+    done = deploy_stage(on, stage_name, lock, over_pins=True, kubernetes_version=record.kubernetes_version or None)
+    record_launches_now(platform, stage_name, record, lambda: None)  # the candidate's own settings, made again
+    return done, record
 
 
 def stage_deployer(platform: Platform, stage_name: str) -> tuple[Deployer, Stage]:

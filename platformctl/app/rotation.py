@@ -342,7 +342,12 @@ def prepare(platform: Platform, request: RunRequest, stop: threading.Event | Non
                     scope.where)
         for name, t in targets.items():
             _check_targets_launch(policy, t, nodes[name])
+    # The stage's own store, for what the pipeline promoted there and its freezes by hand (below), read before a store
+    # ``--state`` names is made: one that cannot be read stops the run before anything.
+    held = scope.stage or platform.stage_of(scope.names[0])
+    own = stage_store(platform, held.name) if held is not None and request.state is not None else None
     store = store_of(platform, request.state, scope)  # made (a new SQLite file) once every input is checked
+    own = store if held is not None and request.state is None else own
     canary = None
     if policy.health_gate is not None and policy.health_gate.canary is not None:
         from e2e_canary.verdict import canary_gate
@@ -352,8 +357,6 @@ def prepare(platform: Platform, request: RunRequest, stop: threading.Event | Non
     # or one of its clusters'); the freezes not the tick's own (the ledger holds that one), and read again before each
     # wave: a freeze set while the run goes on stops it at its next wave. Read from the stage's own store, whatever
     # store ``--state`` journals the run in: another store does not escape them.
-    held = scope.stage or platform.stage_of(scope.names[0])
-    own = store if held is None or request.state is None else stage_store(platform, held.name)
     promoted = promoted_in(own, held.name) if held is not None and own is not None else None
     freezes = HandFreezes(own, held.name) if held is not None and own is not None and not request.by_pipeline else None
     options = Options(lease_ttl=request.lease_ttl, stage=scope.stage.name if scope.stage else None,

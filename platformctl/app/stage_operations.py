@@ -17,7 +17,7 @@ from platformctl.kernel.clock import WallClock
 from platformctl.kernel.environment import AwsTarget
 from platformctl.kernel.errors import ApiFault, PlatformError
 from platformctl.kernel.jsontypes import number, optional_str
-from platformctl.kernel.nodegroups import Booted, GroupState, NodeGroupError, NodeGroups
+from platformctl.kernel.nodegroups import Booted, NodeGroupError, NodeGroups
 from release_pipeline.candidates import Candidate
 from release_pipeline.held import ManualFreeze
 from release_pipeline.ledger import Ledger
@@ -62,7 +62,7 @@ class StageOperator:
     # ------------------------------------------------------------------------------------------------ deploy
 
     def deploy(self, stage: str, candidate: Candidate, rollback: bool = False) -> StageDeploy:
-        from platformctl.app.deploy import deploy_stage, deployed_now
+        from platformctl.app.deploy import deploy_stage, deployed_now, record_launches_now
         from platformctl.app.release_source import candidate_source
 
         lock = self.work_dir / f"{candidate.id}.lock.json"
@@ -84,8 +84,8 @@ class StageOperator:
             stage, candidate.id, promoted,
             lambda: deploy_stage(self.platform.with_infra_dir(source) if source != checkout else self.platform, stage, lock,
                                  over_pins=True, kubernetes_version=keep.kept if keep else None))
-        if promoted is not None:
-            self._record_launches(stage, candidate.id)
+        if promoted is not None:  # fenced: a tick that may have lost the stage's lease records nothing
+            record_launches_now(self.platform, stage, promoted, lambda: self.ledger.fence if self.ledger is not None else None)
         return StageDeploy(dict(done.images), done.summary(), candidate.infra_revision,
                            "the checkout" if source == checkout else f"commit {candidate.infra_revision[:12]}", keep, cleared)
 
@@ -155,56 +155,17 @@ class StageOperator:
         it boots; and the settings beyond the image it launches otherwise than the pipeline's last deploy there left it
         (read from the stage's ``promoted/<stage>`` record: a version made by hand with the same image and other user
         data)."""
-        from platformctl.app.deploy import promoted_to
+        from platformctl.app.deploy import pool_groups, promoted_to
+        from upgrade_service.running.launches import not_as_deployed
 
         record = promoted_to(self.platform, stage)
-        deployed = record.launches if record is not None else {}
         found: list[Launching] = []
-        for cluster, pool, family, state, image in self._pool_groups(stage):
-            was = deployed.get(state.name) if state is not None else None
-            other = was.changed(state.launch) if was is not None and state is not None and state.launch is not None else []
+        for cluster, pool, family, state, image in pool_groups(self.platform, stage):
+            # settings are compared only on the record's own image: another image is the image's drift, or another record's
+            same = record is not None and state is not None and image is not None and record.images.get(family) == image
+            other = (not_as_deployed(record.launches, state.name, state.launch) or []) if same and record and state else []
             found.append(Launching(cluster, pool, family, image, tuple(other)))
         return found
-
-    def _pool_groups(self, stage: str) -> list[tuple[str, str, str, GroupState | None, str | None]]:
-        """(cluster, pool, image family, its group as AWS describes it, the image it boots) for each pool of the stage
-        whose group exists; the group None when its launch template's user data labels another image than it boots."""
-        from platformctl.app.nodegroups import node_groups
-        from platformctl.kernel.nodegroups import LabelledOtherwise
-
-        spec = self.platform.stage(stage)
-        groups = node_groups(spec.region, target=self.platform.aws)
-        found: list[tuple[str, str, str, GroupState | None, str | None]] = []
-        for cluster in spec.clusters():
-            for pool in cluster.node_pools:
-                state: GroupState | None
-                try:
-                    described = groups.describe(f"{cluster.name}-{pool.name}")
-                    state, image = described, described.image
-                except LabelledOtherwise as other:
-                    state, image = None, other.image
-                except NodeGroupError as missing:
-                    if missing.code != "ValidationError":  # AWS's answer for a group that does not exist
-                        raise
-                    continue  # a pool this checkout names and the stage has not deployed (yet, or any more)
-                found.append((cluster.name, pool.name, pool.image_family, state, image))
-        return found
-
-    def _record_launches(self, stage: str, candidate: str) -> None:
-        """What each group of the stage launches now that ``candidate``'s deploy is made, added to its promoted record
-        (``platformctl.kernel.state.promoted.record_launches``): the settings a rotation may roll out there."""
-        from platformctl.app.stores import store_for
-        from platformctl.kernel.state.promoted import record_launches
-
-        launches = {state.name: state.launch for _, _, _, state, _ in self._pool_groups(stage)
-                    if state is not None and state.launch is not None}
-        if self.ledger is not None:
-            self.ledger.fence  # noqa: B018 - raises LeaseLost when the stage's lease may be gone
-        store = store_for(self.platform, None, stage=stage)
-        try:
-            record_launches(store, stage, candidate, launches, self.now(stage))
-        finally:
-            store.close()
 
     def hold_by_hand(self, stage: str, freezes: Sequence[ManualFreeze]) -> None:
         """``frozen/<stage>`` in the stage's own store (``platformctl.kernel.state.frozen``), after the lease check the

@@ -125,3 +125,18 @@ def test_pulumi_up_by_hand_refuses_a_new_familys_image_whose_kubelet_is_newer_th
 
     ec2.create_tags(Resources=[image], Tags=[{"Key": "platformctl:kubernetes-version", "Value": "1.31"}])
     assert image in booted(run_main("prod", config))
+
+
+def test_a_kubelet_version_ec2_will_not_say_stops_pulumi_up_in_one_line(account: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from platformctl.kernel.errors import Unavailable
+
+    promoted_once("1.31")
+
+    def refused(region: str, images: list[str]) -> dict[str, str]:
+        raise Unavailable(f"ec2:DescribeImages in {region}: UnauthorizedOperation: not authorized", transient=False)
+
+    monkeypatch.setattr("infra.program.image_kubelets", refused)
+    with pytest.raises(pulumi.RunError) as err:
+        run_main("prod", stack_config("prod"))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(PROD.source) and "UnauthorizedOperation" in message, message

@@ -47,8 +47,14 @@ def as_deployed(drift: Mapping[str, str], group_of: Mapping[str, str], described
     out: dict[str, str] = {}
     for node, why in drift.items():
         group = group_of.get(node, "")
-        now = described[group].launch if group in described else None
-        was = deployed.get(group)
-        if now is not None and was is not None and not was.changed(now):
+        if not_as_deployed(deployed, group, described[group].launch if group in described else None) == []:
             out[node] = why
     return out
+
+
+def not_as_deployed(deployed: Mapping[str, LaunchSpec], group: str, now: LaunchSpec | None) -> list[str] | None:
+    """The settings ``group`` launches (``now``) otherwise than the release pipeline's last deploy left it launching
+    (``deployed``, from the stage's record); None when either is not known. The rotation (``as_deployed``) and the
+    tick's drift check (``StageOperator.launching``) both ask this."""
+    was = deployed.get(group)
+    return None if was is None or now is None else was.changed(now)

@@ -18,8 +18,8 @@ the ledger, and need not).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from platformctl.kernel.jsontypes import JSONObject, JSONValue, mapping
 from platformctl.kernel.nodegroups import LaunchSpec
@@ -53,8 +53,7 @@ class Promoted:
         return {"stage": self.stage, "images": dict(self.images), "candidate": self.candidate, "at": self.at,
                 "by": self.by, "rollback": self.rollback, "infra_revision": self.infra_revision,
                 "kubernetes_version": self.kubernetes_version,
-                "launches": {group: {"template": spec.template, "version": spec.version, "settings": dict(spec.settings)}
-                             for group, spec in sorted(self.launches.items())}}
+                "launches": launches_json(self.launches)}  # shown; kept in ``launched/<stage>`` (``record_launches``)
 
     def said(self) -> str:
         return ", ".join(f"{family} {image}" for family, image in sorted(self.images.items()))
@@ -69,13 +68,29 @@ def promote(store: StateStore, promoted: Promoted) -> None:
     store.append(stream_of(promoted.stage), promoted.to_record())
 
 
-def record_launches(store: StateStore, stage: str, candidate: str, launches: dict[str, LaunchSpec], at: float) -> bool:
-    """Add to the stage's record of ``candidate`` what its groups launch now that its deploy is made; False (nothing
-    written) when the record is of another candidate or says so already."""
-    last = promoted_in(store, stage)
-    if last is None or last.candidate != candidate or last.launches == launches:
+def launches_json(launches: Mapping[str, LaunchSpec]) -> JSONObject:
+    return {group: {"template": spec.template, "version": spec.version, "settings": dict(spec.settings)}
+            for group, spec in sorted(launches.items())}
+
+
+def launched_of(stage: str) -> str:
+    return f"launched/{stage}"
+
+
+def record_launches(store: StateStore, stage: str, candidate: str, launches: dict[str, LaunchSpec], at: float,
+                    fence: Callable[[], object] = lambda: None) -> bool:
+    """Record, in its own stream ``launched/<stage>``, what the stage's groups launch now that the deploy of the last
+    promoted record (of ``candidate``) is made, tied to that record's sequence number: a newer record (a later deploy's)
+    has none until its own deploy is made. False (nothing written) when the last record is of another candidate or
+    this is said already. ``fence`` runs just before the write (a tick checks its lease there)."""
+    last = store.last(stream_of(stage))
+    if last is None or str(last.data.get("candidate", "")) != candidate:
         return False
-    store.append(stream_of(stage), replace(last, launches=dict(launches), at=at).to_record())
+    said = promoted_in(store, stage)
+    if said is not None and said.launches == launches:
+        return False
+    fence()
+    store.append(launched_of(stage), {"of": last.seq, "candidate": candidate, "at": at, "launches": launches_json(launches)})
     return True
 
 
@@ -86,16 +101,18 @@ def _launch(data: Mapping[str, JSONValue]) -> LaunchSpec:
 
 
 def promoted_in(store: StateStore, stage: str) -> Promoted | None:
-    """The stage's promoted images as last recorded; None when the pipeline never deployed it."""
+    """The stage's promoted images as last recorded, with what its groups launched once that record's deploy was made
+    (none until then); None when the pipeline never deployed it."""
     last = store.last(stream_of(stage))
     if last is None:
         return None
     data = last.data
     images = {str(k): str(v) for k, v in mapping(data.get("images") or {}).items()}
+    launched = store.last(launched_of(stage))
+    launches = mapping(launched.data.get("launches") or {}) if launched is not None and launched.data.get("of") == last.seq else {}
     return Promoted(str(data.get("stage", stage)), images, str(data.get("candidate", "")), float(data.get("at", 0.0)),
                     str(data.get("by", "")), bool(data.get("rollback", False)), str(data.get("infra_revision", "")),
-                    str(data.get("kubernetes_version", "")),
-                    {str(g): _launch(mapping(spec)) for g, spec in mapping(data.get("launches") or {}).items()})
+                    str(data.get("kubernetes_version", "")), {str(g): _launch(mapping(spec)) for g, spec in launches.items()})
 
 
-__all__ = ["Promoted", "promote", "promoted_in", "record_launches", "stream_of"]
+__all__ = ["Promoted", "launched_of", "promote", "promoted_in", "record_launches", "stream_of"]

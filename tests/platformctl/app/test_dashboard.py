@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -234,7 +235,9 @@ def test_approvals_on_a_ledger_on_the_local_disk_are_shown_as_unauthenticated(tm
     assert "approval 0/1 <span class=\"fail\">(unauthenticated: a ledger on the local disk" in out.read_text()
 
 
-def test_a_drifted_stage_is_shown_in_red_naming_the_pool_and_both_images(tmp_path: Path) -> None:
+def drifted_page(tmp_path: Path, drift: Callable[[Any], None]) -> tuple[str, str]:
+    """The dashboard page of a pipeline whose one candidate passed dev, after ``drift(stages)`` and one tick; and the
+    image the candidate carries."""
     from release_pipeline.ledger import Ledger
     from release_pipeline.pipeline import load_pipeline
     from release_pipeline.reconcile import tick
@@ -253,41 +256,23 @@ def test_a_drifted_stage_is_shown_in_red_naming_the_pool_and_both_images(tmp_pat
         tick(pipeline, ledger, stages, "tester")
         stages.clock += 300
     assert ledger.state().stage("dev").last_good == c.id
-    stages.templates["dev"]["general"] = "ami-by-hand"
+    drift(stages)
     tick(pipeline, ledger, stages, "tester")
     out = tmp_path / "page.html"
     done = platformctl("dashboard", "--export", str(out), "--pipeline", str(pipeline_file), "--ledger",
                        str(tmp_path / "release.db"), "--state", str(tmp_path / "state.db"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    expected = c.stages["dev"].images["general"]["id"]
+    return out.read_text(), c.stages["dev"].images["general"]["id"]
+
+
+def test_a_drifted_stage_is_shown_in_red_naming_the_pool_and_both_images(tmp_path: Path) -> None:
+    page, expected = drifted_page(tmp_path, lambda stages: stages.templates["dev"].update(general="ami-by-hand"))
     assert (f'<div class="fail drift">drift: dev-1/general launches <code>ami-by-hand</code>, not <code>{expected}</code>'
-            in out.read_text())
+            in page)
 
 
 def test_a_template_with_settings_no_deploy_made_is_shown_in_red_naming_them(tmp_path: Path) -> None:
-    from release_pipeline.ledger import Ledger
-    from release_pipeline.pipeline import load_pipeline
-    from release_pipeline.reconcile import tick
-    from tests.release_pipeline.test_reconcile import candidate, fake
-
-    pipeline_file = tmp_path / "pipeline.yaml"
-    pipeline_file.write_text("stages:\n  - {name: dev, soak: 0, minResults: 0, passFor: 0}\n")
-    pipeline = load_pipeline(pipeline_file)
-    ledger = Ledger(SQLiteStore(tmp_path / "release.db"))
-    SQLiteStore(tmp_path / "state.db")
-    c = candidate(1)
-    ledger.add_candidate(c)
-    ledger.append(c.id, None, "start", 0.0, "change", {"ready_in": ["dev"]}, "tester")
-    stages = fake(0.0)
-    for _ in range(12):
-        tick(pipeline, ledger, stages, "tester")
-        stages.clock += 300
-    stages.settings["dev"] = {"general": ("InstanceType", "UserData")}
-    tick(pipeline, ledger, stages, "tester")
-    out = tmp_path / "page.html"
-    done = platformctl("dashboard", "--export", str(out), "--pipeline", str(pipeline_file), "--ledger",
-                       str(tmp_path / "release.db"), "--state", str(tmp_path / "state.db"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    expected = c.stages["dev"].images["general"]["id"]
+    page, expected = drifted_page(tmp_path, lambda stages: stages.settings.update(dev={"general": ("InstanceType", "UserData")}))
     assert (f'<div class="fail drift">drift: dev-1/general launches <code>{expected}</code> (general), with other '
-            "InstanceType, UserData than the pipeline deployed: no step until it is put back</div>" in out.read_text())
+            "InstanceType, UserData than the pipeline deployed: no step until it is put back</div>" in page)
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 from platformctl.emulator.local_region import LocalRegion
 from platformctl.kernel.cluster.model import Snapshot
@@ -23,6 +24,18 @@ from upgrade_service.running.run_types import Options, RunStatus, Target
 region, built_lock = test_local_region.region, test_local_region.built_lock  # dev's region, its images built first
 
 
+def label_by_hand(region: LocalRegion, template: str) -> dict[str, Any]:
+    """A new version of ``template`` made in EC2 by hand: the same image, the label team=search added to the nodes'
+    user data; answers the version it was made from."""
+    ec2 = region.ec2()
+    latest: dict[str, Any] = ec2.describe_launch_template_versions(LaunchTemplateName=template, Versions=["$Latest"])[
+        "LaunchTemplateVersions"][0]
+    user_data = base64.b64decode(latest["LaunchTemplateData"]["UserData"]).replace(b"--node-labels=", b"--node-labels=team=search,")
+    ec2.create_launch_template_version(LaunchTemplateName=template, SourceVersion=str(latest["VersionNumber"]),
+                                       LaunchTemplateData={"UserData": base64.b64encode(user_data).decode()})
+    return latest
+
+
 def test_a_template_version_with_a_new_label_and_the_same_image_rotates_exactly_its_pools_nodes(
         region: LocalRegion, tmp_path: Path) -> None:
     member = region.stage.member_clusters[0].name
@@ -38,12 +51,8 @@ def test_a_template_version_with_a_new_label_and_the_same_image_rotates_exactly_
     described = {g: groups.describe(g) for g in set(group_of.values())}
     assert launch_drift(groups.launched_with, list(snap.nodes), group_of, described) == {}
 
-    ec2 = region.ec2()
     template = f"{member}-general"
-    latest = ec2.describe_launch_template_versions(LaunchTemplateName=template, Versions=["$Latest"])["LaunchTemplateVersions"][0]
-    user_data = base64.b64decode(latest["LaunchTemplateData"]["UserData"]).replace(b"--node-labels=", b"--node-labels=team=search,")
-    ec2.create_launch_template_version(LaunchTemplateName=template, SourceVersion=str(latest["VersionNumber"]),
-                                       LaunchTemplateData={"UserData": base64.b64encode(user_data).decode()})
+    latest = label_by_hand(region, template)
 
     described = {g: groups.describe(g) for g in set(group_of.values())}
     drift = launch_drift(groups.launched_with, list(snap.nodes), group_of, described)
@@ -84,12 +93,8 @@ def test_in_a_stage_the_pipeline_drives_only_the_settings_its_own_deploy_made_ar
     promoted = frozenset(n.image for n in before.values() if n.image)
     assert len(deployed) == len(names) and len(names) > 1
 
-    ec2 = region.ec2()
     template = f"{member}-general"
-    latest = ec2.describe_launch_template_versions(LaunchTemplateName=template, Versions=["$Latest"])["LaunchTemplateVersions"][0]
-    user_data = base64.b64decode(latest["LaunchTemplateData"]["UserData"]).replace(b"--node-labels=", b"--node-labels=team=search,")
-    ec2.create_launch_template_version(LaunchTemplateName=template, SourceVersion=str(latest["VersionNumber"]),
-                                       LaunchTemplateData={"UserData": base64.b64encode(user_data).decode()})
+    label_by_hand(region, template)
 
     def members() -> set[str]:  # every instance of the cluster's groups, as Auto Scaling has them
         return {i["InstanceId"] for g in region.autoscaling().describe_auto_scaling_groups(AutoScalingGroupNames=names)

@@ -36,3 +36,25 @@ def test_the_promoted_record_is_the_last_one_written_and_a_repeated_deploy_write
     last = promoted_in(store, "dev")
     assert last is not None and last.image_ids == {"ami-1"} and last.candidate == "c1" and last.rollback
     assert promoted_in(store, "prod") is None
+
+
+def test_what_the_groups_launch_belongs_to_the_record_whose_deploy_made_it(tmp_path: Path) -> None:
+    from platformctl.kernel.nodegroups import LaunchSpec
+    from platformctl.kernel.state.promoted import record_launches
+
+    store = SQLiteStore(tmp_path / "state.db")
+    made = {"dev-1-general": LaunchSpec("lt-1", "4", (("InstanceType", "aa"), ("UserData", "bb")))}
+    promote(store, Promoted("dev", {"general": "ami-1"}, "c1", 10.0))
+    assert not record_launches(store, "dev", "c2", made, 11.0)  # another candidate's deploy: nothing written
+    assert record_launches(store, "dev", "c1", made, 11.0)
+    assert not record_launches(store, "dev", "c1", made, 12.0)  # said already
+    said = promoted_in(store, "dev")
+    assert said is not None and said.launches == made and said.candidate == "c1"
+    promote(store, Promoted("dev", {"general": "ami-1"}, "c1", 20.0))  # the same deploy asked again: it stands
+    assert promoted_in(store, "dev").launches == made  # type: ignore[union-attr]
+    promote(store, Promoted("dev", {"general": "ami-2"}, "c2", 30.0))  # the next deploy: none until it is made
+    assert promoted_in(store, "dev").launches == {}  # type: ignore[union-attr]
+    fenced: list[str] = []
+    assert record_launches(store, "dev", "c2", made, 31.0, fence=lambda: fenced.append("checked"))
+    assert fenced == ["checked"] and promoted_in(store, "dev").launches == made  # type: ignore[union-attr]
+    assert len(store.read("promoted/dev")) == 2 and len(store.read("launched/dev")) == 2  # no record written twice

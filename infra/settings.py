@@ -391,16 +391,10 @@ def kubelet_skew(kubelet: str, control_plane: str) -> bool:
 def image_kubelets(region: str, images: list[str]) -> dict[str, str]:
     """Image id -> the kubelet version it runs (its ``platformctl:kubernetes-version`` tag, as ``platformctl ami build``
     tags it), read from EC2 in ``region`` through boto3 when the program runs; an image not found or not tagged is not
-    in it."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
+    in it (``Unavailable``: EC2 did not answer)."""
     from platformctl.kernel import aws
 
-    try:
-        found = aws.client("ec2", region).describe_images(Filters=[{"Name": "image-id", "Values": images}])["Images"]
-    except (BotoCoreError, ClientError) as exc:
-        raise Unavailable(f"ec2:DescribeImages in {region}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    return {i["ImageId"]: tag["Value"] for i in found for tag in i.get("Tags", []) if tag["Key"] == "platformctl:kubernetes-version"}
+    return aws.image_tags(region, images, "platformctl:kubernetes-version")
 
 
 def check_new_families(stage: Stage, settings: InfraSettings, images: dict[str, str], promoted: Promoted | None,

@@ -8,6 +8,7 @@ Every AWS call of the toolkit goes through ``client()``: the target it is given 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import boto3
@@ -38,8 +39,24 @@ def client(service: str, region: str | None = None, config: Config | None = None
                             endpoint_url=target.endpoint or None, config=config or _CONFIG, **keys)
 
 
+def image_tags(region: str, images: Sequence[str], key: str, target: AwsTarget | None = None) -> dict[str, str]:
+    """Image id -> the value of its ``key`` tag, for those of ``images`` EC2 holds in ``region`` (by filter: an id it
+    does not hold is left out, not an error; so is an image without the tag). ``Unavailable`` when EC2 does not answer
+    or refuses (one line: its code and message)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from platformctl.kernel.errors import Unavailable
+
+    try:
+        found = client("ec2", region, target=target).describe_images(Filters=[{"Name": "image-id", "Values": list(images)}])
+    except (BotoCoreError, ClientError) as exc:
+        raise Unavailable(f"ec2:DescribeImages in {region}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                          transient=not isinstance(exc, ClientError)) from None
+    return {i["ImageId"]: tag["Value"] for i in found["Images"] for tag in i.get("Tags", []) if tag["Key"] == key}
+
+
 def tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
     return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
 
 
-__all__ = ["FAKE_CREDENTIALS", "QUICK", "AwsTarget", "client", "tag_list"]
+__all__ = ["FAKE_CREDENTIALS", "QUICK", "AwsTarget", "client", "image_tags", "tag_list"]

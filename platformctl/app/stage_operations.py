@@ -161,9 +161,10 @@ class StageOperator:
         record = promoted_to(self.platform, stage)
         found: list[Launching] = []
         for cluster, pool, family, state, image in pool_groups(self.platform, stage):
+            other: list[str] = []
             # settings are compared only on the record's own image: another image is the image's drift, or another record's
-            same = record is not None and state is not None and image is not None and record.images.get(family) == image
-            other = (not_as_deployed(record.launches, state.name, state.launch) or []) if same and record and state else []
+            if record is not None and state is not None and image is not None and record.images.get(family) == image:
+                other = not_as_deployed(record.launches, state.name, state.launch) or []
             found.append(Launching(cluster, pool, family, image, tuple(other)))
         return found
 

@@ -125,7 +125,7 @@ def stage_deploy(ctx: click.Context, stage_name: str, lock_file: Path | None, ou
 
     result, promoted = deploy_by_hand(platform(), stage_name, lock_file)
     if output == "json":
-        _emit_json({**result.to_dict(), "promoted": promoted.to_record() if promoted is not None else None})
+        _emit_json({**result.to_dict(), "promoted": promoted.to_dict() if promoted is not None else None})
         return
     out = _console()
     data = result.to_dict()

@@ -52,8 +52,12 @@ class Promoted:
     def to_record(self) -> JSONObject:
         return {"stage": self.stage, "images": dict(self.images), "candidate": self.candidate, "at": self.at,
                 "by": self.by, "rollback": self.rollback, "infra_revision": self.infra_revision,
-                "kubernetes_version": self.kubernetes_version,
-                "launches": launches_json(self.launches)}  # shown; kept in ``launched/<stage>`` (``record_launches``)
+                "kubernetes_version": self.kubernetes_version}
+
+    def to_dict(self) -> JSONObject:
+        """The record as shown (``stage deploy -o json``): with what its groups launched, which ``launched/<stage>``
+        keeps (``record_launches``)."""
+        return {**self.to_record(), "launches": launches_json(self.launches)}
 
     def said(self) -> str:
         return ", ".join(f"{family} {image}" for family, image in sorted(self.images.items()))
@@ -86,11 +90,12 @@ def record_launches(store: StateStore, stage: str, candidate: str, launches: dic
     last = store.last(stream_of(stage))
     if last is None or str(last.data.get("candidate", "")) != candidate:
         return False
-    said = promoted_in(store, stage)
-    if said is not None and said.launches == launches:
+    said = store.last(launched_of(stage))
+    data = {"of": last.seq, "candidate": candidate, "launches": launches_json(launches)}
+    if said is not None and all(said.data.get(key) == value for key, value in data.items()):
         return False
     fence()
-    store.append(launched_of(stage), {"of": last.seq, "candidate": candidate, "at": at, "launches": launches_json(launches)})
+    store.append(launched_of(stage), {**data, "at": at})
     return True
 
 

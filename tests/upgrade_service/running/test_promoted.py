@@ -58,3 +58,4 @@ def test_what_the_groups_launch_belongs_to_the_record_whose_deploy_made_it(tmp_p
     assert record_launches(store, "dev", "c2", made, 31.0, fence=lambda: fenced.append("checked"))
     assert fenced == ["checked"] and promoted_in(store, "dev").launches == made  # type: ignore[union-attr]
     assert len(store.read("promoted/dev")) == 2 and len(store.read("launched/dev")) == 2  # no record written twice
+    assert all("launches" not in r.data for r in store.read("promoted/dev"))  # kept once, in their own stream

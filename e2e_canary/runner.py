@@ -52,6 +52,11 @@ def disrupted(pod: str, reason: str) -> str:
     return f"pod {pod} was {DISRUPTED_BY.get(reason, 'disrupted by the platform')} ({reason}); retried once"
 
 
+
+def late(pod: Pod, deadline: float) -> bool:
+    """Whether the kubelet started ``pod`` only after ``deadline`` (its own stamp): a timeout, however it runs now."""
+    return pod.running_at is not None and pod.running_at > deadline
+
 @dataclass
 class PoolArm:
     """Where the node-pool canary runs one of its arms: a pool's schedulable, Ready nodes on one image (the judge's
@@ -186,6 +191,10 @@ class Runner:
         done: dict[str, CanaryResult] = {}
         heard = 0  # the newest change of the cluster's pods heard of
         while True:
+            # called before the look, so that the last look is taken once the cluster's time is past the deadline:
+            # a client descheduled between a look and its deadline (a busy node, a throttled pod) judges by what the
+            # cluster did in time, by the kubelet's stamps, not by a listing taken before its pause
+            expired = past(self.clock, deadline)
             pods = {p.name: p for p in self.cluster.list_pods(namespace=namespace)}
             for name, (arm, i, retried) in list(arms.items()):
                 if name in done:
@@ -194,6 +203,8 @@ class Runner:
                 # from the kubelet's own startedAt: a poll's lag is not the platform's. A pod gone before this
                 # canary saw it run was taken away between two polls (evicted, preempted, its node gone).
                 seen = startup(pod) if pod is not None else NotStarted("disrupted", "")
+                if isinstance(seen, Startup) and pod is not None and late(pod, deadline):
+                    continue  # running, but only after the deadline: a timeout below
                 if isinstance(seen, Startup):
                     ready = pod.ready_at if pod is not None else None
                     # from its own creation, both the server's stamps: pods of many arms are created one after
@@ -204,14 +215,14 @@ class Runner:
                     done[name] = self._record(canary, attempt, arm, "ok", "", metrics)
                 elif seen.reason == "disrupted":
                     done[name] = self._record(canary, attempt, arm, "disrupted", disrupted(name, seen.disruption), {})
-                    if not retried:  # retried once: a disruption is the platform's doing, not the image's
+                    if not retried and not expired:  # retried once: a disruption is the platform's, not the image's
                         again = self._pod(canary, attempt, namespace, arm, i, retry=True)
                         try:
                             self.cluster.create_pod(again)
                             arms[again.name] = (arm, i, True)
                         except (ApiFault, PlatformError):
                             pass
-            if len(done) == len(arms) or past(self.clock, deadline):
+            if len(done) == len(arms) or expired:
                 break
             heard = wait_for_change(self.clock, self.poll, self.cluster.name, "pods", heard, LONGEST_WAIT)
         for name, (arm, _, _) in arms.items():
@@ -220,7 +231,12 @@ class Runner:
                 continue
             pod = pods.get(name)
             seen = startup(pod) if pod is not None else NotStarted("gone")
-            reason = seen.reason if isinstance(seen, NotStarted) else "not running"
+            if isinstance(seen, NotStarted):
+                reason = seen.reason
+            else:  # started, but after the deadline
+                running = pod.running_at if pod is not None and pod.running_at is not None else deadline
+                created_at = pod.created if pod is not None and pod.created else start
+                reason = f"running only {running - created_at:.0f} s after it was made"
             if reason.startswith("waiting: "):  # the kubelet says why: a failure, not slowness
                 results.append(self._record(canary, attempt, arm, "fail", f"pod {name} on image {arm.image}: "
                                             f"{reason.removeprefix('waiting: ')} for {canary.deadline} s", {}))

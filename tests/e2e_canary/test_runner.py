@@ -223,6 +223,50 @@ def test_a_check_late_to_create_its_first_object_is_given_its_whole_deadline_fro
     assert [r.outcome for r in report.results] == ["ok"] * canary.runs, report.results
 
 
+
+class _PausedCluster:
+    """The simulated cluster, seen by a client descheduled for ``lag`` seconds right after its first look at the canary's
+    pods (a throttled runner pod, a busy node): the cluster starts them meanwhile, and its deadline passes."""
+
+    def __init__(self, sim: SimulatedCluster, lag: float) -> None:
+        self._sim = sim
+        self.lag = lag
+
+    def list_pods(self, **kwargs: Any) -> list[Any]:
+        pods = self._sim.list_pods(**kwargs)
+        if self.lag and kwargs.get("namespace", "").startswith("canary-"):
+            self._sim.advance(self.lag)
+            self.lag = 0.0
+        return pods
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sim, name)
+
+
+def test_a_node_pool_check_paused_between_a_look_and_its_deadline_judges_by_what_the_kubelet_did_in_time(
+        tmp_path: Path) -> None:
+    """Its first look finds every pod still pending; by its next, the cluster's time is 300 s on, past the 120 s
+    deadline. The pods started 2 s after they were made, by the kubelet's stamps: every one passes, none is a
+    "pending" timeout drawn from the listing taken before the pause (which halted a good candidate in prod-canary)."""
+    sim = cluster()
+    runner = Runner("dev", "c1", _PausedCluster(sim, 300.0), SQLiteStore(tmp_path / "state.db"))
+    report = runner.run(CANARY)
+    assert len(report.results) == 20 and {r.outcome for r in report.results} == {"ok"}, report.results
+    assert all(r.metrics["pod_startup_seconds"] <= 4.0 for r in report.results)
+
+
+def test_a_node_pool_pod_the_kubelet_starts_only_after_the_deadline_is_a_timeout(tmp_path: Path) -> None:
+    """Seen running at the look after the pause, but started by the kubelet 150 s after it was made, past the 120 s
+    deadline: the pause changes nothing of what the image did."""
+    sim = cluster()
+    sim.set_image_fault(NEW, 150.0)
+    report = Runner("dev", "c1", _PausedCluster(sim, 300.0), SQLiteStore(tmp_path / "state.db")).run(CANARY)
+    by_image = {(r.image, r.outcome) for r in report.results}
+    assert by_image == {(OLD, "ok"), (NEW, "timeout")}, report.results
+    late = next(r for r in report.results if r.outcome == "timeout")
+    assert "running only 15" in late.reason and "after it was made" in late.reason, late.reason
+
+
 def test_result_streams_are_named_and_read_one_way_and_the_newest_result_is_the_newest_days_last(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "state.db")
     day = 86400.0 * 20_000  # 2024-10-04, UTC

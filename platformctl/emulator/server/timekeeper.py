@@ -24,10 +24,7 @@ registration): a client starved of the CPU for a second on a busy machine would 
 seconds on, find a CronJob's run already gone or a deadline already passed, and measure its own lag as the
 platform's. The hold lasts ``HOLD_SECONDS`` of wall time of silence at most (a client may do work the region cannot
 see, such as AWS calls to moto, or wait on something that is not the region); then time goes on at its pace, and the
-status counts the hold as ``silent_holds``. While more clients work at once than the machine has CPUs, each gets its
-share of them, and the hold lasts as much longer: ``HOLD_SECONDS`` x working clients / CPUs (eight canary runners woken
-by the same minute on two cores are each silent for seconds, and a 2 s hold let ten minutes of the region pass under
-them, past every pending pod's deadline). Held time is not caught up afterwards: the pace goes on from where the
+status counts the hold as ``silent_holds``. Held time is not caught up afterwards: the pace goes on from where the
 clock stood.
 """
 
@@ -36,7 +33,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -95,15 +91,13 @@ class TimeKeeper:
 
     def __init__(self, clock: VirtualClock, cond: threading.Condition, speed: float, skip: bool,
                  tick: Callable[[], bool], latest: Callable[[str, str], int], *, lead: float = LEAD_SECONDS,
-                 hold: float = HOLD_SECONDS, monotonic: Callable[[], float] = time.monotonic,
-                 cpus: int | None = None) -> None:
+                 hold: float = HOLD_SECONDS, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.cond = cond
         self.speed = speed
         self.skip = skip
         self.lead = lead
         self.hold = hold
-        self.cpus = max(cpus or len(os.sched_getaffinity(0)), 1)
         self._mono = monotonic
         self._tick = tick
         self._latest = latest
@@ -272,14 +266,13 @@ class TimeKeeper:
 
     def _hold_limit(self) -> float | None:
         """The furthest the clock may go now: ``lead`` past the last word of every registered client that works and
-        has not been silent for its hold (``hold`` wall seconds, times the working clients per CPU when they are more
-        than the CPUs) (under the lock)."""
+        has not been silent for ``hold`` wall seconds (under the lock)."""
         mono = self._mono()
         limits = []
-        working = [c for c in self.clients.values() if not c.silent and not self._idle(c, mono)]
-        hold = self.hold * max(1.0, len(working) / self.cpus)
-        for client in working:
-            if mono - client.heard_wall > (START_HOLD_SECONDS if client.expected else hold):
+        for client in self.clients.values():
+            if client.silent or self._idle(client, mono):
+                continue
+            if mono - client.heard_wall > (START_HOLD_SECONDS if client.expected else self.hold):
                 client.silent = True
                 self.silent_holds += 1
                 log.info("clock: client %s (pid %d, %s) at work and silent for %.1f s: time goes on at its pace",
@@ -349,7 +342,7 @@ class TimeKeeper:
         with self.cond:
             return {"skip": self.skip, "speed": self.speed, "skipped_seconds": round(self.skipped, 3), "jumps": self.jumps,
                     "held_seconds": round(self.held, 3), "silent_holds": self.silent_holds,
-                    "lead_seconds": self.lead, "hold_seconds": self.hold, "cpus": self.cpus, "in_flight": self.in_flight,
+                    "lead_seconds": self.lead, "hold_seconds": self.hold, "in_flight": self.in_flight,
                     "clients": [{"id": c.id, "pid": c.pid, "name": c.name, "participants": c.participants,
                                  "waiting": c.waiting, "starting": c.expected, "until": min((w.until for w in c.waits), default=None)}
                                 for c in self.clients.values()]}

@@ -26,9 +26,9 @@ def wall() -> Wall:
     return Wall()
 
 
-def keeper(wall: Wall, *, skip: bool = True, lead: float = 5.0, hold: float = 2.0, cpus: int = 2) -> TimeKeeper:
+def keeper(wall: Wall, *, skip: bool = True, lead: float = 5.0, hold: float = 2.0) -> TimeKeeper:
     return TimeKeeper(VirtualClock(), threading.Condition(), 300.0, skip, lambda: False, lambda cluster, kind: 0,
-                      lead=lead, hold=hold, monotonic=wall, cpus=cpus)
+                      lead=lead, hold=hold, monotonic=wall)
 
 
 def beats(k: TimeKeeper, wall: Wall, seconds: float, step: float = 0.05) -> None:
@@ -70,20 +70,6 @@ def test_a_hold_runs_out_after_its_wall_seconds_of_silence_and_time_goes_on_at_i
     assert k.clock.now() - start == pytest.approx(5.0 + 300.0 * 1.0, abs=300 * 0.05 + 1)
     assert k.status()["silent_holds"] == 1
 
-
-
-def test_clients_at_work_beyond_the_cpus_each_hold_their_share_longer(wall: Wall) -> None:
-    """Six clients woken at once on two CPUs: each gets a third of one, and its silence holds the clock three times
-    the hold (6 s), not 2 s, after which ten minutes of the region would pass under every one of them."""
-    k = keeper(wall, cpus=2)
-    for pid in range(1, 7):
-        k.register(pid=pid, name="canary run")
-    start = k.clock.now()
-    beats(k, wall, 5.5)
-    assert k.clock.now() - start == pytest.approx(5.0) and k.status()["silent_holds"] == 0
-    beats(k, wall, 1.0)  # past 6 s: they all run out together, and time goes on at its pace
-    assert k.status()["silent_holds"] == 6
-    assert k.clock.now() - start > 5.0 + 300.0 * 0.4
 
 def test_a_request_is_stamped_no_further_than_the_lead_past_its_clients_last_word(wall: Wall) -> None:
     k = keeper(wall)

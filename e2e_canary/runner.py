@@ -54,8 +54,9 @@ def disrupted(pod: str, reason: str) -> str:
 
 
 def late(pod: Pod, deadline: float) -> bool:
-    """Whether the kubelet started ``pod`` only after ``deadline`` (its own stamp): a timeout, however it runs now."""
-    return pod.running_at is not None and pod.running_at > deadline
+    """Whether the kubelet started ``pod`` more than ``deadline`` seconds after the API server made it (both the
+    server's stamps): a timeout, however it runs now."""
+    return pod.running_at is not None and pod.created is not None and pod.running_at - pod.created > deadline
 
 @dataclass
 class PoolArm:
@@ -173,20 +174,23 @@ class Runner:
 
     def _node_pool(self, canary: NodePoolCanary, attempt: str, namespace: str) -> list[CanaryResult]:
         start = synced_now(self.clock)  # pods' Ready times are the server's
-        deadline = start + canary.deadline
         arms = {}
+        made_at = [start]
         results: list[CanaryResult] = []
         present = self.arms()
         for arm in present:
             for i in range(canary.pods_per_arm):
                 made = self._pod(canary, attempt, namespace, arm, i)
                 try:
-                    self.cluster.create_pod(made)
+                    made_at.append(self.cluster.create_pod(made).created or start)
                 except ApiRefused as exc:
                     results.append(self._record(canary, attempt, arm, "fail" if exc.status >= 500 else "infra_error",
                                                 f"the API server answered {exc.status} to creating pod {made.name}: {exc.detail}", {}))
                     continue
                 arms[made.name] = (arm, i, False)
+        # from the last pod as the API server stamped it: a runner slow to make them (descheduled, its calls slow)
+        # does not shorten what the platform is given, as a check's deadline runs from its first object
+        deadline = max(made_at) + canary.deadline
         self.progress(f"{self.name}: {canary.name}: {len(arms)} pods on {len(present)} arms, waiting up to {canary.deadline} s")
         done: dict[str, CanaryResult] = {}
         heard = 0  # the newest change of the cluster's pods heard of
@@ -203,7 +207,7 @@ class Runner:
                 # from the kubelet's own startedAt: a poll's lag is not the platform's. A pod gone before this
                 # canary saw it run was taken away between two polls (evicted, preempted, its node gone).
                 seen = startup(pod) if pod is not None else NotStarted("disrupted", "")
-                if isinstance(seen, Startup) and pod is not None and late(pod, deadline):
+                if isinstance(seen, Startup) and pod is not None and late(pod, canary.deadline):
                     continue  # running, but only after the deadline: a timeout below
                 if isinstance(seen, Startup):
                     ready = pod.ready_at if pod is not None else None

@@ -255,6 +255,35 @@ def test_a_node_pool_check_paused_between_a_look_and_its_deadline_judges_by_what
     assert all(r.metrics["pod_startup_seconds"] <= 4.0 for r in report.results)
 
 
+
+class _SlowMaker:
+    """The simulated cluster, seen by a client descheduled for ``lag`` seconds before each of its first ``times`` pod
+    creations: the canary's last pods are made minutes after the check began."""
+
+    def __init__(self, sim: SimulatedCluster, lag: float, times: int) -> None:
+        self._sim = sim
+        self.lag = lag
+        self.times = times
+
+    def create_pod(self, pod: Any) -> Any:
+        if self.times:
+            self.times -= 1
+            self._sim.advance(self.lag)
+        return self._sim.create_pod(pod)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sim, name)
+
+
+def test_a_node_pool_check_slow_to_make_its_pods_gives_the_platform_its_whole_deadline_from_the_last_one(
+        tmp_path: Path) -> None:
+    """Its last pods are made 300 s after the check began (past a deadline counted from then): each started 2 s after
+    the API server made it, and passes."""
+    sim = cluster()
+    runner = Runner("dev", "c1", _SlowMaker(sim, 100.0, 3), SQLiteStore(tmp_path / "state.db"))
+    report = runner.run(CANARY)
+    assert len(report.results) == 20 and {r.outcome for r in report.results} == {"ok"}, report.results
+
 def test_a_node_pool_pod_the_kubelet_starts_only_after_the_deadline_is_a_timeout(tmp_path: Path) -> None:
     """Seen running at the look after the pause, but started by the kubelet 150 s after it was made, past the 120 s
     deadline: the pause changes nothing of what the image did."""

@@ -213,6 +213,18 @@ def test_a_cron_check_that_comes_back_late_still_finds_each_run_the_cronjob_made
     assert [r.metrics["fire_lateness_seconds"] for r in report.results] == [0.0] * canary.runs
 
 
+
+def test_a_cron_check_that_comes_back_after_more_runs_than_its_cronjob_keeps_measured_nothing(tmp_path: Path) -> None:
+    """Thirty minutes away: the CronJob fired every run on time and pruned the ones the check watches (it keeps the
+    runs that can fire within the check's deadline). The check did not see them: not measured (``infra_error``), never
+    "did not fire", which once halted a good candidate in prod-canary."""
+    canary = next(c for c in load_canaries(CANARY_DIR) if c.name == "cron")
+    sim = cluster()
+    runner = Runner("dev", "c1", _LateCluster(sim, 1800.0), SQLiteStore(tmp_path / "state.db"))
+    report = runner.run(canary)
+    assert {r.outcome for r in report.results} == {"infra_error"}, report.results
+    assert all("later runs, more than the" in r.reason for r in report.results)
+
 def test_a_check_late_to_create_its_first_object_is_given_its_whole_deadline_from_that_object(tmp_path: Path) -> None:
     """The deadline runs from the first object as the API server stamped it: a client that took 200 s of the cluster's
     time to send it (descheduled, or guessing the server's time when it could not ask) still watches both runs."""

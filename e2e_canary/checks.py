@@ -324,6 +324,13 @@ def firings_since(schedule: str, due: float, now: float) -> int:
         n += 1
     return n
 
+
+def scheduled_since(cronjob: JSONMapping | None, due: float) -> bool:
+    """Whether the CronJob controller says it fired at ``due`` or later (``status.lastScheduleTime``)."""
+    last = _stamp(cronjob, "lastScheduleTime", "status")
+    return last is not None and last >= due
+
+
 @observe.register
 def cron(c: CronCanary, check: Check) -> list[Observation]:
     name = c.name
@@ -359,12 +366,13 @@ def cron(c: CronCanary, check: Check) -> list[Observation]:
             check.wait(f"CronJob {name}: the run scheduled at {due:.0f}", fired, lambda: [],
                        until=due + c.tolerance_seconds + max(60.0, 5 * check.poll))
         except CheckFailed as failed:
-            since = firings_since(c.schedule, due, synced_now(check.clock))
-            if failed.outcome == "timeout" and since >= keep:
-                # looked for only after more runs than the CronJob keeps: it may have made this one on time and pruned
-                # it since; nothing was measured of the platform (a runner paused past its deadline)
+            since = firings_since(c.schedule, due, synced_now(check.clock)) if failed.outcome == "timeout" else 0
+            if since >= keep and scheduled_since(check.get("CronJob", name), due):
+                # looked for only after as many later runs as the CronJob keeps, and its controller says it fired at
+                # or after this one: made on time and pruned since, or not; nothing was measured of the platform (a
+                # runner paused past its deadline). A controller that never fired is still "did not fire".
                 rows.append(Observation("infra_error", f"CronJob {name}: the run scheduled at {due:.0f} was looked for "
-                                        f"only after {since} later runs, more than the {keep} it keeps: not measured"))
+                                        f"only after {since} later runs (it keeps {keep}): not measured"))
                 continue
             rows.append(Observation("fail" if failed.outcome == "timeout" else failed.outcome,
                                     f"CronJob {name} did not fire within toleranceSeconds {c.tolerance_seconds} of its "

@@ -52,11 +52,10 @@ def disrupted(pod: str, reason: str) -> str:
     return f"pod {pod} was {DISRUPTED_BY.get(reason, 'disrupted by the platform')} ({reason}); retried once"
 
 
+def started_after(pod: Pod) -> float | None:
+    """How long after the API server made ``pod`` the kubelet started it (both the server's stamps), once it has."""
+    return pod.running_at - pod.created if pod.running_at is not None and pod.created is not None else None
 
-def late(pod: Pod, deadline: float) -> bool:
-    """Whether the kubelet started ``pod`` more than ``deadline`` seconds after the API server made it (both the
-    server's stamps): a timeout, however it runs now."""
-    return pod.running_at is not None and pod.created is not None and pod.running_at - pod.created > deadline
 
 @dataclass
 class PoolArm:
@@ -207,9 +206,12 @@ class Runner:
                 # from the kubelet's own startedAt: a poll's lag is not the platform's. A pod gone before this
                 # canary saw it run was taken away between two polls (evicted, preempted, its node gone).
                 seen = startup(pod) if pod is not None else NotStarted("disrupted", "")
-                if isinstance(seen, Startup) and pod is not None and late(pod, canary.deadline):
-                    continue  # running, but only after the deadline: a timeout below
-                if isinstance(seen, Startup):
+                late = started_after(pod) if isinstance(seen, Startup) and pod is not None else None
+                if late is not None and late > canary.deadline:  # running now, but started past the deadline
+                    done[name] = self._record(canary, attempt, arm, "timeout", f"pod {name} on image {arm.image} not "
+                                              f"running within the deadline {canary.deadline} s (running only {late:.0f} "
+                                              "s after it was made)", {})
+                elif isinstance(seen, Startup):
                     ready = pod.ready_at if pod is not None else None
                     # from its own creation, both the server's stamps: pods of many arms are created one after
                     # another, and the last one's wait for its turn is not its image's
@@ -235,12 +237,7 @@ class Runner:
                 continue
             pod = pods.get(name)
             seen = startup(pod) if pod is not None else NotStarted("gone")
-            if isinstance(seen, NotStarted):
-                reason = seen.reason
-            else:  # started, but after the deadline
-                running = pod.running_at if pod is not None and pod.running_at is not None else deadline
-                created_at = pod.created if pod is not None and pod.created else start
-                reason = f"running only {running - created_at:.0f} s after it was made"
+            reason = seen.reason if isinstance(seen, NotStarted) else "not running"
             if reason.startswith("waiting: "):  # the kubelet says why: a failure, not slowness
                 results.append(self._record(canary, attempt, arm, "fail", f"pod {name} on image {arm.image}: "
                                             f"{reason.removeprefix('waiting: ')} for {canary.deadline} s", {}))

@@ -213,7 +213,6 @@ def test_a_cron_check_that_comes_back_late_still_finds_each_run_the_cronjob_made
     assert [r.metrics["fire_lateness_seconds"] for r in report.results] == [0.0] * canary.runs
 
 
-
 def test_a_cron_check_that_comes_back_after_more_runs_than_its_cronjob_keeps_measured_nothing(tmp_path: Path) -> None:
     """Thirty minutes away: the CronJob fired every run on time and pruned the ones the check watches (it keeps the
     runs that can fire within the check's deadline). The check did not see them: not measured (``infra_error``), never
@@ -223,7 +222,27 @@ def test_a_cron_check_that_comes_back_after_more_runs_than_its_cronjob_keeps_mea
     runner = Runner("dev", "c1", _LateCluster(sim, 1800.0), SQLiteStore(tmp_path / "state.db"))
     report = runner.run(canary)
     assert {r.outcome for r in report.results} == {"infra_error"}, report.results
-    assert all("later runs, more than the" in r.reason for r in report.results)
+    assert all("later runs (it keeps" in r.reason for r in report.results)
+
+
+class _Suspended(_LateCluster):
+    """As ``_LateCluster``, but the CronJob is made suspended: its controller never fires it."""
+
+    def create_object(self, obj: dict[str, object]) -> dict[str, object]:
+        if obj.get("kind") == "CronJob":
+            obj = {**obj, "spec": {**obj["spec"], "suspend": True}}  # type: ignore[dict-item]
+        return super().create_object(obj)
+
+
+def test_a_cron_check_that_comes_back_late_to_a_cronjob_that_never_fired_still_says_it_did_not_fire(
+        tmp_path: Path) -> None:
+    """Just as late, but the controller never fired (no ``lastScheduleTime``): nothing was pruned, and every run is a
+    failure, "did not fire"."""
+    canary = next(c for c in load_canaries(CANARY_DIR) if c.name == "cron")
+    report = Runner("dev", "c1", _Suspended(cluster(), 1800.0), SQLiteStore(tmp_path / "state.db")).run(canary)
+    assert [r.outcome for r in report.results] == ["fail"] * canary.runs, report.results
+    assert all("did not fire" in r.reason for r in report.results)
+
 
 def test_a_check_late_to_create_its_first_object_is_given_its_whole_deadline_from_that_object(tmp_path: Path) -> None:
     """The deadline runs from the first object as the API server stamped it: a client that took 200 s of the cluster's
@@ -233,7 +252,6 @@ def test_a_check_late_to_create_its_first_object_is_given_its_whole_deadline_fro
     runner = Runner("dev", "c1", _LateCluster(sim, 200.0, before=True), SQLiteStore(tmp_path / "state.db"))
     report = runner.run(canary)
     assert [r.outcome for r in report.results] == ["ok"] * canary.runs, report.results
-
 
 
 class _PausedCluster:
@@ -267,7 +285,6 @@ def test_a_node_pool_check_paused_between_a_look_and_its_deadline_judges_by_what
     assert all(r.metrics["pod_startup_seconds"] <= 4.0 for r in report.results)
 
 
-
 class _SlowMaker:
     """The simulated cluster, seen by a client descheduled for ``lag`` seconds before each of its first ``times`` pod
     creations: the canary's last pods are made minutes after the check began."""
@@ -295,6 +312,7 @@ def test_a_node_pool_check_slow_to_make_its_pods_gives_the_platform_its_whole_de
     runner = Runner("dev", "c1", _SlowMaker(sim, 100.0, 3), SQLiteStore(tmp_path / "state.db"))
     report = runner.run(CANARY)
     assert len(report.results) == 20 and {r.outcome for r in report.results} == {"ok"}, report.results
+
 
 def test_a_node_pool_pod_the_kubelet_starts_only_after_the_deadline_is_a_timeout(tmp_path: Path) -> None:
     """Seen running at the look after the pause, but started by the kubelet 150 s after it was made, past the 120 s

@@ -424,6 +424,7 @@ class Executor:
         said = None
         while True:
             self._check()
+            late = past(self.clock, deadline)  # asked before the gate: an answer from before the deadline is asked again
             question = Question(self.target.name, self.options.stage or "", number, self.clock.now(), dict(read.targets), present)
             verdict = ask(gate, context, self.options.canary, question, self.options.environment)
             if (verdict.verdict, verdict.reason) != said:
@@ -433,7 +434,7 @@ class Executor:
                 return
             if verdict.verdict == "fail":
                 raise Halt("gate-fail", f"the health gate says fail before wave {number}: {verdict.reason}")
-            if past(self.clock, deadline):
+            if late:
                 raise Halt("gate-inconclusive", f"the health gate stayed inconclusive for gateTimeoutSeconds "
                            f"{self.policy.gate_timeout_seconds} before wave {number}: {verdict.reason}")
             self._show("gate", f"health gate inconclusive ({verdict.reason}); asking every "

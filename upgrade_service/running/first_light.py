@@ -244,6 +244,9 @@ class FirstLight:
         while True:
             self.replacer.check()
             present = frozenset(n.image for n in self.nodes.nodes() if n.image)
+            # Whether the deadline has passed is asked before the gate is: an answer taken before it, however late
+            # this process comes to read it (a pause, a throttled pod), is never the one it halts on; it asks again.
+            late = past(clock, deadline)
             question = Question(self.cluster_name, self.options.stage or "", 0, clock.now(), targets, present,
                                 min_results=first_light.min_results,
                                 proven=self.options.first_light_proven or first_light.proven)
@@ -258,7 +261,7 @@ class FirstLight:
             lit_up = ", ".join(f"{pool} ({state.nodes.get(pool, 'no node')}, {image})" for pool, image in targets.items())
             if verdict.verdict == "fail":
                 self._fail(state, "first-light-fail", f"pools {lit_up}: {verdict.reason}", clock.now() - began)
-            if past(clock, deadline):
+            if late:
                 self._fail(state, "first-light-inconclusive", f"pools {lit_up}: the health gate stayed inconclusive for "
                            f"firstLight.timeout {first_light.timeout} s: {verdict.reason}", clock.now() - began)
             self.show("first-light", f"first light: the gate is inconclusive ({verdict.reason}); asking every "

@@ -588,3 +588,29 @@ def test_a_rule_moves_each_controller_it_matches_on_its_own_unless_its_scope_is_
         assert not overlapping
         ordered = sorted(away)
         assert all(nxt[0] >= prev[1] + 120 for prev, nxt in zip(ordered, ordered[1:]))
+
+
+def test_an_inconclusive_answer_read_only_after_the_gate_timeout_is_asked_again_not_halted_on(tmp_path: Path) -> None:
+    """The executor asked the gate within gateTimeoutSeconds, and its process then stalled (a throttled pod, a paused
+    node) until the timeout had passed. The answer it holds describes the window before the deadline: it asks once more
+    and goes by that answer. Before, it halted "stayed inconclusive" on the stale answer of a gate that had passed."""
+    from e2e_canary.verdict import Verdict
+    from upgrade_service.running.gate import Question
+
+    sim = cluster({"general": 2})
+    sim.run_until_settled()
+    new_image(sim)
+    asked: list[float] = []
+
+    def canary(question: Question) -> Verdict:
+        asked.append(sim.now())
+        if len(asked) == 1:
+            sim.advance(900)  # the process stalls after its first answer, past gateTimeoutSeconds 600
+            return Verdict("inconclusive", "too few results yet")
+        return Verdict("pass", "every canary passed")
+
+    outcome = rotate(sim, tmp_path, {"gateTimeoutSeconds": 600, "healthGate": {"canary": {"window": "30m"}}},
+                     canary=canary, gate_poll_seconds=60)
+    assert outcome.status == "done", outcome.reason
+    assert asked[1] - asked[0] >= 900  # the second ask came after the stall, and it was judged by its answer
+    assert nodes_on(sim, NEW) == sorted(n.name for n in sim.list_nodes())

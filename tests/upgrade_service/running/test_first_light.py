@@ -246,3 +246,33 @@ def test_pods_that_landed_on_a_first_light_node_in_a_crash_before_its_taint_are_
     evicted = {e.name for e in sim.events if e.kind == sim_events.POD_EVICTED}
     assert {p.name for p in on_it} <= evicted  # moved through the eviction API, never lost with the node
     assert harm(sim) == NO_HARM
+
+
+def test_first_light_that_reads_its_gates_answer_only_after_the_timeout_asks_again_and_judges_by_that(
+        tmp_path: Path) -> None:
+    """The rotation asked the gate in time (too few results yet: inconclusive) and then stalled past firstLight.timeout
+    while the canaries went on running. The answer it holds is from before the deadline, so it asks once more and
+    judges the results the canaries had by then. Before, it halted "stayed inconclusive" on the stale answer."""
+    sim = serving()
+    store = SQLiteStore(tmp_path / "state.db")
+    runner = Runner("dev", "test", sim, store)
+    judge = canary_gate(store, 1800.0)
+    answers: list[str] = []
+
+    def ask(question: Question) -> Verdict:
+        runner.run(CANARY)
+        verdict = judge(dataclasses.replace(question, now=sim.now()))
+        answers.append(verdict.verdict)
+        if len(answers) == 1:  # the process stalls for 15 minutes; the canary runner does not
+            for _ in range(15):
+                sim.advance(POLL)
+                runner.run(CANARY)
+        return verdict
+
+    policy = {**POLICY, "firstLight": {"minResults": 10, "timeout": "10m"}}
+    outcome = Executor(Target("test", sim, SimulatedNodeGroups(sim)), parse_policy(policy, "policy.yaml"), store,
+                       Options(stage="dev", canary=ask, gate_poll_seconds=POLL)).run()
+    assert answers[:2] == ["inconclusive", "pass"]  # first light's two asks (the waves' gates ask after it)
+    assert outcome.status == "done", outcome.reason
+    assert outcome.report is not None and outcome.report["first_light"]["verdict"] == "pass"
+    assert harm(sim) == NO_HARM and sorted(n.image for n in sim.list_nodes()) == [NEW] * 4

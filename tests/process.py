@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -24,7 +26,8 @@ def environment(home: Path, env: dict[str, str] | None = None) -> dict[str, str]
     out = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PLATFORMCTL_")) and k != "KUBECONFIG"}
     if "PLATFORMCTL_LOCAL_SKIP" in os.environ:  # `local up --no-skip` for every region of the run: both ways compared
         out["PLATFORMCTL_LOCAL_SKIP"] = os.environ["PLATFORMCTL_LOCAL_SKIP"]
-    out.update({"PLATFORMCTL_HOME": str(home), **(env or {})})
+    # a region this test starts (`local up`) ends with the test's process, even when a killed run skips its teardown
+    out.update({"PLATFORMCTL_HOME": str(home), "PLATFORMCTL_LOCAL_OWNER": str(os.getpid()), **(env or {})})
     return out
 
 
@@ -41,9 +44,23 @@ def run(home: Path, *args: str, check: bool = True, env: dict[str, str] | None =
     return result
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a child between fork and exec only calls it
+
+
+def _die_with_parent() -> None:
+    _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def with_parent() -> Callable[[], None] | None:
+    """For a child: SIGTERM once the process that started it ends (Linux's ``PR_SET_PDEATHSIG``), so that a test's
+    long-running commands do not outlive a run killed before its teardown. The signal follows the thread that forked
+    it, so a child started from any thread but the main one (which lives as long as the process) gets none."""
+    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+
+
 def start(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "platformctl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=environment(home, env))
+                            text=True, env=environment(home, env), preexec_fn=with_parent())
 
 
 def local_region(home: Path, *args: str, stage: str = "dev", canaries: bool = False, infra: Path | None = None,
@@ -149,7 +166,8 @@ def canary_runners(home: Path, region: dict[str, Any]) -> list[subprocess.Popen[
         log = open(home / f"canary-{c['name']}.log", "w")  # the process holds it until it ends
         runners.append(subprocess.Popen([sys.executable, "-m", "platformctl", "canary", "run", "--stage", region["stage"],
                                          "--cluster", c["name"], "--metrics-port", "0"], stdout=log,
-                                        stderr=subprocess.STDOUT, text=True, env=environment(home, None)))
+                                        stderr=subprocess.STDOUT, text=True, env=environment(home, None),
+                                        preexec_fn=with_parent()))
         log.close()
     return runners
 

@@ -86,11 +86,14 @@ def local() -> None:
               "manager, scheduler; kwok for the kubelets), built by `make real-k8s`, whose nodes are the cluster's instances")
 @click.option("--cluster", "real_clusters", multiple=True, metavar="NAME",
               help="a cluster --control-plane real serves (repeatable)")
+@click.option("--owner-pid", type=click.IntRange(min=1), default=None, envvar="PLATFORMCTL_LOCAL_OWNER",
+              help="stop the region (and every process it runs) once this process has ended: a CI job's or a test "
+              "session's, so that a job killed before its `local down` leaves nothing running")
 @OUTPUT
 @click.pass_context
 def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, skip: bool, workloads: bool,
              pods_per_node: float, canaries: bool, run_jobs: bool, control_plane: str, real_clusters: tuple[str, ...],
-             output: str) -> None:
+             owner_pid: int | None, output: str) -> None:
     """Start the local region of a stage, or of several, in the background (or report the one running)."""
     from platformctl.kernel import region_client as control
 
@@ -110,7 +113,8 @@ def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, ski
 
         binaries()  # built here (once per machine, minutes), before the region starts and waits for it
     info, started = control.up(platform().environment, stages, speed, platform().infra_dir_given, workloads, canaries, skip=skip, run_jobs=run_jobs,
-                               pods_per_node=pods_per_node, real_clusters=tuple(dict.fromkeys(real_clusters)))
+                               pods_per_node=pods_per_node, real_clusters=tuple(dict.fromkeys(real_clusters)),
+                               owner_pid=owner_pid)
     if output == "json":
         emit_json({**info, "started": started})
         return

@@ -351,11 +351,13 @@ def clock_for_context(kubeconfig: Path, context: str | None) -> Clock | None:
 def up(environment: Environment, stages: list[str], speed: float, infra_dir: Path | None, workloads: bool = True,
        canaries: bool = False,
        timeout: float | None = None, skip: bool = True, run_jobs: bool = False,
-       pods_per_node: float = 30.0, real_clusters: tuple[str, ...] = ()) -> tuple[dict[str, Any], bool]:
+       pods_per_node: float = 30.0, real_clusters: tuple[str, ...] = (),
+       owner_pid: int | None = None) -> tuple[dict[str, Any], bool]:
     """Start the region of ``stages`` detached, or return the running one when it holds them. Returns (status, started).
     ``run_jobs``: the pods of the toolkit's own Jobs run as processes (``platformctl.emulator.server.kubelet``);
     ``pods_per_node``: how densely the synthetic workloads fill the member clusters. ``environment``: the command's (its
-    home holds the region's folder; the server process gets it)."""
+    home holds the region's folder; the server process gets it); ``owner_pid``: the region stops once that process has
+    ended."""
     folder = state_dir(environment.home)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -397,6 +399,8 @@ def up(environment: Environment, stages: list[str], speed: float, infra_dir: Pat
         if run_jobs:
             command.append("--run-jobs")
         command += [a for c in real_clusters for a in ("--real-cluster", c)]
+        if owner_pid is not None:
+            command += ["--owner-pid", str(owner_pid)]
         with open(folder / "server.log", "ab") as out:
             child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, env=environment.child(),
                                      close_fds=True)

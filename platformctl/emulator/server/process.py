@@ -58,6 +58,7 @@ from platformctl.kernel.region_client import EXTENSION
 from platformctl.kernel.topology import HostCluster, load_stage, stage_table
 
 TICK_SECONDS = 0.05
+OWNER_POLL_SECONDS = 2.0  # how soon a region whose owner has ended (``--owner-pid``) stops
 TOKEN_REFRESH_SECONDS = TOKEN_SECONDS * 0.2  # the kubelet makes a projected token again well before it expires
 log = logging.getLogger("platformctl.emulator.server")
 
@@ -472,15 +473,25 @@ class Server:
 
     # ---------------------------------------------------------------- run and stop
 
-    def serve(self) -> None:
+    def serve(self, owner: int | None = None) -> None:
+        """Serve until SIGTERM or SIGINT, or until the process ``owner`` has ended (``local up --owner-pid``)."""
         def stop(signum: int, frame: Any) -> None:
             log.info("signal %d: stopping", signum)
             self.stopping.set()
             for server in [self.http, *self.endpoints.values()]:
                 threading.Thread(target=server.shutdown, daemon=True).start()
 
+        def watch(pid: int) -> None:
+            while not self.stopping.wait(OWNER_POLL_SECONDS):
+                if not alive(pid):
+                    log.info("process %d, the region's owner, has ended: stopping", pid)
+                    stop(signal.SIGTERM, None)
+                    return
+
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        if owner is not None:
+            threading.Thread(target=watch, args=(owner,), name="owner", daemon=True).start()
         try:
             self.http.serve_forever(poll_interval=0.2)
         finally:
@@ -500,6 +511,21 @@ class Server:
             kubelet.stop_all()
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie nobody has reaped yet has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return state not in ("Z", "X")
+
+
 def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="platformctl-local-region")
     parser.add_argument("--stage", required=True, action="append", help="a stage the region holds (repeatable)")
@@ -513,6 +539,7 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
     parser.add_argument("--run-jobs", action="store_true", help="run the pods of the toolkit's own Jobs as processes")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--real-cluster", action="append", default=[], help="a cluster served by a real control plane")
+    parser.add_argument("--owner-pid", type=int, default=None, help="stop once this process has ended")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -530,7 +557,7 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
             kubelets.stop()
             plane.stop()
         return 1
-    server.serve()
+    server.serve(args.owner_pid)
     # Nothing is left to write (the state files are written as they change, server.json is gone): leave without the
     # interpreter's teardown, which takes seconds to free moto's and the simulation's objects one by one.
     logging.shutdown()

@@ -251,6 +251,26 @@ def test_down_stops_the_server_and_leaves_no_process(tmp_path: Path) -> None:
     assert json.loads(run(tmp_path, "local", "down", "-o", "json").stdout) == {"stopped": False}
 
 
+def test_a_region_whose_owner_ended_stops_with_everything_it_ran(tmp_path: Path) -> None:
+    """`local up --owner-pid`: a CI job (or a test session) killed before its `local down` leaves no region behind."""
+    owner = subprocess.Popen(["sleep", "600"])
+    info = json.loads(run(tmp_path, "local", "up", "--no-workloads", "--owner-pid", str(owner.pid), "-o", "json").stdout)
+    pid = info["pid"]
+    time.sleep(3)  # past the server's first look at its owner: it keeps running while the owner does
+    assert run(tmp_path, "local", "status", check=False).returncode == 0
+    owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 60
+    while run(tmp_path, "local", "status", check=False).returncode == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    status = run(tmp_path, "local", "status", "-o", "json", check=False)
+    assert status.returncode == 1 and json.loads(status.stdout) == {"running": False}
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:  # the server's last moments, then its runners'
+        time.sleep(0.2)
+    assert [p for p in Path("/proc").iterdir() if p.name.isdigit() and _session(p) == pid] == []
+    assert f"process {owner.pid}, the region's owner, has ended: stopping" in (tmp_path / "local" / "server.log").read_text()
+
+
 def _session(proc: Path) -> int | None:
     try:
         return int((proc / "stat").read_text().split(")")[-1].split()[4])

@@ -29,7 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ami.build import TAG
 from infra.components.common import CLUSTER_TAG, STAGE_TAG
+from platformctl.kernel.nodegroups import BUILDER_TAG
 from platformctl.kernel.state.dynamodb import lease_key, registry_keys, sequence_key, stream_key
 
 ASG_READS = ("autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
@@ -52,6 +54,7 @@ TEMPLATE_WRITES = ("ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate"
 GROUP_UPDATE = ("autoscaling:UpdateAutoScalingGroup",)
 CLUSTER_ACTIONS = ("eks:DescribeCluster", "eks:UpdateClusterVersion", "eks:DescribeUpdate")
 BACKEND_ACTIONS = ("s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:DeleteObject")
+IMAGE_TAG = TAG + "name"  # every image and snapshot a build makes carries it (ami.build)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,43 @@ def remediation(cluster: str, region: str, table: Any) -> list[Grant]:
 
 def canary(table: Any) -> list[Grant]:
     return [Grant(STATE_ACTIONS, (table,), what="the stage's state table")]
+
+
+# What ``ami build`` does (ami/build.py): find and describe images, launch a builder from a source image (tagged as a
+# builder when it is made), image it, tag the image and its snapshots, copy it to the other regions, publish its id
+# in SSM, terminate the builder, and remove what a failed build left.
+IMAGE_READS = ("ec2:DescribeImages", "ec2:DescribeInstances")
+BUILDER = "aws:ResourceTag/" + BUILDER_TAG
+BUILT = "aws:ResourceTag/" + IMAGE_TAG
+
+
+def _ec2(kind: str, owned: bool = True) -> str:
+    return f"arn:aws:ec2:*:{'*' if owned else ''}:{kind}/*"  # an image's and a snapshot's ARN name no account
+
+
+def image_build() -> list[Grant]:
+    """The image build (``ami build`` in the stage's host cluster): its builders are the only instances it may launch,
+    image or terminate (tagged ``platformctl:builder`` as they are made), the images and snapshots it tags and removes
+    are its own, and SSM holds its ids under ``/platformctl/ami/``; the EKS-optimised sources are read from AWS's
+    public parameters. In every region: a build copies its images to each stage's."""
+    return [Grant(IMAGE_READS, what="describe images and the builders"),
+            Grant(("ssm:GetParameter",), ("arn:aws:ssm:*:*:parameter/aws/service/eks/*",),
+                  what="read the EKS-optimised images' public parameters"),
+            Grant(("ssm:GetParameter", "ssm:PutParameter", "ssm:DeleteParameter"), ("arn:aws:ssm:*:*:parameter/platformctl/ami/*",),
+                  what="read and publish the images' ids"),
+            Grant(("ec2:RunInstances",), (_ec2("image", False), _ec2("subnet"), _ec2("network-interface"),
+                                          _ec2("security-group"), _ec2("volume")),
+                  what="launch a builder: the image, network and volumes it uses"),
+            Grant(("ec2:RunInstances",), (_ec2("instance"),), {"StringLike": {"aws:RequestTag/" + BUILDER_TAG: "*"}},
+                  what="launch a builder: only an instance tagged as one"),
+            Grant(("ec2:CreateTags",), (_ec2("instance"),), {"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+                  what="tag a builder as it is launched"),
+            Grant(("ec2:CreateImage", "ec2:TerminateInstances"), (_ec2("instance"),), {"StringLike": {BUILDER: "*"}},
+                  what="image a builder and terminate it"),
+            Grant(("ec2:CreateImage", "ec2:CopyImage", "ec2:CreateTags"), (_ec2("image", False), _ec2("snapshot", False)),
+                  what="make an image (and its snapshots) from a builder, copy it, tag them"),
+            Grant(("ec2:DeregisterImage", "ec2:DeleteSnapshot"), (_ec2("image", False), _ec2("snapshot", False)),
+                  {"StringLike": {BUILT: "*"}}, what="remove an image a failed build left, and its snapshots")]
 
 
 def backend_bucket(backend: str) -> str | None:
@@ -147,7 +187,9 @@ def document(grants: Sequence[Grant], resolved: Sequence[Sequence[str]] | None =
         statement(g, r) for g, r in zip(grants, resources, strict=True) if g.actions]})
 
 
-def _holds(key: str, value: str | tuple[str, ...]) -> str:
+def _holds(operator: str, key: str, value: str | tuple[str, ...]) -> str:
+    if operator == "StringLike" and value == "*":
+        return f"`{key}` is set"
     if isinstance(value, tuple):
         return f"every `{key}` is one of " + ", ".join(f"`{v}`" for v in value)
     return f"`{key}` = `{value}`"
@@ -159,13 +201,14 @@ def table() -> str:
             ("remediation (`platformctl-remediate`, every cluster)", remediation("CLUSTER", "REGION", "STATE_TABLE")),
             ("canary runner (every cluster)", canary("STATE_TABLE")),
             ("release tick (`platformctl-release-tick`, host cluster)",
-             release_tick("STAGE", "REGION", "STATE_TABLE", "LEDGER_TABLE", "s3://PULUMI_BUCKET"))]
+             release_tick("STAGE", "REGION", "STATE_TABLE", "LEDGER_TABLE", "s3://PULUMI_BUCKET")),
+            ("image build (`platformctl-image-build`, host cluster)", image_build())]
     lines = ["| job | what | actions | on |", "| --- | --- | --- | --- |"]
     for job, grants in jobs:
         for i, grant in enumerate(grants):
             where = ", ".join(f"`{r}`" for r in grant.resources)
             if grant.condition:
-                where += " where " + ", ".join(_holds(k, v) for keys in grant.condition.values() for k, v in keys.items())
+                where += " where " + ", ".join(_holds(op, k, v) for op, keys in grant.condition.items() for k, v in keys.items())
             lines.append(f"| {job if i == 0 else ''} | {grant.what} | {', '.join(f'`{a}`' for a in sorted(grant.actions))} "
                          f"| {where} |")
     return "\n".join(lines) + "\n"

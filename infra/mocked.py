@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import pulumi
 
-from infra.program import INFRA_DIR, load, main, provision, stack_config
+from infra.program import INFRA_DIR, load, main, provision, stack_config, stage_regions
 from infra.settings import release_config
 from platformctl.kernel.state.promoted import Promoted
 from platformctl.kernel.topology import read_stack_config
@@ -113,7 +113,8 @@ def run_stage(stage_name: str, backend: Backend | None = None, *, config: Mappin
         stage, settings, images = load(stack_config(), stage_name, str(path), infra_dir,
                                        promoted=(lambda _stage, _settings: promoted) if promoted is not None else None)
         files = release_config(settings, str(path), infra_dir) if release else None
-        return pulumi.Output.from_input(provision(stage, settings, images, files)).apply(run.outputs.update)
+        return pulumi.Output.from_input(provision(stage, settings, images, files, stage_regions(infra_dir))).apply(
+            run.outputs.update)
 
     run.urns = _in_engine(stage_name, values, mocks, program)
     return run

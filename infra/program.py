@@ -25,7 +25,7 @@ issuer) and every node pool's auto scaling group and launch template. The same p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from infra.components.kubernetes import (
     CANARY_NAMESPACE,
     CANARY_RUNNER,
     DEPLOY_GROUP,
+    IMAGE_BUILD_SERVICE_ACCOUNT,
     RELEASE_SERVICE_ACCOUNT,
     REMEDIATION_SERVICE_ACCOUNT,
     ROTATION_GROUP,
@@ -48,6 +49,7 @@ from infra.components.kubernetes import (
     CanaryRunner,
     ClusterObjects,
     Context,
+    ImageBuild,
     Registration,
     ReleaseTick,
     Remediation,
@@ -70,7 +72,7 @@ from infra.settings import (
 )
 from platformctl.kernel.errors import PlatformError
 from platformctl.kernel.state.promoted import Promoted
-from platformctl.kernel.topology import REGION_KEY, Stage, parse_stage_config
+from platformctl.kernel.topology import REGION_KEY, STAGES, Stage, parse_stage_config, read_stack_config, stage_file
 
 INFRA_DIR = Path(__file__).resolve().parent
 # Stack config values that are text; every other platformctl: value is structured (YAML in the file, JSON to the program).
@@ -124,9 +126,9 @@ def load(config: dict[str, Any], stage_name: str, source: str, infra_dir: Path =
 
 
 def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
-              release_files: dict[str, str] | None = None) -> dict[str, Any]:
+              release_files: dict[str, str] | None = None, copy_to: Sequence[str] = ()) -> dict[str, Any]:
     """Declare the stage's resources (with the ``release tick`` job when ``release_files``, its ConfigMap's files, are
-    given); returns the stack outputs."""
+    given; its image build copying to ``copy_to``, the other stages' regions); returns the stack outputs."""
     name = stage.name
     network = Network(name, name, stage.topology.vpc_cidr, stage.zones)
     common: dict[str, Any] = {"stage": name, "region": stage.region, "version": settings.kubernetes_version, "vpc_id": network.vpc_id,
@@ -181,8 +183,12 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
                               release_role(stage, settings, host, members, table).arn, settings.release.ledger,
                               release_files, stage.region, contexts, settings.release.pulumi_backend,
                               settings.release.pulumi_secret)
+    builder = irsa_role(f"{stage.host_cluster.name}-image-build", name, host.oidc_provider_arn, host.oidc_issuer,
+                        SYSTEM_NAMESPACE, IMAGE_BUILD_SERVICE_ACCOUNT, access.image_build(), parent=host)
+    image_build = ImageBuild(settings.rotation.image, builder.arn, stage.region,
+                             [r for r in dict.fromkeys(copy_to) if r != stage.region])
     ClusterObjects(f"{stage.host_cluster.name}-objects", provider=host.provider, stage=name, region=stage.region,
-                   member=False, members=registrations, rotation=rotation, release=release,
+                   member=False, members=registrations, rotation=rotation, release=release, image_build=image_build,
                    remediation=remediation(stage.host_cluster, host), canary_runner=canary_runner(stage.host_cluster, host),
                    opts=pulumi.ResourceOptions(parent=host))
 
@@ -228,6 +234,14 @@ def release_role(stage: Stage, settings: InfraSettings, host: HostCluster, membe
     return role
 
 
+def stage_regions(infra_dir: Path = INFRA_DIR) -> list[str]:
+    """The AWS region of every stage whose stack file the checkout holds, in the pipeline's order: where an image build
+    copies its images, so that whatever stage a candidate reaches finds them."""
+    found = [read_stack_config(stage_file(name, infra_dir)).get(REGION_KEY) for name in STAGES
+             if stage_file(name, infra_dir).is_file()]
+    return [str(r) for r in dict.fromkeys(found) if r]
+
+
 def main() -> None:
     stack = pulumi.get_stack()
     source = str(INFRA_DIR / f"Pulumi.{stack}.yaml")
@@ -235,7 +249,8 @@ def main() -> None:
         stage, settings, images = load(stack_config(), stack, source, promoted=lambda st, se: read_promoted(st, se, pulumi.log.warn),
                                        kubelets=image_kubelets)
         release_files = release_config(settings, source, INFRA_DIR)
+        regions = stage_regions(INFRA_DIR)
     except PlatformError as exc:
         raise pulumi.RunError(str(exc)) from None  # one line, no traceback
-    for key, value in provision(stage, settings, images, release_files).items():
+    for key, value in provision(stage, settings, images, release_files, regions).items():
         pulumi.export(key, value)

@@ -135,6 +135,20 @@ class ReleaseTick:
     pulumi_backend: str = "s3://platformctl-pulumi-state?region=us-east-1"
     pulumi_secret: str = "platformctl-pulumi"
 CONFIG_DIR = "/etc/platformctl"
+IMAGE_BUILD_SERVICE_ACCOUNT = "platformctl-image-build"
+IMAGE_BUILD_JOB = "platformctl-image-build"
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """The stage's image build: ``ami build`` of the image's own checkout (``ami/manifests`` where it runs) into the
+    stage's region, copied to ``copy_to`` (the other stages' regions), as its own role (``infra.access.image_build``).
+    A suspended CronJob: run it with ``kubectl create job --from=cronjob/platformctl-image-build``."""
+
+    image: str
+    role_arn: pulumi.Input[str]
+    region: str
+    copy_to: Sequence[str] = ()
 REMEDIATION_SERVICE_ACCOUNT = "platformctl-remediation"
 REMEDIATION_CONFIG = "platformctl-remediation"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -191,7 +205,8 @@ class ClusterObjects(pulumi.ComponentResource):
     def __init__(self, name: str, *, provider: k8s.Provider, stage: str, region: str, member: bool,
                  members: Sequence[Registration] = (), rotation: Rotation | None = None,
                  remediation: Remediation | None = None, canary_runner: CanaryRunner | None = None,
-                 release: ReleaseTick | None = None, opts: pulumi.ResourceOptions | None = None) -> None:
+                 release: ReleaseTick | None = None, image_build: ImageBuild | None = None,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("platformctl:infra:ClusterObjects", name, None, opts)
         self._provider = provider
         self._name = name
@@ -213,6 +228,8 @@ class ClusterObjects(pulumi.ComponentResource):
                 self._scheduled_rotation(stage, rotation)
             if release is not None:
                 self._release_tick(stage, release)
+            if image_build is not None:
+                self._image_build(image_build)
         if remediation is not None:
             self._remediation(remediation)
         if canary_runner is not None:
@@ -414,6 +431,18 @@ class ClusterObjects(pulumi.ComponentResource):
             opts=self._opts(depends_on=made))
 
 
+    def _image_build(self, build: ImageBuild) -> None:
+        """Its service account (bound to its role; no Kubernetes grant: it calls only AWS) and its CronJob."""
+        namespace = self._system_namespace()
+        made = k8s.core.v1.ServiceAccount(
+            f"{self._name}-image-build", opts=self._opts(depends_on=[namespace]),
+            metadata=pulumi.Output.from_input(build.role_arn).apply(
+                lambda arn: _meta(IMAGE_BUILD_SERVICE_ACCOUNT, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
+        k8s.batch.v1.CronJob(f"{self._name}-image-build", metadata=_meta(IMAGE_BUILD_JOB, SYSTEM_NAMESPACE),
+                             spec=image_build_cronjob_spec(build.image, build.region, build.copy_to),
+                             opts=self._opts(depends_on=[made]))
+
+
 SCRATCH_LIMIT, SCRATCH_REQUEST = "2Gi", "512Mi"  # a candidate's sources and Pulumi's workspace, with room
 
 
@@ -435,7 +464,7 @@ def scratch(pod: dict[str, Any]) -> None:
 DISRUPTION_IS_NO_FAILURE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
 
 
-def _cronjob_spec(name: str, account: str, config: str, image: str, schedule: str, args: list[str], region: str, *,
+def _cronjob_spec(name: str, account: str, config: str | None, image: str, schedule: str, args: list[str], region: str, *,
                   starting_deadline: int, failed_history: int, cpu: str, memory: str, limit: str,
                   active_deadline: int | None = None) -> dict[str, Any]:
     """A platformctl CronJob: one run at a time (``Forbid``), never a pile of missed runs, a bounded history,
@@ -458,6 +487,9 @@ def _cronjob_spec(name: str, account: str, config: str, image: str, schedule: st
                                     "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
             }],
         }}
+    if config is None:  # a job that reads no ConfigMap
+        pod = job["template"]["spec"]
+        pod["volumes"], pod["containers"][0]["volumeMounts"] = [], []
     scratch(job["template"]["spec"])
     return {"schedule": schedule, "timeZone": "Etc/UTC", "concurrencyPolicy": "Forbid",
             "startingDeadlineSeconds": starting_deadline, "successfulJobsHistoryLimit": 3,
@@ -507,6 +539,22 @@ def release_tick_cronjob_spec(stage: str, image: str, schedule: str, ledger: str
                          {"name": "PULUMI_HOME", "value": f"{WORK_DIR}/.pulumi"},  # plugins and credentials: scratch
                          {"name": "PULUMI_SKIP_UPDATE_CHECK", "value": "true"}]
     container["envFrom"] = [{"secretRef": {"name": pulumi_secret}}]  # a missing Secret: the pod does not start, and says so
+    return spec
+
+
+def image_build_cronjob_spec(image: str, region: str, copy_to: Sequence[str] = ()) -> dict[str, Any]:
+    """Suspended: a build runs when someone asks (``kubectl create job --from=cronjob/platformctl-image-build``), not
+    on a schedule. It builds what the image's own manifests say is new (nothing, when every image's build exists),
+    publishes each id in SSM (``/platformctl/ami/<name>/<version>``), and prints every image's id and copies (its
+    lock file is scratch): a checkout's ``ami build`` after it finds every image built and records them in the
+    checkout's lock file without launching anything. Builders wait on EC2, so it asks little CPU; a build of the whole
+    tree takes an hour or two on AWS."""
+    args = ["ami", "build", "--region", region, *[a for r in copy_to for a in ("--copy-to", r)],
+            "--lock-file", f"{WORK_DIR}/images.lock.json", "--output", "json"]
+    spec = _cronjob_spec(IMAGE_BUILD_JOB, IMAGE_BUILD_SERVICE_ACCOUNT, None, image, "0 0 1 1 *", args, region,
+                         starting_deadline=300, failed_history=3, cpu="100m", memory="256Mi", limit="512Mi",
+                         active_deadline=6 * 3600)
+    spec["suspend"] = True
     return spec
 
 

@@ -16,11 +16,11 @@ import builtins
 import copy
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, Protocol
 
 from platformctl.emulator.controllers.cronjob import CronJobController
 from platformctl.emulator.controllers.deployment import DeploymentController
+from platformctl.emulator.controllers.job import CONTROLLER_UID, job_labels
 from platformctl.emulator.controllers.objects import Workload, WorkloadHost
 from platformctl.emulator.podspec import failure_rules, int_field, selector_of, template_pod
 from platformctl.kernel.cluster.apiobjects import (
@@ -210,13 +210,18 @@ class Workloads:
             parallelism = int_field(spec, "parallelism", 1, res.kind, name)
             completions = int_field(spec, "completions", parallelism, res.kind, name)
             ttl = spec.get("ttlSecondsAfterFinished")
-            labels = {**pod.labels, "batch.kubernetes.io/job-name": name, "job-name": name}
-            pod = replace(pod, labels=labels)
+            if spec.get("manualSelector") is True:
+                selector_of(spec, res.kind, name, dict(pod.labels), res.group)
             backoff = int_field(spec, "backoffLimit", 6, res.kind, name)
             workload.sim_uid = self.sim.create_workload("Job", pod, parallelism, completions=completions,
                                                         ttl_seconds=float(ttl) if isinstance(ttl, int) else None,
                                                         backoff_limit=backoff, failure_rules=failure_rules(spec, name))
             obj["metadata"]["uid"] = workload.sim_uid  # the uid its pods' ownerReferences name
+            if spec.get("manualSelector") is not True:  # the selector and template labels kube-apiserver makes
+                generated = job_labels(workload.sim_uid, name)
+                spec["selector"] = {"matchLabels": {CONTROLLER_UID: workload.sim_uid}}
+                meta = template.setdefault("metadata", {})
+                meta["labels"] = {**(meta.get("labels") or {}), **generated}
             obj["status"] = {"startTime": format_time(self.now())}
             return
         selector_of(spec, res.kind, name, dict(pod.labels), res.group)

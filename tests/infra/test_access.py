@@ -28,3 +28,21 @@ def test_no_grant_names_a_wildcard_action_or_an_iam_action() -> None:
         if writes:
             assert grant.resources != ("*",), grant
             assert grant.condition or all(a.startswith(("dynamodb:", "s3:")) for a in writes), grant
+
+
+def test_the_image_builds_writes_reach_only_builders_and_images() -> None:
+    """An image build may launch, image and terminate only instances tagged as builders, tag a launch only as it is
+    made, and write only images, snapshots and its own SSM parameters; no IAM or STS action, no wildcard action."""
+    grants = access.image_build()
+    actions = {a for g in grants for a in g.actions}
+    assert not any("*" in a or a.startswith(("iam:", "sts:", "autoscaling:", "eks:", "dynamodb:")) for a in actions)
+    for grant in grants:
+        writes = [a for a in grant.actions if not a.split(":")[1].startswith(("Describe", "Get"))]
+        if not writes:
+            continue
+        assert grant.resources != ("*",), grant
+        on_instances = [r for r in grant.resources if ":instance/" in r]
+        assert not on_instances or grant.condition, grant  # an instance only where the builder tag (or its launch) says
+        assert all(":instance/" in r or r.startswith(("arn:aws:ec2:*::image/", "arn:aws:ec2:*::snapshot/",
+                                                      "arn:aws:ssm:*:*:parameter/platformctl/ami/"))
+                   or "RunInstances" in grant.actions[0] for r in grant.resources), grant

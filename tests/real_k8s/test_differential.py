@@ -483,6 +483,22 @@ def a_job_runs_to_completion(side: Side, ns: str) -> Any:
 
 
 @scenario
+def a_jobs_selector_and_template_labels_are_the_api_servers(side: Side, ns: str) -> Any:
+    """A Job made without a selector is given one on its uid, and its template (so its pods) the labels it selects:
+    `kubectl logs job/<name>` reads that Job's pod and no other."""
+    namespace(side, ns)
+    template = pod("job")["spec"] | {"restartPolicy": "Never"}
+    code, made = side.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", {
+        "metadata": {"name": "mine"}, "spec": {"template": {"metadata": {"labels": {"app": "x"}}, "spec": template}}})
+    uid = made["metadata"]["uid"]
+    labels = made["spec"]["template"]["metadata"]["labels"]
+    pods = side.settle(lambda: side.request("GET", f"/api/v1/namespaces/{ns}/pods")[1]["items"] or None, 60)
+    return [code, made["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
+            {k: (v == uid if "uid" in k else v) for k, v in sorted(labels.items())},
+            [{k: (v == uid if "uid" in k else v) for k, v in sorted(p["metadata"]["labels"].items())} for p in pods]]
+
+
+@scenario
 def a_pod_failure_policy_condition_without_a_status(side: Side, ns: str) -> Any:
     """A Job's pattern is defaulted to True; a CronJob's job template's is refused (the program's was, on 1.32)."""
     namespace(side, ns)

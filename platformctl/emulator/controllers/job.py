@@ -13,6 +13,15 @@ from typing import Any
 from platformctl.emulator.controllers.host import Controller, ControllerHost
 from platformctl.kernel.cluster.model import Pod
 
+CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+
+
+def job_labels(uid: str, name: str) -> dict[str, str]:
+    """What kube-apiserver adds to a Job's pod template when its selector is its own to make (no ``manualSelector``),
+    the new labels and the legacy ones; the selector is ``{CONTROLLER_UID: uid}``
+    (``k8s.io/kubernetes/pkg/registry/batch/job/strategy.go``, ``generateSelector``)."""
+    return {CONTROLLER_UID: uid, "controller-uid": uid, "batch.kubernetes.io/job-name": name, "job-name": name}
+
 
 def reconcile(host: ControllerHost, ctrl: Controller) -> None:
     if ctrl.failed_reason:

@@ -14,10 +14,12 @@ audience, and that the role's trust policy lets that provider's principal in wit
 and attached policies (``policy.evaluate``) with the resource ARN and the condition keys AWS's Service Authorization
 Reference gives the action (``_request``): an Auto Scaling group's ARN and ``aws:ResourceTag/*`` for its writes, an
 instance's for EC2's, a cluster's for EKS's, a parameter's for SSM's, a table's and ``dynamodb:LeadingKeys`` for
-DynamoDB's (one decision per table a transaction writes). A refused call never reaches moto: its answer is AWS's
-(``AccessDenied``, EC2's ``UnauthorizedOperation``, ``AccessDeniedException`` for JSON services) with AWS's message
-(``User: <session ARN> is not authorized to perform: <action> on resource: <ARN> because no identity-based policy
-allows the <action> action``). ``sts:GetCallerIdentity`` is never refused, as in AWS.
+DynamoDB's (one decision per table a transaction writes); an image build's, one decision per resource the action
+authorizes (``_image_requests``: RunInstances on its image, network, volumes and the instance with the tags it is made
+with, and ``ec2:CreateTags`` with ``ec2:CreateAction`` for tags set at creation, as EC2 asks both). A refused call
+never reaches moto: its answer is AWS's (``AccessDenied``, EC2's ``UnauthorizedOperation``, ``AccessDeniedException``
+for JSON services) with AWS's message (``User: <session ARN> is not authorized to perform: <action> on resource:
+<ARN> because no identity-based policy allows the <action> action``). ``sts:GetCallerIdentity`` is never refused, as in AWS.
 
 Calls signed with any other key are the account's own (the operator's, the region's provisioning) and pass, as an
 administrator's would. Signatures are not verified (moto's own check is left to moto's enforcement, which is off).
@@ -50,6 +52,9 @@ ASG_WRITES = ("SetDesiredCapacity", "TerminateInstanceInAutoScalingGroup", "Susp
               "UpdateAutoScalingGroup", "DeleteAutoScalingGroup", "CreateOrUpdateTags", "DetachInstances",
               "SetInstanceProtection", "StartInstanceRefresh", "CancelInstanceRefresh")
 ITEM_ACTIONS = ("GetItem", "PutItem", "UpdateItem", "DeleteItem")
+IMAGE_ACTIONS = ("RunInstances", "CreateImage", "CopyImage", "CreateTags", "DeregisterImage", "DeleteSnapshot")
+EC2_KINDS = {"ami-": "image", "snap-": "snapshot", "i-": "instance", "lt-": "launch-template", "vol-": "volume",
+             "subnet-": "subnet", "sg-": "security-group", "eni-": "network-interface"}
 JSON_PREFIXES = {"AmazonSSM": "ssm", "DynamoDB_20120810": "dynamodb"}
 
 
@@ -278,6 +283,8 @@ def _requests(service: str, action: str, environ: Mapping[str, Any], body: bytes
         return [Request(name, f"arn:aws:ssm:{region}:{ACCOUNT}:parameter/{str(n).lstrip('/')}") for n in names]
     if service == "dynamodb":
         return _dynamodb(action, _json(body), region)
+    if service == "ec2" and action in IMAGE_ACTIONS:
+        return _image_requests(action, form, region)
     if action.startswith(UNSCOPED):  # EC2's and Auto Scaling's reads have no resource-level permissions
         return [Request(name)]
     if service == "autoscaling" and action in ASG_WRITES:
@@ -293,6 +300,61 @@ def _requests(service: str, action: str, environ: Mapping[str, Any], body: bytes
         return [Request(name, f"arn:aws:ec2:{region}:{ACCOUNT}:launch-template/{template}",
                         _tag_keys(_ec2_tags(template, region), "ec2"))]
     return [Request(name)]
+
+
+def _ec2_arn(resource_id: str, region: str) -> str:
+    """An EC2 resource's ARN from its id's prefix (an image's and a snapshot's name no account)."""
+    kind = next((k for prefix, k in EC2_KINDS.items() if resource_id.startswith(prefix)), "resource")
+    return f"arn:aws:ec2:{region}:{'' if kind in ('image', 'snapshot') else ACCOUNT}:{kind}/{resource_id or '*'}"
+
+
+def _numbered(form: Mapping[str, str], prefix: str) -> list[str]:
+    """``Prefix.1``, ``Prefix.2``, … of a query request, in order."""
+    return [form[f"{prefix}.{i}"] for i in range(1, len(form) + 1) if f"{prefix}.{i}" in form]
+
+
+def _request_tags(form: Mapping[str, str], kind: str | None) -> dict[str, list[str]]:
+    """The tags a request puts on what it makes (``TagSpecification.N`` of ``kind``; ``Tag.N`` of CreateTags) as
+    ``aws:RequestTag/K`` and ``aws:TagKeys``."""
+    if kind is None:
+        specs = [""]
+    else:
+        specs = [f"TagSpecification.{i}." for i in range(1, 9) if form.get(f"TagSpecification.{i}.ResourceType") == kind]
+    tags = {form[f"{spec}Tag.{j}.Key"]: form.get(f"{spec}Tag.{j}.Value", "")
+            for spec in specs for j in range(1, 51) if f"{spec}Tag.{j}.Key" in form}
+    if not tags:
+        return {}
+    return {**{f"aws:RequestTag/{k}": [v] for k, v in tags.items()}, "aws:TagKeys": list(tags)}
+
+
+def _image_requests(action: str, form: Mapping[str, str], region: str) -> list[Request]:
+    """What IAM authorizes for the calls of an image build, as the Service Authorization Reference lists them: a
+    RunInstances on the image it launches from, the subnet, network interface, security group and volumes, and the
+    instance it makes (with the tags it is made with); a tag set at creation also needs ``ec2:CreateTags`` with
+    ``ec2:CreateAction``; CreateImage on the instance and the new image; CopyImage on the new image; CreateTags and
+    the removals on each resource they name, with its tags."""
+    name = f"ec2:{action}"
+
+    def existing(resource_id: str) -> Request:
+        return Request(name, _ec2_arn(resource_id, region), _tag_keys(_ec2_tags(resource_id, region), "ec2"))
+
+    def made(kind: str, tags: dict[str, list[str]], owner: str = ACCOUNT) -> list[Request]:
+        arn = f"arn:aws:ec2:{region}:{owner}:{kind}/*"
+        tagging = [Request("ec2:CreateTags", arn, {**tags, "ec2:CreateAction": [action]})] if tags else []
+        return [Request(name, arn, tags), *tagging]
+
+    if action == "RunInstances":
+        network = [Request(name, f"arn:aws:ec2:{region}:{ACCOUNT}:{kind}/*")
+                   for kind in ("subnet", "network-interface", "security-group", "volume")]
+        return [existing(form.get("ImageId", "")), *network, *made("instance", _request_tags(form, "instance"))]
+    if action == "CreateImage":
+        return [existing(form.get("InstanceId", "")), *made("image", _request_tags(form, "image"), owner="")]
+    if action == "CopyImage":
+        return made("image", _request_tags(form, "image"), owner="")
+    if action == "CreateTags":
+        tags = _request_tags(form, None)
+        return [Request(name, r.resource, {**r.context, **tags}) for r in map(existing, _numbered(form, "ResourceId"))]
+    return [existing(form.get("ImageId") or form.get("SnapshotId") or "")]  # DeregisterImage, DeleteSnapshot
 
 
 def _json(body: bytes) -> dict[str, Any]:

@@ -151,6 +151,8 @@ class PodRoom:
         if kind not in CONTROLLER_API:
             raise PlatformError(f"unsupported workload kind {kind!r}", field="kind")
         uid = self.w.uid()
+        if kind == "Job":  # the labels kube-apiserver puts on a Job's template (and so on its pods) and selects them by
+            template = replace(template, labels={**template.labels, **job.job_labels(uid, template.name)})
         ctrl = Controller(kind, template.namespace, template.name, uid, template, replicas)
         ctrl.created = self.w.now()
         if kind == "Job":

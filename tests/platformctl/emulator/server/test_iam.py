@@ -261,3 +261,60 @@ def test_a_stages_tick_writes_its_own_partitions_of_the_ledger_and_what_it_forge
 def test_policies_are_evaluated_as_aws_documents_it(statement: list[dict[str, Any]], request_: Request,
                                                      decision: Decision) -> None:
     assert evaluate([{"Version": "2012-10-17", "Statement": statement}], request_) is decision
+
+
+def test_an_image_build_under_its_role_builds_copies_and_publishes_the_tree_and_reaches_no_other_instance(
+        account: Account, tmp_path: Path) -> None:
+    """``ami build`` with the image build's role (``infra.access.image_build``), through the region's IAM: the shipped
+    tree built, copied and published with no call refused; its grants used, every one; and what the role may not do
+    (launch an instance not tagged as a builder, terminate another instance, remove an image not its own) refused."""
+    from ami.build import ImageStore, build_images, plan_builds, write_lock
+    from ami.manifest import load_manifests
+    from platformctl.emulator.moto_extensions import publish_eks_optimized_images
+    from platformctl.kernel.environment import AwsTarget
+
+    for region in (REGION, "us-east-1"):
+        publish_eks_optimized_images(region)
+    role = account.role("dev-usw2-host-image-build", "platformctl-system", "platformctl-image-build", access.image_build())
+    session = account.session(role, "platformctl-system", "platformctl-image-build", tmp_path)
+    keys = session.get_credentials().get_frozen_credentials()
+    target = AwsTarget(account.endpoint, REGION, {"AWS_ACCESS_KEY_ID": keys.access_key, "AWS_SECRET_ACCESS_KEY":
+                                                  keys.secret_key, "AWS_SESSION_TOKEN": keys.token or ""})
+    manifests = load_manifests()
+    store = ImageStore(REGION, ["us-east-1"], target)
+    report = build_images(manifests, plan_builds(manifests, store), store, workers=2)
+    write_lock(tmp_path / "images.lock.json", manifests, store, report.ids)
+    assert account.gate.query(refused=True) == []
+    assert sorted(report.ids) == sorted(manifests.images)
+    ec2 = account.admin("ec2")
+    for name, image_id in report.ids.items():
+        assert account.admin("ssm").get_parameter(Name=f"/platformctl/ami/{name}/latest")["Parameter"]["Value"] == image_id
+    east = boto3.client("ec2", endpoint_url=account.endpoint, **{**ADMIN, "region_name": "us-east-1"})
+    assert {i["ImageId"] for i in east.describe_images(Owners=["self"])["Images"]} >= {
+        c for b in report.images for c in b.copies.values()} != set()
+    builders = [i for r in ec2.describe_instances(Filters=[{"Name": "tag-key", "Values": ["platformctl:builder"]}])[
+        "Reservations"] for i in r["Instances"]]
+    assert builders and all(i["State"]["Name"] in ("terminated", "shutting-down") for i in builders)
+    used = {d["action"] for d in account.gate.query() if d["decision"] == "allowed"}
+    granted = {a for g in access.image_build() for a in g.actions}
+    assert granted - used <= {"ec2:DeregisterImage", "ec2:DeleteSnapshot", "ssm:DeleteParameter"}, granted - used
+
+    # What it may not do. An instance not tagged as a builder, or any other instance:
+    client = account.client(session, "ec2")
+    with pytest.raises(ClientError) as untagged:
+        client.run_instances(ImageId=report.ids["base"], InstanceType="m6i.large", MinCount=1, MaxCount=1)
+    assert code(untagged) == "UnauthorizedOperation" and "instance/*" in str(untagged.value)
+    other = ec2.run_instances(ImageId=report.ids["base"], InstanceType="m6i.large", MinCount=1, MaxCount=1)[
+        "Instances"][0]["InstanceId"]
+    for call in (lambda: client.terminate_instances(InstanceIds=[other]),
+                 lambda: client.create_image(InstanceId=other, Name="not-a-build")):
+        with pytest.raises(ClientError) as refused:
+            call()
+        assert code(refused) == "UnauthorizedOperation" and f"instance/{other}" in str(refused.value)
+    # an image the account holds that no build made
+    foreign = ec2.create_image(InstanceId=other, Name="someone-elses")["ImageId"]
+    with pytest.raises(ClientError) as deregister:
+        client.deregister_image(ImageId=foreign)
+    assert code(deregister) == "UnauthorizedOperation" and f"image/{foreign}" in str(deregister.value)
+    assert ec2.describe_images(ImageIds=[foreign])["Images"][0]["State"] == "available"
+    assert ec2.describe_instances(InstanceIds=[other])["Reservations"][0]["Instances"][0]["State"]["Name"] == "running"

@@ -413,8 +413,7 @@ class Executor:
     # ---------------------------------------------------------------- gate and pacing
 
     def _gate(self, read: ClusterRead) -> None:
-        gate = self.policy.health_gate
-        if gate is None:
+        if (gate := self.policy.health_gate) is None:
             return
         number = len(self.state.waves) + 1
         context = {"cluster": self.target.name, "wave": str(number), "stage": self.options.stage or ""}

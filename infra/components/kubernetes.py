@@ -259,12 +259,17 @@ class ClusterObjects(pulumi.ComponentResource):
             f"{self._name}-{namespace}-policy", metadata=_meta(NETWORK_POLICY, namespace),
             spec=network_policy_spec(metrics_port), opts=self._opts(depends_on=[made]))
 
+    def _role_account(self, key: str, account: str, role_arn: pulumi.Input[str]) -> k8s.core.v1.ServiceAccount:
+        """A job's service account in the system namespace, bound to its IAM role (IRSA)."""
+        namespace = self._system_namespace()
+        return k8s.core.v1.ServiceAccount(
+            f"{self._name}-{key}", opts=self._opts(depends_on=[namespace]),
+            metadata=pulumi.Output.from_input(role_arn).apply(
+                lambda arn: _meta(account, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
+
     def _remediation(self, remediation: Remediation) -> None:
         namespace = self._system_namespace()
-        account = k8s.core.v1.ServiceAccount(
-            f"{self._name}-remediation", opts=self._opts(depends_on=[namespace]),
-            metadata=pulumi.Output.from_input(remediation.role_arn).apply(
-                lambda arn: _meta(REMEDIATION_SERVICE_ACCOUNT, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
+        account = self._role_account("remediation", REMEDIATION_SERVICE_ACCOUNT, remediation.role_arn)
         rules = [
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
@@ -400,10 +405,7 @@ class ClusterObjects(pulumi.ComponentResource):
         """A host-cluster job over the whole stage: its service account (bound to ``role_arn``) and its ConfigMap
         (``files`` and a kubeconfig with a context per cluster of the stage)."""
         namespace = self._system_namespace()
-        made = k8s.core.v1.ServiceAccount(
-            f"{self._name}-{key}", opts=self._opts(depends_on=[namespace]),
-            metadata=pulumi.Output.from_input(role_arn).apply(
-                lambda arn: _meta(account, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
+        made = self._role_account(key, account, role_arn)
         reached = pulumi.Output.all(*[pulumi.Output.all(c.name, c.endpoint, c.certificate_authority) for c in contexts])
         configmap = k8s.core.v1.ConfigMap(
             f"{self._name}-{key}-config", metadata=_meta(config, SYSTEM_NAMESPACE),
@@ -430,14 +432,9 @@ class ClusterObjects(pulumi.ComponentResource):
                                            release.pulumi_backend, release.pulumi_secret),
             opts=self._opts(depends_on=made))
 
-
     def _image_build(self, build: ImageBuild) -> None:
         """Its service account (bound to its role; no Kubernetes grant: it calls only AWS) and its CronJob."""
-        namespace = self._system_namespace()
-        made = k8s.core.v1.ServiceAccount(
-            f"{self._name}-image-build", opts=self._opts(depends_on=[namespace]),
-            metadata=pulumi.Output.from_input(build.role_arn).apply(
-                lambda arn: _meta(IMAGE_BUILD_SERVICE_ACCOUNT, SYSTEM_NAMESPACE, **{"eks.amazonaws.com/role-arn": arn})))
+        made = self._role_account("image-build", IMAGE_BUILD_SERVICE_ACCOUNT, build.role_arn)
         k8s.batch.v1.CronJob(f"{self._name}-image-build", metadata=_meta(IMAGE_BUILD_JOB, SYSTEM_NAMESPACE),
                              spec=image_build_cronjob_spec(build.image, build.region, build.copy_to),
                              opts=self._opts(depends_on=[made]))

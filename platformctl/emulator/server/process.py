@@ -54,7 +54,7 @@ from platformctl.kernel.clock import VirtualClock
 from platformctl.kernel.cluster.model import format_time
 from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, current, install
 from platformctl.kernel.errors import NotFoundError, PlatformError
-from platformctl.kernel.region_client import EXTENSION
+from platformctl.kernel.region_client import EXTENSION, process_alive
 from platformctl.kernel.topology import HostCluster, load_stage, stage_table
 
 TICK_SECONDS = 0.05
@@ -483,7 +483,7 @@ class Server:
 
         def watch(pid: int) -> None:
             while not self.stopping.wait(OWNER_POLL_SECONDS):
-                if not alive(pid):
+                if not process_alive(pid):
                     log.info("process %d, the region's owner, has ended: stopping", pid)
                     stop(signal.SIGTERM, None)
                     return
@@ -509,21 +509,6 @@ class Server:
     def stop_pods(self) -> None:
         for kubelet in self.kubelets:  # the pods' processes go with their nodes
             kubelet.stop_all()
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie nobody has reaped yet has ended)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return state not in ("Z", "X")
 
 
 def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None) -> int:

@@ -307,7 +307,7 @@ def _build_one(image: ImageManifest, ids: dict[str, str], store: ImageStore, pro
         name = f"platformctl-{image.name}-{image.version}-{fp[:12]}"
         image_id = ec2.create_image(
             InstanceId=instance, Name=name, Description=f"platformctl {image.name} {image.version} from {base}",
-            TagSpecifications=[{"ResourceType": "image", "Tags": aws.tag_list(tags)}],
+            TagSpecifications=_tagged(tags, "image", "snapshot"),  # as they are made: a failed build's are ours to remove
         )["ImageId"]
         created.append((store.region, image_id))
         ec2.get_waiter("image_available").wait(ImageIds=[image_id])
@@ -320,10 +320,10 @@ def _build_one(image: ImageManifest, ids: dict[str, str], store: ImageStore, pro
             progress(f"{image.name}: copying {image_id} to {region}")
             remote = store.ec2(region)
             copy = remote.copy_image(Name=name, SourceImageId=image_id, SourceRegion=store.region,
-                                     Description=f"platformctl {image.name} {image.version}")["ImageId"]
+                                     Description=f"platformctl {image.name} {image.version}",
+                                     TagSpecifications=_tagged(tags, "image", "snapshot"))["ImageId"]
             created.append((region, copy))
             remote.get_waiter("image_available").wait(ImageIds=[copy])
-            remote.create_tags(Resources=[copy], Tags=aws.tag_list(tags))
             copies[region] = copy
         for region, made in reversed(created):  # the commit: copies first, the home region last
             store.ec2(region).create_tags(Resources=[made], Tags=[{"Key": f"{TAG}fingerprint", "Value": fp}])
@@ -359,16 +359,23 @@ def _copy_missing(image: ImageManifest, image_id: str, store: ImageStore,
         remote = store.ec2(region)
         copy = remote.copy_image(Name=found[0].get("Name") or f"platformctl-{image.name}-{image.version}-{fp[:12]}",
                                  SourceImageId=image_id, SourceRegion=store.region,
-                                 Description=f"platformctl {image.name} {image.version}")["ImageId"]
+                                 Description=f"platformctl {image.name} {image.version}",
+                                 TagSpecifications=_tagged({k: v for k, v in tags.items() if k != f"{TAG}fingerprint"},
+                                                           "image", "snapshot"))["ImageId"]
         try:
             remote.get_waiter("image_available").wait(ImageIds=[copy])
-            remote.create_tags(Resources=[copy], Tags=aws.tag_list({k: v for k, v in tags.items() if k != f"{TAG}fingerprint"}))
             remote.create_tags(Resources=[copy], Tags=[{"Key": f"{TAG}fingerprint", "Value": fp}])
         except Exception:
             _remove_image(store, region, copy)
             raise
         copies[region] = copy
     return BuiltImage(image.name, image.version, image_id, fp, copies, built=False)
+
+
+def _tagged(tags: dict[str, str], *kinds: str) -> list[dict[str, Any]]:
+    """``TagSpecifications`` putting ``tags`` on each kind of resource a call makes: an image and its snapshots carry
+    ours from the moment they exist, so the build's role may tag and remove them, and only them (infra.access)."""
+    return [{"ResourceType": kind, "Tags": aws.tag_list(tags)} for kind in kinds]
 
 
 def _remove_image(store: ImageStore, region: str, image_id: str) -> None:

@@ -113,7 +113,10 @@ def image_build() -> list[Grant]:
     """The image build (``ami build`` in the stage's host cluster): its builders are the only instances it may launch,
     image or terminate (tagged ``platformctl:builder`` as they are made), the images and snapshots it tags and removes
     are its own, and SSM holds its ids under ``/platformctl/ami/``; the EKS-optimised sources are read from AWS's
-    public parameters. In every region: a build copies its images to each stage's."""
+    public parameters. In every region: a build copies its images to each stage's. No grant lets it tag an image or a
+    snapshot ours that is not (``CreateTags`` only as one is made, or on one already ours), so it cannot make itself
+    able to remove another's."""
+    made = (_ec2("image", False), _ec2("snapshot", False))
     return [Grant(IMAGE_READS, what="describe images and the builders"),
             Grant(("ssm:GetParameter",), ("arn:aws:ssm:*:*:parameter/aws/service/eks/*",),
                   what="read the EKS-optimised images' public parameters"),
@@ -128,10 +131,12 @@ def image_build() -> list[Grant]:
                   what="tag a builder as it is launched"),
             Grant(("ec2:CreateImage", "ec2:TerminateInstances"), (_ec2("instance"),), {"StringLike": {BUILDER: "*"}},
                   what="image a builder and terminate it"),
-            Grant(("ec2:CreateImage", "ec2:CopyImage", "ec2:CreateTags"), (_ec2("image", False), _ec2("snapshot", False)),
-                  what="make an image (and its snapshots) from a builder, copy it, tag them"),
-            Grant(("ec2:DeregisterImage", "ec2:DeleteSnapshot"), (_ec2("image", False), _ec2("snapshot", False)),
-                  {"StringLike": {BUILT: "*"}}, what="remove an image a failed build left, and its snapshots")]
+            Grant(("ec2:CreateImage", "ec2:CopyImage"), made, {"StringLike": {"aws:RequestTag/" + IMAGE_TAG: "*"}},
+                  what="make an image and its snapshots from a builder, or copy one: only tagged as ours as they are made"),
+            Grant(("ec2:CreateTags",), made, {"StringEquals": {"ec2:CreateAction": ("CreateImage", "CopyImage")}},
+                  what="tag them as they are made"),
+            Grant(("ec2:CreateTags", "ec2:DeregisterImage", "ec2:DeleteSnapshot"), made, {"StringLike": {BUILT: "*"}},
+                  what="tag (the build's commit), or remove after a failed build, only images and snapshots already ours")]
 
 
 def backend_bucket(backend: str) -> str | None:
@@ -191,7 +196,7 @@ def _holds(operator: str, key: str, value: str | tuple[str, ...]) -> str:
     if operator == "StringLike" and value == "*":
         return f"`{key}` is set"
     if isinstance(value, tuple):
-        return f"every `{key}` is one of " + ", ".join(f"`{v}`" for v in value)
+        return f"{'every ' if operator.startswith('ForAllValues') else ''}`{key}` is one of " + ", ".join(f"`{v}`" for v in value)
     return f"`{key}` = `{value}`"
 
 

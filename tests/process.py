@@ -47,15 +47,19 @@ def run(home: Path, *args: str, check: bool = True, env: dict[str, str] | None =
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a child between fork and exec only calls it
 
 
-def _die_with_parent() -> None:
-    _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def with_parent() -> Callable[[], None] | None:
     """For a child: SIGTERM once the process that started it ends (Linux's ``PR_SET_PDEATHSIG``), so that a test's
-    long-running commands do not outlive a run killed before its teardown. The signal follows the thread that forked
-    it, so a child started from any thread but the main one (which lives as long as the process) gets none."""
-    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+    long-running commands do not outlive a run killed before its teardown (one that ended before the child asked is
+    caught by its parent's pid). The signal follows the thread that forked it, so a child started from any thread but
+    the main one (which lives as long as the process) gets none."""
+    parent = os.getpid()
+
+    def die_with_parent() -> None:
+        _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return die_with_parent if threading.current_thread() is threading.main_thread() else None
 
 
 def start(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

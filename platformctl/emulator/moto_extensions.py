@@ -28,6 +28,11 @@ calls it when a stack file's ``kubernetesVersion`` goes up. As EKS does, it take
 version up and refuses anything else (a skip, the same version, a downgrade) with
 ``InvalidParameterException``; the update is ``Successful`` at once (EKS takes minutes).
 
+EC2's tags set as a resource is made: moto's ``CreateImage`` raises ``NotImplementedError`` for a ``snapshot``
+``TagSpecification`` and its ``CopyImage`` ignores them all; as EC2 does ("the tags to apply to the new AMI and new
+snapshots", CreateImage and CopyImage in the EC2 API Reference), ``install()`` puts them on the image and its
+snapshot. An image build's role may remove only images and snapshots that carry its tags from the start.
+
 EKS managed node groups, which moto stores without the Auto Scaling group and instances EKS makes for them, are
 ``platformctl.emulator.moto_eks``'s; ``install()`` installs it too.
 """
@@ -339,6 +344,42 @@ def _text(raw: Any) -> str:
         return text
 
 
+def _snapshots_tagged(create_image: Any) -> Any:
+    """``CreateImage``'s ``TagSpecifications`` of type ``snapshot`` put on the image's snapshots, as EC2 does (moto
+    raises NotImplementedError for them)."""
+
+    def creating(self: Any, instance_id: str, name: str, description: str, tag_specifications: list[dict[str, Any]]) -> Any:
+        snapshot = [t for spec in tag_specifications if spec.get("ResourceType") == "snapshot" for t in spec["Tags"]]
+        ami = create_image(self, instance_id, name, description,
+                           [spec for spec in tag_specifications if spec.get("ResourceType") != "snapshot"])
+        made = getattr(ami, "ebs_snapshot", None)
+        if snapshot and made is not None:
+            self.create_tags([made.id], {t["Key"]: t.get("Value", "") for t in snapshot})
+        return ami
+
+    creating.platformctl_patched = True  # type: ignore[attr-defined]
+    return creating
+
+
+def _copy_tagged(copy_image: Any) -> Any:
+    """``CopyImage``'s ``TagSpecifications`` put on the copy and its snapshots as they are made, as EC2 does; moto
+    ignores them."""
+
+    def copying(self: Any) -> Any:
+        result = copy_image(self)
+        copy = result.result["ImageId"]
+        snapshot = getattr(self.ec2_backend.amis[copy], "ebs_snapshot", None)
+        for spec in self._get_param("TagSpecifications", []):
+            tags = {t["Key"]: t.get("Value", "") for t in spec.get("Tags") or spec.get("Tag") or []}
+            made = {"image": [copy], "snapshot": [snapshot.id] if snapshot is not None else []}.get(spec.get("ResourceType"), [])
+            if tags and made:
+                self.ec2_backend.create_tags(made, tags)
+        return result
+
+    copying.platformctl_patched = True  # type: ignore[attr-defined]
+    return copying
+
+
 def _remembering_the_source(copy_image: Any) -> Any:
     """A copied image (``CopyImage``) runs what its source runs; moto keeps no link from the copy to it."""
 
@@ -418,6 +459,10 @@ def install() -> None:
 
     if not getattr(AmiBackend.copy_image, "platformctl_patched", False):
         AmiBackend.copy_image = _remembering_the_source(AmiBackend.copy_image)
+    if not getattr(AmiBackend.create_image, "platformctl_patched", False):
+        AmiBackend.create_image = _snapshots_tagged(AmiBackend.create_image)
+    if not getattr(AmisResponse.copy_image, "platformctl_patched", False):
+        AmisResponse.copy_image = _copy_tagged(AmisResponse.copy_image)
 
     if not hasattr(Ami, "deprecation_time"):
         Ami.deprecation_time = None

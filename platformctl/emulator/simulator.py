@@ -288,15 +288,17 @@ class SimulatedCluster:
 
     def create_workload(self, kind: str, template: Pod, replicas: int, *, completions: int | None = None,
                         ttl_seconds: float | None = None, backoff_limit: int = 6,
-                        failure_rules: tuple[dict[str, Any], ...] = ()) -> str:
+                        failure_rules: tuple[dict[str, Any], ...] = (), generated_selector: bool = True) -> str:
         """Create a ReplicaSet, StatefulSet, DaemonSet or Job whose pods look like ``template``.
 
         ``template`` carries the namespace, the name of the controller (as ``name``), labels,
         annotations, containers, requests and placement. A Job's ``backoff_limit`` and ``failure_rules`` (its
-        ``podFailurePolicy``'s) judge its pods that fail. Returns the controller's uid.
+        ``podFailurePolicy``'s) judge its pods that fail; its pods carry the labels of the selector the API server
+        makes for it unless ``generated_selector`` is False (``manualSelector``). Returns the controller's uid.
         """
         return self._pods.create_workload(kind, template, replicas, completions=completions, ttl_seconds=ttl_seconds,
-                                          backoff_limit=backoff_limit, failure_rules=failure_rules)
+                                          backoff_limit=backoff_limit, failure_rules=failure_rules,
+                                          generated_selector=generated_selector)
 
     def admit_pods(self, refuses: Callable[[Any], bool]) -> None:
         """Ask ``refuses(controller)`` before a controller makes a pod (True: refused, and it said why)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -210,14 +211,19 @@ class Workloads:
             parallelism = int_field(spec, "parallelism", 1, res.kind, name)
             completions = int_field(spec, "completions", parallelism, res.kind, name)
             ttl = spec.get("ttlSecondsAfterFinished")
-            if spec.get("manualSelector") is True:
+            manual = spec.get("manualSelector") is True
+            if manual:
                 selector_of(spec, res.kind, name, dict(pod.labels), res.group)
+            elif spec.get("selector") is not None:  # the server's to make: one given is refused once merged into it
+                raise invalid("Job", name, "spec.selector", f"Invalid value: {json.dumps(spec['selector'])}: "
+                              "`selector` not auto-generated", group="batch")
             backoff = int_field(spec, "backoffLimit", 6, res.kind, name)
             workload.sim_uid = self.sim.create_workload("Job", pod, parallelism, completions=completions,
                                                         ttl_seconds=float(ttl) if isinstance(ttl, int) else None,
-                                                        backoff_limit=backoff, failure_rules=failure_rules(spec, name))
+                                                        backoff_limit=backoff, failure_rules=failure_rules(spec, name),
+                                                        generated_selector=not manual)
             obj["metadata"]["uid"] = workload.sim_uid  # the uid its pods' ownerReferences name
-            if spec.get("manualSelector") is not True:  # the selector and template labels kube-apiserver makes
+            if not manual:  # the selector and template labels kube-apiserver makes
                 generated = job_labels(workload.sim_uid, name)
                 spec["selector"] = {"matchLabels": {CONTROLLER_UID: workload.sim_uid}}
                 meta = template.setdefault("metadata", {})
@@ -259,6 +265,8 @@ class Workloads:
             int_field(spec, "replicas", 1, res.kind, name)
         elif spec.get("template") != workload.obj["spec"].get("template"):
             raise invalid("Job", name, "spec.template", "Invalid value: field is immutable", group="batch")
+        elif spec.get("selector") != workload.obj["spec"].get("selector"):
+            raise invalid("Job", name, "spec.selector", "Invalid value: field is immutable", group="batch")
         changed = spec != workload.obj["spec"]
         workload.obj["spec"] = copy.deepcopy(spec)
         for key in ("labels", "annotations"):

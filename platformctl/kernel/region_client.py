@@ -379,6 +379,11 @@ def up(environment: Environment, stages: list[str], speed: float, infra_dir: Pat
                 raise PlatformError(f"the local region running (pid {info['pid']}) serves {', '.join(missing)} on its own "
                                     "control plane: run `platformctl local down` first", file=str(folder / "server.json"),
                                     field="--cluster")
+            if owner_pid is not None and info.get("owner_pid") != owner_pid:
+                raise PlatformError(f"the local region running (pid {info['pid']}) stops with "
+                                    f"{'process ' + str(info['owner_pid']) if info.get('owner_pid') else 'local down only'}"
+                                    f", not with process {owner_pid}: run `platformctl local down` first",
+                                    file=str(folder / "server.json"), field="--owner-pid")
             if run_jobs and not info.get("run_jobs"):
                 raise PlatformError(f"the local region running (pid {info['pid']}) does not run jobs: run `platformctl "
                                     "local down` first", file=str(folder / "server.json"), field="--run-jobs")

@@ -344,13 +344,14 @@ def _image_requests(action: str, form: Mapping[str, str], region: str) -> list[R
         return [Request(name, arn, tags), *tagging]
 
     if action == "RunInstances":
-        network = [Request(name, f"arn:aws:ec2:{region}:{ACCOUNT}:{kind}/*")
-                   for kind in ("subnet", "network-interface", "security-group", "volume")]
-        return [existing(form.get("ImageId", "")), *network, *made("instance", _request_tags(form, "instance"))]
+        network = [Request(name, f"arn:aws:ec2:{region}:{ACCOUNT}:{kind}/*") for kind in ("subnet", "security-group")]
+        return [existing(form.get("ImageId", "")), *network,
+                *[r for kind in ("network-interface", "volume", "instance") for r in made(kind, _request_tags(form, kind))]]
     if action == "CreateImage":
-        return [existing(form.get("InstanceId", "")), *made("image", _request_tags(form, "image"), owner="")]
+        return [existing(form.get("InstanceId", "")),
+                *[r for kind in ("image", "snapshot") for r in made(kind, _request_tags(form, kind), owner="")]]
     if action == "CopyImage":
-        return made("image", _request_tags(form, "image"), owner="")
+        return [r for kind in ("image", "snapshot") for r in made(kind, _request_tags(form, kind), owner="")]
     if action == "CreateTags":
         tags = _request_tags(form, None)
         return [Request(name, r.resource, {**r.context, **tags}) for r in map(existing, _numbered(form, "ResourceId"))]

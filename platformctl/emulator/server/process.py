@@ -112,9 +112,11 @@ class Server:
     def __init__(self, stage_names: Sequence[str], state_dir: Path, speed: float, infra_dir: Path | None, workloads: bool,
                  seed: int, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None,
                  canaries: bool = False, skip: bool = True, run_jobs: bool = False, pods_per_node: float = 30.0,
-                 real_clusters: Sequence[str] = ()) -> None:
+                 real_clusters: Sequence[str] = (), owner: int | None = None) -> None:
         """``real_clusters``: clusters whose context is a real control plane (``platformctl.emulator.realk8s``) whose
-        nodes are the cluster's instances, beside the simulated one the region's own jobs and workloads use."""
+        nodes are the cluster's instances, beside the simulated one the region's own jobs and workloads use;
+        ``owner``: the process whose end stops the region (``serve``)."""
+        self.owner = owner
         self.stages = [load_stage(name, infra_dir) for name in dict.fromkeys(stage_names)]
         self.real_clusters = list(real_clusters)
         self.real: dict[str, Any] = {}  # cluster -> (ControlPlane, Kubelets)
@@ -246,6 +248,7 @@ class Server:
             "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
             "clusters": list(self.clusters), "started": format_time(self.started_wall), "log": str((self.state_dir / "server.log").resolve()),
             "image_lock": str(lock.resolve()), "canaries": self.canaries, "run_jobs": self.run_jobs, "by_stage": by_stage,
+            "owner_pid": self.owner,
             "real_control_planes": {name: plane.server for name, (plane, _) in self.real.items()},
             # The first stage's, as a region of one stage has always said.
             **{k: v for k, v in by_stage[self.stage.name].items() if k != "cluster_names"},
@@ -473,8 +476,9 @@ class Server:
 
     # ---------------------------------------------------------------- run and stop
 
-    def serve(self, owner: int | None = None) -> None:
+    def serve(self) -> None:
         """Serve until SIGTERM or SIGINT, or until the process ``owner`` has ended (``local up --owner-pid``)."""
+        owner = self.owner
         def stop(signum: int, frame: Any) -> None:
             log.info("signal %d: stopping", signum)
             self.stopping.set()
@@ -531,7 +535,7 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
     args.state_dir.mkdir(parents=True, exist_ok=True)
     server = Server(args.stage, args.state_dir, args.speed, args.infra_dir, not args.no_workloads, args.seed, provisioner,
                     prepare, canaries=args.canaries, skip=not args.no_skip, run_jobs=args.run_jobs,
-                    pods_per_node=args.pods_per_node, real_clusters=args.real_cluster)
+                    pods_per_node=args.pods_per_node, real_clusters=args.real_cluster, owner=args.owner_pid)
     try:
         server.start()
     except Exception as exc:
@@ -542,7 +546,7 @@ def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Calla
             kubelets.stop()
             plane.stop()
         return 1
-    server.serve(args.owner_pid)
+    server.serve()
     # Nothing is left to write (the state files are written as they change, server.json is gone): leave without the
     # interpreter's teardown, which takes seconds to free moto's and the simulation's objects one by one.
     logging.shutdown()

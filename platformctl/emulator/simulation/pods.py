@@ -147,11 +147,11 @@ class PodRoom:
 
     def create_workload(self, kind: str, template: Pod, replicas: int, *, completions: int | None = None,
                         ttl_seconds: float | None = None, backoff_limit: int = 6,
-                        failure_rules: tuple[dict[str, Any], ...] = ()) -> str:
+                        failure_rules: tuple[dict[str, Any], ...] = (), generated_selector: bool = True) -> str:
         if kind not in CONTROLLER_API:
             raise PlatformError(f"unsupported workload kind {kind!r}", field="kind")
         uid = self.w.uid()
-        if kind == "Job":  # the labels kube-apiserver puts on a Job's template (and so on its pods) and selects them by
+        if kind == "Job" and generated_selector:  # the labels kube-apiserver puts on a Job's template, to select by
             template = replace(template, labels={**template.labels, **job.job_labels(uid, template.name)})
         ctrl = Controller(kind, template.namespace, template.name, uid, template, replicas)
         ctrl.created = self.w.now()

@@ -258,6 +258,9 @@ def test_a_region_whose_owner_ended_stops_with_everything_it_ran(tmp_path: Path)
     pid = info["pid"]
     time.sleep(3)  # past the server's first look at its owner: it keeps running while the owner does
     assert run(tmp_path, "local", "status", check=False).returncode == 0
+    other = run(tmp_path, "local", "up", "--no-workloads", "--owner-pid", str(os.getpid()), check=False)
+    assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr
+    assert f"stops with process {owner.pid}, not with process {os.getpid()}" in other.stderr and "--owner-pid" in other.stderr
     owner.kill()
     owner.wait()
     deadline = time.monotonic() + 60

@@ -343,3 +343,35 @@ def test_kubectl_logs_shows_what_a_container_the_runtime_ran_wrote(served: Serve
     assert shown.returncode == 0 and shown.stdout == f"start {pod.name}\nSIGTERM {pod.name}\n"
     assert logs(pod.name, "--tail", "1").stdout == f"SIGTERM {pod.name}\n"
     assert "not found" in logs("nobody").stderr
+
+
+def test_a_jobs_selector_is_the_api_servers_to_make_and_then_fixed(under: Under) -> None:
+    """As kube-apiserver: a Job is given a selector on its uid and its template the labels it selects (so
+    `kubectl logs job/<name>` reads its own pod); a selector given without manualSelector is refused, one with it is
+    kept and nothing is added; a selector is never changed afterwards."""
+    template = {"metadata": {"labels": {"app": "batch"}, "annotations": {"sim.platformctl.io/run-seconds": "600"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "busybox"}]}}
+    made = under.cluster.create_object({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "own", "namespace": NS},
+                                        "spec": {"template": template}})
+    uid = made["metadata"]["uid"]
+    assert made["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    assert made["spec"]["template"]["metadata"]["labels"] == {
+        "app": "batch", "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+        "batch.kubernetes.io/job-name": "own", "job-name": "own"}
+    under.advance(10)
+    assert [p.name for p in under.sim.list_pods(NS, f"batch.kubernetes.io/controller-uid={uid}")] == \
+        [p.name for p in under.sim.list_pods(NS) if p.name.startswith("own-")] != []
+    with pytest.raises(ApiRefused) as given:
+        under.cluster.create_object({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "mine", "namespace": NS},
+                                     "spec": {"selector": {"matchLabels": {"app": "batch"}}, "template": template}})
+    assert given.value.status == 422 and "spec.selector" in str(given.value) and "not auto-generated" in str(given.value)
+    manual = under.cluster.create_object({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "hand", "namespace": NS},
+                                          "spec": {"manualSelector": True, "selector": {"matchLabels": {"app": "batch"}},
+                                                   "template": template}})
+    assert manual["spec"]["selector"] == {"matchLabels": {"app": "batch"}}
+    assert manual["spec"]["template"]["metadata"]["labels"] == {"app": "batch"}
+    changed = under.cluster.get_object("Job", NS, "own")
+    changed["spec"]["selector"] = {"matchLabels": {"app": "batch"}}
+    with pytest.raises(ApiRefused) as immutable:
+        under.cluster.replace_object(changed)
+    assert immutable.value.status == 422 and "spec.selector" in str(immutable.value)

@@ -330,7 +330,7 @@ def _build_one(image: ImageManifest, ids: dict[str, str], store: ImageStore, pro
         created.clear()
     except Exception:
         for region, made in created:
-            _remove_image(store, region, made)
+            _remove_image(store, region, made, progress)
         raise
     finally:
         ec2.terminate_instances(InstanceIds=[instance])
@@ -366,7 +366,7 @@ def _copy_missing(image: ImageManifest, image_id: str, store: ImageStore,
             remote.get_waiter("image_available").wait(ImageIds=[copy])
             remote.create_tags(Resources=[copy], Tags=[{"Key": f"{TAG}fingerprint", "Value": fp}])
         except Exception:
-            _remove_image(store, region, copy)
+            _remove_image(store, region, copy, progress)
             raise
         copies[region] = copy
     return BuiltImage(image.name, image.version, image_id, fp, copies, built=False)
@@ -378,7 +378,9 @@ def _tagged(tags: dict[str, str], *kinds: str) -> list[dict[str, Any]]:
     return [{"ResourceType": kind, "Tags": aws.tag_list(tags)} for kind in kinds]
 
 
-def _remove_image(store: ImageStore, region: str, image_id: str) -> None:
+def _remove_image(store: ImageStore, region: str, image_id: str, say: Callable[[str], None] = lambda _: None) -> None:
+    """What a failed build made, removed; one that cannot be (refused, gone from reach) is said, not raised: the
+    build's own failure is the error, and the image carries no fingerprint, so no build ever counts it as made."""
     ec2 = store.ec2(region)
     try:
         described = ec2.describe_images(ImageIds=[image_id])["Images"]
@@ -388,8 +390,9 @@ def _remove_image(store: ImageStore, region: str, image_id: str) -> None:
                 snapshot = mapping.get("Ebs", {}).get("SnapshotId")
                 if snapshot:
                     ec2.delete_snapshot(SnapshotId=snapshot)
-    except Exception:
-        pass
+    except Exception as exc:
+        say(f"could not remove {image_id} in {region}, which the failed build made: "
+            f"{(str(exc).splitlines() or [type(exc).__name__])[0]} (remove it by hand)")
 
 
 def _publish(image: ImageManifest, image_id: str, store: ImageStore) -> None:

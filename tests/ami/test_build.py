@@ -125,6 +125,25 @@ def test_a_failed_build_leaves_no_builder_and_no_half_published_parameter(aws: N
     assert boto3.client("ssm", region_name=REGION).get_parameters_by_path(Path="/platformctl", Recursive=True)["Parameters"] == []
 
 
+def test_an_image_a_failed_build_cannot_remove_is_said_and_never_counted_as_built(aws: None, folder: Path) -> None:
+    undo_copy, undo_remove = fail_on("CopyImage"), fail_on("DeregisterImage")
+    said: list[str] = []
+    manifests = load_manifests(folder)
+    store = ImageStore(REGION, [COPY])
+    try:
+        with pytest.raises(PlatformError, match="CopyImage refused by the test"):
+            build_images(manifests, plan_builds(manifests, store, ("base",)), store, workers=1, progress=said.append)
+    finally:
+        undo_copy()
+        undo_remove()
+    [left] = images()["base"]
+    assert [line for line in said if line.startswith("could not remove")] == [
+        f"could not remove {left['ImageId']} in {REGION}, which the failed build made: An error occurred (InternalError) "
+        "when calling the DeregisterImage operation: DeregisterImage refused by the test (remove it by hand)"]
+    assert "platformctl:fingerprint" not in tags_of(left)  # so the next build makes it again, never takes it as built
+    assert [s.name for s in plan_builds(manifests, store).build][0] == "base"
+
+
 def test_publishing_is_both_parameters_or_neither_and_a_rerun_completes_it(aws: None, folder: Path) -> None:
     undo = fail_on("PutParameter", lambda params: params.get("Name", "").endswith("/base/latest"))
     try:

@@ -5,7 +5,7 @@ role's credentials (IRSA, through the region's STS), under the region's IAM and 
 The region's account starts with no image of ours (as a new account would): the Job builds the checkout's tree into
 the stage's region, copies it to every other stage's region and publishes the ids. What is checked is what AWS and
 kubectl show: the Job complete, every image in SSM and in each region, the builders terminated, and the region's
-decisions: the build's role made the calls, every one allowed, and every grant but the failed-build cleanup's used."""
+decisions: the build's role made the calls, every one allowed, and every statement of its policy used."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_the_image_build_job_builds_copies_and_publishes_the_tree_with_its_own_r
             assert held and tags_of(held[0])["platformctl:name"] == name
     builders = [i for i in builders_of(ec2) if i["InstanceId"] not in before]
     assert len(builders) == len(built) and all(i["State"]["Name"] in ("terminated", "shutting-down") for i in builders)
-    # The build's own role made the calls (its pod's IRSA session), and used every grant but the cleanup's.
+    # The build's own role made the calls (its pod's IRSA session), and used every statement of its policy.
     mine = get(region, f"/platformctl/v1/iam-decisions?role={host}-image-build")["decisions"]
     assert mine and all(d["decision"] == "allowed" for d in mine)
     unused = [g.what for g in access.image_build() if not used_grant(g, mine)]

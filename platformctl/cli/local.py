@@ -102,6 +102,8 @@ def local_up(ctx: click.Context, stage_names: tuple[str, ...], speed: float, ski
     for name in stages:
         # a broken stack file fails here, in one line, not in the server log
         names |= {c.name for c in platform().stage(name).clusters()}
+    if owner_pid is not None and not control.process_alive(owner_pid):  # else the region would start, then stop at once
+        raise PlatformError(f"no process {owner_pid} runs here to own the region", field="--owner-pid")
     if (control_plane == "real") != bool(real_clusters):
         raise PlatformError("--control-plane real and --cluster NAME go together", field="--cluster")
     unknown = sorted(set(real_clusters) - names)

@@ -253,6 +253,11 @@ def test_down_stops_the_server_and_leaves_no_process(tmp_path: Path) -> None:
 
 def test_a_region_whose_owner_ended_stops_with_everything_it_ran(tmp_path: Path) -> None:
     """`local up --owner-pid`: a CI job (or a test session) killed before its `local down` leaves no region behind."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    refused = run(tmp_path, "local", "up", "--no-workloads", "--owner-pid", str(gone.pid), check=False)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "--owner-pid" in refused.stderr, refused.stderr
+    assert not (tmp_path / "local" / "server.json").exists()  # nothing started for an owner already gone
     owner = subprocess.Popen(["sleep", "600"])
     info = json.loads(run(tmp_path, "local", "up", "--no-workloads", "--owner-pid", str(owner.pid), "-o", "json").stdout)
     pid = info["pid"]

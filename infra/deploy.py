@@ -6,8 +6,9 @@ a resource whose inputs are unchanged is left alone; a launch template whose inp
 image) gets a new version, made the default, which its auto scaling group (on ``$Latest``) launches
 new instances from; a group's sizes, subnets or template are updated in place; a resource the
 program newly declares is created. Any other change (one Pulumi would replace) is refused on one
-line rather than half-made (a role policy's document is updated in place too), and a Kubernetes
-object that changed is reported, not applied.
+line rather than half-made (a role policy's document is updated in place too). A new or changed
+Kubernetes object is applied to its cluster's API server with the deployer's kubeconfig
+(``infra.kubeapply``), whose refusal stops the deploy; an object the program dropped is left.
 
 ``PulumiDeployer`` is the same step on a real account: Pulumi's Automation API runs ``pulumi up``
 on the stage's stack in ``infra/``, with ``platformctl:imageLock`` pointing at the lock file for
@@ -34,7 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend, check_images, checkpoint_of, stage_config
+from infra.kubeapply import KubeApplier
+from infra.materialize import IMAGE_LOCK_KEY, IMAGES_FROM_LOCK_KEY, MotoBackend, check_images, checkpoint_of, kubernetes_manifest, stage_config
 from infra.mocked import run_stage
 from platformctl.kernel import failpoints
 from platformctl.kernel.clock import Clock
@@ -64,8 +66,10 @@ def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 class DeployBackend:
     """The engine's provider for a deploy: compares every declaration with the checkpoint, then acts."""
 
-    def __init__(self, region: str, previous: list[dict[str, Any]], target: AwsTarget | None = None) -> None:
+    def __init__(self, region: str, previous: list[dict[str, Any]], target: AwsTarget | None = None,
+                 kube: KubeApplier | None = None) -> None:
         self.moto = MotoBackend(region, target=target)
+        self.kube = kube  # the deployer's kubeconfig: new and changed Kubernetes objects are applied with it
         self.previous = {(r["type"], r["name"]): r for r in previous}
         self.changes: list[ResourceChange] = []
         # What each declaration came to, so that a deploy that fails half-way still records what it made.
@@ -94,7 +98,7 @@ class DeployBackend:
         old = self.previous.get((type_, name))
         if old is None:
             if type_.startswith("kubernetes:"):
-                self.changes.append(ResourceChange("not-applied", type_, name, "new Kubernetes object: apply it with kubectl"))
+                self._apply(type_, name, inputs, provider, "new Kubernetes object")
                 meta = new.get("metadata") or {}
                 return (f"{meta.get('namespace')}/{meta['name']}" if meta.get("namespace") else str(meta.get("name"))), {}
             made = self.moto.create(type_, name, inputs, provider)
@@ -132,8 +136,8 @@ class DeployBackend:
             self.changes.append(ResourceChange("update", type_, name, "policy"))
             return old["id"], {**old["state"], "policy": new["policy"]}
         if type_.startswith("kubernetes:"):
-            self.changes.append(ResourceChange("not-applied", type_, name, f"changed ({', '.join(keys)}): apply it with kubectl"))
-            return old["id"], old["state"]
+            self._apply(type_, name, inputs, provider, f"changed ({', '.join(keys)})")
+            return old["id"], {**old["state"], **new}
         if type_.startswith(("platformctl:infra:", "pulumi:providers:")):
             return old["id"], old["state"]
         raise PlatformError(f"{type_} {name} changed ({', '.join(keys)}): the local region updates launch templates, "
@@ -141,11 +145,23 @@ class DeployBackend:
                             "`local up` start it afresh from the program)", field="stage deploy")
 
 
+    def _apply(self, type_: str, name: str, inputs: dict[str, Any], provider: str, what: str) -> None:
+        """A new or changed Kubernetes object, applied to its cluster (the provider's name) with the deployer's
+        kubeconfig; without one (a deploy in a test's own process) it is only reported."""
+        if self.kube is None:
+            self.changes.append(ResourceChange("not-applied", type_, name, f"{what}: apply it with kubectl"))
+            return
+        done = self.kube.apply(provider.split("::")[-2], kubernetes_manifest(inputs))
+        self.changes.append(ResourceChange("create" if done == "created" else "update", type_, name, what))
+
+
 class LocalDeployer:
     """``stage deploy`` in the local region; the checkpoint file is the stack's state."""
 
-    def __init__(self, checkpoint: Path, target: str, aws: AwsTarget | None = None, clock: Clock | None = None) -> None:
+    def __init__(self, checkpoint: Path, target: str, aws: AwsTarget | None = None, clock: Clock | None = None,
+                 kubeconfig: str | None = None) -> None:
         self.checkpoint = checkpoint
+        self.kubeconfig = kubeconfig  # whose Kubernetes objects the deploy applies: the deployer's (operator's, tick's)
         self.target = target
         self.aws = aws  # the region's AWS (region_client.local_aws)
         self.clock = clock  # the region's: its stack lock's time is the region's, as its tick reads it
@@ -214,7 +230,8 @@ class LocalDeployer:
         mine = self._take_lock(stage)
         failpoints.hit("deploy:locked")  # the stack locked, nothing made: a process killed here leaves its lock
         try:
-            backend = DeployBackend(stage.region, self._resources(), self.aws)  # as the lock's holder reads them
+            kube = KubeApplier(self.kubeconfig) if self.kubeconfig else None
+            backend = DeployBackend(stage.region, self._resources(), self.aws, kube)  # as the lock's holder reads them
             try:
                 config = {**stage_config(stage, image_lock), **({IMAGES_FROM_LOCK_KEY: True} if over_pins else {}),
                           **({KUBERNETES_VERSION_KEY: kubernetes_version} if kubernetes_version else {})}
@@ -222,6 +239,9 @@ class LocalDeployer:
             except BaseException:
                 self._save(stage, backend.checkpoint())  # what was made before the failure stays known, as Pulumi keeps it
                 raise
+            finally:
+                if kube is not None:
+                    kube.close()
             self._save(stage, checkpoint_of(run))
         finally:
             self._give_back(mine)  # an update that ends, done or failed, gives its lock back

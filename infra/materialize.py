@@ -305,9 +305,7 @@ class MotoBackend:
         # The provider reference is "<provider urn>::<provider id>"; the urn ends with its name,
         # which is the cluster's (see infra/components/cluster.py).
         cluster = provider.split("::")[-2]
-        manifest = _plain({k: v for k, v in inputs.items() if k in ("apiVersion", "kind", "metadata", "spec", "rules",
-                                                                      "roleRef", "subjects", "value", "globalDefault",
-                                                                      "preemptionPolicy", "description", "data")})
+        manifest = kubernetes_manifest(inputs)
         with self.lock:
             self.kubernetes.append((cluster, manifest))
         if self.kube_sink is not None:
@@ -315,6 +313,13 @@ class MotoBackend:
         meta = manifest.get("metadata") or {}
         ns = meta.get("namespace")
         return (f"{ns}/{meta['name']}" if ns else meta["name"]), {}
+
+
+def kubernetes_manifest(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The object a Kubernetes resource's inputs declare, as its provider sends it to the API server."""
+    return _plain({k: v for k, v in inputs.items() if k in ("apiVersion", "kind", "metadata", "spec", "rules", "roleRef",
+                                                             "subjects", "value", "globalDefault", "preemptionPolicy",
+                                                             "description", "data")})
 
 
 def launch_template_data(i: dict[str, Any]) -> dict[str, Any]:

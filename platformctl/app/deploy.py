@@ -36,8 +36,11 @@ def check_lock_file(lock_file: Path) -> None:
         raise PlatformError("not valid JSON", file=str(lock_file), field="--lock-file") from None
 
 
-def deployer_for(platform: Platform, stage: Stage, lock_file: Path | None) -> tuple[Deployer, Path]:
-    """The deployer of ``stage`` and the lock file it deploys (the given one, else the region's or the stack's)."""
+def deployer_for(platform: Platform, stage: Stage, lock_file: Path | None,
+                 kubeconfig: str | None = None) -> tuple[Deployer, Path]:
+    """The deployer of ``stage`` and the lock file it deploys (the given one, else the region's or the stack's); in the
+    local region it applies the program's Kubernetes objects with ``kubeconfig`` (default: the command's own, as
+    ``Platform.kubeconfig`` finds it), so the clusters authorize whoever deploys."""
     running = platform.region
     info = running.for_stage(stage.name) if running is not None else None
     if running is not None and info is None:
@@ -50,7 +53,8 @@ def deployer_for(platform: Platform, stage: Stage, lock_file: Path | None) -> tu
         from infra.deploy import LocalDeployer
 
         local = LocalDeployer(Path(info["checkpoint"]), f"the local region (AWS {info['aws_endpoint']})",
-                              platform.aws if platform.aws.local else None, platform.clock(stage.name))
+                              platform.aws if platform.aws.local else None, platform.clock(stage.name),
+                              platform.kubeconfig(kubeconfig))
         return local, lock_file or Path(info["image_lock"])
     from infra.deploy import PulumiDeployer
     from infra.settings import parse_settings
@@ -61,12 +65,13 @@ def deployer_for(platform: Platform, stage: Stage, lock_file: Path | None) -> tu
 
 
 def deploy_stage(platform: Platform, stage_name: str, lock_file: Path | None = None,
-                 over_pins: bool = False, kubernetes_version: str | None = None) -> DeployResult:
+                 over_pins: bool = False, kubernetes_version: str | None = None, kubeconfig: str | None = None) -> DeployResult:
     """Deploy ``stage_name`` with ``lock_file``'s images (default: the region's or the stack's lock file); with
     ``over_pins`` (a release candidate's deploy) those images win over the stage's pinned ones; ``kubernetes_version``
-    over the stack file's (a rollback keeps its control planes' version: EKS never takes one back)."""
+    over the stack file's (a rollback keeps its control planes' version: EKS never takes one back); ``kubeconfig``: whose
+    credentials apply the Kubernetes objects (the tick's own)."""
     stage = platform.stage(stage_name)
-    deployer, lock = deployer_for(platform, stage, lock_file)
+    deployer, lock = deployer_for(platform, stage, lock_file, kubeconfig)
     return deployer.deploy(stage, lock, over_pins=over_pins, kubernetes_version=kubernetes_version)
 
 

@@ -83,7 +83,7 @@ class StageOperator:
         done, cleared = self._deploy_clearing_stale_lock(
             stage, candidate.id, promoted,
             lambda: deploy_stage(self.platform.with_infra_dir(source) if source != checkout else self.platform, stage, lock,
-                                 over_pins=True, kubernetes_version=keep.kept if keep else None))
+                                 over_pins=True, kubernetes_version=keep.kept if keep else None, kubeconfig=self.kubeconfig))
         if promoted is not None:  # fenced: a tick that may have lost the stage's lease records nothing
             record_launches_now(self.platform, stage, promoted, lambda: self.ledger.fence if self.ledger is not None else None)
         return StageDeploy(dict(done.images), done.summary(), candidate.infra_revision,

@@ -687,6 +687,32 @@ def nodes_as_kubectl_asks_for_a_table(side: Side, ns: str) -> Any:
             sorted(r["cells"][0] for r in body.get("rows", []))[:3]]
 
 
+@scenario
+def an_update_of_what_a_deploy_applies_is_the_api_servers(side: Side, ns: str) -> Any:
+    """What ``stage deploy`` does to an object the program changed (infra.kubeapply): a PUT on the version it read. A
+    stale version is a conflict, none is an unconditional update, uid stays; a merge PATCH; the refusals' words."""
+    namespace(side, ns)
+    cms = f"/api/v1/namespaces/{ns}/configmaps"
+    _, made = side.request("POST", cms, {"metadata": {"name": "cm"}, "data": {"a": "1"}})
+    read = made["metadata"]["resourceVersion"]
+    code, put = side.request("PUT", f"{cms}/cm", {"metadata": {"name": "cm", "resourceVersion": read}, "data": {"a": "2"}})
+    out: list[Any] = [code, put["data"], put["metadata"]["uid"] == made["metadata"]["uid"],
+                      put["metadata"]["resourceVersion"] != read]
+    out.append(status(side.request("PUT", f"{cms}/cm", {"metadata": {"name": "cm", "resourceVersion": read}, "data": {}})))
+    code, blind = side.request("PUT", f"{cms}/cm", {"metadata": {"name": "cm", "labels": {"x": "y"}}, "data": {"b": "3"}})
+    out += [code, blind["data"], blind["metadata"]["labels"]]
+    code, patched = side.request("PATCH", f"{cms}/cm", {"data": {"c": "4"}}, content_type="application/merge-patch+json")
+    out += [code, patched["data"]]
+    out.append(status(side.request("PUT", f"{cms}/cm", {"metadata": {"name": "other"}, "data": {}})))
+    out.append(status(side.request("PUT", f"{cms}/nobody", {"metadata": {"name": "nobody"}, "data": {}})))
+    pcs = "/apis/scheduling.k8s.io/v1/priorityclasses"
+    side.request("POST", pcs, {"metadata": {"name": ns}, "value": 10})
+    out.append(status(side.request("PUT", f"{pcs}/{ns}", {"metadata": {"name": ns}, "value": 20})))
+    code, relabelled = side.request("PUT", f"/api/v1/namespaces/{ns}", {"metadata": {"name": ns, "labels": {"tier": "x"}}})
+    side.request("DELETE", f"{pcs}/{ns}")
+    return [*out, code, relabelled["metadata"]["labels"]]
+
+
 # ------------------------------------------------------------------------------------------------------ the run
 
 

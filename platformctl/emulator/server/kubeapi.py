@@ -343,6 +343,12 @@ class KubeAPI:
             return self._delete(cluster, res, request, ns, name)
         if request.method == "PATCH" and res.plural == "nodes":
             return self._patch_node(cluster, request, name)
+        if request.method == "PUT" and res.plural == "namespaces":
+            return _json(cluster.replace_namespace(name, self._body(request)))
+        if request.method in ("PUT", "PATCH") and res.plural in STORED:
+            if request.method == "PUT":
+                return _json(cluster.replace_stored(res.plural, ns, name, self._body(request)))
+            return _json(cluster.patch_stored(res.plural, ns, name, *self._patch_body(request)))
         if request.method in ("PUT", "PATCH") and res.plural in WORKLOADS:
             if request.method == "PUT":
                 workload = cluster.objects.replace(res.plural, ns or "default", name, self._body(request))

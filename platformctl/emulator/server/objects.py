@@ -21,7 +21,7 @@ from typing import Any
 from platformctl.emulator.server.podsecurity import ENFORCE
 from platformctl.emulator.sim_watch import Expired as SimExpired
 from platformctl.emulator.simulator import SimulatedCluster
-from platformctl.emulator.workloads import Workload
+from platformctl.emulator.workloads import Workload, apply_patch
 from platformctl.kernel.cluster.apiobjects import (  # noqa: F401 (the server's names for them)
     EVENTS_V1,
     RESOURCES,
@@ -32,6 +32,7 @@ from platformctl.kernel.cluster.apiobjects import (  # noqa: F401 (the server's 
     Resource,
     already_exists,
     bad_request,
+    details,
     invalid,
     not_found,
 )
@@ -40,6 +41,10 @@ from platformctl.kernel.cluster.selectors import parse_selector_string
 from platformctl.kernel.errors import NotFoundError, PlatformError
 
 # ------------------------------------------------------------------------------------ change log
+
+# Fields an update may not change (the kinds' ValidateUpdate in kube-apiserver: PriorityClass's value, a Secret's type).
+_IMMUTABLE = {"priorityclasses": (("value", "Forbidden: may not be changed in an update."),),
+              "secrets": (("type", "Invalid value: field is immutable"),)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +326,23 @@ class ClusterState:
         created["metadata"]["labels"] = {**(obj["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": name}
         return created
 
+    def replace_namespace(self, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """PUT of a namespace: its labels and annotations (``kubernetes.io/metadata.name`` stays its name, as the API
+        server sets it); a ``resourceVersion`` given must be the current one."""
+        current = self.get_namespace(name)
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict) or meta.get("name") != name:
+            raise bad_request(f"the name of the object ({(meta or {}).get('name')}) does not match the name on the URL ({name})")
+        if meta.get("resourceVersion") not in (None, "", current["metadata"]["resourceVersion"]):
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on namespaces "{name}": the object has been '
+                           "modified; please apply your changes to the latest version and try again",
+                           {"name": name, "kind": "namespaces"})
+        kept = self.namespaces[name]["metadata"]
+        kept["labels"] = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": name}
+        kept["annotations"] = dict(meta.get("annotations") or {})
+        kept["resourceVersion"] = str(self.sim.next_resource_version())
+        return self.get_namespace(name)
+
     def delete_namespace(self, name: str) -> dict[str, Any]:
         self.get_namespace(name)
         if name in SYSTEM_NAMESPACES:
@@ -401,6 +423,54 @@ class ClusterState:
         self._meta(created, ns or None)
         self.stored[plural][key] = created
         return copy.deepcopy(created)
+
+    def replace_stored(self, plural: str, namespace: str | None, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """PUT, as the API server's generic registry answers it: the object must exist (these kinds are not created by
+        an update), its name and namespace are the URL's, a ``resourceVersion`` given must be the current one (else 409),
+        and none given is an unconditional update; ``uid`` and ``creationTimestamp`` stay, the version moves on."""
+        res = RESOURCES[plural]
+        current = self.get_stored(plural, namespace, name)
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            raise invalid(res.kind, name, "metadata", "Required value", "FieldValueRequired", res.group)
+        if meta.get("name") != name:
+            raise bad_request(f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})")
+        if res.namespaced and meta.get("namespace") not in (None, "", current["metadata"]["namespace"]):
+            raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        if obj.get("apiVersion") not in (None, res.api_version) or obj.get("kind") not in (None, res.kind):
+            raise bad_request(f"the kind in the data ({obj.get('apiVersion')} {obj.get('kind')}) does not match the "
+                              f"expected kind ({res.api_version} {res.kind})")
+        if meta.get("resourceVersion") not in (None, "", current["metadata"]["resourceVersion"]):
+            group = f".{res.group}" if res.group else ""
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural}{group} "{name}": the object has been '
+                           "modified; please apply your changes to the latest version and try again",
+                           details(name, res.group, plural))
+        for field, what in _IMMUTABLE.get(plural, ()):  # the kinds' ValidateUpdate
+            if field in obj and obj.get(field) != current.get(field):
+                raise invalid(res.kind, name, field, what, "FieldValueForbidden" if what.startswith("Forbidden") else
+                              "FieldValueInvalid", res.group)
+        updated = copy.deepcopy(obj)
+        updated.update(apiVersion=res.api_version, kind=res.kind)
+        if plural == "secrets":
+            written = updated.pop("stringData", None) or {}
+            updated["data"] = {**(updated.get("data") or {}),
+                               **{k: base64.b64encode(str(v).encode()).decode() for k, v in written.items()}}
+            updated.setdefault("type", current.get("type", "Opaque"))
+        kept = current["metadata"]
+        updated["metadata"] = {**{k: v for k, v in meta.items() if k not in ("managedFields", "selfLink", "deletionTimestamp")},
+                               "uid": kept["uid"], "creationTimestamp": kept["creationTimestamp"],
+                               "resourceVersion": str(self.sim.next_resource_version()),
+                               **({"namespace": kept["namespace"]} if res.namespaced else {})}
+        self.stored[plural][(kept.get("namespace", ""), name)] = updated
+        return copy.deepcopy(updated)
+
+    def patch_stored(self, plural: str, namespace: str | None, name: str, patch: Any, json_patch: bool) -> dict[str, Any]:
+        """PATCH: the patch applied to the object as it is now, then stored as a PUT would (a ``resourceVersion`` the
+        patch sets is a precondition, as on the API server)."""
+        patched = apply_patch(self.get_stored(plural, namespace, name), patch, json_patch)
+        if not isinstance(patched, dict):
+            raise bad_request("the patch does not leave an object")
+        return self.replace_stored(plural, namespace, name, patched)
 
     def delete_stored(self, plural: str, namespace: str | None, name: str) -> dict[str, Any]:
         obj = self.get_stored(plural, namespace, name)

@@ -87,8 +87,9 @@ class Resource:
 
 _READ = ("get", "list", "watch")
 _WRITE = ("create", "delete", "get", "list", "patch", "update", "watch")  # workloads
+_KEPT = ("create", "delete", "get", "list", "patch", "update")  # kept as written (STORED)
 RESOURCES: dict[str, Resource] = {r.plural: r for r in (
-    Resource("namespaces", "Namespace", "", "v1", False, ("create", "delete", "get", "list"), ("ns",)),
+    Resource("namespaces", "Namespace", "", "v1", False, ("create", "delete", "get", "list", "update"), ("ns",)),
     Resource("nodes", "Node", "", "v1", False, ("delete", "get", "list", "patch", "watch"), ("no",)),
     Resource("pods", "Pod", "", "v1", True, ("create", "delete", *_READ), ("po",)),
     Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", True, ("create", "delete", "get", "list"), ("pdb",)),
@@ -98,21 +99,21 @@ RESOURCES: dict[str, Resource] = {r.plural: r for r in (
     Resource("statefulsets", "StatefulSet", "apps", "v1", True, _WRITE, ("sts",)),
     Resource("jobs", "Job", "batch", "v1", True, _WRITE, ()),
     Resource("cronjobs", "CronJob", "batch", "v1", True, _WRITE, ("cj",)),
-    Resource("serviceaccounts", "ServiceAccount", "", "v1", True, ("create", "delete", "get", "list"), ("sa",)),
-    Resource("configmaps", "ConfigMap", "", "v1", True, ("create", "delete", "get", "list"), ("cm",)),
-    Resource("secrets", "Secret", "", "v1", True, ("create", "delete", "get", "list"), ()),
+    Resource("serviceaccounts", "ServiceAccount", "", "v1", True, _KEPT, ("sa",)),
+    Resource("configmaps", "ConfigMap", "", "v1", True, _KEPT, ("cm",)),
+    Resource("secrets", "Secret", "", "v1", True, _KEPT, ()),
     Resource("events", "Event", "", "v1", True, ("get", "list", "watch"), ("ev",)),
-    Resource("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("create", "delete", "get", "list"), ("pc",)),
-    Resource("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", False, ("create", "delete", "get", "list")),
+    Resource("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, _KEPT, ("pc",)),
+    Resource("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", False, _KEPT),
     Resource("clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", False,
-             ("create", "delete", "get", "list")),
+             _KEPT),
     Resource("customresourcedefinitions", "CustomResourceDefinition", "apiextensions.k8s.io", "v1", False,
-             ("create", "delete", "get", "list"), ("crd", "crds")),
+             _KEPT, ("crd", "crds")),
     Resource("validatingadmissionpolicies", "ValidatingAdmissionPolicy", "admissionregistration.k8s.io", "v1", False,
-             ("create", "delete", "get", "list")),
+             _KEPT),
     Resource("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io", "v1",
-             False, ("create", "delete", "get", "list")),
-    Resource("networkpolicies", "NetworkPolicy", "networking.k8s.io", "v1", True, ("create", "delete", "get", "list"),
+             False, _KEPT),
+    Resource("networkpolicies", "NetworkPolicy", "networking.k8s.io", "v1", True, _KEPT,
              ("netpol",)),
 )}
 # The same events as events.k8s.io/v1 serves them (RESOURCES is keyed by plural, so it lives beside it).

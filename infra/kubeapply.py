@@ -4,7 +4,9 @@ program's, on the version it read: another writer in between is a conflict, not 
 
 Whoever deploys is who the cluster authorizes: the operator's kubeconfig (the stack's creator), or the release tick's,
 whose IAM role the clusters' access entries map to ``platformctl:deploy`` (infra/components/kubernetes.py). A refusal
-(403 and the API server's reason) stops the deploy on one line naming the object and the cluster, as Pulumi does.
+(403 and the API server's reason) stops the deploy on one line naming the object and the cluster, as Pulumi does: an
+``ApiRefused`` with the answer's status (a 403 or a 409 needs someone, a 5xx may pass), or ``ApiUnreachable`` for a
+cluster that did not answer, never the user's mistake (exit 1).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typing import Any
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, NotFoundError, ResourceNotFoundError
+from urllib3.exceptions import HTTPError, NewConnectionError
 
-from platformctl.kernel.errors import PlatformError
+from platformctl.kernel.errors import ApiRefused, ApiUnreachable, PlatformError
 
 
 class KubeApplier:
@@ -47,7 +50,11 @@ class KubeApplier:
                 self._clients[cluster] = DynamicClient(api, cache_file=str(Path(self._cache.name) / f"{cluster}.json"))
             except DynamicApiError as exc:
                 api.close()
-                raise _refused(exc, "discovery", cluster) from None
+                raise self._refused(exc, "discovery", cluster) from None
+            except HTTPError as exc:
+                host = api.configuration.host
+                api.close()
+                raise self._unreachable(exc, host, cluster) from None
         return self._clients[cluster]
 
     def apply(self, cluster: str, manifest: dict[str, Any]) -> str:
@@ -73,17 +80,27 @@ class KubeApplier:
                 resource.replace(body=body, name=name, namespace=namespace)
                 done = "updated"
         except DynamicApiError as exc:
-            raise _refused(exc, what, cluster) from None
+            raise self._refused(exc, what, cluster) from None
+        except HTTPError as exc:
+            raise self._unreachable(exc, client.client.configuration.host, cluster) from None
         self.applied.append((cluster, done, what))
         return done
 
 
-def _refused(exc: DynamicApiError, what: str, cluster: str) -> PlatformError:
-    """The API server's answer on one line: its code, reason and message (its ``Status``)."""
-    try:
-        body = json.loads(exc.body or "")
-        message = str(body.get("message")) if isinstance(body, dict) and body.get("message") else str(exc.body)
-    except (TypeError, ValueError):
-        message = str(exc.body or exc.reason)
-    message = " ".join(message.split())
-    return PlatformError(f"{what}: cluster {cluster} answered {exc.status} {exc.reason}: {message}", field="stage deploy")
+    def _refused(self, exc: DynamicApiError, what: str, cluster: str) -> ApiRefused:
+        """The API server's answer on one line: its code, reason and message (its ``Status``)."""
+        try:
+            body = json.loads(exc.body or "")
+            message = str(body.get("message")) if isinstance(body, dict) and body.get("message") else str(exc.body)
+        except (TypeError, ValueError):
+            message = str(exc.body or exc.reason)
+        message = " ".join(message.split())
+        return ApiRefused(f"{what}: answered {exc.status} {exc.reason}: {message}", int(exc.status or 0),
+                          file=self.kubeconfig, field=f"context {cluster}")
+
+    def _unreachable(self, exc: HTTPError, host: str, cluster: str) -> ApiUnreachable:
+        reason = str(getattr(exc, "reason", "") or exc).splitlines()[0]
+        unreachable = ApiUnreachable(f"cannot reach the Kubernetes API at {host} to apply the program's objects "
+                                     f"({reason})", file=self.kubeconfig, field=f"context {cluster}")
+        unreachable.no_connection = isinstance(getattr(exc, "reason", exc), NewConnectionError)
+        return unreachable

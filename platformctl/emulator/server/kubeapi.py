@@ -21,6 +21,7 @@ API's ``Status`` errors (400, 404, 405, 409, 410, 415, 422); any fault of the se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -28,6 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from http import HTTPStatus
 from typing import Any
 
 from werkzeug.exceptions import MethodNotAllowed, NotFound
@@ -190,6 +192,8 @@ class KubeAPI:
             log.exception("%s %s failed", request.method, request.full_path)
             response = _json(ApiError(500, "InternalError", "an error on the server has prevented the request from "
                                       "succeeding (see the local region's server.log)").status(), 500)
+        with contextlib.suppress(ValueError):  # Go's status line (``401 Unauthorized``), not werkzeug's capitals
+            response.status = f"{response.status_code} {HTTPStatus(response.status_code).phrase}"
         return response(environ, start_response)
 
     def dispatch(self, request: Request) -> Response:

@@ -153,6 +153,26 @@ def test_the_ticks_deploy_applies_every_object_of_the_program_as_its_access_entr
         answer = client.post(f"/clusters/{cluster_name}{_path(obj)}", json=obj, headers=as_tick)
         answers[f'{obj["kind"]}/{obj["metadata"]["name"]}'] = (answer.status_code, answer.json.get("message"))
     assert {k: v for k, v in answers.items() if v[0] != 201} == {}
+    # A later deploy replaces each object it changed at the resourceVersion it read (pulumi-kubernetes' update).
+    updated = {}
+    for obj in objects:
+        at = f"/clusters/{cluster_name}{_path(obj)}/{obj['metadata']['name']}"
+        read = client.get(at, headers=as_tick)
+        assert read.status_code == 200, (at, read.json)
+        changed = {**obj, "metadata": {**obj["metadata"], "resourceVersion": read.json["metadata"]["resourceVersion"],
+                                       "annotations": {"platformctl.io/deployed-by": "test"}}}
+        answer = client.put(at, json=changed, headers=as_tick)
+        updated[f'{obj["kind"]}/{obj["metadata"]["name"]}'] = (answer.status_code, answer.json.get("message"))
+        if answer.status_code == 200:
+            assert answer.json["metadata"]["annotations"] == {"platformctl.io/deployed-by": "test"}
+            assert answer.json["metadata"]["resourceVersion"] != read.json["metadata"]["resourceVersion"]
+    assert {k: v for k, v in updated.items() if v[0] != 200} == {}
+    # The rotation's identity reads nodes and evicts pods; it changes none of the program's objects.
+    as_rotation = {"Impersonate-User": "arn:aws:sts::123456789012:assumed-role/dev-usw2-host-rotation/r",
+                   "Impersonate-Group": "platformctl:rotation"}
+    job = next(o for o in objects if o["kind"] in ("CronJob", "Deployment"))
+    refused = client.put(f"/clusters/{cluster_name}{_path(job)}/{job['metadata']['name']}", json=job, headers=as_rotation)
+    assert refused.status_code == 403 and 'cannot update resource "' in refused.json["message"]
     # What it may not: a Secret (the operator's Pulumi one is there), a namespace not the program's, a role of its own.
     assert client.get(f"/clusters/{cluster_name}/api/v1/namespaces/platformctl-system/secrets",
                       headers=as_tick).status_code == 403

@@ -130,7 +130,7 @@ def test_kubectl_sends_protobuf_and_reads_the_json_answer(kubectl_path: str, reg
     assert f'-H "Content-Type: {MEDIA_TYPE}"' in request  # not JSON: the body this server used to refuse with a 415
     accept = re.search(r'-H "Accept: ([^"]*)"', request)
     assert accept is not None and accept.group(1).split(",") == [MEDIA_TYPE, "application/json"]
-    answer = re.search(r'"Response" verb="POST" [^\n]*status="201 CREATED" headers=<\n(.*?)\n >', result.stderr, re.S)
+    answer = re.search(r'"Response" verb="POST" [^\n]*status="201 Created" headers=<\n(.*?)\n >', result.stderr, re.S)
     assert answer is not None and "Content-Type: application/json" in [h.strip() for h in answer.group(1).splitlines()]
     assert held(region, "/api/v1/namespaces/proto-probe")["status"]["phase"] == "Active"  # type: ignore[index]
     assert kubectl(region, kubectl_path, "delete", "namespace", "proto-probe").stdout.startswith('namespace "proto-probe" deleted')

@@ -30,6 +30,7 @@ from platformctl.kernel.cluster.apiobjects import (
     ApiError,
     already_exists,
     bad_request,
+    conflict,
     invalid,
     not_found,
     plural_of,
@@ -249,9 +250,7 @@ class Workloads:
         given = meta.get("resourceVersion")
         current = workload.obj["metadata"]
         if given not in (None, "", current["resourceVersion"]):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {resource}.{res.group} "{name}": the object '
-                           "has been modified; please apply your changes to the latest version and try again",
-                           {"name": name, "group": res.group, "kind": resource})
+            raise conflict(resource, name, res.group)
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             raise invalid(res.kind, name, "spec", "Required value", "FieldValueRequired", res.group)

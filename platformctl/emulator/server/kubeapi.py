@@ -49,6 +49,7 @@ from platformctl.emulator.server.objects import (
     ClusterState,
     Expired,
     bad_request,
+    conflict,
     field_selector,
     invalid,
     label_selector,
@@ -518,9 +519,7 @@ class KubeAPI:
             raise bad_request("the patch may not change the node's name")
         # A patch that carries a resourceVersion is a compare-and-swap, as on the API server.
         if (patched.get("metadata") or {}).get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
-                           "please apply your changes to the latest version and try again",
-                           {"name": name, "kind": "nodes"})
+            raise conflict("nodes", name)
         spec = patched.get("spec") or {}
         meta = patched.get("metadata") or {}
         unschedulable = spec.get("unschedulable", False)

@@ -32,7 +32,7 @@ from platformctl.kernel.cluster.apiobjects import (  # noqa: F401 (the server's 
     Resource,
     already_exists,
     bad_request,
-    details,
+    conflict,
     invalid,
     not_found,
 )
@@ -334,9 +334,7 @@ class ClusterState:
         if not isinstance(meta, dict) or meta.get("name") != name:
             raise bad_request(f"the name of the object ({(meta or {}).get('name')}) does not match the name on the URL ({name})")
         if meta.get("resourceVersion") not in (None, "", current["metadata"]["resourceVersion"]):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on namespaces "{name}": the object has been '
-                           "modified; please apply your changes to the latest version and try again",
-                           {"name": name, "kind": "namespaces"})
+            raise conflict("namespaces", name)
         kept = self.namespaces[name]["metadata"]
         kept["labels"] = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": name}
         kept["annotations"] = dict(meta.get("annotations") or {})
@@ -441,10 +439,7 @@ class ClusterState:
             raise bad_request(f"the kind in the data ({obj.get('apiVersion')} {obj.get('kind')}) does not match the "
                               f"expected kind ({res.api_version} {res.kind})")
         if meta.get("resourceVersion") not in (None, "", current["metadata"]["resourceVersion"]):
-            group = f".{res.group}" if res.group else ""
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {plural}{group} "{name}": the object has been '
-                           "modified; please apply your changes to the latest version and try again",
-                           details(name, res.group, plural))
+            raise conflict(plural, name, res.group)
         for field, what in _IMMUTABLE.get(plural, ()):  # the kinds' ValidateUpdate
             if field in obj and obj.get(field) != current.get(field):
                 raise invalid(res.kind, name, field, what, "FieldValueForbidden" if what.startswith("Forbidden") else

@@ -53,6 +53,13 @@ def already_exists(resource: str, name: str, group: str = "") -> ApiError:
     return ApiError(409, "AlreadyExists", f'{what} "{name}" already exists', details(name, group, resource))
 
 
+def conflict(resource: str, name: str, group: str = "") -> ApiError:
+    """An update at a ``resourceVersion`` that is not the object's now (the registry's optimistic concurrency)."""
+    what = f"{resource}.{group}" if group else resource
+    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {what} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again", details(name, group, resource))
+
+
 def invalid(kind: str, name: str, field_path: str, message: str, reason: str = "FieldValueInvalid", group: str = "") -> ApiError:
     qualified = f"{kind}.{group}" if group else kind  # the group-qualified kind, as errors.NewInvalid writes it
     return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {field_path}: {message}', {

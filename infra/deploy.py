@@ -347,10 +347,15 @@ def within(up: Any, limit: float, stage: str, grace: float = 120.0) -> Any:
     thread.join(limit)
     if thread.is_alive():
         for sig, wait in ((signal.SIGINT, grace), (signal.SIGKILL, 10.0)):
-            for pid in children_named("pulumi"):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            thread.join(wait)
+            # looked for again while it waits: a CLI whose start a loaded machine delayed past the limit is sent it too
+            sent: set[int] = set()
+            end = time.monotonic() + wait
+            while thread.is_alive() and time.monotonic() < end:
+                for pid in set(children_named("pulumi")) - sent:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, sig)
+                    sent.add(pid)
+                thread.join(min(0.5, max(0.0, end - time.monotonic())))
             if not thread.is_alive():
                 break
         raise Unavailable(f"stage {stage}: pulumi up ran past its limit of {human_duration(limit)} and was interrupted",

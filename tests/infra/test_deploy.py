@@ -269,6 +269,7 @@ def test_a_pulumi_up_past_its_limit_is_interrupted_and_said_and_one_within_it_an
     import shutil
     import signal
     import subprocess
+    import time
 
     from infra.deploy import within
     from platformctl.kernel.errors import Unavailable, is_transient
@@ -279,6 +280,11 @@ def test_a_pulumi_up_past_its_limit_is_interrupted_and_said_and_one_within_it_an
     with pytest.raises(Unavailable) as late:
         within(lambda: ended.append(subprocess.run([str(pulumi), "600"]).returncode), 1.0, "dev", grace=60.0)
     assert ended == [-signal.SIGINT]
+    # a CLI that a loaded machine started only after the limit had passed is cancelled too, not killed a grace later
+    with pytest.raises(Unavailable):
+        within(lambda: (time.sleep(1.5), ended.append(subprocess.run([str(pulumi), "600"]).returncode)), 1.0, "dev",
+               grace=60.0)
+    assert ended == [-signal.SIGINT, -signal.SIGINT]
     assert str(late.value) == "stage dev: pulumi up ran past its limit of 1s and was interrupted" and is_transient(late.value)
     assert within(lambda: "up", 60.0, "dev") == "up"
     with pytest.raises(ValueError):

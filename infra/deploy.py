@@ -215,13 +215,21 @@ class LocalDeployer:
         with self._mutex():
             self.stack_lock.unlink(missing_ok=True)
 
-    def _resources(self) -> list[dict[str, Any]]:
-        """The stack's resources as its checkpoint keeps them."""
+    def _state(self) -> dict[str, Any]:
+        """The stack's checkpoint: its resources, and what the region set of its ``release`` block (the ledger in the
+        region's account, the tick suspended) when the region declared the stage's tick."""
         try:
-            return list(json.loads(self.checkpoint.read_text())["resources"])
+            state = json.loads(self.checkpoint.read_text())
+            resources = list(state["resources"])
         except (OSError, ValueError, KeyError, TypeError):
             raise PlatformError("the local region has no readable checkpoint of its stack (start it again with "
                                 "`platformctl local up`)", file=str(self.checkpoint), field="stage deploy") from None
+        release = state.get("release")
+        return {"resources": resources, "release": dict(release) if isinstance(release, dict) else None}
+
+    def _resources(self) -> list[dict[str, Any]]:
+        """The stack's resources as its checkpoint keeps them."""
+        return list(self._state()["resources"])
 
     def deploy(self, stage: Stage, image_lock: Path, over_pins: bool = False,
                kubernetes_version: str | None = None) -> DeployResult:
@@ -231,18 +239,20 @@ class LocalDeployer:
         failpoints.hit("deploy:locked")  # the stack locked, nothing made: a process killed here leaves its lock
         try:
             kube = KubeApplier(self.kubeconfig) if self.kubeconfig else None
-            backend = DeployBackend(stage.region, self._resources(), self.aws, kube)  # as the lock's holder reads them
+            state = self._state()  # as the lock's holder reads it
+            backend = DeployBackend(stage.region, state["resources"], self.aws, kube)
+            release = state["release"]
             try:
-                config = {**stage_config(stage, image_lock), **({IMAGES_FROM_LOCK_KEY: True} if over_pins else {}),
+                config = {**stage_config(stage, image_lock, release), **({IMAGES_FROM_LOCK_KEY: True} if over_pins else {}),
                           **({KUBERNETES_VERSION_KEY: kubernetes_version} if kubernetes_version else {})}
-                run = run_stage(stage.name, backend, config=config, source=Path(stage.source))
+                run = run_stage(stage.name, backend, config=config, source=Path(stage.source), release=release is not None)
             except BaseException:
-                self._save(stage, backend.checkpoint())  # what was made before the failure stays known, as Pulumi keeps it
+                self._save(stage, backend.checkpoint(), release)  # what was made before the failure stays known, as Pulumi keeps it
                 raise
             finally:
                 if kube is not None:
                     kube.close()
-            self._save(stage, checkpoint_of(run))
+            self._save(stage, checkpoint_of(run), release)
         finally:
             self._give_back(mine)  # an update that ends, done or failed, gives its lock back
         images = {key: pool["image"] for key, pool in run.outputs["nodePools"].items()}
@@ -257,9 +267,10 @@ class LocalDeployer:
         return Deployed({key: image for key, image in pools.items() if image},
                         {c.name: versions[c.name] for c in stage.clusters() if c.name in versions})
 
-    def _save(self, stage: Stage, resources: list[dict[str, Any]]) -> None:
+    def _save(self, stage: Stage, resources: list[dict[str, Any]], release: dict[str, Any] | None) -> None:
         tmp = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
-        tmp.write_text(json.dumps({"stage": stage.name, "resources": resources}) + "\n")
+        tmp.write_text(json.dumps({"stage": stage.name, "resources": resources,
+                                   **({"release": release} if release is not None else {})}) + "\n")
         tmp.replace(self.checkpoint)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from platformctl.kernel.topology import TOPOLOGY_KEY, Stage, read_stack_config
 
 IMAGE_LOCK_KEY = "platformctl:imageLock"
 IMAGES_FROM_LOCK_KEY = "platformctl:imagesFromLock"  # a deploy's own: the lock's images over the pins
+RELEASE_KEY = "platformctl:release"
 
 KubeSink = Callable[[str, dict[str, Any]], None]
 # Types moto has no API for: the program's declaration is kept, nothing is called.
@@ -344,13 +345,17 @@ def launch_template_data(i: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def stage_config(stage: Stage, image_lock: Path | None = None) -> dict[str, Any]:
+def stage_config(stage: Stage, image_lock: Path | None = None, release: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The stage's stack config, with the topology the caller holds, and the local region's lock file of
-    the images it built (instead of the checkout's, whose ids belong to another account)."""
+    the images it built (instead of the checkout's, whose ids belong to another account). ``release``: what the local
+    region sets of the stack's ``release`` block (the ledger in its own account, the tick suspended)."""
     config = read_stack_config(Path(stage.source))
     config[TOPOLOGY_KEY] = stage.topology.model_dump(mode="json", by_alias=True, exclude_defaults=False)
     if image_lock is not None:
         config[IMAGE_LOCK_KEY] = str(image_lock.resolve())
+    if release is not None:
+        own = config.get(RELEASE_KEY)
+        config[RELEASE_KEY] = {**(own if isinstance(own, dict) else {}), **release}
     return config
 
 
@@ -397,11 +402,14 @@ def check_images(stage: Stage, image_lock: Path | None, over_pins: bool, target:
                 file=stage.source, field="config.platformctl:kubernetesVersion")
 
 
-def materialize(stage: Stage, kube_sink: KubeSink | None = None, image_lock: Path | None = None) -> Provisioned:
-    """Create ``stage``'s resources in the current AWS endpoint from the Pulumi program."""
+def materialize(stage: Stage, kube_sink: KubeSink | None = None, image_lock: Path | None = None,
+                release: Mapping[str, Any] | None = None) -> Provisioned:
+    """Create ``stage``'s resources in the current AWS endpoint from the Pulumi program (with the ``release tick`` job,
+    its role and access entries, when ``release`` gives what the region sets of the stack's ``release`` block)."""
     check_images(stage, image_lock, False)
     backend = MotoBackend(stage.region, kube_sink)
-    run = run_stage(stage.name, backend, config=stage_config(stage, image_lock), source=Path(stage.source))
+    run = run_stage(stage.name, backend, config=stage_config(stage, image_lock, release), source=Path(stage.source),
+                    release=release is not None)
     return provisioned(run, backend)
 
 

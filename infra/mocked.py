@@ -101,9 +101,9 @@ def run_stage(stage_name: str, backend: Backend | None = None, *, config: Mappin
               source: Path | None = None, infra_dir: Path = INFRA_DIR, release: bool = False,
               promoted: Promoted | None = None) -> StageRun:
     """Run the program for ``stage_name`` under mocks. ``config`` defaults to the stack file's. ``release``: with the
-    ``release tick`` job, as ``pulumi up`` declares it (the local region leaves it out: there an operator, or a test,
-    runs the tick). ``promoted``: what the release pipeline promoted to the stage, as ``pulumi up`` reads it from the
-    stage's table (``infra.settings.read_promoted``; ``run_main`` reads it for real)."""
+    ``release tick`` job, as ``pulumi up`` declares it (the local region declares it, held: ``materialize``).
+    ``promoted``: what the release pipeline promoted to the stage, as ``pulumi up`` reads it from the stage's table
+    (``infra.settings.read_promoted``; ``run_main`` reads it for real)."""
     path = source or infra_dir / f"Pulumi.{stage_name}.yaml"
     values = dict(config) if config is not None else read_stack_config(path)
     run = StageRun()

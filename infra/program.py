@@ -182,7 +182,7 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
         release = ReleaseTick(settings.release.image, settings.release.schedule,
                               release_role(stage, settings, host, members, table).arn, settings.release.ledger,
                               release_files, stage.region, contexts, settings.release.pulumi_backend,
-                              settings.release.pulumi_secret)
+                              settings.release.pulumi_secret, settings.release.suspend)
     builder = irsa_role(f"{stage.host_cluster.name}-image-build", name, host.oidc_provider_arn, host.oidc_issuer,
                         SYSTEM_NAMESPACE, IMAGE_BUILD_SERVICE_ACCOUNT, access.image_build(), parent=host)
     image_build = ImageBuild(settings.rotation.image, builder.arn, stage.region,

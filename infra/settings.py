@@ -143,6 +143,9 @@ class Release(BaseModel):
     # the tick's environment: PULUMI_CONFIG_PASSPHRASE for a self-managed backend, PULUMI_ACCESS_TOKEN for Pulumi Cloud.
     pulumi_secret: Annotated[str, Field(alias="pulumiSecret", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")] = \
         "platformctl-pulumi"
+    # The tick's CronJob declared suspended: it runs only when asked (`kubectl create job --from=cronjob/...`) until
+    # the stage is bootstrapped (its Secret made, its first `pulumi up` done by hand), then set false and deployed.
+    suspend: bool = False
 
     @property
     def ledger_table(self) -> str:

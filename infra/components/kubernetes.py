@@ -134,6 +134,7 @@ class ReleaseTick:
     contexts: Sequence[Context] = ()
     pulumi_backend: str = "s3://platformctl-pulumi-state?region=us-east-1"
     pulumi_secret: str = "platformctl-pulumi"
+    suspend: bool = False
 CONFIG_DIR = "/etc/platformctl"
 IMAGE_BUILD_SERVICE_ACCOUNT = "platformctl-image-build"
 IMAGE_BUILD_JOB = "platformctl-image-build"
@@ -429,7 +430,7 @@ class ClusterObjects(pulumi.ComponentResource):
         k8s.batch.v1.CronJob(
             f"{self._name}-release-tick", metadata=_meta("platformctl-release-tick", SYSTEM_NAMESPACE),
             spec=release_tick_cronjob_spec(stage, release.image, release.schedule, release.ledger, release.region,
-                                           release.pulumi_backend, release.pulumi_secret),
+                                           release.pulumi_backend, release.pulumi_secret, release.suspend),
             opts=self._opts(depends_on=made))
 
     def _image_build(self, build: ImageBuild) -> None:
@@ -521,7 +522,7 @@ def rotation_cronjob_spec(stage: str, image: str, schedule: str, state_table: st
 
 def release_tick_cronjob_spec(stage: str, image: str, schedule: str, ledger: str, region: str,
                               pulumi_backend: str = "s3://platformctl-pulumi-state?region=us-east-1",
-                              pulumi_secret: str = "platformctl-pulumi") -> dict[str, Any]:
+                              pulumi_secret: str = "platformctl-pulumi", suspend: bool = False) -> dict[str, Any]:
     """The stage's tick: idempotent, so a missed minute is only skipped (a short starting deadline); it holds the
     ledger's lease while it rotates the stage, so no deadline cuts a rotation short. Exit 3 (another stage's tick
     holds the lease) marks the job failed, which a minute later is only history. Its deploy is `pulumi up` on the
@@ -532,10 +533,13 @@ def release_tick_cronjob_spec(stage: str, image: str, schedule: str, ledger: str
     spec = _cronjob_spec("platformctl-release-tick", RELEASE_SERVICE_ACCOUNT, RELEASE_CONFIG, image, schedule, args, region,
                          starting_deadline=50, failed_history=5, cpu="250m", memory=JOB_MEMORY, limit=JOB_MEMORY_LIMIT)
     [container] = spec["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    container["env"] += [{"name": "PULUMI_BACKEND_URL", "value": pulumi_backend},
+    container["env"] += [{"name": "KUBECONFIG", "value": f"{CONFIG_DIR}/kubeconfig"},  # its `pulumi up`'s too
+                         {"name": "PULUMI_BACKEND_URL", "value": pulumi_backend},
                          {"name": "PULUMI_HOME", "value": f"{WORK_DIR}/.pulumi"},  # plugins and credentials: scratch
                          {"name": "PULUMI_SKIP_UPDATE_CHECK", "value": "true"}]
     container["envFrom"] = [{"secretRef": {"name": pulumi_secret}}]  # a missing Secret: the pod does not start, and says so
+    if suspend:  # until the stage is bootstrapped: a tick runs when asked
+        spec["suspend"] = True
     return spec
 
 

@@ -2,7 +2,8 @@
 moves until a rotation moves it).
 
 The deployer is chosen here, once: the running local region's (the mock engine against its AWS) when one of this
-stage runs, else Pulumi's Automation API on the stage's stack in the checkout's ``infra/``.
+stage runs (or when the command is a job's pod there: ``Platform.region``), else Pulumi's Automation API on the stage's
+stack in the checkout's ``infra/``.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ that starts or stops the local region (``demo``) takes ``with_region_looked_agai
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,9 +133,20 @@ class Platform:
 
     @functools.cached_property
     def region(self) -> LocalRegion | None:
-        """The local region running from this home, looked at once (None: none runs)."""
+        """The local region running from this home, looked at once (None: none runs); in a job's pod of the region,
+        the region its ``$KUBECONFIG`` reaches when its AWS is that region's too (its IRSA session against the region's
+        endpoint): its stages' stores, clocks and stacks are the region's, as the pod's would be its stage's in AWS."""
         status = region_client.running(self.home)
+        if status is None:
+            status = self._region_of_pod()
         return LocalRegion(status) if status is not None else None
+
+    def _region_of_pod(self) -> dict[str, Any] | None:
+        own, config = self.environment.aws, self.environment.kubeconfig
+        if not (own.endpoint and config):
+            return None
+        status = region_client.region_of_context(Path(config.split(os.pathsep)[0]).expanduser(), None)
+        return status if status is not None and status.get("aws_endpoint") == own.endpoint else None
 
     def with_infra_dir(self, infra_dir: Path) -> Platform:
         """This platform with the stack files of another checkout (a candidate's own commit), the region as looked at."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import http.client
 import json
 import os
 import signal
@@ -26,7 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,17 +82,23 @@ def running(home: Path) -> dict[str, Any] | None:
         pid, url = int(info.get("pid", 0)), f"{info['kubernetes_endpoint']}/platformctl/v1/status"
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    return _answer(url, lambda: process_alive(pid), f"the local region (pid {pid}, {path})")
+
+
+def _answer(url: str, alive: Callable[[], bool], what: str) -> dict[str, Any] | None:
+    """The region's status at ``url`` while ``alive()``: None when it refuses the connection (not listening yet, or
+    going away) or answers with something else than its status; a slow one is waited for, and ``Unavailable`` past
+    ``ANSWER_SECONDS``."""
     deadline = time.monotonic() + ANSWER_SECONDS
-    while process_alive(pid):
+    while alive():
         try:
             return _get_json(url, timeout=max(min(deadline - time.monotonic(), 10.0), 0.1))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             slow = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
             if not slow:
-                return None  # refused: not listening yet, or going away
+                return None
             if time.monotonic() >= deadline:
-                raise Unavailable(f"the local region (pid {pid}, {path}) did not answer at {url} within "
-                                  f"{ANSWER_SECONDS:.0f} s") from None
+                raise Unavailable(f"{what} did not answer at {url} within {ANSWER_SECONDS:.0f} s") from None
     return None
 
 
@@ -331,16 +338,33 @@ def _post_json(url: str, body: dict[str, Any], timeout: float = 10.0) -> dict[st
     return _request_json(url, body, "POST", timeout)
 
 
-def clock_for_context(kubeconfig: Path, context: str | None) -> Clock | None:
-    """The server clock of a kubeconfig context that names a local region cluster, else None."""
-    path = kubeconfig
+def _time_url(kubeconfig: Path, context: str | None) -> str | None:
+    """Where a kubeconfig context that names a local region cluster reads its clock (None: it names none)."""
     try:
-        config = yaml.safe_load(path.read_text()) or {}
+        config = yaml.safe_load(kubeconfig.read_text()) or {}
         context = context or config.get("current-context")
         cluster = next(c["context"]["cluster"] for c in config.get("contexts", []) if c["name"] == context)
         entry = next(c["cluster"] for c in config.get("clusters", []) if c["name"] == cluster)
-        url = next(e["extension"]["time"] for e in entry.get("extensions") or [] if e.get("name") == EXTENSION)
+        return str(next(e["extension"]["time"] for e in entry.get("extensions") or [] if e.get("name") == EXTENSION))
     except (OSError, yaml.YAMLError, StopIteration, KeyError, TypeError, AttributeError):
+        return None
+
+
+def region_of_context(kubeconfig: Path, context: str | None) -> dict[str, Any] | None:
+    """The status of the local region whose cluster a kubeconfig context names (a pod's kubeconfig, which reaches its
+    region's clusters with no region running from its home), or None when it names none or the region does not
+    answer."""
+    url = _time_url(kubeconfig, context)
+    if url is None or not url.endswith("/platformctl/v1/time"):
+        return None
+    # a slow region is waited for, never taken for none (its pod's deploy and store would be another account's)
+    return _answer(url.removesuffix("/time") + "/status", lambda: True, f"the local region of {kubeconfig}")
+
+
+def clock_for_context(kubeconfig: Path, context: str | None) -> Clock | None:
+    """The server clock of a kubeconfig context that names a local region cluster, else None."""
+    url = _time_url(kubeconfig, context)
+    if url is None:
         return None
     try:
         return shared_clock(url)

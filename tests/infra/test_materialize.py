@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -21,19 +22,27 @@ from tests.infra.images import LOCK, hold, image_for, stack_config
 @pytest.fixture(scope="module")
 def made() -> Iterator[tuple[Stage, Provisioned, list[tuple[str, dict]]]]:
     stage = load_stage("staging")
-    saved = {k: os.environ.get(k) for k in [*FAKE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
-    os.environ.update(FAKE_CREDENTIALS)
-    os.environ.pop("AWS_ENDPOINT_URL", None)
     applied: list[tuple[str, dict]] = []
-    with mock_aws(config={"iam": {"load_aws_managed_policies": True}}):
+    with fake_keys(), mock_aws(config={"iam": {"load_aws_managed_policies": True}}):
         hold(LOCK)  # the images the stage boots, built in this account
         result = materialize(stage, kube_sink=lambda cluster, manifest: applied.append((cluster, manifest)), image_lock=LOCK)
         yield stage, result, applied
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+
+
+@contextlib.contextmanager
+def fake_keys() -> Iterator[None]:
+    """moto's keys in the environment, and no endpoint: boto3 in this process reaches moto's mock."""
+    saved = {k: os.environ.get(k) for k in [*FAKE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
+    os.environ.update(FAKE_CREDENTIALS)
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def test_the_groups_and_templates_in_aws_are_the_ones_the_program_declares(made) -> None:  # type: ignore[no-untyped-def]
@@ -106,3 +115,22 @@ def test_every_kubernetes_object_goes_to_its_cluster(made) -> None:  # type: ign
         assert {("PriorityClass", t) for t in ("reserved", "ondemand", "preemptible")} <= by_cluster[member.name]
     cron = next(m for c, m in applied if m["kind"] == "CronJob")
     assert isinstance(cron["spec"]["startingDeadlineSeconds"], int)  # numbers as the API wants them
+
+
+def test_the_region_declares_the_tick_suspended_with_its_ledger() -> None:
+    """What the local region asks (``release``): the tick declared in the host cluster, held, naming the region's
+    ledger, whose table the stage that owns it makes."""
+    release = {"ledger": "dynamodb://platformctl-release?region=us-west-2", "ownsLedger": True, "suspend": True}
+    stage = load_stage("dev")  # (the module's account holds staging)
+    applied: list[tuple[str, dict]] = []
+    with fake_keys(), mock_aws(config={"iam": {"load_aws_managed_policies": True}}):
+        hold(LOCK)
+        materialize(stage, kube_sink=lambda cluster, manifest: applied.append((cluster, manifest)), image_lock=LOCK,
+                    release=release)
+        tables = aws.client("dynamodb", stage.region).list_tables()["TableNames"]
+    [(cluster, tick)] = [(c, m) for c, m in applied
+                         if m["kind"] == "CronJob" and m["metadata"]["name"] == "platformctl-release-tick"]
+    assert cluster == stage.host_cluster.name and tick["spec"]["suspend"] is True
+    args = tick["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--ledger") + 1] == release["ledger"]
+    assert "platformctl-release" in tables

@@ -324,6 +324,15 @@ def test_every_cluster_runs_remediation_as_its_own_account_with_the_stacks_polic
         assert {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]} in rbac["rules"]
 
 
+def test_a_stack_that_holds_its_tick_declares_the_cronjob_suspended() -> None:
+    config = stack_config("dev")
+    config["platformctl:release"] = {**(config.get("platformctl:release") or {}), "suspend": True}
+    run = run_stage("dev", config=config, release=True)
+    [cron] = [o for o in k8s_objects(run, load_stage("dev").host_cluster.name, "CronJob")
+              if o["metadata"]["name"] == "platformctl-release-tick"]
+    assert cron["spec"]["suspend"] is True and cron["spec"]["schedule"] == "* * * * *"
+
+
 @stages
 def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_pipeline(stage_name: str, tmp_path: Path) -> None:
     from platformctl.cli import cli
@@ -334,6 +343,7 @@ def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_
     host = stage.host_cluster.name
     [cron] = [o for o in k8s_objects(run, host, "CronJob") if o["metadata"]["name"] == "platformctl-release-tick"]
     assert cron["spec"]["concurrencyPolicy"] == "Forbid" and cron["spec"]["schedule"] == "* * * * *"
+    assert "suspend" not in cron["spec"]  # it runs on its schedule unless the stack holds it (release.suspend)
     assert all(o["metadata"]["name"] != "platformctl-release-tick" for m in stage.member_clusters
                for o in k8s_objects(run, m.name, "CronJob"))
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
@@ -348,6 +358,7 @@ def test_the_host_cluster_runs_the_release_tick_of_its_stage_with_the_checkouts_
     [container] = pod["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["PULUMI_BACKEND_URL"] == "s3://platformctl-pulumi-state?region=us-east-1"
+    assert env["KUBECONFIG"] == "/etc/platformctl/kubeconfig"  # the stage's contexts, for its deploy's Kubernetes objects
     assert env["PULUMI_HOME"].startswith(env["HOME"] + "/")
     assert container["envFrom"] == [{"secretRef": {"name": "platformctl-pulumi"}}]
     # It rotates the stage in its own process: it asks for what a whole rotation of a 3,000-node, 130,000-pod cluster

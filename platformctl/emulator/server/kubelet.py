@@ -59,6 +59,7 @@ from platformctl.kernel.cluster.model import Pod
 from platformctl.kernel.environment import current
 
 log = logging.getLogger("platformctl.emulator.server.kubelet")
+IMAGE_ROOT = "/opt/platformctl"  # where the image carries the checkout's files (Dockerfile): the region's checkout here
 IMAGE = "platformctl"  # the toolkit's image's repository name (ghcr.io/platformctl/platformctl:<version>)
 START_ERROR = 128  # a container that could not start, as the runtime says it (StartError)
 ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
@@ -256,6 +257,10 @@ class Kubelet:
                     return str(where) + value[len(path.rstrip("/")):]
             if value == ALL_ADDRESSES:  # every address of the pod's own network is its own here
                 return address
+            if self.infra_dir is not None:  # the image's checkout files: the region's stack files and their checkout
+                for image, here in ((IMAGE_ROOT + "/infra", self.infra_dir), (IMAGE_ROOT, self.infra_dir.parent)):
+                    if value == image or value.startswith(image + "/"):
+                        return str(here.resolve()) + value[len(image):]
             return self._store_of(value)
 
         base = current().variables

@@ -29,6 +29,7 @@ SIGTERM or SIGINT stops it cleanly and removes ``server.json``.
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import json
 import logging
@@ -55,10 +56,11 @@ from platformctl.kernel.cluster.model import format_time
 from platformctl.kernel.environment import FAKE_CREDENTIALS, AwsTarget, current, install
 from platformctl.kernel.errors import NotFoundError, PlatformError
 from platformctl.kernel.region_client import EXTENSION, process_alive
-from platformctl.kernel.topology import HostCluster, load_stage, stage_table
+from platformctl.kernel.topology import HostCluster, Stage, load_stage, stage_table
 
 TICK_SECONDS = 0.05
 OWNER_POLL_SECONDS = 2.0  # how soon a region whose owner has ended (``--owner-pid``) stops
+LEDGER_TABLE = "platformctl-release"  # the stacks' default ledger table (infra.settings.Release.ledger)
 TOKEN_REFRESH_SECONDS = TOKEN_SECONDS * 0.2  # the kubelet makes a projected token again well before it expires
 log = logging.getLogger("platformctl.emulator.server")
 
@@ -152,6 +154,35 @@ class Server:
         """The first stage's region (its clock is every stage's)."""
         return self.regions.get(self.stage.name)
 
+    @property
+    def ledger(self) -> str:
+        """The release ledger every stage's tick shares, in the region's own account: a table in the first stage's
+        AWS region, which that stage's stack creates (``ownsLedger``)."""
+        return f"dynamodb://{LEDGER_TABLE}?region={self.stage.region}"
+
+    def _release(self, stage: Stage) -> dict[str, Any]:
+        """What the region sets of a stack's ``release`` block: the region's ledger, owned by the first stage, and the
+        tick declared suspended (it runs when asked: ``kubectl create job --from=cronjob/platformctl-release-tick``)."""
+        return {"ledger": self.ledger, "ownsLedger": stage.name == self.stage.name, "suspend": True}
+
+    @staticmethod
+    def _apply_objects(region: LocalRegion, states: Mapping[str, ClusterState]) -> None:
+        """The Kubernetes objects the stage's Pulumi program declares for each cluster, and what the operator makes at
+        a stage's bootstrap (docs/running-for-real.md): the tick's backend Secret."""
+        host = region.stage.host_cluster.name
+        for cluster, manifest in [*region.kubernetes, *((host, secret) for secret in pulumi_secrets(region.kubernetes, host))]:
+            try:
+                states[cluster].apply(manifest)
+            except ApiError as exc:
+                log.info("not applied: %s %s/%s: %s", cluster, manifest.get("kind"), manifest["metadata"]["name"],
+                         exc.message)
+
+    def _write_stack(self, stage: Stage, checkpoint: list[dict[str, Any]], release: dict[str, Any]) -> None:
+        """The stack's state, as Pulumi would keep it: what `platformctl stage deploy` compares the program against,
+        with the region's settings of its ``release`` block, which every deploy of it declares the same."""
+        write_atomically(self.state_dir / f"stack-{stage.name}.json",
+                         json.dumps({"stage": stage.name, "resources": checkpoint, "release": release}) + "\n")
+
     def _store_path(self, stage: str) -> Path:
         return self.state_dir / ("state.db" if len(self.stages) == 1 else f"state-{stage}.db")
 
@@ -186,15 +217,14 @@ class Server:
         regions = tuple(dict.fromkeys(s.region for s in self.stages))
         prepare = functools.partial(self.prepare, lock=lock, copy_to=regions) if self.prepare is not None else None
         for i, stage in enumerate(self.stages):
+            release = self._release(stage)
             # Nodes follow their instances every minute of virtual time, or every 0.2 s of wall time at high speed.
-            region = LocalRegion(stage, provisioner=functools.partial(self.provisioner, image_lock=lock),
+            region = LocalRegion(stage, provisioner=functools.partial(self.provisioner, image_lock=lock, release=release),
                                  seed=self.seed + 100 * i, sync_seconds=max(10.0, self.speed * 0.2), prepare=prepare,
                                  clock=clock, changes=self._aws_changes)
             region.__enter__()
             self.regions[stage.name] = region
-            # The stack's state, as Pulumi would keep it: what `platformctl stage deploy` compares the program against.
-            write_atomically(self.state_dir / f"stack-{stage.name}.json",
-                             json.dumps({"stage": stage.name, "resources": region.checkpoint}) + "\n")
+            self._write_stack(stage, region.checkpoint, release)
         for i, (name, region) in enumerate(self.regions.items()):
             region.wait_until_ready()
             if self.workloads:
@@ -204,13 +234,7 @@ class Server:
             # the control plane's version as the region's EKS answers it (a deploy that bumps it is seen at the next sync)
             states = {cluster: ClusterState(sim, functools.partial(_version_of, region, cluster))
                       for cluster, sim in region.clusters.items()}
-            # The Kubernetes objects the stage's Pulumi program declares for each cluster.
-            for cluster, manifest in region.kubernetes:
-                try:
-                    states[cluster].apply(manifest)
-                except ApiError as exc:
-                    log.info("not applied: %s %s/%s: %s", cluster, manifest.get("kind"), manifest["metadata"]["name"],
-                             exc.message)
+            self._apply_objects(region, states)
             self.clusters.update(states)
             self.stage_of.update(dict.fromkeys(states, name))
 
@@ -248,6 +272,7 @@ class Server:
             "aws_endpoint": aws_endpoint, "kubernetes_endpoint": base, "kubeconfig": str(config_path.resolve()),
             "clusters": list(self.clusters), "started": format_time(self.started_wall), "log": str((self.state_dir / "server.log").resolve()),
             "image_lock": str(lock.resolve()), "canaries": self.canaries, "run_jobs": self.run_jobs, "by_stage": by_stage,
+            "ledger": self.ledger,
             "owner_pid": self.owner,
             "real_control_planes": {name: plane.server for name, (plane, _) in self.real.items()},
             # The first stage's, as a region of one stage has always said.
@@ -271,7 +296,8 @@ class Server:
         where = region.stage.region
         self.real[name] = (plane, Kubelets(plane, name, where,
                                            kubelet_of=lambda image: moto_extensions.kubelet_of(where, image)).start())
-        applied = plane.apply([manifest for cluster, manifest in region.kubernetes if cluster == name])
+        applied = plane.apply([manifest for cluster, manifest in region.kubernetes if cluster == name]
+                              + pulumi_secrets(region.kubernetes, name))
         log.info("real control plane of %s at %s: %d of the program's objects applied", name, plane.server, applied)
         pki = plane.pki
         assert pki is not None
@@ -513,6 +539,24 @@ class Server:
     def stop_pods(self) -> None:
         for kubelet in self.kubelets:  # the pods' processes go with their nodes
             kubelet.stop_all()
+
+
+def pulumi_secrets(objects: Sequence[tuple[str, dict[str, Any]]], cluster: str) -> list[dict[str, Any]]:
+    """What an operator makes at a stage's bootstrap (docs/running-for-real.md) in ``cluster``: the Secret each release
+    tick CronJob there reads its backend's passphrase from (``envFrom``), as ``kubectl create secret generic`` makes it."""
+    out = []
+    for where, manifest in objects:
+        if where != cluster or manifest.get("kind") != "CronJob":
+            continue
+        pod = manifest["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        for container in pod.get("containers") or []:
+            for source in container.get("envFrom") or []:
+                name = (source.get("secretRef") or {}).get("name")
+                if name:
+                    out.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                                "metadata": {"name": name, "namespace": manifest["metadata"]["namespace"]},
+                                "data": {"PULUMI_CONFIG_PASSPHRASE": base64.b64encode(b"local-region").decode()}})
+    return out
 
 
 def main(argv: list[str] | None, provisioner: Callable[..., Any], prepare: Callable[..., Any] | None = None) -> int:

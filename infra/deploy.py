@@ -324,19 +324,18 @@ def pulumi_failure(stage: str, exc: Exception, now: float | None = None) -> Exce
 
 
 def children_named(name: str) -> list[int]:
-    """This process's child processes whose command is ``name`` (Linux's ``/proc``: the tick's image)."""
-    found: list[int] = []
-    for listed in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+    """This process's child processes whose command is ``name`` (Linux's ``/proc``: the tick's image), found by each
+    process's parent in its ``stat`` (a thread's ``children`` file may miss children while they run, as proc(5) says)."""
+    me, found = os.getpid(), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            pids = [int(p) for p in listed.read_text().split()]
-        except (OSError, ValueError):
+            text = stat.read_text()
+        except OSError:
             continue
-        for pid in pids:
-            try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() == name:
-                    found.append(pid)
-            except OSError:
-                pass
+        comm, _, rest = text.partition(" (")[2].rpartition(") ")
+        fields = rest.split()
+        if comm == name and len(fields) > 1 and fields[1] == str(me):
+            found.append(int(stat.parent.name))
     return found
 
 

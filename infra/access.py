@@ -8,10 +8,21 @@ User Guide, Service Authorization Reference for Auto Scaling, EC2, EKS and Dynam
   resource carries the stage's tag (``aws:ResourceTag/platformctl.io/stage``), or for a cluster's remediation, the
   cluster's own tag (``aws:ResourceTag/platformctl.io/cluster``): no job reaches another stage's groups or any group
   this program did not make;
-- the state store's actions are on the stage's own table; the tick's on the shared ledger's table too, where it writes
-  only its own stage's partition keys (``dynamodb:LeadingKeys``, ``ledger_keys``): never another stage's entries,
-  checkpoints, lease or deploy records, nor the people's entries and the candidates ``release start`` records (what
-  it writes in its own partition is admitted only where its stage may decide: ``release_pipeline.fold.admitted``).
+- the state store's reads are on the stage's own table, its writes there only on the partition keys the job writes
+  (``dynamodb:LeadingKeys``, ``stage_keys``): a rotation its stage's clusters' journals and leases, a remediation its
+  own cluster's, a canary runner its own cluster's results and lease, the tick a rotation's and its stage's promoted,
+  launched and frozen records; each the registry of its own streams' families. No job writes another's journal, lease
+  or results, nor another cluster's;
+- the tick reads the shared ledger's table too, and writes there only its own stage's partition keys (``ledger_keys``):
+  never another stage's entries, checkpoints, lease or deploy records, nor the people's entries and the candidates
+  ``release start`` records (what it writes in its own partition is admitted only where its stage may decide:
+  ``release_pipeline.fold.admitted``).
+
+Writes are conditioned with ``ForAllValues:StringLike`` on item actions only (PutItem, UpdateItem, DeleteItem,
+ConditionCheckItem), each of which names its key: the operator passes vacuously on a request with no key, so it is never
+put on one that may carry none. The registry's shared item ``i#`` (the list of families) is every writer's; a family's
+registry (``i#canary``, every cluster's runner's) is written by each job of that family, which ``LeadingKeys`` cannot
+tell apart below the partition.
 
 The tick's deploy (``pulumi up`` on its own stage, which a candidate changes only in its images, its Kubernetes
 version and its components) may make a launch template's new version, point a group at it and take a cluster one
@@ -75,26 +86,54 @@ def group_arn(region: str) -> str:
     return f"arn:aws:autoscaling:{region}:*:autoScalingGroup:*:autoScalingGroupName/*"
 
 
-def _node_groups(tag: str, value: str, whose: str, region: str, table: Any) -> list[Grant]:
+def _node_groups(tag: str, value: str, whose: str, region: str) -> list[Grant]:
     return [Grant(ASG_READS + EC2_READS, what="describe groups, their instances and scaling activities, instances "
                   "and launch template versions"),
             Grant(ASG_WRITES, (group_arn(region),), tagged(tag, value),
-                  what=f"set desired capacity and terminate an instance, in {whose}"),
-            Grant(STATE_ACTIONS, (table,), what="the stage's state table")]
+                  what=f"set desired capacity and terminate an instance, in {whose}")]
 
 
-def rotation(stage: str, region: str, table: Any) -> list[Grant]:
-    """The scheduled rotation (and the tick's rotations): read groups and instances, surge and retire in the stage."""
-    return _node_groups(STAGE_TAG, stage, "groups tagged with the stage", region, table)
+def stage_keys(streams: Sequence[str], leases: Sequence[str]) -> tuple[str, ...]:
+    """The partition keys a job writes in its stage's table (``platformctl.kernel.state.dynamodb``'s layout): its
+    streams' (``*`` matching any, as ``StringLike`` does), its leases' and its streams' families' registry."""
+    keys = [*(stream_key(s) for s in streams), *(lease_key(name) for name in leases)]
+    for s in streams:
+        keys.extend(k for k in registry_keys(s) if k not in keys)
+    return tuple(keys)
+
+
+def _stage_table(table: Any, keys: Sequence[str], whose: str) -> list[Grant]:
+    return [Grant(STATE_READS, (table,), what="read the stage's state table"),
+            Grant(STATE_WRITES, (table,), {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": tuple(keys)}},
+                  what=f"write there only {whose}")]
+
+
+def _rotations(clusters: Sequence[str]) -> list[str]:
+    """A rotation's journal and lease of each cluster (``upgrade_service.journal.rotation.stream_of``)."""
+    return [f"rotation/{c}" for c in clusters]
+
+
+def rotation(stage: str, region: str, table: Any, clusters: Sequence[str]) -> list[Grant]:
+    """The scheduled rotation: read groups and instances, surge and retire in the stage; journal each of the stage's
+    ``clusters`` under its lease."""
+    return [*_node_groups(STAGE_TAG, stage, "groups tagged with the stage", region),
+            *_stage_table(table, stage_keys(_rotations(clusters), _rotations(clusters)),
+                          "the stage's clusters' rotation journals and leases")]
 
 
 def remediation(cluster: str, region: str, table: Any) -> list[Grant]:
-    """A cluster's remediation: the same as a rotation's, only on that cluster's own groups (it surges, then retires)."""
-    return _node_groups(CLUSTER_TAG, cluster, "its own cluster's groups", region, table)
+    """A cluster's remediation: the same as a rotation's, only on that cluster's own groups (it surges, then retires),
+    and only its own journal and lease (``upgrade_service.journal.remediation.stream_of``)."""
+    own = [f"remediation/{cluster}"]
+    return [*_node_groups(CLUSTER_TAG, cluster, "its own cluster's groups", region),
+            *_stage_table(table, stage_keys(own, own), "its own cluster's remediation journal and lease")]
 
 
-def canary(table: Any) -> list[Grant]:
-    return [Grant(STATE_ACTIONS, (table,), what="the stage's state table")]
+def canary(stage: str, cluster: str, table: Any) -> list[Grant]:
+    """A cluster's canary runner: its own cluster's results (a stream a day, ``e2e_canary.results.ResultStream``) and
+    its lease."""
+    return _stage_table(table, stage_keys([f"canary/{stage}/{cluster}/*"], [f"canary/{stage}/{cluster}"]),
+                        "its own cluster's canary results and lease")
 
 
 # What ``ami build`` does (ami/build.py): find and describe images, launch a builder from a source image (tagged as a
@@ -157,9 +196,14 @@ def ledger_keys(stage: str) -> tuple[str, ...]:
             *registry_keys("release/"))
 
 
-def release_tick(stage: str, region: str, table: Any, ledger: str, backend: str) -> list[Grant]:
-    """The tick: the rotation's grants, the shared ledger's table, and its deploy of a candidate."""
-    grants = [*rotation(stage, region, table),
+def release_tick(stage: str, region: str, table: Any, ledger: str, backend: str, clusters: Sequence[str]) -> list[Grant]:
+    """The tick: the rotation's grants (its rotations), the stage's promoted, launched and frozen records
+    (``platformctl.kernel.state.promoted`` and ``frozen``), the shared ledger's table, and its deploy of a candidate."""
+    records = [f"promoted/{stage}", f"launched/{stage}", f"frozen/{stage}"]
+    grants = [*_node_groups(STAGE_TAG, stage, "groups tagged with the stage", region),
+              *_stage_table(table, stage_keys([*_rotations(clusters), *records], _rotations(clusters)),
+                            "the stage's clusters' rotation journals and leases, its promoted, launched and frozen "
+                            "records"),
               Grant(STATE_READS, (ledger,), what="read the release ledger's table, which every stage's tick shares"),
               Grant(STATE_WRITES, (ledger,), {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ledger_keys(stage)}},
                     what="write there, its own stage's only: entries, checkpoints, boots, deploy records and lease"),
@@ -202,11 +246,11 @@ def _holds(operator: str, key: str, value: str | tuple[str, ...]) -> str:
 
 def table() -> str:
     """docs/running-for-real.md's table of what each job may do, made from the grants above."""
-    jobs = [("rotation (`platformctl-rotate`, host cluster)", rotation("STAGE", "REGION", "STATE_TABLE")),
+    jobs = [("rotation (`platformctl-rotate`, host cluster)", rotation("STAGE", "REGION", "STATE_TABLE", ["CLUSTER"])),
             ("remediation (`platformctl-remediate`, every cluster)", remediation("CLUSTER", "REGION", "STATE_TABLE")),
-            ("canary runner (every cluster)", canary("STATE_TABLE")),
+            ("canary runner (every cluster)", canary("STAGE", "CLUSTER", "STATE_TABLE")),
             ("release tick (`platformctl-release-tick`, host cluster)",
-             release_tick("STAGE", "REGION", "STATE_TABLE", "LEDGER_TABLE", "s3://PULUMI_BUCKET")),
+             release_tick("STAGE", "REGION", "STATE_TABLE", "LEDGER_TABLE", "s3://PULUMI_BUCKET", ["CLUSTER"])),
             ("image build (`platformctl-image-build`, host cluster)", image_build())]
     lines = ["| job | what | actions | on |", "| --- | --- | --- | --- |"]
     for job, grants in jobs:

@@ -139,8 +139,9 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
                for m in stage.member_clusters]
 
     table = StateTable(f"{name}-state", stage=name, table_name=state_table(settings, name))
-    role = irsa_role(f"{stage.host_cluster.name}-rotation", name, host.oidc_provider_arn, host.oidc_issuer,
-                     SYSTEM_NAMESPACE, ROTATION_SERVICE_ACCOUNT, access.rotation(name, stage.region, table.arn), parent=host)
+    every = [c.name for c in stage.clusters()]
+    role = irsa_role(f"{stage.host_cluster.name}-rotation", name, host.oidc_provider_arn, host.oidc_issuer, SYSTEM_NAMESPACE,
+                     ROTATION_SERVICE_ACCOUNT, access.rotation(name, stage.region, table.arn, every), parent=host)
     # The job rotates the host cluster too: it is admitted there like on every member.
     aws.eks.AccessEntry(f"{stage.host_cluster.name}-rotation", cluster_name=host.cluster_name, principal_arn=role.arn,
                         type="STANDARD", kubernetes_groups=[ROTATION_GROUP],
@@ -157,7 +158,7 @@ def provision(stage: Stage, settings: InfraSettings, images: dict[str, str],
     def canary_runner(spec: Any, cluster: Any) -> CanaryRunner:
         """Each cluster's canary runner, as its own service account: the state table is all it reaches in AWS."""
         own = irsa_role(f"{spec.name}-canary", name, cluster.oidc_provider_arn, cluster.oidc_issuer, CANARY_NAMESPACE,
-                        CANARY_RUNNER, access.canary(table.arn), parent=cluster)
+                        CANARY_RUNNER, access.canary(name, spec.name, table.arn), parent=cluster)
         c = settings.canary
         return CanaryRunner(c.image, own.arn, c.canaries, table.name, stage.region, name, spec.name, c.metrics_port)
 
@@ -218,7 +219,8 @@ def release_role(stage: Stage, settings: InfraSettings, host: HostCluster, membe
     if release.owns_ledger:  # the one stack that creates the table every stage's tick shares (in its region: load())
         StateTable(f"{name}-release-ledger", stage=name, table_name=release.ledger_table)
     ledger = f"arn:aws:dynamodb:{release.ledger_region}:*:table/{release.ledger_table}"
-    grants = access.release_tick(name, stage.region, table.arn, ledger, release.pulumi_backend)
+    grants = access.release_tick(name, stage.region, table.arn, ledger, release.pulumi_backend,
+                                 [c.name for c in stage.clusters()])
     role = irsa_role(f"{stage.host_cluster.name}-release", name, host.oidc_provider_arn, host.oidc_issuer,
                      SYSTEM_NAMESPACE, RELEASE_SERVICE_ACCOUNT, grants, parent=host)
     for i, arn in enumerate(settings.release.deploy_policies):

@@ -17,17 +17,21 @@ def test_the_docs_table_of_each_jobs_grants_is_the_one_the_program_makes() -> No
 
 
 def test_no_grant_names_a_wildcard_action_or_an_iam_action() -> None:
-    grants = [*access.rotation("dev", "us-west-2", "t"), *access.remediation("c", "us-west-2", "t"), *access.canary("t"),
-              *access.release_tick("dev", "us-west-2", "t", "l", "s3://b?region=us-east-1")]
+    grants = [*access.rotation("dev", "us-west-2", "t", ["c"]), *access.remediation("c", "us-west-2", "t"),
+              *access.canary("dev", "c", "t"), *access.release_tick("dev", "us-west-2", "t", "l", "s3://b?region=us-east-1", ["c"])]
     actions = {a for g in grants for a in g.actions}
     assert not any("*" in a for a in actions)
     assert not any(a.startswith(("iam:", "sts:")) for a in actions)  # no job can grant itself more, or be another
-    # Every write is on a resource type, never on "*", and every write but the state store's is confined by a tag.
+    # Every write is on a resource type, never on "*", and every write but the Pulumi backend's is confined by a tag
+    # or, in a table, by the partition keys it may write (on item actions only: each names its key).
     for grant in grants:
         writes = [a for a in grant.actions if not a.split(":")[1].startswith(("Describe", "Get", "List", "Query"))]
         if writes:
             assert grant.resources != ("*",), grant
-            assert grant.condition or all(a.startswith(("dynamodb:", "s3:")) for a in writes), grant
+            assert grant.condition or all(a.startswith("s3:") for a in writes), grant
+            if any(a.startswith("dynamodb:") for a in writes):
+                assert set(grant.actions) <= set(access.STATE_WRITES), grant
+                assert list(grant.condition) == ["ForAllValues:StringLike"], grant
 
 
 def test_the_image_builds_writes_reach_only_builders_and_images() -> None:

@@ -253,18 +253,23 @@ def test_kubernetes_objects_of_each_cluster(stage_name: str) -> None:
         assert binding["subjects"][0]["name"] == entries[0]["kubernetesGroups"][0]
         [role] = [o for o in k8s_objects(run, cluster.name, "ClusterRole") if o["metadata"]["name"] == "platformctl:rotation"]
         assert {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]} in role["rules"]
-    # Its AWS permissions: the rotation's named actions anywhere, the state store's on its table only.
+    # Its AWS permissions: the rotation's named actions anywhere, the state store's on its table only, its writes
+    # only in each cluster's journal and lease (and their registry).
     [policy] = [r.inputs for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{host}-rotation"]
     statements = json.loads(policy["policy"])["Statement"]
-    [state] = [st for st in statements if any(a.startswith("dynamodb:") for a in st["Action"])]
-    assert state["Resource"] == [run.named("aws:dynamodb/table:Table", f"{stage_name}-state").outputs["arn"]]
-    assert "dynamodb:PutItem" in state["Action"] and "dynamodb:DeleteTable" not in state["Action"]
+    state = [st for st in statements if any(a.startswith("dynamodb:") for a in st["Action"])]
+    assert all(st["Resource"] == [run.named("aws:dynamodb/table:Table", f"{stage_name}-state").outputs["arn"]] for st in state)
+    actions = {a for st in state for a in st["Action"]}
+    assert "dynamodb:PutItem" in actions and "dynamodb:DeleteTable" not in actions
+    [writes] = [st for st in state if "dynamodb:PutItem" in st["Action"]]
+    assert set(writes["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]) == \
+        {f"{k}#rotation/{c.name}" for c in stage.clusters() for k in "sl"} | {"i#rotation", "i#"}
     declared_table = run.named("aws:dynamodb/table:Table", f"{stage_name}-state").inputs
     assert (declared_table["hashKey"], declared_table["rangeKey"]) == ("pk", "sk")
     assert declared_table["pointInTimeRecovery"]["enabled"] and declared_table["serverSideEncryption"]["enabled"]
     # Canary results expire through the table's TTL; a fenced append needs the condition check; nothing scans.
     assert declared_table["ttl"] == {"attributeName": "expires_at", "enabled": True}
-    assert "dynamodb:ConditionCheckItem" in state["Action"] and "dynamodb:Scan" not in state["Action"]
+    assert "dynamodb:ConditionCheckItem" in actions and "dynamodb:Scan" not in actions
 
 
 def allowed(document: dict[str, Any], action: str, resource: str = "*",
@@ -318,6 +323,11 @@ def test_every_cluster_runs_remediation_as_its_own_account_with_the_stacks_polic
             assert allowed(document, action, *group(stage, cluster.name)), action
             assert not allowed(document, action, *group(stage, "another-cluster")), action
         assert allowed(document, "ec2:DescribeLaunchTemplateVersions")
+        # Its journal under its lease, in the stage's table: its own cluster's, never another's nor a rotation's.
+        table_arn = run.named("aws:dynamodb/table:Table", f"{stage_name}-state").outputs["arn"]
+        for key, own in ((f"s#remediation/{cluster.name}", True), (f"l#remediation/{cluster.name}", True),
+                         ("s#remediation/another-cluster", False), (f"l#rotation/{cluster.name}", False)):
+            assert allowed(document, "dynamodb:PutItem", table_arn, {"dynamodb:LeadingKeys": [key]}) is own, key
         [binding] = [o for o in k8s_objects(run, cluster.name, "ClusterRoleBinding") if o["metadata"]["name"] == "platformctl:remediation"]
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": SYSTEM_NAMESPACE}]
         [rbac] = [o for o in k8s_objects(run, cluster.name, "ClusterRole") if o["metadata"]["name"] == "platformctl:remediation"]
@@ -440,9 +450,13 @@ def test_every_cluster_runs_the_canary_runner_with_the_checkouts_canaries(stage_
         trust = json.dumps(json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Condition"])
         assert f"system:serviceaccount:{CANARY_NAMESPACE}:{pod['serviceAccountName']}" in trust
         [policy] = [r.inputs for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{cluster.name}-canary"]
-        [statement] = json.loads(policy["policy"])["Statement"]  # the state table, and nothing else in AWS
-        assert all(a.startswith("dynamodb:") for a in statement["Action"])
-        assert statement["Resource"] == [run.named("aws:dynamodb/table:Table", f"{stage_name}-state").outputs["arn"]]
+        reads, writes = json.loads(policy["policy"])["Statement"]  # the state table, and nothing else in AWS
+        for statement in (reads, writes):
+            assert all(a.startswith("dynamodb:") for a in statement["Action"])
+            assert statement["Resource"] == [run.named("aws:dynamodb/table:Table", f"{stage_name}-state").outputs["arn"]]
+        assert "Condition" not in reads and "dynamodb:PutItem" not in reads["Action"]
+        assert writes["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == [  # its own results and lease
+            f"s#canary/{stage_name}/{cluster.name}/*", f"l#canary/{stage_name}/{cluster.name}", "i#canary", "i#"]
         [rbac] = [o for o in k8s_objects(run, cluster.name, "ClusterRole") if o["metadata"]["name"] == "platformctl:canary"]
         assert {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "update", "patch"]} in rbac["rules"]
         assert not any("pods/eviction" in r["resources"] or "secrets" in r["resources"] for r in rbac["rules"])

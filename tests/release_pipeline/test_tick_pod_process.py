@@ -108,7 +108,7 @@ def test_the_ticks_pods_enter_and_deploy_a_candidate_with_the_ticks_own_role_and
     assert get(region, "/platformctl/v1/iam-decisions?refused=1")["decisions"] == []
     assert get(region, "/platformctl/v1/rbac-decisions?refused=1")["decisions"] == []
     mine = get(region, f"/platformctl/v1/iam-decisions?role={host}-release")["decisions"]
-    grants = access.release_tick("dev", where, "STATE_TABLE", "LEDGER", "s3://BUCKET")
+    grants = access.release_tick("dev", where, "STATE_TABLE", "LEDGER", "s3://BUCKET", [host])
     made = {d["action"] for d in mine} - {"sts:GetCallerIdentity"}  # who acts: AWS answers it whatever the policies
     assert made <= {a for g in grants for a in g.actions}, made
     # the deploy's own: a new launch template version, made the default (the groups follow $Latest)

@@ -5,6 +5,7 @@ and what moto holds after (a refused call changes nothing)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -153,21 +154,110 @@ def test_a_remediation_surges_and_retires_in_its_own_clusters_groups_and_is_refu
     assert states["Name"] == "running"
 
 
-def test_a_job_writes_its_stages_table_only(account: Account, tmp_path: Path) -> None:
-    ddb = account.admin("dynamodb")
-    tables = {}
+def use_keys(monkeypatch: pytest.MonkeyPatch, account: Account, keys: Any = None) -> None:
+    """The environment boto3 reads: the account's admin keys, or a role session's ``keys``."""
+    for key, value in {"AWS_ENDPOINT_URL": account.endpoint, "AWS_REGION": REGION,
+                       "AWS_ACCESS_KEY_ID": keys.access_key if keys else "testing",
+                       "AWS_SECRET_ACCESS_KEY": keys.secret_key if keys else "testing"}.items():
+        monkeypatch.setenv(key, value)
+    if keys:
+        monkeypatch.setenv("AWS_SESSION_TOKEN", keys.token)
+    else:
+        monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # boto3's default session keeps the keys it first found
+
+
+def test_each_job_writes_only_its_own_partitions_of_its_stages_table(
+        account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each job's own writes, made by its own code's names (a journal under its lease, a day's canary results, the
+    tick's promoted, launched and frozen records), pass under its role; another job's, another cluster's and another
+    stage's are refused with AWS's error and leave nothing in the table."""
+    from e2e_canary.results import CanaryResult, ResultStream, keep
+    from platformctl.kernel.errors import PlatformError
+    from platformctl.kernel.nodegroups import LaunchSpec
+    from platformctl.kernel.state.base import StoreUnavailable
+    from platformctl.kernel.state.dynamodb import DynamoDBStore, create_table
+    from platformctl.kernel.state.frozen import HandFreeze, frozen_in, record_frozen
+    from platformctl.kernel.state.promoted import Promoted, launched_of, promote, promoted_in, record_launches
+    from upgrade_service.journal import remediation as remediation_journal
+    from upgrade_service.journal import rotation as rotation_journal
+
+    use_keys(monkeypatch, account)
     for stage in ("dev", "prod"):
-        tables[stage] = ddb.create_table(TableName=f"platformctl-{stage}", BillingMode="PAY_PER_REQUEST",
-                                         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-                                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}])[
-            "TableDescription"]["TableArn"]
-    role = account.role("dev-canary", "platformctl-canaries", "runner", access.canary(tables["dev"]))
-    own = account.client(account.session(role, "platformctl-canaries", "runner", tmp_path), "dynamodb")
-    own.put_item(TableName="platformctl-dev", Item={"pk": {"S": "s#canary/x"}})
-    with pytest.raises(ClientError) as refused:
-        own.put_item(TableName="platformctl-prod", Item={"pk": {"S": "s#canary/x"}})
-    assert code(refused) == "AccessDeniedException"
-    assert ddb.scan(TableName="platformctl-prod")["Count"] == 0
+        create_table(f"platformctl-state-{stage}", REGION)
+    dev = f"arn:aws:dynamodb:{REGION}:123456789012:table/platformctl-state-dev"
+    host, member = "dev-usw2-host", "dev-usw2a-01"
+    roles = {"rotation": ("platformctl-system", "platformctl-rotation", access.rotation("dev", REGION, dev, [host, member])),
+             "remediation": ("platformctl-system", "platformctl-remediation", access.remediation(member, REGION, dev)),
+             "canary": ("platformctl-canary", "platformctl-canary-runner", access.canary("dev", member, dev)),
+             "tick": ("platformctl-system", "platformctl-release", access.release_tick(
+                 "dev", REGION, dev, f"arn:aws:dynamodb:{REGION}:123456789012:table/platformctl-release", "file:///s",
+                 [host, member]))}
+    arns = {job: account.role(f"dev-{job}", ns, sa, grants) for job, (ns, sa, grants) in roles.items()}
+
+    def store(job: str, table: str = "platformctl-state-dev") -> DynamoDBStore:
+        namespace, account_name, _ = roles[job]
+        use_keys(monkeypatch, account, account.session(arns[job], namespace, account_name, tmp_path).get_credentials())
+        return DynamoDBStore(table, region=REGION)
+
+    def journal(s: DynamoDBStore, stream: str) -> None:  # a run's: its lease taken, renewed, a fenced record, given back
+        lease = s.acquire(stream, "holder", 60.0)
+        s.append(stream, {"kind": "started"}, fence=s.renew(lease, 60.0))
+        s.release(lease)
+
+    day = 1_764_720_000.0  # 2025-12-03 UTC
+    result = CanaryResult("dns", "dns", "a-1", "dev", member, None, None, None, "ok", "", {}, day)
+    refused: list[str] = []
+
+    def refuse(*attempts: Any) -> None:
+        for attempt in attempts:
+            with pytest.raises(StoreUnavailable) as exc:
+                attempt()
+            refused.append(str(exc.value))
+
+    rotation = store("rotation")
+    for cluster in (host, member):
+        journal(rotation, rotation_journal.stream_of(cluster))
+    refuse(lambda: journal(rotation, remediation_journal.stream_of(member)),
+           lambda: keep(rotation, result),
+           lambda: promote(rotation, Promoted("dev", {"general": "ami-1"}, "c-1", day)))
+    remediation = store("remediation")
+    journal(remediation, remediation_journal.stream_of(member))
+    refuse(lambda: journal(remediation, remediation_journal.stream_of(host)),  # another cluster's
+           lambda: journal(remediation, rotation_journal.stream_of(member)),
+           lambda: record_frozen(remediation, "dev", [HandFreeze("x", day)], day))
+    canary = store("canary")
+    lease = canary.acquire(ResultStream("dev", member).name, "runner", 60.0)
+    keep(canary, result)
+    keep(canary, dataclasses.replace(result, at=day + 86_400))  # the next day's stream, registered too
+    canary.release(lease)
+    refuse(lambda: keep(canary, dataclasses.replace(result, cluster=host)),  # another cluster's results
+           lambda: canary.acquire(ResultStream("dev", host).name, "runner", 60.0),
+           lambda: journal(canary, rotation_journal.stream_of(member)),  # a rotation's lease: it could stop one
+           lambda: canary.append(rotation_journal.stream_of(member), {"kind": "abort-requested"}))
+    tick = store("tick")
+    journal(tick, rotation_journal.stream_of(member))
+    promote(tick, Promoted("dev", {"general": "ami-1"}, "c-1", day))
+    assert record_launches(tick, "dev", "c-1", {"dev-usw2a-01-general": LaunchSpec("lt-1", "2")}, day)
+    assert record_frozen(tick, "dev", [HandFreeze("by hand", day, by="alice")], day)
+    refuse(lambda: promote(tick, Promoted("prod", {"general": "ami-1"}, "c-1", day)),  # another stage's, in its table
+           lambda: journal(tick, remediation_journal.stream_of(member)),
+           lambda: keep(tick, result))
+    with pytest.raises(PlatformError, match="AccessDeniedException"):  # another stage's table: not even opened
+        store("tick", "platformctl-state-prod")
+
+    assert all("AccessDeniedException" in r for r in refused), refused
+    assert len(account.gate.query(refused=True)) == len(refused) + 1 == 14
+    use_keys(monkeypatch, account)
+    ddb = account.admin("dynamodb")
+    written = {i["pk"]["S"] for i in ddb.scan(TableName="platformctl-state-dev")["Items"]}
+    assert written == {"i#", f"s#rotation/{host}", f"s#rotation/{member}", "i#rotation",
+                       f"s#remediation/{member}", "i#remediation",
+                       f"s#canary/dev/{member}/2025-12-03", f"s#canary/dev/{member}/2025-12-04", "i#canary",
+                       "s#promoted/dev", "i#promoted", f"s#{launched_of('dev')}", "i#launched", "s#frozen/dev", "i#frozen"}
+    assert ddb.scan(TableName="platformctl-state-prod")["Count"] == 0
+    admin = DynamoDBStore("platformctl-state-dev", region=REGION)
+    assert promoted_in(admin, "dev") is not None and [f.by for f in frozen_in(admin, "dev")] == ["alice"]
 
 
 def test_a_stages_tick_writes_its_own_partitions_of_the_ledger_and_what_it_forges_there_is_not_admitted(
@@ -177,11 +267,7 @@ def test_a_stages_tick_writes_its_own_partitions_of_the_ledger_and_what_it_forge
     from release_pipeline.fold import Kind
     from release_pipeline.ledger import CANDIDATES, DEPLOYS, LEDGER, Ledger, checkpoints, partition, stage_lease
 
-    for key, value in {"AWS_ENDPOINT_URL": account.endpoint, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing",
-                       "AWS_SECRET_ACCESS_KEY": "testing"}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    use_keys(monkeypatch, account)
     create_table("platformctl-release", REGION)
     stages = ("dev", "prod")
     people = Ledger(DynamoDBStore("platformctl-release", region=REGION), stages)  # an operator's credentials
@@ -189,12 +275,9 @@ def test_a_stages_tick_writes_its_own_partitions_of_the_ledger_and_what_it_forge
     prod_lease = people.store.acquire(stage_lease("prod"), "prod-tick", 600.0)  # prod's tick holds prod's lease
     ledger_arn = f"arn:aws:dynamodb:{REGION}:123456789012:table/platformctl-release"
     role = account.role("dev-release", "platformctl-system", "platformctl-release", access.release_tick(
-        "dev", REGION, f"arn:aws:dynamodb:{REGION}:123456789012:table/platformctl-dev", ledger_arn, "file:///state"))
-    keys = account.session(role, "platformctl-system", "platformctl-release", tmp_path).get_credentials()
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys.access_key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys.secret_key)
-    monkeypatch.setenv("AWS_SESSION_TOKEN", keys.token)
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # boto3's default session keeps the keys it first found
+        "dev", REGION, f"arn:aws:dynamodb:{REGION}:123456789012:table/platformctl-dev", ledger_arn, "file:///state",
+        ["dev-usw2-host"]))
+    use_keys(monkeypatch, account, account.session(role, "platformctl-system", "platformctl-release", tmp_path).get_credentials())
     dev = Ledger(DynamoDBStore("platformctl-release", region=REGION), stages)
     with dev.stage_leases("dev-tick", 60.0)("dev") as held:  # its own stage: the lease, fenced entries, all of it
         assert held

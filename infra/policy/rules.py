@@ -136,6 +136,22 @@ def no_wildcard_actions(args: ResourceValidationArgs, report_violation: Report) 
                 report_violation(f"IAM policies must name their actions; {prop} allows {action!r}")
 
 
+# IAM's quotas on a policy's size, in characters with white space not counted (IAM User Guide, "IAM and AWS STS
+# quotas"): a role's inline policies together, a managed policy. A role's keys grow with the stage's clusters
+# (``infra.access``: a journal and a lease each), so a stage with very many would meet it at ``pulumi up``.
+POLICY_SIZES = {"aws:iam/rolePolicy:RolePolicy": ("policy", 10_240), "aws:iam/role:Role": ("inlinePolicies", 10_240),
+                "aws:iam/policy:Policy": ("policy", 6_144)}
+
+
+def policy_size(args: ResourceValidationArgs, report_violation: Report) -> None:
+    prop, most = POLICY_SIZES.get(args.resource_type, ("", 0))
+    if not prop:
+        return
+    size = sum(len("".join(json.dumps(d, separators=(",", ":")).split())) for d in _documents(args.props.get(prop)))
+    if size > most:
+        report_violation(f"IAM allows {most:,} characters (white space not counted) in {prop}; this has {size:,}")
+
+
 def tags_of(props: Mapping[str, Any]) -> dict[str, str]:
     tags = props.get("tags")
     if isinstance(tags, Mapping):
@@ -175,6 +191,7 @@ RULES: dict[str, tuple[str, Callable[[ResourceValidationArgs, Report], None]]] =
     "eks-no-public-endpoint-in-prod": ("No public EKS endpoint in prod stages; elsewhere only from listed CIDRs.",
                                        no_public_endpoint_in_prod),
     "iam-no-wildcard-actions": ("IAM policy documents name every action.", no_wildcard_actions),
+    "iam-policy-size": ("IAM policy documents fit IAM's size quotas.", policy_size),
     "required-tags": (f"Taggable resources carry {', '.join(REQUIRED_TAGS)}.", required_tags),
     "members-admit-the-host": ("Each member cluster's security group admits the host's nodes on 443.",
                                members_admit_the_host),

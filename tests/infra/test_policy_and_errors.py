@@ -40,6 +40,15 @@ def _wildcard_inline(props: dict[str, Any]) -> None:
         {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["ec2:Describe*"], "Resource": "*"}]})}]
 
 
+def _too_many_clusters(props: dict[str, Any]) -> None:
+    """A job's policy in a stage of 400 clusters: a journal's key and a lease's each."""
+    document = json.loads(props["policy"])
+    [writes] = [s for s in document["Statement"] if "Condition" in s and "dynamodb:PutItem" in s["Action"]]
+    writes["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] += [
+        f"{k}#rotation/dev-usw2a-{i:03}" for i in range(400) for k in "sl"]
+    props["policy"] = json.dumps(document)
+
+
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 EKS = "aws:eks/cluster:Cluster"
 
@@ -65,6 +74,7 @@ EKS = "aws:eks/cluster:Cluster"
     ("dev", "aws:iam/role:Role", lambda p: p.update(assumeRolePolicy=p["assumeRolePolicy"].replace("sts:AssumeRole", "sts:*")),
      "iam-no-wildcard-actions"),
     ("dev", "aws:iam/role:Role", _wildcard_inline, "iam-no-wildcard-actions"),
+    ("dev", "aws:iam/rolePolicy:RolePolicy", _too_many_clusters, "iam-policy-size"),
     ("dev", "aws:ec2/subnet:Subnet", lambda p: p["tags"].pop("platformctl.io/stage"), "required-tags"),
     ("dev", "aws:autoscaling/group:Group", lambda p: p.update(tags=[t for t in p["tags"] if t["key"] != "Name"]), "required-tags"),
     ("dev", "aws:kms/key:Key", lambda p: p.pop("tags"), "required-tags"),

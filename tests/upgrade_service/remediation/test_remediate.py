@@ -168,6 +168,32 @@ def test_a_node_in_a_rotation_wave_is_left_to_the_rotation(tmp_path: Path) -> No
     assert events(sim)[sim_events.NODE_CORDONED] == 0
 
 
+def test_a_rotations_first_light_node_is_left_to_its_judgement_until_the_run_ends(tmp_path: Path) -> None:
+    """A node a rotation tainted to light a new image is the rotation's: broken, it is first light's verdict on the
+    image (the gate waits for it), not remediation's to replace; once the run has ended it is remediation's again."""
+    from upgrade_service.journal.records import Finished, FirstLightStarted, RunStarted
+
+    sim = busy()
+    lit = with_pods(sim)
+    journal = rj.Journal(store(tmp_path), "test", sim.clock)
+    journal.append(RunStarted(run="r1", holder="rotation"))
+    journal.append(FirstLightStarted(pools={"general": "general"}, images={"general": "ami-new"}))
+    instance = sim.get_node(lit).instance_id
+    key = journal.intent("taint", node=lit, key=rj.FIRST_LIGHT_KEY, instance=instance, first_light="general")
+    journal.done(key)
+    assert journal.state.first_light is not None and journal.state.first_light.nodes == {"general": lit}
+    sim.stop_kubelet(lit)
+    sim.advance(400)  # past unhealthyAfterSeconds 300
+    held = remediate(sim, tmp_path)
+    assert held.exit_code == EXIT_OK and not held.remediated
+    assert [d["why"] for d in held.decisions] == ["a rotation is handling it (first light of rotation r1, pool general)"]
+    assert events(sim)[sim_events.NODE_CORDONED] == 0 and lit in {n.name for n in sim.list_nodes()}
+    journal.append(Finished(status="incomplete", reason="first-light-not-ready"))
+    replaced = remediate(sim, tmp_path)
+    assert [r["result"] for r in replaced.remediated] == ["replaced"], replaced.reason
+    assert lit not in {n.name for n in sim.list_nodes()}
+
+
 def test_force_deletes_only_where_the_policy_says_and_the_kubelet_is_gone(tmp_path: Path) -> None:
     # Pods of a budget that wants all of them, tolerating an unreachable node forever (as stateful systems
     # that manage their own failover do): the eviction API refuses them once their node is gone (the budget

@@ -93,6 +93,11 @@ def _node_groups(tag: str, value: str, whose: str, region: str) -> list[Grant]:
                   what=f"set desired capacity and terminate an instance, in {whose}")]
 
 
+def _stage_groups(stage: str, region: str) -> list[Grant]:
+    """A rotation's node-group grants: in the groups tagged with its stage (the scheduled rotation's, the tick's)."""
+    return _node_groups(STAGE_TAG, stage, "groups tagged with the stage", region)
+
+
 def stage_keys(streams: Sequence[str], leases: Sequence[str]) -> tuple[str, ...]:
     """The partition keys a job writes in its stage's table (``platformctl.kernel.state.dynamodb``'s layout): its
     streams' (``*`` matching any, as ``StringLike`` does), its leases' and its streams' families' registry."""
@@ -116,9 +121,8 @@ def _rotations(clusters: Sequence[str]) -> list[str]:
 def rotation(stage: str, region: str, table: Any, clusters: Sequence[str]) -> list[Grant]:
     """The scheduled rotation: read groups and instances, surge and retire in the stage; journal each of the stage's
     ``clusters`` under its lease."""
-    return [*_node_groups(STAGE_TAG, stage, "groups tagged with the stage", region),
-            *_stage_table(table, stage_keys(_rotations(clusters), _rotations(clusters)),
-                          "the stage's clusters' rotation journals and leases")]
+    return [*_stage_groups(stage, region), *_stage_table(table, stage_keys(_rotations(clusters), _rotations(clusters)),
+                                                         "the stage's clusters' rotation journals and leases")]
 
 
 def remediation(cluster: str, region: str, table: Any) -> list[Grant]:
@@ -200,7 +204,7 @@ def release_tick(stage: str, region: str, table: Any, ledger: str, backend: str,
     """The tick: the rotation's grants (its rotations), the stage's promoted, launched and frozen records
     (``platformctl.kernel.state.promoted`` and ``frozen``), the shared ledger's table, and its deploy of a candidate."""
     records = [f"promoted/{stage}", f"launched/{stage}", f"frozen/{stage}"]
-    grants = [*_node_groups(STAGE_TAG, stage, "groups tagged with the stage", region),
+    grants = [*_stage_groups(stage, region),
               *_stage_table(table, stage_keys([*_rotations(clusters), *records], _rotations(clusters)),
                             "the stage's clusters' rotation journals and leases, its promoted, launched and frozen "
                             "records"),

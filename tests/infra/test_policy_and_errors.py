@@ -43,10 +43,17 @@ def _wildcard_inline(props: dict[str, Any]) -> None:
 def _too_many_clusters(props: dict[str, Any]) -> None:
     """A job's policy in a stage of 400 clusters: a journal's key and a lease's each."""
     document = json.loads(props["policy"])
-    [writes] = [s for s in document["Statement"] if "Condition" in s and "dynamodb:PutItem" in s["Action"]]
+    writes = next(s for s in document["Statement"] if "dynamodb:LeadingKeys" in json.dumps(s.get("Condition", {})))
     writes["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] += [
         f"{k}#rotation/dev-usw2a-{i:03}" for i in range(400) for k in "sl"]
     props["policy"] = json.dumps(document)
+
+
+def _large_inline(props: dict[str, Any]) -> None:
+    """Two inline policies of a role, each within the quota, over it together."""
+    resources = [f"arn:aws:ec2:us-west-2:123456789012:instance/i-{i:017x}" for i in range(80)]
+    props["inlinePolicies"] = [{"name": f"p{n}", "policy": json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["ec2:TerminateInstances"], "Resource": resources}]})} for n in range(2)]
 
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -75,6 +82,7 @@ EKS = "aws:eks/cluster:Cluster"
      "iam-no-wildcard-actions"),
     ("dev", "aws:iam/role:Role", _wildcard_inline, "iam-no-wildcard-actions"),
     ("dev", "aws:iam/rolePolicy:RolePolicy", _too_many_clusters, "iam-policy-size"),
+    ("dev", "aws:iam/role:Role", _large_inline, "iam-policy-size"),
     ("dev", "aws:ec2/subnet:Subnet", lambda p: p["tags"].pop("platformctl.io/stage"), "required-tags"),
     ("dev", "aws:autoscaling/group:Group", lambda p: p.update(tags=[t for t in p["tags"] if t["key"] != "Name"]), "required-tags"),
     ("dev", "aws:kms/key:Key", lambda p: p.pop("tags"), "required-tags"),

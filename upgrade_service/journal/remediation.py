@@ -180,7 +180,7 @@ def read_state(store: StateStore, cluster: str) -> RemediationState:
 
 def rotation_holds(store: StateStore, cluster: str) -> dict[str, str]:
     """Node -> what the cluster's rotation is doing with it: its open wave's nodes, what it cordoned, its first-light
-    nodes until they are put out, any step it started and never confirmed. Such nodes are the rotation's, whatever
+    nodes until they are judged passed or put out, any step it started and never confirmed. Such nodes are the rotation's, whatever
     their health: a first-light node that never becomes Ready is first light's own verdict on the image
     (``first-light-not-ready``), and replacing it would take away the evidence its judgement waits for."""
     state = rotation_journal.read_state(store, cluster)
@@ -194,9 +194,10 @@ def rotation_holds(store: StateStore, cluster: str) -> dict[str, str]:
     for node in state.cordoned:
         out.setdefault(node, f"cordoned by rotation {state.run}")
     lit = state.first_light
-    for pool, node in (lit.nodes if lit is not None else {}).items():
-        if lit is not None and lit.instances.get(pool) not in lit.terminated:
-            out.setdefault(node, f"first light of rotation {state.run}, pool {pool}")
+    if lit is not None and not lit.passed:  # once passed, its nodes are their pools' like any other
+        for pool, node in lit.nodes.items():
+            if lit.instances.get(pool) not in lit.terminated:
+                out.setdefault(node, f"first light of rotation {state.run}, pool {pool}")
     for intent in state.pending.values():
         if intent.get("node"):
             out.setdefault(intent["node"], f"rotation {state.run} has an unconfirmed {intent['op']} on it")

@@ -168,10 +168,11 @@ def test_a_node_in_a_rotation_wave_is_left_to_the_rotation(tmp_path: Path) -> No
     assert events(sim)[sim_events.NODE_CORDONED] == 0
 
 
-def test_a_rotations_first_light_node_is_left_to_its_judgement_until_the_run_ends(tmp_path: Path) -> None:
+def test_a_rotations_first_light_node_is_left_to_its_judgement_until_it_passes(tmp_path: Path) -> None:
     """A node a rotation tainted to light a new image is the rotation's: broken, it is first light's verdict on the
-    image (the gate waits for it), not remediation's to replace; once the run has ended it is remediation's again."""
-    from upgrade_service.journal.records import Finished, FirstLightStarted, RunStarted
+    image (the gate waits for it), not remediation's to replace. Once judged passed it is its pool's like any other,
+    remediation's again while the run goes on (or sits halted for days)."""
+    from upgrade_service.journal.records import FirstLightJudged, FirstLightStarted, RunStarted
 
     sim = busy()
     lit = with_pods(sim)
@@ -188,7 +189,8 @@ def test_a_rotations_first_light_node_is_left_to_its_judgement_until_the_run_end
     assert held.exit_code == EXIT_OK and not held.remediated
     assert [d["why"] for d in held.decisions] == ["a rotation is handling it (first light of rotation r1, pool general)"]
     assert events(sim)[sim_events.NODE_CORDONED] == 0 and lit in {n.name for n in sim.list_nodes()}
-    journal.append(Finished(status="incomplete", reason="first-light-not-ready"))
+    journal.append(FirstLightJudged("pass", "canaries ok", {"general": lit}, {"general": instance}))
+    assert journal.state.open
     replaced = remediate(sim, tmp_path)
     assert [r["result"] for r in replaced.remediated] == ["replaced"], replaced.reason
     assert lit not in {n.name for n in sim.list_nodes()}
